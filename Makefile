@@ -1,0 +1,41 @@
+# kiln: `make demo` and `make test` install what is missing, configure, build and run.
+# Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references).
+
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libgtest-dev libfmt-dev libcli11-dev
+JOBS ?= $(shell nproc)
+HAVE_CUDA := $(shell test -x /usr/local/cuda/bin/nvcc -o -f /usr/local/cuda/include/cuda_runtime.h && echo 1)
+PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)
+CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
+
+.PHONY: demo test deps build bench clean format
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@python3 -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) < 2)' 2>/dev/null || \
+	  python3 -m pip install -q "numpy>=2" || python3 -m pip install -q --break-system-packages "numpy>=2"
+
+build: deps
+	@for p in $(PRESETS); do \
+	  cmake --preset $$p -DKILN_WERROR=ON >/dev/null && cmake --build --preset $$p -j $(JOBS) || exit 1; \
+	done
+
+test: build
+	@for p in $(PRESETS); do \
+	  echo "== ctest ($$p)"; (cd build/$$p && ctest $(CTEST_FLAGS)) || exit 1; \
+	done
+
+demo: build
+	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); ./build/$$p/tools/kiln/kiln demo
+
+bench: build
+	./scripts/bench-cpu
+
+clean:
+	rm -rf build
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp')

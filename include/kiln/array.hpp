@@ -1,0 +1,214 @@
+// Array: an n-d view (shape, strides in elements, offset, dtype) of shared
+// storage on one device. Copying an Array copies the handle, not the data.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/device.hpp"
+#include "kiln/dtype.hpp"
+#include "kiln/error.hpp"
+#include "kiln/scalar.hpp"
+#include "kiln/shape.hpp"
+
+namespace kiln {
+
+/// Options for creating an array's storage.
+struct ArrayOptions {
+  bool pinned = false;  ///< page-locked host memory (cpu arrays only; needs a CUDA build)
+};
+
+/// A block of device or host memory, freed by its deleter when the last Array using it goes away.
+class Storage {
+ public:
+  using Deleter = void (*)(void* context, void* data);
+  Storage(void* data, size_t nbytes, Device device, Deleter deleter, void* context, bool pinned = false)
+      : data_(data), nbytes_(nbytes), device_(device), deleter_(deleter), context_(context), pinned_(pinned) {}
+  ~Storage() { if (deleter_) deleter_(context_, data_); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
+  void* context() const { return context_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  Deleter deleter_;
+  void* context_;
+  bool pinned_;
+};
+
+/// One axis of a basic index: start:stop:step with Python semantics (negative values count from the end).
+struct Slice {
+  std::optional<int64_t> start, stop;
+  int64_t step = 1;
+  Slice() = default;
+  Slice(std::optional<int64_t> start_, std::optional<int64_t> stop_, int64_t step_ = 1)
+      : start(start_), stop(stop_), step(step_) {}
+};
+struct NewAxis {};
+struct Ellipsis {};
+inline constexpr NewAxis newaxis{};
+inline constexpr Ellipsis ellipsis{};
+
+/// One entry of a basic index: an integer (drops the axis), a Slice, newaxis or ellipsis.
+class Index {
+ public:
+  Index(int64_t i) : v_(i) {}  // NOLINT
+  Index(int i) : v_(static_cast<int64_t>(i)) {}  // NOLINT
+  Index(Slice s) : v_(s) {}  // NOLINT
+  Index(NewAxis n) : v_(n) {}  // NOLINT
+  Index(Ellipsis e) : v_(e) {}  // NOLINT
+  const std::variant<int64_t, Slice, NewAxis, Ellipsis>& value() const { return v_; }
+
+ private:
+  std::variant<int64_t, Slice, NewAxis, Ellipsis> v_;
+};
+
+/// Which axes a reduction covers: all of them (the default), one, or a list.
+class Axes {
+ public:
+  Axes() = default;
+  Axes(int64_t axis) : all_(false), list_{axis} {}  // NOLINT
+  Axes(int axis) : all_(false), list_{axis} {}  // NOLINT
+  Axes(std::initializer_list<int64_t> axes) : all_(false), list_(axes) {}
+  Axes(const std::vector<int64_t>& axes) : all_(false), list_(axes) {}  // NOLINT
+  bool all() const { return all_; }
+  const Shape& list() const { return list_; }
+
+ private:
+  bool all_ = true;
+  Shape list_;
+};
+
+class Array {
+ public:
+  /// An empty handle (no storage); most operations on it throw.
+  Array() = default;
+  /// A view of `storage` (internal; use the creation functions).
+  Array(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype);
+
+  const Shape& shape() const { return shape_; }
+  int64_t shape(int64_t axis) const;
+  /// Strides in elements (not bytes).
+  const Shape& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t size() const { return size_; }
+  int64_t nbytes() const { return size_ * itemsize(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  bool defined() const { return storage_ != nullptr; }
+  bool is_contiguous() const;
+  /// True for page-locked host memory.
+  bool is_pinned() const;
+  /// Address of the first element (device memory for GPU arrays).
+  void* data_ptr() const;
+  template <class T> T* data() const { return static_cast<T*>(data_ptr()); }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  /// True when both arrays view the same storage.
+  bool shares_storage(const Array& o) const { return storage_ && storage_ == o.storage_; }
+
+  /// The single element as T (any size-1 array). Synchronises and copies for GPU arrays.
+  template <class T> T item() const;
+  /// All elements in C order, converted to T. Synchronises and copies for GPU arrays.
+  template <class T> std::vector<T> to_vector() const;
+  /// The single element as a Scalar of the array's kind.
+  Scalar item_scalar() const;
+
+  // Views and shape ops (see ops.hpp for the free-function forms).
+  Array reshape(const Shape& s) const;
+  Array transpose() const;
+  Array permute(const Shape& axes) const;
+  Array T() const { return transpose(); }
+  Array squeeze(Axes axes = {}) const;
+  Array expand_dims(int64_t axis) const;
+  Array broadcast_to(const Shape& s) const;
+  Array flatten() const;
+  /// Basic indexing like NumPy's a[1:5, ::2, 3, newaxis, ...]; returns a view.
+  Array index(std::initializer_list<Index> idx) const;
+  Array operator[](int64_t i) const { return index({i}); }
+  /// A view of elements start:stop:step along one axis.
+  Array slice(int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step = 1) const;
+  /// C-contiguous: returns *this when already contiguous, else a copy.
+  Array contiguous() const;
+  /// A new array with its own storage on the same device.
+  Array copy() const;
+  /// This array converted to `t` (a copy; returns *this when t == dtype()).
+  Array astype(DType t) const;
+  /// This array on `d`: returns *this when already there (same storage), else a copy.
+  Array to(Device d) const;
+
+  /// Writes `src` (broadcast, cast same_kind) into this array or view, in place.
+  Array& assign(const Array& src);
+  /// Sets every element to `v` in place.
+  Array& fill(const Scalar& v);
+
+  // Reductions (free forms in ops.hpp).
+  Array sum(Axes axes = {}, bool keepdims = false) const;
+  Array mean(Axes axes = {}, bool keepdims = false) const;
+  Array max(Axes axes = {}, bool keepdims = false) const;
+  Array min(Axes axes = {}, bool keepdims = false) const;
+
+  /// NumPy-style text: array([...], dtype=...). Synchronises and copies for GPU arrays.
+  std::string str() const;
+
+  // Compound assignment writes in place (result cast to this array's dtype, same_kind).
+  Array& operator+=(const Array& o);
+  Array& operator-=(const Array& o);
+  Array& operator*=(const Array& o);
+  Array& operator/=(const Array& o);
+  Array& operator+=(const Scalar& o);
+  Array& operator-=(const Scalar& o);
+  Array& operator*=(const Scalar& o);
+  Array& operator/=(const Scalar& o);
+
+ private:
+  void require_defined(const char* op) const;
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Shape strides_;
+  int64_t offset_ = 0;
+  int64_t size_ = 0;
+  DType dtype_ = DType::Float32;
+};
+
+}  // namespace kiln
+
+namespace kiln {
+namespace detail {
+/// Copies all elements of `a`, converted to `as`, into host memory at `dst` (C order).
+void read_elements(const Array& a, DType as, void* dst);
+}  // namespace detail
+
+template <class T> std::vector<T> Array::to_vector() const {
+  require_defined("to_vector");
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> tmp(static_cast<size_t>(size_));
+    detail::read_elements(*this, DType::Bool, tmp.data());
+    return std::vector<bool>(tmp.begin(), tmp.end());
+  } else {
+    std::vector<T> out(static_cast<size_t>(size_));
+    detail::read_elements(*this, dtype_of<T>(), out.data());
+    return out;
+  }
+}
+
+template <class T> T Array::item() const {
+  require_defined("item");
+  if (size_ != 1)
+    throw ValueError("item: only a size-1 array converts to a scalar, got shape " + shape_str(shape_) +
+                     "; index or reduce it first");
+  return to_vector<T>()[0];
+}
+}  // namespace kiln

@@ -1,0 +1,36 @@
+// Printing like NumPy and .npy files, so data moves to and from NumPy.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "kiln/array.hpp"
+
+namespace kiln {
+
+/// How arrays print (NumPy's defaults).
+struct PrintOptions {
+  int64_t threshold = 1000;  ///< summarise with "..." above this many elements
+  int64_t edgeitems = 3;     ///< elements kept at each edge when summarising
+  int precision = 8;         ///< significant digits after the point for floats
+  int linewidth = 75;
+};
+void set_print_options(const PrintOptions& options);
+PrintOptions get_print_options();
+
+/// Prints `array([[1., 2.], ...], dtype=float32)`, with `device='cuda:0'` when not on the CPU.
+/// Synchronises and copies GPU arrays to the host.
+std::ostream& operator<<(std::ostream& os, const Array& a);
+
+/// Writes `a` as a .npy file exactly as np.save would (format 1.0, or 2.0 when the header exceeds 64 KiB;
+/// little-endian, C order, header padded to 64 bytes). Synchronises and copies GPU arrays to the host.
+/// Throws DTypeError for bfloat16 (NumPy has no bfloat16: save a.astype(float32)), ValueError when the file
+/// cannot be written.
+void save(const std::string& path, const Array& a);
+/// Reads a .npy file (format 1.0/2.0/3.0; '<', '>', '|' or '=' byte order; C or Fortran order, returned in
+/// C order) onto `device` (default: the CPU). Throws ValueError naming the file and the problem: missing file,
+/// bad magic, malformed header, truncated data, or a dtype kiln lacks (complex, object, strings, uint16+...).
+Array load(const std::string& path, std::optional<Device> device = {});
+
+}  // namespace kiln

@@ -1,0 +1,13 @@
+// Umbrella header: everything a user of kiln needs.
+#pragma once
+
+#include "kiln/array.hpp"
+#include "kiln/device.hpp"
+#include "kiln/dtype.hpp"
+#include "kiln/error.hpp"
+#include "kiln/io.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/random.hpp"
+#include "kiln/scalar.hpp"
+#include "kiln/shape.hpp"
+#include "kiln/version.hpp"

@@ -1,0 +1,183 @@
+// Free functions on Arrays: creation, shape ops, elementwise math with NumPy
+// broadcasting and NEP 50 promotion, reductions and matrix products.
+// Every op runs on the device of its operands; mixing devices throws DeviceError.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kiln/array.hpp"
+
+namespace kiln {
+
+// ---------------------------------------------------------------- creation
+// `device` defaults to current_device(); `dtype` to float32 for empty/zeros/ones.
+
+/// Uninitialised array.
+Array empty(const Shape& shape, DType dtype = float32, std::optional<Device> device = {}, ArrayOptions options = {});
+/// Array of zeros.
+Array zeros(const Shape& shape, DType dtype = float32, std::optional<Device> device = {}, ArrayOptions options = {});
+/// Array of ones.
+Array ones(const Shape& shape, DType dtype = float32, std::optional<Device> device = {}, ArrayOptions options = {});
+/// Array filled with `value`; dtype defaults to int64 for integer, float32 for float, bool for bool values.
+Array full(const Shape& shape, const Scalar& value, std::optional<DType> dtype = {}, std::optional<Device> device = {},
+           ArrayOptions options = {});
+/// Values 0, 1, ..., stop-1. dtype: int64 for integer stop, float32 for float.
+Array arange(const Scalar& stop, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+/// Values start, start+step, ... < stop (> stop for a negative step); throws ValueError for step 0.
+Array arange(const Scalar& start, const Scalar& stop, const Scalar& step, std::optional<DType> dtype = {},
+             std::optional<Device> device = {});
+/// `num` evenly spaced values from start to stop (stop included when `endpoint`).
+Array linspace(double start, double stop, int64_t num = 50, bool endpoint = true, DType dtype = float32,
+               std::optional<Device> device = {});
+/// Identity-like 2-d array: ones on diagonal k.
+Array eye(int64_t n, std::optional<int64_t> m = {}, int64_t k = 0, DType dtype = float32,
+          std::optional<Device> device = {});
+Array empty_like(const Array& a, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Array zeros_like(const Array& a, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Array ones_like(const Array& a, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Array full_like(const Array& a, const Scalar& value, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+/// Copies `nbytes = prod(shape)*itemsize(dtype)` bytes from host memory at `data` into a new array.
+Array from_data(const void* data, const Shape& shape, DType dtype, std::optional<Device> device = {});
+/// Copies a vector into a new array of dtype_of<T>() (shape defaults to {v.size()}); throws ShapeError on a size mismatch.
+template <class T>
+Array from_data(const std::vector<T>& v, std::optional<Shape> shape = {}, std::optional<Device> device = {});
+/// A 0-d array holding `value` (dtype from the value: bool, int64 or float64 unless given).
+Array scalar_array(const Scalar& value, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+
+// ---------------------------------------------------------------- shape ops
+/// View when the strides allow it, copy otherwise. One extent may be -1. Throws ShapeError on a size mismatch.
+Array reshape(const Array& a, const Shape& shape);
+/// Reverses the axes (a view).
+Array transpose(const Array& a);
+/// Reorders the axes (a view); throws ShapeError unless `axes` is a permutation.
+Array permute(const Array& a, const Shape& axes);
+Array swapaxes(const Array& a, int64_t axis1, int64_t axis2);
+Array moveaxis(const Array& a, int64_t source, int64_t destination);
+/// Drops size-1 axes (all of them, or the listed ones; a listed axis of another size throws ShapeError).
+Array squeeze(const Array& a, Axes axes = {});
+/// Inserts a size-1 axis at `axis` (a view).
+Array expand_dims(const Array& a, int64_t axis);
+/// A read-only-by-convention view broadcast to `shape` (stride 0 on new/size-1 axes).
+Array broadcast_to(const Array& a, const Shape& shape);
+/// Broadcasts several arrays against each other.
+std::vector<Array> broadcast_arrays(const std::vector<Array>& arrays);
+Array ravel(const Array& a);
+Array contiguous(const Array& a);
+Array copy(const Array& a);
+Array astype(const Array& a, DType dtype);
+/// Joins arrays along an existing axis (dtypes promoted). Throws ShapeError/DeviceError on mismatches.
+Array concatenate(const std::vector<Array>& arrays, int64_t axis = 0);
+/// Joins arrays along a new axis.
+Array stack(const std::vector<Array>& arrays, int64_t axis = 0);
+/// Splits into `sections` equal parts (ShapeError when it does not divide) — views.
+std::vector<Array> split(const Array& a, int64_t sections, int64_t axis = 0);
+/// Splits at the given indices — views.
+std::vector<Array> split(const Array& a, const std::vector<int64_t>& indices, int64_t axis = 0);
+/// A view with explicit shape/strides (elements) over a's storage; throws ShapeError when it would read outside it.
+Array as_strided(const Array& a, const Shape& shape, const Shape& strides, std::optional<int64_t> offset = {});
+
+// ---------------------------------------------------------------- elementwise
+/// An Array or a C++ scalar, so each binary op takes either on either side.
+class Operand {
+ public:
+  Operand(const Array& a) : array_(&a) {}  // NOLINT
+  template <Arithmetic T> Operand(T v) : scalar_(v) {}  // NOLINT
+  Operand(const Scalar& s) : scalar_(s) {}  // NOLINT
+  bool is_array() const { return array_ != nullptr; }
+  const Array& array() const { return *array_; }
+  const Scalar& scalar() const { return scalar_; }
+
+ private:
+  const Array* array_ = nullptr;
+  Scalar scalar_;
+};
+
+#define KILN_UNARY(name) \
+  Array name(const Array& a); \
+  Array name(const Array& a, const Array& out);
+KILN_UNARY(negative) KILN_UNARY(abs) KILN_UNARY(sign) KILN_UNARY(exp) KILN_UNARY(exp2) KILN_UNARY(log)
+KILN_UNARY(log2) KILN_UNARY(log10) KILN_UNARY(log1p) KILN_UNARY(expm1) KILN_UNARY(sqrt) KILN_UNARY(square)
+KILN_UNARY(sin) KILN_UNARY(cos) KILN_UNARY(tan) KILN_UNARY(arcsin) KILN_UNARY(arccos) KILN_UNARY(arctan)
+KILN_UNARY(sinh) KILN_UNARY(cosh) KILN_UNARY(tanh) KILN_UNARY(sigmoid) KILN_UNARY(relu) KILN_UNARY(floor)
+KILN_UNARY(ceil) KILN_UNARY(round) KILN_UNARY(trunc) KILN_UNARY(logical_not) KILN_UNARY(isnan)
+KILN_UNARY(isinf) KILN_UNARY(isfinite) KILN_UNARY(bitwise_not)
+#undef KILN_UNARY
+
+#define KILN_BINARY(name) \
+  Array name(const Operand& a, const Operand& b); \
+  Array name(const Operand& a, const Operand& b, const Array& out);
+KILN_BINARY(add) KILN_BINARY(subtract) KILN_BINARY(multiply) KILN_BINARY(divide) KILN_BINARY(floor_divide)
+KILN_BINARY(remainder) KILN_BINARY(power) KILN_BINARY(maximum) KILN_BINARY(minimum) KILN_BINARY(arctan2)
+KILN_BINARY(equal) KILN_BINARY(not_equal) KILN_BINARY(less) KILN_BINARY(less_equal) KILN_BINARY(greater)
+KILN_BINARY(greater_equal) KILN_BINARY(logical_and) KILN_BINARY(logical_or) KILN_BINARY(logical_xor)
+KILN_BINARY(bitwise_and) KILN_BINARY(bitwise_or) KILN_BINARY(bitwise_xor)
+#undef KILN_BINARY
+
+/// cond ? x : y elementwise, broadcasting all three; x/y dtypes promoted.
+Array where(const Operand& cond, const Operand& x, const Operand& y);
+/// min(max(a, lo), hi) elementwise.
+Array clip(const Array& a, const Operand& lo, const Operand& hi);
+
+// C++ operators (Array with Array, or Array with a scalar on either side).
+Array operator-(const Array& a);
+Array operator!(const Array& a);
+Array operator~(const Array& a);
+#define KILN_OPERATOR(sym, fn) \
+  inline Array operator sym(const Array& a, const Array& b) { return fn(a, b); } \
+  template <Arithmetic T> Array operator sym(const Array& a, T b) { return fn(a, b); } \
+  template <Arithmetic T> Array operator sym(T a, const Array& b) { return fn(a, b); }
+KILN_OPERATOR(+, add) KILN_OPERATOR(-, subtract) KILN_OPERATOR(*, multiply) KILN_OPERATOR(/, divide)
+KILN_OPERATOR(%, remainder) KILN_OPERATOR(==, equal) KILN_OPERATOR(!=, not_equal) KILN_OPERATOR(<, less)
+KILN_OPERATOR(<=, less_equal) KILN_OPERATOR(>, greater) KILN_OPERATOR(>=, greater_equal)
+KILN_OPERATOR(&, bitwise_and) KILN_OPERATOR(|, bitwise_or) KILN_OPERATOR(^, bitwise_xor)
+#undef KILN_OPERATOR
+
+// ---------------------------------------------------------------- reductions
+// Result dtypes follow NumPy: sum/prod of bool and integers give int64
+// (uint8 too: kiln has no uint64), of floats the input dtype; mean/var/std of
+// integers give float64. float16/bfloat16/float32 accumulate in float64 on the CPU.
+Array sum(const Array& a, Axes axes = {}, bool keepdims = false);
+Array prod(const Array& a, Axes axes = {}, bool keepdims = false);
+Array mean(const Array& a, Axes axes = {}, bool keepdims = false);
+/// Variance with `ddof` delta degrees of freedom (NumPy's default ddof=0).
+Array var(const Array& a, Axes axes = {}, int64_t ddof = 0, bool keepdims = false);
+Array std(const Array& a, Axes axes = {}, int64_t ddof = 0, bool keepdims = false);
+/// Maximum; throws ValueError for an empty reduction (no identity). NaN propagates.
+Array max(const Array& a, Axes axes = {}, bool keepdims = false);
+Array min(const Array& a, Axes axes = {}, bool keepdims = false);
+/// Index (int64) of the first maximum along `axis`, or in the flattened array.
+Array argmax(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
+Array argmin(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
+Array all(const Array& a, Axes axes = {}, bool keepdims = false);
+Array any(const Array& a, Axes axes = {}, bool keepdims = false);
+
+// ---------------------------------------------------------------- linear algebra
+/// NumPy matmul: 1-d operands are promoted to matrices and the added axis removed; >2-d batch axes broadcast.
+/// float32/float64 through BLAS (cuBLAS on a GPU); other dtypes through a plain loop. Throws ShapeError on a
+/// contraction mismatch, naming both shapes.
+Array matmul(const Array& a, const Array& b);
+/// NumPy dot: scalar product of 1-d arrays, matmul for 2-d, sum over last axis of a and second-to-last of b.
+Array dot(const Array& a, const Array& b);
+namespace linalg {
+/// Frobenius norm of a matrix, 2-norm of a vector (sqrt of the sum of squares over all elements),
+/// or the 2-norm along `axes`.
+Array norm(const Array& a, Axes axes = {}, bool keepdims = false);
+}  // namespace linalg
+
+// ---------------------------------------------------------------- templates
+template <class T>
+Array from_data(const std::vector<T>& v, std::optional<Shape> shape, std::optional<Device> device) {
+  Shape s = shape ? *shape : Shape{static_cast<int64_t>(v.size())};
+  if (shape_numel(s) != static_cast<int64_t>(v.size()))
+    throw ShapeError("from_data: " + std::to_string(v.size()) + " values do not fill shape " + shape_str(s) +
+                     "; pass a shape whose product is the vector's size");
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> bytes(v.begin(), v.end());
+    return from_data(static_cast<const void*>(bytes.data()), s, DType::Bool, device);
+  } else {
+    return from_data(static_cast<const void*>(v.data()), s, dtype_of<T>(), device);
+  }
+}
+
+}  // namespace kiln

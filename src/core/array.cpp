@@ -1,0 +1,120 @@
+// Array: construction, accessors, copies, conversions, device moves and
+// in-place assignment. Views and shape ops live in shape_ops.cpp, reductions in
+// reduce.cpp, printing in print.cpp.
+#include "kiln/array.hpp"
+
+#include <cstring>
+
+#include "core/backend.hpp"
+#include "core/elementwise.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln {
+
+Array::Array(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
+    : storage_(std::move(storage)),
+      shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      size_(shape_numel(shape_)),
+      dtype_(dtype) {}
+
+void Array::require_defined(const char* op) const {
+  if (!storage_)
+    throw ValueError(std::string(op) + ": the array is undefined (default-constructed); create it with empty/zeros/...");
+}
+
+int64_t Array::shape(int64_t axis) const { return shape_[normalize_axis(axis, ndim(), "shape")]; }
+
+Device Array::device() const { return storage_ ? storage_->device() : cpu(); }
+
+bool Array::is_pinned() const { return storage_ && storage_->pinned(); }
+
+void* Array::data_ptr() const {
+  require_defined("data_ptr");
+  return static_cast<char*>(storage_->data()) + offset_ * itemsize(dtype_);
+}
+
+bool Array::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (shape_[i] == 0) return true;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+Array Array::contiguous() const {
+  require_defined("contiguous");
+  return is_contiguous() ? *this : copy();
+}
+
+Array Array::copy() const {
+  require_defined("copy");
+  Array out = detail::make_array(shape_, dtype_, device());
+  detail::copy_into(*this, out, "copy");
+  return out;
+}
+
+Array Array::astype(DType t) const {
+  require_defined("astype");
+  if (t == dtype_) return *this;
+  Array out = detail::make_array(shape_, t, device());
+  detail::copy_into(*this, out, "astype");
+  return out;
+}
+
+Array Array::to(Device d) const {
+  require_defined("to");
+  if (d == device()) return *this;
+  if (d.is_cuda()) (void)gpu(d.index);  // throws DeviceError naming the missing GPU
+  Array src = contiguous();
+  Array out = detail::make_array(shape_, dtype_, d);
+  detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());
+  b.transfer(src, out);
+  return out;
+}
+
+Array& Array::assign(const Array& src) {
+  require_defined("assign");
+  detail::copy_into(src, *this, "assign");
+  return *this;
+}
+
+Array& Array::fill(const Scalar& v) {
+  require_defined("fill");
+  detail::fill_into(*this, v);
+  return *this;
+}
+
+Scalar Array::item_scalar() const {
+  if (dtype_ == DType::Bool) return Scalar(item<bool>());
+  if (is_floating(dtype_)) return Scalar(item<double>());
+  return Scalar(item<int64_t>());
+}
+
+Array& Array::operator+=(const Array& o) { add(*this, o, *this); return *this; }
+Array& Array::operator-=(const Array& o) { subtract(*this, o, *this); return *this; }
+Array& Array::operator*=(const Array& o) { multiply(*this, o, *this); return *this; }
+Array& Array::operator/=(const Array& o) { divide(*this, o, *this); return *this; }
+Array& Array::operator+=(const Scalar& o) { add(*this, o, *this); return *this; }
+Array& Array::operator-=(const Scalar& o) { subtract(*this, o, *this); return *this; }
+Array& Array::operator*=(const Scalar& o) { multiply(*this, o, *this); return *this; }
+Array& Array::operator/=(const Scalar& o) { divide(*this, o, *this); return *this; }
+
+namespace detail {
+void read_elements(const Array& a, DType as, void* dst) {
+  Array host = a.astype(as).to(cpu()).contiguous();
+  if (host.size() > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(host.nbytes()));
+}
+}  // namespace detail
+
+}  // namespace kiln
+
+namespace kiln {
+Array contiguous(const Array& a) { return a.contiguous(); }
+Array copy(const Array& a) { return a.copy(); }
+Array astype(const Array& a, DType dtype) { return a.astype(dtype); }
+}  // namespace kiln

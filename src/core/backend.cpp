@@ -1,0 +1,37 @@
+// Backend lookup and array allocation.
+#include "core/backend.hpp"
+
+#include <string>
+
+#include "kiln/version.hpp"
+
+namespace kiln::detail {
+
+Backend& backend_for(Device device) {
+  Backend* b = builtin_backend(device.type);
+  if (!b)
+    throw DeviceError("no backend for device " + device.str() + ": this build has no CUDA backend (" + build_info() +
+                      "); rebuild with the cuda preset or use cpu()");
+  return *b;
+}
+
+Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOptions& options) {
+  int64_t n = 1;
+  for (int64_t e : shape) {
+    if (e < 0)
+      throw ValueError("empty: negative dimension in shape " + shape_str(shape) + "; extents must be >= 0");
+    n *= e;
+  }
+  if (options.pinned && !device.is_cpu())
+    throw DeviceError("empty: pinned memory is host memory, but device " + device.str() +
+                      " was asked for; pass cpu() with {.pinned = true}");
+  // Pinned host memory comes from the CUDA backend's pinned pool: the CPU backend knows no CUDA.
+  Backend* owner = options.pinned ? builtin_backend(DeviceType::CUDA) : &backend_for(device);
+  if (!owner)
+    throw DeviceError("empty: pinned host memory needs the CUDA backend, which this build lacks (" + build_info() +
+                      "); drop {.pinned = true} or rebuild with the cuda preset");
+  auto storage = owner->allocate(n * itemsize(dtype), device, options);
+  return Array(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,94 @@
+// The backend interface (internal). Every device type — the CPU included —
+// implements this one small interface: an allocator, transfers, and execution
+// of op descriptions (elementwise, reduce, matmul, random). The core does all
+// the checking, broadcasting and type promotion before it calls a backend, so a
+// backend only computes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "kiln/array.hpp"
+#include "core/op_table.hpp"
+
+namespace kiln::detail {
+
+/// One operand of an elementwise call: an array already broadcast to the output's
+/// shape (stride 0 on broadcast axes), or a scalar already converted to the call's
+/// compute dtype semantics (its value is exact in Scalar's int64/double).
+struct ElementwiseArg {
+  const Array* array = nullptr;
+  Scalar scalar;
+  bool is_scalar() const { return array == nullptr; }
+};
+
+/// out[i] = op(in0[i], in1[i], in2[i]) computed in `compute`; inputs are converted
+/// from their own dtype to `compute` and the result to out's dtype. For nullary ops
+/// (Fill, Arange, Linspace) the values come from `params`.
+struct ElementwiseCall {
+  OpCode op;
+  int num_inputs = 0;
+  std::array<ElementwiseArg, 3> inputs;
+  Array out;
+  DType compute = DType::Float32;
+  std::array<Scalar, 4> params;
+};
+
+/// Reduces `in` over `axes` (sorted, non-negative, at least one) into `out`, whose shape is
+/// in's shape with the reduced axes set to 1 (keepdims form) and whose dtype the core chose
+/// (NumPy's rules); the backend picks its accumulator (float64 for float sums on the CPU).
+struct ReduceCall {
+  ReduceOp op;
+  const Array* in = nullptr;
+  Array out;
+  Shape axes;
+};
+
+/// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
+/// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix
+/// (either the last or the second-to-last stride is 1); out is C-contiguous.
+struct MatmulCall {
+  const Array* a = nullptr;
+  const Array* b = nullptr;
+  Array out;
+};
+
+/// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
+struct RandomCall {
+  RandomDistribution distribution;
+  Array out;
+  uint64_t seed = 0;
+  uint64_t offset = 0;  ///< in 128-bit Philox blocks
+  double a = 0.0, b = 1.0;  ///< low/high for uniform, mean/stddev for normal
+  int64_t low = 0, high = 0;  ///< randint range [low, high)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Allocates `nbytes` on `device` (64-byte aligned on the CPU). Throws OutOfMemoryError.
+  virtual std::shared_ptr<Storage> allocate(int64_t nbytes, Device device, const ArrayOptions& options) = 0;
+  /// Copies contiguous `src` into contiguous `dst` of the same dtype and size when at least one of them
+  /// is on this backend's devices (host<->device, device<->device).
+  virtual void transfer(const Array& src, const Array& dst) = 0;
+  virtual void elementwise(const ElementwiseCall& call) = 0;
+  virtual void reduce(const ReduceCall& call) = 0;
+  virtual void matmul(const MatmulCall& call) = 0;
+  virtual void random(const RandomCall& call) = 0;
+  /// Waits for all work queued on `device`.
+  virtual void synchronize(Device device) = 0;
+  /// Number of devices of this type that can be used (0 when the driver or hardware is missing).
+  virtual int device_count() = 0;
+};
+
+/// The backend that runs ops for `device`; throws DeviceError when none is built in.
+Backend& backend_for(Device device);
+/// The built-in backend of a device type, or nullptr when this build has none
+/// (defined in src/backends.cpp, the one place that knows which backends exist).
+Backend* builtin_backend(DeviceType type);
+
+/// Allocates a new C-contiguous array.
+Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOptions& options = {});
+
+}  // namespace kiln::detail

@@ -1,0 +1,78 @@
+// Device naming, discovery through the backends, and the per-thread current device.
+#include "kiln/device.hpp"
+
+#include <string>
+
+#include "core/backend.hpp"
+#include "kiln/error.hpp"
+#include "kiln/version.hpp"
+
+namespace kiln {
+
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+
+int num_gpus() {
+  detail::Backend* b = detail::builtin_backend(DeviceType::CUDA);
+  return b ? b->device_count() : 0;
+}
+
+Device gpu(int i) {
+  int n = num_gpus();
+  if (i < 0 || i >= n)
+    throw DeviceError("gpu(" + std::to_string(i) + "): no such GPU; this machine has " + std::to_string(n) +
+                      " usable GPU(s)" + (built_with_cuda() ? "" : " (this build has no CUDA backend)") +
+                      "; use try_gpu(" + std::to_string(i) + ") to fall back to the CPU");
+  return Device{DeviceType::CUDA, i};
+}
+
+Device try_gpu(int i) { return i >= 0 && i < num_gpus() ? Device{DeviceType::CUDA, i} : cpu(); }
+
+std::vector<Device> try_all_gpus() {
+  std::vector<Device> out;
+  for (int i = 0, n = num_gpus(); i < n; ++i) out.push_back(Device{DeviceType::CUDA, i});
+  if (out.empty()) out.push_back(cpu());
+  return out;
+}
+
+Device parse_device(const std::string& name) {
+  if (name == "cpu") return cpu();
+  for (const char* prefix : {"cuda", "gpu"}) {
+    std::string p(prefix);
+    if (name == p) return Device{DeviceType::CUDA, 0};
+    if (name.rfind(p + ":", 0) == 0) {
+      std::string rest = name.substr(p.size() + 1);
+      if (!rest.empty() && rest.find_first_not_of("0123456789") == std::string::npos && rest.size() < 6)
+        return Device{DeviceType::CUDA, std::stoi(rest)};
+    }
+  }
+  throw ValueError("parse_device: cannot parse '" + name + "'; use \"cpu\", \"cuda\" or \"cuda:N\"");
+}
+
+namespace {
+thread_local Device t_current_device = cpu();
+}
+
+Device current_device() { return t_current_device; }
+void set_current_device(Device d) {
+  if (d.is_cuda()) (void)gpu(d.index);  // validates, throws DeviceError for a missing GPU
+  t_current_device = d;
+}
+
+DeviceGuard::DeviceGuard(Device d) : previous_(t_current_device) { set_current_device(d); }
+DeviceGuard::~DeviceGuard() { t_current_device = previous_; }
+
+bool built_with_cuda() {
+#ifdef KILN_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string build_info() {
+  std::string s = std::string("kiln ") + kVersion + " (cpu: openblas, openmp";
+  if (built_with_cuda()) s += "; cuda: nvrtc, cublas";
+  return s + ")";
+}
+
+}  // namespace kiln

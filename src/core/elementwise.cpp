@@ -1,0 +1,243 @@
+// Elementwise front-end: device checks, NumPy broadcasting, NEP 50 promotion
+// with weak C++ scalars, overlap handling, then one backend call.
+//
+// Choices where NumPy warns or C++ would be undefined (the CPU and GPU agree):
+// - integer floor_divide and remainder by zero give 0 (NumPy: 0 and a warning);
+//   INT_MIN // -1 wraps to INT_MIN; integer overflow wraps (two's complement);
+// - integer power with a negative exponent gives 0 (1 for base 1, +-1 for base -1)
+//   where NumPy raises;
+// - an integer scalar outside the array's integer dtype (uint8 array + 300) throws
+//   ValueError for arithmetic, as NumPy 2 raises OverflowError; comparisons are
+//   computed exactly in int64 instead.
+#include "core/elementwise.hpp"
+
+#include <string>
+
+#include "core/backend.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+std::string op_str(OpCode op) { return op_info(op).name; }
+
+[[noreturn]] void unsupported(OpCode op, DType t, const char* fix) {
+  throw DTypeError(op_str(op) + ": dtype " + std::string(dtype_name(t)) + " is not supported; " + fix);
+}
+
+bool fits(const Scalar& s, DType t) {
+  if (s.kind() != Scalar::Kind::Int || !is_integral(t)) return true;
+  int64_t v = s.to_int64();
+  switch (t) {
+    case DType::Int8: return v >= -128 && v <= 127;
+    case DType::Int16: return v >= -32768 && v <= 32767;
+    case DType::Int32: return v >= INT32_MIN && v <= INT32_MAX;
+    case DType::UInt8: return v >= 0 && v <= 255;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+OpTypes op_types(OpCode op, DType p) {
+  const OpInfo& info = op_info(op);
+  switch (info.rule) {
+    case TypeRule::Keep:
+      if (p == DType::Bool) {
+        if (op == OpCode::Negative) unsupported(op, p, "use logical_not for booleans");
+        if (op == OpCode::Sign) unsupported(op, p, "convert with astype(int8) first");
+        if (op == OpCode::Square) return {DType::Int8, DType::Int8};
+      }
+      return {p, p};
+    case TypeRule::Float: {
+      DType f = float_result_type(p);
+      return {f, f};
+    }
+    case TypeRule::Arith:
+      if (p == DType::Bool) {
+        if (op == OpCode::Subtract) unsupported(op, p, "use logical_xor (or bitwise_xor) for booleans");
+        if (op == OpCode::FloorDivide || op == OpCode::Remainder || op == OpCode::Power)
+          return {DType::Int8, DType::Int8};
+      }
+      return {p, p};
+    case TypeRule::TrueDivide:
+      return is_floating(p) ? OpTypes{p, p} : OpTypes{DType::Float64, DType::Float64};
+    case TypeRule::Compare: return {p, DType::Bool};
+    case TypeRule::Logical: return {DType::Bool, DType::Bool};
+    case TypeRule::Predicate: return {p, DType::Bool};
+    case TypeRule::Bitwise:
+      if (is_floating(p)) unsupported(op, p, "bitwise ops take bool or integer arrays; use astype(int32) first");
+      return {p, p};
+    case TypeRule::Select: return {p, p};
+  }
+  return {p, p};
+}
+
+Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, const Array* out) {
+  const OpInfo& info = op_info(op);
+  // Device and dtype of the array operands; scalars are weak.
+  const Array* first = nullptr;
+  bool have_array_dtype = false;
+  DType promoted = DType::Bool;
+  int index = 0;
+  for (const Operand* o : operands) {
+    bool is_cond = op == OpCode::Where && index++ == 0;  // where's condition does not take part in promotion
+    if (!o->is_array()) continue;
+    const Array& a = o->array();
+    if (!a.defined()) throw ValueError(op_str(op) + ": an operand is an undefined (default-constructed) Array");
+    if (!first) {
+      first = &a;
+    } else if (a.device() != first->device()) {
+      throw DeviceError(op_str(op) + ": operands are on different devices, " + first->device().str() + " and " +
+                        a.device().str() + "; move one with .to(" + first->device().str() +
+                        ") so both live on the same device (kiln never copies behind your back)");
+    }
+    if (is_cond) continue;
+    promoted = have_array_dtype ? promote_types(promoted, a.dtype()) : a.dtype();
+    have_array_dtype = true;
+  }
+  if (out && out->defined() && first && out->device() != first->device())
+    throw DeviceError(op_str(op) + ": the output is on " + out->device().str() + " but the operands are on " +
+                      first->device().str() + "; allocate out on the operands' device");
+  // Scalars: weak unless no array fixes the dtype (then they act as NumPy would type them).
+  index = 0;
+  for (const Operand* o : operands) {
+    bool is_cond = op == OpCode::Where && index++ == 0;
+    if (o->is_array() || is_cond) continue;
+    if (!have_array_dtype) {
+      promoted = o->scalar().default_dtype();
+      have_array_dtype = true;
+    } else {
+      promoted = promote_with_scalar(promoted, o->scalar());
+    }
+  }
+  OpTypes types = op_types(op, promoted);
+  for (const Operand* o : operands) {
+    if (o->is_array() || fits(o->scalar(), types.compute)) continue;
+    if (info.rule == TypeRule::Compare) {
+      types.compute = DType::Int64;  // exact comparison of a small int array with a large scalar
+    } else {
+      throw ValueError(op_str(op) + ": the scalar " + o->scalar().str() + " is out of range for dtype " +
+                       std::string(dtype_name(types.compute)) + "; convert the array with astype(int64) first");
+    }
+  }
+
+  Device device = first ? first->device() : (out && out->defined() ? out->device() : current_device());
+  Shape shape;
+  for (const Operand* o : operands)
+    if (o->is_array()) shape = broadcast_shapes(shape, o->array().shape(), info.name);
+
+  ElementwiseCall call;
+  call.op = op;
+  call.compute = types.compute;
+  if (out) {
+    if (!out->defined()) throw ValueError(op_str(op) + ": out is an undefined Array");
+    Shape joint = broadcast_shapes(shape, out->shape(), info.name);
+    if (!(joint == out->shape()))
+      throw ShapeError(op_str(op) + ": the result has shape " + shape_str(joint) + " but out has shape " +
+                       shape_str(out->shape()) + "; pass an out of the broadcast shape");
+    if (!can_cast_same_kind(types.out, out->dtype()))
+      throw DTypeError(op_str(op) + ": cannot write the " + std::string(dtype_name(types.out)) +
+                       " result into out of dtype " + std::string(dtype_name(out->dtype())) +
+                       " (same_kind casting); use an out of dtype " + std::string(dtype_name(types.out)));
+    call.out = *out;
+    shape = out->shape();
+  } else {
+    call.out = make_array(shape, types.out, device);
+  }
+
+  // Inputs broadcast to the output's shape; an input that overlaps the output in a
+  // different layout is copied first (NumPy does the same), so `a[1:] += a[:-1]` is right.
+  Array views[3];
+  for (const Operand* o : operands) {
+    ElementwiseArg& arg = call.inputs[call.num_inputs];
+    if (o->is_array()) {
+      Array v = o->array();
+      if (out && v.shares_storage(call.out) &&
+          !(v.offset() == call.out.offset() && v.strides() == call.out.strides() && v.shape() == call.out.shape()))
+        v = v.copy();
+      views[call.num_inputs] = v.shape() == shape ? v : v.broadcast_to(shape);
+      arg.array = &views[call.num_inputs];
+    } else {
+      arg.scalar = o->scalar();
+    }
+    ++call.num_inputs;
+  }
+  if (call.out.size() > 0) backend_for(device).elementwise(call);
+  return call.out;
+}
+
+void copy_into(const Array& src, const Array& dst, const char* op) {
+  if (!src.defined() || !dst.defined()) throw ValueError(std::string(op) + ": an operand is an undefined Array");
+  if (src.device() != dst.device())
+    throw DeviceError(std::string(op) + ": source is on " + src.device().str() + " and destination on " +
+                      dst.device().str() + "; move the source with .to(" + dst.device().str() + ") first");
+  Shape joint = broadcast_shapes(src.shape(), dst.shape(), op);
+  if (!(joint == dst.shape()))
+    throw ShapeError(std::string(op) + ": cannot write an array of shape " + shape_str(src.shape()) +
+                     " into one of shape " + shape_str(dst.shape()) + "; the source must broadcast to the destination");
+  ElementwiseCall call;
+  call.op = OpCode::Identity;
+  call.compute = dst.dtype();
+  call.out = dst;
+  Array view = src;
+  if (src.shares_storage(dst) &&
+      !(src.offset() == dst.offset() && src.strides() == dst.strides() && src.shape() == dst.shape()))
+    view = src.copy();
+  if (!(view.shape() == dst.shape())) view = view.broadcast_to(dst.shape());
+  call.inputs[0].array = &view;
+  call.num_inputs = 1;
+  if (dst.size() > 0) backend_for(dst.device()).elementwise(call);
+}
+
+void fill_into(const Array& dst, const Scalar& v) {
+  ElementwiseCall call;
+  call.op = OpCode::Identity;
+  call.compute = dst.dtype();
+  call.out = dst;
+  call.inputs[0].scalar = v;
+  call.num_inputs = 1;
+  if (dst.size() > 0) backend_for(dst.device()).elementwise(call);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+using detail::OpCode;
+
+#define KILN_DEFINE_UNARY(Code, name, rule)                                                                 \
+  Array name(const Array& a) {                                                                              \
+    Operand x(a);                                                                                            \
+    return detail::elementwise(OpCode::Code, {&x});                                                          \
+  }                                                                                                          \
+  Array name(const Array& a, const Array& out) {                                                             \
+    Operand x(a);                                                                                            \
+    return detail::elementwise(OpCode::Code, {&x}, &out);                                                    \
+  }
+#define KILN_DEFINE_BINARY(Code, name, rule)                                                                \
+  Array name(const Operand& a, const Operand& b) { return detail::elementwise(OpCode::Code, {&a, &b}); }    \
+  Array name(const Operand& a, const Operand& b, const Array& out) {                                         \
+    return detail::elementwise(OpCode::Code, {&a, &b}, &out);                                                \
+  }
+#define KILN_SKIP_IDENTITY(Code, name, rule) KILN_DEFINE_UNARY(Code, name, rule)
+KILN_UNARY_OPS(KILN_SKIP_IDENTITY)
+KILN_BINARY_OPS(KILN_DEFINE_BINARY)
+#undef KILN_DEFINE_UNARY
+#undef KILN_DEFINE_BINARY
+#undef KILN_SKIP_IDENTITY
+
+Array where(const Operand& cond, const Operand& x, const Operand& y) {
+  return detail::elementwise(OpCode::Where, {&cond, &x, &y});
+}
+
+Array clip(const Array& a, const Operand& lo, const Operand& hi) {
+  Operand x(a);
+  return detail::elementwise(OpCode::Clip, {&x, &lo, &hi});
+}
+
+Array operator-(const Array& a) { return negative(a); }
+Array operator!(const Array& a) { return logical_not(a); }
+Array operator~(const Array& a) { return bitwise_not(a); }
+
+}  // namespace kiln

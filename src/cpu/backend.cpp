@@ -1,0 +1,53 @@
+// The CPU backend: 64-byte aligned allocation and the glue from the backend
+// interface to the CPU kernels (elementwise, reduce, matmul, random).
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "core/backend.hpp"
+#include "cpu/elementwise.hpp"
+
+namespace kiln::cpu_impl {
+void cpu_reduce(const detail::ReduceCall& call);
+void cpu_matmul(const detail::MatmulCall& call);
+void cpu_random(const detail::RandomCall& call);
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+void free_host(void*, void* data) { std::free(data); }
+
+class CpuBackend final : public detail::Backend {
+ public:
+  std::shared_ptr<Storage> allocate(int64_t nbytes, Device device, const ArrayOptions&) override {
+    // Round up to the alignment (aligned_alloc requires it) and never ask for 0 bytes.
+    size_t size = (static_cast<size_t>(nbytes) + kAlignment - 1) / kAlignment * kAlignment;
+    if (size == 0) size = kAlignment;
+    void* p = std::aligned_alloc(kAlignment, size);
+    if (!p)
+      throw OutOfMemoryError("cpu allocator: failed to allocate " + std::to_string(nbytes) +
+                             " bytes of host memory; free some arrays or use smaller ones");
+    return std::make_shared<Storage>(p, static_cast<size_t>(nbytes), device, &free_host, nullptr);
+  }
+  void transfer(const Array& src, const Array& dst) override {
+    if (src.nbytes() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(src.nbytes()));
+  }
+  void elementwise(const detail::ElementwiseCall& call) override { cpu_elementwise(call); }
+  void reduce(const detail::ReduceCall& call) override { cpu_reduce(call); }
+  void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
+  void random(const detail::RandomCall& call) override { cpu_random(call); }
+  void synchronize(Device) override {}
+  int device_count() override { return 1; }
+};
+
+}  // namespace
+}  // namespace kiln::cpu_impl
+
+namespace kiln::detail {
+Backend& cpu_backend() {
+  static cpu_impl::CpuBackend backend;
+  return backend;
+}
+}  // namespace kiln::detail
