@@ -9,18 +9,21 @@
 
 namespace kiln {
 
-/// How arrays print (NumPy's defaults).
+/// How arrays print (NumPy's defaults; floatmode 'maxprec', no suppress_small).
 struct PrintOptions {
-  int64_t threshold = 1000;  ///< summarise with "..." above this many elements
-  int64_t edgeitems = 3;     ///< elements kept at each edge when summarising
-  int precision = 8;         ///< significant digits after the point for floats
-  int linewidth = 75;
+  int64_t threshold = 1000;  ///< summarise with "..." (and show shape=) above this many elements
+  int64_t edgeitems = 3;     ///< elements kept at each edge of an axis when summarising
+  int precision = 8;         ///< at most this many digits after the point for floats (0 to 300)
+  int linewidth = 75;        ///< characters per line before wrapping
 };
+/// Sets the process-wide print options (thread-safe); throws ValueError for negative values,
+/// linewidth < 1 or precision > 300, leaving the options unchanged.
 void set_print_options(const PrintOptions& options);
+/// The current print options.
 PrintOptions get_print_options();
 
-/// Prints `array([[1., 2.], ...], dtype=float32)`, with `device='cuda:0'` when not on the CPU.
-/// Synchronises and copies GPU arrays to the host.
+/// Prints a.str(): NumPy's repr, e.g. `array([[1., 2.], ...], dtype=float32)` (dtype omitted for
+/// float64, int64 and bool), with `device='cuda:0'` when not on the CPU. Synchronises and copies GPU arrays.
 std::ostream& operator<<(std::ostream& os, const Array& a);
 
 /// Writes `a` as a .npy file exactly as np.save would (format 1.0, or 2.0 when the header exceeds 64 KiB;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@ class Shape {
   Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); }
   explicit Shape(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }
   Shape(size_t n, int64_t value) { resize(n, value); }
-  template <class It> Shape(It first, It last) { assign(first, last); }
+  template <std::input_iterator It> Shape(It first, It last) { assign(first, last); }
   Shape(const Shape& o) { assign(o.begin(), o.end()); }
   Shape& operator=(const Shape& o) {
     if (this != &o) { size_ = 0; assign(o.begin(), o.end()); }
