@@ -15,6 +15,7 @@
 #include "kiln/error.hpp"
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"
+#include "kiln/stream.hpp"
 
 namespace kiln {
 
@@ -46,6 +47,13 @@ class Storage {
   Deleter deleter_;
   void* context_;
   bool pinned_;
+};
+
+/// Options for moving an array between devices.
+struct TransferOptions {
+  /// Return before the copy completes (pinned host memory or device-to-device only; pageable host
+  /// memory is always copied synchronously). Synchronise the stream before reading the result on the host.
+  bool non_blocking = false;
 };
 
 /// One axis of a basic index: start:stop:step with Python semantics (negative values count from the end).
@@ -146,8 +154,16 @@ class Array {
   Array copy() const;
   /// This array converted to `t` (a copy; returns *this when t == dtype()).
   Array astype(DType t) const;
-  /// This array on `d`: returns *this when already there (same storage), else a copy.
-  Array to(Device d) const;
+  /// This array on `d`: returns *this when already there (same storage), else a copy made on the
+  /// current stream of the GPU side. Copies to the host synchronise unless non_blocking.
+  Array to(Device d, TransferOptions options = {}) const;
+  /// As to(d), ordered on `stream` (a stream of the source or destination GPU).
+  Array to(Device d, const Stream& stream, TransferOptions options = {}) const;
+  /// A copy of this host array in page-locked (pinned) memory; *this when already pinned. Needs a CUDA build.
+  Array pin_memory() const;
+  /// Tells the allocator that `stream` uses this array's memory, so it is not reused before the
+  /// stream's queued work is done (needed when an array made on one stream is used on another).
+  void record_stream(const Stream& stream) const;
 
   /// Writes `src` (broadcast, cast same_kind) into this array or view, in place.
   Array& assign(const Array& src);

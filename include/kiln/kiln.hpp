@@ -10,4 +10,5 @@
 #include "kiln/random.hpp"
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"
+#include "kiln/stream.hpp"
 #include "kiln/version.hpp"

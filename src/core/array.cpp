@@ -66,15 +66,48 @@ Array Array::astype(DType t) const {
   return out;
 }
 
-Array Array::to(Device d) const {
+namespace {
+Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOptions options) {
+  if (d.is_cuda()) (void)gpu(d.index);  // throws DeviceError naming the missing GPU
+  if (stream && stream->device() != d && stream->device() != a.device())
+    throw DeviceError("to: the stream is on " + stream->device().str() + " but the copy goes from " +
+                      a.device().str() + " to " + d.str() + "; pass a stream of either device");
+  Array src = a.contiguous();
+  Array out = detail::make_array(a.shape(), a.dtype(), d);
+  detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());
+  b.transfer(src, out, stream ? stream->handle() : nullptr, options.non_blocking);
+  return out;
+}
+}  // namespace
+
+Array Array::to(Device d, TransferOptions options) const {
   require_defined("to");
   if (d == device()) return *this;
-  if (d.is_cuda()) (void)gpu(d.index);  // throws DeviceError naming the missing GPU
-  Array src = contiguous();
-  Array out = detail::make_array(shape_, dtype_, d);
-  detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());
-  b.transfer(src, out);
+  return transfer_to(*this, d, nullptr, options);
+}
+
+Array Array::to(Device d, const Stream& stream, TransferOptions options) const {
+  require_defined("to");
+  if (d == device()) return *this;
+  return transfer_to(*this, d, &stream, options);
+}
+
+Array Array::pin_memory() const {
+  require_defined("pin_memory");
+  if (!device().is_cpu())
+    throw DeviceError("pin_memory: the array is on " + device().str() + "; only host arrays can be pinned");
+  if (is_pinned()) return *this;
+  Array out = detail::make_array(shape_, dtype_, cpu(), ArrayOptions{.pinned = true});
+  out.assign(*this);
   return out;
+}
+
+void Array::record_stream(const Stream& stream) const {
+  require_defined("record_stream");
+  if (stream.device() != device())
+    throw DeviceError("record_stream: the array is on " + device().str() + " but the stream is on " +
+                      stream.device().str() + "; record a stream of the array's device");
+  detail::backend_for(device()).record_stream(*this, stream.handle());
 }
 
 Array& Array::assign(const Array& src) {

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
+
+#include <unistd.h>
 
 #include "core/backend.hpp"
 #include "cpu/elementwise.hpp"
@@ -31,7 +34,7 @@ class CpuBackend final : public detail::Backend {
                              " bytes of host memory; free some arrays or use smaller ones");
     return std::make_shared<Storage>(p, static_cast<size_t>(nbytes), device, &free_host, nullptr);
   }
-  void transfer(const Array& src, const Array& dst) override {
+  void transfer(const Array& src, const Array& dst, void*, bool) override {
     if (src.nbytes() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(src.nbytes()));
   }
   void elementwise(const detail::ElementwiseCall& call) override { cpu_elementwise(call); }
@@ -40,6 +43,15 @@ class CpuBackend final : public detail::Backend {
   void random(const detail::RandomCall& call) override { cpu_random(call); }
   void synchronize(Device) override {}
   int device_count() override { return 1; }
+  DeviceProperties properties(Device) override {
+    DeviceProperties p;
+    p.name = "cpu";
+    p.multiprocessors = static_cast<int>(std::thread::hardware_concurrency());
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    p.total_memory = pages > 0 && size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(size) : 0;
+    p.free_memory = avail > 0 && size > 0 ? static_cast<size_t>(avail) * static_cast<size_t>(size) : 0;
+    return p;
+  }
 };
 
 }  // namespace
