@@ -78,6 +78,11 @@ struct BFloat16 {
 
 float half_to_float(uint16_t bits);
 uint16_t float_to_half(float f);
+/// double -> float rounded to odd: a float that keeps the sticky bit, so a later rounding to
+/// float16/bfloat16 equals a single correct rounding of the double (no double-rounding error).
+float double_to_float_round_odd(double d);
+/// double -> float16/bfloat16 with one correct rounding (to nearest even).
+inline uint16_t double_to_half(double d) { return float_to_half(double_to_float_round_odd(d)); }
 inline BFloat16::BFloat16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

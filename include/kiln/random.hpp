@@ -17,7 +17,8 @@
 //   v is rounded (nearest even) to the output dtype, and a result above M, the largest value of
 //   the output dtype below high, is replaced by M: rounding may reach high (e.g. 2 - 2^-24 rounds to
 //   2.0f), and the clamp keeps every value in [low rounded to the dtype, high).
-// normal(mean, stddev): Box-Muller, r = sqrt(-2 log u1), t = 2 pi u2, z0 = r cos t, z1 = r sin t,
+// normal(mean, stddev): Box-Muller in the compute type (2 pi rounded to it),
+//   r = sqrt(-2 log u1), t = 2 pi u2, z0 = r cos t, z1 = r sin t,
 //   value = fma(z, stddev, mean) rounded to the output dtype;
 //   float32/float16/bfloat16 (computed in float, mean and stddev rounded to float): block i/4 gives
 //     elements 4b, 4b+1 from (u1, u2) = (u24+(w0), u24(w1)) and 4b+2, 4b+3 from (u24+(w2), u24(w3));

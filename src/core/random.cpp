@@ -1,0 +1,166 @@
+// Random front-ends: the default generator (the one global random state) and
+// uniform/normal/randint, which check their arguments, reserve Philox blocks
+// and hand a RandomCall to the device's backend. The stream itself is defined in
+// include/kiln/random.hpp and implemented in core/philox.hpp.
+#include "kiln/random.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <string>
+
+#include "core/backend.hpp"
+#include "core/philox.hpp"
+
+namespace kiln::random {
+namespace {
+
+using detail::RandomDistribution;
+
+/// The default generator: the single owner of the process's random state. Every
+/// access holds the mutex; a draw reserves its blocks (advancing the offset) under
+/// the lock, so threads drawing at the same time get disjoint counters.
+class DefaultGenerator {
+ public:
+  static DefaultGenerator& instance() {
+    static DefaultGenerator generator;
+    return generator;
+  }
+  void set(const GeneratorState& state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_ = state;
+  }
+  GeneratorState get() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return state_;
+  }
+  /// Returns the state to draw `blocks` blocks from and advances the offset past them.
+  GeneratorState reserve(uint64_t blocks) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    GeneratorState drawn = state_;
+    state_.offset += blocks;
+    return drawn;
+  }
+
+ private:
+  std::mutex mutex_;
+  GeneratorState state_;
+};
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+void require_floating(const char* op, DType dtype) {
+  if (!is_floating(dtype))
+    throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(dtype)) +
+                     " is not supported; it draws floating values, so pass float16, bfloat16, float32 or float64 "
+                     "(use random.randint for integers)");
+}
+
+/// The bound must be finite, and within float range when the dtype computes in float.
+void require_finite(const char* op, const char* what, double value, DType dtype) {
+  bool in_float = dtype != DType::Float64;
+  double max = in_float ? static_cast<double>(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+  if (!(std::fabs(value) <= max))
+    throw ValueError(std::string(op) + ": " + what + " = " + number(value) + " is out of range for dtype " +
+                     std::string(dtype_name(dtype)) + (in_float ? " (computed in float32)" : "") +
+                     "; pass a finite value" + (in_float ? " within float32 range" : ""));
+}
+
+Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::optional<Device> device, uint64_t span) {
+  Device d = device.value_or(current_device());
+  call.out = detail::make_array(shape, dtype, d);
+  int64_t n = call.out.size();
+  uint64_t blocks = detail::philox::block_count(call.distribution, dtype, n, span);
+  if (blocks == 0) return call.out;
+  GeneratorState state = DefaultGenerator::instance().reserve(blocks);
+  call.seed = state.seed;
+  call.offset = state.offset;
+  detail::backend_for(d).random(call);
+  return call.out;
+}
+
+}  // namespace
+
+void seed(uint64_t s) { DefaultGenerator::instance().set(GeneratorState{s, 0}); }
+GeneratorState get_state() { return DefaultGenerator::instance().get(); }
+void set_state(const GeneratorState& state) { DefaultGenerator::instance().set(state); }
+
+Array uniform(const Shape& shape, double low, double high, DType dtype, std::optional<Device> device) {
+  const char* op = "random.uniform";
+  require_floating(op, dtype);
+  require_finite(op, "low", low, dtype);
+  require_finite(op, "high", high, dtype);
+  if (!(high > low))
+    throw ValueError(std::string(op) + ": high (" + number(high) + ") must be greater than low (" + number(low) +
+                     "); the interval [low, high) is empty otherwise");
+  require_finite(op, "high - low", high - low, dtype);
+  detail::RandomCall call;
+  call.distribution = RandomDistribution::Uniform;
+  call.a = low;
+  call.b = high;
+  return draw(std::move(call), shape, dtype, device, 0);
+}
+
+Array uniform(const Shape& shape, DType dtype, std::optional<Device> device) {
+  return uniform(shape, 0.0, 1.0, dtype, device);
+}
+
+Array normal(const Shape& shape, double mean, double stddev, DType dtype, std::optional<Device> device) {
+  const char* op = "random.normal";
+  require_floating(op, dtype);
+  require_finite(op, "mean", mean, dtype);
+  require_finite(op, "stddev", stddev, dtype);
+  if (stddev < 0.0)
+    throw ValueError(std::string(op) + ": stddev = " + number(stddev) + " is negative; pass stddev >= 0");
+  detail::RandomCall call;
+  call.distribution = RandomDistribution::Normal;
+  call.a = mean;
+  call.b = stddev;
+  return draw(std::move(call), shape, dtype, device, 0);
+}
+
+Array normal(const Shape& shape, DType dtype, std::optional<Device> device) {
+  return normal(shape, 0.0, 1.0, dtype, device);
+}
+
+Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype, std::optional<Device> device) {
+  const char* op = "random.randint";
+  if (!is_integral(dtype))
+    throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(dtype)) +
+                     " is not supported; it draws integers, so pass int8, int16, int32, int64 or uint8 "
+                     "(use random.uniform for floating values)");
+  if (high <= low)
+    throw ValueError(std::string(op) + ": high (" + std::to_string(high) + ") must be greater than low (" +
+                     std::to_string(low) + "); the range [low, high) is empty otherwise");
+  int64_t min = 0, max = 0;
+  switch (dtype) {
+    case DType::Int8:
+      min = INT8_MIN, max = INT8_MAX;
+      break;
+    case DType::Int16:
+      min = INT16_MIN, max = INT16_MAX;
+      break;
+    case DType::Int32:
+      min = INT32_MIN, max = INT32_MAX;
+      break;
+    case DType::UInt8:
+      min = 0, max = UINT8_MAX;
+      break;
+    default:
+      min = INT64_MIN, max = INT64_MAX;
+      break;
+  }
+  if (low < min || high - 1 > max)
+    throw ValueError(std::string(op) + ": the range [" + std::to_string(low) + ", " + std::to_string(high) +
+                     ") does not fit dtype " + std::string(dtype_name(dtype)) + " (values " + std::to_string(min) +
+                     " to " + std::to_string(max) + "); narrow the range or pass a wider dtype");
+  detail::RandomCall call;
+  call.distribution = RandomDistribution::RandInt;
+  call.low = low;
+  call.high = high;
+  return draw(std::move(call), shape, dtype, device, detail::philox::randint_span(low, high));
+}
+
+}  // namespace kiln::random
