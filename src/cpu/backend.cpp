@@ -10,11 +10,11 @@
 
 #include "core/backend.hpp"
 #include "cpu/elementwise.hpp"
+#include "cpu/matmul.hpp"
+#include "cpu/random.hpp"
+#include "cpu/reduce.hpp"
 
 namespace kiln::cpu_impl {
-void cpu_reduce(const detail::ReduceCall& call);
-void cpu_matmul(const detail::MatmulCall& call);
-void cpu_random(const detail::RandomCall& call);
 
 namespace {
 

@@ -1,0 +1,224 @@
+// Linear algebra front-end: matmul (NumPy semantics: 1-d operands promoted,
+// batch axes broadcast), dot and linalg::norm. matmul hands the backend 3-d
+// (batch, m, k) x (batch, k, n) views without copying: broadcast batch axes get
+// stride 0, transposed matrices keep their layout (BLAS transposes them), and
+// batch axes that cannot merge into one stride become separate backend calls.
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln {
+namespace {
+
+void require_operands(const Array& a, const Array& b, const char* op) {
+  if (!a.defined() || !b.defined())
+    throw ValueError(std::string(op) +
+                     ": an operand is undefined (default-constructed); create it with empty/zeros/...");
+  if (a.device() != b.device())
+    throw DeviceError(std::string(op) + ": operands are on different devices, " + a.device().str() + " and " +
+                      b.device().str() + "; move one with .to(" + a.device().str() + ") or .to(" + b.device().str() +
+                      ") first");
+}
+
+std::string operand_shapes(const Array& a, const Array& b) {
+  return "shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape());
+}
+
+void check_contraction(const Array& a, const Array& b, const char* op) {
+  const int64_t ka = a.shape()[a.ndim() - 1];
+  const int64_t kb = b.ndim() == 1 ? b.shape()[0] : b.shape()[b.ndim() - 2];
+  if (ka != kb)
+    throw ShapeError(std::string(op) + ": " + operand_shapes(a, b) + " do not align: the last axis of the first (" +
+                     std::to_string(ka) + ") must equal the " + (b.ndim() == 1 ? "only" : "second-to-last") +
+                     " axis of the second (" + std::to_string(kb) + "); transpose or reshape an operand");
+}
+
+/// Makes a matrix's strides acceptable to BLAS: row-major (column stride 1, row stride >= columns) or
+/// column-major (row stride 1, column stride >= rows). Strides of size-1 axes are free to choose.
+bool blas_layout(int64_t rows, int64_t cols, int64_t& row_stride, int64_t& col_stride) {
+  if (rows == 1 && cols == 1) {
+    row_stride = col_stride = 1;
+    return true;
+  }
+  if (rows == 1) {
+    if (col_stride == 1) {
+      row_stride = cols;
+      return true;
+    }
+    if (col_stride >= 1) {
+      row_stride = 1;
+      return true;
+    }
+    return false;
+  }
+  if (cols == 1) {
+    if (row_stride == 1) {
+      col_stride = rows;
+      return true;
+    }
+    if (row_stride >= 1) {
+      col_stride = 1;
+      return true;
+    }
+    return false;
+  }
+  return (col_stride == 1 && row_stride >= cols) || (row_stride == 1 && col_stride >= rows);
+}
+
+/// True when batch axes [first, end) of `strides` (over `sizes`) step through memory with one stride.
+bool batch_axes_merge(const Shape& sizes, const Shape& strides, size_t first, size_t end) {
+  int64_t expected = 0;
+  bool have_inner = false;
+  for (size_t d = end; d-- > first;) {
+    if (sizes[d] == 1) continue;
+    if (have_inner && strides[d] != expected) return false;
+    have_inner = true;
+    expected = strides[d] * sizes[d];
+  }
+  return true;
+}
+
+/// The stride of the merged batch axes [first, end): that of the innermost one longer than 1 (0 if none).
+int64_t merged_batch_stride(const Shape& sizes, const Shape& strides, size_t first, size_t end) {
+  for (size_t d = end; d-- > first;)
+    if (sizes[d] != 1) return strides[d];
+  return 0;
+}
+
+/// A 3-d (batch, rows, cols) view of `full` (batch axes [first, end) merged) at element offset `offset`.
+Array matrix_batch_view(const Array& full, size_t first, int64_t batch, int64_t offset) {
+  const size_t nb = full.shape().size() - 2;
+  const int64_t rows = full.shape()[nb], cols = full.shape()[nb + 1];
+  int64_t row_stride = full.strides()[nb], col_stride = full.strides()[nb + 1];
+  blas_layout(rows, cols, row_stride, col_stride);
+  const int64_t batch_stride = merged_batch_stride(full.shape(), full.strides(), first, nb);
+  return Array(full.storage(), Shape{batch, rows, cols}, Shape{batch_stride, row_stride, col_stride},
+               full.offset() + offset, full.dtype());
+}
+
+bool layout_ok(const Array& m) {
+  const size_t nd = m.shape().size();
+  int64_t row_stride = m.strides()[nd - 2], col_stride = m.strides()[nd - 1];
+  return blas_layout(m.shape()[nd - 2], m.shape()[nd - 1], row_stride, col_stride);
+}
+
+}  // namespace
+
+Array matmul(const Array& a_in, const Array& b_in) {
+  require_operands(a_in, b_in, "matmul");
+  if (a_in.ndim() == 0 || b_in.ndim() == 0)
+    throw ShapeError("matmul: " + operand_shapes(a_in, b_in) +
+                     ": a 0-d operand has no axis to contract; use multiply for a scalar product");
+  check_contraction(a_in, b_in, "matmul");
+  const DType dtype = promote_types(a_in.dtype(), b_in.dtype());
+  Array a = a_in.astype(dtype), b = b_in.astype(dtype);
+  const bool a_vector = a.ndim() == 1, b_vector = b.ndim() == 1;
+  if (a_vector) a = a.reshape({1, a.shape()[0]});
+  if (b_vector) b = b.reshape({b.shape()[0], 1});
+  const int64_t m = a.shape()[a.ndim() - 2], k = a.shape()[a.ndim() - 1], n = b.shape()[b.ndim() - 1];
+
+  // Broadcast the batch axes (everything before the last two).
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  } catch (const ShapeError&) {
+    throw ShapeError("matmul: " + operand_shapes(a_in, b_in) + ": the batch axes " + shape_str(batch_a) + " and " +
+                     shape_str(batch_b) + " do not broadcast; make them equal or 1");
+  }
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Array out = detail::make_array(out_shape, dtype, a.device());
+
+  if (out.size() > 0 && k == 0) {
+    out.fill(0);  // a sum over an empty axis
+  } else if (out.size() > 0) {
+    auto full_view = [&batch](const Array& x, int64_t rows, int64_t cols) {
+      Shape s = batch;
+      s.push_back(rows);
+      s.push_back(cols);
+      // Matrices BLAS cannot read in place (both strides > 1, negative...) are copied once, before broadcasting.
+      return broadcast_to(layout_ok(x) ? x : x.contiguous(), s);
+    };
+    Array a_full = full_view(a, m, k), b_full = full_view(b, k, n);
+    // Merge the longest run of trailing batch axes that both operands step through with one stride;
+    // the leading batch axes left over are looped here, one backend call each.
+    const size_t nb = batch.size();
+    size_t first = nb;
+    while (first > 0 && batch_axes_merge(a_full.shape(), a_full.strides(), first - 1, nb) &&
+           batch_axes_merge(b_full.shape(), b_full.strides(), first - 1, nb))
+      --first;
+    int64_t inner_batch = 1, outer_count = 1;
+    for (size_t d = 0; d < nb; ++d) (d < first ? outer_count : inner_batch) *= batch[d];
+    detail::Backend& backend = detail::backend_for(a.device());
+    std::vector<int64_t> index(first, 0);
+    int64_t a_offset = 0, b_offset = 0;
+    for (int64_t it = 0; it < outer_count; ++it) {
+      const int64_t out_offset = it * inner_batch * m * n;
+      Array out_view(out.storage(), Shape{inner_batch, m, n}, Shape{m * n, n, 1}, out.offset() + out_offset, dtype);
+      Array a3 = matrix_batch_view(a_full, first, inner_batch, a_offset);
+      Array b3 = matrix_batch_view(b_full, first, inner_batch, b_offset);
+      detail::MatmulCall call{&a3, &b3, out_view};
+      backend.matmul(call);
+      for (size_t d = first; d-- > 0;) {
+        a_offset += a_full.strides()[d];
+        b_offset += b_full.strides()[d];
+        if (++index[d] < batch[d]) break;
+        a_offset -= a_full.strides()[d] * batch[d];
+        b_offset -= b_full.strides()[d] * batch[d];
+        index[d] = 0;
+      }
+    }
+  }
+  if (!a_vector && !b_vector) return out;
+  Shape result_shape = batch;
+  if (!a_vector) result_shape.push_back(m);
+  if (!b_vector) result_shape.push_back(n);
+  return out.reshape(result_shape);
+}
+
+Array dot(const Array& a, const Array& b) {
+  require_operands(a, b, "dot");
+  if (a.ndim() == 0 || b.ndim() == 0) return multiply(a, b);
+  check_contraction(a, b, "dot");
+  // With b of at most 2 axes, or a a vector, NumPy's dot is matmul.
+  if (b.ndim() <= 2 || a.ndim() == 1) return matmul(a, b);
+  // dot(a, b)[i..., j..., c] = sum(a[i..., :] * b[j..., :, c]): matmul of the flattened a against every matrix of
+  // b (batch axes of b broadcast), then a's leading axes moved to the front.
+  const int64_t k = a.shape()[a.ndim() - 1];
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape()[d];
+  Array product = matmul(a.reshape({rows, k}), b);  // (b batch..., rows, n)
+  Shape result(a.shape().begin(), a.shape().end() - 1);
+  for (int64_t d = 0; d + 2 < b.ndim(); ++d) result.push_back(b.shape()[d]);
+  result.push_back(b.shape()[b.ndim() - 1]);
+  return moveaxis(product, -2, 0).reshape(result);
+}
+
+namespace linalg {
+
+Array norm(const Array& a, Axes axes, bool keepdims) {
+  if (!a.defined())
+    throw ValueError("norm: the array is undefined (default-constructed); create it with empty/zeros/...");
+  if (!axes.all()) {  // check before the float64 copy
+    std::vector<bool> seen(static_cast<size_t>(a.ndim()), false);
+    for (int64_t axis : axes.list()) {
+      if (axis < -a.ndim() || axis >= a.ndim() || seen[static_cast<size_t>(axis < 0 ? axis + a.ndim() : axis)])
+        throw ShapeError("norm: axis " + std::to_string(axis) + " is out of bounds or repeated for an array of ndim " +
+                         std::to_string(a.ndim()) + " (shape " + shape_str(a.shape()) + "); list distinct axes in [" +
+                         std::to_string(-a.ndim()) + ", " + std::to_string(a.ndim()) + ")");
+      seen[static_cast<size_t>(axis < 0 ? axis + a.ndim() : axis)] = true;
+    }
+  }
+  // Squares summed in float64 (no float16/float32 overflow or rounding of the partial sums), then narrowed.
+  Array wide = a.astype(DType::Float64);
+  Array squares = wide.shares_storage(a) ? multiply(wide, wide) : multiply(wide, wide, wide);  // reuse the copy
+  Array root = sqrt(sum(squares, std::move(axes), keepdims));
+  return root.astype(is_floating(a.dtype()) ? a.dtype() : DType::Float64);
+}
+
+}  // namespace linalg
+}  // namespace kiln

@@ -1,0 +1,193 @@
+// Reductions front-end: axis checks, NumPy 2 result dtypes, empty and zero-axis
+// cases, then one backend reduce call (out in keepdims form). mean/var/std are
+// composed from a float64 sum and elementwise ops; var is two-pass (mean first).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln {
+namespace {
+
+using detail::ReduceOp;
+
+/// The axes a reduction covers, checked and sorted, with the shapes around it.
+struct Reduction {
+  Shape axes;         ///< sorted, non-negative
+  Shape keep_shape;   ///< input shape with the reduced axes set to 1
+  Shape out_shape;    ///< input shape without the reduced axes
+  int64_t count = 1;  ///< elements reduced into each output element
+};
+
+void require_defined(const Array& a, const char* op) {
+  if (!a.defined())
+    throw ValueError(std::string(op) +
+                     ": the array is undefined (default-constructed); create it with empty/zeros/...");
+}
+
+Reduction plan_reduction(const Array& a, const Axes& axes, const char* op) {
+  require_defined(a, op);
+  const int64_t nd = a.ndim();
+  std::vector<bool> chosen(static_cast<size_t>(nd), axes.all());
+  if (!axes.all()) {
+    for (int64_t axis : axes.list()) {
+      if (axis < -nd || axis >= nd)
+        throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) +
+                         " is out of bounds for an array of ndim " + std::to_string(nd) + " (shape " +
+                         shape_str(a.shape()) + "); use an axis in [" + std::to_string(-nd) + ", " +
+                         std::to_string(nd) + ")");
+      int64_t normal = axis < 0 ? axis + nd : axis;
+      if (chosen[static_cast<size_t>(normal)])
+        throw ShapeError(std::string(op) + ": duplicate axis " + std::to_string(axis) + " (axis " +
+                         std::to_string(normal) + " of an array of ndim " + std::to_string(nd) +
+                         ") in the axes list; list each axis once");
+      chosen[static_cast<size_t>(normal)] = true;
+    }
+  }
+  Reduction r;
+  for (int64_t d = 0; d < nd; ++d) {
+    int64_t extent = a.shape()[d];
+    if (chosen[static_cast<size_t>(d)]) {
+      r.axes.push_back(d);
+      r.keep_shape.push_back(1);
+      r.count *= extent;
+    } else {
+      r.keep_shape.push_back(extent);
+      r.out_shape.push_back(extent);
+    }
+  }
+  return r;
+}
+
+/// A fresh array equal to `a` converted to `dtype` (a reduction over no axes still returns new storage).
+Array fresh_copy(const Array& a, DType dtype) {
+  Array converted = a.astype(dtype);
+  return converted.shares_storage(a) ? converted.copy() : converted;
+}
+
+/// Runs one backend reduction into a new array of `out_dtype`, handling zero axes and empty reductions.
+Array run_reduce(const Array& a, ReduceOp op, const Reduction& r, DType out_dtype, bool keepdims) {
+  if (r.axes.empty()) return fresh_copy(a, out_dtype);
+  Array out = detail::make_array(r.keep_shape, out_dtype, a.device());
+  if (out.size() > 0) {
+    if (r.count == 0) {
+      // Only ops with an identity get here (the callers reject max/min/argmax/argmin).
+      out.fill(op == ReduceOp::Prod || op == ReduceOp::All ? Scalar(1) : Scalar(0));
+    } else {
+      detail::ReduceCall call{op, &a, out, r.axes};
+      detail::backend_for(a.device()).reduce(call);
+    }
+  }
+  return keepdims ? out : out.reshape(r.out_shape);
+}
+
+/// sum/prod: bool and integers give int64 (NumPy gives uint64 for uint8; kiln has none), floats keep.
+DType sum_dtype(DType t) { return is_floating(t) ? t : DType::Int64; }
+/// mean/var/std: bool and integers give float64, floats keep.
+DType mean_dtype(DType t) { return is_floating(t) ? t : DType::Float64; }
+
+std::string axes_text(const Reduction& r) {
+  std::string s = "(";
+  for (size_t i = 0; i < r.axes.size(); ++i) s += (i ? ", " : "") + std::to_string(r.axes[i]);
+  return s + (r.axes.size() == 1 ? ",)" : ")");
+}
+
+void reject_empty(const Array& a, const Reduction& r, const char* op) {
+  if (r.count == 0 && !r.axes.empty())
+    throw ValueError(std::string(op) + ": zero-size reduction over axes " + axes_text(r) + " of an array of shape " +
+                     shape_str(a.shape()) + " has no identity; reduce over non-empty axes or check the size first");
+}
+
+Array min_max(const Array& a, const Axes& axes, bool keepdims, ReduceOp op) {
+  const char* name = detail::reduce_op_name(op);
+  Reduction r = plan_reduction(a, axes, name);
+  reject_empty(a, r, name);
+  return run_reduce(a, op, r, a.dtype(), keepdims);
+}
+
+Array arg_min_max(const Array& a, std::optional<int64_t> axis, bool keepdims, ReduceOp op) {
+  const char* name = detail::reduce_op_name(op);
+  Reduction r = plan_reduction(a, axis ? Axes(*axis) : Axes(), name);
+  if (r.count == 0)
+    throw ValueError(std::string(name) + ": attempt to get " + name + " of an empty sequence (shape " +
+                     shape_str(a.shape()) + ", axis " + (axis ? std::to_string(*axis) : "None") +
+                     "); the reduced axis must have at least one element");
+  if (r.axes.empty()) {  // a 0-d array: its only element is at index 0
+    Array zero = zeros(r.keep_shape, DType::Int64, a.device());
+    return keepdims ? zero : zero.reshape(r.out_shape);
+  }
+  return run_reduce(a, op, r, DType::Int64, keepdims);
+}
+
+/// The float64 mean over r (keepdims form), for var/std.
+Array mean_keepdims(const Array& a, const Reduction& r) {
+  return divide(run_reduce(a, ReduceOp::Sum, r, DType::Float64, true), static_cast<double>(r.count));
+}
+
+/// Two-pass variance in float64: the mean first, then the mean squared deviation.
+Array variance_float64(const Array& a, const Axes& axes, int64_t ddof, bool keepdims, const char* op) {
+  Reduction r = plan_reduction(a, axes, op);
+  // Deviations in float32 for float16/bfloat16/float32 (exact enough, no float16 overflow), else float64.
+  DType work = is_floating(a.dtype()) && a.dtype() != DType::Float64 ? DType::Float32 : DType::Float64;
+  Array mu = mean_keepdims(a, r).astype(work);
+  Array deviation = subtract(a, mu);
+  multiply(deviation, deviation, deviation);  // squared in place: one temporary, as NumPy
+  Array total = run_reduce(deviation, ReduceOp::Sum, r, DType::Float64, keepdims);
+  // NumPy divides by max(n - ddof, 0): 0/0 gives nan, x/0 inf.
+  return divide(total, static_cast<double>(std::max<int64_t>(r.count - ddof, 0)));
+}
+
+}  // namespace
+
+Array sum(const Array& a, Axes axes, bool keepdims) {
+  Reduction r = plan_reduction(a, axes, "sum");
+  return run_reduce(a, ReduceOp::Sum, r, sum_dtype(a.dtype()), keepdims);
+}
+
+Array prod(const Array& a, Axes axes, bool keepdims) {
+  Reduction r = plan_reduction(a, axes, "prod");
+  return run_reduce(a, ReduceOp::Prod, r, sum_dtype(a.dtype()), keepdims);
+}
+
+Array mean(const Array& a, Axes axes, bool keepdims) {
+  Reduction r = plan_reduction(a, axes, "mean");
+  // Sum into float64 whatever the input (no float16 overflow, no float32 rounding), divide, then narrow.
+  Array total = run_reduce(a, ReduceOp::Sum, r, DType::Float64, keepdims);
+  return divide(total, static_cast<double>(r.count)).astype(mean_dtype(a.dtype()));
+}
+
+Array var(const Array& a, Axes axes, int64_t ddof, bool keepdims) {
+  return variance_float64(a, axes, ddof, keepdims, "var").astype(mean_dtype(a.dtype()));
+}
+
+Array std(const Array& a, Axes axes, int64_t ddof, bool keepdims) {
+  return sqrt(variance_float64(a, axes, ddof, keepdims, "std")).astype(mean_dtype(a.dtype()));
+}
+
+Array max(const Array& a, Axes axes, bool keepdims) { return min_max(a, axes, keepdims, ReduceOp::Max); }
+Array min(const Array& a, Axes axes, bool keepdims) { return min_max(a, axes, keepdims, ReduceOp::Min); }
+
+Array argmax(const Array& a, std::optional<int64_t> axis, bool keepdims) {
+  return arg_min_max(a, axis, keepdims, ReduceOp::ArgMax);
+}
+Array argmin(const Array& a, std::optional<int64_t> axis, bool keepdims) {
+  return arg_min_max(a, axis, keepdims, ReduceOp::ArgMin);
+}
+
+Array all(const Array& a, Axes axes, bool keepdims) {
+  Reduction r = plan_reduction(a, axes, "all");
+  return run_reduce(a, ReduceOp::All, r, DType::Bool, keepdims);
+}
+Array any(const Array& a, Axes axes, bool keepdims) {
+  Reduction r = plan_reduction(a, axes, "any");
+  return run_reduce(a, ReduceOp::Any, r, DType::Bool, keepdims);
+}
+
+Array Array::sum(Axes axes, bool keepdims) const { return kiln::sum(*this, std::move(axes), keepdims); }
+Array Array::mean(Axes axes, bool keepdims) const { return kiln::mean(*this, std::move(axes), keepdims); }
+Array Array::max(Axes axes, bool keepdims) const { return kiln::max(*this, std::move(axes), keepdims); }
+Array Array::min(Axes axes, bool keepdims) const { return kiln::min(*this, std::move(axes), keepdims); }
+
+}  // namespace kiln

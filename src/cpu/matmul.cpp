@@ -1,0 +1,210 @@
+// CPU matrix products. float32/float64 go to OpenBLAS: gemm, or gemv when one
+// side is a single row/column; a column-major operand is passed as a transposed
+// row-major one, so transposed views are never copied. Tiny float products and
+// the other dtypes use a blocked loop over operands converted once to the
+// accumulator type (float for float16/bfloat16, 64-bit wrapping integers,
+// bool as or-of-ands), split by rows across OpenMP threads.
+#include "cpu/matmul.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/convert.hpp"
+#include "cpu/parallel.hpp"
+
+namespace kiln::cpu_impl {
+namespace {
+
+/// One operand's matrices: (batch, rows, cols) with strides in elements.
+struct Operand3 {
+  const char* data;
+  int64_t batch_stride, row_stride, col_stride, rows, cols;
+  explicit Operand3(const Array& x)
+      : data(static_cast<const char*>(x.data_ptr())),
+        batch_stride(x.strides()[0]),
+        row_stride(x.strides()[1]),
+        col_stride(x.strides()[2]),
+        rows(x.shape()[1]),
+        cols(x.shape()[2]) {}
+};
+
+/// BLAS view of a matrix: row-major as is (NoTrans), or column-major read as a transposed row-major matrix.
+bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
+  if (x.col_stride == 1 && x.row_stride >= std::max<int64_t>(1, x.cols)) {
+    trans = CblasNoTrans;
+    ld = x.row_stride;
+    return true;
+  }
+  if (x.row_stride == 1 && x.col_stride >= std::max<int64_t>(1, x.rows)) {
+    trans = CblasTrans;
+    ld = x.col_stride;
+    return true;
+  }
+  return false;
+}
+
+template <class T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
+          int ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+template <class T>
+void gemv(CBLAS_TRANSPOSE trans, int rows, int cols, const T* a, int lda, const T* x, int incx, T* y) {
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemv(CblasRowMajor, trans, rows, cols, 1.0f, a, lda, x, incx, 0.0f, y, 1);
+  else
+    cblas_dgemv(CblasRowMajor, trans, rows, cols, 1.0, a, lda, x, incx, 0.0, y, 1);
+}
+
+/// One (m, k) x (k, n) product through BLAS; the operands are in BLAS form (checked by the caller).
+template <class T>
+void blas_product(const Operand3& a, const Operand3& b, const char* a_data, const char* b_data, T* c, int64_t m,
+                  int64_t n, int64_t k) {
+  const T* pa = reinterpret_cast<const T*>(a_data);
+  const T* pb = reinterpret_cast<const T*>(b_data);
+  CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
+  int64_t lda = 1, ldb = 1;
+  blas_form(a, ta, lda);
+  blas_form(b, tb, ldb);
+  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+  if (n == 1 && b.row_stride > 0) {
+    // y(m) = A x, x = b's only column. A column-major is the row-major (k, m) matrix A^T.
+    if (ta == CblasNoTrans)
+      gemv(CblasNoTrans, im, ik, pa, static_cast<int>(lda), pb, static_cast<int>(b.row_stride), c);
+    else
+      gemv(CblasTrans, ik, im, pa, static_cast<int>(lda), pb, static_cast<int>(b.row_stride), c);
+  } else if (m == 1 && a.col_stride > 0) {
+    // y(n) = B^T x, x = a's only row.
+    if (tb == CblasNoTrans)
+      gemv(CblasTrans, ik, in, pb, static_cast<int>(ldb), pa, static_cast<int>(a.col_stride), c);
+    else
+      gemv(CblasNoTrans, in, ik, pb, static_cast<int>(ldb), pa, static_cast<int>(a.col_stride), c);
+  } else {
+    gemm(ta, tb, im, in, ik, pa, static_cast<int>(lda), pb, static_cast<int>(ldb), c, in);
+  }
+}
+
+// ---------------------------------------------------------------- the loop for everything else
+
+/// Copies the (rows, cols) matrix at `data` into a contiguous buffer of the accumulator dtype.
+template <class Acc>
+void load_matrix(const char* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+                 DType acc_dtype, Acc* dst) {
+  const int64_t isz = itemsize(dtype);
+  for (int64_t r = 0; r < rows; ++r)
+    convert(data + r * row_stride * isz, dtype, col_stride, dst + r * cols, acc_dtype, 1, cols);
+}
+
+/// c[i, j] (+)= sum_p a[i, p] (*) b[p, j] over rows [row_begin, row_end), cache-blocked in k and n.
+template <class Acc>
+void loop_product_rows(const Acc* a, const Acc* b, Acc* c, int64_t row_begin, int64_t row_end, int64_t n, int64_t k) {
+  constexpr int64_t kBlockK = 128, kBlockN = 256;  // a (kBlockK x kBlockN) tile of b stays in L2
+  for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
+    const int64_t j1 = std::min(n, j0 + kBlockN);
+    for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
+      const int64_t p1 = std::min(k, p0 + kBlockK);
+      for (int64_t i = row_begin; i < row_end; ++i) {
+        Acc* __restrict crow = c + i * n;
+        for (int64_t p = p0; p < p1; ++p) {
+          const Acc x = a[i * k + p];
+          if constexpr (!std::is_floating_point_v<Acc>) {  // floats keep 0 * inf = nan
+            if (x == Acc(0)) continue;
+          }
+          const Acc* __restrict brow = b + p * n;
+          if constexpr (std::is_same_v<Acc, uint8_t>) {
+            for (int64_t j = j0; j < j1; ++j) crow[j] |= brow[j];
+          } else {
+            for (int64_t j = j0; j < j1; ++j) crow[j] += x * brow[j];
+          }
+        }
+      }
+    }
+  }
+}
+
+/// The whole call through the loop: Acc is float, double, uint64_t (integers, wrapping) or uint8_t (bool).
+template <class Acc>
+void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
+  const Operand3 a(*call.a), b(*call.b);
+  const DType dtype = call.a->dtype();
+  const int64_t batches = call.out.shape()[0], m = a.rows, k = a.cols, n = b.cols, isz = itemsize(dtype);
+  std::vector<Acc> abuf(static_cast<size_t>(m * k)), bbuf(static_cast<size_t>(k * n)), cbuf(static_cast<size_t>(m * n));
+  char* out = static_cast<char*>(call.out.data_ptr());
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    load_matrix(a.data + batch * a.batch_stride * isz, dtype, m, k, a.row_stride, a.col_stride, acc_dtype, abuf.data());
+    load_matrix(b.data + batch * b.batch_stride * isz, dtype, k, n, b.row_stride, b.col_stride, acc_dtype, bbuf.data());
+    std::fill(cbuf.begin(), cbuf.end(), Acc(0));
+    parallel_for(
+        m,
+        [&](int64_t begin, int64_t end) { loop_product_rows(abuf.data(), bbuf.data(), cbuf.data(), begin, end, n, k); },
+        std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(1, n * k)));
+    convert(cbuf.data(), acc_dtype, 1, out + batch * m * n * isz, call.out.dtype(), 1, m * n);
+  }
+}
+
+}  // namespace
+
+void cpu_matmul(const detail::MatmulCall& call) {
+  const Array& out = call.out;
+  if (out.size() == 0) return;
+  const DType dtype = call.a->dtype();
+  const Operand3 a(*call.a), b(*call.b);
+  const int64_t m = a.rows, k = a.cols, n = b.cols;
+  if (k == 0) {
+    std::fill_n(static_cast<char*>(out.data_ptr()), out.nbytes(), char{0});
+    return;
+  }
+  if (dtype == DType::Float32 || dtype == DType::Float64) {
+    CBLAS_TRANSPOSE trans = CblasNoTrans;
+    int64_t ld_a = 1, ld_b = 1;
+    const bool fits = std::max({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride}) <= INT_MAX;
+    if (!fits)
+      throw ValueError("matmul: a (" + std::to_string(m) + ", " + std::to_string(k) + ") x (" + std::to_string(k) +
+                       ", " + std::to_string(n) +
+                       ") product has an extent or stride beyond the 32-bit BLAS interface; "
+                       "split the product into blocks");
+    // Tiny products cost less in the loop than in a BLAS call.
+    const bool tiny = m * n * k <= 512;
+    if (!tiny && blas_form(a, trans, ld_a) && blas_form(b, trans, ld_b)) {
+      const int64_t isz = itemsize(dtype), batches = out.shape()[0];
+      char* c = static_cast<char*>(out.data_ptr());
+      for (int64_t batch = 0; batch < batches; ++batch) {
+        const char* pa = a.data + batch * a.batch_stride * isz;
+        const char* pb = b.data + batch * b.batch_stride * isz;
+        if (dtype == DType::Float32)
+          blas_product(a, b, pa, pb, reinterpret_cast<float*>(c + batch * m * n * isz), m, n, k);
+        else
+          blas_product(a, b, pa, pb, reinterpret_cast<double*>(c + batch * m * n * isz), m, n, k);
+      }
+      return;
+    }
+    if (dtype == DType::Float32)
+      loop_matmul<float>(call, DType::Float32);
+    else
+      loop_matmul<double>(call, DType::Float64);
+    return;
+  }
+  switch (dtype) {
+    case DType::Bool:
+      loop_matmul<uint8_t>(call, DType::Bool);
+      break;
+    case DType::Float16:
+    case DType::BFloat16:
+      loop_matmul<float>(call, DType::Float32);
+      break;
+    default:
+      loop_matmul<uint64_t>(call, DType::Int64);
+      break;  // integers wrap modulo 2^64, then to the dtype
+  }
+}
+
+}  // namespace kiln::cpu_impl

@@ -1,0 +1,14 @@
+// CPU matrix products (internal): batched (batch, m, k) x (batch, k, n) through
+// OpenBLAS for float32/float64 and a plain row-times-matrix loop for the rest.
+#pragma once
+
+#include "core/backend.hpp"
+
+namespace kiln::cpu_impl {
+
+/// out[b] = a[b] @ b[b] for the 3-d views of `call` (batch stride 0 allowed, matrices row- or column-major).
+/// float32/float64 call cblas_sgemm/dgemm (gemv for a single row or column); integers accumulate in 64 bits
+/// (wrapping), float16/bfloat16 in float, bool as or-of-ands.
+void cpu_matmul(const detail::MatmulCall& call);
+
+}  // namespace kiln::cpu_impl

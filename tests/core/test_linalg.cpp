@@ -1,0 +1,246 @@
+// Tests of matmul, dot and linalg::norm: NumPy golden data from
+// tests/golden/reduce_golden.py (every dtype, 1-d operands, broadcast batches,
+// transposed / step-2 / negative-stride operands, mixed dtypes, dot's rules),
+// float64 references for the BLAS paths, hand-computed values, and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/io.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/random.hpp"
+
+namespace kiln {
+namespace {
+
+const std::string kDir = std::string(KILN_GOLDEN_DIR) + "/reduce/";
+
+/// The same view reduce_golden.py's matmul_view takes.
+Array matmul_view(const Array& x, const std::string& view) {
+  if (view == "t") return swapaxes(x, -1, -2);
+  if (view == "s2") return x.slice(x.ndim() - 1, {}, {}, 2);
+  if (view == "neg") return x.slice(0, {}, {}, -1);
+  return x;
+}
+
+double tolerance(DType t) {
+  switch (t) {
+    case DType::Float16:
+      return 4e-3;
+    case DType::BFloat16:
+      return 3e-2;
+    case DType::Float32:
+      return 2e-5;
+    default:
+      return 1e-12;
+  }
+}
+
+void expect_same(const Array& got, const Array& expected, const std::string& id) {
+  ASSERT_EQ(dtype_name(got.dtype()), dtype_name(expected.dtype())) << id;
+  ASSERT_EQ(shape_str(got.shape()), shape_str(expected.shape())) << id;
+  if (is_floating(expected.dtype())) {
+    std::vector<double> g = got.to_vector<double>(), e = expected.to_vector<double>();
+    double scale = 1.0;
+    for (double v : e) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < e.size(); ++i)
+      EXPECT_NEAR(g[i], e[i], tolerance(expected.dtype()) * scale) << id << " [" << i << "]";
+  } else {
+    EXPECT_EQ(got.to_vector<int64_t>(), expected.to_vector<int64_t>()) << id;
+  }
+}
+
+void run_golden(const std::string& prefix) {
+  std::ifstream f(kDir + "matmul_cases.txt");
+  ASSERT_TRUE(f.good()) << "missing golden manifest " << kDir << "matmul_cases.txt";
+  std::string line;
+  int count = 0;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string id, kind, a_name, a_view, b_name, b_view;
+    in >> id >> kind >> a_name >> a_view >> b_name >> b_view;
+    if (id.rfind(prefix, 0) != 0) continue;
+    ++count;
+    Array a = matmul_view(load(kDir + a_name + ".npy"), a_view);
+    Array b = matmul_view(load(kDir + b_name + ".npy"), b_view);
+    try {
+      expect_same(kind == "dot" ? dot(a, b) : matmul(a, b), load(kDir + id + ".npy"), id);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << id << " threw: " << e.what();
+    }
+  }
+  EXPECT_GT(count, 0) << "no golden cases start with " << prefix;
+}
+
+template <class E, class F>
+void expect_error(F&& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const E& e) {
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message lacks '" << part << "': " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+/// Deterministic values in [-1, 1) for a (rows, cols) float64 matrix.
+std::vector<double> pattern(int64_t rows, int64_t cols, int seed) {
+  std::vector<double> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<double>((i * 7919 + static_cast<size_t>(seed) * 104729) % 2000) / 1000.0 - 1.0;
+  return v;
+}
+
+/// Naive float64 product of row-major (m, k) and (k, n) matrices.
+std::vector<double> reference_product(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k,
+                                      int64_t n) {
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        c[static_cast<size_t>(i * n + j)] += a[static_cast<size_t>(i * k + p)] * b[static_cast<size_t>(p * n + j)];
+  return c;
+}
+
+// ---------------------------------------------------------------- golden data
+
+TEST(MatmulGolden, every_dtype_and_shape_rule_matches_numpy) { run_golden("mm_"); }
+TEST(MatmulGolden, transposed_strided_and_reversed_operands_match_numpy) { run_golden("mmv_"); }
+TEST(MatmulGolden, mixed_dtypes_promote_like_numpy) { run_golden("mmp_"); }
+TEST(DotGolden, dot_follows_numpy_rules_for_every_rank) {
+  run_golden("dot_");
+  run_golden("doti_");
+}
+
+// ---------------------------------------------------------------- float64 references
+
+TEST(Matmul, float32_blas_product_matches_float64_reference) {
+  const int64_t m = 130, k = 257, n = 71;
+  std::vector<double> a = pattern(m, k, 1), b = pattern(k, n, 2);
+  std::vector<double> want = reference_product(a, b, m, k, n);
+  Array a32 = from_data(a, Shape{m, k}).astype(float32), b32 = from_data(b, Shape{k, n}).astype(float32);
+  std::vector<double> got = matmul(a32, b32).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
+  // The same product with both operands stored transposed (BLAS transposes, no copy).
+  Array at = from_data(a, Shape{m, k}).transpose().contiguous().astype(float32).transpose();
+  Array bt = from_data(b, Shape{k, n}).transpose().contiguous().astype(float32).transpose();
+  got = matmul(at, bt).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+TEST(Matmul, float64_batched_product_with_broadcast_batch_matches_reference) {
+  const int64_t batch = 3, m = 20, k = 30, n = 10;
+  std::vector<double> a = pattern(batch * m, k, 3), b = pattern(k, n, 4);
+  Array result = matmul(from_data(a, Shape{batch, m, k}), from_data(b, Shape{k, n}));
+  ASSERT_EQ(shape_str(result.shape()), "(3, 20, 10)");
+  std::vector<double> got = result.to_vector<double>();
+  std::vector<double> want = reference_product(a, b, batch * m, k, n);  // the batch stacks rows
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
+TEST(Matmul, bfloat16_product_accumulates_in_float) {
+  const int64_t m = 9, k = 40, n = 7;
+  std::vector<double> a = pattern(m, k, 5), b = pattern(k, n, 6);
+  Array ab = from_data(a, Shape{m, k}).astype(bfloat16), bb = from_data(b, Shape{k, n}).astype(bfloat16);
+  std::vector<double> a_rounded = ab.to_vector<double>(), b_rounded = bb.to_vector<double>();
+  std::vector<double> want = reference_product(a_rounded, b_rounded, m, k, n);
+  Array result = matmul(ab, bb);
+  EXPECT_EQ(result.dtype(), bfloat16);
+  std::vector<double> got = result.to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 8e-3 * std::max(1.0, std::abs(want[i]))) << i;
+}
+
+TEST(Matmul, vector_operands_drop_their_added_axis) {
+  Array v = from_data(std::vector<double>{1, 2, 3});
+  Array m = from_data(std::vector<double>{1, 0, 0, 1, 1, 1}, Shape{3, 2});
+  EXPECT_EQ(matmul(v, v).item<double>(), 14.0);
+  EXPECT_EQ(shape_str(matmul(v, v).shape()), "()");
+  EXPECT_EQ(matmul(v, m).to_vector<double>(), (std::vector<double>{4, 5}));
+  EXPECT_EQ(matmul(m.transpose(), v).to_vector<double>(), (std::vector<double>{4, 5}));
+}
+
+TEST(Matmul, empty_contraction_gives_zeros_and_empty_extents_give_empty_results) {
+  Array z = matmul(ones({3, 0}), ones({0, 4}));
+  EXPECT_EQ(shape_str(z.shape()), "(3, 4)");
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(12, 0.0f));
+  EXPECT_EQ(shape_str(matmul(ones({0, 5}), ones({5, 4})).shape()), "(0, 4)");
+  EXPECT_EQ(shape_str(matmul(ones({2, 0, 5}, int32), ones({5, 4}, int32)).shape()), "(2, 0, 4)");
+}
+
+TEST(Matmul, integer_products_wrap_and_bool_is_or_of_ands) {
+  Array a = full({1, 3}, 100, int8), b = full({3, 1}, 1, int8);
+  EXPECT_EQ(matmul(a, b).item<int64_t>(), 44);  // 300 mod 256, as NumPy
+  Array t = from_data(std::vector<bool>{true, false, false, false}, Shape{2, 2});
+  Array u = from_data(std::vector<bool>{false, true, true, false}, Shape{2, 2});
+  EXPECT_EQ(matmul(t, u).to_vector<bool>(), (std::vector<bool>{false, true, false, false}));
+}
+
+TEST(Dot, zero_d_operand_multiplies) {
+  Array s = scalar_array(2.0);
+  Array v = from_data(std::vector<double>{1, 2});
+  EXPECT_EQ(dot(s, v).to_vector<double>(), (std::vector<double>{2, 4}));
+  EXPECT_EQ(dot(v, v).item<double>(), 5.0);
+}
+
+TEST(Norm, vector_and_matrix_norms_are_square_roots_of_sums_of_squares) {
+  EXPECT_DOUBLE_EQ(linalg::norm(from_data(std::vector<double>{3, 4})).item<double>(), 5.0);
+  Array m = from_data(std::vector<double>{3, 4, 6, 8}, Shape{2, 2});
+  EXPECT_EQ(linalg::norm(m, 1).to_vector<double>(), (std::vector<double>{5, 10}));
+  EXPECT_EQ(shape_str(linalg::norm(m, 0, true).shape()), "(1, 2)");
+  EXPECT_DOUBLE_EQ(linalg::norm(m).item<double>(), std::sqrt(125.0));
+}
+
+TEST(Norm, float32_norm_neither_overflows_nor_loses_precision) {
+  Array big = full({2}, 1e20f, float32);  // squares overflow float32
+  EXPECT_FLOAT_EQ(linalg::norm(big).item<float>(), static_cast<float>(1e20 * std::sqrt(2.0)));
+  Array many = full({1'000'000}, 0.1f, float32);
+  const double want = std::sqrt(1e6 * static_cast<double>(0.1f) * static_cast<double>(0.1f));
+  EXPECT_EQ(linalg::norm(many).item<float>(), static_cast<float>(want));
+}
+
+TEST(Norm, result_dtype_keeps_floats_and_makes_integers_float64) {
+  EXPECT_EQ(linalg::norm(ones({3}, float16)).dtype(), float16);
+  EXPECT_EQ(linalg::norm(ones({3}, int32)).dtype(), float64);
+  EXPECT_NEAR(linalg::norm(ones({4}, float16)).item<double>(), 2.0, 1e-3);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(MatmulErrors, contraction_mismatch_names_both_shapes) {
+  expect_error<ShapeError>([] { matmul(ones({2, 3}), ones({4, 5})); }, {"matmul", "(2, 3)", "(4, 5)", "3", "4"});
+  expect_error<ShapeError>([] { matmul(ones({2, 3}), ones({4})); }, {"matmul", "(2, 3)", "(4,)"});
+  expect_error<ShapeError>([] { dot(ones({2, 3}), ones({2, 3})); }, {"dot", "(2, 3)"});
+}
+
+TEST(MatmulErrors, batch_axes_that_do_not_broadcast_name_both_shapes) {
+  expect_error<ShapeError>(
+      [] {
+        matmul(ones({2, 2, 3}), ones({3, 3, 4}));
+      },
+      {"matmul", "(2, 2, 3)", "(3, 3, 4)", "batch"});
+}
+
+TEST(MatmulErrors, zero_d_operand_is_rejected) {
+  expect_error<ShapeError>([] { matmul(scalar_array(1.0), ones({2})); }, {"matmul", "0-d", "multiply"});
+}
+
+TEST(MatmulErrors, undefined_operand_and_bad_norm_axis) {
+  expect_error<ValueError>([] { matmul(Array(), ones({2})); }, {"matmul", "undefined"});
+  expect_error<ShapeError>([] { linalg::norm(ones({2, 2}), 2); }, {"norm", "axis 2", "ndim 2"});
+}
+
+TEST(MatmulErrors, operands_on_two_devices_name_both) {
+  if (num_gpus() == 0) GTEST_SKIP() << "no GPU: a second device is needed to mix devices";
+  Array g = ones({2, 2}, float32, gpu(0));
+  expect_error<DeviceError>([&] { matmul(ones({2, 2}), g); }, {"matmul", "cpu", "cuda:0"});
+  expect_error<DeviceError>([&] { dot(ones({2, 2}), g); }, {"dot", "cpu", "cuda:0"});
+}
+
+}  // namespace
+}  // namespace kiln
