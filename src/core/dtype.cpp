@@ -1,6 +1,7 @@
 // DType names, parsing, NumPy 2 promotion and IEEE half conversion.
 #include "kiln/dtype.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "kiln/error.hpp"
@@ -114,6 +115,17 @@ uint16_t float_to_half(float f) {
   uint32_t r = absx + 0xfffu + ((absx >> 13) & 1u);  // round mantissa to 10 bits, nearest even
   r -= 0x38000000u;  // rebias exponent 127 -> 15
   return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+float double_to_float_round_odd(double d) {
+  float f = static_cast<float>(d);
+  if (static_cast<double>(f) == d || f != f || std::isinf(f)) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);  // truncate toward zero
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= 1u;  // sticky bit: the value was inexact
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace kiln

@@ -37,6 +37,19 @@ bool fits(const Scalar& s, DType t) {
   }
 }
 
+// A weak float scalar takes the array's precision first, as NumPy converts it to the
+// loop's dtype: float16_array + 0.1 adds float16(0.1) = 0.0999755859375.
+Scalar round_scalar(const Scalar& s, DType compute) {
+  if (!s.is_floating()) return s;
+  switch (compute) {
+    case DType::Float16: return Scalar(static_cast<double>(half_to_float(double_to_half(s.to_double()))));
+    case DType::BFloat16:
+      return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(s.to_double())))));
+    case DType::Float32: return Scalar(static_cast<double>(static_cast<float>(s.to_double())));
+    default: return s;
+  }
+}
+
 }  // namespace
 
 OpTypes op_types(OpCode op, DType p) {
@@ -47,6 +60,7 @@ OpTypes op_types(OpCode op, DType p) {
         if (op == OpCode::Negative) unsupported(op, p, "use logical_not for booleans");
         if (op == OpCode::Sign) unsupported(op, p, "convert with astype(int8) first");
         if (op == OpCode::Square) return {DType::Int8, DType::Int8};
+        if (op == OpCode::Round) return {DType::Float16, DType::Float16};  // np.round(bool) -> float16
       }
       return {p, p};
     case TypeRule::Float: {
@@ -79,6 +93,7 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
   const Array* first = nullptr;
   bool have_array_dtype = false;
   DType promoted = DType::Bool;
+  DType float_of_arrays = DType::Float16;  // promotion of each array's float type (Float-rule ops)
   int index = 0;
   for (const Operand* o : operands) {
     bool is_cond = op == OpCode::Where && index++ == 0;  // where's condition does not take part in promotion
@@ -94,11 +109,15 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
     }
     if (is_cond) continue;
     promoted = have_array_dtype ? promote_types(promoted, a.dtype()) : a.dtype();
+    float_of_arrays = have_array_dtype ? promote_types(float_of_arrays, float_result_type(a.dtype()))
+                                       : float_result_type(a.dtype());
     have_array_dtype = true;
   }
   if (out && out->defined() && first && out->device() != first->device())
     throw DeviceError(op_str(op) + ": the output is on " + out->device().str() + " but the operands are on " +
                       first->device().str() + "; allocate out on the operands' device");
+  const DType arrays_promoted = promoted;
+  const bool arrays_promoted_defined = have_array_dtype;
   // Scalars: weak unless no array fixes the dtype (then they act as NumPy would type them).
   index = 0;
   for (const Operand* o : operands) {
@@ -112,6 +131,14 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
     }
   }
   OpTypes types = op_types(op, promoted);
+  if (info.rule == TypeRule::Float && !is_floating(promoted) && arrays_promoted_defined) {
+    // NumPy picks the first float loop every integer input casts to safely: arctan2(int8, uint8)
+    // is float16, not float_result_type(int16) = float32. A scalar of a higher kind still counts
+    // (arctan2(bool_array, 3) is float64 through int64).
+    DType f = promoted == arrays_promoted ? float_of_arrays
+                                          : promote_types(float_of_arrays, float_result_type(promoted));
+    types = {f, f};
+  }
   for (const Operand* o : operands) {
     if (o->is_array() || fits(o->scalar(), types.compute)) continue;
     if (info.rule == TypeRule::Compare) {
@@ -159,7 +186,8 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
       views[call.num_inputs] = v.shape() == shape ? v : v.broadcast_to(shape);
       arg.array = &views[call.num_inputs];
     } else {
-      arg.scalar = o->scalar();
+      bool is_cond = op == OpCode::Where && call.num_inputs == 0;
+      arg.scalar = is_cond ? Scalar(o->scalar().to_bool()) : round_scalar(o->scalar(), call.compute);
     }
     ++call.num_inputs;
   }

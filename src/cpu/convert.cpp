@@ -15,6 +15,8 @@ template <class T> using Wide = std::conditional_t<std::is_same_v<T, Half> || st
 template <class D, class S> inline D cast_value(S v) {
   if constexpr (std::is_same_v<D, bool>) {
     return static_cast<Wide<S>>(v) != Wide<S>(0);
+  } else if constexpr ((std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) && std::is_same_v<S, double>) {
+    return D(double_to_float_round_odd(v));  // one rounding, not double -> float -> half
   } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
     return D(static_cast<float>(static_cast<Wide<S>>(v)));
   } else {

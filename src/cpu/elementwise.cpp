@@ -241,7 +241,9 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
   Plan p;
   p.num = 1 + call.num_inputs;
   DType compute = compute_dtype(call.compute);
-  bool raw = call.op == OpCode::Identity && call.inputs[0].array && call.inputs[0].array->dtype() == call.out.dtype();
+  // Casts and copies convert source -> destination dtype in one step (convert(), through the
+  // input buffer when the dtypes differ), then copy raw bytes: float64 -> float16 rounds once.
+  bool raw = call.op == OpCode::Identity && call.inputs[0].array;
   const Shape& shape = call.out.shape();
   if (shape.size() > 16) throw ShapeError("elementwise: arrays of more than 16 dimensions are not supported");
   for (int k = 0; k < p.num; ++k) {
