@@ -165,8 +165,11 @@ class Array {
   /// stream's queued work is done (needed when an array made on one stream is used on another).
   void record_stream(const Stream& stream) const;
 
-  /// Writes `src` (broadcast, cast same_kind) into this array or view, in place.
+  /// Writes `src` (broadcast, any cast) into this array or view, in place; same device only.
   Array& assign(const Array& src);
+  /// Copies `src` (same shape and dtype, any device) into this array: the explicit cross-device copy into an
+  /// existing buffer (like torch's copy_). Synchronous unless non_blocking (pinned host memory or GPU to GPU).
+  Array& copy_from(const Array& src, TransferOptions options = {});
   /// Sets every element to `v` in place.
   Array& fill(const Scalar& v);
 

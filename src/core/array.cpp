@@ -116,6 +116,25 @@ Array& Array::assign(const Array& src) {
   return *this;
 }
 
+Array& Array::copy_from(const Array& src, TransferOptions options) {
+  require_defined("copy_from");
+  if (!src.defined()) throw ValueError("copy_from: the source is an undefined Array");
+  if (src.device() == device()) return assign(src);
+  if (!(src.shape() == shape_) || src.dtype() != dtype_)
+    throw ShapeError("copy_from: copying between devices needs the same shape and dtype, got " +
+                     shape_str(src.shape()) + " " + std::string(dtype_name(src.dtype())) + " on " +
+                     src.device().str() + " into " + shape_str(shape_) + " " + std::string(dtype_name(dtype_)) +
+                     " on " + device().str() + "; convert with astype/reshape on one device first");
+  Array source = src.contiguous();
+  if (is_contiguous()) {
+    detail::Backend& b = device().is_cuda() ? detail::backend_for(device()) : detail::backend_for(src.device());
+    b.transfer(source, *this, nullptr, options.non_blocking);
+  } else {
+    assign(source.to(device()));
+  }
+  return *this;
+}
+
 Array& Array::fill(const Scalar& v) {
   require_defined("fill");
   detail::fill_into(*this, v);

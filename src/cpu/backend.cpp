@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/backend.hpp"
@@ -19,16 +20,22 @@ namespace kiln::cpu_impl {
 namespace {
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeThreshold = size_t{4} << 20;
 
 void free_host(void*, void* data) { std::free(data); }
 
 class CpuBackend final : public detail::Backend {
  public:
   std::shared_ptr<Storage> allocate(int64_t nbytes, Device device, const ArrayOptions&) override {
-    // Round up to the alignment (aligned_alloc requires it) and never ask for 0 bytes.
-    size_t size = (static_cast<size_t>(nbytes) + kAlignment - 1) / kAlignment * kAlignment;
+    // Round up to the alignment (aligned_alloc requires it) and never ask for 0 bytes. Large
+    // blocks are 2 MiB aligned and advised as transparent huge pages, as NumPy does: a fresh
+    // 64 MiB array then takes 32 page faults instead of 16384.
+    size_t align = static_cast<size_t>(nbytes) >= kHugeThreshold ? kHugePage : kAlignment;
+    size_t size = (static_cast<size_t>(nbytes) + align - 1) / align * align;
     if (size == 0) size = kAlignment;
-    void* p = std::aligned_alloc(kAlignment, size);
+    void* p = std::aligned_alloc(align, size);
+    if (p && align == kHugePage) (void)madvise(p, size, MADV_HUGEPAGE);
     if (!p)
       throw OutOfMemoryError("cpu allocator: failed to allocate " + std::to_string(nbytes) +
                              " bytes of host memory; free some arrays or use smaller ones");

@@ -16,6 +16,7 @@
 #include "cpu/elementwise.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/vector_math.hpp"
 
 namespace kiln::cpu_impl {
 
@@ -39,6 +40,11 @@ void kernel(char* const* p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];
   } else if constexpr (arity == 1) {
     const T* a = reinterpret_cast<const T*>(p[1]);
+#ifdef KILN_VECTOR_MATH
+    if constexpr (std::is_same_v<T, float> && vector_math_f32(OP) != nullptr) {
+      if (s[0] == 1 && s[1] == 1) return apply_vector_f32(vector_math_f32(OP), a, o, n);
+    }
+#endif
     if (s[0] == 1 && s[1] == 1) {
       for (int64_t i = 0; i < n; ++i) o[i] = apply<OP, T>(a[i]);
     } else {

@@ -1,0 +1,148 @@
+// GPU benchmarks of the CUDA backend (issue 3's targets), timed with CUDA events
+// (device work) or a host clock around a loop that ends in a synchronize (host
+// overhead, transfers), the same way ../shared/anchors/peers.py times PyTorch
+// and CuPy, so scripts/compare.py can put them side by side.
+//
+//   bench_gpu [--json FILE] [--quick]
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "kiln/kiln.hpp"
+
+using namespace kiln;
+using kiln::bench::Report;
+using kiln::bench::Result;
+using kiln::bench::Stats;
+
+namespace {
+
+// Median of `repeat` event-timed samples of `calls` calls each, after `warmup` calls.
+template <class F>
+Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls = 1) {
+  for (int i = 0; i < warmup; ++i) fn();
+  synchronize(d);
+  std::vector<double> samples;
+  Event start = Event::create(d), end = Event::create(d);
+  for (int r = 0; r < repeat; ++r) {
+    start.record();
+    for (int i = 0; i < calls; ++i) fn();
+    end.record();
+    end.synchronize();
+    samples.push_back(start.elapsed_ms(end) / 1e3 / calls);
+  }
+  return bench::summarize(samples, calls);
+}
+
+// Host wall time per call of a loop of `calls` calls that ends with a device synchronize.
+template <class F>
+Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i < warmup; ++i) fn();
+  synchronize(d);
+  std::vector<double> samples;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = clock::now();
+    for (int i = 0; i < calls; ++i) fn();
+    synchronize(d);
+    samples.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
+  }
+  return bench::summarize(samples, calls);
+}
+
+Result row(const std::string& name, const std::string& size, const Stats& s, double work, const std::string& unit,
+           const std::string& check = "ok") {
+  Result r{name, size, "float32", s, 0.0, unit, check};
+  if (unit == "GB/s") r.throughput = work / s.median_s / 1e9;
+  else if (unit == "TFLOP/s") r.throughput = work / s.median_s / 1e12;
+  else if (unit == "us/op") r.throughput = s.median_s * 1e6;
+  else if (unit == "ms") r.throughput = s.median_s * 1e3;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  if (num_gpus() == 0) {
+    fmt::print("bench_gpu: no GPU (num_gpus() == 0): nothing to measure\n");
+    return 0;
+  }
+  Device d = gpu(0);
+  DeviceProperties props = device_properties(d);
+  Report report("gpu", "kiln", props.name);
+  Report::print_header();
+  auto add = [&](Result r) {
+    Report::print_row(r);
+    report.add(std::move(r));
+  };
+
+  // 1. Bandwidth: device copy, add, add scalar, full sum (float32, 2^28, as peers.py).
+  {
+    const int64_t n = quick ? (1 << 24) : (1 << 28);
+    const std::string size = quick ? "2^24" : "2^28";
+    Array a = random::normal({n}, float32, d), c = random::normal({n}, float32, d), b = empty({n}, float32, d);
+    add(row("copy", size, time_events(d, [&] { b.assign(a); }), 2.0 * 4 * n, "GB/s"));
+    add(row("add", size, time_events(d, [&] { kiln::add(a, c, b); }), 3.0 * 4 * n, "GB/s"));
+    add(row("add_scalar", size, time_events(d, [&] { kiln::add(a, 1.0f, b); }), 2.0 * 4 * n, "GB/s"));
+    Array s;
+    Stats st = time_events(d, [&] { s = a.sum(); });
+    // Correctness of the timed sum against a float64 CPU reference.
+    double ref = a.to(cpu()).astype(float64).sum().item<double>();
+    double got = s.item<float>();
+    bool ok = std::abs(got - ref) <= 1e-4 * std::sqrt(static_cast<double>(n));
+    add(row("sum", size, st, 4.0 * n, "GB/s", ok ? "ok" : fmt::format("got {} want {}", got, ref)));
+  }
+  // 2. Host overhead of small ops: 10k adds of 1000 elements (wall per op, ends in a sync).
+  {
+    Array x = random::normal({1000}, float32, d), y = random::normal({1000}, float32, d);
+    const int calls = 10000;
+    Array z = x;
+    add(row("small_add", "1000", time_wall(d, [&] { z = z + y; }, calls), 0, "us/op"));
+    add(row("small_add_out", "1000", time_wall(d, [&] { kiln::add(x, y, x); }, calls), 0, "us/op"));
+  }
+  // 3. The chain of DESIGN.md run op by op (eager), 2^26 floats.
+  {
+    const int64_t n = 1 << 26;
+    Array x = random::normal({n}, float32, d);
+    auto chain = [&] { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; };
+    add(row("chain_eager", "2^26", time_events(d, [&] { (void)chain(); }), 0, "ms"));
+  }
+  // 4. float32 matmul (TF32 off).
+  for (int64_t m : quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192, 15360}) {
+    Array a = random::normal({m, m}, float32, d), b = random::normal({m, m}, float32, d);
+    add(row("matmul", std::to_string(m), time_events(d, [&] { (void)matmul(a, b); }, 2, 5), 2.0 * m * m * m,
+            "TFLOP/s"));
+  }
+  // 5. Host<->device copies of 1 GiB, pageable and pinned (wall, as peers.py).
+  {
+    const int64_t n = quick ? (1 << 24) : (1 << 28);
+    Array h = random::uniform({n}, float32, cpu());
+    Array hp = h.pin_memory();
+    Array dev = empty({n}, float32, d);
+    // Into existing buffers, like torch's d.copy_(h): no allocation inside the timed region.
+    add(row("h2d_pageable", "1GiB", time_wall(d, [&] { dev.copy_from(h); }, 1), 4.0 * n, "GB/s"));
+    add(row("h2d_pinned", "1GiB", time_wall(d, [&] { dev.copy_from(hp, {.non_blocking = true}); }, 1), 4.0 * n,
+            "GB/s"));
+    add(row("d2h_pageable", "1GiB", time_wall(d, [&] { h.copy_from(dev); }, 1), 4.0 * n, "GB/s"));
+    add(row("d2h_pinned", "1GiB", time_wall(d, [&] { hp.copy_from(dev, {.non_blocking = true}); }, 1), 4.0 * n,
+            "GB/s"));
+  }
+  // 6. Allocation latency of the caching allocator (1 MiB blocks, alloc + free).
+  {
+    add(row("alloc_free", "1MiB", time_wall(d, [&] { (void)empty({1 << 18}, float32, d); }, 10000), 0, "us/op"));
+  }
+  fmt::print("device: {} ({} SMs)\n", props.name, props.multiprocessors);
+  if (!json.empty()) report.write_json(json);
+  return 0;
+}
