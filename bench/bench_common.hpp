@@ -1,0 +1,169 @@
+// A small, device-neutral benchmark harness shared by the bench/ programs:
+// statistics over timing samples, a host-clock timer for synchronous (CPU) work,
+// and one table/JSON output format. A GPU benchmark collects its samples with
+// events instead of time_host() and reuses summarize(), Report and the output.
+//
+// Timing protocol (time_host): `warmup` untimed calls first; then the number of
+// calls per sample ("inner") is doubled until one sample lasts at least
+// `min_sample_s`, so microsecond-scale ops are not lost in clock noise; then
+// `repeat` samples, each reported as seconds per call. steady_clock is
+// monotonic, and CPU ops are synchronous, so a host clock measures them right.
+#pragma once
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::bench {
+
+/// How to time one workload.
+struct TimingOptions {
+  int warmup = 2;              ///< untimed calls before measuring
+  int repeat = 10;             ///< timed samples
+  double min_sample_s = 2e-3;  ///< a sample repeats the call until it lasts this long
+  int max_inner = 1 << 16;     ///< cap on calls per sample
+};
+
+/// Summary of timing samples, each in seconds per call.
+struct Stats {
+  double min_s = 0, median_s = 0, mean_s = 0, stddev_s = 0;
+  int repeats = 0;  ///< number of samples
+  int inner = 1;    ///< calls per sample
+};
+
+/// Min, median, mean and sample standard deviation of `samples` (seconds per call).
+inline Stats summarize(std::vector<double> samples, int inner = 1) {
+  Stats s;
+  s.repeats = static_cast<int>(samples.size());
+  s.inner = inner;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  size_t n = samples.size();
+  s.min_s = samples.front();
+  s.median_s = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  s.mean_s = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(n);
+  double ss = 0;
+  for (double x : samples) ss += (x - s.mean_s) * (x - s.mean_s);
+  s.stddev_s = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+  return s;
+}
+
+/// Times a synchronous callable with the host's steady clock (see the protocol above).
+template <class F>
+Stats time_host(F&& fn, const TimingOptions& options = {}) {
+  using clock = std::chrono::steady_clock;
+  auto run = [&](int calls) {
+    auto t0 = clock::now();
+    for (int i = 0; i < calls; ++i) fn();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  for (int i = 0; i < options.warmup; ++i) fn();
+  int inner = 1;
+  while (inner < options.max_inner && run(inner) < options.min_sample_s) inner *= 2;
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(options.repeat));
+  for (int r = 0; r < options.repeat; ++r) samples.push_back(run(inner) / inner);
+  return summarize(std::move(samples), inner);
+}
+
+/// One measured workload: what ran, how long it took and its throughput.
+struct Result {
+  std::string name;   ///< workload, e.g. "add" or "sum_axis0"
+  std::string size;   ///< size label, the same on every side of a comparison: "2^20", "4096x4096", "1024"
+  std::string dtype;  ///< "float32"
+  Stats stats;
+  double throughput = 0;  ///< in `unit`, computed from the median
+  std::string unit;       ///< "GB/s", "GFLOP/s", "ns/elem" (lower is better only for ns/elem)
+  std::string check;      ///< "ok", or what a correctness check found
+};
+
+/// A set of results plus the context they were measured in; prints a table and writes JSON.
+class Report {
+ public:
+  Report(std::string suite, std::string library, std::string device)
+      : suite_(std::move(suite)), library_(std::move(library)), device_(std::move(device)) {}
+
+  /// Adds a key/value describing the run (threads, BLAS kernel, ...); `raw_json` for numbers.
+  void set_info(const std::string& key, const std::string& value, bool raw_json = false) {
+    info_.push_back({key, raw_json ? value : quote(value)});
+  }
+  void add(Result r) { results_.push_back(std::move(r)); }
+  const std::vector<Result>& results() const { return results_; }
+
+  /// Prints one row (call as results arrive, after print_header()).
+  static void print_header() {
+    fmt::print("{:<12} {:>10} {:>8} {:>11} {:>11} {:>7} {:>12} {:<8} {}\n", "workload", "size", "dtype", "median",
+               "min", "+-%", "throughput", "unit", "check");
+  }
+  static void print_row(const Result& r) {
+    double rel = r.stats.median_s > 0 ? 100.0 * r.stats.stddev_s / r.stats.median_s : 0.0;
+    fmt::print("{:<12} {:>10} {:>8} {:>11} {:>11} {:>7.1f} {:>12.3f} {:<8} {}\n", r.name, r.size, r.dtype,
+               format_seconds(r.stats.median_s), format_seconds(r.stats.min_s), rel, r.throughput, r.unit, r.check);
+    std::fflush(stdout);
+  }
+
+  /// Writes {"suite", "library", "device", <info>..., "results": [...]} to `path`; throws on I/O failure.
+  void write_json(const std::string& path) const {
+    std::string s = "{\n";
+    s += fmt::format("  \"suite\": {},\n  \"library\": {},\n  \"device\": {},\n", quote(suite_), quote(library_),
+                     quote(device_));
+    for (const auto& [key, value] : info_) s += fmt::format("  {}: {},\n", quote(key), value);
+    s += "  \"results\": [\n";
+    for (size_t i = 0; i < results_.size(); ++i) {
+      const Result& r = results_[i];
+      s += fmt::format(
+          "    {{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {:.9g}, \"min_s\": {:.9g}, "
+          "\"mean_s\": {:.9g}, \"stddev_s\": {:.9g}, \"repeats\": {}, \"inner\": {}, \"throughput\": {:.6g}, "
+          "\"unit\": {}, \"check\": {}}}{}\n",
+          quote(r.name), quote(r.size), quote(r.dtype), r.stats.median_s, r.stats.min_s, r.stats.mean_s,
+          r.stats.stddev_s, r.stats.repeats, r.stats.inner, r.throughput, quote(r.unit), quote(r.check),
+          i + 1 < results_.size() ? "," : "");
+    }
+    s += "  ]\n}\n";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) throw std::runtime_error("write_json: cannot open " + path + " for writing");
+    bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok) throw std::runtime_error("write_json: failed writing " + path);
+  }
+
+  /// "12.3 us" style: three significant digits in s, ms, us or ns.
+  static std::string format_seconds(double s) {
+    if (s >= 1) return fmt::format("{:.3g} s", s);
+    if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
+    if (s >= 1e-6) return fmt::format("{:.3g} us", s * 1e6);
+    return fmt::format("{:.3g} ns", s * 1e9);
+  }
+
+  /// A JSON string literal.
+  static std::string quote(const std::string& v) {
+    std::string out = "\"";
+    for (char c : v) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        out += fmt::format("\\u{:04x}", static_cast<int>(c));
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+
+ private:
+  std::string suite_, library_, device_;
+  std::vector<std::pair<std::string, std::string>> info_;
+  std::vector<Result> results_;
+};
+
+}  // namespace kiln::bench
