@@ -161,6 +161,12 @@ Array matmul(const Array& a_in, const Array& b_in) {
       Array out_view(out.storage(), Shape{inner_batch, m, n}, Shape{m * n, n, 1}, out.offset() + out_offset, dtype);
       Array a3 = matrix_batch_view(a_full, first, inner_batch, a_offset);
       Array b3 = matrix_batch_view(b_full, first, inner_batch, b_offset);
+      if (inner_batch > 1 && b3.strides()[0] == 0 && a3.strides()[2] == 1 && a3.strides()[0] == m * a3.strides()[1]) {
+        // One shared right matrix and row-major left matrices stacked in memory: one (batch*m, k) product.
+        a3 = Array(a3.storage(), Shape{1, inner_batch * m, k}, Shape{0, a3.strides()[1], 1}, a3.offset(), dtype);
+        b3 = Array(b3.storage(), Shape{1, k, n}, Shape{0, b3.strides()[1], b3.strides()[2]}, b3.offset(), dtype);
+        out_view = Array(out.storage(), Shape{1, inner_batch * m, n}, Shape{0, n, 1}, out.offset() + out_offset, dtype);
+      }
       detail::MatmulCall call{&a3, &b3, out_view};
       backend.matmul(call);
       for (size_t d = first; d-- > 0;) {

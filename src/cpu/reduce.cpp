@@ -49,14 +49,23 @@ inline float half_bits_to_float(uint16_t h) {
   return std::bit_cast<float>(bits | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 
+/// The type max/min/argmax compare in: the element's own type (float for float16/bfloat16, uint8 for bool),
+/// so the compiler vectorises over the narrowest lanes; conversions to it are exact.
 template <class T>
-inline double to_double(T v) {
+using NativeValue = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
+                                       std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>>;
+template <class T>
+inline NativeValue<T> load_native(T v) {
   if constexpr (std::is_same_v<T, Half>)
     return half_bits_to_float(v.bits);
   else if constexpr (std::is_same_v<T, BFloat16>)
     return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16);
   else
-    return static_cast<double>(v);
+    return static_cast<NativeValue<T>>(v);
+}
+template <class T>
+inline double to_double(T v) {
+  return static_cast<double>(load_native(v));
 }
 
 /// An element as accumulator type A: the value for arithmetic ops (integers wrap into uint64 for sums).
@@ -70,10 +79,7 @@ inline A load_value(T v) {
 /// An element as a truth value (NaN is true, as in NumPy).
 template <class T>
 inline uint8_t load_truth(T v) {
-  if constexpr (kFloatInput<T>)
-    return to_double(v) != 0.0;
-  else
-    return v != T(0);
+  return load_native(v) != NativeValue<T>(0);
 }
 
 // ---------------------------------------------------------------- the reduction ops
@@ -111,20 +117,21 @@ struct ProdOp : ArithmeticOp {
     return a * x;
   }
 };
-/// The type max/min/argmax compare in: the element's own type (float for float16/bfloat16, uint8 for bool),
-/// so the compiler vectorises over the narrowest lanes; conversions to it are exact.
-template <class T>
-using NativeValue = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
-                                       std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>>;
-template <class T>
-inline NativeValue<T> load_native(T v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return half_bits_to_float(v.bits);
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16);
-  else
-    return static_cast<NativeValue<T>>(v);
-}
+/// A sum into a floating out (mean, var): double for every input, so integer sums round like NumPy's
+/// float64 accumulation instead of wrapping.
+struct FloatSumOp : SumOp {
+  template <class T>
+  using Acc = double;
+  template <class T>
+  static constexpr DType acc_dtype() {
+    return DType::Float64;
+  }
+  template <class A, class T>
+  static A load(T v) {
+    return to_double(v);
+  }
+};
+
 template <class T>
 constexpr DType native_dtype() {
   if constexpr (std::is_same_v<NativeValue<T>, float>)
@@ -323,11 +330,14 @@ ReduceKernels kernels_for() {
           &combine_acc<A, Op>, static_cast<int64_t>(sizeof(A)), Op::template acc_dtype<T>()};
 }
 
-ReduceKernels select_kernels(ReduceOp op, DType dtype) {
-  return visit_dtype(dtype, [op](auto tag) -> ReduceKernels {
+ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
+  return visit_dtype(dtype, [op, out_dtype](auto tag) -> ReduceKernels {
     using T = decltype(tag);
     switch (op) {
       case ReduceOp::Sum:
+        if constexpr (!kFloatInput<T>) {
+          if (is_floating(out_dtype)) return kernels_for<T, FloatSumOp>();
+        }
         return kernels_for<T, SumOp>();
       case ReduceOp::Prod:
         return kernels_for<T, ProdOp>();
@@ -759,7 +769,7 @@ void cpu_reduce(const detail::ReduceCall& call) {
   const Array& out = call.out;
   const int64_t acc_count = out.size();
   if (acc_count == 0) return;
-  const ReduceKernels k = select_kernels(call.op, call.in->dtype());
+  const ReduceKernels k = select_kernels(call.op, call.in->dtype(), out.dtype());
   // Accumulate straight into `out` when it already has the accumulator's layout.
   const bool direct = out.dtype() == k.acc_dtype && out.is_contiguous();
   std::vector<uint64_t> buffer;

@@ -7,8 +7,8 @@
 namespace kiln::cpu_impl {
 
 /// Runs call.op over call.axes of *call.in into call.out (keepdims form, C-contiguous, dtype chosen by the core).
-/// Float sums/products accumulate in double, integer ones in 64 bits (wrapping like NumPy); max/min compare in the
-/// element's type; all/any in bool. The core handles empty
+/// Float sums/products accumulate in double, integer ones in 64 bits (wrapping like NumPy) unless out is floating
+/// (then double, as NumPy's mean); max/min compare in the element's type; all/any in bool. The core handles empty
 /// reductions; max/min/argmax/argmin must not be asked to reduce zero elements.
 void cpu_reduce(const detail::ReduceCall& call);
 

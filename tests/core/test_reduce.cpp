@@ -249,6 +249,12 @@ TEST(Reduce, integer_sums_wrap_like_numpy) {
   EXPECT_EQ(sum(full({1000}, 100, int8)).item<int64_t>(), 100000);  // accumulates in int64, not int8
 }
 
+TEST(Reduce, integer_means_accumulate_in_float64_without_wrapping) {
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_EQ(mean(full({4}, big, int64)).item<double>(), 4611686018427387904.0);  // the int64 sum would wrap to 0
+  EXPECT_EQ(var(from_data(std::vector<int64_t>{big, big})).item<double>(), 0.0);
+}
+
 TEST(Reduce, large_float32_sum_is_the_rounded_double_sum) {
   const int64_t n = 3'000'001;  // a float32 accumulator would be off by percents
   Array x = full({n}, 0.1f, float32);

@@ -26,6 +26,14 @@ round-to-nearest-even by bit manipulation. bfloat16 promotes as ml_dtypes does: 
 bfloat16 with float16 gives float32; a weak scalar meeting a bfloat16 computation is first rounded to
 bfloat16 (as NumPy does for float16).
 
+Case ids (D = dtype): basic_D (unary; float specials or integer extremes first, then random values in the
+op's domain), broadcast_D ((E,1,3) with (E,3); binary ones hold every pair of specials/extremes), mixed_D1_D2,
+transposed_D, strided_D, strided_transposed_D, zero_d_D, empty_D, zero_d_int8_int64_promotes (a 0-d array is
+not weak), scalar_{int,float,bool}_D and scalar_left_{int,float}_D (Python scalars), zero_divisor_D,
+negative_exponent_kiln_rule_D, scalar_out_of_range_D (comparisons); astype: SRC_to_DST (a transposed view;
+floats going to integers stay in range, where C++ would be undefined), special_SRC_to_DST (NaN, inf, -0,
+subnormals, overflow) and double_rounding_float64_to_float16 (NumPy rounds once, not through float32).
+
 kiln's documented choices where NumPy raises or warns are encoded explicitly: integer floor_divide/remainder
 by zero give 0 (NumPy agrees, with a warning), integer power with a negative exponent gives 0 (1 for base 1,
 +-1 for base -1) where NumPy raises.
