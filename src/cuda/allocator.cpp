@@ -1,0 +1,531 @@
+// The caching device allocator: pool logic (CachingAllocator), its CUDA
+// memory source, the per-device singletons and the public memory API of
+// kiln/cuda.hpp.
+//
+// Policy:
+//  1. Requests are rounded up to 512 bytes (0 bytes counts as 512).
+//  2. Requests up to 1 MiB use the small pool, whose cudaMalloc segments are 2 MiB. Larger requests use
+//     the large pool: below 10 MiB they share 20 MiB segments; from 10 MiB on, a segment is the request
+//     rounded up to 2 MiB. When the preferred segment does not fit (limit or device), the request
+//     rounded up to 2 MiB is tried before giving up.
+//  3. Best fit: the smallest cached block of the request's pool and stream that is large enough (ties:
+//     the lowest address), found in a set ordered by (stream, size, address).
+//  4. Split: the rest of the chosen block stays cached when it is >= 512 B (small pool) or > 1 MiB
+//     (large pool); otherwise the whole block is handed out.
+//  5. Coalesce: a returned block merges with the free neighbours of its segment. Segments never merge.
+//  6. Streams: a block belongs to the stream it was allocated on and is cached in that stream's pool,
+//     reusable there at once (stream order makes that safe). record_stream adds other streams: on free
+//     an event is recorded on each, and the block enters its pool only when all have completed
+//     (events are polled at every allocation).
+//  7. Limit: reserved bytes plus a new segment must not exceed the limit (KILN_GPU_MEMORY_LIMIT or
+//     cuda::set_memory_limit); checked before calling cudaMalloc.
+//  8. Failure (limit or cudaMalloc): wait for the pending blocks and look again; then cudaFree every
+//     wholly free segment and try once more; then throw OutOfMemoryError with the request, allocated,
+//     reserved, the device's free memory and the limit.
+//  9. Memory goes back to CUDA only in empty_cache() and on that retry.
+// 10. One mutex per device guards it all; cudaMalloc/cudaFree (rare) run under it.
+#include "cuda/allocator.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include "cuda/runtime.hpp"
+#include "kiln/array.hpp"
+
+namespace kiln::cuda_impl {
+
+bool BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return std::less<StreamId>()(a->stream, b->stream);
+  if (a->size != b->size) return a->size < b->size;
+  return std::less<void*>()(a->ptr, b->ptr);
+}
+
+namespace {
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+// Requests above this cannot be rounded without overflow and never fit a device anyway.
+constexpr size_t kMaxRequest = size_t{1} << 62;
+}  // namespace
+
+size_t CachingAllocator::round_size(size_t bytes) { return bytes == 0 ? kRound : round_up(bytes, kRound); }
+
+size_t CachingAllocator::segment_size(size_t rounded) {
+  if (rounded <= kSmallRequest) return kSmallSegment;
+  if (rounded < kMediumRequest) return kMediumSegment;
+  return round_up(rounded, kLargeRound);
+}
+
+CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source, std::string device_name, size_t limit)
+    : source_(std::move(source)), name_(std::move(device_name)), limit_(limit) {}
+
+CachingAllocator::~CachingAllocator() {
+  // Only test allocators are destroyed (device ones are leaked): give every segment back.
+  std::set<Block*> heads;
+  auto add_head = [&](Block* b) {
+    while (b->prev) b = b->prev;
+    heads.insert(b);
+  };
+  for (Pool* pool : {&small_pool_, &large_pool_})
+    for (Block* b : *pool) add_head(b);
+  for (auto& [event, block] : pending_) {
+    source_->event_release(event);
+    add_head(block);
+  }
+  for (Block* head : heads) {
+    size_t total = 0;
+    for (Block* b = head; b; b = b->next) total += b->size;
+    try {
+      source_->release(head->ptr, total);
+    } catch (...) {
+      // Destructors must not throw; the memory is lost either way.
+    }
+    for (Block* b = head; b;) {
+      Block* next = b->next;
+      if (!b->allocated) delete b;  // blocks still handed out stay readable (their memory is gone)
+      b = next;
+    }
+  }
+}
+
+Block* CachingAllocator::find_free(bool small, size_t size, StreamId stream) {
+  Pool& pool = small ? small_pool_ : large_pool_;
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  key.ptr = nullptr;
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  pool.erase(it);
+  b->in_pool = false;
+  return b;
+}
+
+Block* CachingAllocator::new_segment(bool small, size_t size, StreamId stream) {
+  size_t preferred = segment_size(size);
+  size_t minimal = small ? kSmallSegment : round_up(size, kLargeRound);
+  const size_t candidates[2] = {preferred, minimal};
+  for (int i = 0; i < (preferred == minimal ? 1 : 2); ++i) {
+    size_t seg = candidates[i];
+    if (limit_ != 0 && (stats_.reserved > limit_ || limit_ - stats_.reserved < seg)) {
+      last_failure_from_limit_ = true;
+      continue;
+    }
+    void* p = source_->allocate(seg);
+    if (!p) {
+      last_failure_from_limit_ = false;
+      continue;
+    }
+    auto* b = new Block;
+    b->owner = this;
+    b->ptr = p;
+    b->size = seg;
+    b->stream = stream;
+    b->small = small;
+    stats_.reserved += seg;
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+    stats_.segments++;
+    stats_.device_mallocs++;
+    return b;
+  }
+  return nullptr;
+}
+
+void CachingAllocator::split(Block* block, size_t size) {
+  size_t remaining = block->size - size;
+  bool worth_it = block->small ? remaining >= kRound : remaining > kSmallRequest;
+  if (!worth_it) return;
+  auto* rest = new Block;
+  rest->owner = this;
+  rest->ptr = static_cast<char*>(block->ptr) + size;
+  rest->size = remaining;
+  rest->stream = block->stream;
+  rest->small = block->small;
+  rest->prev = block;
+  rest->next = block->next;
+  if (block->next) block->next->prev = rest;
+  block->next = rest;
+  block->size = size;
+  return_to_pool(rest);
+}
+
+void CachingAllocator::return_to_pool(Block* block) {
+  Pool& pool = pool_for(block);
+  if (Block* prev = block->prev; prev && prev->in_pool) {
+    pool.erase(prev);
+    prev->size += block->size;
+    prev->next = block->next;
+    if (block->next) block->next->prev = prev;
+    delete block;
+    block = prev;
+  }
+  if (Block* next = block->next; next && next->in_pool) {
+    pool.erase(next);
+    block->size += next->size;
+    block->next = next->next;
+    if (next->next) next->next->prev = block;
+    delete next;
+  }
+  block->in_pool = true;
+  block->in_pool = pool.insert(block).second;
+}
+
+void CachingAllocator::process_events() {
+  for (size_t i = 0; i < pending_.size();) {
+    auto [event, block] = pending_[i];
+    if (!source_->event_done(event)) {
+      ++i;
+      continue;
+    }
+    pending_[i] = pending_.back();
+    pending_.pop_back();
+    source_->event_release(event);
+    if (--block->pending_events == 0) {
+      stats_.pending_blocks--;
+      return_to_pool(block);
+    }
+  }
+}
+
+void CachingAllocator::wait_pending() {
+  while (!pending_.empty()) {
+    auto [event, block] = pending_.back();
+    source_->event_wait(event);
+    pending_.pop_back();
+    source_->event_release(event);
+    if (--block->pending_events == 0) {
+      stats_.pending_blocks--;
+      return_to_pool(block);
+    }
+  }
+}
+
+void CachingAllocator::release_cached() {
+  for (Pool* pool : {&small_pool_, &large_pool_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {
+        ++it;
+        continue;
+      }
+      source_->release(b->ptr, b->size);
+      stats_.reserved -= b->size;
+      stats_.segments--;
+      stats_.device_frees++;
+      it = pool->erase(it);
+      delete b;
+    }
+  }
+}
+
+Block* CachingAllocator::allocate(size_t bytes, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes > kMaxRequest) {
+    last_failure_from_limit_ = false;
+    stats_.ooms++;
+    throw_oom(bytes, bytes);
+  }
+  size_t size = round_size(bytes);
+  bool small = size <= kSmallRequest;
+  if (!pending_.empty()) process_events();
+  Block* b = find_free(small, size, stream);
+  bool hit = b != nullptr;
+  if (!b) b = new_segment(small, size, stream);
+  if (!b && !pending_.empty()) {
+    wait_pending();
+    b = find_free(small, size, stream);
+    hit = b != nullptr;
+  }
+  if (!b) {
+    stats_.alloc_retries++;
+    release_cached();
+    b = new_segment(small, size, stream);
+  }
+  if (!b) {
+    stats_.ooms++;
+    throw_oom(bytes, size);
+  }
+  if (hit) stats_.cache_hits++;
+  split(b, size);
+  b->allocated = true;
+  b->requested = bytes;
+  stats_.allocated += b->size;
+  stats_.requested += bytes;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  stats_.active_blocks++;
+  stats_.allocations++;
+  return b;
+}
+
+void CachingAllocator::free(Block* block) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  block->allocated = false;
+  stats_.allocated -= block->size;
+  stats_.requested -= block->requested;
+  stats_.active_blocks--;
+  stats_.frees++;
+  block->requested = 0;
+  if (block->used_on.empty()) {
+    return_to_pool(block);
+    return;
+  }
+  for (StreamId stream : block->used_on) {
+    EventId event = nullptr;
+    try {
+      event = source_->record_event(stream);
+      pending_.emplace_back(event, block);
+      block->pending_events++;
+    } catch (...) {
+      // CUDA is failing (or shutting down): without the event the block cannot be proven idle.
+      if (event) source_->event_release(event);
+    }
+  }
+  block->used_on.clear();
+  if (block->pending_events > 0) stats_.pending_blocks++;
+  // else: no event could be recorded; the block is leaked rather than reused while a stream may use it.
+}
+
+void CachingAllocator::record_stream(Block* block, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!block->allocated || stream == block->stream) return;
+  if (std::find(block->used_on.begin(), block->used_on.end(), stream) == block->used_on.end())
+    block->used_on.push_back(stream);
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  wait_pending();
+  release_cached();
+}
+
+cuda::MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cuda::MemoryStats s = stats_;
+  s.cached_blocks = small_pool_.size() + large_pool_.size() + stats_.pending_blocks;
+  return s;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+}
+
+size_t CachingAllocator::limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return limit_;
+}
+
+void CachingAllocator::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = bytes;
+}
+
+void CachingAllocator::throw_oom(size_t bytes, size_t size) {
+  size_t free_bytes = 0, total_bytes = 0;
+  std::string device_state;
+  try {
+    source_->memory_info(&free_bytes, &total_bytes);
+    device_state = "the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total_bytes);
+  } catch (const std::exception&) {
+    device_state = "the device's free memory is unknown";
+  }
+  std::string limit = limit_ ? format_bytes(limit_) + " (KILN_GPU_MEMORY_LIMIT or cuda::set_memory_limit)"
+                             : std::string("none (KILN_GPU_MEMORY_LIMIT unset)");
+  std::string msg = name_ + " out of memory: tried to allocate " + format_bytes(bytes);
+  if (size != bytes) msg += " (" + std::to_string(size) + " bytes rounded)";
+  msg += "; kiln has " + format_bytes(stats_.allocated) + " allocated to arrays and " +
+         format_bytes(stats_.reserved) + " reserved on " + name_ + " after releasing its cache; " + device_state +
+         "; limit: " + limit + ". ";
+  if (last_failure_from_limit_ && limit_ != 0)
+    msg += "The limit refused this request: raise KILN_GPU_MEMORY_LIMIT (or cuda::set_memory_limit), or ";
+  else
+    msg += "To fix it: ";
+  msg += "free arrays you no longer need (let them go out of scope), use smaller batches or a smaller dtype, "
+         "or move data to another device";
+  throw OutOfMemoryError(msg);
+}
+
+std::string format_bytes(size_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " bytes";
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return std::string(buf) + " (" + std::to_string(bytes) + " bytes)";
+}
+
+size_t parse_memory_limit(const std::string& text, size_t total_bytes, const char* what) {
+  auto bad = [&](const std::string& why) {
+    return ValueError(std::string(what) + "='" + text + "' " + why +
+                      "; use bytes (\"2147483648\"), a size with a unit (\"2GB\", \"512MiB\") or a percent of "
+                      "the GPU's memory (\"80%\"); unset it for no limit");
+  };
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s.empty() || s == "0" || s == "none") return 0;
+  size_t digits = 0;
+  int dots = 0;
+  while (digits < s.size() && (std::isdigit(static_cast<unsigned char>(s[digits])) || s[digits] == '.')) {
+    if (s[digits] == '.') ++dots;
+    ++digits;
+  }
+  if (digits == 0 || dots > 1 || (digits == 1 && dots == 1)) throw bad("is not a memory size");
+  double value = std::strtod(s.substr(0, digits).c_str(), nullptr);
+  std::string unit = s.substr(digits);
+  double bytes = 0;
+  if (unit == "%") {
+    if (!(value > 0.0 && value <= 100.0)) throw bad("is not a percent in (0, 100]");
+    bytes = static_cast<double>(total_bytes) * value / 100.0;
+  } else {
+    static const std::pair<const char*, double> kUnits[] = {
+        {"", 1.0},          {"b", 1.0},         {"kb", 1e3},         {"mb", 1e6},          {"gb", 1e9},
+        {"tb", 1e12},       {"k", 1024.0},      {"kib", 1024.0},     {"m", 1048576.0},     {"mib", 1048576.0},
+        {"g", 1073741824.0}, {"gib", 1073741824.0}, {"t", 1099511627776.0}, {"tib", 1099511627776.0}};
+    bool found = false;
+    for (const auto& [name, scale] : kUnits)
+      if (unit == name) {
+        bytes = value * scale;
+        found = true;
+      }
+    if (!found) throw bad("has an unknown unit '" + unit + "'");
+  }
+  if (bytes >= 9.0e18) throw bad("is too large");
+  auto result = static_cast<size_t>(bytes);
+  if (result == 0) throw bad("is below one byte");
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA side: segments from cudaMalloc, events from the device's event pool.
+
+namespace {
+
+class CudaSegmentSource final : public SegmentSource {
+ public:
+  explicit CudaSegmentSource(int device) : device_(device) {}
+  void* allocate(size_t bytes) override {
+    set_device(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    if (err != cudaSuccess) throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
+    return p;
+  }
+  void release(void* ptr, size_t) override {
+    set_device(device_);
+    KILN_CUDA_CHECK(cudaFree(ptr));
+  }
+  void memory_info(size_t* free_bytes, size_t* total_bytes) override {
+    set_device(device_);
+    KILN_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+  }
+  EventId record_event(StreamId stream) override {
+    set_device(device_);  // a null stream means the current device's default stream
+    cudaEvent_t event = acquire_event(device_);
+    cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) {
+      release_event(device_, event);
+      throw_cuda_error(err, "cudaEventRecord", __FILE__, __LINE__);
+    }
+    return event;
+  }
+  bool event_done(EventId event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    throw_cuda_error(err, "cudaEventQuery", __FILE__, __LINE__);
+  }
+  void event_wait(EventId event) override { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+  void event_release(EventId event) noexcept override { release_event(device_, static_cast<cudaEvent_t>(event)); }
+
+ private:
+  int device_;
+};
+
+void free_device_block(void* context, void*) {
+  auto* block = static_cast<Block*>(context);
+  block->owner->free(block);
+}
+
+}  // namespace
+
+CachingAllocator& device_allocator(int device) {
+  static std::array<std::atomic<CachingAllocator*>, kMaxDevices> allocators{};
+  static std::mutex creation;
+  check_device(device, "allocate");
+  CachingAllocator* a = allocators[static_cast<size_t>(device)].load(std::memory_order_acquire);
+  if (a) return *a;
+  std::lock_guard<std::mutex> lock(creation);
+  a = allocators[static_cast<size_t>(device)].load(std::memory_order_acquire);
+  if (a) return *a;
+  auto source = std::make_unique<CudaSegmentSource>(device);
+  size_t limit = 0;
+  if (const char* env = std::getenv("KILN_GPU_MEMORY_LIMIT"); env && *env) {
+    size_t free_bytes = 0, total_bytes = 0;
+    source->memory_info(&free_bytes, &total_bytes);
+    limit = parse_memory_limit(env, total_bytes);
+  }
+  // Leaked on purpose: arrays may outlive every static object, and their deleters come back here.
+  a = new CachingAllocator(std::move(source), "cuda:" + std::to_string(device), limit);
+  allocators[static_cast<size_t>(device)].store(a, std::memory_order_release);
+  return *a;
+}
+
+std::shared_ptr<Storage> device_alloc(int device, size_t bytes, cudaStream_t stream) {
+  CachingAllocator& allocator = device_allocator(device);
+  Block* block = allocator.allocate(bytes, stream);
+  try {
+    return std::make_shared<Storage>(block->ptr, bytes, Device{DeviceType::CUDA, device}, &free_device_block, block);
+  } catch (...) {
+    allocator.free(block);
+    throw;
+  }
+}
+
+void record_stream(const Storage& storage, cudaStream_t stream) {
+  auto* block = static_cast<Block*>(storage.context());
+  if (!storage.device().is_cuda() || !block || block->magic != Block::kMagic) return;
+  block->owner->record_stream(block, stream);
+}
+
+}  // namespace kiln::cuda_impl
+
+// ---------------------------------------------------------------------------------------------
+// Public API (kiln/cuda.hpp).
+
+namespace kiln::cuda {
+
+namespace {
+cuda_impl::CachingAllocator& allocator_of(Device device, const char* op) {
+  if (!device.is_cuda())
+    throw DeviceError(std::string(op) + ": " + device.str() +
+                      " has no caching allocator; pass a GPU device such as gpu(0)");
+  cuda_impl::check_device(device.index, op);
+  return cuda_impl::device_allocator(device.index);
+}
+}  // namespace
+
+MemoryStats memory_stats(Device device) { return allocator_of(device, "memory_stats").stats(); }
+void empty_cache(Device device) { allocator_of(device, "empty_cache").empty_cache(); }
+void reset_peak_memory_stats(Device device) { allocator_of(device, "reset_peak_memory_stats").reset_peak(); }
+size_t memory_limit(Device device) { return allocator_of(device, "memory_limit").limit(); }
+void set_memory_limit(Device device, size_t bytes) { allocator_of(device, "set_memory_limit").set_limit(bytes); }
+
+}  // namespace kiln::cuda

@@ -1,0 +1,167 @@
+// Code generation for the GPU's built-in elementwise and reduction kernels
+// (internal). "dtype is data": a kernel is described by a small spec (op,
+// dtypes, layout class, vector width, rank, index width); the spec packs into a
+// 64-bit key for the kernel cache, and only on a cache miss is it turned into
+// CUDA source (the prelude of device_functions.hpp + one kernel) and compiled
+// with NVRTC. The generators contain no CUDA runtime calls, so they are tested
+// without a GPU by compiling their output to PTX.
+//
+// Kernel argument layouts (the host side in elementwise.cpp/reduce.cpp fills
+// exactly these):
+// - contiguous elementwise: (out*, in_k* or scalar_k..., n) with n of the index type;
+// - strided elementwise: (out*, in_k* or scalar_k..., Params, n) where Params is
+//   one array of index-type words: size[ndim], then for 32-bit indexing magic[ndim]
+//   and shift[ndim] (division by invariant integers), then stride[array operand][ndim]
+//   in elements, output first;
+// - sequence (arange/linspace): (out*, double start, double step, i64 istart, i64 istep,
+//   i32 exact_int, i32 endpoint, double stop, i64 n);
+// - reduction: (const in*, out*, Params) with Params an array of index-type words:
+//   kept size/in stride/out stride [kept_ndim each], reduced size/stride [reduced_ndim
+//   each], then num_out, num_reduced, splits, chunk.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/op_table.hpp"
+#include "kiln/dtype.hpp"
+
+namespace kiln::cuda_impl {
+
+/// Largest coalesced rank of a strided elementwise kernel (the CPU's limit too).
+inline constexpr int kMaxKernelRank = 16;
+/// Threads per block of every generated kernel.
+inline constexpr int kBlockSize = 256;
+
+// ------------------------------------------------------------------ elementwise
+
+enum class EwLayout : uint8_t { Contiguous, Strided, Sequence };
+
+/// Everything an elementwise kernel's source depends on.
+struct ElementwiseSpec {
+  detail::OpCode op = detail::OpCode::Identity;
+  int num_inputs = 0;
+  DType out = DType::Float32;      ///< output storage dtype
+  DType compute = DType::Float32;  ///< the call's compute dtype (16-bit floats compute in float)
+  DType in[3] = {DType::Float32, DType::Float32, DType::Float32};  ///< array: storage dtype; scalar: its argument dtype
+  bool scalar[3] = {false, false, false};  ///< input k is a kernel argument, not an array
+  bool raw_copy = false;  ///< identity between equal dtypes: copy the bits
+  EwLayout layout = EwLayout::Contiguous;
+  int vector_width = 1;  ///< contiguous: elements per vector load/store (16 bytes for the widest operand)
+  int ndim = 1;          ///< strided: coalesced rank, 1..kMaxKernelRank
+  bool index64 = false;  ///< 64-bit indices and offsets
+};
+
+/// The spec as a unique 64-bit integer (the cache key).
+uint64_t elementwise_key(const ElementwiseSpec& spec);
+/// Name of the generated kernel, e.g. "kiln_add_f32_f32_f32_contig_v4_i32" (shows up in profilers).
+std::string elementwise_kernel_name(const ElementwiseSpec& spec);
+/// Complete CUDA source (prelude + kernel) for `spec`; throws DTypeError for an op the dtypes do not support.
+std::string elementwise_source(const ElementwiseSpec& spec);
+/// The kernel part of elementwise_source (no prelude), wrapped in a namespace named after the kernel so
+/// several kernels can share one program.
+std::string elementwise_kernel_code(const ElementwiseSpec& spec);
+/// Whether `op` has a GPU definition for compute dtype `compute` (the CPU's has_kernel, src/cpu/kernels.hpp).
+bool elementwise_op_supported(detail::OpCode op, DType compute);
+
+/// Whether the contiguous kernel of `op` in `compute` should use vector loads. Not for ops whose
+/// device code is long (trigonometry, pow, float floor_divide/remainder, anything transcendental in
+/// float64): they are compute-bound, and unrolling them `vector_width` times multiplies NVRTC's time.
+bool elementwise_vectorizable(detail::OpCode op, DType compute);
+/// The dtype a scalar input of `spec`'s op is passed as: bool for where's condition, else the compute
+/// dtype with 16-bit floats widened to float32 (as the CPU stores scalars).
+DType scalar_argument_dtype(detail::OpCode op, int input, DType compute);
+/// The dtype an op computes in on the GPU: float32 for float16/bfloat16, else `compute`.
+DType kernel_compute_dtype(DType compute);
+
+// ------------------------------------------------------------------ reductions
+
+enum class ReduceLayout : uint8_t {
+  Rows,     ///< groups of `group` threads per output, reading along the reduced axes
+  Columns,  ///< adjacent threads take adjacent outputs (block 32 x kBlockSize/32), rows over the reduced axes
+};
+
+/// Everything a reduction kernel's source depends on.
+struct ReduceSpec {
+  detail::ReduceOp op = detail::ReduceOp::Sum;
+  DType in = DType::Float32;   ///< input storage dtype (for from_partials: still the original input's)
+  DType out = DType::Float32;  ///< output storage dtype
+  DType acc = DType::Float32;  ///< accumulator: Float32, Float64, Int64 or Bool (arg ops: the value's type)
+  ReduceLayout layout = ReduceLayout::Rows;
+  int group = 32;        ///< Rows: threads per output (1, 2, 4, ..., 32, or kBlockSize)
+  int kept_ndim = 0;     ///< coalesced kept axes (0..kMaxKernelRank)
+  int reduced_ndim = 1;  ///< coalesced reduced axes (1..kMaxKernelRank)
+  int vector_width = 1;  ///< Rows with one contiguous reduced axis: elements per vector load
+  bool index64 = false;
+  bool from_partials = false;  ///< reads accumulators written by a split pass
+  bool to_partials = false;    ///< writes accumulators (partials[o * splits + s]) instead of the output
+};
+
+/// The spec as a unique 64-bit integer (the cache key).
+uint64_t reduce_key(const ReduceSpec& spec);
+/// Name of the generated kernel, e.g. "kiln_sum_f32_rows_g256_k0_r1_v4_i32".
+std::string reduce_kernel_name(const ReduceSpec& spec);
+/// Complete CUDA source (prelude + kernel) for `spec`.
+std::string reduce_source(const ReduceSpec& spec);
+/// The kernel part of reduce_source (no prelude), in a namespace named after the kernel.
+std::string reduce_kernel_code(const ReduceSpec& spec);
+/// Bytes of one accumulator of `spec` in a partials buffer.
+int64_t reduce_accumulator_size(const ReduceSpec& spec);
+/// The accumulator dtype kiln uses on the GPU for `op` over `in` into `out` (see reduce.cpp for the choice).
+DType reduce_accumulator_dtype(detail::ReduceOp op, DType in, DType out);
+
+// ------------------------------------------------------------------ the kernel cache
+
+/// Compiled built-in kernels by (device, spec key): a lookup is one mutex and one hash probe, and a
+/// miss generates the source and loads it through load_module (which has its own memory/disk cache).
+/// The single owner of this state is kernel_table(); it lives for the process.
+class KernelTable {
+ public:
+  struct Entry {
+    void* function = nullptr;        ///< a cudaKernel_t
+    std::shared_ptr<void> module;  ///< keeps the module loaded
+    std::string name;              ///< kernel name, for launch messages
+  };
+  /// The entry for (device, key), or nullptr on a miss.
+  const Entry* find(int device, uint64_t key);
+  /// Stores `entry` for (device, key) (the first insert wins) and returns the stored entry.
+  const Entry* insert(int device, uint64_t key, Entry entry);
+  /// Lookups that found a kernel / that had to build one, since the process started.
+  uint64_t hits() const;
+  uint64_t misses() const;
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::pair<int, uint64_t>& k) const {
+      return std::hash<uint64_t>()(k.second * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(k.first));
+    }
+  };
+  mutable std::mutex mutex_;
+  std::unordered_map<std::pair<int, uint64_t>, std::unique_ptr<Entry>, KeyHash> entries_;
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+/// The process-wide table of built-in kernels.
+KernelTable& kernel_table();
+
+/// Loads generated `source` (kernel `name`) for `device` through load_module, records it under `key` in
+/// kernel_table() and returns the entry (defined in elementwise.cpp; throws CompileError/CudaError).
+const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
+                                              const std::string& name);
+/// Multiprocessors of GPU `device` (cached after the first query).
+int multiprocessor_count(int device);
+
+/// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
+const std::vector<std::string>& builtin_kernel_options();
+
+/// C type name of a dtype's storage in generated code ("float", "kd::half_t", ...).
+const char* device_type_name(DType t);
+/// Short dtype tag for kernel names ("f32", "bf16", "b8", ...).
+const char* dtype_tag(DType t);
+
+}  // namespace kiln::cuda_impl

@@ -1,0 +1,349 @@
+// Source generation for elementwise kernels, the spec keys, and the table of
+// compiled built-in kernels (see codegen.hpp for the argument layouts).
+//
+// Every generated kernel is one `element()` function — inputs converted to the
+// compute type, the op from the prelude, the result converted to the output's
+// storage type — wrapped in one of three loops:
+// - contiguous: a grid-stride loop over vectors of `vector_width` elements
+//   (16 bytes of the widest operand, loaded through a union with uint4/uint2/...),
+//   then a scalar loop over the tail;
+// - strided: a grid-stride loop over output elements whose per-operand offsets
+//   come from the coalesced shape (division by invariant integers in 32-bit mode);
+// - sequence: arange/linspace values computed from the index in double.
+#include <cstdio>
+#include <string>
+
+#include "cuda/codegen.hpp"
+#include "cuda/device_functions.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln::cuda_impl {
+
+using detail::OpCode;
+
+namespace {
+
+int log2_int(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  return r;
+}
+
+}  // namespace
+
+bool elementwise_op_supported(OpCode op, DType t) {
+  const bool fp = is_floating(t);
+  const bool is_bool = t == DType::Bool;
+  switch (op) {
+    case OpCode::Exp: case OpCode::Exp2: case OpCode::Log: case OpCode::Log2: case OpCode::Log10:
+    case OpCode::Log1p: case OpCode::Expm1: case OpCode::Sqrt: case OpCode::Sin: case OpCode::Cos:
+    case OpCode::Tan: case OpCode::Arcsin: case OpCode::Arccos: case OpCode::Arctan: case OpCode::Sinh:
+    case OpCode::Cosh: case OpCode::Tanh: case OpCode::Sigmoid: case OpCode::Arctan2: case OpCode::Divide:
+      return fp;
+    case OpCode::BitwiseNot: case OpCode::BitwiseAnd: case OpCode::BitwiseOr: case OpCode::BitwiseXor:
+      return !fp;
+    case OpCode::LogicalNot: case OpCode::LogicalAnd: case OpCode::LogicalOr: case OpCode::LogicalXor:
+      return is_bool;
+    case OpCode::Negative: case OpCode::Sign: case OpCode::Square: case OpCode::Subtract:
+    case OpCode::FloorDivide: case OpCode::Remainder: case OpCode::Power:
+      return !is_bool;
+    case OpCode::Fill: case OpCode::Count:
+      return false;
+    default:
+      return true;
+  }
+}
+
+namespace {
+
+/// The unsigned type NVRTC loads `bytes` bytes with in one instruction.
+const char* raw_type(int bytes) {
+  switch (bytes) {
+    case 16: return "uint4";
+    case 8: return "uint2";
+    case 4: return "unsigned int";
+    case 2: return "unsigned short";
+    default: return "unsigned char";
+  }
+}
+
+std::string input_type(const ElementwiseSpec& spec, int k) { return device_type_name(spec.in[k]); }
+
+/// `__device__ OUT element(IN0 x0, ...)`: one output value from one value of each input.
+std::string element_function(const ElementwiseSpec& spec) {
+  const std::string out = device_type_name(spec.out);
+  const std::string c = device_type_name(kernel_compute_dtype(spec.compute));
+  std::string s = "__device__ __forceinline__ " + out + " element(";
+  for (int k = 0; k < spec.num_inputs; ++k) s += (k ? ", " : "") + input_type(spec, k) + " x" + std::to_string(k);
+  s += ") {\n  return ";
+  if (spec.raw_copy) return s + "x0;\n}\n";
+  const std::string name = detail::op_info(spec.op).name;
+  s += "kd::cast<" + out + ">(kd::op_" + name + "<" + c + ">(";
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    const bool condition = spec.op == OpCode::Where && k == 0;
+    s += (k ? ", " : "") + std::string("kd::cast<") + (condition ? "bool" : c) + ">(x" + std::to_string(k) + ")";
+  }
+  return s + "));\n}\n";
+}
+
+/// The kernel's parameter list (pointers, scalars, then `extra`).
+std::string parameter_list(const ElementwiseSpec& spec, const std::string& extra) {
+  std::string s = device_type_name(spec.out) + std::string("* __restrict__ out");
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    const std::string index = std::to_string(k);
+    if (spec.scalar[k]) s += ", const " + input_type(spec, k) + " s" + index;
+    else s += ", const " + input_type(spec, k) + "* __restrict__ in" + index;
+  }
+  return s + extra;
+}
+
+/// `element(...)` applied to input values read at `at` (e.g. "[i]"); scalars are the arguments.
+std::string element_call(const ElementwiseSpec& spec, const std::string& at_prefix, const std::string& at_suffix,
+                         bool per_input_offsets) {
+  std::string s = "element(";
+  int array_index = 0;
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    s += k ? ", " : "";
+    if (spec.scalar[k]) {
+      s += "s" + std::to_string(k);
+    } else {
+      ++array_index;
+      s += "in" + std::to_string(k) + at_prefix +
+           (per_input_offsets ? "o" + std::to_string(array_index) : std::string()) + at_suffix;
+    }
+  }
+  return s + ")";
+}
+
+void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
+  const char* index = spec.index64 ? "unsigned long long" : "unsigned int";
+  s += "typedef " + std::string(index) + " IDX;\n";
+  const int vec = spec.vector_width;
+  if (vec > 1) {
+    s += "union VecOut { " + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) + " raw; " +
+         device_type_name(spec.out) + " e[" + std::to_string(vec) + "]; };\n";
+    for (int k = 0; k < spec.num_inputs; ++k) {
+      if (spec.scalar[k]) continue;
+      s += "union VecIn" + std::to_string(k) + " { " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) +
+           " raw; " + input_type(spec, k) + " e[" + std::to_string(vec) + "]; };\n";
+    }
+  }
+  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
+       parameter_list(spec, ", const IDX n") + ") {\n";
+  s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
+  s += "  const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n";
+  std::string tail_start = "first";
+  if (vec > 1) {
+    const std::string v = std::to_string(vec);
+    s += "  const IDX vectors = n / " + v + ";\n";
+    s += "  for (IDX v = first; v < vectors; v += step) {\n";
+    std::string call = "element(";
+    for (int k = 0; k < spec.num_inputs; ++k) {
+      const std::string i = std::to_string(k);
+      call += k ? ", " : "";
+      if (spec.scalar[k]) {
+        call += "s" + i;
+      } else {
+        s += "    VecIn" + i + " a" + i + ";\n    a" + i + ".raw = reinterpret_cast<const " +
+             raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) + "*>(in" + i + ")[v];\n";
+        call += "a" + i + ".e[j]";
+      }
+    }
+    s += "    VecOut o;\n#pragma unroll\n    for (int j = 0; j < " + v + "; ++j) o.e[j] = " + call + ");\n";
+    s += "    reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) +
+         "*>(out)[v] = o.raw;\n  }\n";
+    tail_start = "vectors * " + v + " + first";
+  }
+  s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " + element_call(spec, "[i", "]", false) +
+       ";\n}\n";
+}
+
+void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
+  const int nd = spec.ndim;
+  int operands = 1;
+  for (int k = 0; k < spec.num_inputs; ++k) operands += spec.scalar[k] ? 0 : 1;
+  const int stride_base = spec.index64 ? nd : 3 * nd;
+  const int words = stride_base + operands * nd;
+  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
+                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
+  s += "struct Params { IDX w[" + std::to_string(words) + "]; };\n";
+  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
+       parameter_list(spec, ", const Params p, const IDX n") + ") {\n";
+  s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
+  s += "  for (IDX i = (IDX)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {\n";
+  s += "    IDX rem = i;\n    OFF";
+  for (int k = 0; k < operands; ++k) s += (k ? ", o" : " o") + std::to_string(k) + " = 0";
+  s += ";\n";
+  const std::string ndim = std::to_string(nd);
+  if (nd > 1) {
+    s += "#pragma unroll\n    for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
+    if (spec.index64)
+      s += "      const IDX q = rem / p.w[d];\n";
+    else
+      s += "      const IDX q = (__umulhi(rem, p.w[" + ndim + " + d]) + rem) >> p.w[" + std::to_string(2 * nd) +
+           " + d];\n";
+    s += "      const OFF r = (OFF)(rem - q * p.w[d]);\n      rem = q;\n";
+    for (int k = 0; k < operands; ++k)
+      s += "      o" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(stride_base + k * nd) + " + d];\n";
+    s += "    }\n";
+  }
+  for (int k = 0; k < operands; ++k)
+    s += "    o" + std::to_string(k) + " += (OFF)rem * (OFF)p.w[" + std::to_string(stride_base + k * nd) + "];\n";
+  s += "    out[o0] = " + element_call(spec, "[", "]", true) + ";\n  }\n}\n";
+}
+
+void sequence_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
+  const std::string out = device_type_name(spec.out);
+  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" + out +
+       "* __restrict__ out, const double start, const double step, const long long istart, const long long istep, "
+       "const int exact_int, const int endpoint, const double stop, const long long n) {\n";
+  s += "  const long long grid = (long long)gridDim.x * blockDim.x;\n";
+  s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += grid) {\n";
+  s += "    " + out + " v;\n";
+  s += "    if (endpoint && i == n - 1) v = kd::cast<" + out + ">(stop);\n";
+  s += "    else if (exact_int) v = kd::cast<" + out +
+       ">((long long)((unsigned long long)istart + (unsigned long long)i * (unsigned long long)istep));\n";
+  // Explicit rounding steps: the CPU computes start + i * step with two roundings, never an fma.
+  s += "    else v = kd::cast<" + out + ">(__dadd_rn(start, __dmul_rn((double)i, step)));\n";
+  s += "    out[i] = v;\n  }\n}\n";
+}
+
+}  // namespace
+
+const char* device_type_name(DType t) {
+  constexpr const char* names[] = {"bool",     "kd::i8",     "kd::i16", "kd::i32", "kd::i64",
+                                   "kd::u8",   "kd::half_t", "kd::bf16_t", "float", "double"};
+  return names[static_cast<int>(t)];
+}
+
+const char* dtype_tag(DType t) {
+  constexpr const char* tags[] = {"b8", "i8", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64"};
+  return tags[static_cast<int>(t)];
+}
+
+bool elementwise_vectorizable(OpCode op, DType compute) {
+  const bool fp = is_floating(compute);
+  switch (op) {
+    case OpCode::Power: case OpCode::FloorDivide: case OpCode::Remainder:
+      return !fp;
+    case OpCode::Arctan2: case OpCode::Tan: case OpCode::Sin: case OpCode::Cos: case OpCode::Arcsin:
+    case OpCode::Arccos: case OpCode::Arctan: case OpCode::Sinh: case OpCode::Cosh: case OpCode::Log1p:
+    case OpCode::Expm1:
+      return false;
+    default:
+      return !(compute == DType::Float64 && detail::op_info(op).rule == detail::TypeRule::Float);
+  }
+}
+
+DType kernel_compute_dtype(DType compute) {
+  return compute == DType::Float16 || compute == DType::BFloat16 ? DType::Float32 : compute;
+}
+
+DType scalar_argument_dtype(OpCode op, int input, DType compute) {
+  if (op == OpCode::Where && input == 0) return DType::Bool;
+  return kernel_compute_dtype(compute);
+}
+
+uint64_t elementwise_key(const ElementwiseSpec& spec) {
+  uint64_t key = static_cast<uint64_t>(spec.op);                           // bits 0-5
+  key |= static_cast<uint64_t>(spec.num_inputs) << 6;                      // 6-7
+  key |= static_cast<uint64_t>(spec.out) << 8;                             // 8-11
+  key |= static_cast<uint64_t>(spec.compute) << 12;                        // 12-15
+  for (int k = 0; k < 3; ++k) {
+    const bool used = k < spec.num_inputs;
+    key |= static_cast<uint64_t>(used ? spec.in[k] : DType::Bool) << (16 + 4 * k);  // 16-27
+    key |= static_cast<uint64_t>(used && spec.scalar[k]) << (28 + k);             // 28-30
+  }
+  key |= static_cast<uint64_t>(spec.raw_copy) << 31;
+  key |= static_cast<uint64_t>(spec.layout) << 32;  // 32-33
+  if (spec.layout == EwLayout::Contiguous) key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 34;  // 34-36
+  if (spec.layout == EwLayout::Strided) key |= static_cast<uint64_t>(spec.ndim) << 37;  // 37-41
+  key |= static_cast<uint64_t>(spec.index64) << 42;
+  return key;  // bit 63 clear: reductions set it
+}
+
+std::string elementwise_kernel_name(const ElementwiseSpec& spec) {
+  std::string name = "kiln_";
+  if (spec.layout == EwLayout::Sequence) return name + "sequence_" + dtype_tag(spec.out);
+  name += spec.raw_copy ? "copy" : detail::op_info(spec.op).name;
+  for (int k = 0; k < spec.num_inputs; ++k) name += std::string("_") + (spec.scalar[k] ? "s" : "") + dtype_tag(spec.in[k]);
+  if (!spec.raw_copy) name += std::string("_c") + dtype_tag(spec.compute);
+  name += std::string("_") + dtype_tag(spec.out);
+  if (spec.layout == EwLayout::Contiguous) name += "_contig_v" + std::to_string(spec.vector_width);
+  else name += "_strided" + std::to_string(spec.ndim);
+  return name + (spec.index64 ? "_i64" : "_i32");
+}
+
+std::string elementwise_source(const ElementwiseSpec& spec) { return kDevicePrelude + elementwise_kernel_code(spec); }
+
+std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
+  const std::string name = elementwise_kernel_name(spec);
+  std::string s = "// " + name + " (generated by kiln)\nnamespace " + name + "_ns {\n";
+  s.reserve(4096);
+  if (spec.layout == EwLayout::Sequence) {
+    sequence_kernel(s, spec, name);
+    return s + "}  // namespace\n";
+  }
+  const int arity = detail::op_info(spec.op).arity;
+  if (spec.num_inputs != arity || spec.num_inputs < 1)
+    throw ValueError(std::string("elementwise codegen: op ") + detail::op_info(spec.op).name + " takes " +
+                     std::to_string(arity) + " inputs, the spec has " + std::to_string(spec.num_inputs));
+  if (!spec.raw_copy && !elementwise_op_supported(spec.op, kernel_compute_dtype(spec.compute)))
+    throw DTypeError(std::string(detail::op_info(spec.op).name) + ": no GPU kernel for compute dtype " +
+                     std::string(dtype_name(spec.compute)) + " (the front-end should have promoted or rejected it)");
+  if (spec.layout == EwLayout::Strided && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))
+    throw ValueError("elementwise codegen: rank " + std::to_string(spec.ndim) + " is outside 1.." +
+                     std::to_string(kMaxKernelRank));
+  if (spec.layout == EwLayout::Contiguous) {
+    const int v = spec.vector_width;
+    if (v < 1 || v > 16 || (v & (v - 1)) != 0)
+      throw ValueError("elementwise codegen: vector width " + std::to_string(v) + " is not a power of two <= 16");
+  }
+  s += element_function(spec);
+  if (spec.layout == EwLayout::Contiguous) contiguous_kernel(s, spec, name);
+  else strided_kernel(s, spec, name);
+  return s + "}  // namespace\n";
+}
+
+// ------------------------------------------------------------------ the kernel table
+
+const KernelTable::Entry* KernelTable::find(int device, uint64_t key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find({device, key});
+  if (it == entries_.end()) {
+    ++misses_;
+    return nullptr;
+  }
+  ++hits_;
+  return it->second.get();
+}
+
+const KernelTable::Entry* KernelTable::insert(int device, uint64_t key, Entry entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, inserted] = entries_.try_emplace({device, key}, nullptr);
+  if (inserted) it->second = std::make_unique<Entry>(std::move(entry));
+  return it->second.get();
+}
+
+uint64_t KernelTable::hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hits_;
+}
+
+uint64_t KernelTable::misses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return misses_;
+}
+
+KernelTable& kernel_table() {
+  // Never destroyed: unloading modules while the CUDA runtime shuts down at exit is not safe.
+  static KernelTable* table = new KernelTable;
+  return *table;
+}
+
+const std::vector<std::string>& builtin_kernel_options() {
+  static const std::vector<std::string> options = {"--fmad=false"};
+  return options;
+}
+
+}  // namespace kiln::cuda_impl

@@ -1,0 +1,463 @@
+// GPU matrix products: cuBLAS for the float dtypes, a generated tiled kernel for
+// everything else, and the TF32 switch (kiln::cuda::set_allow_tf32).
+//
+// cuBLAS is column-major and kiln row-major, so the row-major product
+// C (m x n) = A (m x k) B (k x n) is computed as the column-major C^T = B^T A^T:
+// B is cuBLAS's first operand and A its second. A row-major matrix (column
+// stride 1) read column-major is its transpose (CUBLAS_OP_N, ld = row stride);
+// a column-major one (row stride 1, e.g. a transposed view) is passed with
+// CUBLAS_OP_T and ld = column stride, so transposed inputs are never copied.
+// Batches go through cublasGemmStridedBatchedEx; a batch stride of 0 (a
+// broadcast operand) is valid there. When only B is broadcast and A's batches
+// are stacked rows, the batch folds into m: one large gemm instead of many.
+// float16/bfloat16 compute in float32 (CUBLAS_COMPUTE_32F, reductions kept in
+// float32); float32 uses CUBLAS_COMPUTE_32F_FAST_TF32 only when allow_tf32().
+//
+// Handles: one cuBLAS handle per (device, thread), taken lazily from a per-device
+// pool and given back when the thread exits (handles are never destroyed: doing
+// so while the process exits is unsafe). Each call binds the handle to the
+// device's current stream and to a workspace of its own for that stream, from
+// the caching allocator (as PyTorch does), so kernels of one handle on two
+// streams never share scratch memory and graph capture needs no cudaMalloc.
+//
+// Other dtypes (bool, integers) and layouts cuBLAS cannot read run the kernel of
+// matmul_fallback_source: 16x16 output tiles through shared memory, integers
+// multiplied and summed modulo 2^64 then narrowed like the CPU, bool as or-of-ands.
+#include "cuda/matmul.hpp"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/codegen.hpp"
+#include "cuda/compiler.hpp"
+#include "cuda/device_functions.hpp"
+#include "cuda/launch.hpp"
+#include "cuda/ops.hpp"
+#include "cuda/runtime.hpp"
+#include "kiln/cuda.hpp"
+
+namespace kiln::cuda {
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+}  // namespace kiln::cuda
+
+namespace kiln::cuda_impl {
+namespace {
+
+// ------------------------------------------------------------------ checked cuBLAS calls
+
+/// Throws CudaError (OutOfMemoryError for CUBLAS_STATUS_ALLOC_FAILED) naming the call, file:line and device.
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  const char* path = std::strstr(file, "src/");
+  std::string message = std::string(call) + " failed at " + (path ? path : file) + ":" + std::to_string(line) +
+                        " on " + (device >= 0 ? "cuda:" + std::to_string(device) : std::string("no current device")) +
+                        ": " + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")";
+  if (status == CUBLAS_STATUS_ALLOC_FAILED)
+    throw OutOfMemoryError(message + "; free arrays or call kiln::cuda::empty_cache() and retry");
+  throw CudaError(message);
+}
+
+#define KILN_CUBLAS_CHECK(expr)                                                                         \
+  do {                                                                                                  \
+    cublasStatus_t kiln_status_ = (expr);                                                               \
+    if (kiln_status_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      ::kiln::cuda_impl::throw_cublas_error(kiln_status_, #expr, __FILE__, __LINE__);                   \
+  } while (0)
+
+// ------------------------------------------------------------------ handles and workspaces
+
+/// A cuBLAS handle and the workspaces it has used, one per stream.
+struct HandleState {
+  cublasHandle_t handle = nullptr;
+  std::vector<std::pair<cudaStream_t, std::shared_ptr<Storage>>> workspaces;
+};
+
+/// Idle handles per device. The single owner of cuBLAS handles; leaked on purpose (see the top).
+class HandlePool {
+ public:
+  static HandlePool& instance() {
+    static HandlePool* pool = new HandlePool;
+    return *pool;
+  }
+  /// An idle handle of `device` (the current device), or a new one.
+  HandleState* acquire(int device) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<HandleState*>& idle = idle_[static_cast<size_t>(device)];
+      if (!idle.empty()) {
+        HandleState* state = idle.back();
+        idle.pop_back();
+        return state;
+      }
+    }
+    auto state = std::make_unique<HandleState>();
+    KILN_CUBLAS_CHECK(cublasCreate(&state->handle));
+    // Reductions in the compute type (float32) even for float16/bfloat16 outputs: results closer to the CPU's.
+    cublasStatus_t status = cublasSetMathMode(
+        state->handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      (void)cublasDestroy(state->handle);
+      throw_cublas_error(status, "cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)",
+                         __FILE__, __LINE__);
+    }
+    return state.release();
+  }
+  /// Takes back a handle of a thread that exits. Never throws (a handle that cannot be stored is leaked).
+  void release(int device, HandleState* state) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle_[static_cast<size_t>(device)].push_back(state);
+    } catch (...) {
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::array<std::vector<HandleState*>, kMaxDevices> idle_;
+};
+
+/// This thread's handles, one slot per device, given back to the pool when the thread exits.
+struct ThreadHandles {
+  std::array<HandleState*, kMaxDevices> states{};
+  ~ThreadHandles() {
+    for (size_t d = 0; d < states.size(); ++d)
+      if (states[d]) HandlePool::instance().release(static_cast<int>(d), states[d]);
+  }
+};
+
+/// This thread's handle for `device` (the current device), bound to `stream` and to that stream's workspace.
+cublasHandle_t bound_handle(int device, cudaStream_t stream) {
+  thread_local ThreadHandles handles;
+  HandleState*& state = handles.states[static_cast<size_t>(device)];
+  if (!state) state = HandlePool::instance().acquire(device);
+  // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace is set after it, every call.
+  KILN_CUBLAS_CHECK(cublasSetStream(state->handle, stream));
+  Storage* workspace = nullptr;
+  for (const auto& [owner, storage] : state->workspaces)
+    if (owner == stream) workspace = storage.get();
+  if (!workspace) {
+    state->workspaces.emplace_back(stream, device_alloc(device, cublas_workspace_bytes(compute_capability(device)),
+                                                        stream));
+    workspace = state->workspaces.back().second.get();
+  }
+  KILN_CUBLAS_CHECK(cublasSetWorkspace(state->handle, workspace->data(), workspace->nbytes()));
+  return state->handle;
+}
+
+// ------------------------------------------------------------------ the cuBLAS path
+
+/// One matrix operand as cuBLAS reads it.
+struct GemmOperand {
+  cublasOperation_t op = CUBLAS_OP_N;
+  int64_t ld = 1;
+};
+
+/// The cuBLAS form of a row-major-indexed (rows, cols) matrix with the given strides: row-major data read
+/// column-major is the transpose (OP_N, ld = row stride); column-major data is OP_T, ld = column stride.
+/// Strides of a size-1 axis are free, as in the front-end. False when neither form fits (the fallback runs).
+bool cublas_operand(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, GemmOperand& operand) {
+  if (rows == 1) row_stride = col_stride == 1 ? cols : 1;
+  if (cols == 1) col_stride = row_stride == 1 ? rows : 1;
+  if (col_stride == 1 && row_stride >= std::max<int64_t>(1, cols)) {
+    operand = {CUBLAS_OP_N, row_stride};
+    return true;
+  }
+  if (row_stride == 1 && col_stride >= std::max<int64_t>(1, rows)) {
+    operand = {CUBLAS_OP_T, col_stride};
+    return true;
+  }
+  return false;
+}
+
+/// C^T (n x m, ldc = n) = op(B') op(A') for `batch` matrices, through the 32-bit or the 64-bit API.
+struct GemmProblem {
+  GemmOperand first, second;  ///< B's and A's cuBLAS forms
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  const void* b = nullptr;
+  const void* a = nullptr;
+  void* c = nullptr;
+  int64_t b_batch_stride = 0, a_batch_stride = 0, c_batch_stride = 0;
+  cudaDataType type = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  const void* alpha = nullptr;
+  const void* beta = nullptr;
+};
+
+void run_gemm(cublasHandle_t handle, const GemmProblem& p) {
+  const bool fits32 = std::max({p.m, p.n, p.k, p.first.ld, p.second.ld, p.batch}) <= INT_MAX;
+  if (p.batch == 1) {
+    if (fits32) {
+      KILN_CUBLAS_CHECK(cublasGemmEx(handle, p.first.op, p.second.op, static_cast<int>(p.n), static_cast<int>(p.m),
+                                     static_cast<int>(p.k), p.alpha, p.b, p.type, static_cast<int>(p.first.ld), p.a,
+                                     p.type, static_cast<int>(p.second.ld), p.beta, p.c, p.type,
+                                     static_cast<int>(p.n), p.compute, CUBLAS_GEMM_DEFAULT));
+    } else {
+      KILN_CUBLAS_CHECK(cublasGemmEx_64(handle, p.first.op, p.second.op, p.n, p.m, p.k, p.alpha, p.b, p.type,
+                                        p.first.ld, p.a, p.type, p.second.ld, p.beta, p.c, p.type, p.n, p.compute,
+                                        CUBLAS_GEMM_DEFAULT));
+    }
+    return;
+  }
+  if (fits32) {
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle, p.first.op, p.second.op, static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), p.alpha,
+        p.b, p.type, static_cast<int>(p.first.ld), p.b_batch_stride, p.a, p.type, static_cast<int>(p.second.ld),
+        p.a_batch_stride, p.beta, p.c, p.type, static_cast<int>(p.n), p.c_batch_stride, static_cast<int>(p.batch),
+        p.compute, CUBLAS_GEMM_DEFAULT));
+  } else {
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, p.first.op, p.second.op, p.n, p.m, p.k, p.alpha, p.b,
+                                                    p.type, p.first.ld, p.b_batch_stride, p.a, p.type, p.second.ld,
+                                                    p.a_batch_stride, p.beta, p.c, p.type, p.n, p.c_batch_stride,
+                                                    p.batch, p.compute, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+/// The product through cuBLAS; false (nothing queued) when a layout does not suit it.
+bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stream) {
+  const Array& a = *call.a;
+  const Array& b = *call.b;
+  const DType dtype = a.dtype();
+  const int64_t batch = call.out.shape()[0], m = a.shape()[1], k = a.shape()[2], n = b.shape()[2];
+  GemmProblem p;
+  if (!cublas_operand(k, n, b.strides()[1], b.strides()[2], p.first) ||
+      !cublas_operand(m, k, a.strides()[1], a.strides()[2], p.second))
+    return false;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.a_batch_stride = batch > 1 ? a.strides()[0] : 0;
+  p.b_batch_stride = batch > 1 ? b.strides()[0] : 0;
+  p.c_batch_stride = m * n;
+  // B shared by every batch and A's batches stacked rows (row-major A, batch stride m * ld): one (batch*m) x n gemm.
+  if (batch > 1 && p.b_batch_stride == 0 && p.second.op == CUBLAS_OP_N && p.a_batch_stride == m * p.second.ld) {
+    p.m = batch * m;
+    p.batch = 1;
+  }
+  // cuBLAS documents non-negative batch strides only: a reversed batch axis runs one call per matrix.
+  const bool per_matrix = p.batch > 1 && (p.a_batch_stride < 0 || p.b_batch_stride < 0);
+
+  const float alpha32 = 1.0f, beta32 = 0.0f;
+  const double alpha64 = 1.0, beta64 = 0.0;
+  switch (dtype) {
+    case DType::Float32:
+      p.type = CUDA_R_32F;
+      p.compute = kiln::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
+    case DType::Float64:
+      p.type = CUDA_R_64F;
+      p.compute = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::Float16:
+      p.type = CUDA_R_16F;
+      p.compute = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::BFloat16:
+      if (compute_capability(device) < 80) return false;  // bfloat16 GEMMs need Ampere or newer
+      p.type = CUDA_R_16BF;
+      p.compute = CUBLAS_COMPUTE_32F;
+      break;
+    default:
+      return false;
+  }
+  p.alpha = dtype == DType::Float64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
+  p.beta = dtype == DType::Float64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
+  p.a = a.data_ptr();
+  p.b = b.data_ptr();
+  p.c = call.out.data_ptr();
+
+  cublasHandle_t handle = bound_handle(device, stream);
+  if (!per_matrix) {
+    run_gemm(handle, p);
+    return true;
+  }
+  const int64_t isz = itemsize(dtype);
+  GemmProblem one = p;
+  one.batch = 1;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    one.a = static_cast<const char*>(p.a) + i * p.a_batch_stride * isz;
+    one.b = static_cast<const char*>(p.b) + i * p.b_batch_stride * isz;
+    one.c = static_cast<char*>(p.c) + i * p.c_batch_stride * isz;
+    run_gemm(handle, one);
+  }
+  return true;
+}
+
+// ------------------------------------------------------------------ the generated fallback
+
+constexpr int kTile = 16;
+
+/// Kernel arguments after the three pointers (the generated struct MatmulParams has this layout).
+struct MatmulParams {
+  long long batch, m, n, k;
+  long long a_batch, a_row, a_col;
+  long long b_batch, b_row, b_col;
+};
+
+/// The compiled fallback kernel of one (device, dtype); created once, never freed (like the kernel table).
+struct FallbackKernel {
+  cudaKernel_t function = nullptr;
+  std::shared_ptr<Module> module;
+  std::string name;
+};
+
+const FallbackKernel& fallback_kernel(int device, DType dtype) {
+  constexpr size_t kDTypes = 16;
+  static std::array<std::atomic<const FallbackKernel*>, kMaxDevices * kDTypes> table{};
+  std::atomic<const FallbackKernel*>& slot =
+      table[static_cast<size_t>(device) * kDTypes + static_cast<size_t>(dtype)];
+  if (const FallbackKernel* kernel = slot.load(std::memory_order_acquire)) return *kernel;
+  auto kernel = std::make_unique<FallbackKernel>();
+  kernel->name = matmul_fallback_kernel_name(dtype);
+  CompileOptions options;
+  options.options = builtin_kernel_options();
+  kernel->module = load_module(matmul_fallback_source(dtype), kernel->name, device, options);
+  kernel->function = kernel->module->function(kernel->name);
+  const FallbackKernel* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, kernel.get(), std::memory_order_acq_rel)) return *kernel.release();
+  return *expected;  // another thread stored the same kernel first
+}
+
+void fallback_matmul(const detail::MatmulCall& call, int device, cudaStream_t stream) {
+  const Array& a = *call.a;
+  const Array& b = *call.b;
+  MatmulParams params{call.out.shape()[0], a.shape()[1], b.shape()[2], a.shape()[2],
+                      a.strides()[0],      a.strides()[1], a.strides()[2],
+                      b.strides()[0],      b.strides()[1], b.strides()[2]};
+  const FallbackKernel& kernel = fallback_kernel(device, a.dtype());
+  const long long row_tiles = (params.m + kTile - 1) / kTile, col_tiles = (params.n + kTile - 1) / kTile;
+  // The kernel loops over tiles and batches beyond the grid, so the grid only has to respect CUDA's limits.
+  dim3 grid(static_cast<unsigned>(std::min<long long>(col_tiles, INT_MAX)),
+            static_cast<unsigned>(std::min<long long>(row_tiles, 65535)),
+            static_cast<unsigned>(std::min<long long>(params.batch, 65535)));
+  const void* a_data = a.data_ptr();
+  const void* b_data = b.data_ptr();
+  void* c_data = call.out.data_ptr();
+  void* args[] = {&a_data, &b_data, &c_data, &params};
+  launch(kernel.function, grid, dim3(kTile, kTile), 0, stream, args, kernel.name.c_str());
+}
+
+/// Accumulator type, element load and multiply-add of the fallback kernel for `dtype`.
+struct FallbackArithmetic {
+  const char* acc;
+  const char* zero;
+  const char* load;   ///< expression of `v` (an element) giving the accumulator type
+  const char* mac;    ///< new value of `acc` from `acc`, `x`, `y`
+  const char* store;  ///< expression of `acc` giving the element type T
+};
+
+FallbackArithmetic fallback_arithmetic(DType dtype) {
+  switch (dtype) {
+    case DType::Bool:
+      return {"unsigned int", "0u", "(v ? 1u : 0u)", "acc | (x & y)", "acc != 0u"};
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float32:
+      return {"float", "0.0f", "kd::cast<float>(v)", "fmaf(x, y, acc)", "kd::cast<T>(acc)"};
+    case DType::Float64:
+      return {"double", "0.0", "v", "fma(x, y, acc)", "acc"};
+    default:  // integers: sign-extended to 64 bits, products and sums modulo 2^64, narrowed like the CPU's cast
+      return {"kd::u64", "0ull", "(kd::u64)kd::cast<kd::i64>(v)", "acc + x * y", "kd::cast<T>((kd::i64)acc)"};
+  }
+}
+
+}  // namespace
+
+size_t cublas_workspace_bytes(int cc) {
+  // PyTorch's choice: Hopper and newer pick faster kernels with 32 MiB; older GPUs need less.
+  return cc >= 90 ? size_t{32} << 20 : size_t{8} << 20;
+}
+
+std::string matmul_fallback_kernel_name(DType dtype) { return std::string("kiln_matmul_tiled_") + dtype_tag(dtype); }
+
+std::string matmul_fallback_source(DType dtype) {
+  const FallbackArithmetic f = fallback_arithmetic(dtype);
+  const std::string name = matmul_fallback_kernel_name(dtype);
+  const std::string tile = std::to_string(kTile);
+  std::string s = kDevicePrelude;
+  s += "\nnamespace " + name + "_ns {\n";
+  s += "typedef " + std::string(device_type_name(dtype)) + " T;\n";
+  s += "typedef " + std::string(f.acc) + " Acc;\n";
+  s += "__device__ __forceinline__ Acc load(T v) { return " + std::string(f.load) + "; }\n";
+  s += "__device__ __forceinline__ Acc mac(Acc acc, Acc x, Acc y) { return " + std::string(f.mac) + "; }\n";
+  s += "__device__ __forceinline__ T store(Acc acc) { return " + std::string(f.store) + "; }\n";
+  s += "struct MatmulParams { long long batch, m, n, k, a_batch, a_row, a_col, b_batch, b_row, b_col; };\n";
+  s += "}  // namespace\n";
+  s += "using namespace " + name + "_ns;\n";
+  std::string kernel = R"KILN(
+// c[batch][i][j] = sum_q a[batch][i][q] * b[batch][q][j] for 16x16 output tiles: each block stages a 16x16
+// tile of a and of b in shared memory per step of q. Blocks loop over the tiles and batches past the grid.
+// Out-of-range tile entries are zero and only ever meet other padding or unstored outputs.
+extern "C" __global__ void __launch_bounds__(TILE * TILE) NAME(const T* __restrict__ a, const T* __restrict__ b,
+                                                               T* __restrict__ c, MatmulParams p) {
+  __shared__ Acc a_tile[TILE][TILE + 1];
+  __shared__ Acc b_tile[TILE][TILE + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const long long row_tiles = (p.m + TILE - 1) / TILE, col_tiles = (p.n + TILE - 1) / TILE;
+  for (long long batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
+    const T* a_matrix = a + batch * p.a_batch;
+    const T* b_matrix = b + batch * p.b_batch;
+    for (long long row_tile = blockIdx.y; row_tile < row_tiles; row_tile += gridDim.y) {
+      for (long long col_tile = blockIdx.x; col_tile < col_tiles; col_tile += gridDim.x) {
+        const long long i = row_tile * TILE + ty, j = col_tile * TILE + tx;
+        Acc acc = ZERO;
+        for (long long q0 = 0; q0 < p.k; q0 += TILE) {
+          const long long aq = q0 + tx, bq = q0 + ty;
+          a_tile[ty][tx] = (i < p.m && aq < p.k) ? load(a_matrix[i * p.a_row + aq * p.a_col]) : ZERO;
+          b_tile[ty][tx] = (bq < p.k && j < p.n) ? load(b_matrix[bq * p.b_row + j * p.b_col]) : ZERO;
+          __syncthreads();
+#pragma unroll
+          for (int q = 0; q < TILE; ++q) acc = mac(acc, a_tile[ty][q], b_tile[q][tx]);
+          __syncthreads();
+        }
+        if (i < p.m && j < p.n) c[(batch * p.m + i) * p.n + j] = store(acc);
+      }
+    }
+  }
+}
+)KILN";
+  auto replace_all = [&kernel](const std::string& from, const std::string& to) {
+    for (size_t at = kernel.find(from); at != std::string::npos; at = kernel.find(from, at + to.size()))
+      kernel.replace(at, from.size(), to);
+  };
+  replace_all("TILE", tile);
+  replace_all("NAME(", name + "(");
+  replace_all("ZERO", f.zero);
+  return s + kernel;
+}
+
+void cuda_matmul(const detail::MatmulCall& call) {
+  const Array& out = call.out;
+  if (out.size() == 0) return;
+  if (call.a == nullptr || call.b == nullptr || call.a->ndim() != 3 || call.b->ndim() != 3 || out.ndim() != 3 ||
+      call.a->dtype() != out.dtype() || call.b->dtype() != out.dtype() || !out.is_contiguous())
+    throw Error("internal: cuda_matmul needs 3-d operands of the output's dtype and a C-contiguous output");
+  const int device = out.device().index;
+  set_device(device);
+  const cudaStream_t stream = current_stream(device);
+  if (call.a->shape()[2] == 0) {  // a sum over an empty axis
+    KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), stream));
+    return;
+  }
+  if (cublas_matmul(call, device, stream)) return;
+  fallback_matmul(call, device, stream);
+}
+
+}  // namespace kiln::cuda_impl

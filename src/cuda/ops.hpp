@@ -1,0 +1,20 @@
+// The CUDA backend's op entry points (internal). CudaBackend (backend.cpp)
+// makes the output's device current and calls these; each is defined in its
+// own file (elementwise, reduce, matmul, random). Until one lands, a weak
+// placeholder in pending_stubs.cpp throws "not built yet".
+#pragma once
+
+#include "core/backend.hpp"
+
+namespace kiln::cuda_impl {
+
+/// Runs an elementwise op (built-in ops, fills, casts, copies) on call.out's device and current stream.
+void cuda_elementwise(const detail::ElementwiseCall& call);
+/// Runs a reduction on call.out's device and current stream.
+void cuda_reduce(const detail::ReduceCall& call);
+/// Runs a (batched) matrix product with cuBLAS on call.out's device and current stream.
+void cuda_matmul(const detail::MatmulCall& call);
+/// Fills call.out from the Philox stream on its device and current stream.
+void cuda_random(const detail::RandomCall& call);
+
+}  // namespace kiln::cuda_impl

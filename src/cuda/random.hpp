@@ -1,0 +1,29 @@
+// GPU random kernels (internal): kiln's Philox streams (include/kiln/random.hpp)
+// generated from the same shared text as the CPU's (core/philox.hpp), so uniform
+// and randint are bit-identical to the CPU and normal agrees within a few ulp.
+// The entry point, cuda_random, is declared in cuda/ops.hpp.
+#pragma once
+
+#include <string>
+
+#include "core/op_table.hpp"
+#include "kiln/dtype.hpp"
+
+namespace kiln::cuda_impl {
+
+/// What a random kernel's source depends on.
+struct RandomKernelSpec {
+  detail::RandomDistribution distribution = detail::RandomDistribution::Uniform;
+  DType dtype = DType::Float32;
+  bool wide = false;  ///< randint with span > 2^32: 2 elements per Philox block from 64-bit words
+};
+
+/// Name of the generated kernel, e.g. "kiln_random_uniform_f32" or "kiln_random_randint_i64_w64".
+std::string random_kernel_name(const RandomKernelSpec& spec);
+/// Complete CUDA source (the Philox text of core/philox.hpp + one kernel) for `spec`. The kernel takes
+/// (T* out, long long n, u64 seed, u64 offset, u64 blocks, double p0, double p1, double p2, long long low,
+/// u64 span) and runs one Philox block per thread (grid-stride). Throws DTypeError for a dtype the
+/// distribution does not support. Pure text: compiles to PTX without a GPU.
+std::string random_source(const RandomKernelSpec& spec);
+
+}  // namespace kiln::cuda_impl

@@ -1,0 +1,188 @@
+// CUDA runtime glue: checked-call errors, device discovery (0 GPUs when the
+// driver is missing), the per-thread current CUDA device and current streams,
+// a pool of internal events per device, and peer access between GPUs.
+// Owners of global state here: the device count (computed once), the per-device
+// event pools and the peer-access table, each behind its own mutex or once-flag;
+// everything else is thread_local.
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/runtime.hpp"
+#include "kiln/device.hpp"
+
+namespace kiln::cuda_impl {
+
+namespace {
+
+// Errors after which the CUDA context is unusable: every later call fails the same way.
+bool is_sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// "src/cuda/backend.cpp" rather than the build machine's absolute path.
+const char* short_path(const char* file) {
+  const char* p = std::strstr(file, "src/");
+  return p ? p : file;
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  if (!is_sticky(err)) (void)cudaGetLastError();  // clear a non-sticky error so later checks start clean
+  std::string where = device >= 0 ? "cuda:" + std::to_string(device) : std::string("no current device");
+  std::string msg = std::string(call) + " failed at " + short_path(file) + ":" + std::to_string(line) + " on " + where +
+                    ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  if (is_sticky(err))
+    msg += "; this error is sticky: the CUDA context of the process is unusable from now on (a kernel faulted). "
+           "Run with compute-sanitizer or CUDA_LAUNCH_BLOCKING=1 to find the kernel, then restart the process";
+  throw CudaError(msg);
+}
+
+int device_count() {
+  // A function-local static is initialised once even with concurrent callers.
+  static const int count = [] {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // no driver / no GPU: 0 devices, never an error
+      return 0;
+    }
+    return n < 0 ? 0 : n;
+  }();
+  return count;
+}
+
+void check_device(int device, const char* op) {
+  int n = device_count();
+  if (device < 0 || device >= n)
+    throw DeviceError(std::string(op) + ": cuda:" + std::to_string(device) + " does not exist; this machine has " +
+                      std::to_string(n) + " usable GPU(s); use try_gpu() to fall back to the CPU");
+  if (device >= kMaxDevices)
+    throw DeviceError(std::string(op) + ": cuda:" + std::to_string(device) + " is beyond the " +
+                      std::to_string(kMaxDevices) + " GPUs kiln supports per process; restrict CUDA_VISIBLE_DEVICES");
+}
+
+namespace {
+// The CUDA device this thread last made current through set_device (-1: none yet). Code that calls
+// cudaSetDevice directly must call set_device again (or cudaSetDevice back) before using kiln.
+thread_local int t_cuda_device = -1;
+thread_local std::array<cudaStream_t, kMaxDevices> t_current_streams{};
+}  // namespace
+
+void set_device(int device) {
+  if (device == t_cuda_device) return;
+  KILN_CUDA_CHECK(cudaSetDevice(device));
+  t_cuda_device = device;
+}
+
+cudaStream_t current_stream(int device) {
+  return device >= 0 && device < kMaxDevices ? t_current_streams[static_cast<size_t>(device)] : nullptr;
+}
+
+void set_current_stream(int device, cudaStream_t stream) {
+  if (device < 0 || device >= kMaxDevices)
+    throw DeviceError("set_current_stream: cuda:" + std::to_string(device) + " is out of range");
+  t_current_streams[static_cast<size_t>(device)] = stream;
+}
+
+int compute_capability(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
+  check_device(device, "compute_capability");
+  int cc = cache[static_cast<size_t>(device)].load(std::memory_order_relaxed);
+  if (cc) return cc;
+  int major = 0, minor = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  cc = major * 10 + minor;
+  cache[static_cast<size_t>(device)].store(cc, std::memory_order_relaxed);
+  return cc;
+}
+
+namespace {
+struct EventPool {
+  std::mutex mutex;
+  std::vector<cudaEvent_t> free;
+};
+EventPool& event_pool(int device) {
+  // Leaked on purpose: events may be released by destructors running after static destruction.
+  static auto* pools = new std::array<EventPool, kMaxDevices>();
+  return (*pools)[static_cast<size_t>(device)];
+}
+}  // namespace
+
+cudaEvent_t acquire_event(int device) {
+  EventPool& pool = event_pool(device);
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (!pool.free.empty()) {
+      cudaEvent_t e = pool.free.back();
+      pool.free.pop_back();
+      return e;
+    }
+  }
+  set_device(device);
+  cudaEvent_t e = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void release_event(int device, cudaEvent_t event) noexcept {
+  if (!event || device < 0 || device >= kMaxDevices) return;
+  EventPool& pool = event_pool(device);
+  try {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    pool.free.push_back(event);
+  } catch (...) {
+    // Out of memory for the free list: let the event go.
+    (void)cudaEventDestroy(event);
+  }
+}
+
+bool enable_peer_access(int device, int peer) {
+  // 0 unknown, 1 enabled, 2 not possible; for each ordered pair.
+  static std::mutex mutex;
+  static std::vector<signed char> state;
+  if (device == peer) return true;
+  int n = device_count();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (state.empty()) state.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
+  signed char& s = state[static_cast<size_t>(device) * static_cast<size_t>(n) + static_cast<size_t>(peer)];
+  if (s == 0) {
+    int can = 0;
+    KILN_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer));
+    if (can) {
+      set_device(device);
+      cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else if (err != cudaSuccess) {
+        // Peer access is an optimisation: copies still work, staged by the driver.
+        (void)cudaGetLastError();
+        can = 0;
+      }
+    }
+    s = can ? 1 : 2;
+  }
+  return s == 1;
+}
+
+}  // namespace kiln::cuda_impl
