@@ -34,6 +34,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,19 +67,19 @@ namespace {
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) device = -1;
   const char* path = std::strstr(file, "src/");
-  std::string message = std::string(call) + " failed at " + (path ? path : file) + ":" + std::to_string(line) +
-                        " on " + (device >= 0 ? "cuda:" + std::to_string(device) : std::string("no current device")) +
-                        ": " + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")";
+  std::string message = std::string(call) + " failed at " + (path ? path : file) + ":" + std::to_string(line) + " on " +
+                        (device >= 0 ? "cuda:" + std::to_string(device) : std::string("no current device")) + ": " +
+                        cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")";
   if (status == CUBLAS_STATUS_ALLOC_FAILED)
     throw OutOfMemoryError(message + "; free arrays or call kiln::cuda::empty_cache() and retry");
   throw CudaError(message);
 }
 
-#define KILN_CUBLAS_CHECK(expr)                                                                         \
-  do {                                                                                                  \
-    cublasStatus_t kiln_status_ = (expr);                                                               \
-    if (kiln_status_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      ::kiln::cuda_impl::throw_cublas_error(kiln_status_, #expr, __FILE__, __LINE__);                   \
+#define KILN_CUBLAS_CHECK(expr)                                                       \
+  do {                                                                                \
+    cublasStatus_t kiln_status_ = (expr);                                             \
+    if (kiln_status_ != CUBLAS_STATUS_SUCCESS)                                        \
+      ::kiln::cuda_impl::throw_cublas_error(kiln_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // ------------------------------------------------------------------ handles and workspaces
@@ -111,7 +112,8 @@ class HandlePool {
     KILN_CUBLAS_CHECK(cublasCreate(&state->handle));
     // Reductions in the compute type (float32) even for float16/bfloat16 outputs: results closer to the CPU's.
     cublasStatus_t status = cublasSetMathMode(
-        state->handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+        state->handle,
+        static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     if (status != CUBLAS_STATUS_SUCCESS) {
       (void)cublasDestroy(state->handle);
       throw_cublas_error(status, "cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)",
@@ -153,8 +155,8 @@ cublasHandle_t bound_handle(int device, cudaStream_t stream) {
   for (const auto& [owner, storage] : state->workspaces)
     if (owner == stream) workspace = storage.get();
   if (!workspace) {
-    state->workspaces.emplace_back(stream, device_alloc(device, cublas_workspace_bytes(compute_capability(device)),
-                                                        stream));
+    state->workspaces.emplace_back(stream,
+                                   device_alloc(device, cublas_workspace_bytes(compute_capability(device)), stream));
     workspace = state->workspaces.back().second.get();
   }
   KILN_CUBLAS_CHECK(cublasSetWorkspace(state->handle, workspace->data(), workspace->nbytes()));
@@ -163,139 +165,118 @@ cublasHandle_t bound_handle(int device, cudaStream_t stream) {
 
 // ------------------------------------------------------------------ the cuBLAS path
 
-/// One matrix operand as cuBLAS reads it.
-struct GemmOperand {
-  cublasOperation_t op = CUBLAS_OP_N;
-  int64_t ld = 1;
-};
-
 /// The cuBLAS form of a row-major-indexed (rows, cols) matrix with the given strides: row-major data read
 /// column-major is the transpose (OP_N, ld = row stride); column-major data is OP_T, ld = column stride.
 /// Strides of a size-1 axis are free, as in the front-end. False when neither form fits (the fallback runs).
-bool cublas_operand(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, GemmOperand& operand) {
+bool cublas_operand(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, bool& transpose, int64_t& ld) {
   if (rows == 1) row_stride = col_stride == 1 ? cols : 1;
   if (cols == 1) col_stride = row_stride == 1 ? rows : 1;
   if (col_stride == 1 && row_stride >= std::max<int64_t>(1, cols)) {
-    operand = {CUBLAS_OP_N, row_stride};
+    transpose = false;
+    ld = row_stride;
     return true;
   }
   if (row_stride == 1 && col_stride >= std::max<int64_t>(1, rows)) {
-    operand = {CUBLAS_OP_T, col_stride};
+    transpose = true;
+    ld = col_stride;
     return true;
   }
   return false;
 }
 
-/// C^T (n x m, ldc = n) = op(B') op(A') for `batch` matrices, through the 32-bit or the 64-bit API.
-struct GemmProblem {
-  GemmOperand first, second;  ///< B's and A's cuBLAS forms
-  int64_t m = 0, n = 0, k = 0, batch = 1;
-  const void* b = nullptr;
-  const void* a = nullptr;
-  void* c = nullptr;
-  int64_t b_batch_stride = 0, a_batch_stride = 0, c_batch_stride = 0;
+cublasOperation_t operation(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+/// Pointers and types of one gemm call of a plan.
+struct GemmData {
+  const void* first = nullptr;   ///< B's data
+  const void* second = nullptr;  ///< A's data
+  void* out = nullptr;
   cudaDataType type = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const void* alpha = nullptr;
   const void* beta = nullptr;
 };
 
-void run_gemm(cublasHandle_t handle, const GemmProblem& p) {
-  const bool fits32 = std::max({p.m, p.n, p.k, p.first.ld, p.second.ld, p.batch}) <= INT_MAX;
+/// C^T (n x m, ldc = n) = op(B) op(A) for p.batch matrices, through the 32-bit or the 64-bit API.
+void run_gemm(cublasHandle_t handle, const GemmPlan& p, const GemmData& d) {
+  const cublasOperation_t op_first = operation(p.transpose_first), op_second = operation(p.transpose_second);
+  const bool fits32 = std::max({p.m, p.n, p.k, p.ld_first, p.ld_second, p.batch}) <= INT_MAX;
   if (p.batch == 1) {
     if (fits32) {
-      KILN_CUBLAS_CHECK(cublasGemmEx(handle, p.first.op, p.second.op, static_cast<int>(p.n), static_cast<int>(p.m),
-                                     static_cast<int>(p.k), p.alpha, p.b, p.type, static_cast<int>(p.first.ld), p.a,
-                                     p.type, static_cast<int>(p.second.ld), p.beta, p.c, p.type,
-                                     static_cast<int>(p.n), p.compute, CUBLAS_GEMM_DEFAULT));
+      KILN_CUBLAS_CHECK(cublasGemmEx(handle, op_first, op_second, static_cast<int>(p.n), static_cast<int>(p.m),
+                                     static_cast<int>(p.k), d.alpha, d.first, d.type, static_cast<int>(p.ld_first),
+                                     d.second, d.type, static_cast<int>(p.ld_second), d.beta, d.out, d.type,
+                                     static_cast<int>(p.n), d.compute, CUBLAS_GEMM_DEFAULT));
     } else {
-      KILN_CUBLAS_CHECK(cublasGemmEx_64(handle, p.first.op, p.second.op, p.n, p.m, p.k, p.alpha, p.b, p.type,
-                                        p.first.ld, p.a, p.type, p.second.ld, p.beta, p.c, p.type, p.n, p.compute,
-                                        CUBLAS_GEMM_DEFAULT));
+      KILN_CUBLAS_CHECK(cublasGemmEx_64(handle, op_first, op_second, p.n, p.m, p.k, d.alpha, d.first, d.type,
+                                        p.ld_first, d.second, d.type, p.ld_second, d.beta, d.out, d.type, p.n,
+                                        d.compute, CUBLAS_GEMM_DEFAULT));
     }
     return;
   }
   if (fits32) {
     KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        handle, p.first.op, p.second.op, static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), p.alpha,
-        p.b, p.type, static_cast<int>(p.first.ld), p.b_batch_stride, p.a, p.type, static_cast<int>(p.second.ld),
-        p.a_batch_stride, p.beta, p.c, p.type, static_cast<int>(p.n), p.c_batch_stride, static_cast<int>(p.batch),
-        p.compute, CUBLAS_GEMM_DEFAULT));
+        handle, op_first, op_second, static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), d.alpha,
+        d.first, d.type, static_cast<int>(p.ld_first), p.first_batch_stride, d.second, d.type,
+        static_cast<int>(p.ld_second), p.second_batch_stride, d.beta, d.out, d.type, static_cast<int>(p.n),
+        p.out_batch_stride, static_cast<int>(p.batch), d.compute, CUBLAS_GEMM_DEFAULT));
   } else {
-    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, p.first.op, p.second.op, p.n, p.m, p.k, p.alpha, p.b,
-                                                    p.type, p.first.ld, p.b_batch_stride, p.a, p.type, p.second.ld,
-                                                    p.a_batch_stride, p.beta, p.c, p.type, p.n, p.c_batch_stride,
-                                                    p.batch, p.compute, CUBLAS_GEMM_DEFAULT));
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, op_first, op_second, p.n, p.m, p.k, d.alpha, d.first,
+                                                    d.type, p.ld_first, p.first_batch_stride, d.second, d.type,
+                                                    p.ld_second, p.second_batch_stride, d.beta, d.out, d.type, p.n,
+                                                    p.out_batch_stride, p.batch, d.compute, CUBLAS_GEMM_DEFAULT));
   }
 }
 
-/// The product through cuBLAS; false (nothing queued) when a layout does not suit it.
+/// The product through cuBLAS; false (nothing queued) when the dtype or a layout does not suit it.
 bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stream) {
-  const Array& a = *call.a;
-  const Array& b = *call.b;
-  const DType dtype = a.dtype();
-  const int64_t batch = call.out.shape()[0], m = a.shape()[1], k = a.shape()[2], n = b.shape()[2];
-  GemmProblem p;
-  if (!cublas_operand(k, n, b.strides()[1], b.strides()[2], p.first) ||
-      !cublas_operand(m, k, a.strides()[1], a.strides()[2], p.second))
-    return false;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.batch = batch;
-  p.a_batch_stride = batch > 1 ? a.strides()[0] : 0;
-  p.b_batch_stride = batch > 1 ? b.strides()[0] : 0;
-  p.c_batch_stride = m * n;
-  // B shared by every batch and A's batches stacked rows (row-major A, batch stride m * ld): one (batch*m) x n gemm.
-  if (batch > 1 && p.b_batch_stride == 0 && p.second.op == CUBLAS_OP_N && p.a_batch_stride == m * p.second.ld) {
-    p.m = batch * m;
-    p.batch = 1;
-  }
-  // cuBLAS documents non-negative batch strides only: a reversed batch axis runs one call per matrix.
-  const bool per_matrix = p.batch > 1 && (p.a_batch_stride < 0 || p.b_batch_stride < 0);
-
+  const DType dtype = call.out.dtype();
+  const std::optional<GemmPlan> plan = plan_gemm(*call.a, *call.b, call.out);
+  if (!plan) return false;
+  GemmData d;
   const float alpha32 = 1.0f, beta32 = 0.0f;
   const double alpha64 = 1.0, beta64 = 0.0;
   switch (dtype) {
     case DType::Float32:
-      p.type = CUDA_R_32F;
-      p.compute = kiln::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      d.type = CUDA_R_32F;
+      d.compute = kiln::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
     case DType::Float64:
-      p.type = CUDA_R_64F;
-      p.compute = CUBLAS_COMPUTE_64F;
+      d.type = CUDA_R_64F;
+      d.compute = CUBLAS_COMPUTE_64F;
       break;
     case DType::Float16:
-      p.type = CUDA_R_16F;
-      p.compute = CUBLAS_COMPUTE_32F;
+      d.type = CUDA_R_16F;
+      d.compute = CUBLAS_COMPUTE_32F;
       break;
     case DType::BFloat16:
       if (compute_capability(device) < 80) return false;  // bfloat16 GEMMs need Ampere or newer
-      p.type = CUDA_R_16BF;
-      p.compute = CUBLAS_COMPUTE_32F;
+      d.type = CUDA_R_16BF;
+      d.compute = CUBLAS_COMPUTE_32F;
       break;
     default:
       return false;
   }
-  p.alpha = dtype == DType::Float64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
-  p.beta = dtype == DType::Float64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
-  p.a = a.data_ptr();
-  p.b = b.data_ptr();
-  p.c = call.out.data_ptr();
+  d.alpha = dtype == DType::Float64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
+  d.beta = dtype == DType::Float64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
+  d.first = call.b->data_ptr();
+  d.second = call.a->data_ptr();
+  d.out = call.out.data_ptr();
 
   cublasHandle_t handle = bound_handle(device, stream);
-  if (!per_matrix) {
-    run_gemm(handle, p);
+  if (!plan->per_matrix) {
+    run_gemm(handle, *plan, d);
     return true;
   }
   const int64_t isz = itemsize(dtype);
-  GemmProblem one = p;
+  GemmPlan one = *plan;
   one.batch = 1;
-  for (int64_t i = 0; i < p.batch; ++i) {
-    one.a = static_cast<const char*>(p.a) + i * p.a_batch_stride * isz;
-    one.b = static_cast<const char*>(p.b) + i * p.b_batch_stride * isz;
-    one.c = static_cast<char*>(p.c) + i * p.c_batch_stride * isz;
-    run_gemm(handle, one);
+  GemmData matrix = d;
+  for (int64_t i = 0; i < plan->batch; ++i) {
+    matrix.first = static_cast<const char*>(d.first) + i * plan->first_batch_stride * isz;
+    matrix.second = static_cast<const char*>(d.second) + i * plan->second_batch_stride * isz;
+    matrix.out = static_cast<char*>(d.out) + i * plan->out_batch_stride * isz;
+    run_gemm(handle, one, matrix);
   }
   return true;
 }
@@ -321,8 +302,7 @@ struct FallbackKernel {
 const FallbackKernel& fallback_kernel(int device, DType dtype) {
   constexpr size_t kDTypes = 16;
   static std::array<std::atomic<const FallbackKernel*>, kMaxDevices * kDTypes> table{};
-  std::atomic<const FallbackKernel*>& slot =
-      table[static_cast<size_t>(device) * kDTypes + static_cast<size_t>(dtype)];
+  std::atomic<const FallbackKernel*>& slot = table[static_cast<size_t>(device) * kDTypes + static_cast<size_t>(dtype)];
   if (const FallbackKernel* kernel = slot.load(std::memory_order_acquire)) return *kernel;
   auto kernel = std::make_unique<FallbackKernel>();
   kernel->name = matmul_fallback_kernel_name(dtype);
@@ -338,9 +318,8 @@ const FallbackKernel& fallback_kernel(int device, DType dtype) {
 void fallback_matmul(const detail::MatmulCall& call, int device, cudaStream_t stream) {
   const Array& a = *call.a;
   const Array& b = *call.b;
-  MatmulParams params{call.out.shape()[0], a.shape()[1], b.shape()[2], a.shape()[2],
-                      a.strides()[0],      a.strides()[1], a.strides()[2],
-                      b.strides()[0],      b.strides()[1], b.strides()[2]};
+  MatmulParams params{call.out.shape()[0], a.shape()[1],   b.shape()[2],   a.shape()[2],   a.strides()[0],
+                      a.strides()[1],      a.strides()[2], b.strides()[0], b.strides()[1], b.strides()[2]};
   const FallbackKernel& kernel = fallback_kernel(device, a.dtype());
   const long long row_tiles = (params.m + kTile - 1) / kTile, col_tiles = (params.n + kTile - 1) / kTile;
   // The kernel loops over tiles and batches beyond the grid, so the grid only has to respect CUDA's limits.
@@ -379,6 +358,30 @@ FallbackArithmetic fallback_arithmetic(DType dtype) {
 }
 
 }  // namespace
+
+std::optional<GemmPlan> plan_gemm(const Array& a, const Array& b, const Array& out) {
+  const int64_t batch = out.shape()[0], m = a.shape()[1], k = a.shape()[2], n = b.shape()[2];
+  GemmPlan p;
+  if (!cublas_operand(k, n, b.strides()[1], b.strides()[2], p.transpose_first, p.ld_first) ||
+      !cublas_operand(m, k, a.strides()[1], a.strides()[2], p.transpose_second, p.ld_second))
+    return std::nullopt;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.first_batch_stride = batch > 1 ? b.strides()[0] : 0;
+  p.second_batch_stride = batch > 1 ? a.strides()[0] : 0;
+  p.out_batch_stride = m * n;
+  // B shared by every batch and A's batches stacked rows (row-major A, batch stride m * ld): one (batch*m) x n gemm.
+  if (batch > 1 && p.first_batch_stride == 0 && !p.transpose_second && p.second_batch_stride == m * p.ld_second) {
+    p.m = batch * m;
+    p.batch = 1;
+    p.second_batch_stride = 0;
+  }
+  // cuBLAS documents non-negative batch strides only: a reversed batch axis runs one call per matrix.
+  p.per_matrix = p.batch > 1 && (p.first_batch_stride < 0 || p.second_batch_stride < 0);
+  return p;
+}
 
 size_t cublas_workspace_bytes(int cc) {
   // PyTorch's choice: Hopper and newer pick faster kernels with 32 MiB; older GPUs need less.

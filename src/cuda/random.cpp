@@ -99,7 +99,8 @@ std::string element_code(const RandomKernelSpec& spec, std::string& setup) {
   switch (spec.distribution) {
     case RandomDistribution::Uniform:
       if (spec.dtype == DType::Float64)
-        return "    for (int k = 0; k < 2; ++k) v[k] = " + ns + "uniform_float64(r.w[2 * k], r.w[2 * k + 1], p0, p1, p2);\n";
+        return "    for (int k = 0; k < 2; ++k) v[k] = " + ns +
+               "uniform_float64(r.w[2 * k], r.w[2 * k + 1], p0, p1, p2);\n";
       setup = "  const float u_low = (float)p0, u_scale = (float)p1, u_limit = (float)p2;  // exact in float\n";
       return "    for (int k = 0; k < 4; ++k) v[k] = " + ns +
              (spec.dtype == DType::Float32   ? "uniform_float32"
@@ -120,7 +121,8 @@ std::string element_code(const RandomKernelSpec& spec, std::string& setup) {
              ";\n    }\n";
     case RandomDistribution::RandInt:
       if (spec.wide)
-        return "    for (int k = 0; k < 2; ++k) v[k] = (T)" + ns + "randint_from_words(r.w[2 * k], r.w[2 * k + 1], low, span);\n";
+        return "    for (int k = 0; k < 2; ++k) v[k] = (T)" + ns +
+               "randint_from_words(r.w[2 * k], r.w[2 * k + 1], low, span);\n";
       return "    for (int k = 0; k < 4; ++k) v[k] = (T)" + ns + "randint_from_word(r.w[k], low, span);\n";
   }
   unsupported(spec);
@@ -237,7 +239,8 @@ void cuda_random(const detail::RandomCall& call) {
   long long low = call.low;
   void* args[] = {&data, &n, &seed, &offset, &blocks, &p0, &p1, &p2, &low, &span_arg};
   const unsigned long long grid_blocks = (blocks + kBlockSize - 1) / kBlockSize;
-  const unsigned long long cap = static_cast<unsigned long long>(multiprocessor_count(device)) * kBlocksPerMultiprocessor;
+  const unsigned long long cap =
+      static_cast<unsigned long long>(multiprocessor_count(device)) * kBlocksPerMultiprocessor;
   const dim3 grid(static_cast<unsigned>(std::max<unsigned long long>(1, std::min(grid_blocks, cap))));
   launch(kernel.function, grid, dim3(kBlockSize), 0, current_stream(device), args, kernel.name.c_str());
 }

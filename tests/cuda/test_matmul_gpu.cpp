@@ -12,13 +12,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/backend.hpp"
-#include "cuda/compiler.hpp"
 #include "cuda/codegen.hpp"
+#include "cuda/compiler.hpp"
 #include "cuda/matmul.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/io.hpp"
@@ -31,17 +32,21 @@ namespace {
 #define KILN_REQUIRE_GPU() \
   if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
 
-constexpr DType kAllTypes[] = {DType::Bool,    DType::Int8,     DType::Int16,    DType::Int32,   DType::Int64,
-                               DType::UInt8,   DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
+constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
+                               DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 constexpr DType kFloatTypes[] = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
 /// Unit roundoff of a dtype's storage.
 double unit_roundoff(DType t) {
   switch (t) {
-    case DType::Float16: return std::ldexp(1.0, -11);
-    case DType::BFloat16: return std::ldexp(1.0, -8);
-    case DType::Float32: return std::ldexp(1.0, -24);
-    default: return std::ldexp(1.0, -53);
+    case DType::Float16:
+      return std::ldexp(1.0, -11);
+    case DType::BFloat16:
+      return std::ldexp(1.0, -8);
+    case DType::Float32:
+      return std::ldexp(1.0, -24);
+    default:
+      return std::ldexp(1.0, -53);
   }
 }
 
@@ -81,7 +86,8 @@ void expect_close_to_float64(const Array& a, const Array& b, const Array& gpu_re
 /// Largest |computed - exact| / (|a| |b|) over the product (for comparing precision modes).
 double max_relative_error(const Array& a, const Array& b, const Array& gpu_result) {
   const Array a64 = a.to(kiln::cpu()).astype(float64), b64 = b.to(kiln::cpu()).astype(float64);
-  const std::vector<double> e = matmul(a64, b64).to_vector<double>(), s = matmul(abs(a64), abs(b64)).to_vector<double>();
+  const std::vector<double> e = matmul(a64, b64).to_vector<double>(),
+                            s = matmul(abs(a64), abs(b64)).to_vector<double>();
   const std::vector<double> g = gpu_result.to(kiln::cpu()).astype(float64).to_vector<double>();
   double worst = 0.0;
   for (size_t i = 0; i < e.size(); ++i) worst = std::max(worst, std::abs(g[i] - e[i]) / std::max(s[i], 1e-300));
@@ -111,6 +117,95 @@ TEST(MatmulCodegen, fallback_kernel_compiles_to_ptx_for_every_dtype) {
   }
 }
 
+/// cuBLAS's documented gemm semantics (column-major, op(X) per operand, ldc = n) run on host float64 data for
+/// `plan`, checking the leading-dimension rules cuBLAS enforces; out is (batch, m, n) row-major.
+void emulate_cublas(const cuda_impl::GemmPlan& p, const double* first, const double* second, double* out) {
+  EXPECT_GE(p.ld_first, std::max<int64_t>(1, p.transpose_first ? p.k : p.n)) << "lda too small for cuBLAS";
+  EXPECT_GE(p.ld_second, std::max<int64_t>(1, p.transpose_second ? p.m : p.k)) << "ldb too small for cuBLAS";
+  if (!p.per_matrix) {
+    EXPECT_GE(p.first_batch_stride, 0);
+    EXPECT_GE(p.second_batch_stride, 0);
+  }
+  for (int64_t i = 0; i < p.batch; ++i) {
+    const double* x = first + i * p.first_batch_stride;
+    const double* y = second + i * p.second_batch_stride;
+    double* c = out + i * p.out_batch_stride;
+    for (int64_t row = 0; row < p.n; ++row)      // cuBLAS's m = our n
+      for (int64_t col = 0; col < p.m; ++col) {  // cuBLAS's n = our m
+        double sum = 0.0;
+        for (int64_t q = 0; q < p.k; ++q) {
+          const double xv = p.transpose_first ? x[q + row * p.ld_first] : x[row + q * p.ld_first];
+          const double yv = p.transpose_second ? y[col + q * p.ld_second] : y[q + col * p.ld_second];
+          sum += xv * yv;
+        }
+        c[row + col * p.n] = sum;
+      }
+  }
+}
+
+/// A (batch, rows, cols) float64 view of `base`'s storage with the given element strides and offset.
+Array view3(const Array& base, int64_t batch, int64_t rows, int64_t cols, Shape strides, int64_t offset) {
+  return Array(base.storage(), Shape{batch, rows, cols}, std::move(strides), offset, float64);
+}
+
+TEST(MatmulPlan, cublas_semantics_of_the_plan_reproduce_the_product_for_every_layout) {
+  random::set_state({3, 0});
+  const Array base = random::randint(-8, 9, {4096}, int64, kiln::cpu()).astype(float64);  // exact products
+  const int64_t m = 5, k = 7, n = 6;
+  struct Case {
+    const char* name;
+    Array a, b;
+    bool folds, per_matrix;
+  };
+  const std::vector<Case> cases = {
+      {"contiguous", view3(base, 1, m, k, {0, k, 1}, 0), view3(base, 1, k, n, {0, n, 1}, 100), false, false},
+      {"a transposed", view3(base, 1, m, k, {0, 1, m}, 0), view3(base, 1, k, n, {0, n, 1}, 100), false, false},
+      {"b transposed", view3(base, 1, m, k, {0, k, 1}, 0), view3(base, 1, k, n, {0, 1, k}, 100), false, false},
+      {"both transposed", view3(base, 1, m, k, {0, 1, m}, 0), view3(base, 1, k, n, {0, 1, k}, 100), false, false},
+      {"padded rows", view3(base, 1, m, k, {0, k + 3, 1}, 1), view3(base, 1, k, n, {0, 1, k + 2}, 200), false, false},
+      {"batched", view3(base, 3, m, k, {m * k, k, 1}, 0), view3(base, 3, k, n, {k * n, n, 1}, 300), false, false},
+      {"b broadcast folds", view3(base, 4, m, k, {m * k, k, 1}, 0), view3(base, 4, k, n, {0, n, 1}, 300), true, false},
+      {"b broadcast, a transposed", view3(base, 4, m, k, {m * k, 1, m}, 0), view3(base, 4, k, n, {0, n, 1}, 300), false,
+       false},
+      {"a broadcast", view3(base, 3, m, k, {0, k, 1}, 0), view3(base, 3, k, n, {k * n, 1, k}, 300), false, false},
+      {"a reversed batches", view3(base, 3, m, k, {-m * k, k, 1}, 2 * m * k), view3(base, 3, k, n, {k * n, n, 1}, 300),
+       false, true},
+      {"row vector a", view3(base, 2, 1, k, {k, k, 1}, 0), view3(base, 2, k, n, {0, n, 1}, 300), true, false},
+      {"strided row vector a", view3(base, 1, 1, k, {0, 1, 3}, 0), view3(base, 1, k, n, {0, n, 1}, 300), false, false},
+      {"column vector b", view3(base, 1, m, k, {0, k, 1}, 0), view3(base, 1, k, 1, {0, 2, 2}, 300), false, false},
+  };
+  for (const Case& c : cases) {
+    const int64_t batch = c.a.shape()[0];
+    const int64_t rows = c.a.shape()[1], cols = c.b.shape()[2];
+    const Array out = zeros({batch, rows, cols}, float64, kiln::cpu());
+    const std::optional<cuda_impl::GemmPlan> plan = cuda_impl::plan_gemm(c.a, c.b, out);
+    ASSERT_TRUE(plan.has_value()) << c.name;
+    EXPECT_EQ(plan->batch == 1 && batch > 1, c.folds) << c.name;
+    EXPECT_EQ(plan->per_matrix, c.per_matrix) << c.name;
+    if (plan->per_matrix) {
+      cuda_impl::GemmPlan one = *plan;
+      one.batch = 1;
+      for (int64_t i = 0; i < plan->batch; ++i)
+        emulate_cublas(one, c.b.data<double>() + i * plan->first_batch_stride,
+                       c.a.data<double>() + i * plan->second_batch_stride,
+                       out.data<double>() + i * plan->out_batch_stride);
+    } else {
+      emulate_cublas(*plan, c.b.data<double>(), c.a.data<double>(), out.data<double>());
+    }
+    const Array expected = matmul(c.a.contiguous(), c.b.contiguous());
+    EXPECT_EQ(out.to_vector<double>(), expected.to_vector<double>()) << c.name;
+  }
+}
+
+TEST(MatmulPlan, layouts_without_a_unit_stride_have_no_cublas_plan) {
+  const Array base = zeros({4096}, float64, kiln::cpu());
+  const Array out = zeros({1, 4, 5}, float64, kiln::cpu());
+  EXPECT_FALSE(cuda_impl::plan_gemm(view3(base, 1, 4, 3, {0, 6, 2}, 0), view3(base, 1, 3, 5, {0, 5, 1}, 0), out));
+  EXPECT_FALSE(cuda_impl::plan_gemm(view3(base, 1, 4, 3, {0, 3, 1}, 0), view3(base, 1, 3, 5, {0, 1, 2}, 0), out));
+  EXPECT_FALSE(cuda_impl::plan_gemm(view3(base, 1, 4, 3, {0, 0, 1}, 0), view3(base, 1, 3, 5, {0, 5, 1}, 0), out))
+      << "rows broadcast (stride 0) are not a BLAS layout";
+}
+
 TEST(MatmulCodegen, cublas_workspace_is_larger_on_hopper) {
   EXPECT_EQ(cuda_impl::cublas_workspace_bytes(90), size_t{32} << 20);
   EXPECT_EQ(cuda_impl::cublas_workspace_bytes(80), size_t{8} << 20);
@@ -137,10 +232,14 @@ Array golden_view(const Array& x, const std::string& view) {
 
 double golden_tolerance(DType t) {
   switch (t) {
-    case DType::Float16: return 4e-3;
-    case DType::BFloat16: return 3e-2;
-    case DType::Float32: return 2e-5;
-    default: return 1e-12;
+    case DType::Float16:
+      return 4e-3;
+    case DType::BFloat16:
+      return 3e-2;
+    case DType::Float32:
+      return 2e-5;
+    default:
+      return 1e-12;
   }
 }
 
@@ -189,15 +288,17 @@ TEST(GpuMatmul, golden_cases_match_numpy_for_every_dtype_shape_and_view) {
 TEST(GpuMatmul, float_dtypes_match_a_float64_reference_for_odd_sizes) {
   KILN_REQUIRE_GPU();
   const Device d = gpu(0);
-  struct Case { int64_t m, k, n; };
+  struct Case {
+    int64_t m, k, n;
+  };
   for (DType t : kFloatTypes) {
     for (Case c : {Case{33, 47, 65}, Case{1, 200, 31}, Case{64, 1, 64}, Case{128, 257, 96}, Case{7, 5, 1}}) {
       const Array a = random_matrix({c.m, c.k}, t, 1), b = random_matrix({c.k, c.n}, t, 2);
       const Array got = matmul(a.to(d), b.to(d));
       EXPECT_EQ(got.dtype(), t);
       expect_close_to_float64(a, b, got, relative_bound(t, c.k),
-                              std::string(dtype_name(t)) + " " + std::to_string(c.m) + "x" + std::to_string(c.k) +
-                                  "x" + std::to_string(c.n));
+                              std::string(dtype_name(t)) + " " + std::to_string(c.m) + "x" + std::to_string(c.k) + "x" +
+                                  std::to_string(c.n));
     }
   }
 }
@@ -268,7 +369,8 @@ TEST(GpuMatmul, one_dimensional_operands_follow_numpy_rules) {
     expect_close_to_float64(mt, v.reshape({40, 1}), mv.reshape({17, 1}), bound, tag + " matrix x vector");
     const Array vv = matmul(v.to(d), w.to(d));
     EXPECT_EQ(vv.ndim(), 0);
-    expect_close_to_float64(v.reshape({1, 40}), w.reshape({40, 1}), vv.reshape({1, 1}), bound, tag + " vector . vector");
+    expect_close_to_float64(v.reshape({1, 40}), w.reshape({40, 1}), vv.reshape({1, 1}), bound,
+                            tag + " vector . vector");
     const Array bv = matmul(batch.to(d), v.to(d));
     EXPECT_EQ(shape_str(bv.shape()), "(3, 17)");
     expect_close_to_float64(batch, v.reshape({40, 1}), bv.reshape({3, 17, 1}), bound, tag + " batch x vector");

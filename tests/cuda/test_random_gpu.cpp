@@ -77,7 +77,10 @@ std::string state_str(const random::GeneratorState& s) {
 
 /// One unit in the last place of `dtype` at magnitude |v| (normal numbers).
 double ulp(DType dtype, double v) {
-  const int mantissa_bits = dtype == DType::Float16 ? 10 : dtype == DType::BFloat16 ? 7 : dtype == DType::Float32 ? 23 : 52;
+  const int mantissa_bits = dtype == DType::Float16    ? 10
+                            : dtype == DType::BFloat16 ? 7
+                            : dtype == DType::Float32  ? 23
+                                                       : 52;
   int exponent = 0;
   std::frexp(std::abs(v), &exponent);  // |v| = f * 2^exponent, f in [0.5, 1)
   return std::ldexp(1.0, exponent - 1 - mantissa_bits);
@@ -173,11 +176,16 @@ TEST(GpuRandom, uniform_is_bit_identical_to_the_cpu) {
             state, [&](Device d) { return random::uniform({n}, t, d); },
             std::string(dtype_name(t)) + " uniform n=" + std::to_string(n) + " " + state_str(state));
   // Other intervals, including a narrow one where rounding reaches high and the clamp decides, and 2-d shapes.
-  struct Range { double low, high; };
+  struct Range {
+    double low, high;
+  };
   for (DType t : kFloatTypes)
     for (Range r : {Range{-3.0, 5.5}, Range{1.0, 1.0009765625}, Range{-1e-3, 0.0}, Range{100.0, 1000.0}})
       expect_bit_identical(
-          {7, 3}, [&](Device d) { return random::uniform({37, 29}, r.low, r.high, t, d); },
+          {7, 3},
+          [&](Device d) {
+            return random::uniform({37, 29}, r.low, r.high, t, d);
+          },
           std::string(dtype_name(t)) + " uniform [" + std::to_string(r.low) + ", " + std::to_string(r.high) + ")");
   // Many grid-stride steps per thread.
   for (DType t : {DType::Float32, DType::Float64})
@@ -188,14 +196,24 @@ TEST(GpuRandom, uniform_is_bit_identical_to_the_cpu) {
 
 TEST(GpuRandom, randint_is_bit_identical_to_the_cpu) {
   KILN_REQUIRE_GPU();
-  struct Range { int64_t low, high; };
+  struct Range {
+    int64_t low, high;
+  };
   for (DType t : kIntTypes) {
     std::vector<Range> ranges = {{0, 2}, {0, 10}, {-5, 6}};
     switch (t) {
-      case DType::Int8: ranges.push_back({-128, 128}); break;
-      case DType::UInt8: ranges.push_back({0, 256}); break;
-      case DType::Int16: ranges.push_back({-32768, 32768}); break;
-      case DType::Int32: ranges.push_back({INT32_MIN, int64_t{INT32_MAX} + 1}); break;  // span 2^32: 32-bit words
+      case DType::Int8:
+        ranges.push_back({-128, 128});
+        break;
+      case DType::UInt8:
+        ranges.push_back({0, 256});
+        break;
+      case DType::Int16:
+        ranges.push_back({-32768, 32768});
+        break;
+      case DType::Int32:
+        ranges.push_back({INT32_MIN, int64_t{INT32_MAX} + 1});
+        break;  // span 2^32: 32-bit words
       default:  // int64: spans above 2^32 take 64-bit words
         ranges.push_back({-(int64_t{1} << 40), (int64_t{1} << 40) + 3});
         ranges.push_back({INT64_MIN, INT64_MAX});
@@ -214,7 +232,9 @@ TEST(GpuRandom, randint_is_bit_identical_to_the_cpu) {
 
 TEST(GpuRandom, normal_agrees_with_the_cpu_within_4_ulp) {
   KILN_REQUIRE_GPU();
-  struct Params { double mean, stddev; };
+  struct Params {
+    double mean, stddev;
+  };
   for (DType t : kFloatTypes)
     for (Params p : {Params{0.0, 1.0}, Params{3.0, 0.5}, Params{-100.0, 20.0}})
       for (const random::GeneratorState& state : kStates)
@@ -243,7 +263,12 @@ TEST(GpuRandom, normal_agrees_with_the_cpu_within_4_ulp) {
 TEST(GpuRandom, generator_offset_advances_as_on_the_cpu_and_draws_chain) {
   KILN_REQUIRE_GPU();
   // Blocks per call: ceil(n / 4), or ceil(n / 2) for float64 and wide randint (hand-computed here).
-  struct Case { int kind; DType dtype; int64_t n; uint64_t blocks; };
+  struct Case {
+    int kind;
+    DType dtype;
+    int64_t n;
+    uint64_t blocks;
+  };
   for (Case c : {Case{0, DType::Float32, 10, 3}, Case{0, DType::Float64, 5, 3}, Case{1, DType::Float16, 4, 1},
                  Case{1, DType::Float64, 7, 4}, Case{2, DType::Int32, 9, 3}, Case{3, DType::Int64, 9, 5}}) {
     random::set_state({5, 100});
