@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "cuda/compiler.hpp"
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
@@ -78,6 +79,9 @@ int main(int argc, char** argv) {
     fmt::print("bench_gpu: no GPU (num_gpus() == 0): nothing to measure\n");
     return 0;
   }
+  // A fresh kernel cache directory, so "first compile" below is a real cold compile.
+  char cache_dir[] = "/tmp/kiln-bench-cache-XXXXXX";
+  if (mkdtemp(cache_dir)) setenv("KILN_CACHE_DIR", cache_dir, 1);
   Device d = gpu(0);
   DeviceProperties props = device_properties(d);
   Report report("gpu", "kiln", props.name);
@@ -138,7 +142,32 @@ int main(int argc, char** argv) {
     add(row("d2h_pinned", "1GiB", time_wall(d, [&] { hp.copy_from(dev, {.non_blocking = true}); }, 1), 4.0 * n,
             "GB/s"));
   }
-  // 6. Allocation latency of the caching allocator (1 MiB blocks, alloc + free).
+  // 6. Run-time compilation: first use of a new kernel (code generation + NVRTC + load + launch, NVRTC
+  // already initialised by the workloads above), then a disk-cache hit of a fresh module after the
+  // in-memory cache is cleared (read + check + load).
+  {
+    using clock = std::chrono::steady_clock;
+    Array a = random::normal({4096}, float64, d), b = random::normal({4096}, float64, d);
+    synchronize(d);
+    auto t0 = clock::now();
+    (void)arctan2(a, b);
+    synchronize(d);
+    double cold = std::chrono::duration<double>(clock::now() - t0).count();
+    add(row("compile_cold", "1", bench::summarize({cold}), 0, "ms"));
+    const std::string src =
+        "extern \"C\" __global__ void bench_disk_hit(float* y, int n) {"
+        " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = tanhf(y[i] * 1.25f) + 0.5f; }";
+    (void)cuda_impl::load_module(src, "bench_disk_hit", 0, {});  // compiles and writes the disk cache
+    std::vector<double> hits;
+    for (int r = 0; r < 5; ++r) {
+      cuda_impl::clear_memory_cache();
+      auto t1 = clock::now();
+      (void)cuda_impl::load_module(src, "bench_disk_hit", 0, {});
+      hits.push_back(std::chrono::duration<double>(clock::now() - t1).count());
+    }
+    add(row("compile_disk_hit", "1", bench::summarize(hits), 0, "ms"));
+  }
+  // 7. Allocation latency of the caching allocator (1 MiB blocks, alloc + free).
   {
     add(row("alloc_free", "1MiB", time_wall(d, [&] { (void)empty({1 << 18}, float32, d); }, 10000), 0, "us/op"));
   }

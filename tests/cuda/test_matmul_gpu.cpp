@@ -362,10 +362,10 @@ TEST(GpuMatmul, one_dimensional_operands_follow_numpy_rules) {
     const Array batch = random_matrix({3, 17, 40}, t, 17);
     const double bound = relative_bound(t, 40);
     const Array vm = matmul(v.to(d), m.to(d));
-    EXPECT_EQ(shape_str(vm.shape()), "(23)");
+    EXPECT_EQ(shape_str(vm.shape()), "(23,)");
     expect_close_to_float64(v.reshape({1, 40}), m, vm.reshape({1, 23}), bound, tag + " vector x matrix");
     const Array mv = matmul(mt.to(d), v.to(d));
-    EXPECT_EQ(shape_str(mv.shape()), "(17)");
+    EXPECT_EQ(shape_str(mv.shape()), "(17,)");
     expect_close_to_float64(mt, v.reshape({40, 1}), mv.reshape({17, 1}), bound, tag + " matrix x vector");
     const Array vv = matmul(v.to(d), w.to(d));
     EXPECT_EQ(vv.ndim(), 0);

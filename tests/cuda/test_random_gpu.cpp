@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -200,7 +202,8 @@ TEST(GpuRandom, randint_is_bit_identical_to_the_cpu) {
     int64_t low, high;
   };
   for (DType t : kIntTypes) {
-    std::vector<Range> ranges = {{0, 2}, {0, 10}, {-5, 6}};
+    std::vector<Range> ranges = {{0, 2}, {0, 10}};
+    if (t != DType::UInt8) ranges.push_back({-5, 6});  // uint8 holds no negative values
     switch (t) {
       case DType::Int8:
         ranges.push_back({-128, 128});
@@ -251,7 +254,8 @@ TEST(GpuRandom, normal_agrees_with_the_cpu_within_4_ulp) {
           ASSERT_EQ(gv.size(), cv.size()) << what;
           int failures = 0;
           for (size_t i = 0; i < gv.size() && failures < 5; ++i) {
-            const double allowed = 4.0 * ulp(t, std::max(std::abs(cv[i]), p.stddev));
+            // mean + stddev * z cancels when |mean| > |x|: the error scales with the larger operand.
+            const double allowed = 4.0 * ulp(t, std::max({std::abs(cv[i]), std::abs(p.mean), p.stddev}));
             if (!(std::abs(gv[i] - cv[i]) <= allowed)) {
               ++failures;
               ADD_FAILURE() << what << " [" << i << "]: gpu " << gv[i] << ", cpu " << cv[i] << ", allowed " << allowed;
