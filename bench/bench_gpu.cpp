@@ -14,6 +14,7 @@
 
 #include "bench_common.hpp"
 #include "cuda/compiler.hpp"
+#include "cuda/launch.hpp"
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
@@ -114,6 +115,11 @@ int main(int argc, char** argv) {
     Array z = x;
     add(row("small_add", "1000", time_wall(d, [&] { z = z + y; }, calls), 0, "us/op"));
     add(row("small_add_out", "1000", time_wall(d, [&] { kiln::add(x, y, x); }, calls), 0, "us/op"));
+    // The floor under both: an empty kernel through the same launch helper (no kiln dispatch).
+    auto module = cuda_impl::load_module("extern \"C\" __global__ void empty_kernel() {}", "empty_kernel", 0, {});
+    cudaKernel_t k = module->function("empty_kernel");
+    add(row("launch_empty", "1", time_wall(d, [&] { cuda_impl::launch(k, 1, 32, 0, nullptr, nullptr, "empty"); }, calls),
+            0, "us/op"));
   }
   // 3. The chain of DESIGN.md run op by op (eager), 2^26 floats.
   {

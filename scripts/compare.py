@@ -44,6 +44,8 @@ def main():
     t = peers.get("torch_small_op_out_us")
     add("small add out= host time", kv("small_add_out", "1000"), t, None, "us/op",
         kv("small_add_out", "1000") / t if num(t) and kv("small_add_out", "1000") else None, "")
+    add("empty kernel launch (floor)", kv("launch_empty", "1"), None, peers.get("cupy_empty_launch_us"), "us/op",
+        None, "")
     t = peers.get("chain_torch_eager_ms")
     add("chain eager 2^26", kv("chain_eager", "2^26"), t, peers.get("chain_cupy_eager_ms"), "ms",
         kv("chain_eager", "2^26") / t if num(t) and kv("chain_eager", "2^26") else None, "(fusion: issue 4)")
