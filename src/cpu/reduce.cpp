@@ -13,7 +13,6 @@
 // to the first index, as NumPy does.
 #include "cpu/reduce.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -454,8 +453,8 @@ Plan sub_plan(const Plan& plan, size_t d, int64_t begin, int64_t end) {
 }
 
 void execute(const Plan& plan, const ReduceKernels& k, char* acc, int64_t total, int64_t acc_count) {
-  const int threads = omp_get_max_threads();
-  if (total < 2 * kParallelThreshold || threads <= 1 || omp_in_parallel()) {
+  const int threads = max_threads();
+  if (total < 2 * kParallelThreshold || threads <= 1) {
     run_plan(plan, k, acc);
     return;
   }
@@ -476,25 +475,23 @@ void execute(const Plan& plan, const ReduceKernels& k, char* acc, int64_t total,
     run_plan(plan, k, acc);
     return;
   }
-  const int team = static_cast<int>(chunks);
   if (split_kept) {
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int64_t c = 0; c < chunks; ++c)
+    parallel_chunks(chunks, [&](int64_t c) {
       run_plan(sub_plan(plan, axis, size * c / chunks, size * (c + 1) / chunks), k, acc);
+    });
     return;
   }
   // Chunk 0 accumulates into `acc`; the others into private buffers combined afterwards.
   const int64_t words = (acc_count * k.acc_itemsize + 7) / 8;
   std::vector<std::vector<uint64_t>> privates(static_cast<size_t>(chunks - 1), std::vector<uint64_t>(words));
-#pragma omp parallel for num_threads(team) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallel_chunks(chunks, [&](int64_t c) {
     char* target = acc;
     if (c > 0) {
       target = reinterpret_cast<char*>(privates[static_cast<size_t>(c - 1)].data());
       k.init(target, acc_count);
     }
     run_plan(sub_plan(plan, axis, size * c / chunks, size * (c + 1) / chunks), k, target);
-  }
+  });
   for (const auto& buffer : privates) k.combine(acc, buffer.data(), acc_count);
 }
 
@@ -710,8 +707,8 @@ void arg_reduce(const detail::ReduceCall& call) {
   const int64_t n_reduced = reduced.count(), n_out = kept.count();
   const char* base = static_cast<const char*>(in.data_ptr());
   int64_t* out = call.out.data<int64_t>();  // keepdims form, contiguous: C order over the kept axes
-  const int threads = omp_get_max_threads();
-  const bool parallel = n_reduced * n_out >= 2 * kParallelThreshold && threads > 1 && !omp_in_parallel();
+  const int threads = max_threads();
+  const bool parallel = n_reduced * n_out >= 2 * kParallelThreshold && threads > 1;
 
   if (innermost_kept && n_reduced > 1) {
     // Walk reduced indices in order, each time updating whole rows of per-output states.
@@ -735,12 +732,11 @@ void arg_reduce(const detail::ReduceCall& call) {
   }
   if (n_out == 1 && parallel) {  // one long scan: chunks in order, merged first to last
     const int64_t chunks = std::min<int64_t>(threads, n_reduced / kParallelThreshold);
-    const int team = static_cast<int>(chunks);
     std::vector<ArgState> partial(static_cast<size_t>(std::max<int64_t>(chunks, 1)));
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int64_t c = 0; c < chunks; ++c)
+    parallel_chunks(chunks, [&](int64_t c) {
       arg_scan_range(k, partial[static_cast<size_t>(c)], base, reduced, n_reduced * c / chunks,
                      n_reduced * (c + 1) / chunks, isz);
+    });
     ArgState s = partial[0];
     for (size_t c = 1; c < partial.size(); ++c) k.combine(s, partial[c]);
     out[0] = s.index;
