@@ -43,7 +43,8 @@ class Stream {
   std::shared_ptr<void> owner_;  // destroys the native stream with the last copy
 };
 
-/// RAII: makes `stream` the current stream of its device for this thread, for the guard's scope. Not copyable.
+/// RAII: makes `stream` the current stream of its device for this thread, for the guard's scope
+/// (the guard keeps the stream alive meanwhile). Not copyable.
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);
@@ -53,6 +54,7 @@ class StreamGuard {
 
  private:
   Stream previous_;
+  Stream current_;
 };
 
 /// A marker in a stream, for ordering (wait) and timing (elapsed_ms).

@@ -55,7 +55,7 @@ std::string Stream::str() const {
   return "Stream(" + device_.str() + ", " + buf + ")";
 }
 
-StreamGuard::StreamGuard(const Stream& stream) : previous_(Stream::current(stream.device())) {
+StreamGuard::StreamGuard(const Stream& stream) : previous_(Stream::current(stream.device())), current_(stream) {
   detail::backend_for(stream.device()).set_current_stream(stream.device(), stream.handle());
 }
 StreamGuard::~StreamGuard() {

@@ -1,6 +1,6 @@
 // Transfer tests: every direction (host->GPU, GPU->host, GPU->GPU on one and
 // on two GPUs), pinned and pageable host memory, both pageable copy paths
-// (through the driver below 8 MiB, staged through pinned chunks above),
+// (through the driver for small copies, staged through pinned chunks for large ones),
 // non-contiguous sources, identity moves, empty arrays, and the errors. Each
 // result is checked against the host data it came from. GPU tests skip
 // without a GPU; the error tests for a machine without one run everywhere.
