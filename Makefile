@@ -29,7 +29,7 @@ test: build
 	done
 
 demo: build
-	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); ./build/$$p/tools/kiln/kiln demo
+	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); ./build/$$p/tools/kiln/kiln info && ./build/$$p/tools/kiln/kiln demo
 
 bench: build
 	./scripts/bench-cpu
