@@ -3,6 +3,8 @@
 // ellipsis, checked against hand-computed values, strides and offsets.
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <string>
 #include <vector>
 
@@ -16,20 +18,7 @@ using Values = std::vector<int64_t>;
 /// arange(n) as int64 reshaped to `shape`: element values equal their C-order position.
 Array iota(const Shape& shape) { return arange(shape_numel(shape), int64).reshape(shape); }
 
-/// Expects `f` to throw E with a message containing every fragment.
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments)
-      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing from: " << message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using kiln_test::expect_error;
 
 TEST(Indexing, integer_drops_the_axis_and_views_the_row) {
   Array a = iota({3, 4});

@@ -4,6 +4,8 @@
 // float64 references for the BLAS paths, hand-computed values, and errors.
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -76,18 +78,7 @@ void run_golden(const std::string& prefix) {
   EXPECT_GT(count, 0) << "no golden cases start with " << prefix;
 }
 
-template <class E, class F>
-void expect_error(F&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message lacks '" << part << "': " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using kiln_test::expect_error;
 
 /// Deterministic values in [-1, 1) for a (rows, cols) float64 matrix.
 std::vector<double> pattern(int64_t rows, int64_t cols, int seed) {

@@ -2,6 +2,8 @@
 // every dtype in C/Fortran order and both byte orders, 0-d, empty, format 1.0/2.0/3.0,
 // byte-exact agreement of save with np.save, and every error load/save throws.
 #include <gtest/gtest.h>
+
+#include "test_util.hpp"
 #include <unistd.h>
 
 #include <cmath>
@@ -47,19 +49,7 @@ class NpyTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-/// Expects `fn` to throw E whose message contains every one of `parts`.
-template <class E, class F>
-void expect_error(F&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message lacks '" << part << "': " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using kiln_test::expect_error;
 
 /// np.arange(6).reshape(2, 3).astype(t) built from raw bytes (no kiln conversion involved).
 Array arange6(DType t) {

@@ -3,6 +3,8 @@
 // streams against NumPy golden data (tests/golden/random_golden.py, an independent
 // implementation), statistics, generator state, thread independence and errors.
 #include <gtest/gtest.h>
+
+#include "test_util.hpp"
 #include <omp.h>
 
 #include <algorithm>
@@ -26,20 +28,7 @@ namespace {
 
 namespace philox = detail::philox;
 
-/// Expects `f` to throw E with a message containing every fragment.
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments)
-      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing from: " << message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using kiln_test::expect_error;
 
 uint64_t bits_of(double d) {
   uint64_t u;

@@ -5,6 +5,8 @@
 // accuracy; hand-computed values for edge cases; and every error thrown.
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -136,19 +138,7 @@ void run_golden(const std::string& prefix) {
   }
 }
 
-/// Expects `fn` to throw E whose message contains every one of `parts`.
-template <class E, class F>
-void expect_error(F&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message lacks '" << part << "': " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using kiln_test::expect_error;
 
 Array matrix_2x3() { return from_data(std::vector<double>{1, 5, 3, 4, 2, 6}, Shape{2, 3}); }
 

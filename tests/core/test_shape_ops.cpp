@@ -4,6 +4,8 @@
 // against NumPy golden data (tests/golden/shape_golden.py).
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -23,19 +25,7 @@ Array iota(const Shape& shape) { return arange(shape_numel(shape), int64).reshap
 
 Values values(const Array& a) { return a.to_vector<int64_t>(); }
 
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments)
-      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing from: " << message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using kiln_test::expect_error;
 
 // ---------------------------------------------------------------- reshape
 
