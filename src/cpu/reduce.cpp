@@ -542,6 +542,9 @@ void arg_scan_run(ArgState& s, const void* in_ptr, int64_t n, int64_t stride, in
     state_value<W>(s) = static_cast<W>(load_native(in[0]));
     s.index = first;
     j = 1;
+    if constexpr (kFloat) {
+      if (std::isnan(state_value<W>(s))) return;  // a NaN first element wins outright (NumPy)
+    }
   }
   if (stride == 1) {
     constexpr int64_t kBlock = 1024;

@@ -87,3 +87,9 @@ TEST(Creation, ItemOfALargerArrayThrows) {
   EXPECT_THROW(zeros({2}).item<float>(), ValueError);
   EXPECT_THROW(Array().item<float>(), ValueError);
 }
+
+TEST(Creation, LinspaceRoundsLikeNumPyWithoutFusedMultiplyAdd) {
+  // np.linspace(-20, 100, 51, dtype=np.uint8)[10] == 4: -20 + 10 * 2.4 = 4.000000000000002 in two
+  // roundings, 3.99999... with a fused multiply-add.
+  EXPECT_EQ(linspace(-20, 100, 51, true, uint8).to_vector<uint8_t>()[10], 4);
+}

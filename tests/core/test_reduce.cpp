@@ -383,3 +383,14 @@ TEST(ReduceErrors, undefined_array_throws_value_error) {
 
 }  // namespace
 }  // namespace kiln
+
+TEST(ArgReduce, a_nan_first_element_wins_like_numpy) {
+  using namespace kiln;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // np.argmax([nan, 2, nan]) == 0, np.argmin([nan, 2, nan]) == 0
+  Array a = from_data(std::vector<double>{nan, 2.0, nan});
+  EXPECT_EQ(argmax(a).item<int64_t>(), 0);
+  EXPECT_EQ(argmin(a).item<int64_t>(), 0);
+  Array f = from_data(std::vector<float>{nan, 5.0f, 1.0f, nan}).astype(float16);
+  EXPECT_EQ(argmax(f).item<int64_t>(), 0);
+}
