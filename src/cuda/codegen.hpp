@@ -49,11 +49,12 @@ struct ElementwiseSpec {
   DType out = DType::Float32;      ///< output storage dtype
   DType compute = DType::Float32;  ///< the call's compute dtype (16-bit floats compute in float)
   DType in[3] = {DType::Float32, DType::Float32, DType::Float32};  ///< array: storage dtype; scalar: its argument dtype
-  bool scalar[3] = {false, false, false};  ///< input k is a kernel argument, not an array
-  bool raw_copy = false;  ///< identity between equal dtypes: copy the bits
+  bool scalar[3] = {false, false, false};                          ///< input k is a kernel argument, not an array
+  bool raw_copy = false;                                           ///< identity between equal dtypes: copy the bits
   EwLayout layout = EwLayout::Contiguous;
   int vector_width = 1;  ///< contiguous: elements per vector load/store (16 bytes for the widest operand)
   int ndim = 1;          ///< strided: coalesced rank, 1..kMaxKernelRank
+  int unroll = 1;        ///< strided: elements per thread and iteration, loads first (1 or 4)
   bool index64 = false;  ///< 64-bit indices and offsets
 };
 
@@ -123,9 +124,10 @@ DType reduce_accumulator_dtype(detail::ReduceOp op, DType in, DType out);
 class KernelTable {
  public:
   struct Entry {
-    void* function = nullptr;        ///< a cudaKernel_t
-    std::shared_ptr<void> module;  ///< keeps the module loaded
-    std::string name;              ///< kernel name, for launch messages
+    void* function = nullptr;           ///< a cudaKernel_t
+    std::shared_ptr<void> module;       ///< keeps the module loaded
+    std::string name;                   ///< kernel name, for launch messages
+    int blocks_per_multiprocessor = 8;  ///< resident kBlockSize-thread blocks (occupancy), for grid sizes
   };
   /// The entry for (device, key), or nullptr on a miss.
   const Entry* find(int device, uint64_t key);

@@ -35,19 +35,47 @@ bool elementwise_op_supported(OpCode op, DType t) {
   const bool fp = is_floating(t);
   const bool is_bool = t == DType::Bool;
   switch (op) {
-    case OpCode::Exp: case OpCode::Exp2: case OpCode::Log: case OpCode::Log2: case OpCode::Log10:
-    case OpCode::Log1p: case OpCode::Expm1: case OpCode::Sqrt: case OpCode::Sin: case OpCode::Cos:
-    case OpCode::Tan: case OpCode::Arcsin: case OpCode::Arccos: case OpCode::Arctan: case OpCode::Sinh:
-    case OpCode::Cosh: case OpCode::Tanh: case OpCode::Sigmoid: case OpCode::Arctan2: case OpCode::Divide:
+    case OpCode::Exp:
+    case OpCode::Exp2:
+    case OpCode::Log:
+    case OpCode::Log2:
+    case OpCode::Log10:
+    case OpCode::Log1p:
+    case OpCode::Expm1:
+    case OpCode::Sqrt:
+    case OpCode::Sin:
+    case OpCode::Cos:
+    case OpCode::Tan:
+    case OpCode::Arcsin:
+    case OpCode::Arccos:
+    case OpCode::Arctan:
+    case OpCode::Sinh:
+    case OpCode::Cosh:
+    case OpCode::Tanh:
+    case OpCode::Sigmoid:
+    case OpCode::Arctan2:
+    case OpCode::Divide:
       return fp;
-    case OpCode::BitwiseNot: case OpCode::BitwiseAnd: case OpCode::BitwiseOr: case OpCode::BitwiseXor:
+    case OpCode::BitwiseNot:
+    case OpCode::BitwiseAnd:
+    case OpCode::BitwiseOr:
+    case OpCode::BitwiseXor:
       return !fp;
-    case OpCode::LogicalNot: case OpCode::LogicalAnd: case OpCode::LogicalOr: case OpCode::LogicalXor:
+    case OpCode::LogicalNot:
+    case OpCode::LogicalAnd:
+    case OpCode::LogicalOr:
+    case OpCode::LogicalXor:
       return is_bool;
-    case OpCode::Negative: case OpCode::Sign: case OpCode::Square: case OpCode::Subtract:
-    case OpCode::FloorDivide: case OpCode::Remainder: case OpCode::Power:
+    case OpCode::Negative:
+    case OpCode::Sign:
+    case OpCode::Square:
+    case OpCode::Subtract:
+    case OpCode::FloorDivide:
+    case OpCode::Remainder:
+    case OpCode::Power:
       return !is_bool;
-    case OpCode::Fill: case OpCode::Count:
+    case OpCode::Fill:
+    case OpCode::Count:
       return false;
     default:
       return true;
@@ -59,11 +87,16 @@ namespace {
 /// The unsigned type NVRTC loads `bytes` bytes with in one instruction.
 const char* raw_type(int bytes) {
   switch (bytes) {
-    case 16: return "uint4";
-    case 8: return "uint2";
-    case 4: return "unsigned int";
-    case 2: return "unsigned short";
-    default: return "unsigned char";
+    case 16:
+      return "uint4";
+    case 8:
+      return "uint2";
+    case 4:
+      return "unsigned int";
+    case 2:
+      return "unsigned short";
+    default:
+      return "unsigned char";
   }
 }
 
@@ -91,26 +124,20 @@ std::string parameter_list(const ElementwiseSpec& spec, const std::string& extra
   std::string s = device_type_name(spec.out) + std::string("* __restrict__ out");
   for (int k = 0; k < spec.num_inputs; ++k) {
     const std::string index = std::to_string(k);
-    if (spec.scalar[k]) s += ", const " + input_type(spec, k) + " s" + index;
-    else s += ", const " + input_type(spec, k) + "* __restrict__ in" + index;
+    if (spec.scalar[k])
+      s += ", const " + input_type(spec, k) + " s" + index;
+    else
+      s += ", const " + input_type(spec, k) + "* __restrict__ in" + index;
   }
   return s + extra;
 }
 
-/// `element(...)` applied to input values read at `at` (e.g. "[i]"); scalars are the arguments.
-std::string element_call(const ElementwiseSpec& spec, const std::string& at_prefix, const std::string& at_suffix,
-                         bool per_input_offsets) {
+/// `element(...)` applied to input values read at index i; scalars are the arguments.
+std::string element_call_at_i(const ElementwiseSpec& spec) {
   std::string s = "element(";
-  int array_index = 0;
   for (int k = 0; k < spec.num_inputs; ++k) {
-    s += k ? ", " : "";
-    if (spec.scalar[k]) {
-      s += "s" + std::to_string(k);
-    } else {
-      ++array_index;
-      s += "in" + std::to_string(k) + at_prefix +
-           (per_input_offsets ? "o" + std::to_string(array_index) : std::string()) + at_suffix;
-    }
+    const std::string i = std::to_string(k);
+    s += (k ? ", " : "") + (spec.scalar[k] ? "s" + i : "in" + i + "[i]");
   }
   return s + ")";
 }
@@ -134,9 +161,14 @@ void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::s
   s += "  const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n";
   std::string tail_start = "first";
   if (vec > 1) {
-    const std::string v = std::to_string(vec);
+    // Each thread keeps `unroll` vector loads per input in flight (4 for a copy or cast, 2 for a binary op):
+    // one 16-byte load per thread is not enough bytes in flight to saturate HBM.
+    int array_inputs = 0;
+    for (int k = 0; k < spec.num_inputs; ++k) array_inputs += spec.scalar[k] ? 0 : 1;
+    const int unroll = array_inputs <= 1 ? 4 : array_inputs == 2 ? 2 : 1;
+    const std::string v = std::to_string(vec), u = std::to_string(unroll);
     s += "  const IDX vectors = n / " + v + ";\n";
-    s += "  for (IDX v = first; v < vectors; v += step) {\n";
+    s += "  for (IDX v = first; v < vectors; v += " + u + " * step) {\n";
     std::string call = "element(";
     for (int k = 0; k < spec.num_inputs; ++k) {
       const std::string i = std::to_string(k);
@@ -144,18 +176,20 @@ void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::s
       if (spec.scalar[k]) {
         call += "s" + i;
       } else {
-        s += "    VecIn" + i + " a" + i + ";\n    a" + i + ".raw = reinterpret_cast<const " +
-             raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) + "*>(in" + i + ")[v];\n";
-        call += "a" + i + ".e[j]";
+        s += "    VecIn" + i + " a" + i + "[" + u + "];\n";
+        s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * step < vectors) a" + i +
+             "[u].raw = reinterpret_cast<const " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) + "*>(in" +
+             i + ")[v + u * step];\n";
+        call += "a" + i + "[u].e[j]";
       }
     }
-    s += "    VecOut o;\n#pragma unroll\n    for (int j = 0; j < " + v + "; ++j) o.e[j] = " + call + ");\n";
-    s += "    reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) +
-         "*>(out)[v] = o.raw;\n  }\n";
+    s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (v + u * step >= vectors) break;\n";
+    s += "      VecOut o;\n#pragma unroll\n      for (int j = 0; j < " + v + "; ++j) o.e[j] = " + call + ");\n";
+    s += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) +
+         "*>(out)[v + u * step] = o.raw;\n    }\n  }\n";
     tail_start = "vectors * " + v + " + first";
   }
-  s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " + element_call(spec, "[i", "]", false) +
-       ";\n}\n";
+  s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " + element_call_at_i(spec) + ";\n}\n";
 }
 
 void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
@@ -169,27 +203,50 @@ void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::stri
   s += "struct Params { IDX w[" + std::to_string(words) + "]; };\n";
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
        parameter_list(spec, ", const Params p, const IDX n") + ") {\n";
+  // With spec.unroll > 1 each thread handles several elements per iteration, all loads first: one 4-byte
+  // load per thread is too few bytes in flight to keep HBM busy (a broadcast add reaches ~70% of it).
+  const std::string u = std::to_string(spec.unroll);
   s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
-  s += "  for (IDX i = (IDX)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {\n";
-  s += "    IDX rem = i;\n    OFF";
+  s += "  for (IDX base = (IDX)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += " + u + " * step) {\n";
+  s += "    OFF out_off[" + u + "];\n";
+  for (int k = 0; k < spec.num_inputs; ++k)
+    if (!spec.scalar[k]) s += "    " + input_type(spec, k) + " x" + std::to_string(k) + "[" + u + "];\n";
+  s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
+  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
+  s += "      IDX rem = i;\n      OFF";
   for (int k = 0; k < operands; ++k) s += (k ? ", o" : " o") + std::to_string(k) + " = 0";
   s += ";\n";
   const std::string ndim = std::to_string(nd);
   if (nd > 1) {
-    s += "#pragma unroll\n    for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
+    s += "#pragma unroll\n      for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
     if (spec.index64)
-      s += "      const IDX q = rem / p.w[d];\n";
+      s += "        const IDX q = rem / p.w[d];\n";
     else
-      s += "      const IDX q = (__umulhi(rem, p.w[" + ndim + " + d]) + rem) >> p.w[" + std::to_string(2 * nd) +
+      s += "        const IDX q = (__umulhi(rem, p.w[" + ndim + " + d]) + rem) >> p.w[" + std::to_string(2 * nd) +
            " + d];\n";
-    s += "      const OFF r = (OFF)(rem - q * p.w[d]);\n      rem = q;\n";
+    s += "        const OFF r = (OFF)(rem - q * p.w[d]);\n        rem = q;\n";
     for (int k = 0; k < operands; ++k)
-      s += "      o" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(stride_base + k * nd) + " + d];\n";
-    s += "    }\n";
+      s += "        o" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(stride_base + k * nd) + " + d];\n";
+    s += "      }\n";
   }
   for (int k = 0; k < operands; ++k)
-    s += "    o" + std::to_string(k) + " += (OFF)rem * (OFF)p.w[" + std::to_string(stride_base + k * nd) + "];\n";
-  s += "    out[o0] = " + element_call(spec, "[", "]", true) + ";\n  }\n}\n";
+    s += "      o" + std::to_string(k) + " += (OFF)rem * (OFF)p.w[" + std::to_string(stride_base + k * nd) + "];\n";
+  s += "      out_off[u] = o0;\n";
+  int array_index = 0;
+  std::string call = "element(";
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    const std::string i = std::to_string(k);
+    call += k ? ", " : "";
+    if (spec.scalar[k]) {
+      call += "s" + i;
+    } else {
+      s += "      x" + i + "[u] = in" + i + "[o" + std::to_string(++array_index) + "];\n";
+      call += "x" + i + "[u]";
+    }
+  }
+  s += "    }\n";
+  s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (base + u * step >= n) break;\n";
+  s += "      out[out_off[u]] = " + call + ");\n    }\n  }\n}\n";
 }
 
 void sequence_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
@@ -211,8 +268,8 @@ void sequence_kernel(std::string& s, const ElementwiseSpec& spec, const std::str
 }  // namespace
 
 const char* device_type_name(DType t) {
-  constexpr const char* names[] = {"bool",     "kd::i8",     "kd::i16", "kd::i32", "kd::i64",
-                                   "kd::u8",   "kd::half_t", "kd::bf16_t", "float", "double"};
+  constexpr const char* names[] = {"bool",   "kd::i8",     "kd::i16",    "kd::i32", "kd::i64",
+                                   "kd::u8", "kd::half_t", "kd::bf16_t", "float",   "double"};
   return names[static_cast<int>(t)];
 }
 
@@ -224,10 +281,20 @@ const char* dtype_tag(DType t) {
 bool elementwise_vectorizable(OpCode op, DType compute) {
   const bool fp = is_floating(compute);
   switch (op) {
-    case OpCode::Power: case OpCode::FloorDivide: case OpCode::Remainder:
+    case OpCode::Power:
+    case OpCode::FloorDivide:
+    case OpCode::Remainder:
       return !fp;
-    case OpCode::Arctan2: case OpCode::Tan: case OpCode::Sin: case OpCode::Cos: case OpCode::Arcsin:
-    case OpCode::Arccos: case OpCode::Arctan: case OpCode::Sinh: case OpCode::Cosh: case OpCode::Log1p:
+    case OpCode::Arctan2:
+    case OpCode::Tan:
+    case OpCode::Sin:
+    case OpCode::Cos:
+    case OpCode::Arcsin:
+    case OpCode::Arccos:
+    case OpCode::Arctan:
+    case OpCode::Sinh:
+    case OpCode::Cosh:
+    case OpCode::Log1p:
     case OpCode::Expm1:
       return false;
     default:
@@ -245,19 +312,22 @@ DType scalar_argument_dtype(OpCode op, int input, DType compute) {
 }
 
 uint64_t elementwise_key(const ElementwiseSpec& spec) {
-  uint64_t key = static_cast<uint64_t>(spec.op);                           // bits 0-5
-  key |= static_cast<uint64_t>(spec.num_inputs) << 6;                      // 6-7
-  key |= static_cast<uint64_t>(spec.out) << 8;                             // 8-11
-  key |= static_cast<uint64_t>(spec.compute) << 12;                        // 12-15
+  uint64_t key = static_cast<uint64_t>(spec.op);       // bits 0-5
+  key |= static_cast<uint64_t>(spec.num_inputs) << 6;  // 6-7
+  key |= static_cast<uint64_t>(spec.out) << 8;         // 8-11
+  key |= static_cast<uint64_t>(spec.compute) << 12;    // 12-15
   for (int k = 0; k < 3; ++k) {
     const bool used = k < spec.num_inputs;
     key |= static_cast<uint64_t>(used ? spec.in[k] : DType::Bool) << (16 + 4 * k);  // 16-27
-    key |= static_cast<uint64_t>(used && spec.scalar[k]) << (28 + k);             // 28-30
+    key |= static_cast<uint64_t>(used && spec.scalar[k]) << (28 + k);               // 28-30
   }
   key |= static_cast<uint64_t>(spec.raw_copy) << 31;
-  key |= static_cast<uint64_t>(spec.layout) << 32;  // 32-33
+  key |= static_cast<uint64_t>(spec.layout) << 32;                                                           // 32-33
   if (spec.layout == EwLayout::Contiguous) key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 34;  // 34-36
-  if (spec.layout == EwLayout::Strided) key |= static_cast<uint64_t>(spec.ndim) << 37;  // 37-41
+  if (spec.layout == EwLayout::Strided) {
+    key |= static_cast<uint64_t>(spec.ndim) << 37;              // 37-41
+    key |= static_cast<uint64_t>(log2_int(spec.unroll)) << 43;  // 43-45
+  }
   key |= static_cast<uint64_t>(spec.index64) << 42;
   return key;  // bit 63 clear: reductions set it
 }
@@ -266,11 +336,14 @@ std::string elementwise_kernel_name(const ElementwiseSpec& spec) {
   std::string name = "kiln_";
   if (spec.layout == EwLayout::Sequence) return name + "sequence_" + dtype_tag(spec.out);
   name += spec.raw_copy ? "copy" : detail::op_info(spec.op).name;
-  for (int k = 0; k < spec.num_inputs; ++k) name += std::string("_") + (spec.scalar[k] ? "s" : "") + dtype_tag(spec.in[k]);
+  for (int k = 0; k < spec.num_inputs; ++k)
+    name += std::string("_") + (spec.scalar[k] ? "s" : "") + dtype_tag(spec.in[k]);
   if (!spec.raw_copy) name += std::string("_c") + dtype_tag(spec.compute);
   name += std::string("_") + dtype_tag(spec.out);
-  if (spec.layout == EwLayout::Contiguous) name += "_contig_v" + std::to_string(spec.vector_width);
-  else name += "_strided" + std::to_string(spec.ndim);
+  if (spec.layout == EwLayout::Contiguous)
+    name += "_contig_v" + std::to_string(spec.vector_width);
+  else
+    name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "");
   return name + (spec.index64 ? "_i64" : "_i32");
 }
 
@@ -294,14 +367,18 @@ std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
   if (spec.layout == EwLayout::Strided && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))
     throw ValueError("elementwise codegen: rank " + std::to_string(spec.ndim) + " is outside 1.." +
                      std::to_string(kMaxKernelRank));
+  if (spec.layout == EwLayout::Strided && spec.unroll != 1 && spec.unroll != 2 && spec.unroll != 4)
+    throw ValueError("elementwise codegen: unroll " + std::to_string(spec.unroll) + " is not 1, 2 or 4");
   if (spec.layout == EwLayout::Contiguous) {
     const int v = spec.vector_width;
     if (v < 1 || v > 16 || (v & (v - 1)) != 0)
       throw ValueError("elementwise codegen: vector width " + std::to_string(v) + " is not a power of two <= 16");
   }
   s += element_function(spec);
-  if (spec.layout == EwLayout::Contiguous) contiguous_kernel(s, spec, name);
-  else strided_kernel(s, spec, name);
+  if (spec.layout == EwLayout::Contiguous)
+    contiguous_kernel(s, spec, name);
+  else
+    strided_kernel(s, spec, name);
   return s + "}  // namespace\n";
 }
 

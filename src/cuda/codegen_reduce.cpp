@@ -45,14 +45,22 @@ std::string accumulator_type(const ReduceSpec& spec) {
 std::string operator_type(const ReduceSpec& spec) {
   const std::string acc = device_type_name(spec.acc);
   switch (spec.op) {
-    case ReduceOp::Sum: return "kd::red_sum<" + acc + ">";
-    case ReduceOp::Prod: return "kd::red_prod<" + acc + ">";
-    case ReduceOp::Max: return "kd::red_max<" + acc + ">";
-    case ReduceOp::Min: return "kd::red_min<" + acc + ">";
-    case ReduceOp::ArgMax: return "kd::red_arg<" + acc + ", true>";
-    case ReduceOp::ArgMin: return "kd::red_arg<" + acc + ", false>";
-    case ReduceOp::All: return "kd::red_all<bool>";
-    case ReduceOp::Any: return "kd::red_any<bool>";
+    case ReduceOp::Sum:
+      return "kd::red_sum<" + acc + ">";
+    case ReduceOp::Prod:
+      return "kd::red_prod<" + acc + ">";
+    case ReduceOp::Max:
+      return "kd::red_max<" + acc + ">";
+    case ReduceOp::Min:
+      return "kd::red_min<" + acc + ">";
+    case ReduceOp::ArgMax:
+      return "kd::red_arg<" + acc + ", true>";
+    case ReduceOp::ArgMin:
+      return "kd::red_arg<" + acc + ", false>";
+    case ReduceOp::All:
+      return "kd::red_all<bool>";
+    case ReduceOp::Any:
+      return "kd::red_any<bool>";
   }
   return "";
 }
@@ -79,12 +87,16 @@ void common_part(std::string& s, const ReduceSpec& spec) {
   } else {
     switch (spec.op) {
       case ReduceOp::All:
-      case ReduceOp::Any: s += "kd::widen(x) != 0"; break;
+      case ReduceOp::Any:
+        s += "kd::widen(x) != 0";
+        break;
       case ReduceOp::ArgMax:
       case ReduceOp::ArgMin:
         s += "kd::make_arg((" + std::string(device_type_name(spec.acc)) + ")kd::widen(x), (kd::i64)r)";
         break;
-      default: s += "(ACC)kd::widen(x)"; break;
+      default:
+        s += "(ACC)kd::widen(x)";
+        break;
     }
   }
   s += ";\n}\n";
@@ -128,19 +140,21 @@ void accumulate_loop(std::string& s, const ReduceSpec& spec, const std::string& 
   const int vec = spec.vector_width;
   if (vec > 1) {
     const std::string v = std::to_string(vec);
-    const std::string raw =
-        vec * itemsize(spec.in) == 16 ? "uint4" : vec * itemsize(spec.in) == 8 ? "uint2" : "unsigned int";
+    const std::string raw = vec * itemsize(spec.in) == 16  ? "uint4"
+                            : vec * itemsize(spec.in) == 8 ? "uint2"
+                                                           : "unsigned int";
     s += "      union Vec { " + raw + " raw; IN e[" + v + "]; };\n";
     s += "      const IDX vectors = r1 > r0 ? (r1 - r0) / " + v + " : 0;\n";
     s += "      const " + raw + "* vp = reinterpret_cast<const " + raw + "*>(base + r0);\n";
     s += "      IDX v = " + lane + ";\n";
     s += "      for (; v + 3 * " + width + " < vectors; v += 4 * " + width + ") {\n";
-    s += "        Vec u[4];\n#pragma unroll\n        for (int k = 0; k < 4; ++k) u[k].raw = vp[v + k * " + width + "];\n";
+    s += "        Vec u[4];\n#pragma unroll\n        for (int k = 0; k < 4; ++k) u[k].raw = vp[v + k * " + width +
+         "];\n";
     s += "#pragma unroll\n        for (int k = 0; k < 4; ++k)\n#pragma unroll\n          for (int j = 0; j < " + v +
          "; ++j) acc = Op::combine(acc, load(u[k].e[j], r0 + (v + k * " + width + ") * " + v + " + j));\n      }\n";
     s += "      for (; v < vectors; v += " + width + ") {\n        Vec u;\n        u.raw = vp[v];\n";
-    s += "#pragma unroll\n        for (int j = 0; j < " + v + "; ++j) acc = Op::combine(acc, load(u.e[j], r0 + v * " + v +
-         " + j));\n      }\n";
+    s += "#pragma unroll\n        for (int j = 0; j < " + v + "; ++j) acc = Op::combine(acc, load(u.e[j], r0 + v * " +
+         v + " + j));\n      }\n";
     s += "      for (IDX r = r0 + vectors * " + v + " + " + lane + "; r < r1; r += " + width +
          ") acc = Op::combine(acc, load(base[r], r));\n";
   } else if (spec.reduced_ndim == 1) {
@@ -167,8 +181,8 @@ void rows_kernel(std::string& s, const ReduceSpec& spec, const std::string& name
   s += "  const IDX lane = threadIdx.x % " + gs + ";\n";
   if (g == kBlockSize) s += "  __shared__ ACC warp_acc[" + std::to_string(kBlockSize / 32) + "];\n";
   s += "  const IDX tasks = num_out * splits;\n";
-  s += "  for (IDX task = (IDX)blockIdx.x * " + groups + " + threadIdx.x / " + gs + "; task < tasks; task += (IDX)gridDim.x * " +
-       groups + ") {\n";
+  s += "  for (IDX task = (IDX)blockIdx.x * " + groups + " + threadIdx.x / " + gs +
+       "; task < tasks; task += (IDX)gridDim.x * " + groups + ") {\n";
   s += "    const IDX o = task / splits, split = task - o * splits;\n";
   s += "    OFF in_off, out_off;\n    kept_offsets(p, o, in_off, out_off);\n";
   s += "    const IDX r0 = split * chunk;\n";
@@ -179,12 +193,14 @@ void rows_kernel(std::string& s, const ReduceSpec& spec, const std::string& name
   s += "    }\n";
   if (g > 1 && g <= 32) {
     s += "    const unsigned mask = " +
-         (g == 32 ? std::string("0xffffffffu") : "(" + std::to_string((1ull << g) - 1) + "u << (threadIdx.x % 32 / " + gs + " * " + gs + "))") +
+         (g == 32 ? std::string("0xffffffffu")
+                  : "(" + std::to_string((1ull << g) - 1) + "u << (threadIdx.x % 32 / " + gs + " * " + gs + "))") +
          ";\n";
     s += "#pragma unroll\n    for (int m = " + std::to_string(g / 2) +
          "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
   } else if (g == kBlockSize) {
-    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n";
+    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
+         "0xffffffffu));\n";
     s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
     s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
          " ? warp_acc[threadIdx.x] : Op::identity();\n";
@@ -192,8 +208,8 @@ void rows_kernel(std::string& s, const ReduceSpec& spec, const std::string& name
          "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n    }\n";
     s += "    __syncthreads();\n";
   }
-  s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "task" : "out_off") + "] = " +
-       (spec.to_partials ? "acc" : "store(acc)") + ";\n";
+  s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "task" : "out_off") +
+       "] = " + (spec.to_partials ? "acc" : "store(acc)") + ";\n";
   s += "  }\n}\n";
 }
 
@@ -215,8 +231,8 @@ void columns_kernel(std::string& s, const ReduceSpec& spec, const std::string& n
   s += "  if (threadIdx.y == 0 && o < num_out) {\n";
   s += "#pragma unroll\n    for (int k = 1; k < " + std::to_string(rows) +
        "; ++k) acc = Op::combine(acc, partial[k][threadIdx.x]);\n";
-  s += "    out[" + std::string(spec.to_partials ? "o * splits + split" : "out_off") + "] = " +
-       (spec.to_partials ? "acc" : "store(acc)") + ";\n  }\n}\n";
+  s += "    out[" + std::string(spec.to_partials ? "o * splits + split" : "out_off") +
+       "] = " + (spec.to_partials ? "acc" : "store(acc)") + ";\n  }\n}\n";
 }
 
 }  // namespace
@@ -224,7 +240,8 @@ void columns_kernel(std::string& s, const ReduceSpec& spec, const std::string& n
 DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
   switch (op) {
     case ReduceOp::All:
-    case ReduceOp::Any: return DType::Bool;
+    case ReduceOp::Any:
+      return DType::Bool;
     case ReduceOp::Sum:
     case ReduceOp::Prod:
       if (!is_floating(in)) return DType::Int64;
@@ -238,15 +255,15 @@ DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
 int64_t reduce_accumulator_size(const ReduceSpec& spec) { return is_arg(spec.op) ? 16 : itemsize(spec.acc); }
 
 uint64_t reduce_key(const ReduceSpec& spec) {
-  uint64_t key = static_cast<uint64_t>(spec.op);                   // bits 0-2
-  key |= static_cast<uint64_t>(spec.in) << 3;                      // 3-6
+  uint64_t key = static_cast<uint64_t>(spec.op);                                 // bits 0-2
+  key |= static_cast<uint64_t>(spec.in) << 3;                                    // 3-6
   key |= static_cast<uint64_t>(spec.to_partials ? DType::Bool : spec.out) << 7;  // 7-10
-  key |= static_cast<uint64_t>(spec.acc) << 11;                    // 11-14
-  key |= static_cast<uint64_t>(spec.layout) << 15;                 // 15
-  key |= static_cast<uint64_t>(log2_int(spec.group)) << 16;        // 16-19
-  key |= static_cast<uint64_t>(spec.kept_ndim) << 20;              // 20-24
-  key |= static_cast<uint64_t>(spec.reduced_ndim) << 25;           // 25-29
-  key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 30; // 30-32
+  key |= static_cast<uint64_t>(spec.acc) << 11;                                  // 11-14
+  key |= static_cast<uint64_t>(spec.layout) << 15;                               // 15
+  key |= static_cast<uint64_t>(log2_int(spec.group)) << 16;                      // 16-19
+  key |= static_cast<uint64_t>(spec.kept_ndim) << 20;                            // 20-24
+  key |= static_cast<uint64_t>(spec.reduced_ndim) << 25;                         // 25-29
+  key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 30;               // 30-32
   key |= static_cast<uint64_t>(spec.index64) << 33;
   key |= static_cast<uint64_t>(spec.from_partials) << 34;
   key |= static_cast<uint64_t>(spec.to_partials) << 35;
@@ -280,8 +297,10 @@ std::string reduce_kernel_code(const ReduceSpec& spec) {
   std::string s = "// " + name + " (generated by kiln)\nnamespace " + name + "_ns {\n";
   s.reserve(6144);
   common_part(s, spec);
-  if (spec.layout == ReduceLayout::Rows) rows_kernel(s, spec, name);
-  else columns_kernel(s, spec, name);
+  if (spec.layout == ReduceLayout::Rows)
+    rows_kernel(s, spec, name);
+  else
+    columns_kernel(s, spec, name);
   return s + "}  // namespace\n";
 }
 

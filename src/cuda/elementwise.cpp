@@ -94,21 +94,55 @@ bool offsets_fit_32(const Layout& layout) {
 /// Writes `value` converted to `t` (a kernel-argument dtype: no 16-bit floats) into `slot`.
 void store_scalar(DType t, const Scalar& value, void* slot) {
   switch (t) {
-    case DType::Bool: { bool v = value.to<bool>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::Int8: { int8_t v = value.to<int8_t>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::Int16: { int16_t v = value.to<int16_t>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::Int32: { int32_t v = value.to<int32_t>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::Int64: { int64_t v = value.to<int64_t>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::UInt8: { uint8_t v = value.to<uint8_t>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::Float32: { float v = value.to<float>(); std::memcpy(slot, &v, sizeof v); return; }
-    case DType::Float64: { double v = value.to<double>(); std::memcpy(slot, &v, sizeof v); return; }
-    default: throw Error("internal: a 16-bit float scalar kernel argument");
+    case DType::Bool: {
+      bool v = value.to<bool>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Int8: {
+      int8_t v = value.to<int8_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Int16: {
+      int16_t v = value.to<int16_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Int32: {
+      int32_t v = value.to<int32_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Int64: {
+      int64_t v = value.to<int64_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::UInt8: {
+      uint8_t v = value.to<uint8_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Float32: {
+      float v = value.to<float>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Float64: {
+      double v = value.to<double>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    default:
+      throw Error("internal: a 16-bit float scalar kernel argument");
   }
 }
 
-unsigned grid_for(int device, int64_t work_items) {
+/// Blocks for `work_items` threads' worth of work: at most one wave of resident blocks (the kernels loop).
+unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kernel) {
   const int64_t blocks = (work_items + kBlockSize - 1) / kBlockSize;
-  const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kBlocksPerMultiprocessor;
+  const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kernel.blocks_per_multiprocessor;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
@@ -119,7 +153,7 @@ const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& 
 }
 
 void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items)), dim3(kBlockSize), 0,
+  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), 0,
          current_stream(device), args, kernel.name.c_str());
 }
 
@@ -156,6 +190,16 @@ const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const st
   entry.function = reinterpret_cast<void*>(module->function(name));
   entry.module = module;
   entry.name = name;
+  // Occupancy sizes the grids (one full wave); if the query fails, assume the 8 blocks of 256 threads that
+  // fit every multiprocessor since Volta when registers allow.
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry.function), kBlockSize,
+                                                    0) != cudaSuccess ||
+      blocks <= 0) {
+    (void)cudaGetLastError();
+    blocks = kBlocksPerMultiprocessor;
+  }
+  entry.blocks_per_multiprocessor = blocks;
   return *kernel_table().insert(device, key, std::move(entry));
 }
 
@@ -238,6 +282,14 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
     spec.layout = EwLayout::Strided;
     const int nd = layout.ndim;
     spec.ndim = nd;
+    // Several elements per thread in flight when the innermost axis is contiguous or broadcast for every
+    // operand (a bias add); not for a transposed operand, whose scattered loads only thrash more.
+    bool inner_dense = true;
+    for (int k = 0; k < num_arrays; ++k) {
+      const int64_t inner = layout.strides[k][nd - 1];
+      inner_dense = inner_dense && (inner == 0 || inner == 1);
+    }
+    spec.unroll = inner_dense && (spec.raw_copy || elementwise_vectorizable(call.op, call.compute)) ? 4 : 1;
     if (spec.index64) {
       for (int d = 0; d < nd; ++d) words64[d] = static_cast<uint64_t>(layout.shape[d]);
       for (int k = 0; k < num_arrays; ++k)
@@ -250,7 +302,8 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
         uint32_t shift = 0;
         while ((uint64_t{1} << shift) < divisor) ++shift;
         words32[d] = static_cast<uint32_t>(divisor);
-        words32[nd + d] = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
+        words32[nd + d] =
+            static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
         words32[2 * nd + d] = shift;
       }
       for (int k = 0; k < num_arrays; ++k)

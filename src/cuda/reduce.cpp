@@ -138,8 +138,8 @@ const KernelTable::Entry& reduce_kernel(int device, const ReduceSpec& spec) {
   return load_builtin_kernel(device, key, reduce_source(spec), reduce_kernel_name(spec));
 }
 
-void launch_reduce(const ReduceSpec& spec, int device, dim3 grid, dim3 block, const void* in, void* out, Words& words) {
-  const KernelTable::Entry& kernel = reduce_kernel(device, spec);
+void launch_reduce(const KernelTable::Entry& kernel, const ReduceSpec& spec, int device, dim3 grid, dim3 block,
+                   const void* in, void* out, Words& words) {
   void* in_ptr = const_cast<void*>(in);
   void* out_ptr = out;
   void* args[] = {&in_ptr, &out_ptr, words.data(spec.index64)};
@@ -159,10 +159,76 @@ unsigned rows_grid(int group, int64_t tasks, int64_t wave) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, INT_MAX)));
 }
 
+/// The axes and sizes a plan is made from.
+struct Geometry {
+  const Axes& kept;
+  const Axes& reduced;
+  int64_t num_out, num_red;
+  const char* in_base;
+  int64_t in_item, in_size;
+};
+
+struct Plan {
+  ReduceSpec spec;
+  int64_t splits = 1, chunk = 1;
+  dim3 grid{1}, block{kBlockSize};
+};
+
+/// Layout, group size, vector width, splits and launch shape for `wave` resident blocks.
+Plan plan_reduction(ReduceOp op, DType in, DType out, const Geometry& g, int64_t wave) {
+  Plan plan;
+  ReduceSpec& spec = plan.spec;
+  spec.op = op;
+  spec.in = in;
+  spec.out = out;
+  spec.acc = reduce_accumulator_dtype(op, in, out);
+  spec.kept_ndim = g.kept.count;
+  spec.reduced_ndim = g.reduced.count;
+  const Dim& inner_reduced = g.reduced.dims[g.reduced.count - 1];
+  const int64_t inner_reduced_stride = inner_reduced.in_stride < 0 ? -inner_reduced.in_stride : inner_reduced.in_stride;
+  const int64_t inner_kept_stride = g.kept.count == 0 ? INT64_MAX : g.kept.dims[g.kept.count - 1].in_stride;
+  spec.layout = inner_reduced_stride <= inner_kept_stride ? ReduceLayout::Rows : ReduceLayout::Columns;
+  const int64_t num_out = g.num_out, num_red = g.num_red;
+  int64_t splits = 1, chunk = num_red;
+  if (spec.layout == ReduceLayout::Rows) {
+    spec.group = rows_group(num_out, num_red, wave * kBlockSize);
+    if (spec.group == kBlockSize && num_out < wave) splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
+    // 16-byte loads along a contiguous reduced axis when every row start is aligned.
+    if (g.reduced.count == 1 && inner_reduced.in_stride == 1) {
+      const int vec = static_cast<int>(16 / g.in_item);
+      bool aligned = reinterpret_cast<uintptr_t>(g.in_base) % 16 == 0;
+      for (int d = 0; d < g.kept.count; ++d) aligned = aligned && (g.kept.dims[d].in_stride * g.in_item) % 16 == 0;
+      if (aligned && num_red >= 2 * vec) spec.vector_width = vec;
+    }
+    chunk = std::max<int64_t>(spec.vector_width,
+                              ceil_div(ceil_div(num_red, splits), spec.vector_width) * spec.vector_width);
+    splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
+    plan.grid = dim3(rows_grid(spec.group, num_out * splits, wave));
+  } else {
+    const int64_t columns = ceil_div(num_out, 32);
+    const int64_t rows = kBlockSize / 32;
+    if (columns < wave && num_red > 8 * rows)
+      splits = std::min<int64_t>({ceil_div(wave, columns), ceil_div(num_red, 8 * rows), 65535});
+    chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
+    splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
+    if (columns > INT_MAX)
+      throw ShapeError(std::string(detail::reduce_op_name(op)) + ": " + std::to_string(num_out) +
+                       " outputs are too many for one launch; reduce in pieces");
+    plan.grid = dim3(static_cast<unsigned>(columns), static_cast<unsigned>(splits));
+    plan.block = dim3(32, static_cast<unsigned>(rows));
+  }
+  spec.to_partials = splits > 1;
+  spec.index64 = g.in_size > INT32_MAX || num_out * splits > INT32_MAX ||
+                 extent(g.kept, false) + extent(g.reduced, false) > INT32_MAX || extent(g.kept, true) > INT32_MAX ||
+                 num_red > INT32_MAX;
+  plan.splits = splits;
+  plan.chunk = chunk;
+  return plan;
+}
+
 }  // namespace
 
-// Defined here rather than in elementwise.cpp so that linking elementwise.cpp's object out of the static
-// library also links this one (and its strong cuda_reduce over any weak placeholder).
+// Used by every kernel launcher of the backend to size grids (declared in codegen.hpp).
 int multiprocessor_count(int device) {
   static std::array<std::atomic<int>, kMaxDevices> counts{};
   if (device < 0 || device >= kMaxDevices) return 132;
@@ -182,8 +248,8 @@ void cuda_reduce(const detail::ReduceCall& call) {
   const int device = out.device().index;
   if (in.device() != out.device())
     throw DeviceError(std::string(detail::reduce_op_name(call.op)) + ": the input is on " + in.device().str() +
-                      " and the output on " + out.device().str() + "; move the input with .to(" +
-                      out.device().str() + ")");
+                      " and the output on " + out.device().str() + "; move the input with .to(" + out.device().str() +
+                      ")");
   set_device(device);
   const char* op_name = detail::reduce_op_name(call.op);
   const bool arg = call.op == ReduceOp::ArgMax || call.op == ReduceOp::ArgMin;
@@ -214,70 +280,39 @@ void cuda_reduce(const detail::ReduceCall& call) {
   if (reduced.count == 0) reduced.dims[reduced.count++] = Dim{1, 0, 0};
   const int64_t num_out = out.size();
 
+  // Plan with one wave of 8 blocks per multiprocessor, then again with the kernel's real occupancy (a
+  // split reduction sized for more blocks than fit at once would leave a second, mostly idle wave).
   const int sms = multiprocessor_count(device);
-  const int64_t wave = static_cast<int64_t>(sms) * kBlocksPerMultiprocessor;
-  const int64_t resident_threads = wave * kBlockSize;
-
-  ReduceSpec spec;
-  spec.op = call.op;
-  spec.in = in.dtype();
-  spec.out = out.dtype();
-  spec.acc = reduce_accumulator_dtype(call.op, in.dtype(), out.dtype());
-  spec.kept_ndim = kept.count;
-  spec.reduced_ndim = reduced.count;
-  const Dim& inner_reduced = reduced.dims[reduced.count - 1];
-  const int64_t inner_reduced_stride = inner_reduced.in_stride < 0 ? -inner_reduced.in_stride : inner_reduced.in_stride;
-  const int64_t inner_kept_stride = kept.count == 0 ? INT64_MAX : kept.dims[kept.count - 1].in_stride;
-  spec.layout = inner_reduced_stride <= inner_kept_stride ? ReduceLayout::Rows : ReduceLayout::Columns;
-
-  int64_t splits = 1, chunk = num_red;
-  dim3 grid(1), block(kBlockSize);
-  if (spec.layout == ReduceLayout::Rows) {
-    spec.group = rows_group(num_out, num_red, resident_threads);
-    if (spec.group == kBlockSize && num_out < wave) splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
-    // 16-byte loads along a contiguous reduced axis when every row start is aligned.
-    if (reduced.count == 1 && inner_reduced.in_stride == 1) {
-      const int vec = static_cast<int>(16 / in_item);
-      bool aligned = reinterpret_cast<uintptr_t>(in_base) % 16 == 0;
-      for (int d = 0; d < kept.count; ++d) aligned = aligned && (kept.dims[d].in_stride * in_item) % 16 == 0;
-      if (aligned && num_red >= 2 * vec) spec.vector_width = vec;
-    }
-    chunk = std::max<int64_t>(spec.vector_width, ceil_div(ceil_div(num_red, splits), spec.vector_width) * spec.vector_width);
-    splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
-    grid = dim3(rows_grid(spec.group, num_out * splits, wave));
-  } else {
-    const int64_t columns = ceil_div(num_out, 32);
-    const int64_t rows = kBlockSize / 32;
-    if (columns < wave && num_red > 8 * rows)
-      splits = std::min<int64_t>({ceil_div(wave, columns), ceil_div(num_red, 8 * rows), 65535});
-    chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
-    splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
-    if (columns > INT_MAX) throw ShapeError(std::string(op_name) + ": too many outputs for one launch");
-    grid = dim3(static_cast<unsigned>(columns), static_cast<unsigned>(splits));
-    block = dim3(32, static_cast<unsigned>(rows));
+  const Geometry geometry{kept, reduced, num_out, num_red, in_base, in_item, in.size()};
+  Plan plan =
+      plan_reduction(call.op, in.dtype(), out.dtype(), geometry, static_cast<int64_t>(sms) * kBlocksPerMultiprocessor);
+  const KernelTable::Entry* kernel = &reduce_kernel(device, plan.spec);
+  if (kernel->blocks_per_multiprocessor != kBlocksPerMultiprocessor) {
+    Plan again = plan_reduction(call.op, in.dtype(), out.dtype(), geometry,
+                                static_cast<int64_t>(sms) * kernel->blocks_per_multiprocessor);
+    if (reduce_key(again.spec) != reduce_key(plan.spec)) kernel = &reduce_kernel(device, again.spec);
+    plan = again;
   }
-  spec.index64 = in.size() > INT32_MAX || num_out * splits > INT32_MAX || extent(kept, false) + extent(reduced, false) > INT32_MAX ||
-                 extent(kept, true) > INT32_MAX || num_red > INT32_MAX;
-
-  Words words = make_words(kept, reduced, num_out, num_red, splits, chunk);
-  if (splits == 1) {
-    launch_reduce(spec, device, grid, block, in_base, out_base, words);
+  const int64_t splits = plan.splits;
+  Words words = make_words(kept, reduced, num_out, num_red, splits, plan.chunk);
+  if (!plan.spec.to_partials) {
+    launch_reduce(*kernel, plan.spec, device, plan.grid, plan.block, in_base, out_base, words);
     return;
   }
   // Two passes: accumulators per (output, split), then a Rows pass over each output's `splits` partials.
-  spec.to_partials = true;
-  const int64_t acc_size = reduce_accumulator_size(spec);
+  const int64_t acc_size = reduce_accumulator_size(plan.spec);
   std::shared_ptr<Storage> partials =
       device_alloc(device, static_cast<size_t>(num_out * splits * acc_size), current_stream(device));
-  launch_reduce(spec, device, grid, block, in_base, partials->data(), words);
+  launch_reduce(*kernel, plan.spec, device, plan.grid, plan.block, in_base, partials->data(), words);
 
-  ReduceSpec final_spec = spec;
+  ReduceSpec final_spec = plan.spec;
   final_spec.to_partials = false;
   final_spec.from_partials = true;
   final_spec.layout = ReduceLayout::Rows;
   final_spec.vector_width = 1;
   final_spec.reduced_ndim = 1;
-  final_spec.group = rows_group(num_out, splits, resident_threads);
+  const int64_t wave = static_cast<int64_t>(sms) * kBlocksPerMultiprocessor;
+  final_spec.group = rows_group(num_out, splits, wave * kBlockSize);
   // Partials are laid out [output in kept-axis order][split]: contiguous strides times `splits`.
   Axes final_kept = kept;
   int64_t step = splits;
@@ -288,8 +323,8 @@ void cuda_reduce(const detail::ReduceCall& call) {
   Axes final_reduced;
   final_reduced.dims[final_reduced.count++] = Dim{splits, 1, 0};
   Words final_words = make_words(final_kept, final_reduced, num_out, splits, 1, splits);
-  launch_reduce(final_spec, device, dim3(rows_grid(final_spec.group, num_out, wave)), dim3(kBlockSize),
-                partials->data(), out_base, final_words);
+  launch_reduce(reduce_kernel(device, final_spec), final_spec, device, dim3(rows_grid(final_spec.group, num_out, wave)),
+                dim3(kBlockSize), partials->data(), out_base, final_words);
 }
 
 }  // namespace kiln::cuda_impl

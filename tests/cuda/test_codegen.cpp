@@ -29,8 +29,8 @@ using detail::ReduceOp;
 
 namespace {
 
-constexpr DType kAllTypes[] = {DType::Bool,    DType::Int8,     DType::Int16,   DType::Int32,  DType::Int64,
-                               DType::UInt8,   DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
+constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
+                               DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
 struct Kernel {
   std::string name, code;
@@ -71,9 +71,19 @@ std::vector<std::string> compile_batches(const std::vector<Batch>& batches) {
 
 bool bool_result(OpCode op) {
   switch (op) {
-    case OpCode::IsNan: case OpCode::IsInf: case OpCode::IsFinite: case OpCode::Equal: case OpCode::NotEqual:
-    case OpCode::Less: case OpCode::LessEqual: case OpCode::Greater: case OpCode::GreaterEqual:
-    case OpCode::LogicalNot: case OpCode::LogicalAnd: case OpCode::LogicalOr: case OpCode::LogicalXor:
+    case OpCode::IsNan:
+    case OpCode::IsInf:
+    case OpCode::IsFinite:
+    case OpCode::Equal:
+    case OpCode::NotEqual:
+    case OpCode::Less:
+    case OpCode::LessEqual:
+    case OpCode::Greater:
+    case OpCode::GreaterEqual:
+    case OpCode::LogicalNot:
+    case OpCode::LogicalAnd:
+    case OpCode::LogicalOr:
+    case OpCode::LogicalXor:
       return true;
     default:
       return false;
@@ -98,6 +108,7 @@ ElementwiseSpec op_spec(OpCode op, DType t, int variant) {
     s.layout = EwLayout::Strided;
     s.ndim = variant == 1 ? 3 : 5;
     s.index64 = variant == 2;
+    s.unroll = variant == 1 && elementwise_vectorizable(op, t) ? 4 : 1;
     if (variant == 1 && s.num_inputs > 1) {
       s.scalar[1] = true;
       s.in[1] = scalar_argument_dtype(op, 1, t);
@@ -130,10 +141,17 @@ void expect_all_compile(const std::vector<Batch>& requested) {
 /// The result dtype the core gives a reduction (src/core/reduce.cpp).
 DType reduce_out(ReduceOp op, DType in) {
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Prod: return is_floating(in) ? in : DType::Int64;
-    case ReduceOp::ArgMax: case ReduceOp::ArgMin: return DType::Int64;
-    case ReduceOp::All: case ReduceOp::Any: return DType::Bool;
-    default: return in;
+    case ReduceOp::Sum:
+    case ReduceOp::Prod:
+      return is_floating(in) ? in : DType::Int64;
+    case ReduceOp::ArgMax:
+    case ReduceOp::ArgMin:
+      return DType::Int64;
+    case ReduceOp::All:
+    case ReduceOp::Any:
+      return DType::Bool;
+    default:
+      return in;
   }
 }
 
@@ -150,11 +168,31 @@ ReduceSpec reduce_spec(ReduceOp op, DType in, int variant) {
       s.vector_width = static_cast<int>(16 / itemsize(in));
       s.to_partials = true;
       break;
-    case 1: s.group = 32; s.kept_ndim = 1; break;  // a warp per row
-    case 2: s.group = 4; s.kept_ndim = 2; s.reduced_ndim = 2; break;
-    case 3: s.layout = ReduceLayout::Columns; s.kept_ndim = 1; break;
-    case 4: s.layout = ReduceLayout::Columns; s.kept_ndim = 3; s.reduced_ndim = 2; s.to_partials = true; s.index64 = true; break;
-    default: s.group = kBlockSize; s.kept_ndim = 1; s.from_partials = true; break;  // the second pass
+    case 1:
+      s.group = 32;
+      s.kept_ndim = 1;
+      break;  // a warp per row
+    case 2:
+      s.group = 4;
+      s.kept_ndim = 2;
+      s.reduced_ndim = 2;
+      break;
+    case 3:
+      s.layout = ReduceLayout::Columns;
+      s.kept_ndim = 1;
+      break;
+    case 4:
+      s.layout = ReduceLayout::Columns;
+      s.kept_ndim = 3;
+      s.reduced_ndim = 2;
+      s.to_partials = true;
+      s.index64 = true;
+      break;
+    default:
+      s.group = kBlockSize;
+      s.kept_ndim = 1;
+      s.from_partials = true;
+      break;  // the second pass
   }
   return s;
 }
@@ -162,7 +200,7 @@ ReduceSpec reduce_spec(ReduceOp op, DType in, int variant) {
 TEST(CudaCodegen, EveryElementwiseOpCompilesForRepresentativeDtypesAndEveryLayout) {
   // Each supported (op, compute dtype) pair once, rotating through the three layout classes; the op's
   // first dtype also gets the other two, so every op is compiled in every layout.
-  constexpr DType kTypes[] = {DType::Bool, DType::Int8, DType::Int32, DType::Int64, DType::UInt8,
+  constexpr DType kTypes[] = {DType::Bool,    DType::Int8,     DType::Int32,   DType::Int64,  DType::UInt8,
                               DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   std::vector<Batch> batches;
   int total = 0;
@@ -183,7 +221,8 @@ TEST(CudaCodegen, EveryElementwiseOpCompilesForRepresentativeDtypesAndEveryLayou
     total += static_cast<int>(batch.size());
     // Several small batches per op keep every core busy.
     for (size_t i = 0; i < batch.size(); i += 4)
-      batches.emplace_back(batch.begin() + static_cast<long>(i), batch.begin() + static_cast<long>(std::min(i + 4, batch.size())));
+      batches.emplace_back(batch.begin() + static_cast<long>(i),
+                           batch.begin() + static_cast<long>(std::min(i + 4, batch.size())));
   }
   EXPECT_GT(total, 200);
   expect_all_compile(batches);
@@ -275,7 +314,8 @@ TEST(CudaCodegen, EveryReductionCompilesForEveryDtypeAndLayout) {
     // Every layout variant at least once per op, with float32 input.
     for (int v = 0; v < 6; ++v) batch.push_back(kernel_of(reduce_spec(op, DType::Float32, v)));
     for (size_t i = 0; i < batch.size(); i += 4)
-      batches.emplace_back(batch.begin() + static_cast<long>(i), batch.begin() + static_cast<long>(std::min(i + 4, batch.size())));
+      batches.emplace_back(batch.begin() + static_cast<long>(i),
+                           batch.begin() + static_cast<long>(std::min(i + 4, batch.size())));
   }
   // mean's sum: float32 input into a float64 output accumulates in float64.
   ReduceSpec mean_sum = reduce_spec(ReduceOp::Sum, DType::Float32, 1);
@@ -331,7 +371,12 @@ TEST(CudaCodegen, KeysTellSpecsApartAndNamesDescribeTheKernel) {
   b = a;
   b.index64 = true;
   EXPECT_NE(elementwise_key(a), elementwise_key(b));
-  EXPECT_EQ(reduce_kernel_name(reduce_spec(ReduceOp::Sum, DType::Float32, 0)), "kiln_sum_f32_af32_partial_rows_g256_k0_r1_v4_i32");
+  ElementwiseSpec c = op_spec(OpCode::Add, DType::Float32, 1), d = c;
+  d.unroll = c.unroll == 1 ? 4 : 1;
+  EXPECT_NE(elementwise_key(c), elementwise_key(d));
+  EXPECT_EQ(elementwise_kernel_name(c), "kiln_add_f32_sf32_cf32_f32_strided3_u4_i32");
+  EXPECT_EQ(reduce_kernel_name(reduce_spec(ReduceOp::Sum, DType::Float32, 0)),
+            "kiln_sum_f32_af32_partial_rows_g256_k0_r1_v4_i32");
 }
 
 TEST(CudaCodegen, UnsupportedSpecsThrowBeforeNvrtc) {

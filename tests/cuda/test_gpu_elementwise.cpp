@@ -28,22 +28,29 @@ namespace {
 #define KILN_REQUIRE_GPU() \
   if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
 
-constexpr DType kAllTypes[] = {DType::Bool,    DType::Int8,     DType::Int16,   DType::Int32,  DType::Int64,
-                               DType::UInt8,   DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
+constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
+                               DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
 double epsilon(DType t) {
   switch (t) {
-    case DType::Float16: return std::ldexp(1.0, -10);
-    case DType::BFloat16: return std::ldexp(1.0, -7);
-    case DType::Float32: return std::ldexp(1.0, -23);
-    default: return std::ldexp(1.0, -52);
+    case DType::Float16:
+      return std::ldexp(1.0, -10);
+    case DType::BFloat16:
+      return std::ldexp(1.0, -7);
+    case DType::Float32:
+      return std::ldexp(1.0, -23);
+    default:
+      return std::ldexp(1.0, -52);
   }
 }
 double smallest_normal(DType t) {
   switch (t) {
-    case DType::Float16: return std::ldexp(1.0, -14);
-    case DType::Float64: return std::ldexp(1.0, -1022);
-    default: return std::ldexp(1.0, -126);
+    case DType::Float16:
+      return std::ldexp(1.0, -14);
+    case DType::Float64:
+      return std::ldexp(1.0, -1022);
+    default:
+      return std::ldexp(1.0, -126);
   }
 }
 
@@ -59,8 +66,8 @@ void expect_matches(const Array& cpu, const Array& gpu, double ulps, const std::
     for (size_t i = 0; i < c.size() && reported < 5; ++i) {
       const bool ok = (std::isnan(c[i]) && std::isnan(g[i])) || c[i] == g[i] ||
                       (std::isfinite(c[i]) && std::isfinite(g[i]) &&
-                       std::fabs(c[i] - g[i]) <= ulps * epsilon(cpu.dtype()) *
-                                                     std::max(std::fabs(c[i]), smallest_normal(cpu.dtype())));
+                       std::fabs(c[i] - g[i]) <=
+                           ulps * epsilon(cpu.dtype()) * std::max(std::fabs(c[i]), smallest_normal(cpu.dtype())));
       if (!ok) {
         ADD_FAILURE() << what << ": element " << i << " cpu " << c[i] << " gpu " << g[i];
         ++reported;
@@ -95,7 +102,12 @@ Array random_values(const Shape& shape, DType t, std::mt19937_64& rng, bool smal
     return from_data(b, shape).astype(t);
   }
   std::vector<int64_t> x(static_cast<size_t>(n));
-  const int64_t lo = t == DType::UInt8 ? 0 : small_ints ? -3 : -100, hi = t == DType::UInt8 ? 255 : small_ints ? 6 : 100;
+  const int64_t lo = t == DType::UInt8 ? 0
+                     : small_ints      ? -3
+                                       : -100,
+                hi = t == DType::UInt8 ? 255
+                     : small_ints      ? 6
+                                       : 100;
   std::uniform_int_distribution<int64_t> u(lo, hi);
   for (size_t i = 0; i < x.size(); ++i) x[i] = u(rng);
   if (!small_ints && t != DType::UInt8 && n > 40) {  // integer extremes: INT_MIN // -1, abs(INT_MIN), wrapping
@@ -129,9 +141,11 @@ struct Layout {
 std::vector<Layout> layouts() {
   return {
       {"contiguous", {{1003}, {1003}, {1003}}, [](const Array& a, int) { return a; }},
-      {"strided", {{29, 37}, {37, 58}, {29, 37}},
+      {"strided",
+       {{29, 37}, {37, 58}, {29, 37}},
        [](const Array& a, int k) { return k == 1 ? a.slice(1, 0, std::nullopt, 2) : a.T(); }},
-      {"broadcast", {{37, 1}, {1, 29}, {37, 29}},
+      {"broadcast",
+       {{37, 1}, {1, 29}, {37, 29}},
        [](const Array& a, int k) { return k == 2 ? a.slice(0, std::nullopt, std::nullopt, -1) : a; }},
       {"scalar", {{5, 203}, {5, 203}, {5, 203}}, [](const Array& a, int) { return a; }, true},
   };
@@ -152,8 +166,10 @@ void check_op(OpCode op, DType t, const Layout& layout, std::mt19937_64& rng) {
   const Scalar scalar = is_floating(t) ? Scalar(1.5) : t == DType::Bool ? Scalar(true) : Scalar(3);
   auto operands = [&](Array* in, std::vector<Operand>& ops) {
     for (int k = 0; k < arity; ++k) {
-      if (layout.scalar_last && arity > 1 && k == arity - 1) ops.emplace_back(scalar);
-      else ops.emplace_back(in[k]);
+      if (layout.scalar_last && arity > 1 && k == arity - 1)
+        ops.emplace_back(scalar);
+      else
+        ops.emplace_back(in[k]);
     }
   };
   std::vector<Operand> cpu_ops, gpu_ops;
@@ -162,9 +178,12 @@ void check_op(OpCode op, DType t, const Layout& layout, std::mt19937_64& rng) {
   const std::string what = std::string(detail::op_info(op).name) + " " + std::string(dtype_name(t)) + " " + layout.name;
   Array expected;
   try {
-    if (arity == 1) expected = detail::elementwise(op, {&cpu_ops[0]});
-    else if (arity == 2) expected = detail::elementwise(op, {&cpu_ops[0], &cpu_ops[1]});
-    else expected = detail::elementwise(op, {&cpu_ops[0], &cpu_ops[1], &cpu_ops[2]});
+    if (arity == 1)
+      expected = detail::elementwise(op, {&cpu_ops[0]});
+    else if (arity == 2)
+      expected = detail::elementwise(op, {&cpu_ops[0], &cpu_ops[1]});
+    else
+      expected = detail::elementwise(op, {&cpu_ops[0], &cpu_ops[1], &cpu_ops[2]});
   } catch (const DTypeError&) {  // the op does not take this dtype: the GPU must refuse it the same way
     if (arity == 1) {
       EXPECT_THROW(detail::elementwise(op, {&gpu_ops[0]}), DTypeError) << what;
@@ -174,9 +193,12 @@ void check_op(OpCode op, DType t, const Layout& layout, std::mt19937_64& rng) {
     return;
   }
   Array got;
-  if (arity == 1) got = detail::elementwise(op, {&gpu_ops[0]});
-  else if (arity == 2) got = detail::elementwise(op, {&gpu_ops[0], &gpu_ops[1]});
-  else got = detail::elementwise(op, {&gpu_ops[0], &gpu_ops[1], &gpu_ops[2]});
+  if (arity == 1)
+    got = detail::elementwise(op, {&gpu_ops[0]});
+  else if (arity == 2)
+    got = detail::elementwise(op, {&gpu_ops[0], &gpu_ops[1]});
+  else
+    got = detail::elementwise(op, {&gpu_ops[0], &gpu_ops[1], &gpu_ops[2]});
   EXPECT_TRUE(got.device().is_cuda()) << what;
   expect_matches(expected, got, ulps_for(op, expected.dtype()), what);
 }
@@ -245,29 +267,43 @@ TEST(GpuElementwise, CopiesIntoStridedViewsAndFillsMatchTheCpu) {
   }
 }
 
-TEST(GpuElementwise, ArangeAndLinspaceMatchTheCpuForEveryDtype) {
+/// NumPy's sequence values: start + i * step with two roundings (never an fma), the last one `stop`
+/// when `endpoint`, converted to `t` as kiln casts float64.
+Array numpy_sequence(double start, double step, int64_t n, bool endpoint, double stop, DType t) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    volatile double product = static_cast<double>(i) * step;  // volatile: no contraction into an fma
+    v[static_cast<size_t>(i)] = start + product;
+  }
+  if (endpoint && n > 1) v.back() = stop;
+  return from_data(v, Shape{n}).astype(t);
+}
+
+TEST(GpuElementwise, ArangeAndLinspaceMatchNumPysFormulaForEveryDtype) {
   KILN_REQUIRE_GPU();
+  // The reference is computed here rather than by the CPU backend: a CPU build with -march=native may
+  // contract start + i * step into an fma (GCC's default for C++), which NumPy never does.
   for (DType t : kAllTypes) {
     const std::string what(dtype_name(t));
     if (t != DType::Bool) {
-      expect_matches(arange(Scalar(-5), Scalar(200), Scalar(3), t), arange(Scalar(-5), Scalar(200), Scalar(3), t, gpu(0)),
-                     0, what + " arange int");
+      const Array ints = arange(Scalar(-5), Scalar(200), Scalar(3), t, gpu(0));
+      expect_matches(arange(Scalar(-5), Scalar(200), Scalar(3), DType::Int64).astype(t), ints, 0, what + " arange int");
     }
     if (is_floating(t)) {
-      // The GPU rounds start + i * step twice, as NumPy does; a CPU build may contract it into one fma
-      // (GCC's default for C++ with -march=native), so float64 values may differ by one ulp.
-      expect_matches(arange(Scalar(-1.25), Scalar(7.5), Scalar(0.1), t),
-                     arange(Scalar(-1.25), Scalar(7.5), Scalar(0.1), t, gpu(0)), 1, what + " arange float");
-      expect_matches(linspace(-2.0, 3.0, 101, true, t), linspace(-2.0, 3.0, 101, true, t, gpu(0)), 1,
+      const Array a = arange(Scalar(-1.25), Scalar(7.5), Scalar(0.1), t, gpu(0));
+      expect_matches(numpy_sequence(-1.25, 0.1, a.size(), false, 0, t), a, 0, what + " arange float");
+      expect_matches(numpy_sequence(-2.0, 0.05, 101, true, 3.0, t), linspace(-2.0, 3.0, 101, true, t, gpu(0)), 0,
                      what + " linspace endpoint");
-      expect_matches(linspace(0.1, 0.7, 7, false, t), linspace(0.1, 0.7, 7, false, t, gpu(0)), 1, what + " linspace");
-      // Against NumPy's values (np.linspace(-2, 3, 101)[19] == -1.0499999999999998, computed as 19 * 0.05 + -2).
-      EXPECT_EQ(linspace(-2.0, 3.0, 101, true, DType::Float64, gpu(0))[19].item<double>(), 19 * 0.05 + -2.0);
+      expect_matches(numpy_sequence(0.1, (0.7 - 0.1) / 7, 7, false, 0, t), linspace(0.1, 0.7, 7, false, t, gpu(0)), 0,
+                     what + " linspace");
     } else {
-      expect_matches(linspace(-20.0, 100.0, 51, true, t), linspace(-20.0, 100.0, 51, true, t, gpu(0)), 0,
+      // linspace(-20, 100, 51)[10] is 4 in NumPy (10 * 2.4 rounds to 24); an fma would give 3.999... -> 3.
+      expect_matches(numpy_sequence(-20.0, 2.4, 51, true, 100.0, t), linspace(-20.0, 100.0, 51, true, t, gpu(0)), 0,
                      what + " linspace");
     }
   }
+  EXPECT_EQ(linspace(-2.0, 3.0, 101, true, DType::Float64, gpu(0))[19].item<double>(), -1.0499999999999998);
+  EXPECT_EQ(linspace(-20.0, 100.0, 51, true, DType::UInt8, gpu(0))[10].item<int64_t>(), 4);
 }
 
 TEST(GpuElementwise, ScalarOperandsComputeInTheArraysTypeAndLargeShapesUse64BitIndices) {

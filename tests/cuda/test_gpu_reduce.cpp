@@ -25,8 +25,8 @@ namespace {
 #define KILN_REQUIRE_GPU() \
   if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
 
-constexpr DType kAllTypes[] = {DType::Bool,    DType::Int8,     DType::Int16,   DType::Int32,  DType::Int64,
-                               DType::UInt8,   DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
+constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
+                               DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
 enum class Op { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
 constexpr Op kOps[] = {Op::Sum, Op::Prod, Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::All, Op::Any};
@@ -37,10 +37,14 @@ const char* op_name(Op op) {
 
 double epsilon(DType t) {
   switch (t) {
-    case DType::Float16: return std::ldexp(1.0, -10);
-    case DType::BFloat16: return std::ldexp(1.0, -7);
-    case DType::Float32: return std::ldexp(1.0, -23);
-    default: return std::ldexp(1.0, -52);
+    case DType::Float16:
+      return std::ldexp(1.0, -10);
+    case DType::BFloat16:
+      return std::ldexp(1.0, -7);
+    case DType::Float32:
+      return std::ldexp(1.0, -23);
+    default:
+      return std::ldexp(1.0, -52);
   }
 }
 
@@ -55,10 +59,19 @@ Array values_for(Op op, const Shape& shape, DType t, std::mt19937_64& rng, bool 
   for (double& x : v) {
     const double r = u(rng);
     switch (op) {
-      case Op::Sum: x = fp ? 8 * r - 4 : std::floor(200 * r - 100); break;
-      case Op::Prod: x = fp ? 0.9 + 0.2 * r : std::floor(5 * r - 2); break;
-      case Op::All: case Op::Any: x = r < 0.01 ? 0.0 : std::floor(3 * r) + 1; break;
-      default: x = std::floor(7 * r - 3); break;  // many ties
+      case Op::Sum:
+        x = fp ? 8 * r - 4 : std::floor(200 * r - 100);
+        break;
+      case Op::Prod:
+        x = fp ? 0.9 + 0.2 * r : std::floor(5 * r - 2);
+        break;
+      case Op::All:
+      case Op::Any:
+        x = r < 0.01 ? 0.0 : std::floor(3 * r) + 1;
+        break;
+      default:
+        x = std::floor(7 * r - 3);
+        break;  // many ties
     }
     if (t == DType::UInt8 && x < 0) x = -x;
     if (fp && with_nan && u(rng) < 0.003) x = std::nan("");
@@ -72,14 +85,22 @@ Array run(Op op, const Array& a, const std::optional<Shape>& axes) {
   const Axes ax = axes ? Axes(std::vector<int64_t>(axes->begin(), axes->end())) : Axes();
   const std::optional<int64_t> axis = axes ? std::optional<int64_t>((*axes)[0]) : std::nullopt;
   switch (op) {
-    case Op::Sum: return sum(a, ax);
-    case Op::Prod: return prod(a, ax);
-    case Op::Max: return max(a, ax);
-    case Op::Min: return min(a, ax);
-    case Op::ArgMax: return argmax(a, axis);
-    case Op::ArgMin: return argmin(a, axis);
-    case Op::All: return all(a, ax);
-    case Op::Any: return any(a, ax);
+    case Op::Sum:
+      return sum(a, ax);
+    case Op::Prod:
+      return prod(a, ax);
+    case Op::Max:
+      return max(a, ax);
+    case Op::Min:
+      return min(a, ax);
+    case Op::ArgMax:
+      return argmax(a, axis);
+    case Op::ArgMin:
+      return argmin(a, axis);
+    case Op::All:
+      return all(a, ax);
+    case Op::Any:
+      return any(a, ax);
   }
   return {};
 }
@@ -114,8 +135,10 @@ void expect_reduction_matches(Op op, const Array& input, const std::optional<Sha
   for (size_t i = 0; i < c.size(); ++i) {
     if ((std::isnan(c[i]) && std::isnan(g[i])) || c[i] == g[i]) continue;
     const double scale = op == Op::Sum ? magnitude[i] : std::fabs(c[i]) * static_cast<double>(count);
-    const double subnormal = out == DType::Float16 ? std::ldexp(1.0, -24) : out == DType::BFloat16 ? std::ldexp(1.0, -133)
-                             : out == DType::Float32 ? std::ldexp(1.0, -149) : 0.0;
+    const double subnormal = out == DType::Float16    ? std::ldexp(1.0, -24)
+                             : out == DType::BFloat16 ? std::ldexp(1.0, -133)
+                             : out == DType::Float32  ? std::ldexp(1.0, -149)
+                                                      : 0.0;
     const double tolerance = 64 * acc_eps * scale + 2 * epsilon(out) * std::fabs(c[i]) + 2 * subnormal;
     if (!(std::fabs(c[i] - g[i]) <= tolerance)) {
       ADD_FAILURE() << what << ": element " << i << " cpu " << c[i] << " gpu " << g[i] << " tolerance " << tolerance;
@@ -139,10 +162,18 @@ std::vector<Case> small_cases() {
       {"matrix", {64, 300}, same, {std::nullopt, Shape{0}, Shape{1}, Shape{0, 1}}},
       {"rank3", {7, 33, 65}, same, {Shape{0, 2}, Shape{1}, Shape{0, 1}, Shape{2}, std::nullopt}},
       {"transposed", {40, 50}, [](const Array& a) { return a.T(); }, {Shape{0}, Shape{1}, std::nullopt}},
-      {"reversed_sliced", {100, 37},
-       [](const Array& a) { return a.slice(0, std::nullopt, std::nullopt, -1).slice(1, std::nullopt, std::nullopt, 2); },
+      {"reversed_sliced",
+       {100, 37},
+       [](const Array& a) {
+         return a.slice(0, std::nullopt, std::nullopt, -1).slice(1, std::nullopt, std::nullopt, 2);
+       },
        {Shape{0}, Shape{1}, std::nullopt}},
-      {"permuted", {6, 10, 12}, [](const Array& a) { return a.permute({2, 0, 1}); }, {Shape{0, 2}, Shape{1}, Shape{2}}},
+      {"permuted",
+       {6, 10, 12},
+       [](const Array& a) {
+         return a.permute({2, 0, 1});
+       },
+       {Shape{0, 2}, Shape{1}, Shape{2}}},
       {"short_rows", {4099, 3}, same, {Shape{1}, Shape{0}}},
   };
 }
@@ -162,8 +193,8 @@ TEST_P(GpuReduceOp, MatchesTheCpuForEveryDtypeAxesAndLayout) {
       const Array input = c.view(values_for(op, c.base, t, rng, false));
       for (const auto& axes : c.axes) {
         if (!valid_axes_for(op, axes)) continue;
-        const std::string what = std::string(op_name(op)) + " " + std::string(dtype_name(t)) + " " + c.name +
-                                  " axes " + (axes ? shape_str(*axes) : std::string("all"));
+        const std::string what = std::string(op_name(op)) + " " + std::string(dtype_name(t)) + " " + c.name + " axes " +
+                                 (axes ? shape_str(*axes) : std::string("all"));
         expect_reduction_matches(op, input, axes, what);
       }
     }
@@ -187,35 +218,68 @@ TEST_P(GpuReduceOp, LargeInputsTakeTheSplitAndVectorPathsAndStillMatch) {
       const Array input = c.view(values_for(op, c.base, t, rng, false));
       for (const auto& axes : c.axes)
         expect_reduction_matches(op, input, axes,
-                                 std::string(op_name(op)) + " " + std::string(dtype_name(t)) + " " + c.name +
-                                     " axes " + (axes ? shape_str(*axes) : std::string("all")));
+                                 std::string(op_name(op)) + " " + std::string(dtype_name(t)) + " " + c.name + " axes " +
+                                     (axes ? shape_str(*axes) : std::string("all")));
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryOp, GpuReduceOp, ::testing::Range(0, 8),
-                         [](const ::testing::TestParamInfo<int>& info) { return std::string(op_name(kOps[info.param])); });
+INSTANTIATE_TEST_SUITE_P(EveryOp, GpuReduceOp, ::testing::Range(0, 8), [](const ::testing::TestParamInfo<int>& info) {
+  return std::string(op_name(kOps[info.param]));
+});
+
+/// NumPy's argmax/argmin of row `values[begin + k * step]`, k < n: the first NaN, else the first extreme.
+int64_t numpy_arg(const std::vector<double>& values, int64_t begin, int64_t step, int64_t n, bool is_max) {
+  int64_t best = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double x = values[static_cast<size_t>(begin + k * step)];
+    if (std::isnan(x)) return k;
+    const double b = values[static_cast<size_t>(begin + best * step)];
+    if (is_max ? x > b : x < b) best = k;
+  }
+  return best;
+}
 
 TEST(GpuReduce, NanPropagatesThroughMaxMinAndTheFirstNanWinsArgmaxArgmin) {
   KILN_REQUIRE_GPU();
   std::mt19937_64 rng(5);
-  for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
-    for (Op op : {Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::All, Op::Any, Op::Sum})
+  for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64}) {
+    const std::string type(dtype_name(t));
+    for (Op op : {Op::Max, Op::Min, Op::All, Op::Any, Op::Sum})
       for (const Shape& shape : {Shape{300, 257}, Shape{1 << 18}}) {
         const Array input = values_for(op, shape, t, rng, true);
-        for (const auto& axes : {std::optional<Shape>(), std::optional<Shape>(Shape{0})}) {
-          if (shape.size() == 1 && axes) continue;
-          expect_reduction_matches(op, input, axes, std::string(op_name(op)) + " with NaN " + std::string(dtype_name(t)) +
-                                                        " " + shape_str(shape));
-          if (shape.size() == 2)
-            expect_reduction_matches(op, input, Shape{1}, std::string(op_name(op)) + " with NaN axis 1 " +
-                                                              std::string(dtype_name(t)));
-        }
+        expect_reduction_matches(op, input, std::nullopt, std::string(op_name(op)) + " with NaN " + type);
+        if (shape.size() == 1) continue;
+        expect_reduction_matches(op, input, Shape{0}, std::string(op_name(op)) + " with NaN axis 0 " + type);
+        expect_reduction_matches(op, input, Shape{1}, std::string(op_name(op)) + " with NaN axis 1 " + type);
       }
-  // Hand-checked: the first of equal maxima, the first NaN.
+    // argmax/argmin against NumPy's rule directly (ties and NaNs: the first one).
+    for (bool is_max : {true, false}) {
+      const Op op = is_max ? Op::ArgMax : Op::ArgMin;
+      const Array input = values_for(op, {300, 257}, t, rng, true);
+      const std::vector<double> v = input.to_vector<double>();
+      const Array g = input.to(gpu(0));
+      const std::vector<int64_t> rows = run(op, g, Shape{1}).to(kiln::cpu()).to_vector<int64_t>();
+      const std::vector<int64_t> cols = run(op, g, Shape{0}).to(kiln::cpu()).to_vector<int64_t>();
+      for (int64_t i = 0; i < 300; ++i)
+        ASSERT_EQ(rows[static_cast<size_t>(i)], numpy_arg(v, i * 257, 1, 257, is_max))
+            << op_name(op) << " " << type << " row " << i;
+      for (int64_t j = 0; j < 257; ++j)
+        ASSERT_EQ(cols[static_cast<size_t>(j)], numpy_arg(v, j, 257, 300, is_max))
+            << op_name(op) << " " << type << " column " << j;
+      EXPECT_EQ(run(op, g, std::nullopt).item<int64_t>(), numpy_arg(v, 0, 1, 300 * 257, is_max))
+          << op_name(op) << " " << type;
+      const Array big = values_for(op, {1 << 18}, t, rng, true);
+      EXPECT_EQ(run(op, big.to(gpu(0)), std::nullopt).item<int64_t>(),
+                numpy_arg(big.to_vector<double>(), 0, 1, 1 << 18, is_max))
+          << op_name(op) << " " << type << " 2^18";
+    }
+  }
+  // Hand-checked: the first of equal maxima, the first NaN (also when it is element 0).
   const Array a = from_data(std::vector<float>{1, 5, 2, 5, NAN, 3, NAN}, Shape{7}, gpu(0));
   EXPECT_EQ(argmax(a).item<int64_t>(), 4);
   EXPECT_EQ(argmin(a).item<int64_t>(), 4);
   EXPECT_EQ(argmax(a.slice(0, 0, 4)).item<int64_t>(), 1);
+  EXPECT_EQ(argmax(a.slice(0, 4, std::nullopt)).item<int64_t>(), 0);
   EXPECT_TRUE(std::isnan(max(a).item<float>()));
   EXPECT_EQ(min(a.slice(0, 0, 4)).item<float>(), 1.0f);
 }
