@@ -79,16 +79,29 @@ __device__ __forceinline__ float widen(half_t v) { return half_bits_to_float(v.b
 __device__ __forceinline__ float widen(bf16_t v) { return __uint_as_float((u32)v.bits << 16); }
 template <class T> __device__ __forceinline__ T widen(T v) { return v; }
 
+// double -> float rounded to odd (truncate, then set the sticky bit when inexact), so a later
+// rounding to half/bfloat16 is one correct rounding of the double, as on the CPU
+// (kiln::double_to_float_round_odd); double -> float -> half would round twice.
+__device__ __forceinline__ float to_float_round_odd(double d) {
+  float f = __double2float_rz(d);
+  if ((double)f != d && f == f) f = __uint_as_float(__float_as_uint(f) | 1u);
+  return f;
+}
+template <class W> __device__ __forceinline__ float narrow_to_float(W w) {
+  if constexpr (same<W, double>) return to_float_round_odd(w);
+  else return (float)w;
+}
+
 template <class D, class W> __device__ __forceinline__ D from_wide(W w) {
   if constexpr (same<D, bool>) {
     return w != W(0);
   } else if constexpr (same<D, half_t>) {
     half_t h;
-    h.bits = float_to_half_bits((float)w);
+    h.bits = float_to_half_bits(narrow_to_float(w));
     return h;
   } else if constexpr (same<D, bf16_t>) {
     bf16_t h;
-    h.bits = float_to_bf16_bits((float)w);
+    h.bits = float_to_bf16_bits(narrow_to_float(w));
     return h;
   } else if constexpr (is_int<D> && is_fp<W>) {
     if constexpr (same<D, i64>) {
