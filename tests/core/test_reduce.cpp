@@ -391,6 +391,7 @@ TEST(ArgReduce, a_nan_first_element_wins_like_numpy) {
   Array a = from_data(std::vector<double>{nan, 2.0, nan});
   EXPECT_EQ(argmax(a).item<int64_t>(), 0);
   EXPECT_EQ(argmin(a).item<int64_t>(), 0);
-  Array f = from_data(std::vector<float>{nan, 5.0f, 1.0f, nan}).astype(float16);
+  const float fnan = std::numeric_limits<float>::quiet_NaN();
+  Array f = from_data(std::vector<float>{fnan, 5.0f, 1.0f, fnan}).astype(float16);
   EXPECT_EQ(argmax(f).item<int64_t>(), 0);
 }
