@@ -83,3 +83,26 @@ TEST(Array, CompoundAssignmentRejectsAKindWideningCast) {
   Array b = arange(4, int32);
   EXPECT_THROW(b /= 2, DTypeError);  // true division gives float64: not castable to int32
 }
+
+TEST(Array, CopyFromOnTheSameDeviceWritesIntoTheBuffer) {
+  Array dst = zeros({2, 3}, float32);
+  void* p = dst.data_ptr();
+  dst.copy_from(arange(6, float32).reshape({2, 3}));
+  EXPECT_EQ(dst.data_ptr(), p);
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_THROW(dst.copy_from(Array()), ValueError);
+}
+
+TEST(Array, PinnedMemoryNeedsTheCudaBackend) {
+  Array a = arange(4, float32);
+  if (!built_with_cuda()) {
+    try {
+      (void)a.pin_memory();
+      FAIL() << "pin_memory must throw in a CPU-only build";
+    } catch (const DeviceError& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(a.is_pinned());
+  EXPECT_THROW((void)empty({2}, float32, Device{DeviceType::CUDA, 0}, ArrayOptions{.pinned = true}), DeviceError);
+}
