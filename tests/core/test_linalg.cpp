@@ -21,27 +21,6 @@ namespace {
 
 const std::string kDir = std::string(KILN_GOLDEN_DIR) + "/reduce/";
 
-/// The same view reduce_golden.py's matmul_view takes.
-Array matmul_view(const Array& x, const std::string& view) {
-  if (view == "t") return swapaxes(x, -1, -2);
-  if (view == "s2") return x.slice(x.ndim() - 1, {}, {}, 2);
-  if (view == "neg") return x.slice(0, {}, {}, -1);
-  return x;
-}
-
-double tolerance(DType t) {
-  switch (t) {
-    case DType::Float16:
-      return 4e-3;
-    case DType::BFloat16:
-      return 3e-2;
-    case DType::Float32:
-      return 2e-5;
-    default:
-      return 1e-12;
-  }
-}
-
 void expect_same(const Array& got, const Array& expected, const std::string& id) {
   ASSERT_EQ(dtype_name(got.dtype()), dtype_name(expected.dtype())) << id;
   ASSERT_EQ(shape_str(got.shape()), shape_str(expected.shape())) << id;
@@ -50,7 +29,7 @@ void expect_same(const Array& got, const Array& expected, const std::string& id)
     double scale = 1.0;
     for (double v : e) scale = std::max(scale, std::abs(v));
     for (size_t i = 0; i < e.size(); ++i)
-      EXPECT_NEAR(g[i], e[i], tolerance(expected.dtype()) * scale) << id << " [" << i << "]";
+      EXPECT_NEAR(g[i], e[i], kiln_test::golden_matmul_tolerance(expected.dtype()) * scale) << id << " [" << i << "]";
   } else {
     EXPECT_EQ(got.to_vector<int64_t>(), expected.to_vector<int64_t>()) << id;
   }
@@ -67,8 +46,8 @@ void run_golden(const std::string& prefix) {
     in >> id >> kind >> a_name >> a_view >> b_name >> b_view;
     if (id.rfind(prefix, 0) != 0) continue;
     ++count;
-    Array a = matmul_view(load(kDir + a_name + ".npy"), a_view);
-    Array b = matmul_view(load(kDir + b_name + ".npy"), b_view);
+    Array a = kiln_test::golden_matmul_view(load(kDir + a_name + ".npy"), a_view);
+    Array b = kiln_test::golden_matmul_view(load(kDir + b_name + ".npy"), b_view);
     try {
       expect_same(kind == "dot" ? dot(a, b) : matmul(a, b), load(kDir + id + ".npy"), id);
     } catch (const std::exception& e) {

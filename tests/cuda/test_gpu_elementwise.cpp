@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -24,6 +26,7 @@ using namespace kiln;
 using detail::OpCode;
 
 namespace {
+using kiln_test::epsilon;
 
 #define KILN_REQUIRE_GPU() \
   if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
@@ -31,18 +34,6 @@ namespace {
 constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
                                DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
-double epsilon(DType t) {
-  switch (t) {
-    case DType::Float16:
-      return std::ldexp(1.0, -10);
-    case DType::BFloat16:
-      return std::ldexp(1.0, -7);
-    case DType::Float32:
-      return std::ldexp(1.0, -23);
-    default:
-      return std::ldexp(1.0, -52);
-  }
-}
 double smallest_normal(DType t) {
   switch (t) {
     case DType::Float16:

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -21,6 +23,7 @@
 using namespace kiln;
 
 namespace {
+using kiln_test::epsilon;
 
 #define KILN_REQUIRE_GPU() \
   if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
@@ -33,19 +36,6 @@ constexpr Op kOps[] = {Op::Sum, Op::Prod, Op::Max, Op::Min, Op::ArgMax, Op::ArgM
 const char* op_name(Op op) {
   constexpr const char* names[] = {"sum", "prod", "max", "min", "argmax", "argmin", "all", "any"};
   return names[static_cast<int>(op)];
-}
-
-double epsilon(DType t) {
-  switch (t) {
-    case DType::Float16:
-      return std::ldexp(1.0, -10);
-    case DType::BFloat16:
-      return std::ldexp(1.0, -7);
-    case DType::Float32:
-      return std::ldexp(1.0, -23);
-    default:
-      return std::ldexp(1.0, -52);
-  }
 }
 
 /// Random values suited to `op`: ties and (optionally) NaNs for max/min/arg ops, values near 1 for

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -222,27 +224,6 @@ TEST(CudaTf32, switch_is_off_by_default_and_toggles) {
 
 // ---------------------------------------------------------------- NumPy golden data on the GPU
 
-/// The view reduce_golden.py's matmul_view takes.
-Array golden_view(const Array& x, const std::string& view) {
-  if (view == "t") return swapaxes(x, -1, -2);
-  if (view == "s2") return x.slice(x.ndim() - 1, {}, {}, 2);
-  if (view == "neg") return x.slice(0, {}, {}, -1);
-  return x;
-}
-
-double golden_tolerance(DType t) {
-  switch (t) {
-    case DType::Float16:
-      return 4e-3;
-    case DType::BFloat16:
-      return 3e-2;
-    case DType::Float32:
-      return 2e-5;
-    default:
-      return 1e-12;
-  }
-}
-
 TEST(GpuMatmul, golden_cases_match_numpy_for_every_dtype_shape_and_view) {
   KILN_REQUIRE_GPU();
   const std::string dir = std::string(KILN_GOLDEN_DIR) + "/reduce/";
@@ -259,8 +240,8 @@ TEST(GpuMatmul, golden_cases_match_numpy_for_every_dtype_shape_and_view) {
     ++count;
     try {
       // Views are taken on the GPU copies, so the GPU sees the same strides as the CPU test.
-      const Array a = golden_view(load(dir + a_name + ".npy").to(d), a_view);
-      const Array b = golden_view(load(dir + b_name + ".npy").to(d), b_view);
+      const Array a = kiln_test::golden_matmul_view(load(dir + a_name + ".npy").to(d), a_view);
+      const Array b = kiln_test::golden_matmul_view(load(dir + b_name + ".npy").to(d), b_view);
       const Array got = (kind == "dot" ? dot(a, b) : matmul(a, b));
       ASSERT_EQ(got.device(), d) << id;
       const Array host = got.to(kiln::cpu());
@@ -272,7 +253,7 @@ TEST(GpuMatmul, golden_cases_match_numpy_for_every_dtype_shape_and_view) {
         double scale = 1.0;
         for (double v : e) scale = std::max(scale, std::abs(v));
         for (size_t i = 0; i < e.size(); ++i)
-          EXPECT_NEAR(g[i], e[i], golden_tolerance(expected.dtype()) * scale) << id << " [" << i << "]";
+          EXPECT_NEAR(g[i], e[i], kiln_test::golden_matmul_tolerance(expected.dtype()) * scale) << id << " [" << i << "]";
       } else {
         EXPECT_EQ(host.to_vector<int64_t>(), expected.to_vector<int64_t>()) << id;
       }
