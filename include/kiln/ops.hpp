@@ -93,9 +93,30 @@ class Operand {
   Scalar scalar_;
 };
 
+namespace detail {
+/// While alive, lets the next elementwise op on this thread write its result into `temporary`
+/// instead of a new array, when `temporary` is an operand, is the only handle to its storage and
+/// already has the result's shape, dtype and contiguous layout (NumPy's temporary elision, from
+/// 256 KiB). Used by the rvalue overloads below; `(x * 2 + 1)` then allocates one array, not two.
+class DonorScope {
+ public:
+  explicit DonorScope(const Array& temporary);
+  ~DonorScope();
+  DonorScope(const DonorScope&) = delete;
+  DonorScope& operator=(const DonorScope&) = delete;
+
+ private:
+  const Array* previous_;
+};
+}  // namespace detail
+
 #define KILN_UNARY(name) \
   Array name(const Array& a); \
-  Array name(const Array& a, const Array& out);
+  Array name(const Array& a, const Array& out); \
+  inline Array name(Array&& a) { \
+    detail::DonorScope donor(a); \
+    return name(static_cast<const Array&>(a)); \
+  }
 KILN_UNARY(negative) KILN_UNARY(abs) KILN_UNARY(sign) KILN_UNARY(exp) KILN_UNARY(exp2) KILN_UNARY(log)
 KILN_UNARY(log2) KILN_UNARY(log10) KILN_UNARY(log1p) KILN_UNARY(expm1) KILN_UNARY(sqrt) KILN_UNARY(square)
 KILN_UNARY(sin) KILN_UNARY(cos) KILN_UNARY(tan) KILN_UNARY(arcsin) KILN_UNARY(arccos) KILN_UNARY(arctan)
@@ -119,14 +140,39 @@ Array where(const Operand& cond, const Operand& x, const Operand& y);
 /// min(max(a, lo), hi) elementwise.
 Array clip(const Array& a, const Operand& lo, const Operand& hi);
 
-// C++ operators (Array with Array, or Array with a scalar on either side).
+// C++ operators (Array with Array, or Array with a scalar on either side). Overloads taking a
+// temporary (Array&&) may reuse its memory for the result (see detail::DonorScope).
 Array operator-(const Array& a);
+inline Array operator-(Array&& a) {
+  detail::DonorScope donor(a);
+  return negative(static_cast<const Array&>(a));
+}
 Array operator!(const Array& a);
 Array operator~(const Array& a);
 #define KILN_OPERATOR(sym, fn) \
   inline Array operator sym(const Array& a, const Array& b) { return fn(a, b); } \
   template <Arithmetic T> Array operator sym(const Array& a, T b) { return fn(a, b); } \
-  template <Arithmetic T> Array operator sym(T a, const Array& b) { return fn(a, b); }
+  template <Arithmetic T> Array operator sym(T a, const Array& b) { return fn(a, b); } \
+  inline Array operator sym(Array&& a, const Array& b) { \
+    detail::DonorScope donor(a); \
+    return fn(a, b); \
+  } \
+  inline Array operator sym(const Array& a, Array&& b) { \
+    detail::DonorScope donor(b); \
+    return fn(a, b); \
+  } \
+  inline Array operator sym(Array&& a, Array&& b) { \
+    detail::DonorScope donor(a); \
+    return fn(a, b); \
+  } \
+  template <Arithmetic T> Array operator sym(Array&& a, T b) { \
+    detail::DonorScope donor(a); \
+    return fn(a, b); \
+  } \
+  template <Arithmetic T> Array operator sym(T a, Array&& b) { \
+    detail::DonorScope donor(b); \
+    return fn(a, b); \
+  }
 KILN_OPERATOR(+, add) KILN_OPERATOR(-, subtract) KILN_OPERATOR(*, multiply) KILN_OPERATOR(/, divide)
 KILN_OPERATOR(%, remainder) KILN_OPERATOR(==, equal) KILN_OPERATOR(!=, not_equal) KILN_OPERATOR(<, less)
 KILN_OPERATOR(<=, less_equal) KILN_OPERATOR(>, greater) KILN_OPERATOR(>=, greater_equal)

@@ -50,7 +50,24 @@ Scalar round_scalar(const Scalar& s, DType compute) {
   }
 }
 
+thread_local const Array* t_donor = nullptr;
+constexpr int64_t kDonorMinBytes = int64_t{256} << 10;  // NumPy's elision threshold
+
+// The donated temporary, when it is an operand that can hold the result in place.
+const Array* usable_donor(std::initializer_list<const Operand*> operands, const Shape& shape, DType out) {
+  const Array* d = t_donor;
+  if (!d || !d->defined() || d->storage().use_count() != 1 || d->dtype() != out || !(d->shape() == shape) ||
+      d->offset() != 0 || !d->is_contiguous() || d->nbytes() < kDonorMinBytes)
+    return nullptr;
+  for (const Operand* o : operands)
+    if (o->is_array() && &o->array() == d) return d;
+  return nullptr;
+}
+
 }  // namespace
+
+DonorScope::DonorScope(const Array& temporary) : previous_(t_donor) { t_donor = &temporary; }
+DonorScope::~DonorScope() { t_donor = previous_; }
 
 OpTypes op_types(OpCode op, DType p) {
   const OpInfo& info = op_info(op);
@@ -169,6 +186,8 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
                        " (same_kind casting); use an out of dtype " + std::string(dtype_name(types.out)));
     call.out = *out;
     shape = out->shape();
+  } else if (const Array* donor = usable_donor(operands, shape, types.out)) {
+    call.out = *donor;  // same layout as the operand it replaces: an exact in-place update
   } else {
     call.out = make_array(shape, types.out, device);
   }
