@@ -50,6 +50,13 @@ Scalar round_scalar(const Scalar& s, DType compute) {
   }
 }
 
+// True when `in` shares `out`'s storage through another layout: reading it while writing `out`
+// would see new values, so the caller copies it first (an identical view is an exact in-place op).
+bool overlaps_differently(const Array& in, const Array& out) {
+  return in.shares_storage(out) &&
+         !(in.offset() == out.offset() && in.strides() == out.strides() && in.shape() == out.shape());
+}
+
 thread_local const Array* t_donor = nullptr;
 constexpr int64_t kDonorMinBytes = int64_t{256} << 10;  // NumPy's elision threshold
 
@@ -199,9 +206,7 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
     ElementwiseArg& arg = call.inputs[call.num_inputs];
     if (o->is_array()) {
       Array v = o->array();
-      if (out && v.shares_storage(call.out) &&
-          !(v.offset() == call.out.offset() && v.strides() == call.out.strides() && v.shape() == call.out.shape()))
-        v = v.copy();
+      if (out && overlaps_differently(v, call.out)) v = v.copy();
       views[call.num_inputs] = v.shape() == shape ? v : v.broadcast_to(shape);
       arg.array = &views[call.num_inputs];
     } else {
@@ -228,9 +233,7 @@ void copy_into(const Array& src, const Array& dst, const char* op) {
   call.compute = dst.dtype();
   call.out = dst;
   Array view = src;
-  if (src.shares_storage(dst) &&
-      !(src.offset() == dst.offset() && src.strides() == dst.strides() && src.shape() == dst.shape()))
-    view = src.copy();
+  if (overlaps_differently(src, dst)) view = src.copy();
   if (!(view.shape() == dst.shape())) view = view.broadcast_to(dst.shape());
   call.inputs[0].array = &view;
   call.num_inputs = 1;
@@ -267,12 +270,10 @@ using detail::OpCode;
   Array name(const Operand& a, const Operand& b, const Array& out) {                                         \
     return detail::elementwise(OpCode::Code, {&a, &b}, &out);                                                \
   }
-#define KILN_SKIP_IDENTITY(Code, name, rule) KILN_DEFINE_UNARY(Code, name, rule)
-KILN_UNARY_OPS(KILN_SKIP_IDENTITY)
+KILN_PUBLIC_UNARY_OPS(KILN_DEFINE_UNARY)
 KILN_BINARY_OPS(KILN_DEFINE_BINARY)
 #undef KILN_DEFINE_UNARY
 #undef KILN_DEFINE_BINARY
-#undef KILN_SKIP_IDENTITY
 
 Array where(const Operand& cond, const Operand& x, const Operand& y) {
   return detail::elementwise(OpCode::Where, {&cond, &x, &y});

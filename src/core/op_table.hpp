@@ -10,7 +10,8 @@
 
 namespace kiln::detail {
 
-#define KILN_UNARY_OPS(X)                                                                                 \
+// Unary ops with a public function each (ops.hpp); Identity (casts, copies, fills) has none.
+#define KILN_PUBLIC_UNARY_OPS(X)                                                                          \
   X(Negative, negative, Keep) X(Abs, abs, Keep) X(Sign, sign, Keep) X(Exp, exp, Float) X(Exp2, exp2, Float) \
   X(Log, log, Float) X(Log2, log2, Float) X(Log10, log10, Float) X(Log1p, log1p, Float)                  \
   X(Expm1, expm1, Float) X(Sqrt, sqrt, Float) X(Square, square, Keep) X(Sin, sin, Float)                 \
@@ -19,7 +20,8 @@ namespace kiln::detail {
   X(Sigmoid, sigmoid, Float) X(Relu, relu, Keep) X(Floor, floor, Keep) X(Ceil, ceil, Keep)               \
   X(Round, round, Keep) X(Trunc, trunc, Keep) X(LogicalNot, logical_not, Logical)                        \
   X(IsNan, isnan, Predicate) X(IsInf, isinf, Predicate) X(IsFinite, isfinite, Predicate)                 \
-  X(BitwiseNot, bitwise_not, Bitwise) X(Identity, identity, Keep)
+  X(BitwiseNot, bitwise_not, Bitwise)
+#define KILN_UNARY_OPS(X) KILN_PUBLIC_UNARY_OPS(X) X(Identity, identity, Keep)
 
 #define KILN_BINARY_OPS(X)                                                                                     \
   X(Add, add, Arith) X(Subtract, subtract, Arith) X(Multiply, multiply, Arith) X(Divide, divide, TrueDivide) \
