@@ -4,10 +4,12 @@
 #include "kiln/array.hpp"
 
 #include <cstring>
+#include <optional>
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/stream.hpp"
 
 namespace kiln {
 
@@ -72,6 +74,10 @@ Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOption
   if (stream && stream->device() != d && stream->device() != a.device())
     throw DeviceError("to: the stream is on " + stream->device().str() + " but the copy goes from " +
                       a.device().str() + " to " + d.str() + "; pass a stream of either device");
+  // The backend reads a null stream handle as "the current stream"; a Stream naming the default stream
+  // (handle null) is made current for the copy, so it runs there even under another StreamGuard.
+  std::optional<StreamGuard> default_stream_guard;
+  if (stream && stream->handle() == nullptr && stream->device().is_cuda()) default_stream_guard.emplace(*stream);
   Array src = a.contiguous();
   Array out = detail::make_array(a.shape(), a.dtype(), d);
   detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());

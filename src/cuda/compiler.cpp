@@ -9,8 +9,12 @@
 #include <atomic>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <system_error>
+#include <thread>
 
 #include "cuda/runtime.hpp"
 #include "kiln/error.hpp"
@@ -410,6 +414,63 @@ void clear_memory_cache() {
     std::lock_guard lock(cache.mutex);
     dropped.swap(cache.modules);
   }  // modules are unloaded here, outside the lock
+}
+
+// ---- NVRTC warm-up --------------------------------------------------------------------------------
+//
+// The first nvrtcCompileProgram of a process pays for NVRTC's own start-up (loading its builtins
+// library, initialising the front end): 100-200 ms before any work of the user's kernel. One trivial
+// program compiled on a background thread when the CUDA runtime first finds a GPU moves that cost off
+// the first real compile, which then overlaps it with whatever the program does meanwhile. NVRTC's API
+// is thread-safe for distinct programs. The warm-up program bypasses the counters (cache_stats()) so
+// tests that count compiles never see it. KILN_NVRTC_WARMUP=0 disables it.
+
+namespace {
+
+class NvrtcWarmup {
+ public:
+  NvrtcWarmup()
+      : thread_([] {
+          static const char* source =
+              "extern \"C\" __global__ void kiln_nvrtc_warmup(float* p, int n) {\n"
+              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "  if (i < n) p[i] = tanhf(p[i] * 1.5f + 0.25f) * expf(-p[i]);\n"
+              "}\n";
+          nvrtcProgram program = nullptr;
+          if (nvrtcCreateProgram(&program, source, "kiln_nvrtc_warmup", 0, nullptr, nullptr) != NVRTC_SUCCESS) return;
+          const char* options[] = {"--std=c++17", "-default-device"};
+          (void)nvrtcCompileProgram(program, 2, options);
+          (void)nvrtcDestroyProgram(&program);
+        }) {}
+  ~NvrtcWarmup() {
+    if (thread_.joinable()) thread_.join();  // at exit: never leave NVRTC running under static destruction
+  }
+  NvrtcWarmup(const NvrtcWarmup&) = delete;
+  NvrtcWarmup& operator=(const NvrtcWarmup&) = delete;
+
+ private:
+  std::thread thread_;
+};
+
+bool warmup_enabled() {
+  const char* value = std::getenv("KILN_NVRTC_WARMUP");
+  if (value == nullptr) return true;
+  const std::string v(value);
+  return !(v == "0" || v == "false" || v == "off" || v == "no");
+}
+
+}  // namespace
+
+void start_nvrtc_warmup() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!warmup_enabled()) return;
+    try {
+      static NvrtcWarmup warmup;
+    } catch (const std::system_error&) {
+      // No thread could be started: the first compile simply pays NVRTC's start-up itself.
+    }
+  });
 }
 
 }  // namespace kiln::cuda_impl

@@ -96,6 +96,11 @@ std::shared_ptr<Module> load_module(const std::string& source, const std::string
 /// Loads a module from PTX, CUBIN or fatbin bytes the caller already has (not cached; RawModule's path).
 std::shared_ptr<Module> load_module_image(const std::string& image, const std::string& program_name, int device);
 
+/// Starts compiling a trivial program with NVRTC on a background thread (once per process), so NVRTC's own
+/// start-up cost is not paid by the first real kernel. Called when the runtime first finds a GPU; a no-op when
+/// KILN_NVRTC_WARMUP is 0/false/off/no. Not counted in cache_stats().
+void start_nvrtc_warmup();
+
 /// Counters since the process started (for tests and benchmarks).
 struct CacheStats {
   uint64_t nvrtc_compiles = 0;  ///< programs compiled by load_module/compile_ptx/compile_image

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/compiler.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/device.hpp"
 
@@ -66,6 +67,7 @@ int device_count() {
       (void)cudaGetLastError();  // no driver / no GPU: 0 devices, never an error
       return 0;
     }
+    if (n > 0) start_nvrtc_warmup();
     return n < 0 ? 0 : n;
   }();
   return count;

@@ -123,6 +123,20 @@ TEST(Transfer, pinned_host_memory_copies_asynchronously_on_a_stream) {
   EXPECT_EQ(g.to_vector<int32_t>(), values);
 }
 
+TEST(Transfer, the_default_stream_given_explicitly_is_used_under_another_stream_guard) {
+  KILN_REQUIRE_GPU();
+  std::vector<int32_t> values = iota_values(1 << 16, 11);
+  Array p = empty({1 << 16}, int32, cpu(), {.pinned = true});
+  std::memcpy(p.data_ptr(), values.data(), values.size() * sizeof(int32_t));
+  Stream s = Stream::create(gpu(0), {.non_blocking = true});
+  Stream legacy = Stream::default_stream(gpu(0));
+  StreamGuard guard(s);
+  Array g = p.to(gpu(0), legacy, {.non_blocking = true});
+  EXPECT_EQ(Stream::current(gpu(0)), s);  // the copy's stream is current only for the copy
+  legacy.synchronize();
+  EXPECT_EQ(g.to_vector<int32_t>(), values);
+}
+
 TEST(Transfer, gpu_to_pinned_host_is_asynchronous_until_the_stream_is_synchronised) {
   KILN_REQUIRE_GPU();
   std::vector<int32_t> values = iota_values(300000, -3);
