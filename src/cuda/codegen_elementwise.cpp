@@ -110,6 +110,9 @@ std::string element_function(const ElementwiseSpec& spec) {
   for (int k = 0; k < spec.num_inputs; ++k) s += (k ? ", " : "") + input_type(spec, k) + " x" + std::to_string(k);
   s += ") {\n  return ";
   if (spec.raw_copy) return s + "x0;\n}\n";
+  // A cast converts straight to the output type (kd::cast: double -> half/bfloat16 rounds once, through
+  // round-to-odd), never through the compute type, which would round twice (float64 -> float32 -> float16).
+  if (spec.op == OpCode::Identity) return s + "kd::cast<" + out + ">(x0);\n}\n";
   const std::string name = detail::op_info(spec.op).name;
   s += "kd::cast<" + out + ">(kd::op_" + name + "<" + c + ">(";
   for (int k = 0; k < spec.num_inputs; ++k) {
