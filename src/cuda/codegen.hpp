@@ -125,6 +125,7 @@ class KernelTable {
  public:
   struct Entry {
     void* function = nullptr;           ///< a cudaKernel_t
+    void* context_function = nullptr;   ///< its CUfunction in the device's context (cheaper launches), or null
     std::shared_ptr<void> module;       ///< keeps the module loaded
     std::string name;                   ///< kernel name, for launch messages
     int blocks_per_multiprocessor = 8;  ///< resident kBlockSize-thread blocks (occupancy), for grid sizes

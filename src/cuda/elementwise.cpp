@@ -153,8 +153,7 @@ const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& 
 }
 
 void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), 0,
-         current_stream(device), args, kernel.name.c_str());
+  launch_entry(kernel, dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), current_stream(device), args);
 }
 
 // out[i] = start + i * step (arange), the last element set to stop for linspace's endpoint
@@ -181,6 +180,13 @@ void sequence(const detail::ElementwiseCall& call, int device) {
 
 }  // namespace
 
+void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args) {
+  if (kernel.context_function != nullptr)
+    launch_function(kernel.context_function, grid, block, 0, stream, args, kernel.name.c_str());
+  else
+    launch(static_cast<cudaKernel_t>(kernel.function), grid, block, 0, stream, args, kernel.name.c_str());
+}
+
 const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
                                               const std::string& name) {
   CompileOptions options;
@@ -190,6 +196,8 @@ const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const st
   entry.function = reinterpret_cast<void*>(module->function(name));
   entry.module = module;
   entry.name = name;
+  set_device(device);  // the CUfunction belongs to this device's context
+  entry.context_function = context_function(static_cast<cudaKernel_t>(entry.function));
   // Occupancy sizes the grids (one full wave); if the query fails, assume the 8 blocks of 256 threads that
   // fit every multiprocessor since Volta when registers allow.
   int blocks = 0;

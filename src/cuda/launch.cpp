@@ -1,6 +1,8 @@
 // Checked kernel launches (see launch.hpp).
 #include "cuda/launch.hpp"
 
+#include <cuda.h>
+
 #include <climits>
 #include <cstdio>
 
@@ -16,6 +18,42 @@ constexpr unsigned kMaxGridX = 2147483647u, kMaxGridY = 65535, kMaxGridZ = 65535
 
 std::string dims_str(dim3 d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+using CuLaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**);
+using CuKernelGetFunction = CUresult (*)(CUfunction*, CUkernel);
+using CuGetErrorName = CUresult (*)(CUresult, const char**);
+
+// Driver entry points, looked up once (null when the driver lacks them: callers fall back to the runtime).
+struct DriverCalls {
+  CuLaunchKernel launch_kernel = nullptr;
+  CuKernelGetFunction kernel_get_function = nullptr;
+  CuGetErrorName get_error_name = nullptr;
+};
+
+template <class F>
+F driver_entry_point(const char* symbol) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status) != cudaSuccess ||
+      status != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<F>(fn);
+}
+
+const DriverCalls& driver_calls() {
+  static const DriverCalls calls = [] {
+    DriverCalls c;
+    c.launch_kernel = driver_entry_point<CuLaunchKernel>("cuLaunchKernel");
+    c.kernel_get_function = driver_entry_point<CuKernelGetFunction>("cuKernelGetFunction");
+    c.get_error_name = driver_entry_point<CuGetErrorName>("cuGetErrorName");
+    if (!c.launch_kernel || !c.kernel_get_function || !c.get_error_name) c = DriverCalls{};
+    return c;
+  }();
+  return calls;
 }
 
 }  // namespace
@@ -71,6 +109,37 @@ void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaS
   // called on failure (to clear the error), so an earlier unrelated error is never blamed on this kernel.
   const cudaError_t err = cudaLaunchKernel(function, grid, block, args, shared_mem, stream);
   if (err != cudaSuccess) fail("cudaLaunchKernel", err);
+}
+
+void* context_function(cudaKernel_t kernel) {
+  const DriverCalls& calls = driver_calls();
+  if (kernel == nullptr || calls.kernel_get_function == nullptr) return nullptr;
+  CUfunction function = nullptr;
+  if (calls.kernel_get_function(&function, reinterpret_cast<CUkernel>(kernel)) != CUDA_SUCCESS) return nullptr;
+  return reinterpret_cast<void*>(function);
+}
+
+void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
+                     const char* name) {
+  const DriverCalls& calls = driver_calls();
+  if (function == nullptr || calls.launch_kernel == nullptr)
+    throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
+                     ": no context function (internal: use launch() with the library kernel)");
+  validate_launch_config(name, grid, block, shared_mem);
+  if (shared_mem > kDefaultDynamicSharedMemory)
+    throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
+                     " through launch_function: more than 48 KB of dynamic shared memory needs launch()");
+  const CUresult result =
+      calls.launch_kernel(reinterpret_cast<CUfunction>(function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                          static_cast<unsigned>(shared_mem), reinterpret_cast<CUstream>(stream), args, nullptr);
+  if (result != CUDA_SUCCESS) {
+    const char* error_name = nullptr;
+    if (calls.get_error_name(result, &error_name) != CUDA_SUCCESS || error_name == nullptr) error_name = "?";
+    int device = -1;
+    cudaGetDevice(&device);
+    throw CudaError("kiln: cuLaunchKernel failed for " + launch_config_str(name, grid, block, shared_mem, stream) +
+                    " on cuda:" + std::to_string(device) + ": " + error_name + " (" + std::to_string(result) + ")");
+  }
 }
 
 }  // namespace kiln::cuda_impl

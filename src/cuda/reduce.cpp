@@ -143,7 +143,7 @@ void launch_reduce(const KernelTable::Entry& kernel, const ReduceSpec& spec, int
   void* in_ptr = const_cast<void*>(in);
   void* out_ptr = out;
   void* args[] = {&in_ptr, &out_ptr, words.data(spec.index64)};
-  launch(static_cast<cudaKernel_t>(kernel.function), grid, block, 0, current_stream(device), args, kernel.name.c_str());
+  launch_entry(kernel, grid, block, current_stream(device), args);
 }
 
 /// Group size for Rows: a (sub-)warp per output when outputs are many or rows short, else the block.
