@@ -31,25 +31,40 @@ METRICS = {
 }
 
 
-def matmul_sizes(quick):
-    return [1024, 4096] if quick else [1024, 2048, 4096, 8192, 15360]
+class Sizes:
+    """Problem sizes: "full" (BENCH_SCHEMA.md), "quick" (fewer matmul and transfer sizes, as
+    `kiln bench --quick`) or "smoke" (tiny everything: checks that a script runs end to end in
+    seconds before a long GPU run; its numbers mean nothing and scripts/compare says so)."""
+
+    def __init__(self, mode="full"):
+        if mode not in ("full", "quick", "smoke"):
+            raise ValueError(f"unknown size mode {mode!r}")
+        smoke = mode == "smoke"
+        self.mode = mode
+        self.matmul = {"full": [1024, 2048, 4096, 8192, 15360], "quick": [1024, 4096], "smoke": [64]}[mode]
+        self.transfer_mb = {"full": [1, 16, 256, 1024], "quick": [16, 256], "smoke": [1]}[mode]
+        self.timing_n = 128 if smoke else 4096
+        self.overlap_chunks = 16
+        self.overlap_chunk_n = (1 << 12) if smoke else 64 * (1 << 20) // 4  # 64 MiB of float32
+        self.logging_steps = 50 if smoke else 1000
+        self.elementwise_n = (1 << 16) if smoke else (1 << 28)
+        self.fusion_n = (1 << 14) if smoke else (1 << 26)
+        self.overhead_calls = 200 if smoke else 10000
+        self.alloc_calls = 200 if smoke else 10000
+        self.multigpu_n = 128 if smoke else 8192
 
 
-def transfer_sizes_mb(quick):
-    return [16, 256] if quick else [1, 16, 256, 1024]
-
-
-def plan(quick):
+def plan(sizes):
     """Every (workload, case, metric) a peer run writes, in order (a skipped one is written with value null)."""
     rows = []
-    for n in matmul_sizes(quick):
+    for n in sizes.matmul:
         rows += [("matmul", f"cpu_{n}", "seconds"), ("matmul", f"cpu_{n}", "tflops"),
                  ("matmul", f"gpu_{n}", "seconds"), ("matmul", f"gpu_{n}", "tflops"),
                  ("matmul", f"speedup_{n}", "x")]
     rows += [("timing", c, "seconds") for c in ("host_clock_no_sync", "host_clock_sync", "events")]
     for direction in ("h2d", "d2h"):
         for memory in ("pageable", "pinned"):
-            rows += [("transfer", f"{direction}_{memory}_{mb}", "gbps") for mb in transfer_sizes_mb(quick)]
+            rows += [("transfer", f"{direction}_{memory}_{mb}", "gbps") for mb in sizes.transfer_mb]
     rows += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds"), ("overlap", "copy_only", "seconds"),
              ("overlap", "overlapped", "hidden_copy_fraction")]
     rows += [("logging", "copy_every_step", "seconds"), ("logging", "on_device", "seconds")]
@@ -68,11 +83,14 @@ def parse_args(tool, argv=None):
         description=f"The workloads of `kiln bench` in {'PyTorch' if tool == 'torch' else 'CuPy'}, "
                     f"written as the same JSON (tool \"{tool}\"). Needs a CUDA GPU; exits 0 with a note without one.")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")
-    p.add_argument("--quick", action="store_true", help="fewer sizes (matmul 1024 4096, transfers 16 256 MB)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes (matmul 1024 4096, transfers 16 256 MiB)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes: check that the script runs end to end in seconds (numbers meaningless)")
     p.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
                    help="comma-separated workloads to run (default: all): " + " ".join(WORKLOADS))
     p.add_argument("--dry-run", action="store_true", help="list the cases that would be measured, measure nothing")
     args = p.parse_args(argv)
+    args.sizes = Sizes("smoke" if args.smoke else "quick" if args.quick else "full")
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
@@ -81,8 +99,9 @@ def parse_args(tool, argv=None):
 
 
 def print_plan(tool, args):
-    rows = [r for r in plan(args.quick) if r[0] in args.workloads]
-    print(f"{tool}_bench: {len(rows)} records{' (--quick)' if args.quick else ''}:")
+    rows = [r for r in plan(args.sizes) if r[0] in args.workloads]
+    mode = "" if args.sizes.mode == "full" else f" (--{args.sizes.mode})"
+    print(f"{tool}_bench: {len(rows)} records{mode}:")
     for workload, case, metric in rows:
         unit, hib = METRICS[metric]
         print(f"  {workload:12s} {case:24s} {metric:22s} {unit:9s} {'higher' if hib else 'lower'} is better")
@@ -91,10 +110,12 @@ def print_plan(tool, args):
 class Recorder:
     """Collects records and writes the JSON of BENCH_SCHEMA.md."""
 
-    def __init__(self, tool, version, device, quick, host_threads=None):
+    def __init__(self, tool, version, device, sizes, host_threads=None):
         self.doc = {"tool": tool, "version": version, "device": device,
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    "host_threads": host_threads or os.cpu_count(), "quick": bool(quick), "records": []}
+                    "host_threads": host_threads or os.cpu_count(), "quick": sizes.mode == "quick",
+                    "smoke": sizes.mode == "smoke", "records": []}
+        self.sizes = sizes
         self.tool = tool
 
     def add(self, workload, case, metric, value, note=None, check=None):
@@ -115,8 +136,8 @@ class Recorder:
                                     "higher_is_better": hib, "skipped": reason})
         print(f"  {workload:12s} {case:24s} {metric:22s} {'skipped':>14s}  ({reason})", flush=True)
 
-    def skip_workload(self, workload, quick, reason):
-        for w, case, metric in plan(quick):
+    def skip_workload(self, workload, reason):
+        for w, case, metric in plan(self.sizes):
             if w == workload and not self.has(w, case, metric):
                 self.skip(w, case, metric, reason)
 
@@ -124,8 +145,8 @@ class Recorder:
         return any(r["workload"] == workload and r["case"] == case and r["metric"] == metric
                    for r in self.doc["records"])
 
-    def missing(self, workloads, quick):
-        return [r for r in plan(quick) if r[0] in workloads and not self.has(*r)]
+    def missing(self, workloads):
+        return [r for r in plan(self.sizes) if r[0] in workloads and not self.has(*r)]
 
     def write(self, path):
         with open(path, "w") as f:
@@ -211,7 +232,7 @@ def check_text(ok, detail):
 
 
 def finish(rec, args):
-    missing = rec.missing(args.workloads, args.quick)
+    missing = rec.missing(args.workloads)
     for workload, case, metric in missing:  # a workload that failed part-way: say so in the file
         rec.skip(workload, case, metric, "not measured (see the log for the error)")
     if args.json:
@@ -228,4 +249,4 @@ def run_workloads(rec, args, table):
         except Exception as e:  # a failing workload must not lose the others' numbers
             reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
             print(f"  {name} failed: {reason}", file=sys.stderr, flush=True)
-            rec.skip_workload(name, args.quick, reason)
+            rec.skip_workload(name, reason)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The workloads of `kiln bench` in CuPy, written as the same JSON (tool "cupy").
 
-    python3 bench/peers/cupy_bench.py [--quick] [--json FILE] [--workloads matmul,fusion] [--dry-run]
+    python3 bench/peers/cupy_bench.py [--quick|--smoke] [--json FILE] [--workloads matmul,fusion] [--dry-run]
 
 Methods follow ../shared/anchors/peers.py (the reference baselines): GPU work is timed
 between two CUDA events (median after warm-up), host overheads and transfers by the
@@ -47,10 +47,10 @@ class CupyBench:
     def __init__(self, np, cp, cupyx, args):
         self.np, self.cp, self.cupyx = np, cp, cupyx
         self.args = args
-        self.quick = args.quick
+        self.sizes = args.sizes
         name = cp.cuda.runtime.getDeviceProperties(0)["name"]
         name = name.decode() if isinstance(name, bytes) else str(name)
-        self.rec = common.Recorder("cupy", cp.__version__, name, args.quick)
+        self.rec = common.Recorder("cupy", cp.__version__, name, args.sizes)
         self.rec.doc["numpy_version"] = np.__version__
         self.timer = common.Timer(self.sync, lambda: cp.cuda.Event(), cp.cuda.get_elapsed_time)
         self.copy_gbps = None
@@ -80,7 +80,7 @@ class CupyBench:
     def matmul(self):
         np, cp = self.np, self.cp
         rng = np.random.default_rng(0)
-        for n in common.matmul_sizes(self.quick):
+        for n in self.sizes.matmul:
             ha = rng.standard_normal((n, n), dtype=np.float32)
             hb = rng.standard_normal((n, n), dtype=np.float32)
             warm, rep = common.cpu_matmul_reps(n)
@@ -99,7 +99,7 @@ class CupyBench:
 
     # ------------------------------------------------------------------ timing
     def timing(self):
-        n = 4096
+        n = self.sizes.timing_n
         a, b = self.randn(n, n), self.randn(n, n)
         for _ in range(3):
             a @ b
@@ -124,7 +124,7 @@ class CupyBench:
     def transfer(self):
         np, cp, cupyx = self.np, self.cp, self.cupyx
         rng = np.random.default_rng(0)
-        for mb in common.transfer_sizes_mb(self.quick):
+        for mb in self.sizes.transfer_mb:
             n = mb * (1 << 20) // 4
             h = rng.random(n, dtype=np.float32)
             hp = cupyx.empty_pinned(n, dtype=np.float32)
@@ -144,7 +144,7 @@ class CupyBench:
     # ------------------------------------------------------------------ overlap
     def overlap(self):
         np, cp, cupyx = self.np, self.cp, self.cupyx
-        chunks, n = 16, 64 * (1 << 20) // 4
+        chunks, n = self.sizes.overlap_chunks, self.sizes.overlap_chunk_n
         h_in = cupyx.empty_pinned((chunks, n), dtype=np.float32)
         cp.random.random((chunks, n), dtype=cp.float32).get(out=h_in)
         h_out = cupyx.empty_pinned((chunks, n), dtype=np.float32)
@@ -200,7 +200,7 @@ class CupyBench:
     # ------------------------------------------------------------------ logging
     def logging(self):
         cp = self.cp
-        steps = 1000
+        steps = self.sizes.logging_steps
         cp.random.seed(1)
         a = self.randn(100, 100)
         xs = self.randn(steps, 100, 100)
@@ -236,7 +236,7 @@ class CupyBench:
 
     def elementwise(self):
         cp = self.cp
-        n = 1 << 28
+        n = self.sizes.elementwise_n
         self.copy_gbps = self.measure_copy(n)
         self.rec.add("elementwise", "copy", "gbps", self.copy_gbps, note="cudaMemcpyAsync device to device")
         a, c = self.randn(n), self.randn(n)
@@ -248,7 +248,7 @@ class CupyBench:
 
     def reduction(self):
         cp = self.cp
-        n = 1 << 28
+        n = self.sizes.elementwise_n
         a = self.randn(n)
         t = self.timer.events(lambda: a.sum())
         got, want = float(a.sum()), float(a.sum(dtype=cp.float64))
@@ -258,7 +258,7 @@ class CupyBench:
     # ------------------------------------------------------------------ overhead
     def overhead(self):
         cp = self.cp
-        calls = 10000
+        calls = self.sizes.overhead_calls
         x, y = self.randn(1000), self.randn(1000)
 
         def small_add():
@@ -306,15 +306,15 @@ class CupyBench:
     # ------------------------------------------------------------------ fusion
     def fusion(self):
         cp = self.cp
-        n = 1 << 26
+        n = self.sizes.fusion_n
         x = self.randn(n)
 
         def chain(x):
             return cp.tanh(x * 1.5 + 0.3) * x - cp.exp(-x * x) * 0.5
 
         self.rec.add("fusion", "eager", "ms", self.timer.events(lambda: chain(x)) * 1e3)
-        if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth at 2^28 here
-            self.copy_gbps = self.measure_copy(1 << 28)
+        if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
+            self.copy_gbps = self.measure_copy(self.sizes.elementwise_n)
         floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
         self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
         try:
@@ -333,7 +333,7 @@ class CupyBench:
     # ------------------------------------------------------------------ alloc
     def alloc(self):
         cp = self.cp
-        calls = 10000
+        calls = self.sizes.alloc_calls
 
         def alloc_free():
             for _ in range(calls):
@@ -346,9 +346,9 @@ class CupyBench:
         cp = self.cp
         gpus = cp.cuda.runtime.getDeviceCount()
         if gpus < 2:
-            self.rec.skip_workload("multigpu", self.quick, f"needs two GPUs, this machine has {gpus}")
+            self.rec.skip_workload("multigpu", f"needs two GPUs, this machine has {gpus}")
             return
-        n = 8192
+        n = self.sizes.multigpu_n
         dev0, dev1 = cp.cuda.Device(0), cp.cuda.Device(1)
         with dev0:
             a0, b0 = self.randn(n, n), self.randn(n, n)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The workloads of `kiln bench` in PyTorch, written as the same JSON (tool "torch").
 
-    python3 bench/peers/torch_bench.py [--quick] [--json FILE] [--workloads matmul,fusion] [--dry-run]
+    python3 bench/peers/torch_bench.py [--quick|--smoke] [--json FILE] [--workloads matmul,fusion] [--dry-run]
 
 Methods follow ../shared/anchors/peers.py (the reference baselines): GPU work is timed
 between two CUDA events (median after warm-up), host overheads and transfers by the
@@ -38,12 +38,12 @@ class TorchBench:
     def __init__(self, torch, args):
         self.torch = torch
         self.args = args
-        self.quick = args.quick
+        self.sizes = args.sizes
         self.dev = torch.device("cuda", 0)
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 matmul, as kiln's default
         torch.backends.cudnn.allow_tf32 = False
         torch.set_num_threads(os.cpu_count())
-        self.rec = common.Recorder("torch", torch.__version__, torch.cuda.get_device_name(0), args.quick,
+        self.rec = common.Recorder("torch", torch.__version__, torch.cuda.get_device_name(0), args.sizes,
                                    host_threads=torch.get_num_threads())
         self.timer = common.Timer(torch.cuda.synchronize, lambda: torch.cuda.Event(enable_timing=True),
                                   lambda s, e: s.elapsed_time(e))
@@ -66,7 +66,7 @@ class TorchBench:
     def matmul(self):
         torch = self.torch
         gen = torch.Generator(device=self.dev).manual_seed(0)
-        for n in common.matmul_sizes(self.quick):
+        for n in self.sizes.matmul:
             a = torch.randn(n, n, device=self.dev, generator=gen)
             b = torch.randn(n, n, device=self.dev, generator=gen)
             ha, hb = a.cpu(), b.cpu()
@@ -86,7 +86,7 @@ class TorchBench:
     # ------------------------------------------------------------------ timing
     def timing(self):
         torch = self.torch
-        n = 4096
+        n = self.sizes.timing_n
         a = torch.randn(n, n, device=self.dev)
         b = torch.randn(n, n, device=self.dev)
         for _ in range(3):
@@ -111,7 +111,7 @@ class TorchBench:
     # ------------------------------------------------------------------ transfer
     def transfer(self):
         torch = self.torch
-        for mb in common.transfer_sizes_mb(self.quick):
+        for mb in self.sizes.transfer_mb:
             n = mb * (1 << 20) // 4
             h = torch.rand(n)
             hp = h.pin_memory()
@@ -130,7 +130,7 @@ class TorchBench:
     # ------------------------------------------------------------------ overlap
     def overlap(self):
         torch = self.torch
-        chunks, n = 16, 64 * (1 << 20) // 4
+        chunks, n = self.sizes.overlap_chunks, self.sizes.overlap_chunk_n
         h_in = torch.empty(chunks, n).pin_memory()
         h_in.copy_(torch.rand(chunks, n, device=self.dev))
         h_out = torch.empty(chunks, n).pin_memory()
@@ -184,7 +184,7 @@ class TorchBench:
     # ------------------------------------------------------------------ logging
     def logging(self):
         torch = self.torch
-        steps = 1000
+        steps = self.sizes.logging_steps
         gen = torch.Generator(device=self.dev).manual_seed(1)
         a = torch.randn(100, 100, device=self.dev, generator=gen)
         xs = torch.randn(steps, 100, 100, device=self.dev, generator=gen)
@@ -214,7 +214,7 @@ class TorchBench:
     # ------------------------------------------------------------------ elementwise, reduction
     def elementwise(self):
         torch = self.torch
-        n = 1 << 28
+        n = self.sizes.elementwise_n
         a = torch.randn(n, device=self.dev)
         c = torch.randn(n, device=self.dev)
         b = torch.empty_like(a)
@@ -228,7 +228,7 @@ class TorchBench:
 
     def reduction(self):
         torch = self.torch
-        n = 1 << 28
+        n = self.sizes.elementwise_n
         a = torch.randn(n, device=self.dev)
         t = self.timer.events(lambda: a.sum())
         got, want = a.sum().item(), a.double().sum().item()
@@ -238,7 +238,7 @@ class TorchBench:
     # ------------------------------------------------------------------ overhead
     def overhead(self):
         torch = self.torch
-        calls = 10000
+        calls = self.sizes.overhead_calls
         x = torch.randn(1000, device=self.dev)
         y = torch.randn(1000, device=self.dev)
 
@@ -286,7 +286,7 @@ class TorchBench:
     # ------------------------------------------------------------------ fusion
     def fusion(self):
         torch = self.torch
-        n = 1 << 26
+        n = self.sizes.fusion_n
         x = torch.randn(n, device=self.dev)
 
         def chain(x):
@@ -294,10 +294,11 @@ class TorchBench:
 
         eager_s = self.timer.events(lambda: chain(x))
         self.rec.add("fusion", "eager", "ms", eager_s * 1e3)
-        if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth at 2^28 here
-            big = torch.randn(1 << 28, device=self.dev)
+        if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
+            m = self.sizes.elementwise_n
+            big = torch.randn(m, device=self.dev)
             out = torch.empty_like(big)
-            self.copy_gbps = 2 * 4 * (1 << 28) / self.timer.events(lambda: out.copy_(big)) / 1e9
+            self.copy_gbps = 2 * 4 * m / self.timer.events(lambda: out.copy_(big)) / 1e9
             del big, out
         floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
         self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
@@ -318,7 +319,7 @@ class TorchBench:
     # ------------------------------------------------------------------ alloc
     def alloc(self):
         torch = self.torch
-        calls = 10000
+        calls = self.sizes.alloc_calls
 
         def alloc_free():
             for _ in range(calls):
@@ -331,9 +332,9 @@ class TorchBench:
         torch = self.torch
         gpus = torch.cuda.device_count()
         if gpus < 2:
-            self.rec.skip_workload("multigpu", self.quick, f"needs two GPUs, this machine has {gpus}")
+            self.rec.skip_workload("multigpu", f"needs two GPUs, this machine has {gpus}")
             return
-        n = 8192
+        n = self.sizes.multigpu_n
         d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
         a0, b0 = torch.randn(n, n, device=d0), torch.randn(n, n, device=d0)
         a1, b1 = a0.to(d1), b0.to(d1)

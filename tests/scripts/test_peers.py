@@ -13,6 +13,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PEERS = os.path.join(ROOT, "bench", "peers")
+HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, PEERS)
 import common  # noqa: E402
 
@@ -45,12 +46,12 @@ def script(tool):
 
 class PeersTest(unittest.TestCase):
     def test_plan_covers_the_schema(self):
-        planned = set(common.plan(quick=False))
+        planned = set(common.plan(common.Sizes("full")))
         self.assertEqual(REQUIRED_FULL - planned, set())
-        self.assertEqual(len(planned), len(common.plan(quick=False)), "no record planned twice")
+        self.assertEqual(len(planned), len(common.plan(common.Sizes("full"))), "no record planned twice")
 
     def test_quick_plan_uses_the_quick_sizes(self):
-        quick = set(common.plan(quick=True))
+        quick = set(common.plan(common.Sizes("quick")))
         self.assertIn(("matmul", "gpu_4096", "tflops"), quick)
         self.assertNotIn(("matmul", "gpu_2048", "tflops"), quick)
         self.assertIn(("transfer", "h2d_pinned_256", "gbps"), quick)
@@ -95,7 +96,7 @@ class PeersTest(unittest.TestCase):
                 self.assertFalse(os.path.exists(out_json), "no JSON is written when nothing was measured")
 
     def test_recorder_writes_the_schema(self):
-        rec = common.Recorder("torch", "2.11", "NVIDIA H200", quick=True, host_threads=16)
+        rec = common.Recorder("torch", "2.11", "NVIDIA H200", common.Sizes("quick"), host_threads=16)
         rec.add("elementwise", "add", "gbps", 4000.0)
         rec.add("overhead", "small_add", "us_per_op", 9.3, note="n", check="ok")
         rec.skip("fusion", "fused", "ms", "torch.compile failed")
@@ -106,6 +107,8 @@ class PeersTest(unittest.TestCase):
                 doc = json.load(f)
         for key in ("tool", "version", "device", "date", "host_threads", "records"):
             self.assertIn(key, doc)
+        self.assertTrue(doc["quick"])
+        self.assertFalse(doc["smoke"])
         self.assertEqual(doc["tool"], "torch")
         self.assertRegex(doc["date"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
         first, second, skipped = doc["records"]
@@ -116,11 +119,10 @@ class PeersTest(unittest.TestCase):
         self.assertEqual(skipped["skipped"], "torch.compile failed")
 
     def test_failed_workload_keeps_the_others_and_marks_its_records(self):
-        rec = common.Recorder("cupy", "14", "gpu", quick=True)
+        rec = common.Recorder("cupy", "14", "gpu", common.Sizes("quick"))
 
         class Args:
             workloads = ["reduction", "alloc"]
-            quick = True
             json = None
 
         def broken():
@@ -132,6 +134,54 @@ class PeersTest(unittest.TestCase):
         by_key = {(r["workload"], r["case"], r["metric"]): r for r in rec.doc["records"]}
         self.assertEqual(by_key[("reduction", "sum", "gbps")]["skipped"], "RuntimeError: out of memory")
         self.assertEqual(by_key[("alloc", "alloc_free_1MB", "us")]["value"], 2.0)
+
+    def run_with_fake(self, tool, gpus, **extra_env):
+        """Runs a peer script end to end (--smoke sizes) on the NumPy stand-in of its library."""
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, f"fake_{tool}"), FAKE_GPUS=str(gpus),
+                   PYTHONDONTWRITEBYTECODE="1", **extra_env)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{tool}.json")
+            out = subprocess.run([sys.executable, script(tool), "--smoke", "--json", path], capture_output=True,
+                                 text=True, env=env, timeout=300)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            with open(path) as f:
+                doc = json.load(f)
+        self.assertEqual(doc["tool"], tool)
+        self.assertTrue(doc["smoke"])
+        records = {(r["workload"], r["case"], r["metric"]): r for r in doc["records"]}
+        self.assertEqual(set(records), set(common.plan(common.Sizes("smoke"))))
+        return records, out.stdout + out.stderr
+
+    def check_measured(self, records, log, allowed_skips=()):
+        for key, r in records.items():
+            if key[0] in allowed_skips:
+                self.assertIn("needs two GPUs", r.get("skipped", ""), key)
+                continue
+            if key[:2] == ("fusion", "fused") and "compile" in allowed_skips:
+                self.assertIn("torch.compile failed: RuntimeError: Cannot find a working triton installation",
+                              r.get("skipped", ""), key)
+                continue
+            self.assertNotIn("skipped", r, f"{key}: {r.get('skipped')}\n{log}")
+            self.assertIsInstance(r["value"], float, key)
+            self.assertEqual(r.get("check", "ok"), "ok", f"{key}: {r.get('check')}")
+
+    def test_cupy_bench_runs_end_to_end_on_a_stand_in(self):
+        records, log = self.run_with_fake("cupy", gpus=2)
+        self.check_measured(records, log)
+        self.assertAlmostEqual(records[("multigpu", "two_gpus", "speedup")]["value"],
+                               records[("multigpu", "one_gpu", "seconds")]["value"] /
+                               records[("multigpu", "two_gpus", "seconds")]["value"])
+        records, log = self.run_with_fake("cupy", gpus=1)
+        self.check_measured(records, log, allowed_skips=("multigpu",))
+
+    def test_torch_bench_runs_end_to_end_on_a_stand_in(self):
+        records, log = self.run_with_fake("torch", gpus=2)
+        self.check_measured(records, log)
+        fused, floor = records[("fusion", "fused", "ms")]["value"], records[("fusion", "floor", "ms")]["value"]
+        self.assertAlmostEqual(records[("fusion", "fused", "x_floor")]["value"], fused / floor)
+        # Without Triton torch.compile fails: "fused" is skipped with the reason, the rest is measured.
+        records, log = self.run_with_fake("torch", gpus=1, FAKE_TORCH_COMPILE_FAILS="1")
+        self.check_measured(records, log, allowed_skips=("multigpu", "compile"))
 
 
 if __name__ == "__main__":
