@@ -95,7 +95,6 @@ class CupyBench:
             self.rec.add("matmul", f"gpu_{n}", "seconds", gpu_s, check=check)
             self.rec.add("matmul", f"gpu_{n}", "tflops", flops / gpu_s / 1e12)
             self.rec.add("matmul", f"speedup_{n}", "x", cpu_s / gpu_s, note="NumPy time / CuPy time")
-            del a, b, ha, hb, hc
 
     # ------------------------------------------------------------------ timing
     def timing(self):
@@ -139,7 +138,6 @@ class CupyBench:
             for name, fn in cases:
                 s = self.timer.wall(fn, warm=2, rep=rep)
                 self.rec.add("transfer", f"{name}_{mb}", "gbps", nbytes / s / 1e9)
-            del h, hp, d
 
     # ------------------------------------------------------------------ overlap
     def overlap(self):
@@ -379,9 +377,6 @@ class CupyBench:
         self.rec.add("multigpu", "one_gpu", "seconds", one)
         self.rec.add("multigpu", "two_gpus", "seconds", two)
         self.rec.add("multigpu", "two_gpus", "speedup", one / two)
-        del a0, b0, a1, b1
-        with dev1:
-            cp.get_default_memory_pool().free_all_blocks()
 
 
 if __name__ == "__main__":

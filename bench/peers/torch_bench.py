@@ -81,7 +81,6 @@ class TorchBench:
             self.rec.add("matmul", f"gpu_{n}", "seconds", gpu_s, check=check)
             self.rec.add("matmul", f"gpu_{n}", "tflops", flops / gpu_s / 1e12)
             self.rec.add("matmul", f"speedup_{n}", "x", cpu_s / gpu_s)
-            del a, b, ha, hb, hc
 
     # ------------------------------------------------------------------ timing
     def timing(self):
@@ -125,7 +124,6 @@ class TorchBench:
             for name, fn in cases:
                 s = self.timer.wall(fn, warm=2, rep=rep)
                 self.rec.add("transfer", f"{name}_{mb}", "gbps", nbytes / s / 1e9)
-            del h, hp, d
 
     # ------------------------------------------------------------------ overlap
     def overlap(self):

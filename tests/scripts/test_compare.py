@@ -168,14 +168,23 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         with open(md) as f:
             self.assertEqual(f.read(), out.stdout.split("\nchart:")[0] if "\nchart:" in out.stdout else out.stdout)
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("matplotlib") is None:
             self.assertIn("matplotlib is not installed", out.stderr)
             self.assertFalse(os.path.exists(png))
             return
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_chart_skipped_with_a_note_without_matplotlib(self):
+        png = os.path.join(self.tmp.name, "none.png")
+        code = ("import sys, runpy; sys.modules['matplotlib'] = None; "
+                f"sys.argv = ['compare', {self.paths['kiln']!r}, {self.paths['torch']!r}, '--png', {png!r}]; "
+                f"runpy.run_path({SCRIPT!r}, run_name='__main__')")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("matplotlib is not installed: no chart", out.stderr)
+        self.assertIn("| elementwise | add | gbps |", out.stdout)
+        self.assertFalse(os.path.exists(png))
 
 
 if __name__ == "__main__":
