@@ -71,7 +71,8 @@ def plan(sizes):
     rows += [("elementwise", c, "gbps") for c in ("copy", "add", "add_scalar")]
     rows += [("reduction", "sum", "gbps")]
     rows += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out", "graph_replay", "empty_launch")]
-    rows += [("fusion", "eager", "ms"), ("fusion", "fused", "ms"), ("fusion", "floor", "ms"), ("fusion", "fused", "x_floor")]
+    rows += [("fusion", "eager", "ms"), ("fusion", "floor", "ms"), ("fusion", "eager", "x_floor"), ("fusion", "fused", "ms"),
+             ("fusion", "fused", "x_floor")]
     rows += [("alloc", "alloc_free_1MB", "us")]
     rows += [("multigpu", "one_gpu", "seconds"), ("multigpu", "two_gpus", "seconds"), ("multigpu", "two_gpus", "speedup")]
     return rows

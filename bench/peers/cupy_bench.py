@@ -193,35 +193,39 @@ class CupyBench:
         self.rec.add("overlap", "serial", "seconds", serial, check=check)
         self.rec.add("overlap", "overlapped", "seconds", overlapped, check=check)
         self.rec.add("overlap", "copy_only", "seconds", copy_only)
-        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", (serial - overlapped) / copy_only)
+        hidden = min(1.0, max(0.0, (serial - overlapped) / copy_only))  # as `kiln bench`: clamped to [0, 1]
+        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", hidden)
 
     # ------------------------------------------------------------------ logging
     def logging(self):
         cp = self.cp
         steps = self.sizes.logging_steps
+        # As `kiln bench`: x = tanh(x @ w) on 100x100, w ~ N(0, 0.1), logging ||x||_F every step.
         cp.random.seed(1)
-        a = self.randn(100, 100)
-        xs = self.randn(steps, 100, 100)
+        x0 = self.randn(100, 100)
+        w = self.randn(100, 100) * 0.1
 
         def copy_every_step():
             norms = []
-            for i in range(steps):
-                y = a @ xs[i]
-                norms.append(float(cp.linalg.norm(y)))  # synchronises every step
+            x = x0
+            for _ in range(steps):
+                x = cp.tanh(x @ w)
+                norms.append(float(cp.linalg.norm(x)))  # synchronises every step
             return norms
 
         def on_device():
             log = cp.empty(steps, dtype=cp.float32)
+            x = x0
             for i in range(steps):
-                y = a @ xs[i]
-                log[i] = cp.linalg.norm(y)
+                x = cp.tanh(x @ w)
+                log[i] = cp.linalg.norm(x)
             return log.get().tolist()  # one copy at the end
 
         out = {}
         t_every = self.timer.wall(lambda: out.__setitem__("every", copy_every_step()), warm=1, rep=5)
         t_device = self.timer.wall(lambda: out.__setitem__("device", on_device()), warm=1, rep=5)
         err = common.relative_error(out["device"], out["every"])
-        check = common.check_text(err <= 1e-6, f"the two logs differ by {err:.2e}")
+        check = common.check_text(err <= 1e-5, f"the two logs differ by {err:.2e}")
         self.rec.add("logging", "copy_every_step", "seconds", t_every, check=check)
         self.rec.add("logging", "on_device", "seconds", t_device, check=check)
 
@@ -310,11 +314,13 @@ class CupyBench:
         def chain(x):
             return cp.tanh(x * 1.5 + 0.3) * x - cp.exp(-x * x) * 0.5
 
-        self.rec.add("fusion", "eager", "ms", self.timer.events(lambda: chain(x)) * 1e3)
+        eager_ms = self.timer.events(lambda: chain(x)) * 1e3
+        self.rec.add("fusion", "eager", "ms", eager_ms)
         if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
             self.copy_gbps = self.measure_copy(self.sizes.elementwise_n)
         floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
         self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
+        self.rec.add("fusion", "eager", "x_floor", eager_ms / floor_ms)
         try:
             fused = cp.fuse(chain)
             err = common.relative_error(fused(x).get(), chain(x).get())  # compiles here, outside the timing

@@ -177,35 +177,39 @@ class TorchBench:
         self.rec.add("overlap", "serial", "seconds", serial, check=check)
         self.rec.add("overlap", "overlapped", "seconds", overlapped, check=check)
         self.rec.add("overlap", "copy_only", "seconds", copy_only)
-        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", (serial - overlapped) / copy_only)
+        hidden = min(1.0, max(0.0, (serial - overlapped) / copy_only))  # as `kiln bench`: clamped to [0, 1]
+        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", hidden)
 
     # ------------------------------------------------------------------ logging
     def logging(self):
         torch = self.torch
         steps = self.sizes.logging_steps
+        # As `kiln bench`: x = tanh(x @ w) on 100x100, w ~ N(0, 0.1), logging ||x||_F every step.
         gen = torch.Generator(device=self.dev).manual_seed(1)
-        a = torch.randn(100, 100, device=self.dev, generator=gen)
-        xs = torch.randn(steps, 100, 100, device=self.dev, generator=gen)
+        x0 = torch.randn(100, 100, device=self.dev, generator=gen)
+        w = torch.randn(100, 100, device=self.dev, generator=gen) * 0.1
 
         def copy_every_step():
             norms = []
-            for i in range(steps):
-                y = a @ xs[i]
-                norms.append(torch.linalg.norm(y).item())  # synchronises every step
+            x = x0
+            for _ in range(steps):
+                x = torch.tanh(x @ w)
+                norms.append(torch.linalg.norm(x).item())  # synchronises every step
             return norms
 
         def on_device():
             log = torch.empty(steps, device=self.dev)
+            x = x0
             for i in range(steps):
-                y = a @ xs[i]
-                log[i] = torch.linalg.norm(y)
+                x = torch.tanh(x @ w)
+                log[i] = torch.linalg.norm(x)
             return log.cpu().tolist()  # one copy at the end
 
         out = {}
         t_every = self.timer.wall(lambda: out.__setitem__("every", copy_every_step()), warm=1, rep=5)
         t_device = self.timer.wall(lambda: out.__setitem__("device", on_device()), warm=1, rep=5)
         err = common.relative_error(out["device"], out["every"])
-        check = common.check_text(err <= 1e-6, f"the two logs differ by {err:.2e}")
+        check = common.check_text(err <= 1e-5, f"the two logs differ by {err:.2e}")
         self.rec.add("logging", "copy_every_step", "seconds", t_every, check=check)
         self.rec.add("logging", "on_device", "seconds", t_device, check=check)
 
@@ -290,8 +294,8 @@ class TorchBench:
         def chain(x):
             return torch.tanh(x * 1.5 + 0.3) * x - torch.exp(-x * x) * 0.5
 
-        eager_s = self.timer.events(lambda: chain(x))
-        self.rec.add("fusion", "eager", "ms", eager_s * 1e3)
+        eager_ms = self.timer.events(lambda: chain(x)) * 1e3
+        self.rec.add("fusion", "eager", "ms", eager_ms)
         if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
             m = self.sizes.elementwise_n
             big = torch.randn(m, device=self.dev)
@@ -300,6 +304,7 @@ class TorchBench:
             del big, out
         floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
         self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
+        self.rec.add("fusion", "eager", "x_floor", eager_ms / floor_ms)
         try:
             compiled = torch.compile(chain)
             got = compiled(x)  # compiles here (tens of seconds the first time), outside the timing

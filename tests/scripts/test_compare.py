@@ -46,6 +46,9 @@ KILN = doc("kiln", [
     rec("matmul", "speedup_4096", "x", 100.0, True, "x"),
     rec("reduction", "sum", "gbps", 1000.0, True, "GB/s", check="got 1 want 2"),
 ])
+# `kiln bench` lists what it skipped as a whole at the top level.
+KILN["skipped"] = [{"what": "overhead graph_replay", "reason": "no CUDA graphs in this build"},
+                   {"what": "matmul gpu_N", "reason": "no GPU"}]
 TORCH = doc("torch", [
     rec("elementwise", "add", "gbps", 4000.0, True, "GB/s"),
     rec("overhead", "small_add", "us_per_op", 9.0, False, "us/op"),
@@ -53,6 +56,8 @@ TORCH = doc("torch", [
     rec("matmul", "gpu_4096", "seconds", 0.0027, False, "s"),
     rec("reduction", "sum", "gbps", 4000.0, True, "GB/s"),
     rec("alloc", "alloc_free_1MB", "us", 4.0, False, "us"),  # kiln has no such record
+    rec("overhead", "graph_replay", "us_per_op", 1.2, False, "us/op"),
+    rec("matmul", "gpu_8192", "tflops", 50.0, True, "TFLOP/s"),
 ])
 CUPY = doc("cupy", [
     rec("elementwise", "add", "gbps", 2000.0, True, "GB/s"),
@@ -125,6 +130,10 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(total[4], "1000 (!)")  # kiln's own check failed: flagged
         alloc = rows[("alloc", "alloc_free_1MB", "us")]  # peer-only record still listed
         self.assertEqual(alloc[4:6], ["–", "4"])
+        graph = rows[("overhead", "graph_replay", "us_per_op")]  # kiln lists it as skipped at the top level
+        self.assertEqual(graph[4:], ["skipped", "1.2", "–", "–", "–"])
+        gemm_8192 = rows[("matmul", "gpu_8192", "tflops")]  # "matmul gpu_N" covers every size
+        self.assertEqual(gemm_8192[4:6], ["skipped", "50"])
 
     def test_header_summary_and_notes(self):
         out = self.run_script(self.paths["kiln"], self.paths["torch"], self.paths["cupy"])
@@ -132,6 +141,8 @@ class CompareTest(unittest.TestCase):
         self.assertIn("date: 2026-11-22T03:00:00Z", out.stdout)
         self.assertIn("torch fusion/fused/ms skipped: torch.compile failed: no Triton", out.stdout)
         self.assertIn("kiln reduction/sum/gbps check failed: got 1 want 2", out.stdout)
+        self.assertIn("kiln overhead graph_replay skipped: no CUDA graphs in this build", out.stdout)
+        self.assertEqual(out.stdout.count("kiln matmul gpu_N skipped: no GPU"), 1)
         # kiln vs torch ratios: 0.75, 3, 0.9, 0.25 -> 1 of 4 better, geometric mean (0.50625)^(1/4)
         self.assertIn("kiln vs torch: 4 compared, kiln better in 1; geometric mean 0.84x", out.stdout)
         # kiln vs cupy ratios: 1.5, 2, 2, 2 -> all better

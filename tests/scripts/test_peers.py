@@ -70,7 +70,7 @@ class PeersTest(unittest.TestCase):
             out = subprocess.run([sys.executable, script(tool), "--dry-run", "--workloads", "overhead,fusion"],
                                  capture_output=True, text=True)
             self.assertEqual(out.returncode, 0, out.stderr)
-            self.assertIn("8 records", out.stdout)
+            self.assertIn("9 records", out.stdout)
             self.assertIn("graph_replay", out.stdout)
             self.assertIn("x_floor", out.stdout)
             self.assertNotIn("matmul", out.stdout)
