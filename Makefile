@@ -1,7 +1,7 @@
 # kiln: `make demo` and `make test` install what is missing, configure, build and run.
 # Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references).
 
-APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib
 JOBS ?= $(shell nproc)
 HAVE_CUDA := $(shell test -x /usr/local/cuda/bin/nvcc -o -f /usr/local/cuda/include/cuda_runtime.h && echo 1)
 PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)

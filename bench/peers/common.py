@@ -1,0 +1,253 @@
+"""Shared parts of the peer benchmarks (torch_bench.py, cupy_bench.py): the list of
+workloads, cases and metrics of `kiln bench` (../../BENCH_SCHEMA.md, as agreed for
+issue 5), the JSON record writer, the command line and the timing helpers.
+
+Imports nothing beyond the standard library, so `--dry-run` works anywhere.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
+             "fusion", "alloc", "multigpu"]
+
+# metric -> (unit, higher_is_better)
+METRICS = {
+    "seconds": ("s", False),
+    "tflops": ("TFLOP/s", True),
+    "x": ("x", True),
+    "gbps": ("GB/s", True),
+    "hidden_copy_fraction": ("fraction", True),
+    "us_per_op": ("us/op", False),
+    "ms": ("ms", False),
+    "x_floor": ("x", False),
+    "us": ("us", False),
+    "speedup": ("x", True),
+}
+
+
+class Sizes:
+    """Problem sizes: "full" (BENCH_SCHEMA.md), "quick" (fewer matmul and transfer sizes, as
+    `kiln bench --quick`) or "smoke" (tiny everything: checks that a script runs end to end in
+    seconds before a long GPU run; its numbers mean nothing and scripts/compare says so)."""
+
+    def __init__(self, mode="full"):
+        if mode not in ("full", "quick", "smoke"):
+            raise ValueError(f"unknown size mode {mode!r}")
+        smoke = mode == "smoke"
+        self.mode = mode
+        self.matmul = {"full": [1024, 2048, 4096, 8192, 15360], "quick": [1024, 4096], "smoke": [64]}[mode]
+        self.transfer_mb = {"full": [1, 16, 256, 1024], "quick": [16, 256], "smoke": [1]}[mode]
+        self.timing_n = 128 if smoke else 4096
+        self.overlap_chunks = 16
+        self.overlap_chunk_n = (1 << 12) if smoke else 64 * (1 << 20) // 4  # 64 MiB of float32
+        self.logging_steps = 50 if smoke else 1000
+        self.elementwise_n = (1 << 16) if smoke else (1 << 28)
+        self.fusion_n = (1 << 14) if smoke else (1 << 26)
+        self.overhead_calls = 200 if smoke else 10000
+        self.alloc_calls = 200 if smoke else 10000
+        self.multigpu_n = 128 if smoke else 8192
+
+
+def plan(sizes):
+    """Every (workload, case, metric) a peer run writes, in order (a skipped one is written with value null)."""
+    rows = []
+    for n in sizes.matmul:
+        rows += [("matmul", f"cpu_{n}", "seconds"), ("matmul", f"cpu_{n}", "tflops"),
+                 ("matmul", f"gpu_{n}", "seconds"), ("matmul", f"gpu_{n}", "tflops"),
+                 ("matmul", f"speedup_{n}", "x")]
+    rows += [("timing", c, "seconds") for c in ("host_clock_no_sync", "host_clock_sync", "events")]
+    for direction in ("h2d", "d2h"):
+        for memory in ("pageable", "pinned"):
+            rows += [("transfer", f"{direction}_{memory}_{mb}", "gbps") for mb in sizes.transfer_mb]
+    rows += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds"), ("overlap", "copy_only", "seconds"),
+             ("overlap", "overlapped", "hidden_copy_fraction")]
+    rows += [("logging", "copy_every_step", "seconds"), ("logging", "on_device", "seconds")]
+    rows += [("elementwise", c, "gbps") for c in ("copy", "add", "add_scalar")]
+    rows += [("reduction", "sum", "gbps")]
+    rows += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out", "graph_replay", "empty_launch")]
+    rows += [("fusion", "eager", "ms"), ("fusion", "floor", "ms"), ("fusion", "eager", "x_floor"), ("fusion", "fused", "ms"),
+             ("fusion", "fused", "x_floor")]
+    rows += [("alloc", "alloc_free_1MB", "us")]
+    rows += [("multigpu", "one_gpu", "seconds"), ("multigpu", "two_gpus", "seconds"), ("multigpu", "two_gpus", "speedup")]
+    return rows
+
+
+def parse_args(tool, argv=None):
+    p = argparse.ArgumentParser(
+        prog=f"{tool}_bench.py",
+        description=f"The workloads of `kiln bench` in {'PyTorch' if tool == 'torch' else 'CuPy'}, "
+                    f"written as the same JSON (tool \"{tool}\"). Needs a CUDA GPU; exits 0 with a note without one.")
+    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
+    p.add_argument("--quick", action="store_true", help="fewer sizes (matmul 1024 4096, transfers 16 256 MiB)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes: check that the script runs end to end in seconds (numbers meaningless)")
+    p.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
+                   help="comma-separated workloads to run (default: all): " + " ".join(WORKLOADS))
+    p.add_argument("--dry-run", action="store_true", help="list the cases that would be measured, measure nothing")
+    args = p.parse_args(argv)
+    args.sizes = Sizes("smoke" if args.smoke else "quick" if args.quick else "full")
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    if unknown:
+        p.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    return args
+
+
+def print_plan(tool, args):
+    rows = [r for r in plan(args.sizes) if r[0] in args.workloads]
+    mode = "" if args.sizes.mode == "full" else f" (--{args.sizes.mode})"
+    print(f"{tool}_bench: {len(rows)} records{mode}:")
+    for workload, case, metric in rows:
+        unit, hib = METRICS[metric]
+        print(f"  {workload:12s} {case:24s} {metric:22s} {unit:9s} {'higher' if hib else 'lower'} is better")
+
+
+class Recorder:
+    """Collects records and writes the JSON of BENCH_SCHEMA.md."""
+
+    def __init__(self, tool, version, device, sizes, host_threads=None):
+        self.doc = {"tool": tool, "version": version, "device": device,
+                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "host_threads": host_threads or os.cpu_count(), "quick": sizes.mode == "quick",
+                    "smoke": sizes.mode == "smoke", "records": []}
+        self.sizes = sizes
+        self.tool = tool
+
+    def add(self, workload, case, metric, value, note=None, check=None):
+        unit, hib = METRICS[metric]
+        r = {"workload": workload, "case": case, "metric": metric, "unit": unit, "value": float(value),
+             "higher_is_better": hib}
+        if note:
+            r["note"] = note
+        if check:
+            r["check"] = check
+        self.doc["records"].append(r)
+        extra = f"  [{check}]" if check and check != "ok" else ""
+        print(f"  {workload:12s} {case:24s} {metric:22s} {value:14.6g} {unit}{extra}", flush=True)
+
+    def skip(self, workload, case, metric, reason):
+        unit, hib = METRICS[metric]
+        self.doc["records"].append({"workload": workload, "case": case, "metric": metric, "unit": unit, "value": None,
+                                    "higher_is_better": hib, "skipped": reason})
+        print(f"  {workload:12s} {case:24s} {metric:22s} {'skipped':>14s}  ({reason})", flush=True)
+
+    def skip_workload(self, workload, reason):
+        for w, case, metric in plan(self.sizes):
+            if w == workload and not self.has(w, case, metric):
+                self.skip(w, case, metric, reason)
+
+    def has(self, workload, case, metric):
+        return any(r["workload"] == workload and r["case"] == case and r["metric"] == metric
+                   for r in self.doc["records"])
+
+    def missing(self, workloads):
+        return [r for r in plan(self.sizes) if r[0] in workloads and not self.has(*r)]
+
+    def write(self, path):
+        with open(path, "w") as f:
+            json.dump(self.doc, f, indent=1)
+            f.write("\n")
+        print(f"wrote {len(self.doc['records'])} records to {path}")
+
+
+class Timer:
+    """Timing as ../shared/anchors/peers.py does it: device work between two events recorded in the
+    stream (median after warm-up), host wall time around a call that ends in a device synchronise."""
+
+    def __init__(self, synchronize, new_event, elapsed_ms):
+        self.synchronize = synchronize    # () -> None: waits for every stream of the device
+        self.new_event = new_event        # () -> event with .record() and .synchronize()
+        self.elapsed_ms = elapsed_ms      # (start, end) -> float
+
+    def events(self, fn, warm=3, rep=20):
+        """Median seconds of `rep` calls of fn, each between two events, after `warm` calls."""
+        for _ in range(warm):
+            fn()
+        self.synchronize()
+        samples = []
+        for _ in range(rep):
+            start, end = self.new_event(), self.new_event()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(self.elapsed_ms(start, end) / 1e3)
+        return statistics.median(samples)
+
+    def wall(self, fn, warm=2, rep=5):
+        """Median host seconds of fn() followed by a device synchronise, after `warm` calls."""
+        for _ in range(warm):
+            fn()
+        self.synchronize()
+        samples = []
+        for _ in range(rep):
+            t0 = time.perf_counter()
+            fn()
+            self.synchronize()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+
+def host_median(fn, warm, rep):
+    """(median seconds, last result) of a synchronous host call (the CPU side of matmul)."""
+    for _ in range(warm):
+        fn()
+    samples = []
+    result = None
+    for _ in range(rep):
+        t0 = time.perf_counter()
+        result = fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), result
+
+
+def cpu_matmul_reps(n):
+    """(warm-up, repeats) for the CPU matmul: the large sizes take seconds each, and the BLAS thread
+    pool is warm from the smaller sizes by then."""
+    if n <= 2048:
+        return 1, 5
+    if n <= 4096:
+        return 1, 3
+    if n <= 8192:
+        return 0, 2
+    return 0, 1
+
+
+def relative_error(got, want):
+    """max |got - want| / max |want| of two NumPy arrays, in float64."""
+    import numpy as np
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    scale = float(np.max(np.abs(want))) or 1.0
+    return float(np.max(np.abs(got - want))) / scale
+
+
+def check_text(ok, detail):
+    return "ok" if ok else detail
+
+
+def finish(rec, args):
+    missing = rec.missing(args.workloads)
+    for workload, case, metric in missing:  # a workload that failed part-way: say so in the file
+        rec.skip(workload, case, metric, "not measured (see the log for the error)")
+    if args.json:
+        rec.write(args.json)
+    return 0
+
+
+def run_workloads(rec, args, table):
+    """Runs each selected workload; an exception skips that workload's remaining records with the reason."""
+    for name in args.workloads:
+        print(f"== {name}", flush=True)
+        try:
+            table[name]()
+        except Exception as e:  # a failing workload must not lose the others' numbers
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            print(f"  {name} failed: {reason}", file=sys.stderr, flush=True)
+            rec.skip_workload(name, reason)

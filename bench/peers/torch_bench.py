@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""The workloads of `kiln bench` in PyTorch, written as the same JSON (tool "torch").
+
+    python3 bench/peers/torch_bench.py [--quick|--smoke] [--json FILE] [--workloads matmul,fusion] [--dry-run]
+
+Methods follow ../shared/anchors/peers.py (the reference baselines): GPU work is timed
+between two CUDA events (median after warm-up), host overheads and transfers by the
+host clock around a call that ends in torch.cuda.synchronize(). float32 throughout,
+TF32 off. Without PyTorch or a GPU it prints why and exits 0. See bench/README.md.
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def main(argv=None):
+    args = common.parse_args("torch", argv)
+    if args.dry_run:
+        common.print_plan("torch", args)
+        return 0
+    try:
+        import torch
+    except ImportError as e:
+        print(f"torch_bench: PyTorch is not installed ({e}); nothing measured. "
+              "Run this on the GPU machine, where python3 has torch.")
+        return 0
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        print("torch_bench: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); nothing measured.")
+        return 0
+    return TorchBench(torch, args).run()
+
+
+class TorchBench:
+    def __init__(self, torch, args):
+        self.torch = torch
+        self.args = args
+        self.sizes = args.sizes
+        self.dev = torch.device("cuda", 0)
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 matmul, as kiln's default
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_num_threads(os.cpu_count())
+        self.rec = common.Recorder("torch", torch.__version__, torch.cuda.get_device_name(0), args.sizes,
+                                   host_threads=torch.get_num_threads())
+        self.timer = common.Timer(torch.cuda.synchronize, lambda: torch.cuda.Event(enable_timing=True),
+                                  lambda s, e: s.elapsed_time(e))
+        self.copy_gbps = None  # device copy bandwidth (elementwise/copy), for the fusion floor
+
+    def run(self):
+        print(f"torch {self.torch.__version__} on {self.rec.doc['device']}, {self.rec.doc['host_threads']} CPU threads")
+        table = {name: (lambda n=name: self.workload(n)) for name in common.WORKLOADS}
+        common.run_workloads(self.rec, self.args, table)
+        return common.finish(self.rec, self.args)
+
+    def workload(self, name):
+        try:
+            getattr(self, name)()
+        finally:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ matmul
+    def matmul(self):
+        torch = self.torch
+        gen = torch.Generator(device=self.dev).manual_seed(0)
+        for n in self.sizes.matmul:
+            a = torch.randn(n, n, device=self.dev, generator=gen)
+            b = torch.randn(n, n, device=self.dev, generator=gen)
+            ha, hb = a.cpu(), b.cpu()
+            warm, rep = common.cpu_matmul_reps(n)
+            cpu_s, hc = common.host_median(lambda: ha @ hb, warm, rep)
+            gpu_s = self.timer.events(lambda: a @ b, warm=2, rep=5)
+            err = common.relative_error((a @ b).cpu().numpy(), hc.numpy())
+            check = common.check_text(err < 1e-4, f"GPU vs CPU relative error {err:.2e}")
+            flops = 2.0 * n ** 3
+            self.rec.add("matmul", f"cpu_{n}", "seconds", cpu_s, note="torch CPU (MKL/OpenBLAS), all threads")
+            self.rec.add("matmul", f"cpu_{n}", "tflops", flops / cpu_s / 1e12)
+            self.rec.add("matmul", f"gpu_{n}", "seconds", gpu_s, check=check)
+            self.rec.add("matmul", f"gpu_{n}", "tflops", flops / gpu_s / 1e12)
+            self.rec.add("matmul", f"speedup_{n}", "x", cpu_s / gpu_s)
+
+    # ------------------------------------------------------------------ timing
+    def timing(self):
+        torch = self.torch
+        n = self.sizes.timing_n
+        a = torch.randn(n, n, device=self.dev)
+        b = torch.randn(n, n, device=self.dev)
+        for _ in range(3):
+            a @ b
+        no_sync, with_sync = [], []
+        for _ in range(20):
+            torch.cuda.synchronize()  # each sample starts from an idle GPU
+            t0 = time.perf_counter()
+            a @ b
+            no_sync.append(time.perf_counter() - t0)  # the wrong way: only the launch
+        torch.cuda.synchronize()
+        for _ in range(20):
+            t0 = time.perf_counter()
+            a @ b
+            torch.cuda.synchronize()
+            with_sync.append(time.perf_counter() - t0)
+        median = common.statistics.median
+        self.rec.add("timing", "host_clock_no_sync", "seconds", median(no_sync))
+        self.rec.add("timing", "host_clock_sync", "seconds", median(with_sync))
+        self.rec.add("timing", "events", "seconds", self.timer.events(lambda: a @ b, warm=3, rep=20))
+
+    # ------------------------------------------------------------------ transfer
+    def transfer(self):
+        torch = self.torch
+        for mb in self.sizes.transfer_mb:
+            n = mb * (1 << 20) // 4
+            h = torch.rand(n)
+            hp = h.pin_memory()
+            d = torch.empty(n, device=self.dev)
+            rep = 5 if mb >= 256 else 20
+            nbytes = 4.0 * n
+            cases = [("h2d_pageable", lambda: d.copy_(h)),
+                     ("h2d_pinned", lambda: d.copy_(hp, non_blocking=True)),
+                     ("d2h_pageable", lambda: h.copy_(d)),
+                     ("d2h_pinned", lambda: hp.copy_(d, non_blocking=True))]
+            for name, fn in cases:
+                s = self.timer.wall(fn, warm=2, rep=rep)
+                self.rec.add("transfer", f"{name}_{mb}", "gbps", nbytes / s / 1e9)
+
+    # ------------------------------------------------------------------ overlap
+    def overlap(self):
+        torch = self.torch
+        chunks, n = self.sizes.overlap_chunks, self.sizes.overlap_chunk_n
+        h_in = torch.empty(chunks, n).pin_memory()
+        h_in.copy_(torch.rand(chunks, n, device=self.dev))
+        h_out = torch.empty(chunks, n).pin_memory()
+        bufs = [torch.empty(n, device=self.dev) for _ in range(2)]
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+
+        def compute(x):
+            for _ in range(10):
+                x.mul_(2.0).add_(1.0)
+
+        def pipeline(nstreams, with_compute=True):
+            main = torch.cuda.current_stream()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(main)
+            for s in streams[:nstreams]:
+                s.wait_event(start)
+            for i in range(chunks):
+                k = i % nstreams
+                with torch.cuda.stream(streams[k]):  # stream k reuses buffer k, in stream order
+                    bufs[k].copy_(h_in[i], non_blocking=True)
+                    if with_compute:
+                        compute(bufs[k])
+                    h_out[i].copy_(bufs[k], non_blocking=True)
+            for s in streams[:nstreams]:
+                main.wait_stream(s)
+            end.record(main)
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+
+        def median_of(fn, rep=5):
+            fn()  # warm-up
+            return common.statistics.median([fn() for _ in range(rep)])
+
+        copy_only = median_of(lambda: pipeline(1, with_compute=False))
+        serial = median_of(lambda: pipeline(1))
+        ref = h_in[0].to(self.dev)
+        compute(ref)
+        ok_serial = torch.equal(h_out[0], ref.cpu())
+        h_out.zero_()
+        overlapped = median_of(lambda: pipeline(2))
+        ok = ok_serial and torch.equal(h_out[0], ref.cpu())
+        ref = h_in[chunks - 1].to(self.dev)
+        compute(ref)
+        ok = ok and torch.equal(h_out[chunks - 1], ref.cpu())
+        check = common.check_text(ok, "output chunks differ from the same ops run directly")
+        self.rec.add("overlap", "serial", "seconds", serial, check=check)
+        self.rec.add("overlap", "overlapped", "seconds", overlapped, check=check)
+        self.rec.add("overlap", "copy_only", "seconds", copy_only)
+        hidden = min(1.0, max(0.0, (serial - overlapped) / copy_only))  # as `kiln bench`: clamped to [0, 1]
+        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", hidden)
+
+    # ------------------------------------------------------------------ logging
+    def logging(self):
+        torch = self.torch
+        steps = self.sizes.logging_steps
+        # As `kiln bench`: x = tanh(x @ w) on 100x100, w ~ N(0, 0.1), logging ||x||_F every step.
+        gen = torch.Generator(device=self.dev).manual_seed(1)
+        x0 = torch.randn(100, 100, device=self.dev, generator=gen)
+        w = torch.randn(100, 100, device=self.dev, generator=gen) * 0.1
+
+        def copy_every_step():
+            norms = []
+            x = x0
+            for _ in range(steps):
+                x = torch.tanh(x @ w)
+                norms.append(torch.linalg.norm(x).item())  # synchronises every step
+            return norms
+
+        def on_device():
+            log = torch.empty(steps, device=self.dev)
+            x = x0
+            for i in range(steps):
+                x = torch.tanh(x @ w)
+                log[i] = torch.linalg.norm(x)
+            return log.cpu().tolist()  # one copy at the end
+
+        out = {}
+        t_every = self.timer.wall(lambda: out.__setitem__("every", copy_every_step()), warm=1, rep=5)
+        t_device = self.timer.wall(lambda: out.__setitem__("device", on_device()), warm=1, rep=5)
+        err = common.relative_error(out["device"], out["every"])
+        check = common.check_text(err <= 1e-5, f"the two logs differ by {err:.2e}")
+        self.rec.add("logging", "copy_every_step", "seconds", t_every, check=check)
+        self.rec.add("logging", "on_device", "seconds", t_device, check=check)
+
+    # ------------------------------------------------------------------ elementwise, reduction
+    def elementwise(self):
+        torch = self.torch
+        n = self.sizes.elementwise_n
+        a = torch.randn(n, device=self.dev)
+        c = torch.randn(n, device=self.dev)
+        b = torch.empty_like(a)
+        t = self.timer.events(lambda: b.copy_(a))
+        self.copy_gbps = 2 * 4 * n / t / 1e9
+        self.rec.add("elementwise", "copy", "gbps", self.copy_gbps)
+        t = self.timer.events(lambda: torch.add(a, c, out=b))
+        self.rec.add("elementwise", "add", "gbps", 3 * 4 * n / t / 1e9)
+        t = self.timer.events(lambda: torch.add(a, 1.0, out=b))
+        self.rec.add("elementwise", "add_scalar", "gbps", 2 * 4 * n / t / 1e9)
+
+    def reduction(self):
+        torch = self.torch
+        n = self.sizes.elementwise_n
+        a = torch.randn(n, device=self.dev)
+        t = self.timer.events(lambda: a.sum())
+        got, want = a.sum().item(), a.double().sum().item()
+        ok = abs(got - want) <= 1e-4 * n ** 0.5
+        self.rec.add("reduction", "sum", "gbps", 4 * n / t / 1e9, check=common.check_text(ok, f"sum {got} vs {want}"))
+
+    # ------------------------------------------------------------------ overhead
+    def overhead(self):
+        torch = self.torch
+        calls = self.sizes.overhead_calls
+        x = torch.randn(1000, device=self.dev)
+        y = torch.randn(1000, device=self.dev)
+
+        def small_add():
+            z = x
+            for _ in range(calls):
+                z = z + y
+            return z
+
+        def small_add_out():
+            for _ in range(calls):
+                torch.add(x, y, out=x)
+
+        self.rec.add("overhead", "small_add", "us_per_op", self.timer.wall(small_add) / calls * 1e6)
+        self.rec.add("overhead", "small_add_out", "us_per_op", self.timer.wall(small_add_out) / calls * 1e6)
+        # A CUDA graph of 100 adds, replayed 100 times (warm-up on a side stream, as PyTorch requires).
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                torch.add(x, y, out=x)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g):
+            for _ in range(100):
+                torch.add(x, y, out=x)
+
+        def replay():
+            for _ in range(calls // 100):
+                g.replay()
+
+        self.rec.add("overhead", "graph_replay", "us_per_op", self.timer.wall(replay) / calls * 1e6)
+        # PyTorch has no public way to launch a raw kernel; torch.cuda._sleep(0) launches ATen's
+        # one-thread spin kernel for 0 cycles, the nearest thing to an empty launch.
+        if hasattr(torch.cuda, "_sleep"):
+            def empty():
+                for _ in range(calls):
+                    torch.cuda._sleep(0)
+            self.rec.add("overhead", "empty_launch", "us_per_op", self.timer.wall(empty) / calls * 1e6,
+                         note="torch.cuda._sleep(0): ATen's spin kernel, 0 cycles")
+        else:
+            self.rec.skip("overhead", "empty_launch", "us_per_op", "this PyTorch has no torch.cuda._sleep")
+
+    # ------------------------------------------------------------------ fusion
+    def fusion(self):
+        torch = self.torch
+        n = self.sizes.fusion_n
+        x = torch.randn(n, device=self.dev)
+
+        def chain(x):
+            return torch.tanh(x * 1.5 + 0.3) * x - torch.exp(-x * x) * 0.5
+
+        eager_ms = self.timer.events(lambda: chain(x)) * 1e3
+        self.rec.add("fusion", "eager", "ms", eager_ms)
+        if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
+            m = self.sizes.elementwise_n
+            big = torch.randn(m, device=self.dev)
+            out = torch.empty_like(big)
+            self.copy_gbps = 2 * 4 * m / self.timer.events(lambda: out.copy_(big)) / 1e9
+            del big, out
+        floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
+        self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
+        self.rec.add("fusion", "eager", "x_floor", eager_ms / floor_ms)
+        try:
+            compiled = torch.compile(chain)
+            got = compiled(x)  # compiles here (tens of seconds the first time), outside the timing
+            err = common.relative_error(got.cpu().numpy(), chain(x).cpu().numpy())
+            fused_s = self.timer.events(lambda: compiled(x))
+        except Exception as e:  # no Triton, no C compiler, a guard failure...
+            reason = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            self.rec.skip("fusion", "fused", "ms", reason)
+            self.rec.skip("fusion", "fused", "x_floor", reason)
+            return
+        check = common.check_text(err < 1e-5, f"torch.compile result differs from eager by {err:.2e}")
+        self.rec.add("fusion", "fused", "ms", fused_s * 1e3, note="torch.compile", check=check)
+        self.rec.add("fusion", "fused", "x_floor", fused_s * 1e3 / floor_ms)
+
+    # ------------------------------------------------------------------ alloc
+    def alloc(self):
+        torch = self.torch
+        calls = self.sizes.alloc_calls
+
+        def alloc_free():
+            for _ in range(calls):
+                torch.empty(1 << 18, device=self.dev)  # 1 MiB, freed at once back to the cache
+
+        self.rec.add("alloc", "alloc_free_1MB", "us", self.timer.wall(alloc_free) / calls * 1e6)
+
+    # ------------------------------------------------------------------ multigpu
+    def multigpu(self):
+        torch = self.torch
+        gpus = torch.cuda.device_count()
+        if gpus < 2:
+            self.rec.skip_workload("multigpu", f"needs two GPUs, this machine has {gpus}")
+            return
+        n = self.sizes.multigpu_n
+        d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
+        a0, b0 = torch.randn(n, n, device=d0), torch.randn(n, n, device=d0)
+        a1, b1 = a0.to(d1), b0.to(d1)
+
+        def sync_all():
+            for i in range(gpus):
+                torch.cuda.synchronize(i)
+
+        timer = common.Timer(sync_all, None, None)
+
+        def one_gpu():
+            for _ in range(10):
+                a0 @ b0
+                a0 @ b0
+
+        def two_gpus():
+            for _ in range(10):
+                a0 @ b0
+                a1 @ b1
+
+        one = timer.wall(one_gpu)
+        two = timer.wall(two_gpus)
+        self.rec.add("multigpu", "one_gpu", "seconds", one)
+        self.rec.add("multigpu", "two_gpus", "seconds", two)
+        self.rec.add("multigpu", "two_gpus", "speedup", one / two)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

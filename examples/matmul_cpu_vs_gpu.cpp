@@ -1,0 +1,158 @@
+// Walkthrough 2: the same float32 matmul on the CPU and on the GPU, timed right.
+//
+//   build/cuda/examples/example_matmul_cpu_vs_gpu [N_CPU [N_GPU]]   (defaults 512 and 4096)
+//
+// Timing rules shown here: warm up first (the first GPU call loads cuBLAS and picks a
+// kernel; the first CPU call starts the thread pool), take the median of several runs,
+// and time GPU work with events recorded in the stream (a host clock read right after a
+// launch only measures the launch). Both results are checked against a float64 product.
+// Try `example_matmul_cpu_vs_gpu 2048 15360` on a GPU machine for the walkthrough's sizes (the
+// walkthrough compares with one CPU core: the one-core rate is measured too).
+#include <kiln/kiln.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>  // kiln's CPU kernels and OpenBLAS take their thread count from OpenMP
+#endif
+
+using namespace kiln;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Median seconds of `repeat` CPU runs after `warmup` runs (the CPU computes synchronously).
+template <class F>
+double time_cpu(F&& fn, int warmup, int repeat) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> s;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(s);
+}
+
+// Median seconds of `repeat` GPU runs after `warmup` runs, between two events of the stream.
+template <class F>
+double time_gpu(Device d, F&& fn, int warmup, int repeat) {
+  for (int i = 0; i < warmup; ++i) fn();
+  synchronize(d);
+  Event start = Event::create(d), end = Event::create(d);
+  std::vector<double> s;
+  for (int r = 0; r < repeat; ++r) {
+    start.record();
+    fn();
+    end.record();
+    end.synchronize();
+    s.push_back(start.elapsed_ms(end) / 1e3);
+  }
+  return median(s);
+}
+
+// Largest |got - want| over the scale of the product, against a float64 product on the CPU.
+double relative_error(const Array& got, const Array& a, const Array& b) {
+  Array want = matmul(a.to(cpu()).astype(float64), b.to(cpu()).astype(float64));
+  Array diff = abs(got.to(cpu()).astype(float64) - want);
+  double scale = max(abs(want)).item<double>();
+  return max(diff).item<double>() / scale;
+}
+
+int64_t arg_or(int argc, char** argv, int i, int64_t fallback) {
+  return argc > i ? std::strtoll(argv[i], nullptr, 10) : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t n_cpu = arg_or(argc, argv, 1, 512);
+  const int64_t n_gpu = arg_or(argc, argv, 2, 4096);
+  if (n_cpu <= 0 || n_gpu <= 0) {
+    std::fprintf(stderr, "usage: example_matmul_cpu_vs_gpu [N_CPU [N_GPU]] (positive sizes)\n");
+    return 2;
+  }
+  int failures = 0;
+  random::seed(42);
+
+  // CPU: OpenBLAS on every thread OpenMP gives kiln, then on one core.
+  Array a = random::normal({n_cpu, n_cpu}, float32, cpu());
+  Array b = random::normal({n_cpu, n_cpu}, float32, cpu());
+  Array c;
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  double cpu_s = time_cpu([&] { c = matmul(a, b); }, 1, 5);
+  double cpu_tflops = 2.0 * n_cpu * n_cpu * n_cpu / cpu_s / 1e12;
+  double err = relative_error(c, a, b);
+  std::printf("cpu     %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s  (%d threads, max error %.1e)\n",
+              static_cast<long long>(n_cpu), cpu_s * 1e3, cpu_tflops, threads, err);
+  double one_core_s = cpu_s;
+#ifdef _OPENMP
+  if (threads > 1) {
+    omp_set_num_threads(1);
+    one_core_s = time_cpu([&] { (void)matmul(a, b); }, 1, 3);
+    omp_set_num_threads(threads);
+    std::printf("cpu     %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s  (one core)\n",
+                static_cast<long long>(n_cpu), one_core_s * 1e3, 2.0 * n_cpu * n_cpu * n_cpu / one_core_s / 1e12);
+  }
+#endif
+  if (!(err < 1e-5)) {
+    std::fprintf(stderr, "CHECK FAILED: CPU matmul differs from the float64 product by %g\n", err);
+    ++failures;
+  }
+
+  if (num_gpus() == 0) {
+    std::printf("no GPU: skipping the GPU half (run this on a machine with an NVIDIA GPU and a CUDA build)\n");
+    return failures ? 1 : 0;
+  }
+  const Device d = gpu(0);
+  std::printf("gpu: %s\n", device_properties(d).name.c_str());
+  // The same inputs on the GPU first, so both sides multiply the same numbers.
+  Array ga = a.to(d), gb = b.to(d);
+  Array gc;
+  double gpu_same_s = time_gpu(d, [&] { gc = matmul(ga, gb); }, 3, 20);
+  err = relative_error(gc, a, b);
+  std::printf("cuda:0  %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s  (max error %.1e)\n"
+              "        -> %.0fx the CPU's %d threads, %.0fx one core\n",
+              static_cast<long long>(n_cpu), gpu_same_s * 1e3, 2.0 * n_cpu * n_cpu * n_cpu / gpu_same_s / 1e12, err,
+              cpu_s / gpu_same_s, threads, one_core_s / gpu_same_s);
+  // float32 products accumulate differently in cuBLAS and OpenBLAS (TF32 is off by default).
+  if (!(err < 1e-5)) {
+    std::fprintf(stderr, "CHECK FAILED: GPU matmul differs from the float64 product by %g\n", err);
+    ++failures;
+  }
+
+  // A size where the GPU is busy long enough to reach its peak rate.
+  if (n_gpu != n_cpu) {
+    Array x = random::normal({n_gpu, n_gpu}, float32, d), y = random::normal({n_gpu, n_gpu}, float32, d);
+    Array z;
+    double big_s = time_gpu(d, [&] { z = matmul(x, y); }, 3, 10);
+    double big_tflops = 2.0 * n_gpu * n_gpu * n_gpu / big_s / 1e12;
+    const double one_core_tflops = 2.0 * n_cpu * n_cpu * n_cpu / one_core_s / 1e12;
+    std::printf("cuda:0  %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s; one core at its %lld^2 rate would need"
+                " %.1f s (%.0fx)\n",
+                static_cast<long long>(n_gpu), big_s * 1e3, big_tflops, static_cast<long long>(n_cpu),
+                2.0 * n_gpu * n_gpu * n_gpu / (one_core_tflops * 1e12), big_tflops / one_core_tflops);
+    // Spot-check one row of the big product against float64 on the CPU.
+    Array row = z.index({Slice(0, 1)});
+    double row_err = relative_error(row, x.index({Slice(0, 1)}), y);
+    if (!(row_err < 1e-4)) {  // long float32 sums: looser than the small case
+      std::fprintf(stderr, "CHECK FAILED: first row of the %lld^2 product is off by %g\n",
+                   static_cast<long long>(n_gpu), row_err);
+      ++failures;
+    }
+  }
+  return failures ? 1 : 0;
+}
