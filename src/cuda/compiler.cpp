@@ -278,7 +278,9 @@ Module::Module(std::string image, std::vector<std::pair<std::string, std::string
                std::string program_name)
     : image_(std::move(image)), program_name_(std::move(program_name)) {
   for (auto& [expression, lowered] : lowered_names) lowered_names_.emplace(std::move(expression), std::move(lowered));
-  // PTX must be NUL-terminated: std::string's buffer always is.
+  // PTX must be NUL-terminated: std::string's buffer always is. Loading is no stream work; during a graph
+  // capture (a kernel used for the first time) it runs in relaxed capture mode.
+  RelaxedCaptureMode relaxed;
   const cudaError_t err = cudaLibraryLoadData(&library_, image_.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the (non-sticky) error so later calls do not report it
@@ -332,6 +334,7 @@ cudaKernel_t Module::function(const std::string& name) {
   auto lowered = lowered_names_.find(name);
   const std::string& symbol = lowered == lowered_names_.end() ? name : lowered->second;
   cudaKernel_t kernel = nullptr;
+  RelaxedCaptureMode relaxed;  // see the constructor
   const cudaError_t err = cudaLibraryGetKernel(&kernel, library_, symbol.c_str());
   if (err != cudaSuccess || kernel == nullptr) {
     cudaGetLastError();
