@@ -26,7 +26,7 @@
 // 10. One mutex per device guards it all; cudaMalloc/cudaFree (rare) run under it.
 // 11. CUDA graphs: while a stream is captured into a private pool (begin_capture), allocations on it come
 //     from that pool's own segments (best fit and splitting as above, per stream); blocks freed during the
-//     capture return there and serve later allocations of the capture, in graph order. An ordinary block
+//     capture return there and serve later allocations of the capture, in graph order. Any other block
 //     freed by the capturing thread during the capture is held until the pool is released (a replay may
 //     read it). Released pools hand each wholly free segment to the ordinary pools, after events on the
 //     streams that replayed the graph. The capturing thread never queries, waits for or records events,
@@ -369,11 +369,13 @@ void CachingAllocator::free(Block* block) noexcept {
   stats_.active_blocks--;
   stats_.frees++;
   block->requested = 0;
-  if (!block->private_pool && !captures_.empty() && thread_captures() > 0) {
-    // Freed by a thread that captures into one of this device's pools: the graph may read it.
+  if (!captures_.empty() && thread_captures() > 0) {
+    // Freed by a thread that captures into one of this device's pools: unless the block is the capture's own
+    // (reused in graph order), the graph may read it on every replay, so it is held until the pool goes.
     const std::thread::id self = std::this_thread::get_id();
     for (const Capture& c : captures_) {
       if (c.thread != self) continue;
+      if (block->private_pool == c.pool) break;
       try {
         c.pool->held.push_back(block);
         stats_.pending_blocks++;

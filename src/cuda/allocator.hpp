@@ -82,7 +82,7 @@ struct PrivatePool {
   bool capturing = false;  ///< a capture routes allocations to it now
   bool released = false;   ///< given up (release_pool): each segment joins the ordinary pools once wholly free
   std::vector<StreamId> streams;  ///< set at release: streams whose queued work (replays) may still use its memory
-  std::vector<Block*> held;       ///< ordinary blocks freed during a capture into it: a replay may still read them
+  std::vector<Block*> held;       ///< other blocks freed during a capture into it: a replay may still read them
 };
 
 /// The pool logic of one device. Thread-safe (one mutex).
@@ -122,8 +122,8 @@ class CachingAllocator {
   // for or records events, nor calls cudaFree: CUDA forbids it during a capture. Those steps are deferred.
   /// A new, empty private pool.
   PrivatePool* create_pool();
-  /// Routes allocations on `stream` to `pool` until end_capture; frees of ordinary blocks by this thread
-  /// meanwhile are held for the pool (a replay may read them). Call it before cudaStreamBeginCapture.
+  /// Routes allocations on `stream` to `pool` until end_capture; frees by this thread meanwhile of blocks not
+  /// from `pool` are held for the pool (a replay may read them). Call it before cudaStreamBeginCapture.
   /// Throws ValueError when the pool is released or already capturing, or `stream` is already routed.
   void begin_capture(PrivatePool* pool, StreamId stream);
   /// Ends the routing of begin_capture (after cudaStreamEndCapture). Never throws.

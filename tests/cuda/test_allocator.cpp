@@ -513,6 +513,29 @@ TEST_F(AllocatorTest, an_ordinary_block_freed_during_a_capture_is_held_until_the
   pool->free(c);
 }
 
+TEST_F(AllocatorTest, an_output_of_one_graph_freed_while_capturing_another_is_held_by_the_second) {
+  PrivatePool* first = pool->create_pool();
+  PrivatePool* second = pool->create_pool();
+  ThreadCaptureScope capturing;
+  pool->begin_capture(first, stream(1));
+  Block* output = pool->allocate(64 * KiB, stream(1));
+  pool->end_capture(first, stream(1));
+  pool->begin_capture(second, stream(1));
+  pool->free(output);  // the second graph may read it
+  EXPECT_EQ(pool->stats().pending_blocks, 1u);
+  Block* t = pool->allocate(64 * KiB, stream(1));
+  EXPECT_EQ(t->private_pool, second);
+  pool->free(t);
+  pool->end_capture(second, stream(1));
+  pool->release_pool(first, {stream(1)});
+  EXPECT_EQ(pool->stats().graph_pools, 2u);  // the held output keeps the first pool's segment
+  pool->release_pool(second, {stream(1)});
+  auto s = pool->stats();
+  EXPECT_EQ(s.graph_pools, 0u);
+  EXPECT_EQ(s.graph_reserved, 0u);
+  EXPECT_EQ(s.pending_blocks, 0u);
+}
+
 TEST_F(AllocatorTest, a_pool_replayed_on_another_stream_is_reused_only_after_that_streams_event) {
   PrivatePool* graph = pool->create_pool();
   uintptr_t segment = 0;
