@@ -159,6 +159,7 @@ class Graph {
   struct Impl;  // internal
 
  private:
+  friend class GraphCapture;
   std::unique_ptr<Impl> impl_;
 };
 

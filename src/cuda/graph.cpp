@@ -319,12 +319,8 @@ GraphCapture::~GraphCapture() noexcept(false) {
   if (ended_) return;
   ended_ = true;
   if (std::uncaught_exceptions() > exceptions_at_start_) {
-    // Leaving the scope by an exception: discard the capture without throwing a second one.
-    try {
-      if (graph_->is_capturing()) graph_->capture_end();
-      graph_->reset();
-    } catch (...) {
-    }
+    // Leaving the scope by an exception: discard the capture (not instantiated) without throwing a second one.
+    if (graph_->impl_) graph_->impl_->abandon_capture();
     return;
   }
   graph_->capture_end();
