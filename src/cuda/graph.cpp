@@ -44,6 +44,7 @@ struct GraphPoolState {
       if (std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
   }
   ~GraphPoolState() {
+    if (!allocator || !pool) return;
     try {
       allocator->release_pool(pool, streams);
     } catch (...) {
@@ -109,8 +110,6 @@ struct Graph::Impl {
       exec = nullptr;
     }
     nodes = 0;
-    std::vector<cudaStream_t> used = replay_streams;
-    if (stream) used.push_back(handle());
     for (auto& storage : kept) {
       for (cudaStream_t s : replay_streams) {
         try {
@@ -122,8 +121,11 @@ struct Graph::Impl {
     kept.clear();
     if (pool) {
       try {
+        std::vector<cudaStream_t> used = replay_streams;
+        if (stream) used.push_back(handle());
         pool->add_streams(used);
       } catch (...) {
+        // Out of host memory: the pool is still released; blocks on other streams may be reused early.
       }
       pool.reset();
     }
