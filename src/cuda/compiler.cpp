@@ -344,6 +344,12 @@ cudaKernel_t Module::function(const std::string& name) {
                      "). Declare it extern \"C\" __global__, or pass its C++ name (e.g. \"my_kernel<float>\") in "
                      "CompileOptions::name_expressions");
   }
+  if (thread_captures() > 0) {
+    // Fetched during a graph capture: load it into the context now (relaxed mode), not lazily at the
+    // captured launch.
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)) != cudaSuccess) cudaGetLastError();
+  }
   std::lock_guard lock(mutex_);
   return kernels_.emplace(name, kernel).first->second;
 }
