@@ -41,7 +41,8 @@ struct MemoryStats {
 /// The allocator statistics of GPU `device`. Throws DeviceError for the CPU or a missing GPU.
 MemoryStats memory_stats(Device device);
 /// Gives every cached, unused segment of GPU `device` back to CUDA (cudaFree); arrays in use are
-/// untouched. Waits for blocks still used by other streams first. Throws DeviceError as memory_stats.
+/// untouched. Waits for blocks still used by other streams first. Throws DeviceError as memory_stats,
+/// ValueError while a CUDA graph capture is under way on the device or this thread.
 void empty_cache(Device device);
 /// Sets peak_allocated/peak_reserved of GPU `device` to the current values.
 void reset_peak_memory_stats(Device device);
@@ -66,7 +67,8 @@ struct HostMemoryStats {
 
 /// Statistics of the pinned host memory pool.
 HostMemoryStats host_memory_stats();
-/// Frees every cached pinned buffer that no copy uses any more (cudaFreeHost).
+/// Frees every cached pinned buffer that no copy uses any more (cudaFreeHost). Throws ValueError on a thread
+/// that is capturing a CUDA graph.
 void empty_host_cache();
 
 /// Allows TF32 tensor cores for float32 matmul (off by default, like torch.backends.cuda.matmul.allow_tf32):

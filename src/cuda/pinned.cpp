@@ -170,6 +170,9 @@ bool PinnedPool::owns(const void* ptr) const {
 }
 
 void PinnedPool::empty_cache() {
+  if (thread_captures() > 0)
+    throw ValueError("empty_host_cache: this thread is capturing a CUDA graph, and CUDA forbids cudaFreeHost and "
+                     "event queries during it; call empty_host_cache after the capture");
   std::lock_guard<std::mutex> lock(mutex_);
   if (!pending_.empty()) process_events();
   release_free_buffers();

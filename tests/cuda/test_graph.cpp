@@ -301,6 +301,7 @@ TEST(CudaGraph, synchronising_during_a_capture_throws_a_clear_error_and_the_capt
     expect_error<ValueError>([&] { e.synchronize(); }, {"Event::synchronize", capturing});
     expect_error<ValueError>([&] { x.copy_from(host); }, {"pageable host memory", "pinned", "non_blocking"});
     expect_error<ValueError>([&] { cuda::empty_cache(d); }, {"empty_cache", "after the capture"});
+    expect_error<ValueError>([&] { cuda::empty_host_cache(); }, {"empty_host_cache", "after the capture"});
     y += 1.0f;  // still capturing: the refused calls touched nothing
   }
   g.replay();
