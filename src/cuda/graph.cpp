@@ -171,12 +171,14 @@ void Graph::capture_begin(const Stream& stream, const GraphPool& pool) {
   if (stream.handle() == nullptr)
     throw ValueError("Graph::capture_begin: the default (legacy) stream of " + d.str() +
                      " cannot be captured (CUDA forbids it); create a stream and capture that: "
-                     "Stream s = Stream::create(" + d.str() + "); cuda::GraphCapture capture(graph, s)");
+                     "Stream s = Stream::create(" +
+                     d.str() + "); cuda::GraphCapture capture(graph, s)");
   cuda_impl::check_device(d.index, "Graph::capture_begin");
   if (g.capturing) throw ValueError("Graph::capture_begin: this graph is already capturing; end that capture first");
   if (g.exec)
-    throw ValueError("Graph::capture_begin: this graph already holds a captured graph; call reset() before "
-                     "capturing again, or capture into a new Graph");
+    throw ValueError(
+        "Graph::capture_begin: this graph already holds a captured graph; call reset() before "
+        "capturing again, or capture into a new Graph");
   if (pool.defined() && pool.state_->device != d.index)
     throw DeviceError("Graph::capture_begin: the memory pool is on cuda:" + std::to_string(pool.state_->device) +
                       " but the stream is on " + d.str() + "; share pools only between graphs of one GPU");
@@ -231,8 +233,8 @@ void Graph::capture_end() {
                       "legacy default stream, a stream forked from the capture and never joined back); the graph is "
                       "empty: capture again without it");
     }
-    cuda_impl::throw_cuda_error(end_err == cudaSuccess ? cudaErrorUnknown : end_err, "cudaStreamEndCapture",
-                                __FILE__, __LINE__);
+    cuda_impl::throw_cuda_error(end_err == cudaSuccess ? cudaErrorUnknown : end_err, "cudaStreamEndCapture", __FILE__,
+                                __LINE__);
   }
   size_t count = 0;
   cudaError_t err = cudaGraphGetNodes(graph, nullptr, &count);
@@ -253,8 +255,9 @@ void require_ready(const Graph::Impl& g) {
   if (g.exec) return;
   if (g.capturing)
     throw ValueError("Graph::replay: the graph is still capturing; end the capture (the GraphCapture scope) first");
-  throw ValueError("Graph::replay: nothing was captured (or the graph was reset); record work first: "
-                   "{ cuda::GraphCapture capture(graph, stream); ... }");
+  throw ValueError(
+      "Graph::replay: nothing was captured (or the graph was reset); record work first: "
+      "{ cuda::GraphCapture capture(graph, stream); ... }");
 }
 }  // namespace
 
@@ -269,8 +272,8 @@ void Graph::replay(const Stream& stream) {
   require_ready(g);
   if (stream.device() != Device{DeviceType::CUDA, g.device})
     throw DeviceError("Graph::replay: the graph was captured on cuda:" + std::to_string(g.device) +
-                      " but the stream is on " + stream.device().str() + "; replay it on a stream of cuda:" +
-                      std::to_string(g.device));
+                      " but the stream is on " + stream.device().str() +
+                      "; replay it on a stream of cuda:" + std::to_string(g.device));
   auto s = static_cast<cudaStream_t>(stream.handle());
   if (!g.replayed || s != g.last_replay) {
     if (std::find(g.replay_streams.begin(), g.replay_streams.end(), s) == g.replay_streams.end())

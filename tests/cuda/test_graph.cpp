@@ -12,8 +12,6 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.hpp"
-
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -29,6 +27,7 @@
 #include "kiln/cuda.hpp"
 #include "kiln/io.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 
 using namespace kiln;
 using kiln_test::expect_error;
@@ -105,7 +104,8 @@ TEST(CudaGraphApi, the_capture_registry_names_the_capturing_stream) {
   EXPECT_EQ(cuda_impl::thread_captures(), 0);
   static char buffer[16];
   cuda_impl::keep_for_capture(3, s, std::make_shared<Storage>(buffer, sizeof buffer, cpu(), nullptr, nullptr));
-  cuda_impl::keep_for_capture(3, reinterpret_cast<cudaStream_t>(0x20), std::make_shared<Storage>(buffer, 1, cpu(), nullptr, nullptr));
+  cuda_impl::keep_for_capture(3, reinterpret_cast<cudaStream_t>(0x20),
+                              std::make_shared<Storage>(buffer, 1, cpu(), nullptr, nullptr));
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(kept[0]->nbytes(), sizeof buffer);
   cuda_impl::unregister_capture(3, s);
@@ -147,7 +147,10 @@ TEST(CudaGraph, elementwise_ops_replay_the_cpu_results_and_follow_in_place_input
   // New inputs in place (the graph reads x's and y's addresses): the next replay follows them.
   std::vector<float> hx2 = host_values(n, 3);
   x.copy_from(from_data(hx2, Shape{n}, cpu()));
-  { StreamGuard guard(s); y *= 2.0f; }
+  {
+    StreamGuard guard(s);
+    y *= 2.0f;
+  }
   for (float& v : hy) v *= 2.0f;
   g.replay();
   s.synchronize();
@@ -158,7 +161,8 @@ TEST(CudaGraph, reductions_and_matmul_replay_like_the_cpu) {
   KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array hx = random::normal({256, 300}, 0.0, 1.0, float32, cpu());
-  Array ha = random::normal({64, 48}, 0.0, 1.0, float32, cpu()), hb = random::normal({48, 32}, 0.0, 1.0, float32, cpu());
+  Array ha = random::normal({64, 48}, 0.0, 1.0, float32, cpu()),
+        hb = random::normal({48, 32}, 0.0, 1.0, float32, cpu());
   Array x = hx.to(d), a = ha.to(d), b = hb.to(d);
   Stream s = Stream::create(d);
   cuda::Graph g;
@@ -294,7 +298,12 @@ TEST(CudaGraph, synchronising_during_a_capture_throws_a_clear_error_and_the_capt
     const std::string capturing = "is capturing a CUDA graph; move it after the capture";
     expect_error<ValueError>([&] { (void)y.sum().item<float>(); }, {"item()", "cannot synchronise", capturing});
     expect_error<ValueError>([&] { (void)y.to_vector<float>(); }, {"cannot synchronise", capturing});
-    expect_error<ValueError>([&] { std::ostringstream os; os << y; }, {"printing", capturing});
+    expect_error<ValueError>(
+        [&] {
+          std::ostringstream os;
+          os << y;
+        },
+        {"printing", capturing});
     expect_error<ValueError>([&] { (void)y.to(cpu()); }, {"to(cpu())", capturing});
     expect_error<ValueError>([&] { s.synchronize(); }, {"Stream::synchronize cannot synchronise", capturing});
     expect_error<ValueError>([&] { synchronize(d); }, {"synchronize(cuda:0)", capturing});
@@ -340,7 +349,10 @@ TEST(CudaGraph, capture_makes_the_streams_gpu_current_and_restores_the_thread_st
   expect_error<ValueError>([&] { cuda::GraphCapture again(g, s); }, {"already holds a captured graph", "reset()"});
   g.reset();
   EXPECT_FALSE(g.is_ready());
-  { cuda::GraphCapture again(g, s); z += 1.0f; }  // a reset graph captures again
+  {
+    cuda::GraphCapture again(g, s);
+    z += 1.0f;
+  }  // a reset graph captures again
   g.replay();
   s.synchronize();
   for (float v : z.to_vector<float>()) EXPECT_EQ(v, 6.0f);
@@ -467,7 +479,10 @@ TEST(CudaGraph, graphs_sharing_a_pool_replay_in_capture_order) {
   }
   EXPECT_EQ(cuda::memory_stats(d).graph_pools, pools + 1);
   EXPECT_EQ(first.pool().device(), d);
-  { StreamGuard guard(s); x.fill(5.0f); }
+  {
+    StreamGuard guard(s);
+    x.fill(5.0f);
+  }
   first.replay();
   second.replay();
   s.synchronize();
