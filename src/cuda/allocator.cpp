@@ -324,9 +324,20 @@ Block* CachingAllocator::allocate(size_t bytes, StreamId stream, bool graph_pool
   size_t size = round_size(bytes);
   bool small = size <= kSmallRequest;
   PrivatePool* target = nullptr;
-  if (graph_pool)
+  if (graph_pool && !captures_.empty()) {
     for (const Capture& c : captures_)
       if (c.stream == stream) target = c.pool;
+    if (!target && thread_captures() > 0 && source_->stream_capturing(stream)) {
+      // A stream forked into this thread's capture (an event recorded on the capturing stream, waited on
+      // here): its allocations belong to the graph too.
+      const std::thread::id self = std::this_thread::get_id();
+      for (const Capture& c : captures_)
+        if (c.thread == self) {
+          target = c.pool;
+          break;
+        }
+    }
+  }
   Pool& pool = target ? (small ? target->small : target->large) : (small ? small_pool_ : large_pool_);
   // cudaEventQuery/cudaEventSynchronize/cudaFree are forbidden to a capturing thread.
   const bool capturing_thread = thread_captures() > 0;
@@ -625,6 +636,15 @@ class CudaSegmentSource final : public SegmentSource {
   }
   void event_wait(EventId event) override { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
   void event_release(EventId event) noexcept override { release_event(device_, static_cast<cudaEvent_t>(event)); }
+  bool stream_capturing(StreamId stream) override {
+    set_device(device_);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+      (void)cudaGetLastError();  // the legacy stream while a blocking stream is captured: not part of it
+      return false;
+    }
+    return status == cudaStreamCaptureStatusActive;
+  }
 
  private:
   int device_;

@@ -41,6 +41,8 @@ class SegmentSource {
   virtual void event_wait(EventId event) = 0;
   /// Gives back an event from record_event. Never throws.
   virtual void event_release(EventId event) noexcept = 0;
+  /// True when work queued on `stream` now is captured into a CUDA graph (a stream forked into a capture).
+  virtual bool stream_capturing(StreamId /*stream*/) { return false; }
 };
 
 class CachingAllocator;

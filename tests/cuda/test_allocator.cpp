@@ -42,6 +42,7 @@ struct FakeDevice {
   };
   std::vector<FakeEvent> events;  // EventId = index + 1
   size_t waits = 0;
+  std::vector<StreamId> capturing;  // streams forked into a capture
 
   size_t used() const {
     size_t n = 0;
@@ -91,6 +92,9 @@ class FakeSource final : public SegmentSource {
   void event_release(EventId event) noexcept override {
     EXPECT_FALSE(at(event).released) << "event released twice";
     at(event).released = true;
+  }
+  bool stream_capturing(StreamId stream) override {
+    return std::find(d_->capturing.begin(), d_->capturing.end(), stream) != d_->capturing.end();
   }
 
  private:
@@ -453,6 +457,29 @@ TEST_F(AllocatorTest, a_captured_stream_allocates_from_the_private_pool_only) {
   EXPECT_EQ(s.graph_reserved, 0u);
   pool->empty_cache();
   EXPECT_TRUE(device.segments.empty());
+}
+
+TEST_F(AllocatorTest, a_stream_forked_into_the_capture_allocates_from_its_pool) {
+  Block* cached = pool->allocate(4 * KiB, stream(2));
+  pool->free(cached);
+  PrivatePool* graph = pool->create_pool();
+  {
+    ThreadCaptureScope capturing;
+    pool->begin_capture(graph, stream(1));
+    device.capturing = {stream(1), stream(2)};  // stream 2 waited on an event of the capture
+    Block* side = pool->allocate(4 * KiB, stream(2));
+    EXPECT_EQ(side->private_pool, graph);
+    EXPECT_NE(side->ptr, cached->ptr);
+    Block* plain = pool->allocate(4 * KiB, stream(3));  // not forked: ordinary
+    EXPECT_EQ(plain->private_pool, nullptr);
+    pool->free(side);
+    device.capturing.clear();
+    pool->end_capture(graph, stream(1));
+    pool->free(plain);  // after the capture: not held
+  }
+  EXPECT_EQ(pool->stats().pending_blocks, 0u);
+  pool->release_pool(graph, {stream(1)});
+  EXPECT_EQ(pool->stats().graph_pools, 0u);
 }
 
 TEST_F(AllocatorTest, blocks_freed_in_a_capture_are_reused_by_it_but_by_nothing_else) {

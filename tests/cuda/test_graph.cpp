@@ -489,6 +489,35 @@ TEST(CudaGraph, graphs_sharing_a_pool_replay_in_capture_order) {
   for (float v : b.to_vector<float>()) ASSERT_EQ(v, 12.0f);
 }
 
+TEST(CudaGraph, a_stream_forked_into_the_capture_with_events_is_captured_too) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  Array x = arange(300, float32, d);
+  Stream s = Stream::create(d), side = Stream::create(d);
+  const size_t graph_reserved = cuda::memory_stats(d).graph_reserved;
+  cuda::Graph g;
+  Array a, b, c;
+  {
+    cuda::GraphCapture capture(g, s);
+    Event fork = Event::create(d, false), join = Event::create(d, false);
+    fork.record(s);
+    fork.wait(side);  // side joins the capture
+    {
+      StreamGuard on_side(side);
+      b = x * 3.0f;  // allocated on the side stream: from the graph's pool too
+    }
+    a = x + 1.0f;  // concurrently on s
+    join.record(side);
+    join.wait(s);
+    c = a + b;
+  }
+  EXPECT_GT(cuda::memory_stats(d).graph_reserved, graph_reserved);
+  g.replay();
+  s.synchronize();
+  std::vector<float> v = c.to_vector<float>();
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(v[static_cast<size_t>(i)], 4.0f * static_cast<float>(i) + 1.0f) << i;
+}
+
 TEST(CudaGraph, replay_on_another_stream_of_the_same_gpu) {
   KILN_REQUIRE_GPU();
   Device d = gpu(0);
