@@ -305,11 +305,16 @@ void throw_during_capture(const std::string& action, int device, cudaStream_t ca
 void keep_for_capture(int device, cudaStream_t stream, std::shared_ptr<Storage> storage) {
   if (!any_capture()) return;
   std::lock_guard<std::mutex> lock(capture_mutex());
-  for (const CaptureEntry& e : capture_entries())
-    if (e.device == device && e.stream == stream && e.keep) {
+  CaptureEntry* own = nullptr;  // this thread's capture on the device: `stream` may be forked into it
+  for (CaptureEntry& e : capture_entries()) {
+    if (e.device != device || !e.keep) continue;
+    if (e.stream == stream) {
       e.keep->push_back(std::move(storage));
       return;
     }
+    if (e.thread == std::this_thread::get_id()) own = &e;
+  }
+  if (own) own->keep->push_back(std::move(storage));
 }
 
 }  // namespace kiln::cuda_impl

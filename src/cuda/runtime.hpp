@@ -106,7 +106,8 @@ bool stream_is_capturing(int device, cudaStream_t stream);
 /// Throws ValueError: "<action> while <the capturing stream> is capturing a CUDA graph; move it after the capture".
 [[noreturn]] void throw_during_capture(const std::string& action, int device, cudaStream_t capturing);
 /// Hands `storage` (a host buffer read or written by a copy captured on `stream`) to the graph capturing that
-/// stream, which keeps it alive while it may be replayed. No-op when no registered capture has `stream`.
+/// stream (or, for a stream forked into a capture, to this thread's capture on `device`), which keeps it alive
+/// while it may be replayed. No-op when neither exists.
 void keep_for_capture(int device, cudaStream_t stream, std::shared_ptr<Storage> storage);
 /// "Stream(cuda:0, 0x...)" or "the default stream of cuda:0".
 std::string stream_name(int device, cudaStream_t stream);

@@ -104,10 +104,14 @@ TEST(CudaGraphApi, the_capture_registry_names_the_capturing_stream) {
   EXPECT_EQ(cuda_impl::thread_captures(), 0);
   static char buffer[16];
   cuda_impl::keep_for_capture(3, s, std::make_shared<Storage>(buffer, sizeof buffer, cpu(), nullptr, nullptr));
-  cuda_impl::keep_for_capture(3, reinterpret_cast<cudaStream_t>(0x20),
-                              std::make_shared<Storage>(buffer, 1, cpu(), nullptr, nullptr));
+  cuda_impl::keep_for_capture(2, s, std::make_shared<Storage>(buffer, 1, cpu(), nullptr, nullptr));  // no capture
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(kept[0]->nbytes(), sizeof buffer);
+  // A stream forked into this thread's capture on cuda:3: kept by that capture.
+  cuda_impl::keep_for_capture(3, reinterpret_cast<cudaStream_t>(0x20),
+                              std::make_shared<Storage>(buffer, 2, cpu(), nullptr, nullptr));
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[1]->nbytes(), 2u);
   cuda_impl::unregister_capture(3, s);
   EXPECT_FALSE(cuda_impl::any_capture());
 }
