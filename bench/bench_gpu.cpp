@@ -15,6 +15,7 @@
 #include "bench_common.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/launch.hpp"
+#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
@@ -55,6 +56,15 @@ Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
     samples.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
   }
   return bench::summarize(samples, calls);
+}
+
+// Stats of a call that runs `ops` operations, per operation.
+Stats per_op(Stats s, int ops) {
+  s.min_s /= ops;
+  s.median_s /= ops;
+  s.mean_s /= ops;
+  s.stddev_s /= ops;
+  return s;
 }
 
 Result row(const std::string& name, const std::string& size, const Stats& s, double work, const std::string& unit,
@@ -136,6 +146,42 @@ int main(int argc, char** argv) {
     cudaKernel_t k = module->function("empty_kernel");
     add(row("launch_empty", "1", time_wall(d, [&] { cuda_impl::launch(k, 1, 32, 0, nullptr, nullptr, "empty"); }, calls),
             0, "us/op"));
+  }
+  // 2b. A CUDA graph of 100 captured small adds (x += y, 1000 float32): capture + instantiate (host wall
+  // per graph), then 100 replays ending in a synchronize, reported per captured op (as small_add).
+  {
+    using clock = std::chrono::steady_clock;
+    constexpr int kOps = 100;
+    Array x = random::normal({1000}, float32, d), y = random::normal({1000}, float32, d);
+    Stream s = Stream::create(d);
+    synchronize(d);
+    auto capture = [&](cuda::Graph& g) {
+      cuda::GraphCapture scope(g, s);
+      for (int i = 0; i < kOps; ++i) x += y;
+    };
+    std::vector<double> captures;
+    for (int r = 0; r < 6; ++r) {
+      cuda::Graph g;
+      auto t0 = clock::now();
+      capture(g);
+      if (r > 0) captures.push_back(std::chrono::duration<double>(clock::now() - t0).count());  // r = 0: warm-up
+    }
+    cuda::Graph g;
+    capture(g);
+    // Correctness: one replay adds y 100 times, rounding like the same float loop on the host.
+    std::vector<float> x0 = x.to_vector<float>(), hy = y.to_vector<float>();
+    g.replay();
+    std::vector<float> x1 = x.to_vector<float>();
+    size_t bad = 0;
+    for (size_t i = 0; i < x0.size(); ++i) {
+      float v = x0[i];
+      for (int k = 0; k < kOps; ++k) v += hy[i];
+      if (v != x1[i]) ++bad;
+    }
+    std::string check = bad == 0 ? "ok" : fmt::format("{} of {} wrong", bad, x0.size());
+    add(row("graph_capture_ms", "100x1000", bench::summarize(captures), 0, "ms", check));
+    add(row("graph_replay_small_add_us", "100x1000", per_op(time_wall(d, [&] { g.replay(); }, 100), kOps), 0,
+            "us/op", check));
   }
   // 3. The chain of DESIGN.md run op by op (eager), 2^26 floats.
   {

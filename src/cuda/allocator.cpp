@@ -24,6 +24,13 @@
 //     reserved, the device's free memory and the limit.
 //  9. Memory goes back to CUDA only in empty_cache() and on that retry.
 // 10. One mutex per device guards it all; cudaMalloc/cudaFree (rare) run under it.
+// 11. CUDA graphs: while a stream is captured into a private pool (begin_capture), allocations on it come
+//     from that pool's own segments (best fit and splitting as above, per stream); blocks freed during the
+//     capture return there and serve later allocations of the capture, in graph order. Any other block
+//     freed by the capturing thread during the capture is held until the pool is released (a replay may
+//     read it). Released pools hand each wholly free segment to the ordinary pools, after events on the
+//     streams that replayed the graph. The capturing thread never queries, waits for or records events,
+//     nor calls cudaFree: record_stream frees are deferred until no capture runs, the retries of 8 are skipped.
 #include "cuda/allocator.hpp"
 
 #include <algorithm>
@@ -71,6 +78,12 @@ CachingAllocator::~CachingAllocator() {
   };
   for (Pool* pool : {&small_pool_, &large_pool_})
     for (Block* b : *pool) add_head(b);
+  for (PrivatePool* p : pools_) {
+    for (Pool* pool : {&p->small, &p->large})
+      for (Block* b : *pool) add_head(b);
+    for (Block* b : p->held) add_head(b);
+  }
+  for (Block* b : deferred_) add_head(b);
   for (auto& [event, block] : pending_) {
     source_->event_release(event);
     add_head(block);
@@ -89,10 +102,10 @@ CachingAllocator::~CachingAllocator() {
       b = next;
     }
   }
+  for (PrivatePool* p : pools_) delete p;
 }
 
-Block* CachingAllocator::find_free(bool small, size_t size, StreamId stream) {
-  Pool& pool = small ? small_pool_ : large_pool_;
+Block* CachingAllocator::find_free(Pool& pool, size_t size, StreamId stream) {
   Block key;
   key.stream = stream;
   key.size = size;
@@ -105,7 +118,7 @@ Block* CachingAllocator::find_free(bool small, size_t size, StreamId stream) {
   return b;
 }
 
-Block* CachingAllocator::new_segment(bool small, size_t size, StreamId stream) {
+Block* CachingAllocator::new_segment(bool small, size_t size, StreamId stream, PrivatePool* owner) {
   size_t preferred = segment_size(size);
   size_t minimal = small ? kSmallSegment : round_up(size, kLargeRound);
   const size_t candidates[2] = {preferred, minimal};
@@ -126,6 +139,12 @@ Block* CachingAllocator::new_segment(bool small, size_t size, StreamId stream) {
     b->size = seg;
     b->stream = stream;
     b->small = small;
+    b->private_pool = owner;
+    if (owner) {
+      owner->reserved += seg;
+      owner->segments++;
+      stats_.graph_reserved += seg;
+    }
     stats_.reserved += seg;
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     stats_.segments++;
@@ -145,6 +164,7 @@ void CachingAllocator::split(Block* block, size_t size) {
   rest->size = remaining;
   rest->stream = block->stream;
   rest->small = block->small;
+  rest->private_pool = block->private_pool;
   rest->prev = block;
   rest->next = block->next;
   if (block->next) block->next->prev = rest;
@@ -153,7 +173,7 @@ void CachingAllocator::split(Block* block, size_t size) {
   return_to_pool(rest);
 }
 
-void CachingAllocator::return_to_pool(Block* block) {
+Block* CachingAllocator::return_to_pool(Block* block) {
   Pool& pool = pool_for(block);
   if (Block* prev = block->prev; prev && prev->in_pool) {
     pool.erase(prev);
@@ -172,6 +192,78 @@ void CachingAllocator::return_to_pool(Block* block) {
   }
   block->in_pool = true;
   block->in_pool = pool.insert(block).second;
+  return block;
+}
+
+void CachingAllocator::give_back(Block* block) {
+  Block* merged = return_to_pool(block);
+  PrivatePool* p = merged->private_pool;
+  if (p && p->released && merged->in_pool && !merged->prev && !merged->next) detach_segment(merged);
+}
+
+bool CachingAllocator::may_record_events() const { return thread_captures() == 0 && captures_.empty(); }
+
+void CachingAllocator::release_block(Block* block) {
+  if (block->used_on.empty()) {
+    give_back(block);
+    return;
+  }
+  if (!may_record_events()) {
+    // An event recorded on a capturing stream would belong to the graph and could never be queried.
+    try {
+      deferred_.push_back(block);
+      stats_.pending_blocks++;
+    } catch (...) {
+      // Out of host memory: the block is leaked rather than reused while a stream may use it.
+    }
+    return;
+  }
+  for (StreamId stream : block->used_on) {
+    EventId event = nullptr;
+    try {
+      event = source_->record_event(stream);
+      pending_.emplace_back(event, block);
+      block->pending_events++;
+    } catch (...) {
+      // CUDA is failing (or shutting down): without the event the block cannot be proven idle.
+      if (event) source_->event_release(event);
+    }
+  }
+  block->used_on.clear();
+  if (block->pending_events > 0) stats_.pending_blocks++;
+  // else: no event could be recorded; the block is leaked rather than reused while a stream may use it.
+}
+
+void CachingAllocator::process_deferred() {
+  if (deferred_.empty() || !may_record_events()) return;
+  std::vector<Block*> blocks;
+  blocks.swap(deferred_);
+  for (Block* b : blocks) {
+    stats_.pending_blocks--;
+    release_block(b);
+  }
+}
+
+void CachingAllocator::detach_segment(Block* segment) {
+  PrivatePool* p = segment->private_pool;
+  pool_for(segment).erase(segment);
+  segment->in_pool = false;
+  segment->private_pool = nullptr;
+  p->reserved -= segment->size;
+  p->segments--;
+  stats_.graph_reserved -= segment->size;
+  // Replays queued on other streams may still use it: it joins its stream's pool after their events.
+  for (StreamId s : p->streams)
+    if (s != segment->stream && std::find(segment->used_on.begin(), segment->used_on.end(), s) == segment->used_on.end())
+      segment->used_on.push_back(s);
+  delete_pool_if_empty(p);
+  release_block(segment);
+}
+
+void CachingAllocator::delete_pool_if_empty(PrivatePool* pool) {
+  if (!pool->released || pool->segments != 0 || !pool->held.empty()) return;
+  pools_.erase(std::remove(pools_.begin(), pools_.end(), pool), pools_.end());
+  delete pool;
 }
 
 void CachingAllocator::process_events() {
@@ -186,7 +278,7 @@ void CachingAllocator::process_events() {
     source_->event_release(event);
     if (--block->pending_events == 0) {
       stats_.pending_blocks--;
-      return_to_pool(block);
+      give_back(block);
     }
   }
 }
@@ -199,7 +291,7 @@ void CachingAllocator::wait_pending() {
     source_->event_release(event);
     if (--block->pending_events == 0) {
       stats_.pending_blocks--;
-      return_to_pool(block);
+      give_back(block);
     }
   }
 }
@@ -222,7 +314,7 @@ void CachingAllocator::release_cached() {
   }
 }
 
-Block* CachingAllocator::allocate(size_t bytes, StreamId stream) {
+Block* CachingAllocator::allocate(size_t bytes, StreamId stream, bool graph_pool) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (bytes > kMaxRequest) {
     last_failure_from_limit_ = false;
@@ -231,19 +323,38 @@ Block* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   }
   size_t size = round_size(bytes);
   bool small = size <= kSmallRequest;
-  if (!pending_.empty()) process_events();
-  Block* b = find_free(small, size, stream);
+  PrivatePool* target = nullptr;
+  if (graph_pool && !captures_.empty()) {
+    for (const Capture& c : captures_)
+      if (c.stream == stream) target = c.pool;
+    if (!target && thread_captures() > 0 && source_->stream_capturing(stream)) {
+      // A stream forked into this thread's capture (an event recorded on the capturing stream, waited on
+      // here): its allocations belong to the graph too.
+      const std::thread::id self = std::this_thread::get_id();
+      for (const Capture& c : captures_)
+        if (c.thread == self) {
+          target = c.pool;
+          break;
+        }
+    }
+  }
+  Pool& pool = target ? (small ? target->small : target->large) : (small ? small_pool_ : large_pool_);
+  // cudaEventQuery/cudaEventSynchronize/cudaFree are forbidden to a capturing thread.
+  const bool capturing_thread = thread_captures() > 0;
+  if (!pending_.empty() && !capturing_thread) process_events();
+  process_deferred();
+  Block* b = find_free(pool, size, stream);
   bool hit = b != nullptr;
-  if (!b) b = new_segment(small, size, stream);
-  if (!b && !pending_.empty()) {
+  if (!b) b = new_segment(small, size, stream, target);
+  if (!b && !pending_.empty() && !capturing_thread) {
     wait_pending();
-    b = find_free(small, size, stream);
+    b = find_free(pool, size, stream);
     hit = b != nullptr;
   }
-  if (!b) {
+  if (!b && !capturing_thread && captures_.empty()) {
     stats_.alloc_retries++;
     release_cached();
-    b = new_segment(small, size, stream);
+    b = new_segment(small, size, stream, target);
   }
   if (!b) {
     stats_.ooms++;
@@ -269,24 +380,24 @@ void CachingAllocator::free(Block* block) noexcept {
   stats_.active_blocks--;
   stats_.frees++;
   block->requested = 0;
-  if (block->used_on.empty()) {
-    return_to_pool(block);
-    return;
-  }
-  for (StreamId stream : block->used_on) {
-    EventId event = nullptr;
-    try {
-      event = source_->record_event(stream);
-      pending_.emplace_back(event, block);
-      block->pending_events++;
-    } catch (...) {
-      // CUDA is failing (or shutting down): without the event the block cannot be proven idle.
-      if (event) source_->event_release(event);
+  if (!captures_.empty() && thread_captures() > 0) {
+    // Freed by a thread that captures into one of this device's pools: unless the block is the capture's own
+    // (reused in graph order), the graph may read it on every replay, so it is held until the pool goes.
+    const std::thread::id self = std::this_thread::get_id();
+    for (const Capture& c : captures_) {
+      if (c.thread != self) continue;
+      if (block->private_pool == c.pool) break;
+      try {
+        c.pool->held.push_back(block);
+        stats_.pending_blocks++;
+      } catch (...) {
+        // Out of host memory: the block is leaked rather than reused while the graph may read it.
+      }
+      return;
     }
   }
-  block->used_on.clear();
-  if (block->pending_events > 0) stats_.pending_blocks++;
-  // else: no event could be recorded; the block is leaked rather than reused while a stream may use it.
+  process_deferred();
+  release_block(block);
 }
 
 void CachingAllocator::record_stream(Block* block, StreamId stream) {
@@ -298,14 +409,79 @@ void CachingAllocator::record_stream(Block* block, StreamId stream) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_captures() > 0 || !captures_.empty())
+    throw ValueError("empty_cache: a CUDA graph capture is under way on " + name_ +
+                     " (or on this thread), and CUDA forbids cudaFree and event waits during it; call empty_cache "
+                     "after the capture");
+  process_deferred();
   wait_pending();
   release_cached();
+}
+
+PrivatePool* CachingAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto pool = std::make_unique<PrivatePool>();
+  pools_.push_back(pool.get());
+  return pool.release();
+}
+
+void CachingAllocator::begin_capture(PrivatePool* pool, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pool->released)
+    throw ValueError("CUDA graph capture on " + name_ + ": the memory pool was released; capture into a new pool");
+  if (pool->capturing)
+    throw ValueError("CUDA graph capture on " + name_ +
+                     ": another capture uses this memory pool now; captures sharing a pool must run one after the other");
+  for (const Capture& c : captures_)
+    if (c.stream == stream)
+      throw ValueError("CUDA graph capture on " + name_ + ": the stream is already being captured");
+  captures_.push_back({pool, stream, std::this_thread::get_id()});
+  pool->capturing = true;
+}
+
+void CachingAllocator::end_capture(PrivatePool* pool, StreamId stream) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = captures_.begin(); it != captures_.end(); ++it)
+    if (it->pool == pool && it->stream == stream) {
+      captures_.erase(it);
+      pool->capturing = false;
+      break;
+    }
+  process_deferred();
+}
+
+void CachingAllocator::release_pool(PrivatePool* pool, const std::vector<StreamId>& streams) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (StreamId s : streams)
+    if (std::find(pool->streams.begin(), pool->streams.end(), s) == pool->streams.end()) pool->streams.push_back(s);
+  pool->released = true;
+  std::vector<Block*> held;
+  held.swap(pool->held);
+  for (Block* b : held) {
+    stats_.pending_blocks--;
+    for (StreamId s : pool->streams)
+      if (s != b->stream && std::find(b->used_on.begin(), b->used_on.end(), s) == b->used_on.end())
+        b->used_on.push_back(s);
+    release_block(b);
+  }
+  std::vector<Block*> free_segments;
+  for (Pool* p : {&pool->small, &pool->large})
+    for (Block* b : *p)
+      if (!b->prev && !b->next) free_segments.push_back(b);
+  if (free_segments.empty()) {
+    delete_pool_if_empty(pool);  // may delete it
+  } else {
+    for (Block* b : free_segments) detach_segment(b);  // the last one may delete the pool
+  }
+  process_deferred();
 }
 
 cuda::MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   cuda::MemoryStats s = stats_;
   s.cached_blocks = small_pool_.size() + large_pool_.size() + stats_.pending_blocks;
+  for (const PrivatePool* p : pools_) s.cached_blocks += p->small.size() + p->large.size();
+  s.graph_pools = pools_.size();
   return s;
 }
 
@@ -341,6 +517,8 @@ void CachingAllocator::throw_oom(size_t bytes, size_t size) {
   msg += "; kiln has " + format_bytes(stats_.allocated) + " allocated to arrays and " +
          format_bytes(stats_.reserved) + " reserved on " + name_ + " after releasing its cache; " + device_state +
          "; limit: " + limit + ". ";
+  if (thread_captures() > 0 || !captures_.empty())
+    msg += "A CUDA graph capture is under way, so the cache could not be released for this request. ";
   if (last_failure_from_limit_ && limit_ != 0)
     msg += "The limit refused this request: raise KILN_GPU_MEMORY_LIMIT (or cuda::set_memory_limit), or ";
   else
@@ -417,6 +595,9 @@ class CudaSegmentSource final : public SegmentSource {
   void* allocate(size_t bytes) override {
     set_device(device_);
     void* p = nullptr;
+    // During a graph capture cudaMalloc is allowed only in relaxed mode; the graph never sees it (it is
+    // not stream work) and replays reuse the memory (as PyTorch's allocator does).
+    RelaxedCaptureMode relaxed;
     cudaError_t err = cudaMalloc(&p, bytes);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -431,6 +612,7 @@ class CudaSegmentSource final : public SegmentSource {
   }
   void memory_info(size_t* free_bytes, size_t* total_bytes) override {
     set_device(device_);
+    RelaxedCaptureMode relaxed;  // an out-of-memory message during a graph capture
     KILN_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
   }
   EventId record_event(StreamId stream) override {
@@ -454,6 +636,15 @@ class CudaSegmentSource final : public SegmentSource {
   }
   void event_wait(EventId event) override { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
   void event_release(EventId event) noexcept override { release_event(device_, static_cast<cudaEvent_t>(event)); }
+  bool stream_capturing(StreamId stream) override {
+    set_device(device_);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+      (void)cudaGetLastError();  // the legacy stream while a blocking stream is captured: not part of it
+      return false;
+    }
+    return status == cudaStreamCaptureStatusActive;
+  }
 
  private:
   int device_;
@@ -488,9 +679,9 @@ CachingAllocator& device_allocator(int device) {
   return *a;
 }
 
-std::shared_ptr<Storage> device_alloc(int device, size_t bytes, cudaStream_t stream) {
+std::shared_ptr<Storage> device_alloc(int device, size_t bytes, cudaStream_t stream, bool graph_pool) {
   CachingAllocator& allocator = device_allocator(device);
-  Block* block = allocator.allocate(bytes, stream);
+  Block* block = allocator.allocate(bytes, stream, graph_pool);
   try {
     return std::make_shared<Storage>(block->ptr, bytes, Device{DeviceType::CUDA, device}, &free_device_block, block);
   } catch (...) {

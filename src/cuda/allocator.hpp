@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/cuda.hpp"
@@ -40,9 +41,12 @@ class SegmentSource {
   virtual void event_wait(EventId event) = 0;
   /// Gives back an event from record_event. Never throws.
   virtual void event_release(EventId event) noexcept = 0;
+  /// True when work queued on `stream` now is captured into a CUDA graph (a stream forked into a capture).
+  virtual bool stream_capturing(StreamId /*stream*/) { return false; }
 };
 
 class CachingAllocator;
+struct PrivatePool;
 
 /// A range of a segment, handed out or cached. Neighbours in the same segment are linked by prev/next.
 struct Block {
@@ -60,11 +64,27 @@ struct Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   std::vector<StreamId> used_on;  ///< streams added by record_stream (other than `stream`)
+  PrivatePool* private_pool = nullptr;  ///< the graph pool its segment belongs to (nullptr: the ordinary pools)
 };
 
 /// Orders a pool by stream, then size, then address, so lower_bound finds the best fit on a stream.
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const;
+};
+/// Free blocks of one size class (small or large), best fit by (stream, size, address).
+using BlockPool = std::set<Block*, BlockOrder>;
+
+/// A private pool for CUDA graphs (like PyTorch's graph mempools): allocations on a stream being captured
+/// into it come from its own segments, which serve nothing else while it lives, so a graph's replays write
+/// to addresses no other work is given. Owned by its CachingAllocator; all fields are guarded by its mutex.
+struct PrivatePool {
+  BlockPool small, large;  ///< its free blocks
+  size_t reserved = 0;     ///< bytes of its segments
+  size_t segments = 0;
+  bool capturing = false;  ///< a capture routes allocations to it now
+  bool released = false;   ///< given up (release_pool): each segment joins the ordinary pools once wholly free
+  std::vector<StreamId> streams;  ///< set at release: streams whose queued work (replays) may still use its memory
+  std::vector<Block*> held;       ///< other blocks freed during a capture into it: a replay may still read them
 };
 
 /// The pool logic of one device. Thread-safe (one mutex).
@@ -83,8 +103,10 @@ class CachingAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  /// A block of at least `bytes` (0 counts as 1) usable on `stream`. Throws OutOfMemoryError.
-  Block* allocate(size_t bytes, StreamId stream);
+  /// A block of at least `bytes` (0 counts as 1) usable on `stream`. While `stream` is captured into a
+  /// private pool (begin_capture), the block comes from that pool unless `graph_pool` is false. Throws
+  /// OutOfMemoryError.
+  Block* allocate(size_t bytes, StreamId stream, bool graph_pool = true);
   /// Returns a block: reusable on its stream at once, on other streams once the streams
   /// given to record_stream have finished the work queued before this call. Never throws.
   void free(Block* block) noexcept;
@@ -98,21 +120,50 @@ class CachingAllocator {
   void set_limit(size_t bytes);
   const std::string& device_name() const { return name_; }
 
+  // CUDA graphs. While this thread captures (cuda_impl::thread_captures() > 0) nothing here queries, waits
+  // for or records events, nor calls cudaFree: CUDA forbids it during a capture. Those steps are deferred.
+  /// A new, empty private pool.
+  PrivatePool* create_pool();
+  /// Routes allocations on `stream` to `pool` until end_capture; frees by this thread meanwhile of blocks not
+  /// from `pool` are held for the pool (a replay may read them). Call it before cudaStreamBeginCapture.
+  /// Throws ValueError when the pool is released or already capturing, or `stream` is already routed.
+  void begin_capture(PrivatePool* pool, StreamId stream);
+  /// Ends the routing of begin_capture (after cudaStreamEndCapture). Never throws.
+  void end_capture(PrivatePool* pool, StreamId stream) noexcept;
+  /// Gives `pool` up: blocks held for it and its wholly free segments go to the ordinary pools once the work
+  /// queued so far on `streams` is done (stream order suffices on a block's own stream); its blocks still
+  /// handed out follow when they are freed. The pool is deleted when it has no segment left.
+  void release_pool(PrivatePool* pool, const std::vector<StreamId>& streams);
+
   /// Request size rounded up to the block granularity (0 -> 512).
   static size_t round_size(size_t bytes);
   /// The segment size cudaMalloc'd for a rounded request that no cached block fits.
   static size_t segment_size(size_t rounded);
 
  private:
-  using Pool = std::set<Block*, BlockOrder>;
-  Pool& pool_for(const Block* b) { return b->small ? small_pool_ : large_pool_; }
-  Block* find_free(bool small, size_t size, StreamId stream);
-  Block* new_segment(bool small, size_t size, StreamId stream);
+  using Pool = BlockPool;
+  struct Capture {
+    PrivatePool* pool;
+    StreamId stream;
+    std::thread::id thread;
+  };
+  Pool& pool_for(const Block* b) {
+    if (b->private_pool) return b->small ? b->private_pool->small : b->private_pool->large;
+    return b->small ? small_pool_ : large_pool_;
+  }
+  Block* find_free(Pool& pool, size_t size, StreamId stream);
+  Block* new_segment(bool small, size_t size, StreamId stream, PrivatePool* owner);
   void split(Block* block, size_t size);
-  void return_to_pool(Block* block);
+  Block* return_to_pool(Block* block);
+  void give_back(Block* block);
+  void release_block(Block* block);
+  void detach_segment(Block* segment);
+  void delete_pool_if_empty(PrivatePool* pool);
   void process_events();
+  void process_deferred();
   void wait_pending();
   void release_cached();
+  bool may_record_events() const;
   [[noreturn]] void throw_oom(size_t bytes, size_t size);
 
   std::unique_ptr<SegmentSource> source_;
@@ -121,6 +172,9 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   Pool small_pool_, large_pool_;
   std::vector<std::pair<EventId, Block*>> pending_;
+  std::vector<Block*> deferred_;      // freed with record_stream uses during a capture: events recorded later
+  std::vector<Capture> captures_;     // streams routed to private pools now
+  std::vector<PrivatePool*> pools_;   // private pools alive (released ones until their last segment leaves)
   cuda::MemoryStats stats_;
   bool last_failure_from_limit_ = false;
 };

@@ -166,6 +166,20 @@ void stream_wait(int waiter_device, cudaStream_t waiter, int signaller_device, c
   if (err != cudaSuccess) throw_cuda_error(err, "cudaEventRecord/cudaStreamWaitEvent", __FILE__, __LINE__);
 }
 
+// CUDA graphs: throws the clear ValueError of runtime.hpp when work on `stream` of `device` would be captured
+// (or would break a capture: the legacy default stream); `action` says what cannot happen ("Stream::synchronize
+// cannot synchronise"). One atomic load when nothing is captured.
+void refuse_during_capture(const char* action, int device, cudaStream_t stream) {
+  if (!any_capture() || !stream_is_capturing(device, stream)) return;
+  throw_during_capture(action, device, stream ? stream : capturing_stream(device));
+}
+
+// As refuse_during_capture for calls CUDA forbids to a capturing thread whatever the stream (event waits).
+void refuse_on_capturing_thread(const char* action, int device) {
+  if (thread_captures() == 0) return;
+  if (cudaStream_t s = thread_capturing_stream(device)) throw_during_capture(action, device, s);
+}
+
 void sync_stream(int device, cudaStream_t stream) {
   set_device(device);
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -205,6 +219,8 @@ class CudaBackend final : public detail::Backend {
 
   void synchronize(Device device) override {
     check_device(device.index, "synchronize");
+    if (cudaStream_t s = capturing_stream(device.index))
+      throw_during_capture("synchronize(" + device.str() + ") cannot wait for the device", device.index, s);
     set_device(device.index);
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -218,9 +234,11 @@ class CudaBackend final : public detail::Backend {
     cuda_impl::set_current_stream(device.index, static_cast<cudaStream_t>(stream));
   }
   void stream_synchronize(Device device, void* stream) override {
+    refuse_during_capture("Stream::synchronize cannot synchronise", device.index, static_cast<cudaStream_t>(stream));
     sync_stream(device.index, static_cast<cudaStream_t>(stream));
   }
   bool stream_query(Device device, void* stream) override {
+    refuse_during_capture("Stream::query cannot query a stream", device.index, static_cast<cudaStream_t>(stream));
     set_device(device.index);
     return completed(cudaStreamQuery(static_cast<cudaStream_t>(stream)), "cudaStreamQuery");
   }
@@ -248,14 +266,17 @@ class CudaBackend final : public detail::Backend {
     KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
   }
   void event_synchronize(Device device, void* event) override {
+    refuse_on_capturing_thread("Event::synchronize cannot wait for an event", device.index);
     set_device(device.index);
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }
   bool event_query(Device device, void* event) override {
+    refuse_on_capturing_thread("Event::query cannot query an event", device.index);
     set_device(device.index);
     return completed(cudaEventQuery(static_cast<cudaEvent_t>(event)), "cudaEventQuery");
   }
   float event_elapsed_ms(Device device, void* start, void* end) override {
+    refuse_on_capturing_thread("Event::elapsed_ms cannot wait for an event", device.index);
     set_device(device.index);
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
     float ms = 0.0f;
@@ -395,7 +416,7 @@ void CudaBackend::copy_device_to_device(const Array& src, const Array& dst, size
   int from = src.device().index, to = dst.device().index;
   if (from == to) {
     cudaStream_t stream = given ? given : cuda_impl::current_stream(from);
-    set_device(from);
+    set_device(from);  // a copy within one GPU is captured like a kernel
     cuda_impl::record_stream(*src.storage(), stream);
     cuda_impl::record_stream(*dst.storage(), stream);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice, stream));
@@ -412,6 +433,10 @@ void CudaBackend::copy_device_to_device(const Array& src, const Array& dst, size
   }
   int other_device = copy_device == from ? to : from;
   cudaStream_t other_stream = cuda_impl::current_stream(other_device);
+  if (any_capture() && (stream_is_capturing(copy_device, copy_stream) || stream_is_capturing(other_device, other_stream)))
+    throw ValueError("to/copy_from: a copy between " + src.device().str() + " and " + dst.device().str() +
+                     " cannot be captured in a CUDA graph (its barrier with the other GPU's stream would pull that "
+                     "stream into the capture); copy between GPUs before or after the capture");
   stream_wait(copy_device, copy_stream, other_device, other_stream);
   bool peer = enable_peer_access(from, to) && enable_peer_access(to, from);
   set_device(copy_device);
@@ -431,6 +456,18 @@ void CudaBackend::copy_host_to_device(const Array& src, const Array& dst, size_t
   int device = dst.device().index;
   cudaStream_t stream = given ? given : cuda_impl::current_stream(device);
   set_device(device);
+  if (any_capture() && stream_is_capturing(device, stream)) {
+    if (!src.is_pinned())
+      throw ValueError("to/copy_from: a copy from pageable host memory to " + dst.device().str() +
+                       " cannot be captured in a CUDA graph (CUDA reads pageable memory when the copy is queued, not "
+                       "when the graph replays); copy from pinned memory (pin_memory() or empty(..., {.pinned = "
+                       "true})) with {.non_blocking = true}, or copy before the capture");
+    if (!non_blocking)
+      throw_during_capture("a blocking copy to " + dst.device().str() +
+                               " (to/copy_from without {.non_blocking = true}) cannot synchronise",
+                           device, stream ? stream : capturing_stream(device));
+    keep_for_capture(device, stream, src.storage());  // every replay reads it: the graph keeps it alive
+  }
   cuda_impl::record_stream(*dst.storage(), stream);
   auto* out = static_cast<char*>(dst.data_ptr());
   const auto* in = static_cast<const char*>(src.data_ptr());
@@ -451,6 +488,14 @@ void CudaBackend::copy_device_to_host(const Array& src, const Array& dst, size_t
   int device = src.device().index;
   cudaStream_t stream = given ? given : cuda_impl::current_stream(device);
   set_device(device);
+  if (any_capture() && stream_is_capturing(device, stream)) {
+    if (!dst.is_pinned() || !non_blocking)
+      throw_during_capture("item(), to_vector(), printing and to(cpu()) (a copy from " + src.device().str() +
+                               " to pageable host memory, or any copy to the host without {.non_blocking = true}) "
+                               "cannot synchronise",
+                           device, stream ? stream : capturing_stream(device));
+    keep_for_capture(device, stream, dst.storage());  // every replay writes it: the graph keeps it alive
+  }
   cuda_impl::record_stream(*src.storage(), stream);
   auto* out = static_cast<char*>(dst.data_ptr());
   const auto* in = static_cast<const char*>(src.data_ptr());

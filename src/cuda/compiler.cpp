@@ -282,7 +282,9 @@ Module::Module(std::string image, std::vector<std::pair<std::string, std::string
                std::string program_name)
     : image_(std::move(image)), program_name_(std::move(program_name)) {
   for (auto& [expression, lowered] : lowered_names) lowered_names_.emplace(std::move(expression), std::move(lowered));
-  // PTX must be NUL-terminated: std::string's buffer always is.
+  // PTX must be NUL-terminated: std::string's buffer always is. Loading is no stream work; during a graph
+  // capture (a kernel used for the first time) it runs in relaxed capture mode.
+  RelaxedCaptureMode relaxed;
   const cudaError_t err = cudaLibraryLoadData(&library_, image_.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the (non-sticky) error so later calls do not report it
@@ -336,6 +338,7 @@ cudaKernel_t Module::function(const std::string& name) {
   auto lowered = lowered_names_.find(name);
   const std::string& symbol = lowered == lowered_names_.end() ? name : lowered->second;
   cudaKernel_t kernel = nullptr;
+  RelaxedCaptureMode relaxed;  // see the constructor
   const cudaError_t err = cudaLibraryGetKernel(&kernel, library_, symbol.c_str());
   if (err != cudaSuccess || kernel == nullptr) {
     cudaGetLastError();
@@ -344,6 +347,12 @@ cudaKernel_t Module::function(const std::string& name) {
                      cudaGetErrorName(err) + "; its kernels: " + (names.empty() ? "none" : join(names, ", ")) +
                      "). Declare it extern \"C\" __global__, or pass its C++ name (e.g. \"my_kernel<float>\") in "
                      "CompileOptions::name_expressions");
+  }
+  if (thread_captures() > 0) {
+    // Fetched during a graph capture: load it into the context now (relaxed mode), not lazily at the
+    // captured launch.
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)) != cudaSuccess) cudaGetLastError();
   }
   std::lock_guard lock(mutex_);
   return kernels_.emplace(name, kernel).first->second;

@@ -201,6 +201,7 @@ const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const st
   // Occupancy sizes the grids (one full wave); if the query fails, assume the 8 blocks of 256 threads that
   // fit every multiprocessor since Volta when registers allow.
   int blocks = 0;
+  RelaxedCaptureMode relaxed;  // a kernel first used during a graph capture
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry.function), kBlockSize,
                                                     0) != cudaSuccess ||
       blocks <= 0) {

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 
+#include "cuda/runtime.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -101,6 +102,7 @@ void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaS
   if (shared_mem > kDefaultDynamicSharedMemory) {
     // Above 48 KB a kernel must opt in; the attribute applies to the current device. Failing here means the
     // request exceeds the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB on an H100).
+    RelaxedCaptureMode relaxed;  // allowed during a graph capture: it is no stream work
     const cudaError_t err =
         cudaFuncSetAttribute(function, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_mem));
     if (err != cudaSuccess) fail("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", err);

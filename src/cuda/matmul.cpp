@@ -109,6 +109,7 @@ class HandlePool {
       }
     }
     auto state = std::make_unique<HandleState>();
+    RelaxedCaptureMode relaxed;  // a first matmul during a graph capture: cublasCreate allocates
     KILN_CUBLAS_CHECK(cublasCreate(&state->handle));
     // Reductions in the compute type (float32) even for float16/bfloat16 outputs: results closer to the CPU's.
     cublasStatus_t status = cublasSetMathMode(
@@ -155,8 +156,10 @@ cublasHandle_t bound_handle(int device, cudaStream_t stream) {
   for (const auto& [owner, storage] : state->workspaces)
     if (owner == stream) workspace = storage.get();
   if (!workspace) {
-    state->workspaces.emplace_back(stream,
-                                   device_alloc(device, cublas_workspace_bytes(compute_capability(device)), stream));
+    // Kept for the handle's life, so never from a CUDA graph's private pool (graph_pool = false): a graph
+    // captured on `stream` uses this address on every replay, and the handle never frees it.
+    state->workspaces.emplace_back(
+        stream, device_alloc(device, cublas_workspace_bytes(compute_capability(device)), stream, /*graph_pool=*/false));
     workspace = state->workspaces.back().second.get();
   }
   KILN_CUBLAS_CHECK(cublasSetWorkspace(state->handle, workspace->data(), workspace->nbytes()));

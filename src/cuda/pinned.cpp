@@ -73,7 +73,7 @@ void* PinnedPool::allocate(size_t bytes) {
     throw OutOfMemoryError("pinned host memory: a request of " + format_bytes(bytes) + " cannot be served");
   size_t capacity = size_class(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!pending_.empty()) process_events();
+  if (!pending_.empty() && thread_captures() == 0) process_events();  // event queries: not during a capture
   Buffer* buffer = nullptr;
   if (auto it = free_.find(capacity); it != free_.end() && !it->second.empty()) {
     buffer = it->second.back();
@@ -81,6 +81,7 @@ void* PinnedPool::allocate(size_t bytes) {
     stats_.cache_hits++;
   } else {
     void* p = nullptr;
+    RelaxedCaptureMode relaxed;  // allowed during a graph capture: it is no stream work
     cudaError_t err = cudaHostAlloc(&p, capacity, cudaHostAllocPortable);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -169,6 +170,9 @@ bool PinnedPool::owns(const void* ptr) const {
 }
 
 void PinnedPool::empty_cache() {
+  if (thread_captures() > 0)
+    throw ValueError("empty_host_cache: this thread is capturing a CUDA graph, and CUDA forbids cudaFreeHost and "
+                     "event queries during it; call empty_host_cache after the capture");
   std::lock_guard<std::mutex> lock(mutex_);
   if (!pending_.empty()) process_events();
   release_free_buffers();

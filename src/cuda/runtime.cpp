@@ -2,13 +2,15 @@
 // driver is missing), the per-thread current CUDA device and current streams,
 // a pool of internal events per device, and peer access between GPUs.
 // Owners of global state here: the device count (computed once), the per-device
-// event pools and the peer-access table, each behind its own mutex or once-flag;
-// everything else is thread_local.
+// event pools, the peer-access table and the registry of CUDA graph captures under
+// way, each behind its own mutex or once-flag; everything else is thread_local.
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/compiler.hpp"
@@ -185,6 +187,136 @@ bool enable_peer_access(int device, int peer) {
     s = can ? 1 : 2;
   }
   return s == 1;
+}
+
+}  // namespace kiln::cuda_impl
+
+// ---------------------------------------------------------------------------------------------
+// CUDA graph capture state (see runtime.hpp).
+
+namespace kiln::cuda_impl {
+
+namespace {
+thread_local int t_captures = 0;
+
+struct CaptureEntry {
+  int device;
+  cudaStream_t stream;
+  std::thread::id thread;
+  std::vector<std::shared_ptr<Storage>>* keep;
+};
+std::atomic<int> g_capture_count{0};
+std::mutex& capture_mutex() {
+  static auto* m = new std::mutex;  // leaked on purpose: graphs may be destroyed during static destruction
+  return *m;
+}
+std::vector<CaptureEntry>& capture_entries() {
+  static auto* entries = new std::vector<CaptureEntry>;
+  return *entries;
+}
+}  // namespace
+
+int thread_captures() { return t_captures; }
+ThreadCaptureScope::ThreadCaptureScope() { ++t_captures; }
+ThreadCaptureScope::~ThreadCaptureScope() {
+  if (t_captures > 0) --t_captures;
+}
+
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  if (t_captures == 0) return;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) {
+    active_ = true;
+    previous_ = mode;
+  } else {
+    (void)cudaGetLastError();
+  }
+}
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (!active_) return;
+  cudaStreamCaptureMode mode = previous_;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep) {
+  std::lock_guard<std::mutex> lock(capture_mutex());
+  capture_entries().push_back({device, stream, std::this_thread::get_id(), keep});
+  g_capture_count.fetch_add(1, std::memory_order_release);
+}
+
+void unregister_capture(int device, cudaStream_t stream) noexcept {
+  std::lock_guard<std::mutex> lock(capture_mutex());
+  auto& entries = capture_entries();
+  for (auto it = entries.begin(); it != entries.end(); ++it)
+    if (it->device == device && it->stream == stream) {
+      entries.erase(it);
+      g_capture_count.fetch_sub(1, std::memory_order_release);
+      return;
+    }
+}
+
+bool any_capture() { return g_capture_count.load(std::memory_order_acquire) > 0; }
+
+cudaStream_t capturing_stream(int device) {
+  if (!any_capture()) return nullptr;
+  std::lock_guard<std::mutex> lock(capture_mutex());
+  cudaStream_t found = nullptr;
+  for (const CaptureEntry& e : capture_entries()) {
+    if (e.device != device) continue;
+    if (e.thread == std::this_thread::get_id()) return e.stream;
+    if (!found) found = e.stream;
+  }
+  return found;
+}
+
+cudaStream_t thread_capturing_stream(int device) {
+  if (t_captures == 0 || !any_capture()) return nullptr;
+  std::lock_guard<std::mutex> lock(capture_mutex());
+  for (const CaptureEntry& e : capture_entries())
+    if (e.device == device && e.thread == std::this_thread::get_id()) return e.stream;
+  return nullptr;
+}
+
+bool stream_is_capturing(int device, cudaStream_t stream) {
+  if (!any_capture()) return false;
+  set_device(device);  // a null stream means this device's legacy default stream
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream, &status);
+  if (err == cudaErrorStreamCaptureImplicit) {
+    // The legacy default stream while a blocking stream of the device is captured: using it breaks the capture.
+    (void)cudaGetLastError();
+    return true;
+  }
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaStreamIsCapturing", __FILE__, __LINE__);
+  return status != cudaStreamCaptureStatusNone;
+}
+
+std::string stream_name(int device, cudaStream_t stream) {
+  if (!stream) return "the default stream of cuda:" + std::to_string(device);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", static_cast<void*>(stream));
+  return "Stream(cuda:" + std::to_string(device) + ", " + buf + ")";
+}
+
+void throw_during_capture(const std::string& action, int device, cudaStream_t capturing) {
+  throw ValueError(action + " while " + stream_name(device, capturing) +
+                   " is capturing a CUDA graph; move it after the capture (the end of the GraphCapture scope or "
+                   "Graph::capture_end)");
+}
+
+void keep_for_capture(int device, cudaStream_t stream, std::shared_ptr<Storage> storage) {
+  if (!any_capture()) return;
+  std::lock_guard<std::mutex> lock(capture_mutex());
+  CaptureEntry* own = nullptr;  // this thread's capture on the device: `stream` may be forked into it
+  for (CaptureEntry& e : capture_entries()) {
+    if (e.device != device || !e.keep) continue;
+    if (e.stream == stream) {
+      e.keep->push_back(std::move(storage));
+      return;
+    }
+    if (e.thread == std::this_thread::get_id()) own = &e;
+  }
+  if (own) own->keep->push_back(std::move(storage));
 }
 
 }  // namespace kiln::cuda_impl
