@@ -196,12 +196,12 @@ const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const st
   entry.function = reinterpret_cast<void*>(module->function(name));
   entry.module = module;
   entry.name = name;
-  set_device(device);  // the CUfunction belongs to this device's context
-  entry.context_function = context_function(static_cast<cudaKernel_t>(entry.function));
   // Occupancy sizes the grids (one full wave); if the query fails, assume the 8 blocks of 256 threads that
   // fit every multiprocessor since Volta when registers allow.
   int blocks = 0;
   RelaxedCaptureMode relaxed;  // a kernel first used during a graph capture
+  set_device(device);  // the CUfunction belongs to this device's context
+  entry.context_function = context_function(static_cast<cudaKernel_t>(entry.function));
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry.function), kBlockSize,
                                                     0) != cudaSuccess ||
       blocks <= 0) {
