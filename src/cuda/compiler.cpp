@@ -152,12 +152,12 @@ CompiledImage compile_program(const std::string& source, const std::string& prog
                           " (" + nvrtcGetErrorString(result) + "; options: " + join(all_options, " ") + ")\n";
     message += "NVRTC log:\n" + (log.empty() ? std::string("(empty)") : log) + "\n";
     const std::vector<int> lines = error_lines(log, program_name);
-    if (!lines.empty())
-      message += "Source of '" + program_name + "' around the errors:\n" + source_excerpt(source, lines);
+    const std::string excerpt = lines.empty() ? std::string() : source_excerpt(source, lines);
+    if (!excerpt.empty()) message += "Source of '" + program_name + "' around the errors:\n" + excerpt;
     message +=
         "Fix the kernel source or options; kernel sources must be self-contained (no include paths are given, so "
         "do not #include CUDA headers).";
-    throw CompileError(message);
+    throw CompileError(message, std::move(log), program_name, excerpt);
   }
 
   CompiledImage compiled;
