@@ -339,7 +339,7 @@ cudaKernel_t Module::function(const std::string& name) {
     throw ValueError("kiln: kernel '" + name + "' not found in kernel program '" + program_name_ + "' (" +
                      cudaGetErrorName(err) + "; its kernels: " + (names.empty() ? "none" : join(names, ", ")) +
                      "). Declare it extern \"C\" __global__, or pass its C++ name (e.g. \"my_kernel<float>\") in "
-                     "CompileOptions::name_expressions");
+                     "the name expressions (RawModuleOptions::name_expressions)");
   }
   std::lock_guard lock(mutex_);
   return kernels_.emplace(name, kernel).first->second;

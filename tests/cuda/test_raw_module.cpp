@@ -310,43 +310,6 @@ TEST(RawModule, ImagesTakeNoCompileOptions) {
 
 // ---- argument packing (no GPU) ------------------------------------------------------------------
 
-TEST(RawKernelArgs, MakeKernelArgKeepsExactWidths) {
-  const int32_t i32 = 1;
-  const int64_t i64 = 2;
-  const uint8_t u8 = 3;
-  const double f64 = 4;
-  const float f32 = 5;
-  const Half f16(1.5f);
-  const bool flag = true;
-  float* pointer = nullptr;
-  const auto a = detail::make_kernel_arg(i32), b = detail::make_kernel_arg(i64), c = detail::make_kernel_arg(u8),
-             d = detail::make_kernel_arg(f64), e = detail::make_kernel_arg(f32), f = detail::make_kernel_arg(f16),
-             g = detail::make_kernel_arg(flag), h = detail::make_kernel_arg(pointer),
-             n = detail::make_kernel_arg(nullptr);
-  EXPECT_EQ(a.size, 4u);
-  EXPECT_STREQ(a.type_name, "int32");
-  EXPECT_EQ(b.size, 8u);
-  EXPECT_STREQ(b.type_name, "int64");
-  EXPECT_EQ(c.size, 1u);
-  EXPECT_STREQ(c.type_name, "uint8");
-  EXPECT_EQ(d.size, 8u);
-  EXPECT_STREQ(d.type_name, "float64");
-  EXPECT_EQ(e.size, 4u);
-  EXPECT_STREQ(e.type_name, "float32");
-  EXPECT_EQ(f.size, 2u);
-  EXPECT_STREQ(f.type_name, "float16");
-  EXPECT_EQ(g.size, 1u);
-  EXPECT_STREQ(g.type_name, "bool");
-  EXPECT_EQ(h.kind, detail::KernelArg::Kind::Pointer);
-  EXPECT_EQ(h.size, 8u);
-  EXPECT_EQ(n.kind, detail::KernelArg::Kind::Pointer);
-  const Array x;
-  const auto arr = detail::make_kernel_arg(x);
-  EXPECT_EQ(arr.kind, detail::KernelArg::Kind::Array);
-  EXPECT_EQ(arr.array, &x);
-  EXPECT_EQ(arr.size, 8u);
-}
-
 TEST(RawKernelArgs, WithoutParameterInfoArgumentsAreLaidOutAsACStruct) {
   const int32_t n = -7;
   const double scale = 2.5;
@@ -483,20 +446,6 @@ TEST(RawKernelArgs, LaunchDimensionsAreCheckedBeforeLaunch) {
                            {"kernel 'wide'", "block (2048,1,1)", "(1024,1024,64)"});
   expect_error<ValueError>([] { (void)cuda_impl::launch_dims("tall", {1, 70000}, {32}, 0); },
                            {"kernel 'tall'", "grid (1,70000,1)", "65535"});
-}
-
-TEST(RawKernelArgs, Dim3ConvertsFromAnyIntegerType) {
-  const Dim3 a = {3};
-  EXPECT_EQ(a, (Dim3{3, 1, 1}));
-  const size_t gx = 7;
-  const int gy = 2;
-  const Dim3 b = {gx, gy, 1};
-  EXPECT_EQ(b.x, 7);
-  EXPECT_EQ(b.y, 2);
-  EXPECT_EQ(b.z, 1);
-  const Dim3 saturated = {~uint64_t{0}};
-  EXPECT_EQ(saturated.x, INT64_MAX);  // still rejected at launch
-  EXPECT_EQ(Dim3{}, (Dim3{1, 1, 1}));
 }
 
 // ---- launches (GPU) -----------------------------------------------------------------------------
