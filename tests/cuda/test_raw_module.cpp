@@ -178,6 +178,21 @@ TEST(RawModule, CompileErrorUsesTheGivenProgramNameAndReportsEveryErrorLine) {
   }
 }
 
+TEST(RawModule, DefaultProgramNameSkipsAttributesAndFallsBackToRawModule) {
+  const auto program_name = [](const std::string& source) {
+    try {
+      (void)RawModule::compile_ptx(source, {}, 80);
+    } catch (const CompileError& e) {
+      return e.program_name();
+    }
+    return std::string("(compiled)");
+  };
+  EXPECT_EQ(program_name("extern \"C\" __global__ void __launch_bounds__(128, 2) bounded(float* y) { y[0] = oops; }"),
+            "bounded");
+  EXPECT_EQ(program_name("__global__ void\ntiled (float* y) { y[0] = oops; }"), "tiled");
+  EXPECT_EQ(program_name("__device__ int broken() { return oops; }"), "raw_module");
+}
+
 TEST(RawModule, CompileErrorFromABadOptionHasTheLogButNoSourceLines) {
   RawModuleOptions options;
   options.options = {"--no-such-nvrtc-option"};
