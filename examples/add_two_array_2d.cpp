@@ -3,10 +3,9 @@
 // res = a + b on a ny x nx grid covered by 2x5 blocks of 16x16 threads.
 // Exits 0 without a GPU (it says it skips); with one, checks the result
 // against the CPU and returns 1 when it differs.
-#include <kiln/kiln.hpp>
-
 #include <cstdint>
 #include <cstdio>
+#include <kiln/kiln.hpp>
 #include <vector>
 
 const char* const kSource = R"(

@@ -44,10 +44,11 @@ struct Dim3 {
   constexpr bool operator==(const Dim3&) const = default;
 
  private:
-  template <std::integral T> static constexpr int64_t to_int64(T v) {
+  template <std::integral T>
+  static constexpr int64_t to_int64(T v) {
     if constexpr (std::is_unsigned_v<T>)
       return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
-                                                                              : static_cast<int64_t>(v);
+                                                                            : static_cast<int64_t>(v);
     else
       return static_cast<int64_t>(v);
   }
@@ -91,26 +92,34 @@ struct KernelArg {
   const Array* array = nullptr;  ///< Array: passed as its data pointer (device memory, offset included)
   size_t size = 0;               ///< bytes the kernel receives
   size_t alignment = 1;
-  const char* type_name = "";    ///< for messages: "int32", "float64", "pointer", "array", "struct"...
+  const char* type_name = "";  ///< for messages: "int32", "float64", "pointer", "array", "struct"...
 };
 
-template <class T> constexpr const char* kernel_arg_type_name() {
-  if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_same_v<T, Half>) return "float16";
-  else if constexpr (std::is_same_v<T, BFloat16>) return "bfloat16";
-  else if constexpr (std::is_floating_point_v<T>) return sizeof(T) == 4 ? "float32" : "float64";
+template <class T>
+constexpr const char* kernel_arg_type_name() {
+  if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_same_v<T, Half>)
+    return "float16";
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return "bfloat16";
+  else if constexpr (std::is_floating_point_v<T>)
+    return sizeof(T) == 4 ? "float32" : "float64";
   else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
     return sizeof(T) == 1 ? "int8" : sizeof(T) == 2 ? "int16" : sizeof(T) == 4 ? "int32" : "int64";
   else if constexpr (std::is_integral_v<T>)
     return sizeof(T) == 1 ? "uint8" : sizeof(T) == 2 ? "uint16" : sizeof(T) == 4 ? "uint32" : "uint64";
-  else if constexpr (std::is_enum_v<T>) return "enum";
-  else return "struct";
+  else if constexpr (std::is_enum_v<T>)
+    return "enum";
+  else
+    return "struct";
 }
 
 /// The KernelArg of one launch() argument: an Array passes its device data pointer, a pointer (or nullptr)
 /// passes itself, any other trivially copyable value (int32_t, float, double, a struct...) passes its bytes
 /// with its exact size, as a C++ kernel parameter of that type receives them.
-template <class T> KernelArg make_kernel_arg(const T& value) {
+template <class T>
+KernelArg make_kernel_arg(const T& value) {
   if constexpr (std::is_same_v<T, Array>) {
     return {KernelArg::Kind::Array, nullptr, &value, sizeof(void*), alignof(void*), "array"};
   } else if constexpr (std::is_pointer_v<T> || std::is_null_pointer_v<T>) {
@@ -131,14 +140,14 @@ template <class T> KernelArg make_kernel_arg(const T& value) {
 
 /// Static attributes of a compiled kernel (cudaFuncGetAttributes), e.g. to pick a block size.
 struct KernelAttributes {
-  int max_threads_per_block = 0;           ///< most threads a block of this kernel may have
-  int num_regs = 0;                        ///< registers per thread
-  size_t shared_size_bytes = 0;            ///< static shared memory per block
-  size_t const_size_bytes = 0;             ///< constant memory
-  size_t local_size_bytes = 0;             ///< local memory per thread (spills)
-  int max_dynamic_shared_size_bytes = 0;   ///< dynamic shared memory allowed now (raised by large launches)
-  int ptx_version = 0;                     ///< major*10+minor of the PTX it was compiled from
-  int binary_version = 0;                  ///< major*10+minor of the binary's architecture
+  int max_threads_per_block = 0;          ///< most threads a block of this kernel may have
+  int num_regs = 0;                       ///< registers per thread
+  size_t shared_size_bytes = 0;           ///< static shared memory per block
+  size_t const_size_bytes = 0;            ///< constant memory
+  size_t local_size_bytes = 0;            ///< local memory per thread (spills)
+  int max_dynamic_shared_size_bytes = 0;  ///< dynamic shared memory allowed now (raised by large launches)
+  int ptx_version = 0;                    ///< major*10+minor of the PTX it was compiled from
+  int binary_version = 0;                 ///< major*10+minor of the binary's architecture
 };
 
 /// One __global__ function of a RawModule. Copies share the kernel; the module stays loaded while any
@@ -152,9 +161,11 @@ class RawKernel {
   /// may be released right after. Throws ValueError (argument count or sizes that do not match the kernel's
   /// parameters, bad grid/block — before anything is launched), DeviceError (an array or stream of another
   /// device, a CPU array) or CudaError (CUDA refused the launch; the message names the kernel and configuration).
-  template <class... Args> void launch(const Dim3& grid, const Dim3& block, const Args&... args) const;
+  template <class... Args>
+  void launch(const Dim3& grid, const Dim3& block, const Args&... args) const;
   /// Same as launch(grid, block, args...), like calling a cupy.RawKernel.
-  template <class... Args> void operator()(const Dim3& grid, const Dim3& block, const Args&... args) const {
+  template <class... Args>
+  void operator()(const Dim3& grid, const Dim3& block, const Args&... args) const {
     launch(grid, block, args...);
   }
 
@@ -216,21 +227,23 @@ class RawModule {
   std::shared_ptr<detail::RawModuleImpl> impl_;
 };
 
-template <class... Args> void RawKernel::launch(const Dim3& grid, const Dim3& block, const Args&... args) const {
+template <class... Args>
+void RawKernel::launch(const Dim3& grid, const Dim3& block, const Args&... args) const {
   constexpr size_t count = sizeof...(Args);
   constexpr size_t options_count = (size_t{0} + ... + (std::is_same_v<Args, LaunchOptions> ? 1 : 0));
   if constexpr (options_count == 0) {
     const std::array<detail::KernelArg, count> packed{detail::make_kernel_arg(args)...};
     launch_args(grid, block, packed.data(), count, LaunchOptions{});
   } else {
-    static_assert(options_count == 1 &&
-                      std::is_same_v<std::tuple_element_t<count - 1, std::tuple<Args...>>, LaunchOptions>,
-                  "RawKernel::launch: LaunchOptions may appear once, as the last argument");
+    static_assert(
+        options_count == 1 && std::is_same_v<std::tuple_element_t<count - 1, std::tuple<Args...>>, LaunchOptions>,
+        "RawKernel::launch: LaunchOptions may appear once, as the last argument");
     const auto refs = std::forward_as_tuple(args...);
     [&]<size_t... I>(std::index_sequence<I...>) {
       const std::array<detail::KernelArg, count - 1> packed{detail::make_kernel_arg(std::get<I>(refs))...};
       launch_args(grid, block, packed.data(), count - 1, std::get<count - 1>(refs));
-    }(std::make_index_sequence<count - 1>{});
+    }
+    (std::make_index_sequence<count - 1>{});
   }
 }
 

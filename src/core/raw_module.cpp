@@ -99,8 +99,7 @@ bool looks_like_ptx(const std::string& text) {
 bool looks_like_cubin(const std::string& bytes) {
   static constexpr unsigned char kElf[4] = {0x7f, 'E', 'L', 'F'};
   static constexpr unsigned char kFatbin[4] = {0x50, 0xed, 0x55, 0xba};  // 0xBA55ED50, little-endian
-  return bytes.size() >= 4 &&
-         (std::memcmp(bytes.data(), kElf, 4) == 0 || std::memcmp(bytes.data(), kFatbin, 4) == 0);
+  return bytes.size() >= 4 && (std::memcmp(bytes.data(), kElf, 4) == 0 || std::memcmp(bytes.data(), kFatbin, 4) == 0);
 }
 
 }  // namespace
@@ -142,8 +141,9 @@ std::string RawModule::compile_ptx(const std::string& source, const RawModuleOpt
   RawModuleOptions named = options;
   named.name = program_name(options, first_global_name(source), "raw_module");
   if (arch < 0)
-    throw ValueError("kiln: RawModule::compile_ptx '" + named.name + "': arch " + std::to_string(arch) +
-                     " is negative; pass a compute capability as major*10+minor (e.g. 90), or 0 for this machine's GPU");
+    throw ValueError(
+        "kiln: RawModule::compile_ptx '" + named.name + "': arch " + std::to_string(arch) +
+        " is negative; pass a compute capability as major*10+minor (e.g. 90), or 0 for this machine's GPU");
   if (arch == 0) {
     if (options.device || num_gpus() > 0)
       arch = backend.compute_capability(module_device(named, named.name, "RawModule::compile_ptx"));

@@ -24,9 +24,12 @@ std::string dims_str(const Dim3& d) {
 
 std::string arg_description(const detail::KernelArg& arg) {
   switch (arg.kind) {
-    case detail::KernelArg::Kind::Array: return "an array (passed as an 8-byte device pointer)";
-    case detail::KernelArg::Kind::Pointer: return "a pointer (8 bytes)";
-    case detail::KernelArg::Kind::Value: break;
+    case detail::KernelArg::Kind::Array:
+      return "an array (passed as an 8-byte device pointer)";
+    case detail::KernelArg::Kind::Pointer:
+      return "a pointer (8 bytes)";
+    case detail::KernelArg::Kind::Value:
+      break;
   }
   return "a " + std::string(arg.type_name) + " (" + std::to_string(arg.size) + " bytes)";
 }
@@ -67,7 +70,8 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
     if (arg.kind == detail::KernelArg::Kind::Array) {
       const Array& array = *arg.array;
       if (!array.defined())
-        throw ValueError(kernel() + ": " + which() + " is an empty Array (no storage); pass an array created on the GPU");
+        throw ValueError(kernel() + ": " + which() +
+                         " is an empty Array (no storage); pass an array created on the GPU");
       const Device on = array.device();
       const Device want{DeviceType::CUDA, device};
       if (on != want) {
@@ -75,10 +79,11 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
         if (on.is_cpu())
           throw DeviceError(kernel() + " runs on " + want.str() + ", but " + which() +
                             " is an array in host memory (cpu), which kernels cannot read; copy it to the GPU first "
-                            "with " + move + " (and copy results back with .to(kiln::cpu()))");
+                            "with " +
+                            move + " (and copy results back with .to(kiln::cpu()))");
         throw DeviceError(kernel() + " runs on " + want.str() + " (its module's GPU), but " + which() +
-                          " is an array on " + on.str() + "; move it with " + move +
-                          ", or build the RawModule for " + on.str() + " (RawModuleOptions::device)");
+                          " is an array on " + on.str() + "; move it with " + move + ", or build the RawModule for " +
+                          on.str() + " (RawModuleOptions::device)");
       }
       device_pointers[i] = array.data_ptr();
       packed.arrays.push_back(&array);
@@ -110,8 +115,8 @@ std::pair<dim3, dim3> launch_dims(const std::string& name, const Dim3& grid, con
     for (int64_t v : {d.x, d.y, d.z})
       if (v < 1 || v > kMax)
         throw ValueError("kiln: cannot launch kernel '" + name + "' (grid " + dims_str(grid) + ", block " +
-                         dims_str(block) + ", " + std::to_string(shared_mem) + " bytes of dynamic shared memory): " +
-                         what + " dimension " + std::to_string(v) +
+                         dims_str(block) + ", " + std::to_string(shared_mem) +
+                         " bytes of dynamic shared memory): " + what + " dimension " + std::to_string(v) +
                          " is out of range; every grid and block dimension must be at least 1 (skip the launch "
                          "when there is no work)");
   };
@@ -160,9 +165,9 @@ class CudaRawKernel final : public detail::RawKernelImpl {
     set_device(device_);
     cudaFuncAttributes a{};
     KILN_CUDA_CHECK(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel_)));
-    return KernelAttributes{a.maxThreadsPerBlock,       a.numRegs,    a.sharedSizeBytes, a.constSizeBytes,
-                            a.localSizeBytes,           a.maxDynamicSharedSizeBytes, a.ptxVersion,
-                            a.binaryVersion};
+    return KernelAttributes{a.maxThreadsPerBlock, a.numRegs,        a.sharedSizeBytes,
+                            a.constSizeBytes,     a.localSizeBytes, a.maxDynamicSharedSizeBytes,
+                            a.ptxVersion,         a.binaryVersion};
   }
 
   void launch(const Dim3& grid, const Dim3& block, const detail::KernelArg* args, size_t count,
@@ -250,8 +255,9 @@ class CudaRawKernelBackend final : public detail::RawKernelBackend {
   int oldest_arch() override {
     const std::vector<int>& archs = nvrtc_supported_archs();
     if (archs.empty())
-      throw CudaError("kiln: RawModule::compile_ptx: NVRTC reports no supported architecture (nvrtcGetSupportedArchs "
-                      "failed); check the CUDA toolkit installation");
+      throw CudaError(
+          "kiln: RawModule::compile_ptx: NVRTC reports no supported architecture (nvrtcGetSupportedArchs "
+          "failed); check the CUDA toolkit installation");
     return archs.front();
   }
 };

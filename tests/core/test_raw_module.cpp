@@ -69,6 +69,13 @@ TEST(RawKernelFront, WithoutCudaEveryEntryPointThrowsDeviceError) {
   expect_error<DeviceError>([&] { RawModule m(source); }, fragments);
   expect_error<DeviceError>([&] { (void)RawModule::compile_ptx(source); }, fragments);
   expect_error<DeviceError>([] { (void)RawModule::from_ptx(".version 8.0\n.target sm_80\n"); }, fragments);
-  expect_error<DeviceError>([] { (void)RawModule::from_cubin(std::string("\x7f" "ELF", 4)); }, fragments);
+  expect_error<DeviceError>(
+      [] {
+        (void)RawModule::from_cubin(
+            std::string("\x7f"
+                        "ELF",
+                        4));
+      },
+      fragments);
 }
 #endif

@@ -126,7 +126,8 @@ class TempDir {
   fs::path path_;
 };
 
-template <class T> T read_at(const PackedArgs& packed, size_t index) {
+template <class T>
+T read_at(const PackedArgs& packed, size_t index) {
   T value;
   std::memcpy(&value, packed.buffer.data() + packed.offsets[index], sizeof(T));
   return value;
@@ -139,9 +140,9 @@ template <class T> T read_at(const PackedArgs& packed, size_t index) {
 TEST(RawModule, CompileErrorHoldsLogProgramNameAndNumberedSourceLines) {
   const std::string source =
       "extern \"C\" __global__ void broken_kernel(float* y) {\n"  // 1
-      "  int i = threadIdx.x;\n"                                   // 2
-      "  y[i] = undeclared_value * 2.0f;\n"                        // 3
-      "}\n";                                                       // 4
+      "  int i = threadIdx.x;\n"                                  // 2
+      "  y[i] = undeclared_value * 2.0f;\n"                       // 3
+      "}\n";                                                      // 4
   try {
     (void)RawModule::compile_ptx(source, {}, 80);
     FAIL() << "expected CompileError";
@@ -162,7 +163,7 @@ TEST(RawModule, CompileErrorHoldsLogProgramNameAndNumberedSourceLines) {
 
 TEST(RawModule, CompileErrorUsesTheGivenProgramNameAndReportsEveryErrorLine) {
   const std::string source =
-      "__device__ int helper() { return 1 }\n"                       // 1: missing ';'
+      "__device__ int helper() { return 1 }\n"                        // 1: missing ';'
       "extern \"C\" __global__ void k(int* y) { y[0] = nope(); }\n";  // 2: undefined
   RawModuleOptions options;
   options.name = "my_program.cu";
@@ -319,8 +320,14 @@ TEST(RawModule, ImagesTakeNoCompileOptions) {
                            {"RawModule::from_ptx 'add_two_array_2d'", "apply only to CUDA source", "mangled"});
   RawModuleOptions nvrtc;
   nvrtc.options = {"-O3"};
-  expect_error<ValueError>([&] { (void)RawModule::from_cubin(std::string("\x7f" "ELF", 4), nvrtc); },
-                           {"RawModule::from_cubin", "apply only to CUDA source"});
+  expect_error<ValueError>(
+      [&] {
+        (void)RawModule::from_cubin(std::string("\x7f"
+                                                "ELF",
+                                                4),
+                                    nvrtc);
+      },
+      {"RawModule::from_cubin", "apply only to CUDA source"});
 }
 
 // ---- argument packing (no GPU) ------------------------------------------------------------------
@@ -332,9 +339,9 @@ TEST(RawKernelArgs, WithoutParameterInfoArgumentsAreLaidOutAsACStruct) {
   const float bias = 1.25f;
   const int8_t small = -3;
   const int64_t big = int64_t{1} << 40;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(n),     detail::make_kernel_arg(scale),
+  const detail::KernelArg args[] = {detail::make_kernel_arg(n),       detail::make_kernel_arg(scale),
                                     detail::make_kernel_arg(pointer), detail::make_kernel_arg(bias),
-                                    detail::make_kernel_arg(small), detail::make_kernel_arg(big)};
+                                    detail::make_kernel_arg(small),   detail::make_kernel_arg(big)};
   const PackedArgs packed = cuda_impl::pack_kernel_args("k", args, 6, nullptr, 0);
   // struct { int32 n; double scale; float* p; float bias; int8 small; int64 big; }: offsets by hand.
   EXPECT_EQ(packed.offsets, (std::vector<size_t>{0, 8, 16, 24, 28, 32}));
@@ -398,23 +405,24 @@ TEST(RawKernelArgs, WrongArgumentSizeIsAValueErrorNamingIndexExpectedAndGiven) {
   const detail::KernelArg args[] = {detail::make_kernel_arg(nx), detail::make_kernel_arg(ny),
                                     detail::make_kernel_arg(p)};
   const std::vector<KernelParam> params = {{0, 4}, {4, 4}, {8, 8}};
-  expect_error<ValueError>([&] { (void)cuda_impl::pack_kernel_args("k2", args, 3, &params, 0); },
-                           {"RawKernel 'k2'", "parameter 1 (counting from 0) is 4 bytes", "argument 1",
-                            "float64 (8 bytes)", "int32_t"});
+  expect_error<ValueError>(
+      [&] { (void)cuda_impl::pack_kernel_args("k2", args, 3, &params, 0); },
+      {"RawKernel 'k2'", "parameter 1 (counting from 0) is 4 bytes", "argument 1", "float64 (8 bytes)", "int32_t"});
   const Array host = zeros({2}, float32, cpu());
   const detail::KernelArg array_for_int[] = {detail::make_kernel_arg(host)};
   const std::vector<KernelParam> one_int = {{0, 4}};
-  expect_error<ValueError>([&] { (void)cuda_impl::pack_kernel_args("k3", array_for_int, 1, &one_int, 0); },
-                           {"RawKernel 'k3'", "parameter 0", "is 4 bytes", "an array (passed as an 8-byte device pointer)"});
+  expect_error<ValueError>(
+      [&] { (void)cuda_impl::pack_kernel_args("k3", array_for_int, 1, &one_int, 0); },
+      {"RawKernel 'k3'", "parameter 0", "is 4 bytes", "an array (passed as an 8-byte device pointer)"});
 }
 
 TEST(RawKernelArgs, HostArraysAreADeviceErrorSayingHowToMoveThem) {
   const Array host = zeros({3}, float32, cpu());
   const int32_t n = 3;
   const detail::KernelArg args[] = {detail::make_kernel_arg(n), detail::make_kernel_arg(host)};
-  expect_error<DeviceError>([&] { (void)cuda_impl::pack_kernel_args("k", args, 2, nullptr, 1); },
-                            {"RawKernel 'k'", "runs on cuda:1", "argument 1", "host memory (cpu)",
-                             "a.to(kiln::gpu(1))"});
+  expect_error<DeviceError>(
+      [&] { (void)cuda_impl::pack_kernel_args("k", args, 2, nullptr, 1); },
+      {"RawKernel 'k'", "runs on cuda:1", "argument 1", "host memory (cpu)", "a.to(kiln::gpu(1))"});
 }
 
 TEST(RawKernelArgs, ArraysOfAnotherGpuAreADeviceError) {
@@ -453,14 +461,20 @@ TEST(RawKernelArgs, LaunchDimensionsAreCheckedBeforeLaunch) {
   EXPECT_EQ(b.z, 1u);
   expect_error<ValueError>([] { (void)cuda_impl::launch_dims("neg", {-1}, {32}, 0); },
                            {"kernel 'neg'", "grid (-1,1,1)", "grid dimension -1 is out of range"});
-  expect_error<ValueError>([] { (void)cuda_impl::launch_dims("zero", {4}, {0, 1, 1}, 0); },
-                           {"kernel 'zero'", "block dimension 0"});
+  expect_error<ValueError>(
+      [] {
+        (void)cuda_impl::launch_dims("zero", {4}, {0, 1, 1}, 0);
+      },
+      {"kernel 'zero'", "block dimension 0"});
   expect_error<ValueError>([] { (void)cuda_impl::launch_dims("huge", {int64_t{1} << 33}, {32}, 0); },
                            {"kernel 'huge'", "8589934592"});
   expect_error<ValueError>([] { (void)cuda_impl::launch_dims("wide", {1}, {2048}, 0); },
                            {"kernel 'wide'", "block (2048,1,1)", "(1024,1024,64)"});
-  expect_error<ValueError>([] { (void)cuda_impl::launch_dims("tall", {1, 70000}, {32}, 0); },
-                           {"kernel 'tall'", "grid (1,70000,1)", "65535"});
+  expect_error<ValueError>(
+      [] {
+        (void)cuda_impl::launch_dims("tall", {1, 70000}, {32}, 0);
+      },
+      {"kernel 'tall'", "grid (1,70000,1)", "65535"});
 }
 
 // ---- launches (GPU) -----------------------------------------------------------------------------
@@ -525,8 +539,8 @@ TEST(RawKernelGpu, FromPtxAndFromCubin) {
   const RawModule from_ptx = RawModule::from_ptx(ptx);
   EXPECT_EQ(from_ptx.name(), "add_two_array_2d");  // the first .entry
   const DeviceProperties p = device_properties(gpu(0));
-  const auto cubin = cuda_impl::compile_image(kAddTwoArray2d, "add", cuda_impl::compile_target(p.major * 10 + p.minor),
-                                              {});
+  const auto cubin =
+      cuda_impl::compile_image(kAddTwoArray2d, "add", cuda_impl::compile_target(p.major * 10 + p.minor), {});
   RawModuleOptions named;
   named.name = "add_cubin";
   const RawModule from_cubin = RawModule::from_cubin(cubin.image, named);
@@ -573,7 +587,7 @@ TEST(RawKernelGpu, ArraysFreedRightAfterLaunchAreNotReusedEarly) {
     Array x = full({n}, 7.0f, float32, d);
     synchronize(d);
     module.function("slow_copy").launch({1}, {256}, y, x, n, int64_t{200'000'000}, LaunchOptions{.stream = s});
-  }  // x released while slow_copy may still run
+  }                                        // x released while slow_copy may still run
   Array z = full({n}, -1.0f, float32, d);  // would overwrite x's memory if it were handed out again
   s.synchronize();
   EXPECT_EQ(y.sum().item<float>(), 7.0f * n);
@@ -603,7 +617,9 @@ TEST(RawKernelGpu, ModuleKeepsItsDeviceWhateverIsCurrent) {
     on1.function("add_two_array_2d").launch({1}, {4, 4}, int32_t{4}, int32_t{4}, res, a, b);
     const Array on0 = zeros({4, 4}, float32, gpu(0));
     expect_error<DeviceError>(
-        [&] { on1.function("add_two_array_2d").launch({1}, {4, 4}, int32_t{4}, int32_t{4}, on0, a, b); },
+        [&] {
+          on1.function("add_two_array_2d").launch({1}, {4, 4}, int32_t{4}, int32_t{4}, on0, a, b);
+        },
         {"runs on cuda:1", "argument 2 is an array on cuda:0", "a.to(kiln::gpu(1))"});
   }
   EXPECT_EQ(res.sum().item<float>(), 48.0f);
@@ -615,16 +631,27 @@ TEST(RawKernelGpu, SizeAndCountMismatchesThrowBeforeLaunch) {
   RawKernel kernel = module.function("add_two_array_2d");
   const Array a = ones({16, 16}, float32, gpu(0)), b = ones({16, 16}, float32, gpu(0));
   Array res = zeros({16, 16}, float32, gpu(0));
-  expect_error<ValueError>([&] { kernel.launch({1}, {16, 16}, 16, 16.0, res, a, b); },
-                           {"RawKernel 'add_two_array_2d'", "parameter 1 (counting from 0) is 4 bytes",
-                            "float64 (8 bytes)"});
-  expect_error<ValueError>([&] { kernel.launch({1}, {16, 16}, size_t{16}, 16, res, a, b); },
-                           {"parameter 0 (counting from 0) is 4 bytes", "uint64 (8 bytes)"});
-  expect_error<ValueError>([&] { kernel.launch({1}, {16, 16}, 16, 16, res, a); },
-                           {"takes 5 parameter(s)", "given 4 argument(s)"});
+  expect_error<ValueError>(
+      [&] {
+        kernel.launch({1}, {16, 16}, 16, 16.0, res, a, b);
+      },
+      {"RawKernel 'add_two_array_2d'", "parameter 1 (counting from 0) is 4 bytes", "float64 (8 bytes)"});
+  expect_error<ValueError>(
+      [&] {
+        kernel.launch({1}, {16, 16}, size_t{16}, 16, res, a, b);
+      },
+      {"parameter 0 (counting from 0) is 4 bytes", "uint64 (8 bytes)"});
+  expect_error<ValueError>(
+      [&] {
+        kernel.launch({1}, {16, 16}, 16, 16, res, a);
+      },
+      {"takes 5 parameter(s)", "given 4 argument(s)"});
   const Array host = ones({16, 16}, float32, cpu());
-  expect_error<DeviceError>([&] { kernel.launch({1}, {16, 16}, 16, 16, res, host, b); },
-                            {"argument 3", "host memory (cpu)", "a.to(kiln::gpu(0))"});
+  expect_error<DeviceError>(
+      [&] {
+        kernel.launch({1}, {16, 16}, 16, 16, res, host, b);
+      },
+      {"argument 3", "host memory (cpu)", "a.to(kiln::gpu(0))"});
   EXPECT_EQ(res.sum().item<float>(), 0.0f);  // nothing ran
   kernel.launch({1}, {16, 16}, 16, 16, res, a, b);
   EXPECT_EQ(res.sum().item<float>(), 512.0f);
