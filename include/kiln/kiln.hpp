@@ -8,6 +8,7 @@
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
+#include "kiln/raw_module.hpp"
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"
 #include "kiln/stream.hpp"

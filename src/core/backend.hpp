@@ -15,6 +15,8 @@
 
 namespace kiln::detail {
 
+class RawKernelBackend;  // core/raw_kernel_backend.hpp
+
 /// One operand of an elementwise call: an array already broadcast to the output's
 /// shape (stride 0 on broadcast axes), or a scalar already converted to the call's
 /// compute dtype semantics (its value is exact in Scalar's int64/double).
@@ -103,6 +105,9 @@ class Backend {
   virtual float event_elapsed_ms(Device, void* /*start*/, void* /*end*/) { return 0.0f; }
   /// Marks `a`'s memory as used by `stream`, so the allocator does not reuse it before that stream's work is done.
   virtual void record_stream(const Array&, void* /*stream*/) {}
+
+  /// Compiler and launcher of user modules (RawModule), or nullptr when this backend runs none.
+  virtual RawKernelBackend* raw_kernels() { return nullptr; }
 };
 
 /// The backend that runs ops for `device`; throws DeviceError when none is built in.

@@ -27,6 +27,7 @@
 #include "cuda/allocator.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/pinned.hpp"
+#include "cuda/raw_module.hpp"
 #include "cuda/runtime.hpp"
 
 namespace kiln::cuda_impl {
@@ -298,6 +299,7 @@ class CudaBackend final : public detail::Backend {
   void record_stream(const Array& a, void* stream) override {
     cuda_impl::record_stream(*a.storage(), static_cast<cudaStream_t>(stream));
   }
+  detail::RawKernelBackend* raw_kernels() override { return &raw_kernel_backend(); }
 
  private:
   static bool completed(cudaError_t err, const char* call) {

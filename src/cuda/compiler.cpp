@@ -156,12 +156,12 @@ CompiledImage compile_program(const std::string& source, const std::string& prog
                           " (" + nvrtcGetErrorString(result) + "; options: " + join(all_options, " ") + ")\n";
     message += "NVRTC log:\n" + (log.empty() ? std::string("(empty)") : log) + "\n";
     const std::vector<int> lines = error_lines(log, program_name);
-    if (!lines.empty())
-      message += "Source of '" + program_name + "' around the errors:\n" + source_excerpt(source, lines);
+    const std::string excerpt = lines.empty() ? std::string() : source_excerpt(source, lines);
+    if (!excerpt.empty()) message += "Source of '" + program_name + "' around the errors:\n" + excerpt;
     message +=
         "Fix the kernel source or options; kernel sources must be self-contained (no include paths are given, so "
         "do not #include CUDA headers).";
-    throw CompileError(message);
+    throw CompileError(message, std::move(log), program_name, excerpt);
   }
 
   CompiledImage compiled;
@@ -346,7 +346,7 @@ cudaKernel_t Module::function(const std::string& name) {
     throw ValueError("kiln: kernel '" + name + "' not found in kernel program '" + program_name_ + "' (" +
                      cudaGetErrorName(err) + "; its kernels: " + (names.empty() ? "none" : join(names, ", ")) +
                      "). Declare it extern \"C\" __global__, or pass its C++ name (e.g. \"my_kernel<float>\") in "
-                     "CompileOptions::name_expressions");
+                     "the name expressions (RawModuleOptions::name_expressions)");
   }
   if (thread_captures() > 0) {
     // Fetched during a graph capture: load it into the context now (relaxed mode), not lazily at the
