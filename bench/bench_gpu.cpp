@@ -18,15 +18,15 @@
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
-using kiln::bench::Report;
-using kiln::bench::Result;
-using kiln::bench::Stats;
+using kiln::benchutil::Report;
+using kiln::benchutil::Result;
+namespace benchutil = kiln::benchutil;
 
 namespace {
 
 // Median of `repeat` event-timed samples of `calls` calls each, after `warmup` calls.
 template <class F>
-Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls = 1) {
+benchutil::Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls = 1) {
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(d);
   std::vector<double> samples;
@@ -38,12 +38,12 @@ Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls =
     end.synchronize();
     samples.push_back(start.elapsed_ms(end) / 1e3 / calls);
   }
-  return bench::summarize(samples, calls);
+  return benchutil::summarize(samples, calls);
 }
 
 // Host wall time per call of a loop of `calls` calls that ends with a device synchronize.
 template <class F>
-Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
+benchutil::Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
   using clock = std::chrono::steady_clock;
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(d);
@@ -54,10 +54,10 @@ Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
     synchronize(d);
     samples.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
   }
-  return bench::summarize(samples, calls);
+  return benchutil::summarize(samples, calls);
 }
 
-Result row(const std::string& name, const std::string& size, const Stats& s, double work, const std::string& unit,
+Result row(const std::string& name, const std::string& size, const benchutil::Stats& s, double work, const std::string& unit,
            const std::string& check = "ok") {
   Result r{name, size, "float32", s, 0.0, unit, check};
   if (unit == "GB/s") r.throughput = work / s.median_s / 1e9;
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     add(row("add", size, time_events(d, [&] { kiln::add(a, c, b); }), 3.0 * 4 * n, "GB/s"));
     add(row("add_scalar", size, time_events(d, [&] { kiln::add(a, 1.0f, b); }), 2.0 * 4 * n, "GB/s"));
     Array s;
-    Stats st = time_events(d, [&] { s = a.sum(); });
+    benchutil::Stats st = time_events(d, [&] { s = a.sum(); });
     // Correctness of the timed sum against a float64 CPU reference.
     double ref = a.to(cpu()).astype(float64).sum().item<double>();
     double got = s.item<float>();
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     (void)arctan2(a, b);
     synchronize(d);
     double cold = std::chrono::duration<double>(clock::now() - t0).count();
-    add(row("compile_cold", "1", bench::summarize({cold}), 0, "ms"));
+    add(row("compile_cold", "1", benchutil::summarize({cold}), 0, "ms"));
     const std::string src =
         "extern \"C\" __global__ void bench_disk_hit(float* y, int n) {"
         " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = tanhf(y[i] * 1.25f) + 0.5f; }";
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
       (void)cuda_impl::load_module(src, "bench_disk_hit", 0, {});
       hits.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("compile_disk_hit", "1", bench::summarize(hits), 0, "ms"));
+    add(row("compile_disk_hit", "1", benchutil::summarize(hits), 0, "ms"));
   }
   // 7. Allocation latency of the caching allocator (1 MiB blocks, alloc + free).
   {

@@ -4,6 +4,8 @@
 #include <climits>
 #include <cstdio>
 
+#include "core/sync_debug.hpp"
+#include "cuda/runtime.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -69,6 +71,7 @@ void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaS
   }
   // cudaLaunchKernel reports configuration and resource errors of this launch itself; cudaGetLastError is only
   // called on failure (to clear the error), so an earlier unrelated error is never blamed on this kernel.
+  detail::note_gpu_work(current_device());  // for kiln::bench's default device set
   const cudaError_t err = cudaLaunchKernel(function, grid, block, args, shared_mem, stream);
   if (err != cudaSuccess) fail("cudaLaunchKernel", err);
 }
