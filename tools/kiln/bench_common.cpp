@@ -28,7 +28,7 @@ BenchOptions BenchContext::options(int warmup, int repeat, double max_seconds) c
   o.warmup = warmup;
   o.repeat = quick ? std::max(2, repeat / 3) : repeat;
   o.max_seconds = quick ? max_seconds / 2 : max_seconds;
-  if (gpu()) o.devices = {device};
+  o.devices = {device};  // {cpu()}: host time only, never the GPUs found by bench's default rule
   return o;
 }
 

@@ -24,7 +24,7 @@ void run_matmul(BenchContext& ctx) {
       Array a = random::uniform({n, n}, float32, cpu()), b = random::uniform({n, n}, float32, cpu());
       // Large CPU products take seconds each: one warm-up only up to 4096, and max_seconds bounds the rest.
       BenchOptions o = ctx.options(n <= 4096 ? 1 : 0, 6, n <= 4096 ? 8 : 20);
-      o.devices = {};
+      o.devices = {cpu()};  // host time only
       BenchResult r = bench("cpu_" + key, [&] { (void)matmul(a, b); }, o);
       cpu_s = r.host().median;
       ctx.record("matmul", "cpu_" + key, "seconds", "s", cpu_s, false);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <system_error>
 
@@ -26,13 +27,25 @@ std::string bytes_str(double b) {
   return fmt::format("{:.0f} B", b);
 }
 
+// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
 int info() {
   using namespace kiln;
   fmt::print("{}\n", build_info());
   fmt::print("features: cpu (OpenBLAS, OpenMP, {} threads), cuda backend: {}\n", kiln_cli::host_threads(),
              built_with_cuda() ? "yes (NVRTC kernels, cuBLAS)" : "no (CPU-only build)");
   const DeviceProperties host = device_properties(cpu());
-  fmt::print("cpu: {} ({} hardware threads)\n", host.name, host.multiprocessors);
+  fmt::print("cpu: {} ({} hardware threads)\n", cpu_model(), host.multiprocessors);
   const int n = num_gpus();
   fmt::print("GPUs: {}\n", n);
   for (int i = 0; i < n; ++i) {
@@ -117,7 +130,7 @@ int bench_command(const std::vector<std::string>& names, const std::string& devi
     if (it == all.end()) {
       std::string known;
       for (const auto& w : all) known += std::string(known.empty() ? "" : ", ") + w.name;
-      throw ValueError("kiln bench: no workload named '" + name + "'; choose from " + known);
+      throw ValueError("bench: no workload named '" + name + "'; choose from " + known);
     }
     chosen.push_back(&*it);
   }
