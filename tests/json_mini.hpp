@@ -69,13 +69,16 @@ class Parser {
       if (c == '\\') {
         if (i_ >= s_.size()) fail("bad escape");
         char e = s_[i_++];
-        if (e == 'n') out += '\n';
-        else if (e == 't') out += '\t';
+        if (e == 'n')
+          out += '\n';
+        else if (e == 't')
+          out += '\t';
         else if (e == 'u') {
           if (i_ + 4 > s_.size()) fail("bad \\u escape");
           out += static_cast<char>(std::strtol(s_.substr(i_, 4).c_str(), nullptr, 16));
           i_ += 4;
-        } else out += e;
+        } else
+          out += e;
       } else {
         out += c;
       }

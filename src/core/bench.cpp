@@ -93,9 +93,7 @@ std::string series_json(const std::vector<double>& seconds) {
   return out;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Bytes to write to push the host's data out of its last-level cache: twice its size (32 MiB when unknown).
 int64_t host_flush_bytes() {
@@ -112,8 +110,7 @@ std::string BenchResult::str() const {
   char head[64];
   std::snprintf(head, sizeof head, "%-20s:", name.empty() ? "bench" : name.c_str());
   std::string out = head + std::string("    ") + stats_us("host", host());
-  for (const DeviceTimes& t : device_seconds)
-    out += "     " + stats_us(t.device.str().c_str(), summarize(t.seconds));
+  for (const DeviceTimes& t : device_seconds) out += "     " + stats_us(t.device.str().c_str(), summarize(t.seconds));
   return out;
 }
 
@@ -131,9 +128,9 @@ std::string BenchResult::json() const {
 BenchResult bench(const std::function<void()>& fn, BenchOptions options) {
   if (!fn) throw ValueError("bench: the function is empty; pass a callable");
   if (options.warmup < 0 || options.repeat < 1 || !(options.max_seconds > 0))
-    throw ValueError("bench: needs warmup >= 0, repeat >= 1 and max_seconds > 0, got warmup=" +
-                     std::to_string(options.warmup) + ", repeat=" + std::to_string(options.repeat) +
-                     ", max_seconds=" + std::to_string(options.max_seconds));
+    throw ValueError(
+        "bench: needs warmup >= 0, repeat >= 1 and max_seconds > 0, got warmup=" + std::to_string(options.warmup) +
+        ", repeat=" + std::to_string(options.repeat) + ", max_seconds=" + std::to_string(options.max_seconds));
   std::vector<Device> gpus;
   for (const Device& d : options.devices) {
     if (d.is_cpu()) continue;

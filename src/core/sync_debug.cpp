@@ -39,10 +39,14 @@ const EnvMode& env_mode() {
 
 std::string bytes_str(uint64_t b) {
   char buf[32];
-  if (b >= 1000000000) std::snprintf(buf, sizeof buf, "%.3g GB", static_cast<double>(b) / 1e9);
-  else if (b >= 1000000) std::snprintf(buf, sizeof buf, "%.3g MB", static_cast<double>(b) / 1e6);
-  else if (b >= 1000) std::snprintf(buf, sizeof buf, "%.3g kB", static_cast<double>(b) / 1e3);
-  else std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
+  if (b >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.3g GB", static_cast<double>(b) / 1e9);
+  else if (b >= 1000000)
+    std::snprintf(buf, sizeof buf, "%.3g MB", static_cast<double>(b) / 1e6);
+  else if (b >= 1000)
+    std::snprintf(buf, sizeof buf, "%.3g kB", static_cast<double>(b) / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
   return buf;
 }
 
@@ -75,9 +79,12 @@ void reset_sync_counters() { t_counters = SyncCounters{}; }
 
 const char* sync_debug_mode_name(SyncDebugMode mode) {
   switch (mode) {
-    case SyncDebugMode::off: return "off";
-    case SyncDebugMode::warn: return "warn";
-    case SyncDebugMode::error: return "error";
+    case SyncDebugMode::off:
+      return "off";
+    case SyncDebugMode::warn:
+      return "warn";
+    case SyncDebugMode::error:
+      return "error";
   }
   return "off";
 }
@@ -96,8 +103,7 @@ SyncDebugMode sync_debug_mode() {
   return env.mode;
 }
 
-SyncDebugGuard::SyncDebugGuard(SyncDebugMode mode)
-    : previous_(t_mode), previous_set_(t_mode_set), start_(t_counters) {
+SyncDebugGuard::SyncDebugGuard(SyncDebugMode mode) : previous_(t_mode), previous_set_(t_mode_set), start_(t_counters) {
   t_mode = mode;
   t_mode_set = true;
 }
@@ -135,8 +141,8 @@ void note_copy(CopyDirection direction, size_t bytes, Device device, bool synchr
     SyncDebugMode mode = sync_debug_mode();
     const std::string op = t_op ? t_op : "to()";
     if (mode == SyncDebugMode::error && synchronizes)
-      throw Error("implicit synchronisation in " + op + " on " + device.str() + " (" + bytes_str(bytes) + " " +
-                  dir + ") while sync debugging is in error mode (SyncDebugGuard or KILN_SYNC_DEBUG=error); keep the "
+      throw Error("implicit synchronisation in " + op + " on " + device.str() + " (" + bytes_str(bytes) + " " + dir +
+                  ") while sync debugging is in error mode (SyncDebugGuard or KILN_SYNC_DEBUG=error); keep the "
                   "data on the device, or copy non_blocking into pinned memory and synchronise once");
     if (mode != SyncDebugMode::off)
       std::fprintf(stderr, "kiln: %s in %s on %s (%s %s)\n",

@@ -61,10 +61,12 @@ TEST(Bench, host_time_covers_the_call) {
 
 TEST(Bench, max_seconds_caps_the_repeats) {
   int calls = 0;
-  BenchResult r = bench([&] {
-    ++calls;
-    sleep_ms(20);
-  }, {.warmup = 1, .repeat = 1000, .max_seconds = 0.05});
+  BenchResult r = bench(
+      [&] {
+        ++calls;
+        sleep_ms(20);
+      },
+      {.warmup = 1, .repeat = 1000, .max_seconds = 0.05});
   EXPECT_GE(r.repeats(), 1);
   EXPECT_LE(r.repeats(), 3);  // stops once 50 ms of 20 ms calls have run
   EXPECT_EQ(calls, 1 + r.repeats());

@@ -64,7 +64,8 @@ TEST(BenchGpu, event_time_matches_a_known_kernel_duration) {
   EXPECT_GE(ev.median, 4.95e-3);  // the GPU timer and the event clock may differ by a few microseconds
   EXPECT_LT(ev.median, 5.5e-3);
   // The host clock stops after the synchronisation: never shorter than the device work.
-  for (int i = 0; i < r.repeats(); ++i) EXPECT_GE(r.host_seconds[static_cast<size_t>(i)], r.device_seconds[0].seconds[static_cast<size_t>(i)] - 1e-5);
+  for (int i = 0; i < r.repeats(); ++i)
+    EXPECT_GE(r.host_seconds[static_cast<size_t>(i)], r.device_seconds[0].seconds[static_cast<size_t>(i)] - 1e-5);
   EXPECT_DOUBLE_EQ(r.seconds(), ev.median);
 }
 
@@ -86,10 +87,12 @@ TEST(BenchGpu, flush_l2_keeps_the_timed_region_clean) {
 
 TEST(BenchGpu, two_gpus_are_both_timed) {
   if (num_gpus() < 2) GTEST_SKIP() << "needs two GPUs, this machine has " << num_gpus();
-  BenchResult r = bench([&] {
-    spin(gpu(0), 2e-3);
-    spin(gpu(1), 4e-3);
-  }, {.warmup = 1, .repeat = 5});
+  BenchResult r = bench(
+      [&] {
+        spin(gpu(0), 2e-3);
+        spin(gpu(1), 4e-3);
+      },
+      {.warmup = 1, .repeat = 5});
   ASSERT_EQ(r.device_seconds.size(), 2u);
   EXPECT_NEAR(r.device(gpu(0)).median, 2e-3, 0.5e-3);
   EXPECT_NEAR(r.device(gpu(1)).median, 4e-3, 0.5e-3);
@@ -173,7 +176,7 @@ TEST(SyncDebugGpu, a_device_only_loop_makes_zero_syncs) {
   const Device d = gpu(0);
   Array w = random::normal({64, 64}, 0.0, 0.1, float32, d), x = random::normal({64, 64}, float32, d);
   Array log = zeros({100}, float32, d);
-  (void)tanh(matmul(x, w));  // compile outside the guard (compiling is not a sync either way)
+  (void)tanh(matmul(x, w));                    // compile outside the guard (compiling is not a sync either way)
   SyncDebugGuard guard(SyncDebugMode::error);  // any implicit sync would throw
   for (int i = 0; i < 100; ++i) {
     x = tanh(matmul(x, w));
@@ -189,7 +192,8 @@ TEST(SyncDebugGpu, error_mode_throws_naming_the_op_and_warn_prints_it) {
   Array x = ones({4}, float32, gpu(0));
   {
     SyncDebugGuard guard(SyncDebugMode::error);
-    expect_error<Error>([&] { (void)x.sum().item<float>(); }, {"implicit synchronisation in item()", "cuda:0", "4 bytes D2H"});
+    expect_error<Error>([&] { (void)x.sum().item<float>(); },
+                        {"implicit synchronisation in item()", "cuda:0", "4 bytes D2H"});
     expect_error<Error>([&] { (void)x.to_vector<float>(); }, {"to_vector()", "16 bytes D2H"});
     expect_error<Error>([&] { (void)x.str(); }, {"printing"});
     expect_error<Error>([&] { (void)x.to(cpu()); }, {"to()"});
@@ -197,7 +201,8 @@ TEST(SyncDebugGpu, error_mode_throws_naming_the_op_and_warn_prints_it) {
   SyncDebugGuard guard(SyncDebugMode::warn);
   testing::internal::CaptureStderr();
   EXPECT_EQ(x.sum().item<float>(), 4.0f);
-  EXPECT_EQ(testing::internal::GetCapturedStderr(), "kiln: implicit synchronisation in item() on cuda:0 (4 bytes D2H)\n");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "kiln: implicit synchronisation in item() on cuda:0 (4 bytes D2H)\n");
 }
 
 }  // namespace

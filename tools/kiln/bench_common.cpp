@@ -32,15 +32,14 @@ BenchOptions BenchContext::options(int warmup, int repeat, double max_seconds) c
   return o;
 }
 
-double BenchContext::seconds(const BenchResult& r) const {
-  return gpu() ? r.device(device).median : r.host().median;
-}
+double BenchContext::seconds(const BenchResult& r) const { return gpu() ? r.device(device).median : r.host().median; }
 
 double BenchContext::copy_gbps(int64_t n) {
   auto it = copy_gbps_cache.find(n);
   if (it != copy_gbps_cache.end()) return it->second;
   Array a = random::uniform({n}, float32, device), b = empty({n}, float32, device);
-  BenchResult r = bench("copy", [&] { b.assign(a); }, options(2, 15, 5));
+  BenchResult r = bench(
+      "copy", [&] { b.assign(a); }, options(2, 15, 5));
   double gbps = 2.0 * 4.0 * static_cast<double>(n) / seconds(r) / 1e9;
   copy_gbps_cache[n] = gbps;
   return gbps;
@@ -124,7 +123,8 @@ void write_json(const BenchContext& ctx, const std::string& path) {
   for (size_t i = 0; i < ctx.records.size(); ++i) {
     const Record& r = ctx.records[i];
     s += fmt::format(
-        "    {{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": {}}}{}\n",
+        "    {{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": "
+        "{}}}{}\n",
         quote(r.workload), quote(r.case_name), quote(r.metric), quote(r.unit), number(r.value),
         r.higher_is_better ? "true" : "false", i + 1 < ctx.records.size() ? "," : "");
   }

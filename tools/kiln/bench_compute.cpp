@@ -1,8 +1,8 @@
 // `kiln bench` compute workloads: matmul (CPU vs GPU), elementwise, reduction, fusion.
-#include "bench_common.hpp"
-
 #include <cmath>
 #include <functional>
+
+#include "bench_common.hpp"
 
 namespace kiln_cli {
 
@@ -10,8 +10,8 @@ using namespace kiln;
 
 void run_matmul(BenchContext& ctx) {
   title("matmul", "float32 C = A @ B, CPU (all cores, OpenBLAS) vs GPU (cuBLAS, TF32 off)");
-  const std::vector<int64_t> sizes = ctx.quick ? std::vector<int64_t>{1024, 4096}
-                                               : std::vector<int64_t>{1024, 2048, 4096, 8192, 15360};
+  const std::vector<int64_t> sizes =
+      ctx.quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192, 15360};
   if (!ctx.gpu()) ctx.skip("matmul gpu_N", "no GPU (device " + ctx.device.str() + "): the CPU side runs alone");
   Table table({"n", "cpu", "cpu TFLOP/s", "gpu", "gpu TFLOP/s", "speed-up"});
   double best_speedup = 0, best_gpu = 0, best_cpu = 0;
@@ -25,14 +25,16 @@ void run_matmul(BenchContext& ctx) {
       // Large CPU products take seconds each: one warm-up only up to 4096, and max_seconds bounds the rest.
       BenchOptions o = ctx.options(n <= 4096 ? 1 : 0, 6, n <= 4096 ? 8 : 20);
       o.devices = {cpu()};  // host time only
-      BenchResult r = bench("cpu_" + key, [&] { (void)matmul(a, b); }, o);
+      BenchResult r = bench(
+          "cpu_" + key, [&] { (void)matmul(a, b); }, o);
       cpu_s = r.host().median;
       ctx.record("matmul", "cpu_" + key, "seconds", "s", cpu_s, false);
       ctx.record("matmul", "cpu_" + key, "tflops", "TFLOP/s", flops / cpu_s / 1e12, true);
     }
     if (ctx.gpu()) {
       Array a = random::uniform({n, n}, float32, ctx.device), b = random::uniform({n, n}, float32, ctx.device);
-      BenchResult r = bench("gpu_" + key, [&] { (void)matmul(a, b); }, ctx.options(3, 20, 10));
+      BenchResult r = bench(
+          "gpu_" + key, [&] { (void)matmul(a, b); }, ctx.options(3, 20, 10));
       gpu_s = ctx.seconds(r);
       ctx.record("matmul", "gpu_" + key, "seconds", "s", gpu_s, false);
       ctx.record("matmul", "gpu_" + key, "tflops", "TFLOP/s", flops / gpu_s / 1e12, true);
@@ -96,7 +98,8 @@ void run_reduction(BenchContext& ctx) {
                                  ctx.device.str()));
   Array a = random::uniform({n}, float32, ctx.device);
   Array s;
-  BenchResult r = bench("sum", [&] { s = a.sum(); }, ctx.options(3, 20, 5));
+  BenchResult r = bench(
+      "sum", [&] { s = a.sum(); }, ctx.options(3, 20, 5));
   const double gbps = 4.0 * static_cast<double>(n) / ctx.seconds(r) / 1e9;
   ctx.record("reduction", "sum", "gbps", "GB/s", gbps, true);
   // Correctness of what was timed: uniform [0, 1) sums to about n/2 (a float64 CPU sum is the reference).
@@ -118,7 +121,8 @@ void run_fusion(BenchContext& ctx) {
                               ctx.gpu() || !ctx.quick ? "2^26" : "2^22", ctx.device.str()));
   Array x = random::normal({n}, float32, ctx.device);
   auto chain = [&] { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; };
-  BenchResult eager = bench("eager", [&] { (void)chain(); }, ctx.options(3, 20, 5));
+  BenchResult eager = bench(
+      "eager", [&] { (void)chain(); }, ctx.options(3, 20, 5));
   const double eager_ms = ctx.seconds(eager) * 1e3;
   // The floor: one read of x and one write of the result at copy bandwidth.
   const double floor_ms = 2.0 * 4.0 * static_cast<double>(n) / (ctx.copy_gbps(n) * 1e9) * 1e3;
@@ -132,7 +136,8 @@ void run_fusion(BenchContext& ctx) {
   table.row({"floor (1 read + 1 write at copy bandwidth)", format_number(floor_ms, 3), "1.00"});
   table.print();
   ctx.skip("fusion fused", "kiln's fused expressions are not in this build yet; eager and floor only");
-  verdict(fmt::format("op by op the chain takes {:.1f}x the bandwidth floor: every op reads and writes memory", eager_ms / floor_ms));
+  verdict(fmt::format("op by op the chain takes {:.1f}x the bandwidth floor: every op reads and writes memory",
+                      eager_ms / floor_ms));
 }
 
 }  // namespace kiln_cli

@@ -12,9 +12,7 @@ namespace kiln_cli {
 using namespace kiln;
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 void run_timing(BenchContext& ctx) {
@@ -41,7 +39,8 @@ void run_timing(BenchContext& ctx) {
     synchronize(ctx.device);
     with_sync.push_back(now_s() - t0);
   }
-  BenchResult events = bench("events", [&] { (void)matmul(a, b); }, ctx.options(0, 20, 5));
+  BenchResult events = bench(
+      "events", [&] { (void)matmul(a, b); }, ctx.options(0, 20, 5));
   const double wrong = summarize(no_sync).median, host = summarize(with_sync).median, right = ctx.seconds(events);
   ctx.record("timing", "host_clock_no_sync", "seconds", "s", wrong, false);
   ctx.record("timing", "host_clock_sync", "seconds", "s", host, false);
@@ -49,16 +48,20 @@ void run_timing(BenchContext& ctx) {
   Table table({"case", "how", "median", "vs events"});
   table.row({"host_clock_no_sync", "WRONG: t0; matmul; t1 (no synchronisation)", format_seconds(wrong),
              format_number(wrong / right, 3) + "x"});
-  table.row({"host_clock_sync", "t0; matmul; synchronize; t1", format_seconds(host), format_number(host / right, 3) + "x"});
-  table.row({"events", ctx.gpu() ? "kiln::bench: CUDA events around the work, median" : "kiln::bench (host clock on the CPU)",
+  table.row(
+      {"host_clock_sync", "t0; matmul; synchronize; t1", format_seconds(host), format_number(host / right, 3) + "x"});
+  table.row({"events",
+             ctx.gpu() ? "kiln::bench: CUDA events around the work, median" : "kiln::bench (host clock on the CPU)",
              format_seconds(right), "1.000x"});
   table.print();
   if (ctx.gpu())
-    verdict(fmt::format("a host clock without synchronisation reports {} for {} of GPU work ({:.0f}x too fast): "
-                        "synchronise, or time with events (kiln::bench, kiln::Timer)",
-                        format_seconds(wrong), format_seconds(right), right / wrong));
+    verdict(
+        fmt::format("a host clock without synchronisation reports {} for {} of GPU work ({:.0f}x too fast): "
+                    "synchronise, or time with events (kiln::bench, kiln::Timer)",
+                    format_seconds(wrong), format_seconds(right), right / wrong));
   else
-    verdict("on the CPU work is synchronous, so the three agree; on a GPU the first one is wrong by orders of magnitude");
+    verdict(
+        "on the CPU work is synchronous, so the three agree; on a GPU the first one is wrong by orders of magnitude");
 }
 
 void run_transfer(BenchContext& ctx) {
@@ -68,7 +71,8 @@ void run_transfer(BenchContext& ctx) {
     verdict("skipped");
     return;
   }
-  const std::vector<int64_t> sizes_mb = ctx.quick ? std::vector<int64_t>{16, 256} : std::vector<int64_t>{1, 16, 256, 1024};
+  const std::vector<int64_t> sizes_mb =
+      ctx.quick ? std::vector<int64_t>{16, 256} : std::vector<int64_t>{1, 16, 256, 1024};
   Table table({"MiB", "H2D pageable", "H2D pinned", "D2H pageable", "D2H pinned"});
   double pinned_h2d = 0, pageable_h2d = 0;
   for (int64_t mb : sizes_mb) {
@@ -93,8 +97,9 @@ void run_transfer(BenchContext& ctx) {
     pageable_h2d = h2d;
   }
   table.print();
-  verdict(fmt::format("at {} MiB pinned host memory copies to the GPU at {:.1f} GB/s, pageable at {:.1f} GB/s ({:.1f}x)",
-                      sizes_mb.back(), pinned_h2d, pageable_h2d, pinned_h2d / pageable_h2d));
+  verdict(
+      fmt::format("at {} MiB pinned host memory copies to the GPU at {:.1f} GB/s, pageable at {:.1f} GB/s ({:.1f}x)",
+                  sizes_mb.back(), pinned_h2d, pageable_h2d, pinned_h2d / pageable_h2d));
 }
 
 void run_overlap(BenchContext& ctx) {
@@ -146,7 +151,8 @@ void run_overlap(BenchContext& ctx) {
     }
   };
   auto time = [&](const char* name, bool two, bool copies, bool kernels) {
-    return ctx.seconds(bench(name, [&] { run(two, copies, kernels); }, ctx.options(1, 6, 10)));
+    return ctx.seconds(bench(
+        name, [&] { run(two, copies, kernels); }, ctx.options(1, 6, 10)));
   };
   const double serial = time("serial", false, true, true);
   const double overlapped = time("overlapped", true, true, true);
@@ -155,7 +161,9 @@ void run_overlap(BenchContext& ctx) {
   for (int64_t start : {int64_t{0}, (chunks - 1) * chunk}) {
     std::vector<float> in = host_in.slice(0, start, start + 4096).to_vector<float>();
     std::vector<float> out = host_out.slice(0, start, start + 4096).to_vector<float>();
-    for (size_t i = 0; i < in.size(); ++i) ok = ok && std::abs(out[i] - (in[i] * 1024.0f + 1023.0f)) <= 1e-3f;
+    for (size_t i = 0; i < in.size(); ++i)
+      ok = ok && std::abs(out[i] - (in[i] * 1024.0f + 1023.0f)) <=
+                     1e-2f;  // float rounding of 20 ops; a missing op is off by hundreds
   }
   const double copy_only = time("copies only", false, true, false);
   const double compute_only = time("kernels only", false, false, true);
@@ -209,23 +217,26 @@ void run_logging(BenchContext& ctx) {
   const double every_s = measure("copy_every_step", copy_every_step, every);
   const double once_s = measure("on_device", on_device, once);
   bool same = host_log.size() == copied.size();
-  for (size_t i = 0; same && i < copied.size(); ++i) same = std::abs(host_log[i] - copied[i]) <= 1e-5f * std::abs(copied[i]);
+  for (size_t i = 0; same && i < copied.size(); ++i)
+    same = std::abs(host_log[i] - copied[i]) <= 1e-5f * std::abs(copied[i]);
   ctx.record("logging", "copy_every_step", "seconds", "s", every_s, false);
   ctx.record("logging", "on_device", "seconds", "s", once_s, false);
   ctx.record("logging", "copy_every_step", "syncs", "count", static_cast<double>(every.syncs), false);
   ctx.record("logging", "on_device", "syncs", "count", static_cast<double>(once.syncs), false);
   Table table({"case", "time", "syncs", "D2H copies", "check"});
-  table.row({"copy_every_step", format_seconds(every_s), std::to_string(every.syncs), std::to_string(every.d2h_copies), "-"});
+  table.row(
+      {"copy_every_step", format_seconds(every_s), std::to_string(every.syncs), std::to_string(every.d2h_copies), "-"});
   table.row({"on_device", format_seconds(once_s), std::to_string(once.syncs), std::to_string(once.d2h_copies),
              same ? "same norms" : "NORMS DIFFER"});
   table.print();
   if (ctx.gpu())
-    verdict(fmt::format("keeping the log on the device makes the loop {:.1f}x faster ({} syncs -> {})", every_s / once_s,
-                        every.syncs, once.syncs));
+    verdict(fmt::format("keeping the log on the device makes the loop {:.1f}x faster ({} syncs -> {})",
+                        every_s / once_s, every.syncs, once.syncs));
   else
-    verdict(fmt::format("on the CPU there is nothing to synchronise (0 syncs either way, {:.2f}x); on a GPU each "
-                        "item() stalls the loop",
-                        every_s / once_s));
+    verdict(
+        fmt::format("on the CPU there is nothing to synchronise (0 syncs either way, {:.2f}x); on a GPU each "
+                    "item() stalls the loop",
+                    every_s / once_s));
 }
 
 }  // namespace kiln_cli

@@ -1,9 +1,9 @@
 // The `kiln` command: `kiln info` lists devices, memory pools, the kernel cache
 // and the build; `kiln bench` runs the workloads of bench_*.cpp (tables, one-line
 // verdicts, --json records); `kiln demo` shows the library at work.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -51,8 +51,9 @@ int info() {
   for (int i = 0; i < n; ++i) {
     const DeviceProperties p = device_properties(gpu(i));
     fmt::print("  cuda:{}: {} (compute capability {}.{}, {} SMs)\n", i, p.name, p.major, p.minor, p.multiprocessors);
-    fmt::print("    memory: {} total, {} free; L2 {}; {} shared memory per block", bytes_str(static_cast<double>(p.total_memory)),
-               bytes_str(static_cast<double>(p.free_memory)), bytes_str(static_cast<double>(p.l2_cache_bytes)),
+    fmt::print("    memory: {} total, {} free; L2 {}; {} shared memory per block",
+               bytes_str(static_cast<double>(p.total_memory)), bytes_str(static_cast<double>(p.free_memory)),
+               bytes_str(static_cast<double>(p.l2_cache_bytes)),
                bytes_str(static_cast<double>(p.shared_memory_per_block)));
     if (p.memory_bandwidth_gbs > 0) fmt::print("; {:.0f} GB/s theoretical bandwidth", p.memory_bandwidth_gbs);
     fmt::print("\n");
