@@ -27,7 +27,8 @@ struct BenchOptions {
   int warmup = 3;           ///< untimed calls first (they compile kernels and fill caches)
   int repeat = 20;          ///< timed calls at most
   double max_seconds = 10;  ///< stop repeating once the timed calls have taken this long (at least one runs)
-  /// GPUs to time with events. Empty: the GPUs `fn` queued work on during warm-up (all GPUs when warmup is 0).
+  /// GPUs to time with events. Empty: the GPUs `fn` queued work on from this thread during warm-up (all GPUs
+  /// when warmup is 0).
   /// CPU entries are not event-timed (the host time covers the CPU): {cpu()} times the host only.
   std::vector<Device> devices;
   bool flush_l2 = false;  ///< overwrite each timed GPU's L2 (or the host's last-level cache) before each call, untimed

@@ -5,12 +5,14 @@
 //
 // What counts (GPU arrays only; CPU work never synchronises or copies):
 //  - a host->device or device->host copy: item(), to_vector(), printing, a.to(d),
-//    copy_from(), pin_memory() of GPU data, with its byte count;
+//    copy_from(), with its byte count;
 //  - an implicit synchronisation: a copy that makes the host wait for the device —
 //    every device->host copy that is not non_blocking into pinned memory, every
 //    host->device copy that is not non_blocking from pinned memory (pageable host
 //    memory always counts: the host waits for staging buffers);
-//  - a device->device copy (counted, never reported: it does not involve the host).
+//  - a copy between two GPUs (counted as D2D, never reported: it does not involve the host;
+//    copies within one GPU are ordinary kernels/copy-engine work and are not counted).
+// Counters are per thread: work another thread issues is counted on that thread.
 // Explicit waits (kiln::synchronize, Stream::synchronize, Event::synchronize) are
 // what you asked for: counted separately as explicit_syncs, never reported.
 #pragma once

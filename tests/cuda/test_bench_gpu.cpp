@@ -85,6 +85,14 @@ TEST(BenchGpu, flush_l2_keeps_the_timed_region_clean) {
   EXPECT_LT(r.device(d).median, 1.5e-3);
 }
 
+TEST(BenchGpu, only_the_gpu_the_function_uses_is_timed) {
+  if (num_gpus() < 2) GTEST_SKIP() << "needs two GPUs, this machine has " << num_gpus();
+  BenchResult r = bench([&] { spin(gpu(1), 1e-3); }, {.warmup = 1, .repeat = 3});
+  ASSERT_EQ(r.device_seconds.size(), 1u);
+  EXPECT_EQ(r.device_seconds[0].device, gpu(1));
+  EXPECT_GE(r.device(gpu(1)).median, 0.99e-3);
+}
+
 TEST(BenchGpu, two_gpus_are_both_timed) {
   if (num_gpus() < 2) GTEST_SKIP() << "needs two GPUs, this machine has " << num_gpus();
   BenchResult r = bench(
