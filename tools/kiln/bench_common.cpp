@@ -23,6 +23,11 @@ void BenchContext::skip(const std::string& what, const std::string& reason) {
   skipped.emplace_back(what, reason);
 }
 
+std::string BenchContext::no_gpu_reason() const {
+  if (num_gpus() == 0) return built_with_cuda() ? "no GPU on this machine" : "no GPU (CPU-only build)";
+  return "--device " + device.str() + " chose the CPU";
+}
+
 BenchOptions BenchContext::options(int warmup, int repeat, double max_seconds) const {
   BenchOptions o;
   o.warmup = warmup;

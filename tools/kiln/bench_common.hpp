@@ -32,6 +32,8 @@ struct BenchContext {
   std::map<int64_t, double> copy_gbps_cache;                 ///< device copy bandwidth by element count
 
   bool gpu() const { return device.is_cuda(); }
+  /// Why the GPU side does not run: "no GPU on this machine" or "--device cpu chose the CPU".
+  std::string no_gpu_reason() const;
   void record(const std::string& workload, const std::string& case_name, const std::string& metric,
               const std::string& unit, double value, bool higher_is_better);
   /// Prints "  skipped: <what>: <reason>" and remembers it for the JSON file.

@@ -12,7 +12,7 @@ void run_matmul(BenchContext& ctx) {
   title("matmul", "float32 C = A @ B, CPU (all cores, OpenBLAS) vs GPU (cuBLAS, TF32 off)");
   const std::vector<int64_t> sizes =
       ctx.quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192, 15360};
-  if (!ctx.gpu()) ctx.skip("matmul gpu_N", "no GPU (device " + ctx.device.str() + "): the CPU side runs alone");
+  if (!ctx.gpu()) ctx.skip("matmul gpu_N", ctx.no_gpu_reason() + ": the CPU side runs alone");
   Table table({"n", "cpu", "cpu TFLOP/s", "gpu", "gpu TFLOP/s", "speed-up"});
   double best_speedup = 0, best_gpu = 0, best_cpu = 0;
   int64_t best_n = 0;

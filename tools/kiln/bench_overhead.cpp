@@ -52,7 +52,7 @@ void run_overhead(BenchContext& ctx) {
         "an empty kernel: the launch floor");
   }
 #endif
-  if (!ctx.gpu()) ctx.skip("overhead empty_launch", "no GPU (device " + ctx.device.str() + "): no kernel to launch");
+  if (!ctx.gpu()) ctx.skip("overhead empty_launch", ctx.no_gpu_reason() + ": no kernel to launch");
   // GRAPH HOOK (lead): once CUDA graphs land, capture 100 small adds into a graph, replay it
   // (ops / 100 times) and record ctx.record("overhead", "graph_replay", "us_per_op", ...) here.
   ctx.skip("overhead graph_replay", "CUDA graph capture is not in this build yet");

@@ -67,7 +67,7 @@ void run_timing(BenchContext& ctx) {
 void run_transfer(BenchContext& ctx) {
   title("transfer", "host<->device copies into existing buffers, pageable vs pinned host memory (GB/s = 1e9 B/s)");
   if (!ctx.gpu()) {
-    ctx.skip("transfer", "no GPU (device " + ctx.device.str() + "): host<->device copies need one");
+    ctx.skip("transfer", ctx.no_gpu_reason() + ": host<->device copies need one");
     verdict("skipped");
     return;
   }
@@ -107,7 +107,7 @@ void run_overlap(BenchContext& ctx) {
   const int64_t chunk = (int64_t{64} << 20) / 4;  // 64 MiB of float32
   title("overlap", fmt::format("{} chunks of 64 MiB: H2D, x*2+1 ten times, D2H; two streams vs one", chunks));
   if (!ctx.gpu()) {
-    ctx.skip("overlap", "no GPU (device " + ctx.device.str() + "): streams and copy engines need one");
+    ctx.skip("overlap", ctx.no_gpu_reason() + ": streams and copy engines need one");
     verdict("skipped");
     return;
   }
