@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-namespace kiln::bench {
+namespace kiln::benchutil {
 
 /// How to time one workload.
 struct TimingOptions {
@@ -166,4 +166,4 @@ class Report {
   std::vector<Result> results_;
 };
 
-}  // namespace kiln::bench
+}  // namespace kiln::benchutil

@@ -38,8 +38,8 @@ char* openblas_get_config(void) __attribute__((weak));
 namespace {
 
 using kiln::Array;
-using kiln::bench::Result;
-using kiln::bench::TimingOptions;
+using kiln::benchutil::Result;
+using kiln::benchutil::TimingOptions;
 
 struct Options {
   int threads = 0;  // 0: leave OpenMP's default (OMP_NUM_THREADS or all cores)
@@ -118,7 +118,7 @@ struct Checker {
   }
 };
 
-Result make_result(const std::string& name, const std::string& size, const kiln::bench::Stats& stats, double throughput,
+Result make_result(const std::string& name, const std::string& size, const kiln::benchutil::Stats& stats, double throughput,
                    const std::string& unit, const std::string& check) {
   return Result{name, size, "float32", stats, throughput, unit, check};
 }
@@ -130,7 +130,7 @@ Result bench_add(int64_t n, const TimingOptions& t) {
   Checker check{0, 0};
   const float *pa = a.data<float>(), *pb = b.data<float>(), *pc = c.data<float>();
   for (int64_t i : sample_indices(n)) check.expect(pc[i], static_cast<float>(pa[i] + pb[i]), fmt::format("[{}]", i));
-  auto stats = kiln::bench::time_host([&] { Array r = a + b; }, t);
+  auto stats = kiln::benchutil::time_host([&] { Array r = a + b; }, t);
   double bytes = 3.0 * static_cast<double>(n) * 4.0;
   return make_result("add", pow2_label(n), stats, bytes / stats.median_s / 1e9, "GB/s", check.verdict);
 }
@@ -146,7 +146,7 @@ Result bench_chain(int64_t n, const TimingOptions& t) {
     double v = px[i];
     check.expect(py[i], std::tanh(v * 1.5 + 0.3) * v - std::exp(-v * v) * 0.5, fmt::format("[{}]", i));
   }
-  auto stats = kiln::bench::time_host([&] { Array r = chain(x); }, t);
+  auto stats = kiln::benchutil::time_host([&] { Array r = chain(x); }, t);
   return make_result("chain", pow2_label(n), stats, stats.median_s / static_cast<double>(n) * 1e9, "ns/elem",
                      check.verdict);
 }
@@ -158,7 +158,7 @@ Result bench_sum(int64_t n, const TimingOptions& t) {
   for (int64_t i = 0; i < n; ++i) want += px[i];
   Checker check{1e-5, 0};
   check.expect(kiln::sum(x).item<double>(), want, "sum");
-  auto stats = kiln::bench::time_host([&] { Array r = kiln::sum(x); }, t);
+  auto stats = kiln::benchutil::time_host([&] { Array r = kiln::sum(x); }, t);
   double bytes = static_cast<double>(n) * 4.0;
   return make_result("sum", pow2_label(n), stats, bytes / stats.median_s / 1e9, "GB/s", check.verdict);
 }
@@ -174,7 +174,7 @@ Result bench_sum_axis(int64_t rows, int64_t cols, int64_t axis, const TimingOpti
     for (int64_t i = 0; i < inner; ++i) want += axis == 0 ? pm[i * cols + o] : pm[o * cols + i];
     check.expect(pr[o], want, fmt::format("[{}]", o));
   }
-  auto stats = kiln::bench::time_host([&] { Array s = kiln::sum(m, axis); }, t);
+  auto stats = kiln::benchutil::time_host([&] { Array s = kiln::sum(m, axis); }, t);
   double bytes = static_cast<double>(rows * cols) * 4.0;
   return make_result(fmt::format("sum_axis{}", axis), fmt::format("{}x{}", rows, cols), stats,
                      bytes / stats.median_s / 1e9, "GB/s", check.verdict);
@@ -194,7 +194,7 @@ Result bench_matmul(int64_t n, const TimingOptions& t) {
     for (int64_t k = 0; k < n; ++k) want += static_cast<double>(pa[i * n + k]) * pb[k * n + j];
     check.expect(pc[e], want, fmt::format("[{}, {}]", i, j));
   }
-  auto stats = kiln::bench::time_host([&] { Array r = kiln::matmul(a, b); }, t);
+  auto stats = kiln::benchutil::time_host([&] { Array r = kiln::matmul(a, b); }, t);
   double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   return make_result("matmul", std::to_string(n), stats, flops / stats.median_s / 1e9, "GFLOP/s", check.verdict);
 }
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
   std::string blas_config = openblas_get_config ? openblas_get_config() : "unknown (not OpenBLAS?)";
   const char* coretype_env = std::getenv("OPENBLAS_CORETYPE");
 
-  kiln::bench::Report report("cpu", "kiln", "cpu");
+  kiln::benchutil::Report report("cpu", "kiln", "cpu");
   report.set_info("version", kiln::kVersion);
   report.set_info("build", kiln::build_info());
   report.set_info("threads", std::to_string(threads), true);
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
              kiln::build_info(), threads, blas_threads, blas_config, corename);
   fmt::print("   {} warm-up call(s), median of {} samples; each sample >= {} ms of calls\n\n", timing.warmup,
              timing.repeat, timing.min_sample_s * 1e3);
-  kiln::bench::Report::print_header();
+  kiln::benchutil::Report::print_header();
 
   kiln::random::seed(0);
   std::vector<std::string> errors;
@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
     if (!options.filter.empty() && (w.name + " " + w.size).find(options.filter) == std::string::npos) continue;
     try {
       Result r = w.run(timing);
-      kiln::bench::Report::print_row(r);
+      kiln::benchutil::Report::print_row(r);
       report.add(std::move(r));
     } catch (const std::exception& e) {
       std::string message = fmt::format("{} {}: {}", w.name, w.size, e.what());
@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
     }
   }
   std::string errors_json = "[";
-  for (size_t i = 0; i < errors.size(); ++i) errors_json += (i ? ", " : "") + kiln::bench::Report::quote(errors[i]);
+  for (size_t i = 0; i < errors.size(); ++i) errors_json += (i ? ", " : "") + kiln::benchutil::Report::quote(errors[i]);
   report.set_info("errors", errors_json + "]", true);
 
   if (!options.json_path.empty()) {

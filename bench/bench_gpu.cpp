@@ -20,15 +20,15 @@
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
-using kiln::bench::Report;
-using kiln::bench::Result;
-using kiln::bench::Stats;
+using kiln::benchutil::Report;
+using kiln::benchutil::Result;
+namespace benchutil = kiln::benchutil;
 
 namespace {
 
 // Median of `repeat` event-timed samples of `calls` calls each, after `warmup` calls.
 template <class F>
-Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls = 1) {
+benchutil::Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls = 1) {
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(d);
   std::vector<double> samples;
@@ -40,12 +40,12 @@ Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls =
     end.synchronize();
     samples.push_back(start.elapsed_ms(end) / 1e3 / calls);
   }
-  return bench::summarize(samples, calls);
+  return benchutil::summarize(samples, calls);
 }
 
 // Host wall time per call of a loop of `calls` calls that ends with a device synchronize.
 template <class F>
-Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
+benchutil::Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
   using clock = std::chrono::steady_clock;
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(d);
@@ -56,11 +56,11 @@ Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
     synchronize(d);
     samples.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
   }
-  return bench::summarize(samples, calls);
+  return benchutil::summarize(samples, calls);
 }
 
 // Stats of a call that runs `ops` operations, per operation.
-Stats per_op(Stats s, int ops) {
+benchutil::Stats per_op(benchutil::Stats s, int ops) {
   s.min_s /= ops;
   s.median_s /= ops;
   s.mean_s /= ops;
@@ -68,7 +68,7 @@ Stats per_op(Stats s, int ops) {
   return s;
 }
 
-Result row(const std::string& name, const std::string& size, const Stats& s, double work, const std::string& unit,
+Result row(const std::string& name, const std::string& size, const benchutil::Stats& s, double work, const std::string& unit,
            const std::string& check = "ok") {
   Result r{name, size, "float32", s, 0.0, unit, check};
   if (unit == "GB/s") r.throughput = work / s.median_s / 1e9;
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     Array y = expm1(x);
     synchronize(d);
     double first = std::chrono::duration<double>(clock::now() - t0).count();
-    add(row("compile_first_in_process", "1", bench::summarize({first}), 0, "ms"));
+    add(row("compile_first_in_process", "1", benchutil::summarize({first}), 0, "ms"));
   }
   // 1. Bandwidth: device copy, add, add scalar, full sum (float32, 2^28, as peers.py).
   {
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     add(row("add", size, time_events(d, [&] { kiln::add(a, c, b); }), 3.0 * 4 * n, "GB/s"));
     add(row("add_scalar", size, time_events(d, [&] { kiln::add(a, 1.0f, b); }), 2.0 * 4 * n, "GB/s"));
     Array s;
-    Stats st = time_events(d, [&] { s = a.sum(); });
+    benchutil::Stats st = time_events(d, [&] { s = a.sum(); });
     // Correctness of the timed sum against a float64 CPU reference.
     double ref = a.to(cpu()).astype(float64).sum().item<double>();
     double got = s.item<float>();
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
       if (v != x1[i]) ++bad;
     }
     std::string check = bad == 0 ? "ok" : fmt::format("{} of {} wrong", bad, x0.size());
-    add(row("graph_capture_ms", "100x1000", bench::summarize(captures), 0, "ms", check));
+    add(row("graph_capture_ms", "100x1000", benchutil::summarize(captures), 0, "ms", check));
     add(row("graph_replay_small_add_us", "100x1000", per_op(time_wall(d, [&] { g.replay(); }, 100), kOps), 0,
             "us/op", check));
   }
@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
     (void)arctan2(a, b);
     synchronize(d);
     double cold = std::chrono::duration<double>(clock::now() - t0).count();
-    add(row("compile_cold", "1", bench::summarize({cold}), 0, "ms"));
+    add(row("compile_cold", "1", benchutil::summarize({cold}), 0, "ms"));
     const std::string src =
         "extern \"C\" __global__ void bench_disk_hit(float* y, int n) {"
         " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = tanhf(y[i] * 1.25f) + 0.5f; }";
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
       (void)cuda_impl::load_module(src, "bench_disk_hit", 0, {});
       hits.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("compile_disk_hit", "1", bench::summarize(hits), 0, "ms"));
+    add(row("compile_disk_hit", "1", benchutil::summarize(hits), 0, "ms"));
 
     // The same through the public RawModule: a source never seen before (compile + disk write + load) ...
     std::vector<double> cold_runs;
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
       RawModule m(unique);
       cold_runs.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("raw_compile_cold", "1", bench::summarize(cold_runs), 0, "ms"));
+    add(row("raw_compile_cold", "1", benchutil::summarize(cold_runs), 0, "ms"));
     // ... and one found on disk by a fresh memory cache (read + check + load).
     const std::string raw_src =
         "extern \"C\" __global__ void raw_disk_hit(float* y, int n) {"
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
       RawModule m(raw_src);
       raw_hits.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("raw_compile_disk_hit", "1", bench::summarize(raw_hits), 0, "ms"));
+    add(row("raw_compile_disk_hit", "1", benchutil::summarize(raw_hits), 0, "ms"));
   }
   // 6b. Host overhead of RawKernel::launch (argument checks + packing + launch): an empty kernel, and the
   // walkthrough kernel with five arguments (three arrays, recorded on the stream), 10k launches in a row.
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
     const int32_t nx = 32, ny = 32;
     Array a = random::normal({ny, nx}, float32, d), b = random::normal({ny, nx}, float32, d);
     Array res = empty({ny, nx}, float32, d);
-    const Stats st = time_wall(d, [&] { add_2d.launch({2, 2}, {16, 16}, nx, ny, res, a, b); }, calls);
+    const benchutil::Stats st = time_wall(d, [&] { add_2d.launch({2, 2}, {16, 16}, nx, ny, res, a, b); }, calls);
     const double error = abs(res.to(cpu()) - (a.to(cpu()) + b.to(cpu()))).max().item<float>();
     add(row("raw_launch_args", "1024", st, 0, "us/op", error == 0 ? "ok" : fmt::format("max error {}", error)));
   }

@@ -19,7 +19,8 @@
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
-using namespace kiln::bench;
+using kiln::benchutil::Report;
+using kiln::benchutil::Result;
 
 namespace {
 
@@ -56,7 +57,7 @@ Timing time_launches(Launch&& launch, cudaStream_t stream) {
     issue.push_back(std::chrono::duration<double>(t1 - t0).count());
     wall.push_back(std::chrono::duration<double>(t2 - t0).count());
   }
-  return {summarize(wall).median_s / kLaunches * 1e6, summarize(issue).median_s / kLaunches * 1e6};
+  return {kiln::benchutil::summarize(wall).median_s / kLaunches * 1e6, kiln::benchutil::summarize(issue).median_s / kLaunches * 1e6};
 }
 
 }  // namespace
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
   fmt::print("{:<44} {:>12} {:>12}\n", "launch path", "wall us/op", "issue us/op");
   auto row = [&](const std::string& name, Timing t) {
     fmt::print("{:<44} {:>12.3f} {:>12.3f}\n", name, t.wall_us, t.issue_us);
-    Stats s{};
+    kiln::benchutil::Stats s{};
     s.median_s = s.min_s = t.wall_us * 1e-6;
     report.add(Result{name, "10000", "float32", s, t.wall_us, "us/op", "ok"});
   };

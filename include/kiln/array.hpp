@@ -206,21 +206,25 @@ class Array {
 
 namespace kiln {
 namespace detail {
-/// Copies all elements of `a`, converted to `as`, into host memory at `dst` (C order).
-void read_elements(const Array& a, DType as, void* dst);
+/// Copies all elements of `a`, converted to `as`, into host memory at `dst` (C order); `op` names the
+/// caller in sync debugging reports (kiln/debug.hpp).
+void read_elements(const Array& a, DType as, void* dst, const char* op = "to_vector()");
+template <class T> std::vector<T> read_vector(const Array& a, const char* op) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> tmp(static_cast<size_t>(a.size()));
+    read_elements(a, DType::Bool, tmp.data(), op);
+    return std::vector<bool>(tmp.begin(), tmp.end());
+  } else {
+    std::vector<T> out(static_cast<size_t>(a.size()));
+    read_elements(a, dtype_of<T>(), out.data(), op);
+    return out;
+  }
+}
 }  // namespace detail
 
 template <class T> std::vector<T> Array::to_vector() const {
   require_defined("to_vector");
-  if constexpr (std::is_same_v<T, bool>) {
-    std::vector<uint8_t> tmp(static_cast<size_t>(size_));
-    detail::read_elements(*this, DType::Bool, tmp.data());
-    return std::vector<bool>(tmp.begin(), tmp.end());
-  } else {
-    std::vector<T> out(static_cast<size_t>(size_));
-    detail::read_elements(*this, dtype_of<T>(), out.data());
-    return out;
-  }
+  return detail::read_vector<T>(*this, "to_vector()");
 }
 
 template <class T> T Array::item() const {
@@ -228,6 +232,6 @@ template <class T> T Array::item() const {
   if (size_ != 1)
     throw ValueError("item: only a size-1 array converts to a scalar, got shape " + shape_str(shape_) +
                      "; index or reduce it first");
-  return to_vector<T>()[0];
+  return detail::read_vector<T>(*this, "item()")[0];
 }
 }  // namespace kiln

@@ -2,6 +2,8 @@
 #pragma once
 
 #include "kiln/array.hpp"
+#include "kiln/bench.hpp"
+#include "kiln/debug.hpp"
 #include "kiln/device.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"

@@ -8,6 +8,7 @@
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
+#include "core/sync_debug.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/stream.hpp"
 
@@ -131,6 +132,7 @@ Array& Array::copy_from(const Array& src, TransferOptions options) {
                      shape_str(src.shape()) + " " + std::string(dtype_name(src.dtype())) + " on " +
                      src.device().str() + " into " + shape_str(shape_) + " " + std::string(dtype_name(dtype_)) +
                      " on " + device().str() + "; convert with astype/reshape on one device first");
+  detail::SyncOpScope scope("copy_from()");
   Array source = src.contiguous();
   if (is_contiguous()) {
     detail::Backend& b = device().is_cuda() ? detail::backend_for(device()) : detail::backend_for(src.device());
@@ -163,7 +165,8 @@ Array& Array::operator*=(const Scalar& o) { multiply(*this, o, *this); return *t
 Array& Array::operator/=(const Scalar& o) { divide(*this, o, *this); return *this; }
 
 namespace detail {
-void read_elements(const Array& a, DType as, void* dst) {
+void read_elements(const Array& a, DType as, void* dst, const char* op) {
+  SyncOpScope scope(op);
   Array host = a.astype(as).to(cpu()).contiguous();
   if (host.size() > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(host.nbytes()));
 }

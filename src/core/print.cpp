@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/io.hpp"
+#include "core/sync_debug.hpp"
 
 namespace kiln {
 namespace {
@@ -507,6 +508,7 @@ std::string Array::str() const {
   if (!defined()) return "array(<undefined>)";
   const PrintOptions options = get_print_options();
   const std::string prefix = "array(";
+  detail::SyncOpScope scope("printing");
   Array host = to(cpu());  // synchronises and copies a GPU array
   bool summarise = size_ > options.threshold;
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/backend.hpp"
+#include "core/sync_debug.hpp"
 
 namespace kiln {
 
@@ -45,7 +46,10 @@ Stream Stream::current(Device device) {
   return Stream(device, b.current_stream(device), nullptr);
 }
 
-void Stream::synchronize() const { detail::backend_for(device_).stream_synchronize(device_, handle_); }
+void Stream::synchronize() const {
+  if (device_.is_cuda()) detail::note_explicit_sync();
+  detail::backend_for(device_).stream_synchronize(device_, handle_);
+}
 bool Stream::query() const { return detail::backend_for(device_).stream_query(device_, handle_); }
 
 std::string Stream::str() const {
@@ -87,7 +91,10 @@ void Event::wait(const Stream& stream) const {
   detail::backend_for(stream.device()).event_wait(stream.device(), handle_, stream.handle());
 }
 
-void Event::synchronize() const { detail::backend_for(device_).event_synchronize(device_, handle_); }
+void Event::synchronize() const {
+  if (device_.is_cuda()) detail::note_explicit_sync();
+  detail::backend_for(device_).event_synchronize(device_, handle_);
+}
 bool Event::query() const { return detail::backend_for(device_).event_query(device_, handle_); }
 
 float Event::elapsed_ms(const Event& end) const {
@@ -106,6 +113,10 @@ DeviceProperties device_properties(Device device) {
   return backend_checked(device, "device_properties").properties(device);
 }
 
-void synchronize(Device device) { backend_checked(device, "synchronize").synchronize(device); }
+void synchronize(Device device) {
+  detail::Backend& b = backend_checked(device, "synchronize");
+  if (device.is_cuda()) detail::note_explicit_sync();
+  b.synchronize(device);
+}
 
 }  // namespace kiln

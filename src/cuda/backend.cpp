@@ -24,6 +24,7 @@
 #include <omp.h>
 
 #include "core/backend.hpp"
+#include "core/sync_debug.hpp"
 #include "cuda/allocator.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/pinned.hpp"
@@ -203,18 +204,22 @@ class CudaBackend final : public detail::Backend {
 
   void elementwise(const detail::ElementwiseCall& call) override {
     set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
     cuda_elementwise(call);
   }
   void reduce(const detail::ReduceCall& call) override {
     set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
     cuda_reduce(call);
   }
   void matmul(const detail::MatmulCall& call) override {
     set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
     cuda_matmul(call);
   }
   void random(const detail::RandomCall& call) override {
     set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
     cuda_random(call);
   }
 
@@ -403,6 +408,17 @@ void CudaBackend::transfer(const Array& src, const Array& dst, void* stream, boo
   auto n = static_cast<size_t>(src.nbytes());
   if (n == 0) return;
   auto given = static_cast<cudaStream_t>(stream);
+  // Sync accounting first: in error mode an implicit synchronisation throws before anything is copied.
+  // Pageable host memory always makes the host wait (staging), so it counts as a synchronisation.
+  if (s.is_cuda() && d.is_cuda()) {
+    detail::note_copy(detail::CopyDirection::DeviceToDevice, n, s, false);
+  } else if (s.is_cpu() && d.is_cuda()) {
+    detail::note_copy(detail::CopyDirection::HostToDevice, n, d, !non_blocking || !src.is_pinned());
+  } else if (s.is_cuda()) {
+    detail::note_copy(detail::CopyDirection::DeviceToHost, n, s, !non_blocking || !dst.is_pinned());
+  }
+  if (s.is_cuda()) detail::note_gpu_work(s.index);
+  if (d.is_cuda()) detail::note_gpu_work(d.index);
   if (s.is_cpu() && d.is_cpu()) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), n);
   } else if (s.is_cuda() && d.is_cuda()) {

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 
+#include "core/sync_debug.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/error.hpp"
 
@@ -109,6 +110,7 @@ void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaS
   }
   // cudaLaunchKernel reports configuration and resource errors of this launch itself; cudaGetLastError is only
   // called on failure (to clear the error), so an earlier unrelated error is never blamed on this kernel.
+  detail::note_gpu_work(current_device());  // for kiln::bench's default device set
   const cudaError_t err = cudaLaunchKernel(function, grid, block, args, shared_mem, stream);
   if (err != cudaSuccess) fail("cudaLaunchKernel", err);
 }
@@ -131,6 +133,7 @@ void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, c
   if (shared_mem > kDefaultDynamicSharedMemory)
     throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
                      " through launch_function: more than 48 KB of dynamic shared memory needs launch()");
+  detail::note_gpu_work(current_device());  // for kiln::bench's default device set
   const CUresult result =
       calls.launch_kernel(reinterpret_cast<CUfunction>(function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
                           static_cast<unsigned>(shared_mem), reinterpret_cast<CUstream>(stream), args, nullptr);

@@ -92,6 +92,8 @@ thread_local int t_cuda_device = -1;
 thread_local std::array<cudaStream_t, kMaxDevices> t_current_streams{};
 }  // namespace
 
+int current_device() noexcept { return t_cuda_device; }
+
 void set_device(int device) {
   if (device == t_cuda_device) return;
   KILN_CUDA_CHECK(cudaSetDevice(device));

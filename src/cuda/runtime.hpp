@@ -32,6 +32,8 @@ namespace kiln::cuda_impl {
 int device_count();
 /// Makes `device` current for this thread's CUDA calls (cheap when it already is).
 void set_device(int device);
+/// The device this thread last made current through set_device (-1: none yet); no CUDA call.
+int current_device() noexcept;
 /// This thread's current stream on `device` (nullptr = legacy default stream).
 cudaStream_t current_stream(int device);
 void set_current_stream(int device, cudaStream_t stream);

@@ -1,20 +1,98 @@
-// The `kiln` command: `kiln info` lists devices and the build; `kiln demo` shows
-// the library at work on the best device present.
-#include <CLI/CLI.hpp>
+// The `kiln` command: `kiln info` lists devices, memory pools, the kernel cache
+// and the build; `kiln bench` runs the workloads of bench_*.cpp (tables, one-line
+// verdicts, --json records); `kiln demo` shows the library at work.
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <system_error>
 
+#include "bench_common.hpp"
 #include "kiln/kiln.hpp"
+#ifdef KILN_WITH_CUDA
+#include "cuda/kernel_cache.hpp"
+#include "kiln/cuda.hpp"
+#endif
 
 namespace {
 
+std::string bytes_str(double b) {
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
+  return fmt::format("{:.0f} B", b);
+}
+
+// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
 int info() {
-  fmt::print("{}\n", kiln::build_info());
-  fmt::print("devices: ");
-  for (const auto& d : kiln::try_all_gpus()) fmt::print("{} ", d.str());
-  fmt::print("(GPUs: {})\n", kiln::num_gpus());
+  using namespace kiln;
+  fmt::print("{}\n", build_info());
+  fmt::print("features: cpu (OpenBLAS, OpenMP, {} threads), cuda backend: {}\n", kiln_cli::host_threads(),
+             built_with_cuda() ? "yes (NVRTC kernels, cuBLAS)" : "no (CPU-only build)");
+  const DeviceProperties host = device_properties(cpu());
+  fmt::print("cpu: {} ({} hardware threads)\n", cpu_model(), host.multiprocessors);
+  const int n = num_gpus();
+  fmt::print("GPUs: {}\n", n);
+  for (int i = 0; i < n; ++i) {
+    const DeviceProperties p = device_properties(gpu(i));
+    fmt::print("  cuda:{}: {} (compute capability {}.{}, {} SMs)\n", i, p.name, p.major, p.minor, p.multiprocessors);
+    fmt::print("    memory: {} total, {} free; L2 {}; {} shared memory per block",
+               bytes_str(static_cast<double>(p.total_memory)), bytes_str(static_cast<double>(p.free_memory)),
+               bytes_str(static_cast<double>(p.l2_cache_bytes)),
+               bytes_str(static_cast<double>(p.shared_memory_per_block)));
+    if (p.memory_bandwidth_gbs > 0) fmt::print("; {:.0f} GB/s theoretical bandwidth", p.memory_bandwidth_gbs);
+    fmt::print("\n");
+#ifdef KILN_WITH_CUDA
+    const cuda::MemoryStats m = cuda::memory_stats(gpu(i));
+    fmt::print("    kiln pool: {} allocated in {} blocks, {} reserved in {} segments, {} cached blocks\n",
+               bytes_str(static_cast<double>(m.allocated)), m.active_blocks, bytes_str(static_cast<double>(m.reserved)),
+               m.segments, m.cached_blocks);
+#endif
+  }
+#ifdef KILN_WITH_CUDA
+  if (n > 0) {
+    const cuda::HostMemoryStats h = cuda::host_memory_stats();
+    fmt::print("pinned host pool: {} allocated, {} reserved\n", bytes_str(static_cast<double>(h.allocated)),
+               bytes_str(static_cast<double>(h.reserved)));
+  }
+  const std::string dir = cuda_impl::kernel_cache_directory();
+  if (dir.empty()) {
+    fmt::print("kernel cache: in memory only (KILN_CACHE_IN_MEMORY set, or no HOME/KILN_CACHE_DIR)\n");
+  } else {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    uintmax_t total = 0, files = 0;
+    if (fs::is_directory(dir, ec)) {
+      for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (it->is_regular_file(ec)) {
+          total += it->file_size(ec);
+          ++files;
+        }
+      }
+    }
+    fmt::print("kernel cache: {} ({} files, {}; KILN_CACHE_DIR overrides)\n", dir, files,
+               bytes_str(static_cast<double>(total)));
+  }
+#else
+  fmt::print("kernel cache: none (CPU-only build: no run-time GPU kernels)\n");
+#endif
+  if (n == 0) fmt::print("no GPU: everything runs on the CPU (try_gpu() returns cpu)\n");
   return 0;
 }
 
@@ -30,24 +108,57 @@ int demo() {
   std::cout << "x.T() @ x = " << matmul(x.T(), x) << "\n";
   Array r = random::normal({4}, 0.0, 1.0, float32, d);
   std::cout << "random::normal({4}) = " << r << "\n";
-
-  // A CPU matmul, timed honestly: warm-up first, then the median of several runs
-  // (the CPU runs synchronously, so a host clock is right here).
+  // Timed right: warm-up, then the median of several runs (events on a GPU).
   const int64_t n = 1024;
-  Array a = random::uniform({n, n}, float32, cpu());
-  Array b = random::uniform({n, n}, float32, cpu());
-  (void)matmul(a, b);
-  std::vector<double> times;
-  for (int i = 0; i < 5; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    Array c = matmul(a, b);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  double t = times[times.size() / 2];
-  fmt::print("cpu matmul {}x{} float32: median {:.2f} ms over 5 runs = {:.1f} GFLOP/s\n", n, n, t * 1e3,
-             2.0 * n * n * n / t / 1e9);
+  Array a = random::uniform({n, n}, float32, d), b = random::uniform({n, n}, float32, d);
+  BenchResult t = bench("matmul 1024", [&] { (void)matmul(a, b); }, {.warmup = 2, .repeat = 10});
+  fmt::print("{}\nmatmul {}x{} float32 on {}: median {:.3f} ms = {:.1f} GFLOP/s\n", t.str(), n, n, d.str(),
+             t.seconds() * 1e3, 2.0 * n * n * n / t.seconds() / 1e9);
   return 0;
+}
+
+int bench_command(const std::vector<std::string>& names, const std::string& device_name, const std::string& json,
+                  bool quick) {
+  using namespace kiln;
+  kiln_cli::BenchContext ctx;
+  ctx.quick = quick;
+  ctx.device = device_name.empty() ? try_gpu() : parse_device(device_name);
+  if (ctx.device.is_cuda()) (void)gpu(ctx.device.index);  // DeviceError naming a missing GPU
+  const auto& all = kiln_cli::workloads();
+  std::vector<const kiln_cli::Workload*> chosen;
+  for (const std::string& name : names) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const kiln_cli::Workload& w) { return name == w.name; });
+    if (it == all.end()) {
+      std::string known;
+      for (const auto& w : all) known += std::string(known.empty() ? "" : ", ") + w.name;
+      throw ValueError("bench: no workload named '" + name + "'; choose from " + known);
+    }
+    chosen.push_back(&*it);
+  }
+  if (chosen.empty())
+    for (const auto& w : all) chosen.push_back(&w);
+  const std::string device = ctx.device.is_cuda() ? device_properties(ctx.device).name : "cpu";
+  fmt::print("kiln bench on {} ({}){}; CPU side: {} threads\n\n", ctx.device.str(), device, quick ? ", quick" : "",
+             kiln_cli::host_threads());
+  const auto start = std::chrono::steady_clock::now();
+  int failures = 0;
+  for (const kiln_cli::Workload* w : chosen) {
+    try {
+      w->run(ctx);
+    } catch (const Error& e) {
+      ++failures;
+      fmt::print("  FAILED: {}: {}\n\n", w->name, e.what());
+      ctx.skipped.emplace_back(w->name, std::string("failed: ") + e.what());
+    }
+  }
+  fmt::print("{} records from {} workloads in {:.1f} s{}\n", ctx.records.size(), chosen.size(),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+             failures ? fmt::format(", {} FAILED", failures) : "");
+  if (!json.empty()) {
+    kiln_cli::write_json(ctx, json);
+    fmt::print("wrote {}\n", json);
+  }
+  return failures ? 1 : 0;
 }
 
 }  // namespace
@@ -55,12 +166,23 @@ int demo() {
 int main(int argc, char** argv) {
   CLI::App app{"kiln: arrays on CPUs and NVIDIA GPUs"};
   app.require_subcommand(1);
-  auto* info_cmd = app.add_subcommand("info", "devices, memory and build features");
+  auto* info_cmd = app.add_subcommand("info", "devices, memory pools, the kernel cache and the build's features");
   auto* demo_cmd = app.add_subcommand("demo", "a short tour on the best device present");
+  auto* bench_cmd = app.add_subcommand("bench", "benchmark workloads, each with a table and a verdict");
+  std::vector<std::string> names;
+  std::string device, json;
+  bool quick = false;
+  std::string names_help = "workloads to run (default: all):";
+  for (const auto& w : kiln_cli::workloads()) names_help += std::string(" ") + w.name;
+  bench_cmd->add_option("NAME", names, names_help);
+  bench_cmd->add_option("--device", device, "cpu or cuda:N (default: the best device present)");
+  bench_cmd->add_option("--json", json, "write the records to this file");
+  bench_cmd->add_flag("--quick", quick, "smaller sizes and fewer repeats (about a minute)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
+    if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Runs `kiln bench --quick --json FILE` on whatever device this machine has and checks the file:
+the shared schema's top-level keys, well-formed records, and the records every run must contain
+(CPU sides always; GPU cases when the device is a GPU; skipped workloads named with a reason).
+
+usage: check_bench_json.py KILN_BINARY OUTPUT.json
+"""
+import json
+import math
+import re
+import subprocess
+import sys
+
+
+def fail(msg):
+    print("check_bench_json: FAIL: " + msg)
+    sys.exit(1)
+
+
+def main():
+    if len(sys.argv) != 3:
+        fail(__doc__)
+    kiln, out = sys.argv[1], sys.argv[2]
+    run = subprocess.run([kiln, "bench", "--quick", "--json", out], capture_output=True, text=True)
+    sys.stdout.write(run.stdout[-4000:])
+    if run.returncode != 0:
+        fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
+    for name in ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
+                 "fusion", "alloc", "multigpu"]:
+        if f"== {name}:" not in run.stdout:
+            fail(f"workload {name} printed no title")
+    if run.stdout.count("verdict:") != 11:
+        fail(f"expected 11 verdict lines, got {run.stdout.count('verdict:')}")
+    with open(out) as f:
+        doc = json.load(f)
+    if doc.get("tool") != "kiln":
+        fail(f"tool is {doc.get('tool')!r}")
+    for key, kind in [("version", str), ("device", str), ("date", str), ("host_threads", int), ("records", list)]:
+        if not isinstance(doc.get(key), kind):
+            fail(f"top-level {key!r} missing or not {kind.__name__}")
+    if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["date"]):
+        fail(f"date {doc['date']!r} is not ISO 8601 UTC")
+    keys = {}
+    for r in doc["records"]:
+        if set(r) != {"workload", "case", "metric", "unit", "value", "higher_is_better"}:
+            fail(f"record keys {sorted(r)}")
+        if not isinstance(r["value"], (int, float)) or not math.isfinite(r["value"]) or r["value"] < 0:
+            fail(f"bad value in {r}")
+        if not isinstance(r["higher_is_better"], bool):
+            fail(f"higher_is_better not a bool in {r}")
+        k = (r["workload"], r["case"], r["metric"])
+        if k in keys:
+            fail(f"duplicate record {k}")
+        keys[k] = r
+    gpu = doc["device"] != "cpu"
+    need = [("matmul", f"cpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
+    need += [("timing", c, "seconds") for c in ("host_clock_no_sync", "host_clock_sync", "events")]
+    need += [("logging", c, "seconds") for c in ("copy_every_step", "on_device")]
+    need += [("elementwise", c, "gbps") for c in ("copy", "add", "add_scalar")]
+    need += [("reduction", "sum", "gbps"), ("fusion", "eager", "ms"), ("fusion", "floor", "ms"),
+             ("alloc", "alloc_free_1MB", "us")]
+    need += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out")]
+    if gpu:
+        need += [("matmul", f"gpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
+        need += [("matmul", f"speedup_{n}", "x") for n in (1024, 4096)]
+        need += [("transfer", f"{d}_{mb}", "gbps") for d in ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned")
+                 for mb in (16, 256)]
+        need += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds"),
+                 ("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
+    missing = [k for k in need if k not in keys]
+    if missing:
+        fail(f"missing records: {missing}")
+    skipped = {s["what"]: s["reason"] for s in doc.get("skipped", [])}
+    if not gpu:
+        for what in ("transfer", "overlap", "multigpu", "matmul gpu_N"):
+            if not skipped.get(what):
+                fail(f"{what} should be listed as skipped with a reason on the CPU")
+        if keys[("logging", "copy_every_step", "syncs")]["value"] != 0:
+            fail("the CPU makes no syncs")
+    else:
+        if keys[("logging", "copy_every_step", "syncs")]["value"] < 1000:
+            fail("copying every step on a GPU makes at least 1000 syncs")
+        if keys[("logging", "on_device", "syncs")]["value"] > 1:
+            fail("keeping the log on the device makes at most 1 sync")
+    print(f"check_bench_json: ok ({len(keys)} records on {doc['device']})")
+
+
+main()

@@ -1,0 +1,97 @@
+// `kiln bench`: shared pieces of the workloads — the run context, the records
+// written with --json (format: BENCH_SCHEMA in the README's "Measuring right"
+// section; the PyTorch/CuPy peers write the same), a plain text table, and the
+// workload list. Every GPU time is taken with kiln::bench (events, or host time
+// that ends after a synchronisation); the only bare host clock around a launch is
+// the deliberately wrong case of the `timing` workload, labelled as such.
+#pragma once
+
+#include <fmt/core.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+
+namespace kiln_cli {
+
+/// One measured figure; (workload, case, metric) is the key scripts/compare joins on.
+struct Record {
+  std::string workload, case_name, metric, unit;
+  double value = 0;
+  bool higher_is_better = false;
+};
+
+/// What a workload needs: where to run, how long to take, where to put results.
+struct BenchContext {
+  kiln::Device device = kiln::cpu();  ///< the device under test (cpu, or cuda:N)
+  bool quick = false;                 ///< smaller sizes and fewer repeats
+  std::vector<Record> records;
+  std::vector<std::pair<std::string, std::string>> skipped;  ///< (workload or case, reason)
+  std::map<int64_t, double> copy_gbps_cache;                 ///< device copy bandwidth by element count
+
+  bool gpu() const { return device.is_cuda(); }
+  /// Why the GPU side does not run: "no GPU on this machine" or "--device cpu chose the CPU".
+  std::string no_gpu_reason() const;
+  void record(const std::string& workload, const std::string& case_name, const std::string& metric,
+              const std::string& unit, double value, bool higher_is_better);
+  /// Prints "  skipped: <what>: <reason>" and remembers it for the JSON file.
+  void skip(const std::string& what, const std::string& reason);
+  /// kiln::bench options scaled for --quick: `repeat` timed calls (a third in quick mode, at least 2),
+  /// `warmup` untimed ones, at most `max_seconds` (half in quick mode), timing the device under test.
+  kiln::BenchOptions options(int warmup, int repeat, double max_seconds) const;
+  /// The seconds to report for a result: the device's event median on a GPU, the host median on the CPU.
+  double seconds(const kiln::BenchResult& r) const;
+  /// Device-to-device copy bandwidth (GB/s, read + write) of `n` float32 on the device under test (cached).
+  double copy_gbps(int64_t n);
+};
+
+/// A text table: columns sized to their contents, numbers right-aligned.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+  void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  void print() const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+/// "1.23 ms" style, three significant digits.
+std::string format_seconds(double s);
+/// "12.3" style with `digits` after the point.
+std::string format_number(double v, int digits = 1);
+/// Prints the workload's one-line verdict.
+void verdict(const std::string& text);
+/// Prints a workload's title line.
+void title(const std::string& name, const std::string& what);
+
+/// Writes the run as JSON (tool, version, device, date, host_threads, records, skipped) to `path`.
+void write_json(const BenchContext& ctx, const std::string& path);
+
+/// The workloads, in the order `kiln bench` runs them.
+struct Workload {
+  const char* name;
+  const char* what;
+  void (*run)(BenchContext&);
+};
+const std::vector<Workload>& workloads();
+
+void run_matmul(BenchContext& ctx);
+void run_timing(BenchContext& ctx);
+void run_transfer(BenchContext& ctx);
+void run_overlap(BenchContext& ctx);
+void run_logging(BenchContext& ctx);
+void run_elementwise(BenchContext& ctx);
+void run_reduction(BenchContext& ctx);
+void run_overhead(BenchContext& ctx);
+void run_fusion(BenchContext& ctx);
+void run_alloc(BenchContext& ctx);
+void run_multigpu(BenchContext& ctx);
+
+/// Host threads the CPU side uses (OpenMP's team size: all cores unless OMP_NUM_THREADS says otherwise).
+int host_threads();
+
+}  // namespace kiln_cli
