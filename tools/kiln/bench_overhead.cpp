@@ -7,6 +7,7 @@
 #include "cuda/compiler.hpp"  // empty_launch: the launch floor, through kiln's internal launcher
 #include "cuda/launch.hpp"
 #include "cuda/runtime.hpp"
+#include "kiln/cuda.hpp"  // cuda::Graph
 #endif
 
 namespace kiln_cli {
@@ -53,9 +54,28 @@ void run_overhead(BenchContext& ctx) {
   }
 #endif
   if (!ctx.gpu()) ctx.skip("overhead empty_launch", ctx.no_gpu_reason() + ": no kernel to launch");
-  // GRAPH HOOK (lead): once CUDA graphs land, capture 100 small adds into a graph, replay it
-  // (ops / 100 times) and record ctx.record("overhead", "graph_replay", "us_per_op", ...) here.
-  ctx.skip("overhead graph_replay", "CUDA graph capture is not in this build yet");
+#ifdef KILN_WITH_CUDA
+  if (ctx.gpu()) {
+    // 100 small in-place adds captured once into a CUDA graph, replayed ops / 100 times: one launch per 100 ops.
+    constexpr int kGraphOps = 100;
+    Stream capture_stream = Stream::create(ctx.device, {.non_blocking = true});
+    cuda::Graph graph;
+    {
+      cuda::GraphCapture capture(graph, capture_stream);
+      for (int i = 0; i < kGraphOps; ++i) add(x, y, x);
+    }
+    BenchResult r = bench(
+        "graph_replay",
+        [&] {
+          for (int i = 0; i < ops / kGraphOps; ++i) graph.replay();
+        },
+        ctx.options(1, 6, 10));
+    const double us = r.host().median / ops * 1e6;
+    ctx.record("overhead", "graph_replay", "us_per_op", "us", us, false);
+    table.row({"graph_replay", format_number(us, 2), "a CUDA graph of 100 add(x, y, x), replayed"});
+  }
+#endif
+  if (!ctx.gpu()) ctx.skip("overhead graph_replay", ctx.no_gpu_reason() + ": CUDA graphs need a GPU");
   table.print();
   verdict(
       fmt::format("a small add costs {:.2f} us of host time on {}: below a few microseconds, fuse or capture a graph",
