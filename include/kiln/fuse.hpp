@@ -129,22 +129,23 @@ inline FusionArgument fusion_argument(const Scalar& s) { return {nullptr, s}; }
 template <class F>
 class Fused {
  public:
-  explicit Fused(F f, std::string name = "fused") : f_(std::move(f)), name_(std::move(name)),
-                                                   cache_(detail::make_fusion_cache()) {}
+  explicit Fused(F f, std::string name = "fused")
+      : f_(std::move(f)), name_(std::move(name)), cache_(detail::make_fusion_cache()) {}
 
   /// Calls the function on Arrays and C++ numbers. Traces it on the first call of a signature; throws
   /// ValueError for ops that cannot be fused, DeviceError for Arrays on different devices, and what the
-  /// ops themselves throw (ShapeError, DTypeError, ...).
+  /// ops themselves throw (ShapeError, DTypeError, ...). Asynchronous on a GPU, like the ops.
   template <class... Args>
   Array operator()(const Args&... args) const {
     static_assert(sizeof...(Args) > 0, "kiln::fuse: call the fused function with at least one Array");
     std::vector<detail::FusionArgument> arguments{detail::fusion_argument(args)...};
-    std::shared_ptr<const detail::FusionGraph> graph = detail::fusion_lookup(*cache_, arguments);
-    if (!graph) {
-      Tracer<sizeof...(Args)> tracer{&f_};
-      graph = detail::fusion_trace(*cache_, name_, arguments, &Tracer<sizeof...(Args)>::call, &tracer);
-    }
-    return detail::fusion_run(*graph, arguments);
+    return detail::fusion_run(*graph_for<sizeof...(Args)>(arguments), arguments);
+  }
+  /// The traced graph for these arguments' signature (traced when new) without running it; for tests and
+  /// tools (detail::fusion_describe prints it).
+  template <class... Args>
+  std::shared_ptr<const detail::FusionGraph> graph(const Args&... args) const {
+    return graph_for<sizeof...(Args)>({detail::fusion_argument(args)...});
   }
   /// Number of signatures traced so far.
   size_t cache_size() const { return detail::fusion_cache_size(*cache_); }
@@ -152,19 +153,22 @@ class Fused {
 
  private:
   template <size_t N>
-  struct Tracer {
-    const F* f;
-    static FusionValue call(void* self, const std::vector<FusionValue>& values) {
-      return static_cast<Tracer*>(self)->apply(values, std::make_index_sequence<N>());
-    }
-    template <size_t... I>
-    FusionValue apply(const std::vector<FusionValue>& values, std::index_sequence<I...>) const {
-      using Result = std::invoke_result_t<const F&, decltype((void)I, std::declval<FusionValue>())...>;
-      static_assert(std::is_same_v<std::remove_cvref_t<Result>, FusionValue>,
-                    "kiln::fuse: the function must return the result of fusable ops on its arguments (one value)");
-      return (*f)(values[I]...);
-    }
-  };
+  std::shared_ptr<const detail::FusionGraph> graph_for(const std::vector<detail::FusionArgument>& arguments) const {
+    if (std::shared_ptr<const detail::FusionGraph> graph = detail::fusion_lookup(*cache_, arguments)) return graph;
+    return detail::fusion_trace(*cache_, name_, arguments, &call_traced<N>, const_cast<F*>(&f_));
+  }
+  template <size_t N>
+  static FusionValue call_traced(void* f, const std::vector<FusionValue>& values) {
+    return apply(*static_cast<const F*>(f), values, std::make_index_sequence<N>());
+  }
+  template <size_t... I>
+  static FusionValue apply(const F& f, const std::vector<FusionValue>& values, std::index_sequence<I...>) {
+    using Result = std::invoke_result_t<const F&, decltype((void)I, std::declval<const FusionValue&>())...>;
+    static_assert(std::is_same_v<std::remove_cvref_t<Result>, FusionValue>,
+                  "kiln::fuse: the function must return the result of fusable ops on its arguments (one value)");
+    return f(values[I]...);
+  }
+
   F f_;
   std::string name_;
   std::shared_ptr<detail::FusionCache> cache_;

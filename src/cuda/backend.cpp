@@ -25,6 +25,7 @@
 
 #include "core/backend.hpp"
 #include "cuda/allocator.hpp"
+#include "cuda/fusion.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/pinned.hpp"
 #include "cuda/runtime.hpp"
@@ -201,6 +202,10 @@ class CudaBackend final : public detail::Backend {
   void random(const detail::RandomCall& call) override {
     set_device(call.out.device().index);
     cuda_random(call);
+  }
+  bool fused(const detail::FusionCall& call) override {
+    set_device(call.out.device().index);
+    return cuda_fused(call);
   }
 
   void synchronize(Device device) override {
