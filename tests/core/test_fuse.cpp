@@ -148,6 +148,8 @@ TEST(Fuse, BroadcastingAndMixedDtypes) {
   EXPECT_EQ(y.shape(), (Shape{2, 3}));
   EXPECT_EQ(y.to_vector<int32_t>(), (std::vector<int32_t>{2, 4, 6, 4, 4, 4}));
   expect_same(y, where(a > b, a - b, maximum(b, 0)) * 2);
+  auto eq = fuse([](auto a, auto b) { return (a == b) | (a != 2) | !(b <= 1); });
+  expect_same(eq(a, b), (a == b) | (a != 2) | !(b <= 1));
   // numpy: (a*b+1) for int32 a (2,3), int8 b (3,)
   auto g = fuse([](auto a, auto b) { return a * b + 1; });
   EXPECT_EQ(g(a, b).to_vector<int32_t>(), (std::vector<int32_t>{1, 3, 7, 4, 9, 16}));
