@@ -216,7 +216,7 @@ TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
       // Same device functions and rounding steps as the unfused kernels: bit-identical.
       expect_equal(fused, chain_fn(x));
       // And the CPU agrees to a few ulp (its tanh/exp come from another library).
-      expect_equal(fused.to(cpu()), chain_fn(x.to(cpu())), t == float16 ? 2e-3 : t == float32 ? 1e-6 : 1e-14);
+      expect_equal(fused.to(cpu()), chain_fn(x.to(cpu())), t == float16 ? 2e-3 : t == float32 ? 4e-6 : 1e-14);
     }
   }
 }
@@ -257,7 +257,7 @@ TEST(FuseGpu, FinalReductionsMatchUnfused) {
   Array x = random::normal({512, 700}, float32, d), y = random::normal({512, 700}, float32, d);
   auto dot = fuse([](auto a, auto b) { return sum(a * b); });
   // Different summation trees: equal to float32 rounding of the accumulation.
-  expect_equal(dot(x, y), sum(x * y), 1e-4);
+  expect_equal(dot(x, y), sum(x * y), 1e-3);
   for (int64_t axis : {0, 1}) {
     expect_equal(fuse([axis](auto a, auto b) { return sum(a * b + 1, axis); })(x, y), sum(x * y + 1, axis), 1e-5);
     expect_equal(fuse([axis](auto a) { return max(tanh(a), axis, true); })(x), max(tanh(x), axis, true));
