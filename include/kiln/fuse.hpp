@@ -70,8 +70,9 @@ namespace detail {
 class FusionOperand {
  public:
   FusionOperand(const FusionValue& v) : value_(v) {}  // NOLINT
-  template <Arithmetic T> FusionOperand(T v) : scalar_(v) {}  // NOLINT
-  FusionOperand(const Scalar& s) : scalar_(s) {}  // NOLINT
+  template <Arithmetic T>
+  FusionOperand(T v) : scalar_(v) {}                      // NOLINT
+  FusionOperand(const Scalar& s) : scalar_(s) {}          // NOLINT
   FusionOperand(const Array&) : captured_array_(true) {}  // NOLINT
   bool is_value() const { return value_.trace() != nullptr; }
   const FusionValue& value() const { return value_; }
@@ -84,10 +85,11 @@ class FusionOperand {
   bool captured_array_ = false;
 };
 
-template <class T> constexpr bool is_fusion_value = std::is_same_v<std::remove_cvref_t<T>, FusionValue>;
+template <class T>
+constexpr bool is_fusion_value = std::is_same_v<std::remove_cvref_t<T>, FusionValue>;
 template <class T>
 concept FusionArg = is_fusion_value<T> || Arithmetic<std::remove_cvref_t<T>> ||
-                    std::is_same_v<std::remove_cvref_t<T>, Array> || std::is_same_v<std::remove_cvref_t<T>, Scalar>;
+    std::is_same_v<std::remove_cvref_t<T>, Array> || std::is_same_v<std::remove_cvref_t<T>, Scalar>;
 /// Operands of a traced op: each a FusionValue, number or Array, at least one a FusionValue.
 template <class... T>
 concept FusionArgs = (FusionArg<T> && ...) && (is_fusion_value<T> || ...);
@@ -120,7 +122,10 @@ size_t fusion_cache_size(const FusionCache& cache);
 std::string fusion_describe(const FusionGraph& graph);
 
 inline FusionArgument fusion_argument(const Array& a) { return {&a, {}}; }
-template <Arithmetic T> FusionArgument fusion_argument(T v) { return {nullptr, Scalar(v)}; }
+template <Arithmetic T>
+FusionArgument fusion_argument(T v) {
+  return {nullptr, Scalar(v)};
+}
 inline FusionArgument fusion_argument(const Scalar& s) { return {nullptr, s}; }
 
 }  // namespace detail
@@ -183,58 +188,66 @@ Fused<std::decay_t<F>> fuse(F&& f, std::string name = "fused") {
 // ---------------------------------------------------------------- traced ops (the Array API's names)
 #define KILN_FUSION_UNARY(name) \
   inline FusionValue name(const FusionValue& a) { return detail::fusion_apply(#name, {a}); }
-KILN_FUSION_UNARY(negative) KILN_FUSION_UNARY(abs) KILN_FUSION_UNARY(sign) KILN_FUSION_UNARY(exp)
-KILN_FUSION_UNARY(exp2) KILN_FUSION_UNARY(log) KILN_FUSION_UNARY(log2) KILN_FUSION_UNARY(log10)
-KILN_FUSION_UNARY(log1p) KILN_FUSION_UNARY(expm1) KILN_FUSION_UNARY(sqrt) KILN_FUSION_UNARY(square)
-KILN_FUSION_UNARY(sin) KILN_FUSION_UNARY(cos) KILN_FUSION_UNARY(tan) KILN_FUSION_UNARY(arcsin)
-KILN_FUSION_UNARY(arccos) KILN_FUSION_UNARY(arctan) KILN_FUSION_UNARY(sinh) KILN_FUSION_UNARY(cosh)
-KILN_FUSION_UNARY(tanh) KILN_FUSION_UNARY(sigmoid) KILN_FUSION_UNARY(relu) KILN_FUSION_UNARY(floor)
-KILN_FUSION_UNARY(ceil) KILN_FUSION_UNARY(round) KILN_FUSION_UNARY(trunc) KILN_FUSION_UNARY(logical_not)
-KILN_FUSION_UNARY(isnan) KILN_FUSION_UNARY(isinf) KILN_FUSION_UNARY(isfinite) KILN_FUSION_UNARY(bitwise_not)
+KILN_FUSION_UNARY(negative)
+KILN_FUSION_UNARY(abs) KILN_FUSION_UNARY(sign) KILN_FUSION_UNARY(exp) KILN_FUSION_UNARY(exp2) KILN_FUSION_UNARY(
+    log) KILN_FUSION_UNARY(log2) KILN_FUSION_UNARY(log10) KILN_FUSION_UNARY(log1p) KILN_FUSION_UNARY(expm1)
+    KILN_FUSION_UNARY(sqrt) KILN_FUSION_UNARY(square) KILN_FUSION_UNARY(sin) KILN_FUSION_UNARY(cos) KILN_FUSION_UNARY(
+        tan) KILN_FUSION_UNARY(arcsin) KILN_FUSION_UNARY(arccos) KILN_FUSION_UNARY(arctan) KILN_FUSION_UNARY(sinh)
+        KILN_FUSION_UNARY(cosh) KILN_FUSION_UNARY(tanh) KILN_FUSION_UNARY(sigmoid) KILN_FUSION_UNARY(
+            relu) KILN_FUSION_UNARY(floor) KILN_FUSION_UNARY(ceil) KILN_FUSION_UNARY(round) KILN_FUSION_UNARY(trunc)
+            KILN_FUSION_UNARY(logical_not) KILN_FUSION_UNARY(isnan) KILN_FUSION_UNARY(isinf) KILN_FUSION_UNARY(
+                isfinite) KILN_FUSION_UNARY(bitwise_not)
 #undef KILN_FUSION_UNARY
 
-#define KILN_FUSION_BINARY(name)                                                     \
-  template <class A, class B>                                                        \
-    requires detail::FusionArgs<A, B>                                                \
-  FusionValue name(const A& a, const B& b) {                                         \
+#define KILN_FUSION_BINARY(name)                                                              \
+  template <class A, class B>                                                                 \
+  requires detail::FusionArgs<A, B> FusionValue name(const A& a, const B& b) {                \
     return detail::fusion_apply(#name, {detail::FusionOperand(a), detail::FusionOperand(b)}); \
   }
-KILN_FUSION_BINARY(add) KILN_FUSION_BINARY(subtract) KILN_FUSION_BINARY(multiply) KILN_FUSION_BINARY(divide)
-KILN_FUSION_BINARY(floor_divide) KILN_FUSION_BINARY(remainder) KILN_FUSION_BINARY(power)
-KILN_FUSION_BINARY(maximum) KILN_FUSION_BINARY(minimum) KILN_FUSION_BINARY(arctan2) KILN_FUSION_BINARY(equal)
-KILN_FUSION_BINARY(not_equal) KILN_FUSION_BINARY(less) KILN_FUSION_BINARY(less_equal) KILN_FUSION_BINARY(greater)
-KILN_FUSION_BINARY(greater_equal) KILN_FUSION_BINARY(logical_and) KILN_FUSION_BINARY(logical_or)
-KILN_FUSION_BINARY(logical_xor) KILN_FUSION_BINARY(bitwise_and) KILN_FUSION_BINARY(bitwise_or)
-KILN_FUSION_BINARY(bitwise_xor)
+                KILN_FUSION_BINARY(add) KILN_FUSION_BINARY(subtract) KILN_FUSION_BINARY(multiply) KILN_FUSION_BINARY(
+                    divide) KILN_FUSION_BINARY(floor_divide) KILN_FUSION_BINARY(remainder) KILN_FUSION_BINARY(power)
+                    KILN_FUSION_BINARY(maximum) KILN_FUSION_BINARY(minimum) KILN_FUSION_BINARY(arctan2)
+                        KILN_FUSION_BINARY(equal) KILN_FUSION_BINARY(not_equal) KILN_FUSION_BINARY(less)
+                            KILN_FUSION_BINARY(less_equal) KILN_FUSION_BINARY(greater) KILN_FUSION_BINARY(greater_equal)
+                                KILN_FUSION_BINARY(logical_and) KILN_FUSION_BINARY(logical_or)
+                                    KILN_FUSION_BINARY(logical_xor) KILN_FUSION_BINARY(bitwise_and)
+                                        KILN_FUSION_BINARY(bitwise_or) KILN_FUSION_BINARY(bitwise_xor)
 #undef KILN_FUSION_BINARY
 
-#define KILN_FUSION_OPERATOR(sym, name)                                              \
-  template <class A, class B>                                                        \
-    requires detail::FusionArgs<A, B>                                                \
-  FusionValue operator sym(const A& a, const B& b) {                                 \
+#define KILN_FUSION_OPERATOR(sym, name)                                                       \
+  template <class A, class B>                                                                 \
+  requires detail::FusionArgs<A, B> FusionValue operator sym(const A& a, const B& b) {        \
     return detail::fusion_apply(#name, {detail::FusionOperand(a), detail::FusionOperand(b)}); \
   }
-KILN_FUSION_OPERATOR(+, add) KILN_FUSION_OPERATOR(-, subtract) KILN_FUSION_OPERATOR(*, multiply)
-KILN_FUSION_OPERATOR(/, divide) KILN_FUSION_OPERATOR(%, remainder) KILN_FUSION_OPERATOR(==, equal)
-KILN_FUSION_OPERATOR(!=, not_equal) KILN_FUSION_OPERATOR(<, less) KILN_FUSION_OPERATOR(<=, less_equal)
-KILN_FUSION_OPERATOR(>, greater) KILN_FUSION_OPERATOR(>=, greater_equal) KILN_FUSION_OPERATOR(&, bitwise_and)
-KILN_FUSION_OPERATOR(|, bitwise_or) KILN_FUSION_OPERATOR(^, bitwise_xor)
+                                            KILN_FUSION_OPERATOR(+, add) KILN_FUSION_OPERATOR(-, subtract)
+                                                KILN_FUSION_OPERATOR(*, multiply) KILN_FUSION_OPERATOR(/, divide)
+                                                    KILN_FUSION_OPERATOR(%, remainder) KILN_FUSION_OPERATOR(==, equal)
+                                                        KILN_FUSION_OPERATOR(!=, not_equal) KILN_FUSION_OPERATOR(<,
+                                                                                                                 less)
+                                                            KILN_FUSION_OPERATOR(<=, less_equal)
+                                                                KILN_FUSION_OPERATOR(>, greater)
+                                                                    KILN_FUSION_OPERATOR(>=, greater_equal)
+                                                                        KILN_FUSION_OPERATOR(&, bitwise_and)
+                                                                            KILN_FUSION_OPERATOR(|, bitwise_or)
+                                                                                KILN_FUSION_OPERATOR(^, bitwise_xor)
 #undef KILN_FUSION_OPERATOR
 
-inline FusionValue operator-(const FusionValue& a) { return detail::fusion_apply("negative", {a}); }
+                                                                                    inline FusionValue
+                                                                                    operator-(const FusionValue& a) {
+  return detail::fusion_apply("negative", {a});
+}
 inline FusionValue operator!(const FusionValue& a) { return detail::fusion_apply("logical_not", {a}); }
 inline FusionValue operator~(const FusionValue& a) { return detail::fusion_apply("bitwise_not", {a}); }
 
 /// cond ? x : y elementwise (where's rules: the condition is read as bool, x and y promoted).
 template <class C, class X, class Y>
-  requires detail::FusionArgs<C, X, Y>
-FusionValue where(const C& cond, const X& x, const Y& y) {
-  return detail::fusion_apply("where", {detail::FusionOperand(cond), detail::FusionOperand(x), detail::FusionOperand(y)});
+requires detail::FusionArgs<C, X, Y> FusionValue where(const C& cond, const X& x, const Y& y) {
+  return detail::fusion_apply("where",
+                              {detail::FusionOperand(cond), detail::FusionOperand(x), detail::FusionOperand(y)});
 }
 /// min(max(a, lo), hi) elementwise.
 template <class L, class H>
-  requires detail::FusionArg<L> && detail::FusionArg<H>
-FusionValue clip(const FusionValue& a, const L& lo, const H& hi) {
+requires detail::FusionArg<L> && detail::FusionArg<H> FusionValue clip(const FusionValue& a, const L& lo, const H& hi) {
   return detail::fusion_apply("clip", {a, detail::FusionOperand(lo), detail::FusionOperand(hi)});
 }
 inline FusionValue astype(const FusionValue& a, DType t) { return a.astype(t); }
@@ -264,11 +277,9 @@ inline FusionValue any(const FusionValue& a, Axes axes = {}, bool keepdims = fal
 
 // Ops that cannot be fused: they compile, so the error can say which op and what to do (ValueError).
 template <class A, class B>
-  requires detail::FusionArgs<A, B>
-FusionValue matmul(const A&, const B&) { detail::fusion_not_fusable("matmul"); }
+requires detail::FusionArgs<A, B> FusionValue matmul(const A&, const B&) { detail::fusion_not_fusable("matmul"); }
 template <class A, class B>
-  requires detail::FusionArgs<A, B>
-FusionValue dot(const A&, const B&) { detail::fusion_not_fusable("dot"); }
+requires detail::FusionArgs<A, B> FusionValue dot(const A&, const B&) { detail::fusion_not_fusable("dot"); }
 inline FusionValue argmax(const FusionValue&, std::optional<int64_t> = {}, bool = false) {
   detail::fusion_not_fusable("argmax");
 }

@@ -98,20 +98,24 @@ OpCode op_by_name(const char* name, int arity) {
 
 FusionTrace& current_trace(const char* op) {
   if (!t_trace)
-    throw ValueError(std::string("fuse: ") + op + " on a FusionValue outside the function being traced; "
+    throw ValueError(std::string("fuse: ") + op +
+                     " on a FusionValue outside the function being traced; "
                      "FusionValues only live while kiln::fuse traces a function");
   return *t_trace;
 }
 
 [[noreturn]] void reduction_not_last(const FusionTrace& trace, const char* op) {
-  throw ValueError(trace.who() + ": " + op + " uses the result of a reduction, but a fused function may only end "
-                   "in one reduction; split the function in two (one fuse() up to the reduction, another for the rest)");
+  throw ValueError(
+      trace.who() + ": " + op +
+      " uses the result of a reduction, but a fused function may only end "
+      "in one reduction; split the function in two (one fuse() up to the reduction, another for the rest)");
 }
 
 /// The node of one operand (a constant becomes a new weak node).
 int operand_node(FusionTrace& trace, const FusionOperand& o, const char* op) {
   if (o.captured_array())
-    throw ValueError(trace.who() + ": " + op + " uses an Array that is not an argument of the fused function "
+    throw ValueError(trace.who() + ": " + op +
+                     " uses an Array that is not an argument of the fused function "
                      "(captured); pass it as an argument instead");
   if (o.is_value()) {
     if (o.value().trace() != &trace)
@@ -214,8 +218,7 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
   const int input = operand_node(trace, FusionOperand(x), name);
   const FusionNode& in = trace.graph.nodes[static_cast<size_t>(input)];
   if (trace.graph.reduce >= 0) reduction_not_last(trace, name);
-  if (in.weak)
-    throw ValueError(trace.who() + ": " + name + " of a scalar argument or constant; reduce an array value");
+  if (in.weak) throw ValueError(trace.who() + ": " + name + " of a scalar argument or constant; reduce an array value");
   FusionNode node;
   node.kind = FusionNodeKind::Reduce;
   node.num_inputs = 1;
@@ -229,7 +232,8 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
     for (int64_t axis : axes.list()) {
       const int64_t a = normalize_axis(axis, in.ndim, name);
       if (chosen[static_cast<size_t>(a)])
-        throw ShapeError(std::string(name) + ": duplicate axis " + std::to_string(axis) + " in the axes list; list each axis once");
+        throw ShapeError(std::string(name) + ": duplicate axis " + std::to_string(axis) +
+                         " in the axes list; list each axis once");
       chosen[static_cast<size_t>(a)] = true;
     }
   }
@@ -238,11 +242,19 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
   node.ndim = keepdims ? in.ndim : in.ndim - static_cast<int>(node.axes.size());
   switch (node.reduction) {
     case FusionReduction::Sum:
-    case FusionReduction::Prod: node.dtype = is_floating(in.dtype) ? in.dtype : DType::Int64; break;
+    case FusionReduction::Prod:
+      node.dtype = is_floating(in.dtype) ? in.dtype : DType::Int64;
+      break;
     case FusionReduction::Max:
-    case FusionReduction::Min: node.dtype = in.dtype; break;
-    case FusionReduction::Mean: node.dtype = is_floating(in.dtype) ? in.dtype : DType::Float64; break;
-    default: node.dtype = DType::Bool; break;
+    case FusionReduction::Min:
+      node.dtype = in.dtype;
+      break;
+    case FusionReduction::Mean:
+      node.dtype = is_floating(in.dtype) ? in.dtype : DType::Float64;
+      break;
+    default:
+      node.dtype = DType::Bool;
+      break;
   }
   const int id = trace.add(node, true);
   trace.graph.reduce = id;
@@ -251,8 +263,10 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
 
 void fusion_not_fusable(const char* op) {
   const std::string who = t_trace ? t_trace->who() : std::string("fuse");
-  throw ValueError(who + ": " + op + " cannot be fused (fuse takes elementwise ops and one final reduction); "
-                   "split the function: compute " + op + " outside the fused function and pass its result as an argument");
+  throw ValueError(who + ": " + op +
+                   " cannot be fused (fuse takes elementwise ops and one final reduction); "
+                   "split the function: compute " +
+                   op + " outside the fused function and pass its result as an argument");
 }
 
 std::shared_ptr<FusionCache> make_fusion_cache() { return std::make_shared<FusionCache>(); }
@@ -336,9 +350,15 @@ std::string fusion_describe(const FusionGraph& g) {
     const FusionNode& n = g.nodes[i];
     s += "%" + std::to_string(i) + " = ";
     switch (n.kind) {
-      case FusionNodeKind::Argument: s += "arg" + std::to_string(n.argument); break;
-      case FusionNodeKind::Constant: s += "const " + n.value.str(); break;
-      case FusionNodeKind::Cast: s += "astype %" + std::to_string(n.inputs[0]); break;
+      case FusionNodeKind::Argument:
+        s += "arg" + std::to_string(n.argument);
+        break;
+      case FusionNodeKind::Constant:
+        s += "const " + n.value.str();
+        break;
+      case FusionNodeKind::Cast:
+        s += "astype %" + std::to_string(n.inputs[0]);
+        break;
       case FusionNodeKind::Reduce:
         s += std::string(fusion_reduction_name(n.reduction)) + " %" + std::to_string(n.inputs[0]) + " axes " +
              shape_str(n.axes) + (n.keepdims ? " keepdims" : "");
@@ -384,13 +404,20 @@ std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionAr
 Array reduce_with_ops(FusionReduction r, const Array& a, const Shape& axes, bool keepdims) {
   Axes list{std::vector<int64_t>(axes.begin(), axes.end())};
   switch (r) {
-    case FusionReduction::Sum: return sum(a, list, keepdims);
-    case FusionReduction::Prod: return prod(a, list, keepdims);
-    case FusionReduction::Max: return max(a, list, keepdims);
-    case FusionReduction::Min: return min(a, list, keepdims);
-    case FusionReduction::Mean: return mean(a, list, keepdims);
-    case FusionReduction::All: return all(a, list, keepdims);
-    case FusionReduction::Any: return any(a, list, keepdims);
+    case FusionReduction::Sum:
+      return sum(a, list, keepdims);
+    case FusionReduction::Prod:
+      return prod(a, list, keepdims);
+    case FusionReduction::Max:
+      return max(a, list, keepdims);
+    case FusionReduction::Min:
+      return min(a, list, keepdims);
+    case FusionReduction::Mean:
+      return mean(a, list, keepdims);
+    case FusionReduction::All:
+      return all(a, list, keepdims);
+    case FusionReduction::Any:
+      return any(a, list, keepdims);
   }
   return a;
 }
@@ -403,8 +430,11 @@ Array interpret(const FusionGraph& g, const std::vector<FusionArgument>& args, c
     const FusionNode& n = g.nodes[i];
     if (n.weak || !g.live[i]) continue;
     switch (n.kind) {
-      case FusionNodeKind::Argument: arrays[i] = *args[static_cast<size_t>(n.argument)].array; break;
-      case FusionNodeKind::Constant: break;
+      case FusionNodeKind::Argument:
+        arrays[i] = *args[static_cast<size_t>(n.argument)].array;
+        break;
+      case FusionNodeKind::Constant:
+        break;
       case FusionNodeKind::Cast: {
         const size_t in = static_cast<size_t>(n.inputs[0]);
         const FusionNode& src = g.nodes[in];
@@ -553,11 +583,17 @@ FusionValue FusionValue::astype(DType t) const {
   return {&trace, trace.add(node)};
 }
 
-FusionValue FusionValue::sum(Axes axes, bool keepdims) const { return detail::fusion_reduce("sum", *this, axes, keepdims); }
+FusionValue FusionValue::sum(Axes axes, bool keepdims) const {
+  return detail::fusion_reduce("sum", *this, axes, keepdims);
+}
 FusionValue FusionValue::mean(Axes axes, bool keepdims) const {
   return detail::fusion_reduce("mean", *this, axes, keepdims);
 }
-FusionValue FusionValue::max(Axes axes, bool keepdims) const { return detail::fusion_reduce("max", *this, axes, keepdims); }
-FusionValue FusionValue::min(Axes axes, bool keepdims) const { return detail::fusion_reduce("min", *this, axes, keepdims); }
+FusionValue FusionValue::max(Axes axes, bool keepdims) const {
+  return detail::fusion_reduce("max", *this, axes, keepdims);
+}
+FusionValue FusionValue::min(Axes axes, bool keepdims) const {
+  return detail::fusion_reduce("min", *this, axes, keepdims);
+}
 
 }  // namespace kiln

@@ -52,7 +52,7 @@ struct FusionNode {
 /// A weak value read by a strong op: node `source`, rounded to `compute` and passed as `argument_dtype`.
 struct FusionSlot {
   int source = -1;
-  int user = -1;    ///< an Op node, or a Cast node (the weak value converted as it is: no rounding, no range check)
+  int user = -1;  ///< an Op node, or a Cast node (the weak value converted as it is: no rounding, no range check)
   int operand = 0;
   DType compute = DType::Float32;
   DType argument_dtype = DType::Float32;  ///< the kernel parameter's dtype (scalar_argument_dtype)
@@ -62,13 +62,13 @@ struct FusionGraph {
   std::string name;
   std::vector<FusionNode> nodes;
   std::vector<FusionSlot> slots;
-  int output = -1;      ///< node id of the result
-  int reduce = -1;      ///< node id of the final reduction, or -1 (then output is elementwise)
-  int elementwise = -1; ///< the last elementwise node: the output, or the reduction's input
+  int output = -1;       ///< node id of the result
+  int reduce = -1;       ///< node id of the final reduction, or -1 (then output is elementwise)
+  int elementwise = -1;  ///< the last elementwise node: the output, or the reduction's input
   int num_arguments = 0;
   std::vector<bool> argument_is_array;
   std::vector<bool> live;  ///< per node: the output depends on it (dead nodes are neither run nor generated)
-  uint64_t hash = 0;  ///< of the structure and dtypes (not of constant values), for kernel keys
+  uint64_t hash = 0;       ///< of the structure and dtypes (not of constant values), for kernel keys
 
   /// Compiled kernels a backend made for this graph, by the backend's key (device, layout, ...).
   std::shared_ptr<void> find_kernel(uint64_t key) const;

@@ -28,11 +28,16 @@ int log2_int(int v) {
 
 const char* raw_type(int bytes) {
   switch (bytes) {
-    case 16: return "uint4";
-    case 8: return "uint2";
-    case 4: return "unsigned int";
-    case 2: return "unsigned short";
-    default: return "unsigned char";
+    case 16:
+      return "uint4";
+    case 8:
+      return "uint2";
+    case 4:
+      return "unsigned int";
+    case 2:
+      return "unsigned short";
+    default:
+      return "unsigned char";
   }
 }
 
@@ -74,8 +79,7 @@ std::string element_function(const FusionGraph& g, const std::vector<int>& input
         break;
       }
       case FusionNodeKind::Cast:
-        s += "kd::cast<" + type + ">(" +
-             (n.slots[0] >= 0 ? "s" + std::to_string(n.slots[0]) : v(n.inputs[0])) + ")";
+        s += "kd::cast<" + type + ">(" + (n.slots[0] >= 0 ? "s" + std::to_string(n.slots[0]) : v(n.inputs[0])) + ")";
         break;
       case FusionNodeKind::Op: {
         const DType c = kernel_compute_dtype(n.compute);
@@ -108,8 +112,8 @@ std::string parameters(const FusionGraph& g, const std::vector<int>& inputs, con
                        const std::string& extra) {
   std::string s = out_type + "* __restrict__ out";
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + "* __restrict__ in" +
-         std::to_string(k);
+    s +=
+        ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + "* __restrict__ in" + std::to_string(k);
   for (size_t j = 0; j < g.slots.size(); ++j)
     s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
   return s + extra;
@@ -173,8 +177,8 @@ void contiguous_kernel(std::string& s, const FusionGraph& g, const std::vector<i
        element_call(g, inputs.size(), [](size_t k) { return "in" + std::to_string(k) + "[i]"; }) + ";\n}\n";
 }
 
-void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs,
-                    const FusionKernelSpec& spec, const std::string& name) {
+void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                    const std::string& name) {
   const int nd = spec.ndim;
   const int operands = 1 + static_cast<int>(inputs.size());
   const int stride_base = spec.index64 ? nd : 3 * nd;
@@ -189,8 +193,8 @@ void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>
   s += "  for (IDX base = (IDX)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += " + u + " * step) {\n";
   s += "    OFF out_off[" + u + "];\n";
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u +
-         "];\n";
+    s +=
+        "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u + "];\n";
   s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
   s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n      IDX rem = i;\n";
   for (int k = 0; k < operands; ++k) s += "      OFF o" + std::to_string(k) + " = 0;\n";
@@ -220,13 +224,20 @@ void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>
 std::string reduce_operator(const FusionKernelSpec& spec) {
   const std::string acc = device_type_name(spec.acc);
   switch (spec.op) {
-    case ReduceOp::Sum: return "kd::red_sum<" + acc + ">";
-    case ReduceOp::Prod: return "kd::red_prod<" + acc + ">";
-    case ReduceOp::Max: return "kd::red_max<" + acc + ">";
-    case ReduceOp::Min: return "kd::red_min<" + acc + ">";
-    case ReduceOp::All: return "kd::red_all<bool>";
-    case ReduceOp::Any: return "kd::red_any<bool>";
-    default: throw ValueError("fuse codegen: argmax/argmin cannot end a fused function");
+    case ReduceOp::Sum:
+      return "kd::red_sum<" + acc + ">";
+    case ReduceOp::Prod:
+      return "kd::red_prod<" + acc + ">";
+    case ReduceOp::Max:
+      return "kd::red_max<" + acc + ">";
+    case ReduceOp::Min:
+      return "kd::red_min<" + acc + ">";
+    case ReduceOp::All:
+      return "kd::red_all<bool>";
+    case ReduceOp::Any:
+      return "kd::red_any<bool>";
+    default:
+      throw ValueError("fuse codegen: argmax/argmin cannot end a fused function");
   }
 }
 
@@ -244,7 +255,7 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
   s += "struct Params { IDX w[" + std::to_string(scalars + 4) + "]; };\n";
   s += "__device__ __forceinline__ ACC load(" + elem + " x) { return " +
        (spec.op == ReduceOp::All || spec.op == ReduceOp::Any ? std::string("kd::widen(x) != 0")
-                                                              : std::string("(ACC)kd::widen(x)")) +
+                                                             : std::string("(ACC)kd::widen(x)")) +
        "; }\n";
   const std::string out_type = spec.to_partials ? acc : device_type_name(spec.out);
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
@@ -283,7 +294,8 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
          " + d];\n";
   s += "        }\n      }\n";
   s += "      acc = Op::combine(acc, load(" +
-       element_call(g, inputs.size(), [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
+       element_call(g, inputs.size(),
+                    [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
        "));\n    }\n";
   if (G > 1 && G <= 32) {
     s += "    const unsigned mask = " +
@@ -294,7 +306,8 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
     s += "#pragma unroll\n    for (int m = " + std::to_string(G / 2) +
          "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
   } else if (G == kBlockSize) {
-    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n";
+    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
+         "0xffffffffu));\n";
     s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
     s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
          " ? warp_acc[threadIdx.x] : Op::identity();\n";
@@ -320,27 +333,33 @@ std::vector<int> fusion_array_arguments(const FusionGraph& g) {
 
 ReduceOp fusion_reduce_op(detail::FusionReduction r) {
   switch (r) {
-    case detail::FusionReduction::Prod: return ReduceOp::Prod;
-    case detail::FusionReduction::Max: return ReduceOp::Max;
-    case detail::FusionReduction::Min: return ReduceOp::Min;
-    case detail::FusionReduction::All: return ReduceOp::All;
-    case detail::FusionReduction::Any: return ReduceOp::Any;
-    default: return ReduceOp::Sum;  // sum, and mean (a float64 sum the core divides)
+    case detail::FusionReduction::Prod:
+      return ReduceOp::Prod;
+    case detail::FusionReduction::Max:
+      return ReduceOp::Max;
+    case detail::FusionReduction::Min:
+      return ReduceOp::Min;
+    case detail::FusionReduction::All:
+      return ReduceOp::All;
+    case detail::FusionReduction::Any:
+      return ReduceOp::Any;
+    default:
+      return ReduceOp::Sum;  // sum, and mean (a float64 sum the core divides)
   }
 }
 
 uint64_t fusion_kernel_key(const FusionKernelSpec& spec) {
-  uint64_t key = static_cast<uint64_t>(spec.layout);                     // 0-1
-  key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 2;        // 2-4
-  key |= static_cast<uint64_t>(spec.ndim) << 5;                          // 5-9
-  key |= static_cast<uint64_t>(log2_int(spec.unroll)) << 10;             // 10-12
+  uint64_t key = static_cast<uint64_t>(spec.layout);               // 0-1
+  key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 2;  // 2-4
+  key |= static_cast<uint64_t>(spec.ndim) << 5;                    // 5-9
+  key |= static_cast<uint64_t>(log2_int(spec.unroll)) << 10;       // 10-12
   key |= static_cast<uint64_t>(spec.index64) << 13;
-  key |= static_cast<uint64_t>(spec.op) << 14;                           // 14-16
-  key |= static_cast<uint64_t>(spec.out) << 17;                          // 17-20
-  key |= static_cast<uint64_t>(spec.acc) << 21;                          // 21-24
-  key |= static_cast<uint64_t>(log2_int(spec.group)) << 25;              // 25-28
-  key |= static_cast<uint64_t>(spec.kept_ndim) << 29;                    // 29-33
-  key |= static_cast<uint64_t>(spec.reduced_ndim) << 34;                 // 34-38
+  key |= static_cast<uint64_t>(spec.op) << 14;               // 14-16
+  key |= static_cast<uint64_t>(spec.out) << 17;              // 17-20
+  key |= static_cast<uint64_t>(spec.acc) << 21;              // 21-24
+  key |= static_cast<uint64_t>(log2_int(spec.group)) << 25;  // 25-28
+  key |= static_cast<uint64_t>(spec.kept_ndim) << 29;        // 29-33
+  key |= static_cast<uint64_t>(spec.reduced_ndim) << 34;     // 34-38
   key |= static_cast<uint64_t>(spec.to_partials) << 39;
   return key;
 }
@@ -352,7 +371,9 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
   std::snprintf(hash, sizeof hash, "%08x", static_cast<unsigned>(g.hash ^ (g.hash >> 32)));
   std::string name = "kiln_fused_" + tag + "_" + hash;
   switch (spec.layout) {
-    case FusionLayout::Contiguous: name += "_contig_v" + std::to_string(spec.vector_width); break;
+    case FusionLayout::Contiguous:
+      name += "_contig_v" + std::to_string(spec.vector_width);
+      break;
     case FusionLayout::Strided:
       name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "");
       break;
@@ -385,9 +406,15 @@ std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spe
   s.reserve(8192);
   s += element_function(g, inputs);
   switch (spec.layout) {
-    case FusionLayout::Contiguous: contiguous_kernel(s, g, inputs, spec, name); break;
-    case FusionLayout::Strided: strided_kernel(s, g, inputs, spec, name); break;
-    case FusionLayout::Reduce: reduce_kernel(s, g, inputs, spec, name); break;
+    case FusionLayout::Contiguous:
+      contiguous_kernel(s, g, inputs, spec, name);
+      break;
+    case FusionLayout::Strided:
+      strided_kernel(s, g, inputs, spec, name);
+      break;
+    case FusionLayout::Reduce:
+      reduce_kernel(s, g, inputs, spec, name);
+      break;
   }
   return s + "}  // namespace\n";
 }

@@ -6,6 +6,8 @@
 // operand allows) and pick the threads per output. Compiled kernels are cached in
 // the graph by (device, spec key), so a repeated call generates and compiles nothing;
 // the modules themselves live in load_module's memory and disk caches.
+#include "cuda/fusion.hpp"
+
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -16,7 +18,6 @@
 #include "core/backend.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/elementwise_layout.hpp"
-#include "cuda/fusion.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
@@ -97,7 +98,8 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
     const int nd = layout.ndim;
     spec.ndim = nd;
     bool inner_dense = true;  // several elements in flight per thread unless an operand is transposed
-    for (int k = 0; k < operands; ++k) inner_dense = inner_dense && layout.strides[k][nd - 1] >= 0 && layout.strides[k][nd - 1] <= 1;
+    for (int k = 0; k < operands; ++k)
+      inner_dense = inner_dense && layout.strides[k][nd - 1] >= 0 && layout.strides[k][nd - 1] <= 1;
     spec.unroll = inner_dense ? 4 : 1;
     if (spec.index64) {
       strided_words64(layout, words64.data());
@@ -216,8 +218,10 @@ bool cuda_fused(const detail::FusionCall& call) {
   set_device(device);
   const std::vector<int> inputs = fusion_array_arguments(g);
   if (static_cast<int>(inputs.size()) + 1 > kMaxLayoutOperands)
-    throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) + " array arguments; a fused kernel "
-                     "takes at most " + std::to_string(kMaxLayoutOperands - 1) + ", so split the function");
+    throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) +
+                     " array arguments; a fused kernel "
+                     "takes at most " +
+                     std::to_string(kMaxLayoutOperands - 1) + ", so split the function");
   const Array* arrays[kMaxLayoutOperands] = {&out};
   void* pointers[kMaxLayoutOperands] = {out.data_ptr()};
   std::vector<void*> args;

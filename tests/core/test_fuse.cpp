@@ -39,9 +39,9 @@ TEST(Fuse, ChainMatchesNumpyGoldenFloat32) {
   auto f = fuse(chain_fn, "chain");
   Array y = f(from_data(kX));
   // np.tanh(x*np.float32(1.5)+np.float32(0.3))*x - np.exp(-x*x)*np.float32(0.5), float32
-  const std::vector<double> golden = {1.972857117652893,  -0.17845086753368378, -0.5, -0.3226417303085327,
-                                      0.7628663182258606, 2.9995319843292236,   -0.509913444519043,
-                                      0.30552414059638977};
+  const std::vector<double> golden = {1.972857117652893,   -0.17845086753368378, -0.5,
+                                      -0.3226417303085327, 0.7628663182258606,   2.9995319843292236,
+                                      -0.509913444519043,  0.30552414059638977};
   ASSERT_EQ(y.dtype(), float32);
   std::vector<float> got = y.to_vector<float>();
   for (size_t i = 0; i < golden.size(); ++i) EXPECT_NEAR(got[i], golden[i], 2e-7 * (1 + std::abs(golden[i]))) << i;
@@ -53,8 +53,8 @@ TEST(Fuse, ChainFloat16StaysFloat16AndMatchesNumpy) {
   Array x = from_data(kX).astype(float16);
   Array y = f(x);
   // The same chain in NumPy on float16 (weak Python scalars): every step rounds to float16.
-  const std::vector<double> golden = {1.9736328125, -0.178466796875, -0.5, -0.32275390625,
-                                      0.7626953125, 3.0,             -0.51025390625, 0.3056640625};
+  const std::vector<double> golden = {1.9736328125, -0.178466796875, -0.5,        -0.32275390625, 0.7626953125,
+                                      3.0,          -0.51025390625,  0.3056640625};
   ASSERT_EQ(y.dtype(), float16);
   std::vector<double> got = y.to_vector<double>();
   for (size_t i = 0; i < golden.size(); ++i) EXPECT_NEAR(got[i], golden[i], 1e-3 * (1 + std::abs(golden[i]))) << i;
@@ -109,7 +109,7 @@ TEST(Fuse, GraphRecordsTypesLikeTheUnfusedOps) {
   EXPECT_NE(text.find(" = const 2 : weak int64 ndim 0"), std::string::npos) << text;
   EXPECT_NE(text.find(" = greater %0, %"), std::string::npos) << text;
   EXPECT_NE(text.find(" in int64 : bool ndim 1"), std::string::npos) << text;  // weak int: int64 compare
-  EXPECT_EQ(graph->slots.size(), 2u);  // s into multiply, 2 into greater
+  EXPECT_EQ(graph->slots.size(), 2u);                                          // s into multiply, 2 into greater
   EXPECT_EQ(graph->reduce, -1);
   EXPECT_EQ(graph->output, static_cast<int>(graph->nodes.size()) - 1);
 }

@@ -129,7 +129,7 @@ TEST(FuseCodegen, MixedDtypesScalarArgumentsAndWhere) {
   EXPECT_NE(code.find("const kd::i32* __restrict__ in0"), std::string::npos) << code;
   EXPECT_NE(code.find("const kd::i8* __restrict__ in1"), std::string::npos) << code;
   EXPECT_NE(code.find("const double s"), std::string::npos) << code;
-  EXPECT_NE(code.find("const bool s"), std::string::npos) << code;  // where's condition
+  EXPECT_NE(code.find("const bool s"), std::string::npos) << code;     // where's condition
   EXPECT_NE(code.find("const kd::i64 s"), std::string::npos) << code;  // 3 compared in int64
   expect_compiles(*graph, elementwise_specs(2));
 }
@@ -241,9 +241,9 @@ TEST(FuseGpu, BroadcastAndStridedInputs) {
   Array col = random::normal({300, 1}, float64, d);
   auto f = fuse([](auto x, auto r, auto c) { return sigmoid(x * r) + c; });
   expect_equal(f(m, row, col), sigmoid(m * row) + col);
-  Array t = m.T();                           // transposed
-  Array s = m.slice(1, 0, 500, 2);           // every other column
-  Array rev = m.slice(0, {}, {}, -1);        // reversed rows
+  Array t = m.T();                     // transposed
+  Array s = m.slice(1, 0, 500, 2);     // every other column
+  Array rev = m.slice(0, {}, {}, -1);  // reversed rows
   auto g = fuse([](auto x, auto y) { return x * 2 - sqrt(abs(y)); });
   expect_equal(g(t, t), t * 2 - sqrt(abs(t)));
   expect_equal(g(s, rev.slice(1, 0, 250)), s * 2 - sqrt(abs(rev.slice(1, 0, 250))));
