@@ -110,13 +110,18 @@ TEST(FuseCodegen, ChainTracesToOneGraphAndCompilesInEveryLayout) {
 }
 
 TEST(FuseCodegen, Float16IntermediatesRoundWhereUnfusedOpsRound) {
-  auto f = fuse(chain_fn, "chain_f16");
-  auto graph = f.graph(zeros({8}, float16, cpu()));
-  const std::string code = fusion_kernel_code(*graph, elementwise_specs(8)[0]);
-  // Every one of the 9 ops stores its value as float16 (then widens it for the next op), as 9 kernels would.
-  EXPECT_EQ(count(code, "= kd::cast<kd::half_t>(kd::op_"), 9) << code;
-  EXPECT_EQ(count(code, "kd::op_tanh<float>"), 1);
-  expect_compiles(*graph, elementwise_specs(8));
+  for (DType t : {float16, bfloat16}) {
+    auto f = fuse(chain_fn, "chain_16");
+    auto graph = f.graph(zeros({8}, t, cpu()));
+    const std::string code = fusion_kernel_code(*graph, elementwise_specs(8)[0]);
+    const std::string storage = t == float16 ? "kd::half_t" : "kd::bf16_t";
+    // Every one of the 9 ops stores its value in the 16-bit type (then widens it for the next op), as 9
+    // unfused kernels would; the math itself runs in float.
+    EXPECT_EQ(count(code, "= kd::cast<" + storage + ">(kd::op_"), 9) << code;
+    EXPECT_EQ(count(code, "kd::op_tanh<float>"), 1);
+    EXPECT_EQ(graph->nodes[static_cast<size_t>(graph->output)].dtype, t);
+    expect_compiles(*graph, elementwise_specs(8));
+  }
 }
 
 TEST(FuseCodegen, MixedDtypesScalarArgumentsAndWhere) {
@@ -209,14 +214,14 @@ TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
   Device d = gpu(0);
   auto f = fuse(chain_fn, "chain");
-  for (DType t : {float32, float64, float16}) {
+  for (DType t : {float32, float64, float16, bfloat16}) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000003}}) {
       Array x = random::normal({n}, float32, d).astype(t);
       Array fused = f(x);
       // Same device functions and rounding steps as the unfused kernels: bit-identical.
       expect_equal(fused, chain_fn(x));
       // And the CPU agrees to a few ulp (its tanh/exp come from another library).
-      expect_equal(fused.to(cpu()), chain_fn(x.to(cpu())), t == float16 ? 2e-3 : t == float32 ? 4e-6 : 1e-14);
+      expect_equal(fused.to(cpu()), chain_fn(x.to(cpu())), t == bfloat16 ? 2e-2 : t == float16 ? 2e-3 : t == float32 ? 4e-6 : 1e-14);
     }
   }
 }
