@@ -36,7 +36,8 @@ class FusionCache;
 }  // namespace detail
 
 /// A symbolic value in a function traced by fuse(): an array value (dtype and rank known, data
-/// not) or a weak scalar (an argument or constant that was a C++ number). Use it like an Array.
+/// not) or a weak scalar (an argument or constant that was a C++ number). Use it like an Array;
+/// it is only valid while fuse() traces the function (do not keep it).
 class FusionValue {
  public:
   /// Storage dtype of the value (for a weak scalar: bool, int64 or float64, as NumPy types it).
@@ -118,7 +119,7 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
 Array fusion_run(const FusionGraph& graph, const std::vector<FusionArgument>& args);
 std::shared_ptr<FusionCache> make_fusion_cache();
 size_t fusion_cache_size(const FusionCache& cache);
-/// The traced graph of the cache's most recent signature as text (for tests and debugging).
+/// A traced graph as text, one node a line (for tests and debugging).
 std::string fusion_describe(const FusionGraph& graph);
 
 inline FusionArgument fusion_argument(const Array& a) { return {&a, {}}; }

@@ -221,7 +221,11 @@ TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
       // Same device functions and rounding steps as the unfused kernels: bit-identical.
       expect_equal(fused, chain_fn(x));
       // And the CPU agrees to a few ulp (its tanh/exp come from another library).
-      expect_equal(fused.to(cpu()), chain_fn(x.to(cpu())), t == bfloat16 ? 2e-2 : t == float16 ? 2e-3 : t == float32 ? 4e-6 : 1e-14);
+      expect_equal(fused.to(cpu()), chain_fn(x.to(cpu())),
+                   t == bfloat16  ? 2e-2
+                   : t == float16 ? 2e-3
+                   : t == float32 ? 4e-6
+                                  : 1e-14);
     }
   }
 }
