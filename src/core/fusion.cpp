@@ -35,7 +35,7 @@ std::shared_ptr<void> FusionGraph::insert_kernel(uint64_t key, std::shared_ptr<v
 
 class FusionCache {
  public:
-  std::mutex mutex;
+  mutable std::mutex mutex;
   std::map<std::string, std::shared_ptr<const FusionGraph>> graphs;
 };
 
@@ -272,7 +272,7 @@ void fusion_not_fusable(const char* op) {
 std::shared_ptr<FusionCache> make_fusion_cache() { return std::make_shared<FusionCache>(); }
 
 size_t fusion_cache_size(const FusionCache& cache) {
-  std::lock_guard<std::mutex> lock(const_cast<FusionCache&>(cache).mutex);
+  std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.graphs.size();
 }
 
