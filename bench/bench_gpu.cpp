@@ -119,12 +119,15 @@ int main(int argc, char** argv) {
     double first = std::chrono::duration<double>(clock::now() - t0).count();
     add(row("compile_first_in_process", "1", benchutil::summarize({first}), 0, "ms"));
   }
+  double copy_GBs = 0.0;  // kiln's device copy bandwidth, for the fusion floor below
   // 1. Bandwidth: device copy, add, add scalar, full sum (float32, 2^28, as peers.py).
   {
     const int64_t n = quick ? (1 << 24) : (1 << 28);
     const std::string size = quick ? "2^24" : "2^28";
     Array a = random::normal({n}, float32, d), c = random::normal({n}, float32, d), b = empty({n}, float32, d);
-    add(row("copy", size, time_events(d, [&] { b.assign(a); }), 2.0 * 4 * n, "GB/s"));
+    Result copy = row("copy", size, time_events(d, [&] { b.assign(a); }), 2.0 * 4 * n, "GB/s");
+    copy_GBs = copy.throughput;
+    add(copy);
     add(row("add", size, time_events(d, [&] { kiln::add(a, c, b); }), 3.0 * 4 * n, "GB/s"));
     add(row("add_scalar", size, time_events(d, [&] { kiln::add(a, 1.0f, b); }), 2.0 * 4 * n, "GB/s"));
     Array s;
@@ -190,6 +193,19 @@ int main(int argc, char** argv) {
     Array x = random::normal({n}, float32, d);
     auto chain = [&] { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; };
     add(row("chain_eager", "2^26", time_events(d, [&] { (void)chain(); }), 0, "ms"));
+    // The same chain through kiln::fuse (one generated kernel), beside the unfused ops and the bandwidth
+    // floor: 2 * 4 * n bytes (read x, write y) at the copy bandwidth measured above.
+    auto fused = fuse([](auto v) { return tanh(v * 1.5f + 0.3f) * v - exp(-v * v) * 0.5f; }, "chain");
+    Array y_fused = fused(x);  // traces and compiles (warm-up)
+    Array y_eager = chain();
+    const float max_diff = max(abs(y_fused - y_eager)).item<float>();
+    const std::string check = max_diff == 0.0f ? "ok" : fmt::format("fused differs from eager by {}", max_diff);
+    add(row("fusion_chain_eager", "2^26", time_events(d, [&] { (void)chain(); }), 0, "ms"));
+    Result fused_row = row("fusion_chain_fused", "2^26", time_events(d, [&] { (void)fused(x); }), 0, "ms", check);
+    add(fused_row);
+    const double floor_s = 2.0 * 4 * n / (copy_GBs * 1e9);
+    add(row("fusion_chain_floor", "2^26", bench::summarize({floor_s}), 0, "ms",
+            fmt::format("fused/floor = {:.3f} (target <= 1.15)", fused_row.stats.median_s / floor_s)));
   }
   // 4. float32 matmul (TF32 off).
   for (int64_t m : quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192, 15360}) {

@@ -48,7 +48,13 @@ def main():
         None, "")
     t = peers.get("chain_torch_eager_ms")
     add("chain eager 2^26", kv("chain_eager", "2^26"), t, peers.get("chain_cupy_eager_ms"), "ms",
-        kv("chain_eager", "2^26") / t if num(t) and kv("chain_eager", "2^26") else None, "(fusion: issue 4)")
+        kv("chain_eager", "2^26") / t if num(t) and kv("chain_eager", "2^26") else None, "")
+    floor = kv("fusion_chain_floor", "2^26")
+    fused = kv("fusion_chain_fused", "2^26")
+    add("chain fused 2^26 (kiln::fuse; torch.compile, cupy.fuse)", fused, peers.get("chain_torch_compile_ms"),
+        peers.get("chain_cupy_fuse_ms"), "ms", fused / floor if num(floor) and fused else None,
+        "<= 1.15 of the copy floor")
+    add("chain bandwidth floor 2^26", floor, peers.get("chain_floor_ms"), None, "ms", None, "")
     for n in (4096, 8192, 15360):
         t = peers.get(f"torch_sgemm_{n}_TFLOPs")
         v = kv("matmul", str(n))

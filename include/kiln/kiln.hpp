@@ -7,6 +7,7 @@
 #include "kiln/device.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"

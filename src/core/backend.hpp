@@ -67,6 +67,8 @@ struct RandomCall {
   int64_t low = 0, high = 0;  ///< randint range [low, high)
 };
 
+struct FusionCall;  // core/fusion.hpp
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -81,6 +83,9 @@ class Backend {
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;
   virtual void random(const RandomCall& call) = 0;
+  /// Runs a fused function (kiln::fuse) as generated code into call.out; returns false when this backend
+  /// has no fused kernels (the core then runs the graph op by op, as the CPU does).
+  virtual bool fused(const FusionCall& /*call*/) { return false; }
   /// Waits for all work queued on `device`.
   virtual void synchronize(Device device) = 0;
   /// Number of devices of this type that can be used (0 when the driver or hardware is missing).

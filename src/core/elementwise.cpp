@@ -25,31 +25,6 @@ std::string op_str(OpCode op) { return op_info(op).name; }
   throw DTypeError(op_str(op) + ": dtype " + std::string(dtype_name(t)) + " is not supported; " + fix);
 }
 
-bool fits(const Scalar& s, DType t) {
-  if (s.kind() != Scalar::Kind::Int || !is_integral(t)) return true;
-  int64_t v = s.to_int64();
-  switch (t) {
-    case DType::Int8: return v >= -128 && v <= 127;
-    case DType::Int16: return v >= -32768 && v <= 32767;
-    case DType::Int32: return v >= INT32_MIN && v <= INT32_MAX;
-    case DType::UInt8: return v >= 0 && v <= 255;
-    default: return true;
-  }
-}
-
-// A weak float scalar takes the array's precision first, as NumPy converts it to the
-// loop's dtype: float16_array + 0.1 adds float16(0.1) = 0.0999755859375.
-Scalar round_scalar(const Scalar& s, DType compute) {
-  if (!s.is_floating()) return s;
-  switch (compute) {
-    case DType::Float16: return Scalar(static_cast<double>(half_to_float(double_to_half(s.to_double()))));
-    case DType::BFloat16:
-      return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(s.to_double())))));
-    case DType::Float32: return Scalar(static_cast<double>(static_cast<float>(s.to_double())));
-    default: return s;
-  }
-}
-
 // True when `in` shares `out`'s storage through another layout: reading it while writing `out`
 // would see new values, so the caller copies it first (an identical view is an exact in-place op).
 bool overlaps_differently(const Array& in, const Array& out) {
@@ -75,6 +50,32 @@ const Array* usable_donor(std::initializer_list<const Operand*> operands, const 
 
 DonorScope::DonorScope(const Array& temporary) : previous_(t_donor) { t_donor = &temporary; }
 DonorScope::~DonorScope() { t_donor = previous_; }
+
+bool scalar_fits(const Scalar& s, DType t) {
+  if (s.kind() != Scalar::Kind::Int || !is_integral(t)) return true;
+  int64_t v = s.to_int64();
+  switch (t) {
+    case DType::Int8: return v >= -128 && v <= 127;
+    case DType::Int16: return v >= -32768 && v <= 32767;
+    case DType::Int32: return v >= INT32_MIN && v <= INT32_MAX;
+    case DType::UInt8: return v >= 0 && v <= 255;
+    default: return true;
+  }
+}
+
+// A weak float scalar takes the array's precision first, as NumPy converts it to the
+// loop's dtype: float16_array + 0.1 adds float16(0.1) = 0.0999755859375.
+Scalar round_scalar(const Scalar& s, DType compute) {
+  if (!s.is_floating()) return s;
+  switch (compute) {
+    case DType::Float16: return Scalar(static_cast<double>(half_to_float(double_to_half(s.to_double()))));
+    case DType::BFloat16:
+      return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(s.to_double())))));
+    case DType::Float32: return Scalar(static_cast<double>(static_cast<float>(s.to_double())));
+    default: return s;
+  }
+}
+
 
 OpTypes op_types(OpCode op, DType p) {
   const OpInfo& info = op_info(op);
@@ -111,47 +112,31 @@ OpTypes op_types(OpCode op, DType p) {
   return {p, p};
 }
 
-Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, const Array* out) {
+OpTypes resolve_op_types(OpCode op, const TypingOperand* operands, int count) {
   const OpInfo& info = op_info(op);
-  // Device and dtype of the array operands; scalars are weak.
-  const Array* first = nullptr;
   bool have_array_dtype = false;
   DType promoted = DType::Bool;
   DType float_of_arrays = DType::Float16;  // promotion of each array's float type (Float-rule ops)
-  int index = 0;
-  for (const Operand* o : operands) {
-    bool is_cond = op == OpCode::Where && index++ == 0;  // where's condition does not take part in promotion
-    if (!o->is_array()) continue;
-    const Array& a = o->array();
-    if (!a.defined()) throw ValueError(op_str(op) + ": an operand is an undefined (default-constructed) Array");
-    if (!first) {
-      first = &a;
-    } else if (a.device() != first->device()) {
-      throw DeviceError(op_str(op) + ": operands are on different devices, " + first->device().str() + " and " +
-                        a.device().str() + "; move one with .to(" + first->device().str() +
-                        ") so both live on the same device (kiln never copies behind your back)");
-    }
-    if (is_cond) continue;
-    promoted = have_array_dtype ? promote_types(promoted, a.dtype()) : a.dtype();
-    float_of_arrays = have_array_dtype ? promote_types(float_of_arrays, float_result_type(a.dtype()))
-                                       : float_result_type(a.dtype());
+  for (int k = 0; k < count; ++k) {
+    if (!operands[k].is_array || (op == OpCode::Where && k == 0)) continue;  // where's condition is not promoted
+    const DType t = operands[k].dtype;
+    promoted = have_array_dtype ? promote_types(promoted, t) : t;
+    float_of_arrays = have_array_dtype ? promote_types(float_of_arrays, float_result_type(t)) : float_result_type(t);
     have_array_dtype = true;
   }
-  if (out && out->defined() && first && out->device() != first->device())
-    throw DeviceError(op_str(op) + ": the output is on " + out->device().str() + " but the operands are on " +
-                      first->device().str() + "; allocate out on the operands' device");
   const DType arrays_promoted = promoted;
   const bool arrays_promoted_defined = have_array_dtype;
   // Scalars: weak unless no array fixes the dtype (then they act as NumPy would type them).
-  index = 0;
-  for (const Operand* o : operands) {
-    bool is_cond = op == OpCode::Where && index++ == 0;
-    if (o->is_array() || is_cond) continue;
+  for (int k = 0; k < count; ++k) {
+    if (operands[k].is_array || (op == OpCode::Where && k == 0)) continue;
+    const Scalar s = operands[k].kind == Scalar::Kind::Bool ? Scalar(false)
+                     : operands[k].kind == Scalar::Kind::Int ? Scalar(0)
+                                                             : Scalar(0.0);
     if (!have_array_dtype) {
-      promoted = o->scalar().default_dtype();
+      promoted = s.default_dtype();
       have_array_dtype = true;
     } else {
-      promoted = promote_with_scalar(promoted, o->scalar());
+      promoted = promote_with_scalar(promoted, s);
     }
   }
   OpTypes types = op_types(op, promoted);
@@ -163,15 +148,49 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
                                           : promote_types(float_of_arrays, float_result_type(promoted));
     types = {f, f};
   }
+  return types;
+}
+
+void check_scalar_range(OpCode op, const Scalar& s, OpTypes& types) {
+  if (scalar_fits(s, types.compute)) return;
+  if (op_info(op).rule == TypeRule::Compare) {
+    types.compute = DType::Int64;  // exact comparison of a small int array with a large scalar
+    return;
+  }
+  throw ValueError(op_str(op) + ": the scalar " + s.str() + " is out of range for dtype " +
+                   std::string(dtype_name(types.compute)) + "; convert the array with astype(int64) first");
+}
+
+Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, const Array* out) {
+  const OpInfo& info = op_info(op);
+  // Device of the array operands; scalars are weak.
+  const Array* first = nullptr;
+  TypingOperand typing[3];
+  int count = 0;
   for (const Operand* o : operands) {
-    if (o->is_array() || fits(o->scalar(), types.compute)) continue;
-    if (info.rule == TypeRule::Compare) {
-      types.compute = DType::Int64;  // exact comparison of a small int array with a large scalar
-    } else {
-      throw ValueError(op_str(op) + ": the scalar " + o->scalar().str() + " is out of range for dtype " +
-                       std::string(dtype_name(types.compute)) + "; convert the array with astype(int64) first");
+    TypingOperand& t = typing[count++];
+    t.is_array = o->is_array();
+    if (!o->is_array()) {
+      t.kind = o->scalar().kind();
+      continue;
+    }
+    const Array& a = o->array();
+    if (!a.defined()) throw ValueError(op_str(op) + ": an operand is an undefined (default-constructed) Array");
+    t.dtype = a.dtype();
+    if (!first) {
+      first = &a;
+    } else if (a.device() != first->device()) {
+      throw DeviceError(op_str(op) + ": operands are on different devices, " + first->device().str() + " and " +
+                        a.device().str() + "; move one with .to(" + first->device().str() +
+                        ") so both live on the same device (kiln never copies behind your back)");
     }
   }
+  if (out && out->defined() && first && out->device() != first->device())
+    throw DeviceError(op_str(op) + ": the output is on " + out->device().str() + " but the operands are on " +
+                      first->device().str() + "; allocate out on the operands' device");
+  OpTypes types = resolve_op_types(op, typing, count);
+  for (const Operand* o : operands)
+    if (!o->is_array()) check_scalar_range(op, o->scalar(), types);
 
   Device device = first ? first->device() : (out && out->defined() ? out->device() : current_device());
   Shape shape;

@@ -23,4 +23,21 @@ struct OpTypes {
 };
 OpTypes op_types(OpCode op, DType promoted);
 
+/// One operand as typing sees it: an array of `dtype`, or a weak scalar of `kind` (its value aside).
+struct TypingOperand {
+  bool is_array = true;
+  DType dtype = DType::Float32;
+  Scalar::Kind kind = Scalar::Kind::Int;
+};
+/// NumPy 2 / NEP 50 output and compute dtypes of `op` over `count` operands (the rules of
+/// elementwise(), shared with fusion's tracer); throws DTypeError for unsupported dtypes.
+OpTypes resolve_op_types(OpCode op, const TypingOperand* operands, int count);
+/// The range check of one weak scalar operand: ValueError when an integer scalar does not fit an
+/// integer compute dtype (comparisons switch `types.compute` to int64 instead).
+void check_scalar_range(OpCode op, const Scalar& s, OpTypes& types);
+/// Whether an integer scalar fits integer dtype `t` (always true for other kinds and dtypes).
+bool scalar_fits(const Scalar& s, DType t);
+/// A weak float scalar rounded to `compute`'s precision first, as NumPy converts it to the loop's dtype.
+Scalar round_scalar(const Scalar& s, DType compute);
+
 }  // namespace kiln::detail

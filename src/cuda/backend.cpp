@@ -26,6 +26,7 @@
 #include "core/backend.hpp"
 #include "core/sync_debug.hpp"
 #include "cuda/allocator.hpp"
+#include "cuda/fusion.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/pinned.hpp"
 #include "cuda/raw_module.hpp"
@@ -221,6 +222,10 @@ class CudaBackend final : public detail::Backend {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_random(call);
+  }
+  bool fused(const detail::FusionCall& call) override {
+    set_device(call.out.device().index);
+    return cuda_fused(call);
   }
 
   void synchronize(Device device) override {

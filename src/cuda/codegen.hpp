@@ -156,6 +156,9 @@ KernelTable& kernel_table();
 /// kernel_table() and returns the entry (defined in elementwise.cpp; throws CompileError/CudaError).
 const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
                                               const std::string& name);
+/// Loads generated `source` (kernel `name`) for `device` through load_module with the built-in options and
+/// returns its entry (occupancy included) without recording it anywhere (fused kernels keep their own).
+KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name);
 /// Multiprocessors of GPU `device` (cached after the first query).
 int multiprocessor_count(int device);
 

@@ -24,6 +24,7 @@
 #include "core/backend.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compiler.hpp"
+#include "cuda/elementwise_layout.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
@@ -34,17 +35,45 @@ using detail::OpCode;
 
 namespace {
 
-constexpr int kMaxOperands = 4;
+constexpr int kMaxOperands = 4;  // a built-in op's operands, output included
 /// Resident 256-thread blocks per multiprocessor we size grids for (2048 threads on every GPU since Volta).
 constexpr int kBlocksPerMultiprocessor = 8;
 
-/// The problem after coalescing: shape and per-operand element strides, output first.
-struct Layout {
-  int ndim = 0;
-  int operands = 0;
-  int64_t shape[kMaxKernelRank];
-  int64_t strides[kMaxOperands][kMaxKernelRank];
-};
+const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& spec) {
+  const uint64_t key = elementwise_key(spec);
+  if (const KernelTable::Entry* entry = kernel_table().find(device, key)) return *entry;
+  return load_builtin_kernel(device, key, elementwise_source(spec), elementwise_kernel_name(spec));
+}
+
+void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
+  launch_entry(kernel, dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), current_stream(device), args);
+}
+
+// out[i] = start + i * step (arange), the last element set to stop for linspace's endpoint
+// (src/cpu/elementwise.cpp's sequence, value for value).
+void sequence(const detail::ElementwiseCall& call, int device) {
+  const Array& out = call.out;
+  if (!out.is_contiguous()) throw Error("internal: sequence ops need a contiguous output");
+  ElementwiseSpec spec;
+  spec.op = OpCode::Arange;
+  spec.out = out.dtype();
+  spec.compute = out.dtype();
+  spec.layout = EwLayout::Sequence;
+  const KernelTable::Entry& kernel = elementwise_kernel(device, spec);
+  void* data = out.data_ptr();
+  double start = call.params[0].to_double(), step = call.params[1].to_double(), stop = call.params[3].to_double();
+  long long istart = call.params[0].to_int64(), istep = call.params[1].to_int64();
+  long long n = out.size();
+  const bool integral = out.dtype() == DType::Bool || is_integral(out.dtype());
+  int exact_int = integral && !call.params[0].is_floating() && !call.params[1].is_floating();
+  int endpoint = call.op == OpCode::Linspace && call.params[2].to_bool() && n > 1;
+  void* args[] = {&data, &start, &step, &istart, &istep, &exact_int, &endpoint, &stop, &n};
+  run(kernel, device, n, args);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ elementwise_layout.hpp
 
 /// Merges axes (output's C order) where every operand steps uniformly; drops size-1 axes.
 /// Throws ShapeError when more than kMaxKernelRank axes remain.
@@ -78,7 +107,6 @@ void coalesce(Layout& layout, const Shape& shape, const Array* const* arrays, co
   }
 }
 
-/// Whether every operand's offsets (in elements) stay within a signed 32-bit range.
 bool offsets_fit_32(const Layout& layout) {
   for (int k = 0; k < layout.operands; ++k) {
     int64_t extent = 0;
@@ -91,7 +119,6 @@ bool offsets_fit_32(const Layout& layout) {
   return true;
 }
 
-/// Writes `value` converted to `t` (a kernel-argument dtype: no 16-bit floats) into `slot`.
 void store_scalar(DType t, const Scalar& value, void* slot) {
   switch (t) {
     case DType::Bool: {
@@ -146,39 +173,29 @@ unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kern
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
-const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& spec) {
-  const uint64_t key = elementwise_key(spec);
-  if (const KernelTable::Entry* entry = kernel_table().find(device, key)) return *entry;
-  return load_builtin_kernel(device, key, elementwise_source(spec), elementwise_kernel_name(spec));
+int strided_words32(const Layout& layout, uint32_t* words) {
+  const int nd = layout.ndim;
+  for (int d = 0; d < nd; ++d) {
+    // Division by the invariant size: q = (umulhi(n, magic) + n) >> shift for n < 2^31.
+    const uint64_t divisor = static_cast<uint64_t>(layout.shape[d]);
+    uint32_t shift = 0;
+    while ((uint64_t{1} << shift) < divisor) ++shift;
+    words[d] = static_cast<uint32_t>(divisor);
+    words[nd + d] = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
+    words[2 * nd + d] = shift;
+  }
+  for (int k = 0; k < layout.operands; ++k)
+    for (int d = 0; d < nd; ++d) words[3 * nd + k * nd + d] = static_cast<uint32_t>(static_cast<int32_t>(layout.strides[k][d]));
+  return 3 * nd + layout.operands * nd;
 }
 
-void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
-  launch_entry(kernel, dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), current_stream(device), args);
+int strided_words64(const Layout& layout, uint64_t* words) {
+  const int nd = layout.ndim;
+  for (int d = 0; d < nd; ++d) words[d] = static_cast<uint64_t>(layout.shape[d]);
+  for (int k = 0; k < layout.operands; ++k)
+    for (int d = 0; d < nd; ++d) words[nd + k * nd + d] = static_cast<uint64_t>(layout.strides[k][d]);
+  return nd + layout.operands * nd;
 }
-
-// out[i] = start + i * step (arange), the last element set to stop for linspace's endpoint
-// (src/cpu/elementwise.cpp's sequence, value for value).
-void sequence(const detail::ElementwiseCall& call, int device) {
-  const Array& out = call.out;
-  if (!out.is_contiguous()) throw Error("internal: sequence ops need a contiguous output");
-  ElementwiseSpec spec;
-  spec.op = OpCode::Arange;
-  spec.out = out.dtype();
-  spec.compute = out.dtype();
-  spec.layout = EwLayout::Sequence;
-  const KernelTable::Entry& kernel = elementwise_kernel(device, spec);
-  void* data = out.data_ptr();
-  double start = call.params[0].to_double(), step = call.params[1].to_double(), stop = call.params[3].to_double();
-  long long istart = call.params[0].to_int64(), istep = call.params[1].to_int64();
-  long long n = out.size();
-  const bool integral = out.dtype() == DType::Bool || is_integral(out.dtype());
-  int exact_int = integral && !call.params[0].is_floating() && !call.params[1].is_floating();
-  int endpoint = call.op == OpCode::Linspace && call.params[2].to_bool() && n > 1;
-  void* args[] = {&data, &start, &step, &istart, &istep, &exact_int, &endpoint, &stop, &n};
-  run(kernel, device, n, args);
-}
-
-}  // namespace
 
 void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args) {
   if (kernel.context_function != nullptr)
@@ -187,8 +204,7 @@ void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaS
     launch(static_cast<cudaKernel_t>(kernel.function), grid, block, 0, stream, args, kernel.name.c_str());
 }
 
-const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
-                                              const std::string& name) {
+KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name) {
   CompileOptions options;
   options.options = builtin_kernel_options();
   std::shared_ptr<Module> module = load_module(source, name, device, options);
@@ -209,7 +225,12 @@ const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const st
     blocks = kBlocksPerMultiprocessor;
   }
   entry.blocks_per_multiprocessor = blocks;
-  return *kernel_table().insert(device, key, std::move(entry));
+  return entry;
+}
+
+const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
+                                              const std::string& name) {
+  return *kernel_table().insert(device, key, compile_kernel_entry(device, source, name));
 }
 
 void cuda_elementwise(const detail::ElementwiseCall& call) {
@@ -307,24 +328,10 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
     }
     spec.unroll = inner_dense && (spec.raw_copy || elementwise_vectorizable(call.op, call.compute)) ? 4 : 1;
     if (spec.index64) {
-      for (int d = 0; d < nd; ++d) words64[d] = static_cast<uint64_t>(layout.shape[d]);
-      for (int k = 0; k < num_arrays; ++k)
-        for (int d = 0; d < nd; ++d) words64[nd + k * nd + d] = static_cast<uint64_t>(layout.strides[k][d]);
+      strided_words64(layout, words64);
       args[num_args++] = words64;
     } else {
-      for (int d = 0; d < nd; ++d) {
-        // Division by the invariant size: q = (umulhi(n, magic) + n) >> shift for n < 2^31.
-        const uint64_t divisor = static_cast<uint64_t>(layout.shape[d]);
-        uint32_t shift = 0;
-        while ((uint64_t{1} << shift) < divisor) ++shift;
-        words32[d] = static_cast<uint32_t>(divisor);
-        words32[nd + d] =
-            static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
-        words32[2 * nd + d] = shift;
-      }
-      for (int k = 0; k < num_arrays; ++k)
-        for (int d = 0; d < nd; ++d)
-          words32[3 * nd + k * nd + d] = static_cast<uint32_t>(static_cast<int32_t>(layout.strides[k][d]));
+      strided_words32(layout, words32);
       args[num_args++] = words32;
     }
   }

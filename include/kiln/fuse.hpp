@@ -1,0 +1,295 @@
+// Kernel fusion: kiln::fuse(f) turns a function of Arrays and scalars made of
+// elementwise ops (optionally ending in one reduction) into one generated GPU
+// kernel per input signature, as cupy.fuse does.
+//
+//   auto f = kiln::fuse([](auto x) { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; });
+//   Array y = f(x);  // GPU: one kernel, traced and compiled on the first call; CPU: kiln's ops one by one
+//   auto dot = kiln::fuse([](auto a, auto b) { return sum(a * b); });
+//
+// On the first call with a new signature (argument dtypes, ranks, which arguments are
+// scalars) the function is called once with FusionValue arguments: symbolic values with
+// the Array API's operators and function names, which record an expression graph. Every
+// later call with that signature reuses the graph (and on a GPU, the compiled kernel).
+// Results equal the unfused ops dtype for dtype (same NumPy 2 / NEP 50 promotion, float16
+// and bfloat16 intermediates rounded where the unfused ops round them). Values the function
+// captures (C++ constants) are read when it is traced; pass values that change as arguments.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/array.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln {
+
+namespace detail {
+class FusionTrace;
+struct FusionGraph;
+class FusionCache;
+}  // namespace detail
+
+/// A symbolic value in a function traced by fuse(): an array value (dtype and rank known, data
+/// not) or a weak scalar (an argument or constant that was a C++ number). Use it like an Array;
+/// it is only valid while fuse() traces the function (do not keep it).
+class FusionValue {
+ public:
+  /// Storage dtype of the value (for a weak scalar: bool, int64 or float64, as NumPy types it).
+  DType dtype() const;
+  /// Rank of the value (0 for a weak scalar).
+  int64_t ndim() const;
+  /// True for a weak scalar (a C++ number or a scalar argument).
+  bool is_scalar() const;
+  /// The value converted to `t`.
+  FusionValue astype(DType t) const;
+  // The final reduction of a fused function (Array's members of the same names).
+  FusionValue sum(Axes axes = {}, bool keepdims = false) const;
+  FusionValue mean(Axes axes = {}, bool keepdims = false) const;
+  FusionValue max(Axes axes = {}, bool keepdims = false) const;
+  FusionValue min(Axes axes = {}, bool keepdims = false) const;
+
+  /// Internal: the value of node `node` of `trace`.
+  FusionValue(detail::FusionTrace* trace, int node) : trace_(trace), node_(node) {}
+  detail::FusionTrace* trace() const { return trace_; }
+  int node() const { return node_; }
+
+ private:
+  detail::FusionTrace* trace_;
+  int node_;
+};
+
+namespace detail {
+
+/// One operand of a traced op: a FusionValue, a C++ number (a weak constant), or an Array the
+/// function captured instead of taking it as an argument (rejected with ValueError).
+class FusionOperand {
+ public:
+  FusionOperand(const FusionValue& v) : value_(v) {}  // NOLINT
+  template <Arithmetic T>
+  FusionOperand(T v) : scalar_(v) {}                      // NOLINT
+  FusionOperand(const Scalar& s) : scalar_(s) {}          // NOLINT
+  FusionOperand(const Array&) : captured_array_(true) {}  // NOLINT
+  bool is_value() const { return value_.trace() != nullptr; }
+  const FusionValue& value() const { return value_; }
+  const Scalar& scalar() const { return scalar_; }
+  bool captured_array() const { return captured_array_; }
+
+ private:
+  FusionValue value_{nullptr, -1};
+  Scalar scalar_;
+  bool captured_array_ = false;
+};
+
+template <class T>
+constexpr bool is_fusion_value = std::is_same_v<std::remove_cvref_t<T>, FusionValue>;
+template <class T>
+concept FusionArg = is_fusion_value<T> || Arithmetic<std::remove_cvref_t<T>> ||
+    std::is_same_v<std::remove_cvref_t<T>, Array> || std::is_same_v<std::remove_cvref_t<T>, Scalar>;
+/// Operands of a traced op: each a FusionValue, number or Array, at least one a FusionValue.
+template <class... T>
+concept FusionArgs = (FusionArg<T> && ...) && (is_fusion_value<T> || ...);
+
+/// Records op `name` (an elementwise op of ops.hpp) over the operands; throws like the op would.
+FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> operands);
+/// Records the final reduction `name` (sum, prod, max, min, mean, all, any) of `x`.
+FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims);
+/// Throws ValueError: `op` cannot be part of a fused function.
+[[noreturn]] void fusion_not_fusable(const char* op);
+
+/// An argument of a fused call: an Array or a scalar.
+struct FusionArgument {
+  const Array* array = nullptr;
+  Scalar scalar;
+};
+/// The graph for these arguments' signature from `cache`, or nullptr when it has none yet.
+std::shared_ptr<const FusionGraph> fusion_lookup(FusionCache& cache, const std::vector<FusionArgument>& args);
+/// Runs the traced function: `trace_fn(values)` calls the user's function on one FusionValue per argument.
+/// Stores the graph in `cache` and returns it.
+std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::string& name,
+                                                const std::vector<FusionArgument>& args,
+                                                FusionValue (*trace_fn)(void*, const std::vector<FusionValue>&),
+                                                void* context);
+/// Runs `graph` on the arguments: one generated kernel on a GPU, kiln's ops one by one on the CPU.
+Array fusion_run(const FusionGraph& graph, const std::vector<FusionArgument>& args);
+std::shared_ptr<FusionCache> make_fusion_cache();
+size_t fusion_cache_size(const FusionCache& cache);
+/// A traced graph as text, one node a line (for tests and debugging).
+std::string fusion_describe(const FusionGraph& graph);
+
+inline FusionArgument fusion_argument(const Array& a) { return {&a, {}}; }
+template <Arithmetic T>
+FusionArgument fusion_argument(T v) {
+  return {nullptr, Scalar(v)};
+}
+inline FusionArgument fusion_argument(const Scalar& s) { return {nullptr, s}; }
+
+}  // namespace detail
+
+/// A fused function (made by fuse()). Copies share the traced-signature cache; thread-safe.
+template <class F>
+class Fused {
+ public:
+  explicit Fused(F f, std::string name = "fused")
+      : f_(std::move(f)), name_(std::move(name)), cache_(detail::make_fusion_cache()) {}
+
+  /// Calls the function on Arrays and C++ numbers. Traces it on the first call of a signature; throws
+  /// ValueError for ops that cannot be fused, DeviceError for Arrays on different devices, and what the
+  /// ops themselves throw (ShapeError, DTypeError, ...). Asynchronous on a GPU, like the ops.
+  template <class... Args>
+  Array operator()(const Args&... args) const {
+    static_assert(sizeof...(Args) > 0, "kiln::fuse: call the fused function with at least one Array");
+    std::vector<detail::FusionArgument> arguments{detail::fusion_argument(args)...};
+    return detail::fusion_run(*graph_for<sizeof...(Args)>(arguments), arguments);
+  }
+  /// The traced graph for these arguments' signature (traced when new) without running it; for tests and
+  /// tools (detail::fusion_describe prints it).
+  template <class... Args>
+  std::shared_ptr<const detail::FusionGraph> graph(const Args&... args) const {
+    return graph_for<sizeof...(Args)>({detail::fusion_argument(args)...});
+  }
+  /// Number of signatures traced so far.
+  size_t cache_size() const { return detail::fusion_cache_size(*cache_); }
+  const std::string& name() const { return name_; }
+
+ private:
+  template <size_t N>
+  std::shared_ptr<const detail::FusionGraph> graph_for(const std::vector<detail::FusionArgument>& arguments) const {
+    if (std::shared_ptr<const detail::FusionGraph> graph = detail::fusion_lookup(*cache_, arguments)) return graph;
+    return detail::fusion_trace(*cache_, name_, arguments, &call_traced<N>, const_cast<F*>(&f_));
+  }
+  template <size_t N>
+  static FusionValue call_traced(void* f, const std::vector<FusionValue>& values) {
+    return apply(*static_cast<const F*>(f), values, std::make_index_sequence<N>());
+  }
+  template <size_t... I>
+  static FusionValue apply(const F& f, const std::vector<FusionValue>& values, std::index_sequence<I...>) {
+    using Result = std::invoke_result_t<const F&, decltype((void)I, std::declval<const FusionValue&>())...>;
+    static_assert(std::is_same_v<std::remove_cvref_t<Result>, FusionValue>,
+                  "kiln::fuse: the function must return the result of fusable ops on its arguments (one value)");
+    return f(values[I]...);
+  }
+
+  F f_;
+  std::string name_;
+  std::shared_ptr<detail::FusionCache> cache_;
+};
+
+/// Fuses `f` (a generic callable over Arrays and scalars; `name` appears in kernel names and messages).
+template <class F>
+Fused<std::decay_t<F>> fuse(F&& f, std::string name = "fused") {
+  return Fused<std::decay_t<F>>(std::forward<F>(f), std::move(name));
+}
+
+// ---------------------------------------------------------------- traced ops (the Array API's names)
+#define KILN_FUSION_UNARY(name) \
+  inline FusionValue name(const FusionValue& a) { return detail::fusion_apply(#name, {a}); }
+KILN_FUSION_UNARY(negative)
+KILN_FUSION_UNARY(abs) KILN_FUSION_UNARY(sign) KILN_FUSION_UNARY(exp) KILN_FUSION_UNARY(exp2) KILN_FUSION_UNARY(
+    log) KILN_FUSION_UNARY(log2) KILN_FUSION_UNARY(log10) KILN_FUSION_UNARY(log1p) KILN_FUSION_UNARY(expm1)
+    KILN_FUSION_UNARY(sqrt) KILN_FUSION_UNARY(square) KILN_FUSION_UNARY(sin) KILN_FUSION_UNARY(cos) KILN_FUSION_UNARY(
+        tan) KILN_FUSION_UNARY(arcsin) KILN_FUSION_UNARY(arccos) KILN_FUSION_UNARY(arctan) KILN_FUSION_UNARY(sinh)
+        KILN_FUSION_UNARY(cosh) KILN_FUSION_UNARY(tanh) KILN_FUSION_UNARY(sigmoid) KILN_FUSION_UNARY(
+            relu) KILN_FUSION_UNARY(floor) KILN_FUSION_UNARY(ceil) KILN_FUSION_UNARY(round) KILN_FUSION_UNARY(trunc)
+            KILN_FUSION_UNARY(logical_not) KILN_FUSION_UNARY(isnan) KILN_FUSION_UNARY(isinf) KILN_FUSION_UNARY(
+                isfinite) KILN_FUSION_UNARY(bitwise_not)
+#undef KILN_FUSION_UNARY
+
+#define KILN_FUSION_BINARY(name)                                                              \
+  template <class A, class B>                                                                 \
+  requires detail::FusionArgs<A, B> FusionValue name(const A& a, const B& b) {                \
+    return detail::fusion_apply(#name, {detail::FusionOperand(a), detail::FusionOperand(b)}); \
+  }
+                KILN_FUSION_BINARY(add) KILN_FUSION_BINARY(subtract) KILN_FUSION_BINARY(multiply) KILN_FUSION_BINARY(
+                    divide) KILN_FUSION_BINARY(floor_divide) KILN_FUSION_BINARY(remainder) KILN_FUSION_BINARY(power)
+                    KILN_FUSION_BINARY(maximum) KILN_FUSION_BINARY(minimum) KILN_FUSION_BINARY(arctan2)
+                        KILN_FUSION_BINARY(equal) KILN_FUSION_BINARY(not_equal) KILN_FUSION_BINARY(less)
+                            KILN_FUSION_BINARY(less_equal) KILN_FUSION_BINARY(greater) KILN_FUSION_BINARY(greater_equal)
+                                KILN_FUSION_BINARY(logical_and) KILN_FUSION_BINARY(logical_or)
+                                    KILN_FUSION_BINARY(logical_xor) KILN_FUSION_BINARY(bitwise_and)
+                                        KILN_FUSION_BINARY(bitwise_or) KILN_FUSION_BINARY(bitwise_xor)
+#undef KILN_FUSION_BINARY
+
+#define KILN_FUSION_OPERATOR(sym, name)                                                       \
+  template <class A, class B>                                                                 \
+  requires detail::FusionArgs<A, B> FusionValue operator sym(const A& a, const B& b) {        \
+    return detail::fusion_apply(#name, {detail::FusionOperand(a), detail::FusionOperand(b)}); \
+  }
+                                            KILN_FUSION_OPERATOR(+, add) KILN_FUSION_OPERATOR(-, subtract)
+                                                KILN_FUSION_OPERATOR(*, multiply) KILN_FUSION_OPERATOR(/, divide)
+                                                    KILN_FUSION_OPERATOR(%, remainder) KILN_FUSION_OPERATOR(==, equal)
+                                                        KILN_FUSION_OPERATOR(!=, not_equal) KILN_FUSION_OPERATOR(<,
+                                                                                                                 less)
+                                                            KILN_FUSION_OPERATOR(<=, less_equal)
+                                                                KILN_FUSION_OPERATOR(>, greater)
+                                                                    KILN_FUSION_OPERATOR(>=, greater_equal)
+                                                                        KILN_FUSION_OPERATOR(&, bitwise_and)
+                                                                            KILN_FUSION_OPERATOR(|, bitwise_or)
+                                                                                KILN_FUSION_OPERATOR(^, bitwise_xor)
+#undef KILN_FUSION_OPERATOR
+
+                                                                                    inline FusionValue
+                                                                                    operator-(const FusionValue& a) {
+  return detail::fusion_apply("negative", {a});
+}
+inline FusionValue operator!(const FusionValue& a) { return detail::fusion_apply("logical_not", {a}); }
+inline FusionValue operator~(const FusionValue& a) { return detail::fusion_apply("bitwise_not", {a}); }
+
+/// cond ? x : y elementwise (where's rules: the condition is read as bool, x and y promoted).
+template <class C, class X, class Y>
+requires detail::FusionArgs<C, X, Y> FusionValue where(const C& cond, const X& x, const Y& y) {
+  return detail::fusion_apply("where",
+                              {detail::FusionOperand(cond), detail::FusionOperand(x), detail::FusionOperand(y)});
+}
+/// min(max(a, lo), hi) elementwise.
+template <class L, class H>
+requires detail::FusionArg<L> && detail::FusionArg<H> FusionValue clip(const FusionValue& a, const L& lo, const H& hi) {
+  return detail::fusion_apply("clip", {a, detail::FusionOperand(lo), detail::FusionOperand(hi)});
+}
+inline FusionValue astype(const FusionValue& a, DType t) { return a.astype(t); }
+
+// The final reduction (at most one, and nothing may follow it).
+inline FusionValue sum(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("sum", a, axes, keepdims);
+}
+inline FusionValue prod(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("prod", a, axes, keepdims);
+}
+inline FusionValue mean(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("mean", a, axes, keepdims);
+}
+inline FusionValue max(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("max", a, axes, keepdims);
+}
+inline FusionValue min(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("min", a, axes, keepdims);
+}
+inline FusionValue all(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("all", a, axes, keepdims);
+}
+inline FusionValue any(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
+  return detail::fusion_reduce("any", a, axes, keepdims);
+}
+
+// Ops that cannot be fused: they compile, so the error can say which op and what to do (ValueError).
+template <class A, class B>
+requires detail::FusionArgs<A, B> FusionValue matmul(const A&, const B&) { detail::fusion_not_fusable("matmul"); }
+template <class A, class B>
+requires detail::FusionArgs<A, B> FusionValue dot(const A&, const B&) { detail::fusion_not_fusable("dot"); }
+inline FusionValue argmax(const FusionValue&, std::optional<int64_t> = {}, bool = false) {
+  detail::fusion_not_fusable("argmax");
+}
+inline FusionValue argmin(const FusionValue&, std::optional<int64_t> = {}, bool = false) {
+  detail::fusion_not_fusable("argmin");
+}
+inline FusionValue var(const FusionValue&, Axes = {}, int64_t = 0, bool = false) { detail::fusion_not_fusable("var"); }
+inline FusionValue std(const FusionValue&, Axes = {}, int64_t = 0, bool = false) { detail::fusion_not_fusable("std"); }
+inline FusionValue reshape(const FusionValue&, const Shape&) { detail::fusion_not_fusable("reshape"); }
+inline FusionValue transpose(const FusionValue&) { detail::fusion_not_fusable("transpose"); }
+
+}  // namespace kiln

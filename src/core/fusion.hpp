@@ -1,0 +1,97 @@
+// Fusion's expression graph (internal): what tracing a function given to
+// kiln::fuse records, and what a backend turns into one kernel. Nodes are in
+// topological order (an operand's id is always smaller than its user's).
+//
+// Every value is "strong" (an array value: dtype and rank known) or "weak" (a C++
+// number: a scalar argument, a constant of the function, or an op on weak values only,
+// typed as NumPy types Python scalars: bool, int64 or float64). Weak values are
+// computed on the host at each call; a strong op that reads a weak value gets it as a
+// kernel argument (a "scalar slot"), rounded to the op's compute dtype as the unfused op
+// rounds its scalar operand (round_scalar), so fused and unfused results agree.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/op_table.hpp"
+#include "kiln/array.hpp"
+
+namespace kiln::detail {
+
+enum class FusionNodeKind : uint8_t { Argument, Constant, Op, Cast, Reduce };
+
+/// The final reduction of a fused function.
+enum class FusionReduction : uint8_t { Sum, Prod, Max, Min, Mean, All, Any };
+const char* fusion_reduction_name(FusionReduction r);
+
+struct FusionNode {
+  FusionNodeKind kind = FusionNodeKind::Op;
+  bool weak = false;          ///< a weak scalar (computed on the host)
+  DType dtype = DType::Bool;  ///< storage dtype of the value (weak: bool, int64 or float64)
+  int ndim = 0;               ///< rank (weak: 0)
+  int num_inputs = 0;
+  int inputs[3] = {-1, -1, -1};
+  // Op
+  OpCode op = OpCode::Identity;
+  DType compute = DType::Bool;  ///< the op's compute dtype (as elementwise() picks it)
+  int slots[3] = {-1, -1, -1};  ///< scalar slot of each weak operand of a strong op, else -1
+  // Argument
+  int argument = -1;
+  // Constant
+  Scalar value;
+  // Reduce (input: inputs[0])
+  FusionReduction reduction = FusionReduction::Sum;
+  Shape axes;  ///< sorted, non-negative axes of the input (all of them for a full reduction)
+  bool keepdims = false;
+};
+
+/// A weak value read by a strong op: node `source`, rounded to `compute` and passed as `argument_dtype`.
+struct FusionSlot {
+  int source = -1;
+  int user = -1;  ///< an Op node, or a Cast node (the weak value converted as it is: no rounding, no range check)
+  int operand = 0;
+  DType compute = DType::Float32;
+  DType argument_dtype = DType::Float32;  ///< the kernel parameter's dtype (scalar_argument_dtype)
+};
+
+struct FusionGraph {
+  std::string name;
+  std::vector<FusionNode> nodes;
+  std::vector<FusionSlot> slots;
+  int output = -1;       ///< node id of the result
+  int reduce = -1;       ///< node id of the final reduction, or -1 (then output is elementwise)
+  int elementwise = -1;  ///< the last elementwise node: the output, or the reduction's input
+  int num_arguments = 0;
+  std::vector<bool> argument_is_array;
+  std::vector<bool> live;  ///< per node: the output depends on it (dead nodes are neither run nor generated)
+  uint64_t hash = 0;       ///< of the structure and dtypes (not of constant values), for kernel keys
+
+  /// Compiled kernels a backend made for this graph, by the backend's key (device, layout, ...).
+  std::shared_ptr<void> find_kernel(uint64_t key) const;
+  /// Stores a kernel under `key` (the first insert wins) and returns the stored one.
+  std::shared_ptr<void> insert_kernel(uint64_t key, std::shared_ptr<void> kernel) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<uint64_t, std::shared_ptr<void>> kernels_;
+};
+
+/// One fused call as a backend executes it: the elementwise part of `graph` over `shape` (the
+/// broadcast shape of the array arguments), then the final reduction if the graph has one.
+struct FusionCall {
+  const FusionGraph* graph = nullptr;
+  /// Per graph argument: the Array broadcast to `shape`, or nullptr (a scalar or unused argument).
+  std::vector<const Array*> arrays;
+  /// Per graph slot: its value, already rounded to the slot's compute dtype.
+  std::vector<Scalar> slot_values;
+  Shape shape;
+  /// The result: shape `shape` for an elementwise graph; for a reduction, `shape` with the reduced axes
+  /// set to 1 (keepdims form; sum/prod/max/min/all/any dtype; mean: a float64 sum that the core divides).
+  Array out;
+};
+
+}  // namespace kiln::detail

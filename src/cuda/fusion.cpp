@@ -1,0 +1,251 @@
+// The launcher of fused kernels (CudaBackend::fused). Per call, as the built-in
+// elementwise engine does: coalesce the operands' axes, pick the layout class
+// (contiguous with 16-byte vectors when every operand is contiguous and aligned,
+// else strided), the index width and the grid; for a final reduction, split the
+// broadcast shape into kept and reduced axes (logical order, coalesced where every
+// operand allows) and pick the threads per output. Compiled kernels are cached in
+// the graph by (device, spec key), so a repeated call generates and compiles nothing;
+// the modules themselves live in load_module's memory and disk caches.
+#include "cuda/fusion.hpp"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "cuda/codegen.hpp"
+#include "cuda/elementwise_layout.hpp"
+#include "cuda/launch.hpp"
+#include "cuda/ops.hpp"
+#include "cuda/runtime.hpp"
+
+namespace kiln::cuda_impl {
+
+using detail::FusionGraph;
+
+namespace {
+
+const KernelTable::Entry& fused_kernel(const FusionGraph& g, int device, const FusionKernelSpec& spec) {
+  const uint64_t key = fusion_kernel_key(spec) | static_cast<uint64_t>(device) << 48;
+  if (std::shared_ptr<void> found = g.find_kernel(key)) return *static_cast<const KernelTable::Entry*>(found.get());
+  const std::string name = fusion_kernel_name(g, spec);
+  auto entry = std::make_shared<KernelTable::Entry>(compile_kernel_entry(device, fusion_source(g, spec), name));
+  return *static_cast<const KernelTable::Entry*>(g.insert_kernel(key, entry).get());
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// One axis of a fused reduction: its size and each input's stride.
+struct Axis {
+  int64_t size;
+  int64_t strides[kMaxLayoutOperands];
+};
+
+/// Appends `axis`, merging it into the previous one when every input steps uniformly across both.
+void push_axis(std::vector<Axis>& axes, const Axis& axis, int inputs) {
+  if (!axes.empty()) {
+    Axis& outer = axes.back();
+    bool merge = true;
+    for (int k = 0; k < inputs && merge; ++k) merge = outer.strides[k] == axis.strides[k] * axis.size;
+    if (merge) {
+      outer.size *= axis.size;
+      for (int k = 0; k < inputs; ++k) outer.strides[k] = axis.strides[k];
+      return;
+    }
+  }
+  axes.push_back(axis);
+}
+
+void elementwise(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
+                 void** pointers, std::vector<void*>& args) {
+  const FusionGraph& g = *call.graph;
+  const std::string who = "fuse(" + g.name + ")";
+  const int operands = 1 + static_cast<int>(inputs.size());
+  Layout layout;
+  layout.operands = operands;
+  coalesce(layout, call.shape, arrays, who.c_str());
+  const int64_t n = call.out.size();
+  bool contiguous = n == 1;
+  if (!contiguous && layout.ndim == 1) {
+    contiguous = true;
+    for (int k = 0; k < operands; ++k) contiguous = contiguous && layout.strides[k][0] == 1;
+  }
+  FusionKernelSpec spec;
+  spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
+  unsigned int n32 = static_cast<unsigned int>(n);
+  unsigned long long n64 = static_cast<unsigned long long>(n);
+  int64_t work_items = n;
+  std::vector<uint32_t> words32(static_cast<size_t>(3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
+  std::vector<uint64_t> words64(static_cast<size_t>(kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
+  if (contiguous) {
+    spec.layout = FusionLayout::Contiguous;
+    int64_t widest = 1;
+    for (int k = 0; k < operands; ++k) widest = std::max(widest, itemsize(arrays[k]->dtype()));
+    int vec = static_cast<int>(16 / widest);
+    for (; vec > 1; vec /= 2) {
+      bool aligned = true;
+      for (int k = 0; k < operands; ++k)
+        aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
+      if (aligned) break;
+    }
+    spec.vector_width = n >= 2 * vec ? vec : 1;
+    work_items = ceil_div(n, spec.vector_width);
+  } else {
+    spec.layout = FusionLayout::Strided;
+    const int nd = layout.ndim;
+    spec.ndim = nd;
+    bool inner_dense = true;  // several elements in flight per thread unless an operand is transposed
+    for (int k = 0; k < operands; ++k)
+      inner_dense = inner_dense && layout.strides[k][nd - 1] >= 0 && layout.strides[k][nd - 1] <= 1;
+    spec.unroll = inner_dense ? 4 : 1;
+    if (spec.index64) {
+      strided_words64(layout, words64.data());
+      args.push_back(words64.data());
+    } else {
+      strided_words32(layout, words32.data());
+      args.push_back(words32.data());
+    }
+  }
+  args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
+  const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
+  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), 0,
+         current_stream(device), args.data(), kernel.name.c_str());
+}
+
+void reduction(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
+               std::vector<void*>& args, void** out_pointer) {
+  const FusionGraph& g = *call.graph;
+  const detail::FusionNode& node = g.nodes[static_cast<size_t>(g.reduce)];
+  const std::string who = "fuse(" + g.name + ")";
+  const int ni = static_cast<int>(inputs.size());
+  const Shape& shape = call.shape;
+  std::vector<bool> reduced(shape.size(), false);
+  for (int64_t a : node.axes) reduced[static_cast<size_t>(a)] = true;
+  std::vector<Axis> kept, red;
+  int64_t last_nontrivial = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    last_nontrivial = static_cast<int64_t>(d);
+    Axis axis{shape[d], {}};
+    for (int k = 0; k < ni; ++k) axis.strides[k] = arrays[k + 1]->strides()[d];
+    push_axis(reduced[d] ? red : kept, axis, ni);
+  }
+  if (red.empty()) red.push_back(Axis{1, {}});
+  if (kept.size() > static_cast<size_t>(kMaxKernelRank) || red.size() > static_cast<size_t>(kMaxKernelRank))
+    throw ShapeError(who + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+                     " axes that cannot be merged (shape " + shape_str(shape) + "); make an operand contiguous first");
+  const int64_t num_out = call.out.size();
+  int64_t num_red = 1;
+  for (const Axis& a : red) num_red *= a.size;
+
+  FusionKernelSpec spec;
+  spec.layout = FusionLayout::Reduce;
+  spec.op = fusion_reduce_op(node.reduction);
+  spec.out = call.out.dtype();
+  spec.acc = reduce_accumulator_dtype(spec.op, g.nodes[static_cast<size_t>(g.elementwise)].dtype, spec.out);
+  spec.kept_ndim = static_cast<int>(kept.size());
+  spec.reduced_ndim = static_cast<int>(red.size());
+  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * 8;
+  const int64_t resident_threads = wave * kBlockSize;
+  const bool rows = last_nontrivial < 0 || reduced[static_cast<size_t>(last_nontrivial)];
+  int64_t splits = 1;
+  if (rows) {
+    // A (sub-)warp per output when outputs are many or rows short, else a block (split when outputs are few).
+    if (num_red <= 32 || num_out * 32 >= resident_threads) {
+      int p = 1;
+      while (p < num_red && p < 32) p *= 2;
+      spec.group = p;
+    } else {
+      spec.group = kBlockSize;
+      if (num_out < wave) splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
+    }
+  } else {
+    // A thread per output, adjacent threads on adjacent outputs; split the reduced range when outputs are few.
+    spec.group = 1;
+    if (num_out < resident_threads) splits = std::min(ceil_div(resident_threads, num_out), ceil_div(num_red, 64));
+  }
+  splits = std::max<int64_t>(splits, 1);
+  const int64_t chunk = ceil_div(num_red, splits);
+  splits = ceil_div(num_red, chunk);
+  spec.to_partials = splits > 1;
+  int64_t extent = 0;
+  for (int k = 0; k < ni; ++k) {
+    int64_t e = 0;
+    for (const Axis& a : kept) e += (a.size - 1) * std::abs(a.strides[k]);
+    for (const Axis& a : red) e += (a.size - 1) * std::abs(a.strides[k]);
+    extent = std::max(extent, e);
+  }
+  spec.index64 = shape_numel(shape) > INT32_MAX || num_out * splits > INT32_MAX || extent > INT32_MAX;
+
+  std::vector<uint64_t> words;
+  for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.size));
+  for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.size));
+  for (int k = 0; k < ni; ++k) {
+    for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.strides[k]));
+    for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.strides[k]));
+  }
+  for (int64_t w : {num_out, num_red, splits, chunk}) words.push_back(static_cast<uint64_t>(w));
+  std::vector<uint32_t> narrow(words.size());
+  for (size_t i = 0; i < words.size(); ++i) narrow[i] = static_cast<uint32_t>(words[i]);
+  args.push_back(spec.index64 ? static_cast<void*>(words.data()) : static_cast<void*>(narrow.data()));
+
+  Array partials;
+  if (spec.to_partials) {
+    partials = detail::make_array({num_out, splits}, spec.acc, call.out.device());
+    *out_pointer = partials.data_ptr();
+  }
+  const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
+  const int64_t blocks = std::clamp<int64_t>(ceil_div(num_out * splits * spec.group, kBlockSize), 1, 4 * wave);
+  launch(static_cast<cudaKernel_t>(kernel.function), dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
+         current_stream(device), args.data(), kernel.name.c_str());
+  if (spec.to_partials) {
+    // The second pass is the built-in reduction over each output's `splits` accumulators.
+    detail::ReduceCall second{spec.op, &partials, call.out.reshape({num_out, 1}), Shape{1}};
+    cuda_reduce(second);
+  }
+}
+
+}  // namespace
+
+bool cuda_fused(const detail::FusionCall& call) {
+  const FusionGraph& g = *call.graph;
+  const Array& out = call.out;
+  const int device = out.device().index;
+  if (out.size() == 0) return true;
+  set_device(device);
+  const std::vector<int> inputs = fusion_array_arguments(g);
+  if (static_cast<int>(inputs.size()) + 1 > kMaxLayoutOperands)
+    throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) +
+                     " array arguments; a fused kernel "
+                     "takes at most " +
+                     std::to_string(kMaxLayoutOperands - 1) + ", so split the function");
+  const Array* arrays[kMaxLayoutOperands] = {&out};
+  void* pointers[kMaxLayoutOperands] = {out.data_ptr()};
+  std::vector<void*> args;
+  args.reserve(2 + inputs.size() + g.slots.size() + 2);
+  args.push_back(&pointers[0]);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Array* a = call.arrays[static_cast<size_t>(inputs[k])];
+    if (a->device() != out.device())
+      throw DeviceError("fuse(" + g.name + "): an argument is on " + a->device().str() + " and the output on " +
+                        out.device().str() + "; move it with .to(" + out.device().str() + ")");
+    arrays[k + 1] = a;
+    pointers[k + 1] = a->data_ptr();
+    args.push_back(&pointers[k + 1]);
+  }
+  std::vector<std::array<uint64_t, 1>> slots(g.slots.size());
+  for (size_t j = 0; j < g.slots.size(); ++j) {
+    store_scalar(g.slots[j].argument_dtype, call.slot_values[j], slots[j].data());
+    args.push_back(slots[j].data());
+  }
+  if (g.reduce >= 0)
+    reduction(call, device, inputs, arrays, args, &pointers[0]);
+  else
+    elementwise(call, device, inputs, arrays, pointers, args);
+  return true;
+}
+
+}  // namespace kiln::cuda_impl

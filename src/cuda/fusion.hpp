@@ -1,0 +1,72 @@
+// Fused kernels (internal): CUDA source generated from a kiln::fuse graph
+// (core/fusion.hpp) and the launcher behind CudaBackend::fused.
+//
+// Every fused kernel is one `element()` function — the graph's elementwise nodes as
+// a sequence of statements, each the prelude's op_<name> in the node's compute type
+// with its result converted to the node's storage dtype (so float16 intermediates
+// round exactly where the unfused ops round them) — wrapped in one of three loops:
+// - contiguous: every array operand contiguous: 16-byte vector loads/stores with
+//   several vectors in flight per thread, a grid-stride loop and 32-bit indices when
+//   they fit (the built-in contiguous kernel's loop, for any number of inputs);
+// - strided: broadcast or strided operands: per-operand offsets from the coalesced
+//   shape (division by invariant integers with 32-bit indices);
+// - reduce: the final reduction. `group` threads (1, 2, ..., 32, or the block) reduce
+//   one (output, split) task: they walk its reduced elements computing element() from
+//   each operand's kept and reduced offsets, then combine with warp shuffles (and shared
+//   memory across warps). With group 1, adjacent threads take adjacent outputs (coalesced
+//   for a reduction over an outer axis). A split reduction writes accumulators
+//   (partials[o * splits + split]) that the built-in reduction then reduces.
+//
+// Kernel arguments, in order: out*, one pointer per array argument the graph reads (in
+// argument order), one value per scalar slot (FusionSlot::argument_dtype), then for
+// contiguous `n`, for strided `Params, n` (elementwise_layout.hpp's words), for reduce
+// `Params`: kept size[kn], reduced size[rn], then per input kept stride[kn] and reduced
+// stride[rn], then num_out, num_red, splits, chunk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/fusion.hpp"
+#include "cuda/codegen.hpp"
+
+namespace kiln::cuda_impl {
+
+enum class FusionLayout : uint8_t { Contiguous, Strided, Reduce };
+
+/// What a fused kernel's source depends on besides its graph.
+struct FusionKernelSpec {
+  FusionLayout layout = FusionLayout::Contiguous;
+  int vector_width = 1;  ///< contiguous: elements per vector load/store
+  int ndim = 1;          ///< strided: coalesced rank; reduce: unused
+  int unroll = 1;        ///< strided: elements per thread and iteration (1 or 4)
+  bool index64 = false;
+  // reduce
+  detail::ReduceOp op = detail::ReduceOp::Sum;
+  DType out = DType::Float32;  ///< the reduction's output dtype
+  DType acc = DType::Float32;  ///< accumulator (reduce_accumulator_dtype)
+  int group = 1;               ///< threads per (output, split) task: 1..32 (power of two) or kBlockSize
+  int kept_ndim = 0;
+  int reduced_ndim = 1;
+  bool to_partials = false;
+};
+
+/// The spec as a 64-bit key (unique per spec, for the graph's kernel cache together with the device).
+uint64_t fusion_kernel_key(const FusionKernelSpec& spec);
+/// "kiln_fused_<name>_<graph hash>_<layout...>" (shows up in profilers).
+std::string fusion_kernel_name(const detail::FusionGraph& graph, const FusionKernelSpec& spec);
+/// The kernel (no prelude) in a namespace named after it; throws DTypeError for an op without a GPU definition.
+std::string fusion_kernel_code(const detail::FusionGraph& graph, const FusionKernelSpec& spec);
+/// Complete source: the prelude of device_functions.hpp and the kernel.
+std::string fusion_source(const detail::FusionGraph& graph, const FusionKernelSpec& spec);
+/// Argument indices of the array arguments the graph reads, in kernel-parameter order.
+std::vector<int> fusion_array_arguments(const detail::FusionGraph& graph);
+/// The reduce op a graph's final reduction runs as (mean: sum into float64).
+detail::ReduceOp fusion_reduce_op(detail::FusionReduction r);
+
+/// Runs call (CudaBackend::fused): one generated kernel (plus the built-in second pass of a split
+/// reduction) on call.out's device and current stream. Always returns true.
+bool cuda_fused(const detail::FusionCall& call);
+
+}  // namespace kiln::cuda_impl
