@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
     Result fused_row = row("fusion_chain_fused", "2^26", time_events(d, [&] { (void)fused(x); }), 0, "ms", check);
     add(fused_row);
     const double floor_s = 2.0 * 4 * n / (copy_GBs * 1e9);
-    add(row("fusion_chain_floor", "2^26", bench::summarize({floor_s}), 0, "ms",
+    add(row("fusion_chain_floor", "2^26", benchutil::summarize({floor_s}), 0, "ms",
             fmt::format("fused/floor = {:.3f} (target <= 1.15)", fused_row.stats.median_s / floor_s)));
   }
   // 4. float32 matmul (TF32 off).
