@@ -6,6 +6,7 @@
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
 #include "kiln/io.hpp"
+#include "kiln/kernels.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
 #include "kiln/scalar.hpp"

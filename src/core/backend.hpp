@@ -56,6 +56,9 @@ struct MatmulCall {
 };
 
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
+struct UserElementwiseCall;  // core/user_kernel.hpp
+struct UserReductionCall;
+
 struct RandomCall {
   RandomDistribution distribution;
   Array out;
@@ -79,6 +82,10 @@ class Backend {
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;
   virtual void random(const RandomCall& call) = 0;
+  /// Runs a user ElementwiseKernel / ReductionKernel (include/kiln/kernels.hpp): generates, compiles
+  /// (cached) and launches it. Only GPU backends compile user kernels; the default throws DeviceError.
+  virtual void user_elementwise(const UserElementwiseCall& call);
+  virtual void user_reduction(const UserReductionCall& call);
   /// Waits for all work queued on `device`.
   virtual void synchronize(Device device) = 0;
   /// Number of devices of this type that can be used (0 when the driver or hardware is missing).

@@ -24,6 +24,7 @@
 #include "core/backend.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compiler.hpp"
+#include "cuda/elementwise_layout.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
@@ -38,60 +39,43 @@ constexpr int kMaxOperands = 4;
 /// Resident 256-thread blocks per multiprocessor we size grids for (2048 threads on every GPU since Volta).
 constexpr int kBlocksPerMultiprocessor = 8;
 
-/// The problem after coalescing: shape and per-operand element strides, output first.
-struct Layout {
-  int ndim = 0;
-  int operands = 0;
-  int64_t shape[kMaxKernelRank];
-  int64_t strides[kMaxOperands][kMaxKernelRank];
-};
+using Layout = StridedLayout<kMaxOperands>;
 
-/// Merges axes (output's C order) where every operand steps uniformly; drops size-1 axes.
-/// Throws ShapeError when more than kMaxKernelRank axes remain.
-void coalesce(Layout& layout, const Shape& shape, const Array* const* arrays, const char* op) {
-  layout.ndim = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    const int nd = layout.ndim;
-    if (nd > 0) {
-      bool merge = true;
-      for (int k = 0; k < layout.operands && merge; ++k)
-        merge = layout.strides[k][nd - 1] == arrays[k]->strides()[d] * shape[d];
-      if (merge) {
-        layout.shape[nd - 1] *= shape[d];
-        for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd - 1] = arrays[k]->strides()[d];
-        continue;
-      }
-    }
-    if (nd == kMaxKernelRank)
-      throw ShapeError(std::string(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
-                       " axes that cannot be merged (shape " + shape_str(shape) +
-                       "); make an operand contiguous first (.contiguous())");
-    layout.shape[nd] = shape[d];
-    for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd] = arrays[k]->strides()[d];
-    ++layout.ndim;
-  }
-  if (layout.ndim == 0) {
-    layout.ndim = 1;
-    layout.shape[0] = 1;
-    for (int k = 0; k < layout.operands; ++k) layout.strides[k][0] = 0;
-  }
+const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& spec) {
+  const uint64_t key = elementwise_key(spec);
+  if (const KernelTable::Entry* entry = kernel_table().find(device, key)) return *entry;
+  return load_builtin_kernel(device, key, elementwise_source(spec), elementwise_kernel_name(spec));
 }
 
-/// Whether every operand's offsets (in elements) stay within a signed 32-bit range.
-bool offsets_fit_32(const Layout& layout) {
-  for (int k = 0; k < layout.operands; ++k) {
-    int64_t extent = 0;
-    for (int d = 0; d < layout.ndim; ++d) {
-      const int64_t s = layout.strides[k][d] < 0 ? -layout.strides[k][d] : layout.strides[k][d];
-      extent += (layout.shape[d] - 1) * s;
-      if (extent > INT32_MAX) return false;
-    }
-  }
-  return true;
+void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
+  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), 0,
+         current_stream(device), args, kernel.name.c_str());
 }
 
-/// Writes `value` converted to `t` (a kernel-argument dtype: no 16-bit floats) into `slot`.
+// out[i] = start + i * step (arange), the last element set to stop for linspace's endpoint
+// (src/cpu/elementwise.cpp's sequence, value for value).
+void sequence(const detail::ElementwiseCall& call, int device) {
+  const Array& out = call.out;
+  if (!out.is_contiguous()) throw Error("internal: sequence ops need a contiguous output");
+  ElementwiseSpec spec;
+  spec.op = OpCode::Arange;
+  spec.out = out.dtype();
+  spec.compute = out.dtype();
+  spec.layout = EwLayout::Sequence;
+  const KernelTable::Entry& kernel = elementwise_kernel(device, spec);
+  void* data = out.data_ptr();
+  double start = call.params[0].to_double(), step = call.params[1].to_double(), stop = call.params[3].to_double();
+  long long istart = call.params[0].to_int64(), istep = call.params[1].to_int64();
+  long long n = out.size();
+  const bool integral = out.dtype() == DType::Bool || is_integral(out.dtype());
+  int exact_int = integral && !call.params[0].is_floating() && !call.params[1].is_floating();
+  int endpoint = call.op == OpCode::Linspace && call.params[2].to_bool() && n > 1;
+  void* args[] = {&data, &start, &step, &istart, &istep, &exact_int, &endpoint, &stop, &n};
+  run(kernel, device, n, args);
+}
+
+}  // namespace
+
 void store_scalar(DType t, const Scalar& value, void* slot) {
   switch (t) {
     case DType::Bool: {
@@ -139,47 +123,11 @@ void store_scalar(DType t, const Scalar& value, void* slot) {
   }
 }
 
-/// Blocks for `work_items` threads' worth of work: at most one wave of resident blocks (the kernels loop).
 unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kernel) {
   const int64_t blocks = (work_items + kBlockSize - 1) / kBlockSize;
   const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kernel.blocks_per_multiprocessor;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
-
-const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& spec) {
-  const uint64_t key = elementwise_key(spec);
-  if (const KernelTable::Entry* entry = kernel_table().find(device, key)) return *entry;
-  return load_builtin_kernel(device, key, elementwise_source(spec), elementwise_kernel_name(spec));
-}
-
-void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), 0,
-         current_stream(device), args, kernel.name.c_str());
-}
-
-// out[i] = start + i * step (arange), the last element set to stop for linspace's endpoint
-// (src/cpu/elementwise.cpp's sequence, value for value).
-void sequence(const detail::ElementwiseCall& call, int device) {
-  const Array& out = call.out;
-  if (!out.is_contiguous()) throw Error("internal: sequence ops need a contiguous output");
-  ElementwiseSpec spec;
-  spec.op = OpCode::Arange;
-  spec.out = out.dtype();
-  spec.compute = out.dtype();
-  spec.layout = EwLayout::Sequence;
-  const KernelTable::Entry& kernel = elementwise_kernel(device, spec);
-  void* data = out.data_ptr();
-  double start = call.params[0].to_double(), step = call.params[1].to_double(), stop = call.params[3].to_double();
-  long long istart = call.params[0].to_int64(), istep = call.params[1].to_int64();
-  long long n = out.size();
-  const bool integral = out.dtype() == DType::Bool || is_integral(out.dtype());
-  int exact_int = integral && !call.params[0].is_floating() && !call.params[1].is_floating();
-  int endpoint = call.op == OpCode::Linspace && call.params[2].to_bool() && n > 1;
-  void* args[] = {&data, &start, &step, &istart, &istep, &exact_int, &endpoint, &stop, &n};
-  run(kernel, device, n, args);
-}
-
-}  // namespace
 
 const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
                                               const std::string& name) {
@@ -254,11 +202,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   layout.operands = num_arrays;
   coalesce(layout, out.shape(), arrays, op_name);
   const int64_t n = out.size();
-  bool contiguous = n == 1;
-  if (!contiguous && layout.ndim == 1) {
-    contiguous = true;
-    for (int k = 0; k < num_arrays; ++k) contiguous = contiguous && layout.strides[k][0] == 1;
-  }
+  const bool contiguous = is_contiguous_layout(layout, n);
   spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
@@ -297,27 +241,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
       inner_dense = inner_dense && (inner == 0 || inner == 1);
     }
     spec.unroll = inner_dense && (spec.raw_copy || elementwise_vectorizable(call.op, call.compute)) ? 4 : 1;
-    if (spec.index64) {
-      for (int d = 0; d < nd; ++d) words64[d] = static_cast<uint64_t>(layout.shape[d]);
-      for (int k = 0; k < num_arrays; ++k)
-        for (int d = 0; d < nd; ++d) words64[nd + k * nd + d] = static_cast<uint64_t>(layout.strides[k][d]);
-      args[num_args++] = words64;
-    } else {
-      for (int d = 0; d < nd; ++d) {
-        // Division by the invariant size: q = (umulhi(n, magic) + n) >> shift for n < 2^31.
-        const uint64_t divisor = static_cast<uint64_t>(layout.shape[d]);
-        uint32_t shift = 0;
-        while ((uint64_t{1} << shift) < divisor) ++shift;
-        words32[d] = static_cast<uint32_t>(divisor);
-        words32[nd + d] =
-            static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
-        words32[2 * nd + d] = shift;
-      }
-      for (int k = 0; k < num_arrays; ++k)
-        for (int d = 0; d < nd; ++d)
-          words32[3 * nd + k * nd + d] = static_cast<uint32_t>(static_cast<int32_t>(layout.strides[k][d]));
-      args[num_args++] = words32;
-    }
+    args[num_args++] = strided_params(layout, spec.index64, words32, words64);
   }
   args[num_args++] = spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32);
   run(elementwise_kernel(device, spec), device, work_items, args);
