@@ -213,6 +213,21 @@ TEST(UserKernelCalls, ArgumentErrorsNameKernelAndParameter) {
   expect_error<ValueError>([&] { add.call({zeros({2}, float32, cpu()), 1.0f}, 3); }, {"my_add", "size 3", "2"});
 }
 
+TEST(UserKernelCalls, ReadmeCallFormsResolveAndReachTheDeviceCheck) {
+  Array x = ones({4, 3}, float32, cpu()), y = ones({4, 3}, float32, cpu()), z = empty({4, 3}, float32, cpu());
+  ElementwiseKernel saxpy("T x, T y, T a", "T z", "z = a * x + y", "saxpy");
+  expect_error<DeviceError>([&] { saxpy(x, y, 2.5f); }, {"saxpy"});
+  expect_error<DeviceError>([&] { saxpy(x, y, 2.5f, z); }, {"saxpy"});
+  expect_error<DeviceError>([&] { saxpy.call({x, y, 2.5f}); }, {"saxpy"});
+  ReductionKernel l2norm("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
+  expect_error<DeviceError>([&] { l2norm(x, {0}, true); }, {"l2norm"});
+  expect_error<DeviceError>([&] { l2norm(x, {-1, 0}); }, {"l2norm"});
+  ReductionKernel dot("T x, T w", "float64 y", "(double)x * w", "a + b", "y = a", "0", "dot",
+                      {.reduce_type = "double"});
+  expect_error<DeviceError>([&] { dot({x, ones({3}, float32, cpu())}, 0); }, {"dot"});
+  expect_error<DeviceError>([&] { dot.call({x, 2.0f, empty({3}, float64, cpu())}, 0); }, {"dot"});
+}
+
 TEST(UserKernelCalls, ReductionArgumentErrors) {
   ReductionKernel l2("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
   ReductionKernel mx("T x", "T y", "x", "max(a, b)", "y = a", "", "my_max");
@@ -433,6 +448,14 @@ TEST(UserKernelCodegen, ReductionsCompileForEveryPassGroupAndRank) {
                                              {a_(DType::Float16), a_(DType::Float16), s_(2), r_(DType::Int32, 1, true)},
                                              DType::Float64, 0, 1, 256, UserReducePass::Single)),
                    "dot_k");
+  // CUDA's max() overloads serve a user max over floats and integers (the GPU tests' user_max).
+  for (DType t : {DType::Float32, DType::Int32, DType::Float16})
+    for (UserReducePass pass : {UserReducePass::Single, UserReducePass::ToPartials, UserReducePass::FromPartials}) {
+      const std::string name = "user_max_" + std::string(dtype_name(t)) + "_" + std::to_string(static_cast<int>(pass));
+      expect_ptx_entry(user_reduction_source(red("T x", "T y", "x", "max(a, b)", "y = a", "", name, {a_(t)}, t, 1, 1,
+                                                 256, pass)),
+                       name);
+    }
   // A full reduction of a 0-d problem, int8 with a C-type reduce type.
   expect_ptx_entry(user_reduction_source(red("int8 x", "int64 y", "x", "a > b ? a : b", "y = a", "-128", "max_i8",
                                              {a_(DType::Int8)}, DType::Int64, 0, 1, 1, UserReducePass::Single)),
