@@ -4,9 +4,8 @@
 // returns 1 when they are wrong.
 #include <cmath>
 #include <cstdio>
-#include <vector>
-
 #include <kiln/kiln.hpp>
+#include <vector>
 
 using namespace kiln;
 

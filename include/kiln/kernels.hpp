@@ -14,7 +14,10 @@
 //   the number of elements;
 // - float16/bfloat16 values are `float` in the code (as kiln's built-in GPU
 //   ops compute them) and are rounded to nearest even when stored.
-// User kernels run on CUDA GPUs only; a call with CPU arrays throws DeviceError.
+// An array may be passed as both an input and an output (each element is read
+// before it is written); other overlaps between arguments are the caller's to
+// avoid, as in CuPy. User kernels run on CUDA GPUs only; a call with CPU arrays
+// throws DeviceError.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +39,7 @@ struct ReductionKernelDef;
 class KernelArg {
  public:
   KernelArg(const Array& a) : array_(a), is_array_(true) {}  // NOLINT: implicit, so kernel(x, 2.0f) works
-  KernelArg(const Scalar& s) : scalar_(s) {}                  // NOLINT
+  KernelArg(const Scalar& s) : scalar_(s) {}                 // NOLINT
   template <Arithmetic T>
   KernelArg(T v) : scalar_(v) {}  // NOLINT
   bool is_array() const { return is_array_; }

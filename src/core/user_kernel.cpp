@@ -41,7 +41,8 @@ std::vector<std::string> split_words(const std::string& s) {
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 constexpr DType kAllDTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
@@ -79,17 +80,27 @@ void check_scalar(const std::string& kernel, const KernelParam& p, DType t, cons
                        (s.kind() == Scalar::Kind::Float && is_floating(t));
   const std::string type = p.dtype ? p.type_str() : p.placeholder + " = " + std::string(dtype_name(t));
   if (!kind_ok)
-    throw DTypeError(kernel + ": the " + scalar_kind_name(s) + " scalar " + s.str() + " cannot be passed for parameter '" +
-                     p.name + "' of type " + type + "; pass a value of that type (or an array)");
+    throw DTypeError(kernel + ": the " + scalar_kind_name(s) + " scalar " + s.str() +
+                     " cannot be passed for parameter '" + p.name + "' of type " + type +
+                     "; pass a value of that type (or an array)");
   if (s.kind() == Scalar::Kind::Int && is_integral(t)) {
     const int64_t v = s.to_int64();
     int64_t lo = INT64_MIN, hi = INT64_MAX;
     switch (t) {
-      case DType::Int8: lo = -128, hi = 127; break;
-      case DType::Int16: lo = -32768, hi = 32767; break;
-      case DType::Int32: lo = INT32_MIN, hi = INT32_MAX; break;
-      case DType::UInt8: lo = 0, hi = 255; break;
-      default: break;
+      case DType::Int8:
+        lo = -128, hi = 127;
+        break;
+      case DType::Int16:
+        lo = -32768, hi = 32767;
+        break;
+      case DType::Int32:
+        lo = INT32_MIN, hi = INT32_MAX;
+        break;
+      case DType::UInt8:
+        lo = 0, hi = 255;
+        break;
+      default:
+        break;
     }
     if (v < lo || v > hi)
       throw ValueError(kernel + ": the scalar " + s.str() + " for parameter '" + p.name + "' is out of range for " +
@@ -103,10 +114,14 @@ Scalar scalar_as(const Scalar& s, DType t) {
   if (is_integral(t)) return Scalar(s.to_int64());
   const double d = s.to<double>();
   switch (t) {
-    case DType::Float16: return Scalar(static_cast<double>(half_to_float(double_to_half(d))));
-    case DType::BFloat16: return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(d)))));
-    case DType::Float32: return Scalar(static_cast<double>(static_cast<float>(d)));
-    default: return Scalar(d);
+    case DType::Float16:
+      return Scalar(static_cast<double>(half_to_float(double_to_half(d))));
+    case DType::BFloat16:
+      return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(d)))));
+    case DType::Float32:
+      return Scalar(static_cast<double>(static_cast<float>(d)));
+    default:
+      return Scalar(d);
   }
 }
 
@@ -115,8 +130,8 @@ std::string count_message(const std::string& kernel, const std::vector<KernelPar
   std::string s = kernel + ": expected " + std::to_string(nin) + " input argument" + (nin == 1 ? "" : "s") + " (" +
                   quoted_list(params, 0, nin) + ")";
   if (nout > 0)
-    s += " or " + std::to_string(nin + nout) + " (the inputs, then the outputs " + quoted_list(params, nin, nin + nout) +
-         ")";
+    s += " or " + std::to_string(nin + nout) + " (the inputs, then the outputs " +
+         quoted_list(params, nin, nin + nout) + ")";
   return s + ", got " + std::to_string(got);
 }
 
@@ -233,9 +248,9 @@ TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, con
     return spec;
   }
   static const std::pair<const char*, DType> c_names[] = {
-      {"signed char", DType::Int8},    {"short", DType::Int16},        {"int", DType::Int32},
-      {"long", DType::Int64},          {"long long", DType::Int64},    {"unsigned char", DType::UInt8},
-      {"half", DType::Float16},        {"float", DType::Float32},      {"double", DType::Float64}};
+      {"signed char", DType::Int8}, {"short", DType::Int16},     {"int", DType::Int32},
+      {"long", DType::Int64},       {"long long", DType::Int64}, {"unsigned char", DType::UInt8},
+      {"half", DType::Float16},     {"float", DType::Float32},   {"double", DType::Float64}};
   for (const auto& [name, dtype] : c_names)
     if (t == name) {
       spec.dtype = dtype;
@@ -303,11 +318,11 @@ TypeMap resolve_kernel_types(const std::string& kernel, const std::vector<Kernel
     if (!p.dtype) {
       bind_array(p, a.dtype);
     } else if (p.raw ? a.dtype != *p.dtype : !can_cast_safe(a.dtype, *p.dtype)) {
-      throw DTypeError(kernel + ": parameter '" + p.name + "' is declared " + p.type_str() + " but the array is " +
-                       std::string(dtype_name(a.dtype)) +
-                       (p.raw ? " (a raw array must have its parameter's dtype exactly)"
-                              : ", which does not cast safely to it") +
-                       "; convert it with astype(" + p.type_str() + ")");
+      throw DTypeError(
+          kernel + ": parameter '" + p.name + "' is declared " + p.type_str() + " but the array is " +
+          std::string(dtype_name(a.dtype)) +
+          (p.raw ? " (a raw array must have its parameter's dtype exactly)" : ", which does not cast safely to it") +
+          "; convert it with astype(" + p.type_str() + ")");
     }
   }
   // Placeholders no array binds take the scalars' NumPy types (bool, int64, float64), promoted.
@@ -355,7 +370,8 @@ void check_definition(const std::string& name, const std::vector<KernelParam>& p
   for (size_t k = 0; k < params.size(); ++k) {
     const KernelParam& p = params[k];
     for (size_t j = 0; j < k; ++j)
-      if (params[j].name == p.name) bad_param(name, p.name, "the name is used twice; give every parameter its own name");
+      if (params[j].name == p.name)
+        bad_param(name, p.name, "the name is used twice; give every parameter its own name");
     for (const std::string& r : reserved)
       if (p.name == r || p.placeholder == r)
         bad_param(name, p.name, "'" + r + "' is reserved in this kernel's code; rename it");
@@ -482,8 +498,8 @@ std::vector<Array> ElementwiseKernel::call(const std::vector<KernelArg>& args, s
 
 ReductionKernel::ReductionKernel(const std::string& in_params, const std::string& out_params,
                                  const std::string& map_expr, const std::string& reduce_expr,
-                                 const std::string& post_map_expr, const std::string& identity,
-                                 const std::string& name, ReductionKernelOptions options)
+                                 const std::string& post_map_expr, const std::string& identity, const std::string& name,
+                                 ReductionKernelOptions options)
     : def_(std::make_shared<detail::ReductionKernelDef>()) {
   detail::ReductionKernelDef& d = *def_;
   d.name = name;

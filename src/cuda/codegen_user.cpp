@@ -227,8 +227,9 @@ std::string user_elementwise_source(const UserElementwiseSpec& spec) {
 // ------------------------------------------------------------------ reduction
 
 std::string user_reduction_signature(const UserReductionSpec& spec) {
-  const char* pass = spec.pass == UserReducePass::Single ? "single" : spec.pass == UserReducePass::ToPartials ? "to"
-                                                                                                              : "from";
+  const char* pass = spec.pass == UserReducePass::Single       ? "single"
+                     : spec.pass == UserReducePass::ToPartials ? "to"
+                                                               : "from";
   return "red|" + signature_of(spec.params) + "|" + dtype_tag(spec.reduce_type) + "|k" +
          std::to_string(spec.kept_ndim) + "r" + std::to_string(spec.reduced_ndim) + "g" + std::to_string(spec.group) +
          "|" + pass + (spec.index64 ? "|i64" : "|i32");
@@ -344,7 +345,8 @@ std::string user_reduction_source(const UserReductionSpec& spec) {
       s += "        }\n";
     }
     s += "        {\n" + add("0", "(kiln_off_t)kiln_rrem") + "        }\n";
-    for (int k = 0; k < num_in; ++k) s += input_local(*inputs[static_cast<size_t>(k)], "kiln_ri" + std::to_string(k), "        ");
+    for (int k = 0; k < num_in; ++k)
+      s += input_local(*inputs[static_cast<size_t>(k)], "kiln_ri" + std::to_string(k), "        ");
     s += "        const " + R + " kiln_v = (" + R + ")(" + spec.map_expr + ");\n";
   }
   s += accumulate + "      }\n    }\n";
@@ -376,9 +378,11 @@ std::string user_reduction_source(const UserReductionSpec& spec) {
     s += "      kiln_partials_out[kiln_task] = kiln_acc;\n";
   } else {
     s += "      const " + R + " a = kiln_acc;\n";
-    for (int m = 0; m < num_out; ++m) s += output_local(*outputs[static_cast<size_t>(m)], "kiln_ko" + std::to_string(m), "      ");
+    for (int m = 0; m < num_out; ++m)
+      s += output_local(*outputs[static_cast<size_t>(m)], "kiln_ko" + std::to_string(m), "      ");
     s += "      {\n" + spec.post_map_expr + "\n;\n      }\n";
-    for (int m = 0; m < num_out; ++m) s += output_store(*outputs[static_cast<size_t>(m)], "kiln_ko" + std::to_string(m), "      ");
+    for (int m = 0; m < num_out; ++m)
+      s += output_store(*outputs[static_cast<size_t>(m)], "kiln_ko" + std::to_string(m), "      ");
   }
   s += "    }\n  }\n}\n";
   return s;

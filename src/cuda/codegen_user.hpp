@@ -38,8 +38,8 @@ struct UserParamSpec {
   DType storage = DType::Float32;  ///< arrays: the array's dtype (an input may differ when it casts safely)
   UserArgKind kind = UserArgKind::Array;
   bool output = false;
-  int raw_ndim = 0;             ///< Raw: the array's rank (0..kMaxKernelRank)
-  bool raw_contiguous = true;   ///< Raw: C-contiguous, so a[j] is data[j]
+  int raw_ndim = 0;            ///< Raw: the array's rank (0..kMaxKernelRank)
+  bool raw_contiguous = true;  ///< Raw: C-contiguous, so a[j] is data[j]
 };
 
 /// Everything a user ElementwiseKernel variant's source depends on.

@@ -6,7 +6,6 @@
 // stream. The core (src/core/user_kernel.cpp) has already checked, typed,
 // broadcast and allocated everything.
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -44,8 +43,8 @@ const KernelTable::Entry& variant(detail::KernelVariantCache& cache, int device,
   entry->module = module;
   entry->name = name;
   int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry->function),
-                                                    kBlockSize, 0) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry->function), kBlockSize,
+                                                    0) != cudaSuccess ||
       blocks <= 0) {
     (void)cudaGetLastError();
     blocks = 8;
@@ -85,7 +84,7 @@ std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vec
 /// Kernel arguments for the user parameters: pointers, scalar values and raw-array structs.
 struct ArgBuffer {
   std::vector<void*> pointers;
-  std::vector<std::array<unsigned char, 8>> scalars;
+  std::vector<uint64_t> scalars;  // 8-byte aligned slots
   std::vector<std::vector<int64_t>> raws;
   std::vector<void*> args;
 
@@ -95,14 +94,14 @@ struct ArgBuffer {
     raws.reserve(bound.size());
     for (const detail::BoundArg& b : bound) {
       if (b.is_scalar) {
-        scalars.emplace_back();
-        store_scalar(kernel_compute_dtype(b.dtype), b.scalar, scalars.back().data());
-        args.push_back(scalars.back().data());
+        scalars.push_back(0);
+        store_scalar(kernel_compute_dtype(b.dtype), b.scalar, &scalars.back());
+        args.push_back(&scalars.back());
         continue;
       }
       if (b.array.device().index != device)
-        throw DeviceError(kernel + ": '" + b.param->name + "' is on " + b.array.device().str() + ", not cuda:" +
-                          std::to_string(device));
+        throw DeviceError(kernel + ": '" + b.param->name + "' is on " + b.array.device().str() +
+                          ", not cuda:" + std::to_string(device));
       if (b.param->raw) {
         const Array& a = b.array;
         const size_t nd = std::max<size_t>(1, static_cast<size_t>(a.ndim()));
@@ -207,8 +206,8 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
   spec.contiguous = num_arrays == 0 || is_contiguous_layout(layout, n);
   spec.ndim = layout.ndim;
   spec.index64 = n > INT32_MAX || (!spec.contiguous && !offsets_fit_32(layout));
-  const KernelTable::Entry& kernel = variant(def.cache, device, user_elementwise_signature(spec), def.name,
-                                             def.options, [&] { return user_elementwise_source(spec); });
+  const KernelTable::Entry& kernel = variant(def.cache, device, user_elementwise_signature(spec), def.name, def.options,
+                                             [&] { return user_elementwise_source(spec); });
 
   ArgBuffer buffer(call.args, device, def.name);
   uint32_t words32[3 * kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
@@ -269,7 +268,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
   int64_t splits = 1;
   if (rows) {
     group = num_red <= 32 || outputs_count * 32 >= resident ? pow2_at_least(num_red, 32) : kBlockSize;
-    if (group == kBlockSize && outputs_count < wave) splits = std::min(ceil_div(wave, outputs_count), ceil_div(num_red, 4096));
+    if (group == kBlockSize && outputs_count < wave)
+      splits = std::min(ceil_div(wave, outputs_count), ceil_div(num_red, 4096));
   } else if (outputs_count < resident) {
     splits = std::min(ceil_div(resident, outputs_count), ceil_div(num_red, 64));
   }
@@ -313,9 +313,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     words[tail + 2] = static_cast<uint64_t>(pass_splits);
     words[tail + 3] = static_cast<uint64_t>(pass_chunk);
     std::vector<uint32_t> narrow(words.begin(), words.end());
-    const KernelTable::Entry& kernel =
-        variant(def.cache, device, user_reduction_signature(pass_spec), def.name, def.options,
-                [&] { return user_reduction_source(pass_spec); });
+    const KernelTable::Entry& kernel = variant(def.cache, device, user_reduction_signature(pass_spec), def.name,
+                                               def.options, [&] { return user_reduction_source(pass_spec); });
     ArgBuffer buffer(call.args, device, kernel_name);
     buffer.push_pointer(partials_in);
     buffer.push_pointer(partials_out);

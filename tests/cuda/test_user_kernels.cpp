@@ -128,8 +128,8 @@ TEST(UserKernelTypes, MismatchesNameKernelAndParameter) {
   // T bound twice to different dtypes.
   expect_error<DTypeError>(
       [&] {
-        detail::resolve_kernel_types("kk", params, 4,
-                                     {arr(DType::Int32), arr(DType::Float32), arr(DType::Float32), arr(DType::Float32)});
+        detail::resolve_kernel_types(
+            "kk", params, 4, {arr(DType::Int32), arr(DType::Float32), arr(DType::Float32), arr(DType::Float32)});
       },
       {"kk", "'y'", "type T", "'x' binds to int32", "float32", "astype"});
   // A fixed input takes safe casts (int16 -> float32) but not float64 -> float32.
@@ -158,13 +158,21 @@ TEST(UserKernelTypes, MismatchesNameKernelAndParameter) {
       {"kk", "output 'out'", "declared int32", "int64"});
   // Scalars: not for raw, kind and range checked.
   expect_error<ValueError>(
-      [&] { detail::resolve_kernel_types("kk", params, 4, {sca(1), sca(1), sca(1.0), sca(2.0)}); },
+      [&] {
+        detail::resolve_kernel_types("kk", params, 4, {sca(1), sca(1), sca(1.0), sca(2.0)});
+      },
       {"kk", "raw parameter 'r'", "needs an Array"});
   auto ints = detail::parse_kernel_params("int8 a, T b", false, "kk");
-  expect_error<DTypeError>([&] { detail::resolve_kernel_types("kk", ints, 2, {sca(1.5), arr(DType::Int8)}); },
-                           {"kk", "float scalar 1.5", "'a'", "int8"});
-  expect_error<ValueError>([&] { detail::resolve_kernel_types("kk", ints, 2, {sca(300), arr(DType::Int8)}); },
-                           {"kk", "300", "'a'", "out of range", "int8"});
+  expect_error<DTypeError>(
+      [&] {
+        detail::resolve_kernel_types("kk", ints, 2, {sca(1.5), arr(DType::Int8)});
+      },
+      {"kk", "float scalar 1.5", "'a'", "int8"});
+  expect_error<ValueError>(
+      [&] {
+        detail::resolve_kernel_types("kk", ints, 2, {sca(300), arr(DType::Int8)});
+      },
+      {"kk", "300", "'a'", "out of range", "int8"});
   EXPECT_EQ(detail::resolve_kernel_types("kk", ints, 2, {sca(1), sca(2.5)}).find("T"), DType::Float64);
 }
 
@@ -188,21 +196,24 @@ TEST(UserKernelCalls, CpuArraysThrowDeviceErrorSayingHowToMoveThem) {
 TEST(UserKernelCalls, ArgumentErrorsNameKernelAndParameter) {
   ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
   Array x = arange(10, int32, cpu());
-  expect_error<ValueError>([&] { plus_one(x, x, x); }, {"plus_one", "expected 1 input argument (x)", "2", "y", "got 3"});
+  expect_error<ValueError>([&] { plus_one(x, x, x); },
+                           {"plus_one", "expected 1 input argument (x)", "2", "y", "got 3"});
   expect_error<ValueError>([&] { plus_one(); }, {"plus_one", "got 0"});
   expect_error<DTypeError>([&] { plus_one(arange(10, float32, cpu())); },
                            {"plus_one", "'x'", "int32", "float32", "astype(int32)"});
   expect_error<DTypeError>([&] { plus_one(x, zeros({10}, int64, cpu())); },
                            {"plus_one", "output 'y'", "int32", "int64"});
-  expect_error<ShapeError>([&] { plus_one(x, zeros({5}, int32, cpu())); },
-                           {"plus_one", "output 'y'", "(5,)", "(10,)"});
+  expect_error<ShapeError>([&] { plus_one(x, zeros({5}, int32, cpu())); }, {"plus_one", "output 'y'", "(5,)", "(10,)"});
   // An output larger than the inputs is fine (the inputs broadcast to it): the call reaches the device check.
   expect_error<DeviceError>([&] { plus_one(x, zeros({2, 10}, int32, cpu())); }, {"plus_one", "CUDA"});
   expect_error<ValueError>([&] { plus_one(x, 3); }, {"plus_one", "output 'y' must be an Array"});
   expect_error<ValueError>([&] { plus_one(Array()); }, {"plus_one", "'x'", "undefined"});
   ElementwiseKernel add("T x, T y", "T z", "z = x + y", "my_add");
-  expect_error<ShapeError>([&] { add(zeros({2, 3}, float32, cpu()), zeros({4}, float32, cpu())); },
-                           {"my_add", "(2, 3)", "(4,)"});
+  expect_error<ShapeError>(
+      [&] {
+        add(zeros({2, 3}, float32, cpu()), zeros({4}, float32, cpu()));
+      },
+      {"my_add", "(2, 3)", "(4,)"});
   ElementwiseKernel unbound("T x", "U y", "y = x", "unbound");
   expect_error<DTypeError>([&] { unbound(zeros({2}, float32, cpu())); },
                            {"unbound", "cannot determine type U of output 'y'"});
@@ -234,12 +245,18 @@ TEST(UserKernelCalls, ReductionArgumentErrors) {
   Array x = ones({3, 4}, float32, cpu());
   expect_error<ShapeError>([&] { l2(x, 2); }, {"l2norm", "axis 2", "ndim 2"});
   expect_error<ShapeError>([&] { l2(x, {1, -1}); }, {"l2norm", "duplicate axis"});
-  expect_error<ShapeError>([&] { l2.call({x, zeros({4}, float32, cpu())}, 1); },
-                           {"l2norm", "output 'y'", "(4,)", "(3,)"});
+  expect_error<ShapeError>(
+      [&] {
+        l2.call({x, zeros({4}, float32, cpu())}, 1);
+      },
+      {"l2norm", "output 'y'", "(4,)", "(3,)"});
   expect_error<ShapeError>([&] { l2.call({x, zeros({3}, float32, cpu())}, 1, true); }, {"(3, 1)"});
   expect_error<DTypeError>([&] { l2.call({x, zeros({3}, float64, cpu())}, 1); }, {"l2norm", "'y'", "float64"});
-  expect_error<ValueError>([&] { mx(zeros({3, 0}, float32, cpu()), 1); },
-                           {"my_max", "zero-size reduction", "no identity"});
+  expect_error<ValueError>(
+      [&] {
+        mx(zeros({3, 0}, float32, cpu()), 1);
+      },
+      {"my_max", "zero-size reduction", "no identity"});
   // With an identity an empty reduction is fine: it reaches the device check.
   expect_error<DeviceError>([&] { l2(zeros({3, 0}, float32, cpu()), 1); }, {"l2norm", "CUDA"});
   ReductionKernel unbound("T x", "U y", "x", "a + b", "y = a", "0", "unbound_red");
@@ -290,8 +307,8 @@ std::vector<UserParamSpec> specs_for(const std::string& in, const std::string& o
     p.dtype = detail::param_dtype(name, params[k], map);
     p.storage = k < args.size() && args[k].array ? args[k].storage : p.dtype;
     p.kind = k < args.size() && !args[k].array ? UserArgKind::Scalar
-             : params[k].raw                    ? UserArgKind::Raw
-                                                : UserArgKind::Array;
+             : params[k].raw                   ? UserArgKind::Raw
+                                               : UserArgKind::Array;
     if (p.kind == UserArgKind::Raw && k < args.size()) {
       p.raw_ndim = args[k].raw_ndim;
       p.raw_contiguous = args[k].raw_contiguous;
@@ -315,7 +332,8 @@ UserElementwiseSpec ew(const std::string& in, const std::string& out, const std:
   return spec;
 }
 
-void expect_ptx_entry(const std::string& source, const std::string& name, const std::vector<std::string>& options = {}) {
+void expect_ptx_entry(const std::string& source, const std::string& name,
+                      const std::vector<std::string>& options = {}) {
   std::string ptx;
   try {
     ptx = compile_ptx(source, name, 90, {options, {}});
@@ -362,11 +380,12 @@ TEST(UserKernelCodegen, ScalarsRawArraysIndexAndPreambleCompile) {
   EXPECT_NE(src.find("const float a"), std::string::npos);
   expect_ptx_entry(src, "saxpy_rev");
   // Raw outputs written through a[j], contiguous, int64, 0-d raw arrays, atomics through a reference.
-  expect_ptx_entry(user_elementwise_source(ew("raw int64 src, raw int64 total", "raw int64 dst",
-                                              "dst[i] = src[i] * 2; if (i == 0) atomicAdd((unsigned long long*)&total[0], "
-                                              "(unsigned long long)n)",
-                                              "raw_copy", {r_(DType::Int64, 1, true), r_(DType::Int64, 0, true)})),
-                   "raw_copy");
+  expect_ptx_entry(
+      user_elementwise_source(ew("raw int64 src, raw int64 total", "raw int64 dst",
+                                 "dst[i] = src[i] * 2; if (i == 0) atomicAdd((unsigned long long*)&total[0], "
+                                 "(unsigned long long)n)",
+                                 "raw_copy", {r_(DType::Int64, 1, true), r_(DType::Int64, 0, true)})),
+      "raw_copy");
 }
 
 TEST(UserKernelCodegen, HalfTypesComputeInFloatAndRoundOnStore) {
@@ -384,12 +403,13 @@ TEST(UserKernelCodegen, HalfTypesComputeInFloatAndRoundOnStore) {
   for (DType t : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
                   DType::BFloat16, DType::Float32, DType::Float64}) {
     const std::string name = std::string("copy_") + std::string(dtype_name(t));
-    expect_ptx_entry(user_elementwise_source(ew("T x, T s", "T y", "y = x; if (i == 0) y = s", name,
-                                                {a_(t), s_(true)}, false, 1)),
-                     name);
+    expect_ptx_entry(
+        user_elementwise_source(ew("T x, T s", "T y", "y = x; if (i == 0) y = s", name, {a_(t), s_(true)}, false, 1)),
+        name);
   }
-  expect_ptx_entry(user_elementwise_source(ew("float64 x", "float32 y", "y = (float)x", "widen_in", {a_(DType::Float16)})),
-                   "widen_in");
+  expect_ptx_entry(
+      user_elementwise_source(ew("float64 x", "float32 y", "y = (float)x", "widen_in", {a_(DType::Float16)})),
+      "widen_in");
 }
 
 TEST(UserKernelCodegen, UserOptionsReachNvrtc) {
@@ -412,10 +432,10 @@ TEST(UserKernelCodegen, BadOperationThrowsCompileErrorWithLogAndNumberedLines) {
   }
 }
 
-UserReductionSpec red(const std::string& in, const std::string& out, const std::string& map,
-                      const std::string& reduce, const std::string& post, const std::string& identity,
-                      const std::string& name, const std::vector<ArgDesc>& args, DType reduce_type, int kept,
-                      int reduced, int group, UserReducePass pass, bool index64 = false) {
+UserReductionSpec red(const std::string& in, const std::string& out, const std::string& map, const std::string& reduce,
+                      const std::string& post, const std::string& identity, const std::string& name,
+                      const std::vector<ArgDesc>& args, DType reduce_type, int kept, int reduced, int group,
+                      UserReducePass pass, bool index64 = false) {
   UserReductionSpec spec;
   spec.name = name;
   spec.map_expr = map;
@@ -452,9 +472,9 @@ TEST(UserKernelCodegen, ReductionsCompileForEveryPassGroupAndRank) {
   for (DType t : {DType::Float32, DType::Int32, DType::Float16})
     for (UserReducePass pass : {UserReducePass::Single, UserReducePass::ToPartials, UserReducePass::FromPartials}) {
       const std::string name = "user_max_" + std::string(dtype_name(t)) + "_" + std::to_string(static_cast<int>(pass));
-      expect_ptx_entry(user_reduction_source(red("T x", "T y", "x", "max(a, b)", "y = a", "", name, {a_(t)}, t, 1, 1,
-                                                 256, pass)),
-                       name);
+      expect_ptx_entry(
+          user_reduction_source(red("T x", "T y", "x", "max(a, b)", "y = a", "", name, {a_(t)}, t, 1, 1, 256, pass)),
+          name);
     }
   // A full reduction of a 0-d problem, int8 with a C-type reduce type.
   expect_ptx_entry(user_reduction_source(red("int8 x", "int64 y", "x", "a > b ? a : b", "y = a", "-128", "max_i8",
@@ -514,8 +534,8 @@ TEST(UserKernelGpu, StridedTransposedAndReversedInputsMatchTheCpu) {
   ElementwiseKernel k("float32 x, float32 y", "float32 z", "z = x * 2.0f - y", "strided_k");
   Array xc = random::normal({64, 48}, float32, cpu());
   Array yc = random::normal({48, 64}, float32, cpu());
-  Array xs = xc.slice(1, {}, {}, -1);         // reversed columns
-  Array ys = yc.T();                          // transposed
+  Array xs = xc.slice(1, {}, {}, -1);  // reversed columns
+  Array ys = yc.T();                   // transposed
   Array z = k(xs.to(gpu(0)).T().T(), ys.to(gpu(0)));
   Array zg = k(xc.to(gpu(0)).slice(1, {}, {}, -1), yc.to(gpu(0)).T());  // views made on the GPU
   const std::vector<float> expected = (xs * 2.0f - ys).to_vector<float>();
