@@ -730,6 +730,39 @@ TEST(UserKernelGpu, ReductionsOverAxesAndLayoutsMatchTheCpu) {
   EXPECT_NEAR(sum_k(h.to(gpu(0))).item<float>(), sum(h.astype(float64)).item<double>(), 4096 * 1e-3);
 }
 
+TEST(UserKernelGpu, SeveralOutputsScalarsAndRawArraysInReductions) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel two("T x", "T y, int8 z", "y = x * 2; z = (signed char)(x > 2)", "two_outputs");
+  std::vector<Array> outs = two.call({arange(5, int32, gpu(0))});
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(host<int32_t>(outs[0]), (std::vector<int32_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(outs[1].dtype(), DType::Int8);
+  EXPECT_EQ(host<int8_t>(outs[1]), (std::vector<int8_t>{0, 0, 0, 1, 1}));
+  // A scalar and a raw array in map_expr, two outputs from one reduction, bfloat16 input reduced in float.
+  ReductionKernel stats("T x, T s, raw int32 shift", "float32 total, float32 squares", "(float)x * s + shift[0]",
+                        "a + b", "total = a; squares = a * a", "0", "scaled_sum", {.reduce_type = "float"});
+  Array x = random::uniform({64, 256}, -1.0, 1.0, bfloat16, cpu());
+  Array shift = from_data(std::vector<int32_t>{3}, {}, gpu(0));
+  std::vector<Array> r = stats.call({x.to(gpu(0)), 0.5, shift}, 1);
+  ASSERT_EQ(r.size(), 2u);
+  const std::vector<double> ref = sum(x.astype(float64) * 0.5 + 3.0, 1).to_vector<double>();
+  const std::vector<float> total = host<float>(r[0]), squares = host<float>(r[1]);
+  ASSERT_EQ(total.size(), 64u);
+  for (size_t k = 0; k < ref.size(); ++k) {
+    EXPECT_NEAR(total[k], ref[k], 1e-4 * std::fabs(ref[k]) + 1e-3) << k;
+    EXPECT_NEAR(squares[k], total[k] * total[k], 1e-6 * total[k] * total[k]) << k;
+  }
+}
+
+TEST(UserKernelGpu, Bfloat16OutputsRoundLikeAstype) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel to_bf16("float32 x", "bfloat16 y", "y = x * 3.0f", "to_bf16");
+  Array x = random::normal({4096}, float32, cpu());
+  Array y = to_bf16(x.to(gpu(0)));
+  EXPECT_EQ(y.dtype(), DType::BFloat16);
+  EXPECT_EQ(host<float>(y), (x * 3.0f).astype(bfloat16).to_vector<float>());
+}
+
 }  // namespace
 
 #endif  // KILN_WITH_CUDA
