@@ -96,14 +96,15 @@ std::string raw_type(const UserParamSpec& p) {
          (p.raw_contiguous ? "true" : "false") + ">";
 }
 
-/// The user parameters of the kernel's signature (arrays as kiln_<name> pointers).
+/// The user parameters of the kernel's signature (arrays as kiln_ptr_<name> pointers: no generated name starts with
+/// kiln_ptr_).
 std::string parameter_list(const std::vector<UserParamSpec>& params) {
   std::string s;
   for (const UserParamSpec& p : params) {
     s += s.empty() ? "" : ", ";
     switch (p.kind) {
       case UserArgKind::Array:
-        s += std::string(p.output ? "" : "const ") + device_type_name(p.storage) + "* kiln_" + p.name;
+        s += std::string(p.output ? "" : "const ") + device_type_name(p.storage) + "* kiln_ptr_" + p.name;
         break;
       case UserArgKind::Scalar:
         s += "const " + std::string(user_value_type(p.dtype)) + " " + p.name;
@@ -131,19 +132,20 @@ std::string signature_of(const std::vector<UserParamSpec>& params) {
 /// `const T x = ...;` for a non-raw input read at `offset`.
 std::string input_local(const UserParamSpec& p, const std::string& offset, const std::string& indent) {
   const std::string v = user_value_type(p.dtype);
-  return indent + "const " + v + " " + p.name + " = kd::cast<" + v + ">(kiln_" + p.name + "[" + offset + "]);\n";
+  return indent + "const " + v + " " + p.name + " = kd::cast<" + v + ">(kiln_ptr_" + p.name + "[" + offset + "]);\n";
 }
 
 /// The output's variable before the user's code: a reference, or a float for 16-bit floats.
 std::string output_local(const UserParamSpec& p, const std::string& offset, const std::string& indent) {
-  if (is_half(p.dtype)) return indent + "float " + p.name + " = kd::widen(kiln_" + p.name + "[" + offset + "]);\n";
-  return indent + std::string(user_value_type(p.dtype)) + "& " + p.name + " = kiln_" + p.name + "[" + offset + "];\n";
+  if (is_half(p.dtype)) return indent + "float " + p.name + " = kd::widen(kiln_ptr_" + p.name + "[" + offset + "]);\n";
+  return indent + std::string(user_value_type(p.dtype)) + "& " + p.name + " = kiln_ptr_" + p.name + "[" + offset +
+         "];\n";
 }
 
 /// Stores a 16-bit output's float after the user's code (nothing for references).
 std::string output_store(const UserParamSpec& p, const std::string& offset, const std::string& indent) {
   if (!is_half(p.dtype)) return "";
-  return indent + "kiln_" + p.name + "[" + offset + "] = kd::cast<" + device_type_name(p.dtype) + ">(" + p.name +
+  return indent + "kiln_ptr_" + p.name + "[" + offset + "] = kd::cast<" + device_type_name(p.dtype) + ">(" + p.name +
          ");\n";
 }
 

@@ -388,13 +388,33 @@ TEST(UserKernelCodegen, ScalarsRawArraysIndexAndPreambleCompile) {
       "raw_copy");
 }
 
+TEST(UserKernelCodegen, UserNamesCannotClashWithTheGeneratedCode) {
+  // Parameters and locals named like the offset code's scratch variables (p, q, r, d, rem, o0, step, w).
+  UserElementwiseSpec spec = ew("int32 p, int32 q, int32 r", "int32 d",
+                                "int rem = p + q; int o0 = rem * r; int step = o0; int w = step; d = w", "clash_k",
+                                {a_(DType::Int32), a_(DType::Int32), s_(3)}, false, 3, false);
+  expect_ptx_entry(user_elementwise_source(spec), "clash_k");
+  UserReductionSpec red_spec;
+  red_spec.name = "clash_red";
+  red_spec.map_expr = "p * q";
+  red_spec.reduce_expr = "a + b";
+  red_spec.post_map_expr = "int rem = 0; int r = 1; d = a + rem * r";
+  red_spec.identity = "0";
+  red_spec.params = specs_for("int32 p, int32 q", "int32 d", "clash_red", {a_(DType::Int32), s_(2)}, &red_spec.types);
+  red_spec.reduce_type = DType::Int32;
+  red_spec.kept_ndim = 3;
+  red_spec.reduced_ndim = 3;
+  red_spec.group = 64;
+  expect_ptx_entry(user_reduction_source(red_spec), "clash_red");
+}
+
 TEST(UserKernelCodegen, HalfTypesComputeInFloatAndRoundOnStore) {
   for (DType t : {DType::Float16, DType::BFloat16}) {
     UserElementwiseSpec spec = ew("T x, raw T r", "T y", "y = x * 0.5f + r[i]; r[i] += y; r[i] = r[i]", "half_k",
                                   {a_(t), r_(t, 1, false)}, false, 2);
     const std::string src = user_elementwise_source(spec);
     EXPECT_NE(src.find("typedef float T;"), std::string::npos);
-    EXPECT_NE(src.find("float y = kd::widen(kiln_y["), std::string::npos);
+    EXPECT_NE(src.find("float y = kd::widen(kiln_ptr_y["), std::string::npos);
     EXPECT_NE(src.find("] = kd::cast<" + std::string(t == DType::Float16 ? "kd::half_t" : "kd::bf16_t") + ">(y);"),
               std::string::npos);
     expect_ptx_entry(src, "half_k");
