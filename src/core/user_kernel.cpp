@@ -375,6 +375,8 @@ void check_definition(const std::string& name, const std::vector<KernelParam>& p
     for (const std::string& r : reserved)
       if (p.name == r || p.placeholder == r)
         bad_param(name, p.name, "'" + r + "' is reserved in this kernel's code; rename it");
+    for (const char* builtin : {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "kd"})
+      if (p.name == builtin) bad_param(name, p.name, "the name is a CUDA built-in the generated loop uses; rename it");
     for (const KernelParam& q : params)
       if (!q.placeholder.empty() && q.placeholder == p.name)
         bad_param(name, p.name, "the name is also a type placeholder; rename one");

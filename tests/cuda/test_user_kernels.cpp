@@ -64,6 +64,8 @@ TEST(UserKernelParams, DefinitionErrors) {
                            {"idx", "'i'", "reserved"});
   expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 n", "n = x", "size"); }, {"'n'", "reserved"});
   expect_error<ValueError>([] { ElementwiseKernel("T x", "T T", "T = x", "clash"); }, {"placeholder"});
+  expect_error<ValueError>([] { ElementwiseKernel("float32 blockDim", "float32 y", "y = blockDim", "bi"); },
+                           {"bi", "'blockDim'", "CUDA built-in"});
   expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 y", "y = x", "plus-one"); },
                            {"'plus-one'", "identifier"});
   expect_error<ValueError>([] { ReductionKernel("T a", "T y", "a", "a + b", "y = a", "0", "red"); },
