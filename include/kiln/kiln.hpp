@@ -9,6 +9,7 @@
 #include "kiln/error.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/io.hpp"
+#include "kiln/kernels.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
 #include "kiln/raw_module.hpp"

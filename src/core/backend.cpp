@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/user_kernel.hpp"
 #include "kiln/version.hpp"
 
 namespace kiln::detail {
@@ -13,6 +14,16 @@ Backend& backend_for(Device device) {
     throw DeviceError("no backend for device " + device.str() + ": this build has no CUDA backend (" + build_info() +
                       "); rebuild with the cuda preset or use cpu()");
   return *b;
+}
+
+void Backend::user_elementwise(const UserElementwiseCall& call) {
+  throw DeviceError(call.kernel->name + ": user kernels run on CUDA devices, not on " + call.device.str() +
+                    "; move the data with .to(gpu(0))");
+}
+
+void Backend::user_reduction(const UserReductionCall& call) {
+  throw DeviceError(call.kernel->name + ": user kernels run on CUDA devices, not on " + call.device.str() +
+                    "; move the data with .to(gpu(0))");
 }
 
 Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOptions& options) {

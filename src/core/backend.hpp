@@ -58,6 +58,9 @@ struct MatmulCall {
 };
 
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
+struct UserElementwiseCall;  // core/user_kernel.hpp
+struct UserReductionCall;
+
 struct RandomCall {
   RandomDistribution distribution;
   Array out;
@@ -86,6 +89,10 @@ class Backend {
   /// Runs a fused function (kiln::fuse) as generated code into call.out; returns false when this backend
   /// has no fused kernels (the core then runs the graph op by op, as the CPU does).
   virtual bool fused(const FusionCall& /*call*/) { return false; }
+  /// Runs a user ElementwiseKernel / ReductionKernel (include/kiln/kernels.hpp): generates, compiles
+  /// (cached) and launches it. Only GPU backends compile user kernels; the default throws DeviceError.
+  virtual void user_elementwise(const UserElementwiseCall& call);
+  virtual void user_reduction(const UserReductionCall& call);
   /// Waits for all work queued on `device`.
   virtual void synchronize(Device device) = 0;
   /// Number of devices of this type that can be used (0 when the driver or hardware is missing).

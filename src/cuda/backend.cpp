@@ -213,6 +213,14 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.out.device().index);
     cuda_reduce(call);
   }
+  void user_elementwise(const detail::UserElementwiseCall& call) override {
+    check_device(call.device.index, call.kernel->name.c_str());
+    cuda_user_elementwise(call);
+  }
+  void user_reduction(const detail::UserReductionCall& call) override {
+    check_device(call.device.index, call.kernel->name.c_str());
+    cuda_user_reduction(call);
+  }
   void matmul(const detail::MatmulCall& call) override {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);

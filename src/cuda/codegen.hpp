@@ -70,6 +70,21 @@ std::string elementwise_kernel_code(const ElementwiseSpec& spec);
 /// Whether `op` has a GPU definition for compute dtype `compute` (the CPU's has_kernel, src/cpu/kernels.hpp).
 bool elementwise_op_supported(detail::OpCode op, DType compute);
 
+/// Names the offset code of a strided kernel uses; the built-ins' are the defaults, user kernels prefix theirs
+/// so they cannot clash with user code.
+struct StridedNames {
+  const char* params = "p";   ///< the Params argument
+  const char* index = "i";    ///< the flat index (an IDX in scope)
+  const char* rem = "rem";    ///< scratch variable
+  const char* offset = "o";   ///< operand k's offset is `offset` followed by k
+  const char* idx = "IDX";    ///< index type
+  const char* off = "OFF";    ///< offset type
+};
+/// Appends the code that turns a flat index into each of `operands` operands' element offsets (declaring
+/// them), given a Params argument in the strided layout above (magic-number division in 32-bit mode).
+void emit_strided_offsets(std::string& s, int ndim, int operands, bool index64, const std::string& indent,
+                          const StridedNames& names = {});
+
 /// Whether the contiguous kernel of `op` in `compute` should use vector loads. Not for ops whose
 /// device code is long (trigonometry, pow, float floor_divide/remainder, anything transcendental in
 /// float64): they are compute-bound, and unrolling them `vector_width` times multiplies NVRTC's time.

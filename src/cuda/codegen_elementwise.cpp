@@ -202,6 +202,38 @@ void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::s
   s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " + element_call_at_i(spec) + ";\n}\n";
 }
 
+}  // namespace
+
+void emit_strided_offsets(std::string& s, int ndim, int operands, bool index64, const std::string& indent,
+                          const StridedNames& names) {
+  const int nd = ndim;
+  const int stride_base = index64 ? nd : 3 * nd;
+  const std::string p = std::string(names.params) + ".w[", rem = names.rem, o = names.offset, in = indent;
+  const std::string idx = names.idx, off = names.off;
+  s += in + idx + " " + rem + " = " + names.index + ";\n" + in + off;
+  for (int k = 0; k < operands; ++k) s += (k ? ", " : " ") + o + std::to_string(k) + " = 0";
+  s += ";\n";
+  const std::string ndim_str = std::to_string(nd);
+  if (nd > 1) {
+    s += "#pragma unroll\n" + in + "for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
+    if (index64)
+      s += in + "  const " + idx + " q = " + rem + " / " + p + "d];\n";
+    else
+      s += in + "  const " + idx + " q = (__umulhi(" + rem + ", " + p + ndim_str + " + d]) + " + rem + ") >> " + p +
+           std::to_string(2 * nd) + " + d];\n";
+    s += in + "  const " + off + " r = (" + off + ")(" + rem + " - q * " + p + "d]);\n" + in + "  " + rem + " = q;\n";
+    for (int k = 0; k < operands; ++k)
+      s += in + "  " + o + std::to_string(k) + " += r * (" + off + ")" + p + std::to_string(stride_base + k * nd) +
+           " + d];\n";
+    s += in + "}\n";
+  }
+  for (int k = 0; k < operands; ++k)
+    s += in + o + std::to_string(k) + " += (" + off + ")" + rem + " * (" + off + ")" + p +
+         std::to_string(stride_base + k * nd) + "];\n";
+}
+
+namespace {
+
 void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
   const int nd = spec.ndim;
   int operands = 1;
@@ -223,24 +255,7 @@ void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::stri
     if (!spec.scalar[k]) s += "    " + input_type(spec, k) + " x" + std::to_string(k) + "[" + u + "];\n";
   s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
   s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
-  s += "      IDX rem = i;\n      OFF";
-  for (int k = 0; k < operands; ++k) s += (k ? ", o" : " o") + std::to_string(k) + " = 0";
-  s += ";\n";
-  const std::string ndim = std::to_string(nd);
-  if (nd > 1) {
-    s += "#pragma unroll\n      for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
-    if (spec.index64)
-      s += "        const IDX q = rem / p.w[d];\n";
-    else
-      s += "        const IDX q = (__umulhi(rem, p.w[" + ndim + " + d]) + rem) >> p.w[" + std::to_string(2 * nd) +
-           " + d];\n";
-    s += "        const OFF r = (OFF)(rem - q * p.w[d]);\n        rem = q;\n";
-    for (int k = 0; k < operands; ++k)
-      s += "        o" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(stride_base + k * nd) + " + d];\n";
-    s += "      }\n";
-  }
-  for (int k = 0; k < operands; ++k)
-    s += "      o" + std::to_string(k) + " += (OFF)rem * (OFF)p.w[" + std::to_string(stride_base + k * nd) + "];\n";
+  emit_strided_offsets(s, nd, operands, spec.index64, "      ");
   s += "      out_off[u] = o0;\n";
   int array_index = 0;
   std::string call = "element(";

@@ -75,50 +75,6 @@ void sequence(const detail::ElementwiseCall& call, int device) {
 
 // ------------------------------------------------------------------ elementwise_layout.hpp
 
-/// Merges axes (output's C order) where every operand steps uniformly; drops size-1 axes.
-/// Throws ShapeError when more than kMaxKernelRank axes remain.
-void coalesce(Layout& layout, const Shape& shape, const Array* const* arrays, const char* op) {
-  layout.ndim = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    const int nd = layout.ndim;
-    if (nd > 0) {
-      bool merge = true;
-      for (int k = 0; k < layout.operands && merge; ++k)
-        merge = layout.strides[k][nd - 1] == arrays[k]->strides()[d] * shape[d];
-      if (merge) {
-        layout.shape[nd - 1] *= shape[d];
-        for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd - 1] = arrays[k]->strides()[d];
-        continue;
-      }
-    }
-    if (nd == kMaxKernelRank)
-      throw ShapeError(std::string(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
-                       " axes that cannot be merged (shape " + shape_str(shape) +
-                       "); make an operand contiguous first (.contiguous())");
-    layout.shape[nd] = shape[d];
-    for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd] = arrays[k]->strides()[d];
-    ++layout.ndim;
-  }
-  if (layout.ndim == 0) {
-    layout.ndim = 1;
-    layout.shape[0] = 1;
-    for (int k = 0; k < layout.operands; ++k) layout.strides[k][0] = 0;
-  }
-}
-
-bool offsets_fit_32(const Layout& layout) {
-  for (int k = 0; k < layout.operands; ++k) {
-    int64_t extent = 0;
-    for (int d = 0; d < layout.ndim; ++d) {
-      const int64_t s = layout.strides[k][d] < 0 ? -layout.strides[k][d] : layout.strides[k][d];
-      extent += (layout.shape[d] - 1) * s;
-      if (extent > INT32_MAX) return false;
-    }
-  }
-  return true;
-}
-
 void store_scalar(DType t, const Scalar& value, void* slot) {
   switch (t) {
     case DType::Bool: {
@@ -171,30 +127,6 @@ unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kern
   const int64_t blocks = (work_items + kBlockSize - 1) / kBlockSize;
   const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kernel.blocks_per_multiprocessor;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
-}
-
-int strided_words32(const Layout& layout, uint32_t* words) {
-  const int nd = layout.ndim;
-  for (int d = 0; d < nd; ++d) {
-    // Division by the invariant size: q = (umulhi(n, magic) + n) >> shift for n < 2^31.
-    const uint64_t divisor = static_cast<uint64_t>(layout.shape[d]);
-    uint32_t shift = 0;
-    while ((uint64_t{1} << shift) < divisor) ++shift;
-    words[d] = static_cast<uint32_t>(divisor);
-    words[nd + d] = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
-    words[2 * nd + d] = shift;
-  }
-  for (int k = 0; k < layout.operands; ++k)
-    for (int d = 0; d < nd; ++d) words[3 * nd + k * nd + d] = static_cast<uint32_t>(static_cast<int32_t>(layout.strides[k][d]));
-  return 3 * nd + layout.operands * nd;
-}
-
-int strided_words64(const Layout& layout, uint64_t* words) {
-  const int nd = layout.ndim;
-  for (int d = 0; d < nd; ++d) words[d] = static_cast<uint64_t>(layout.shape[d]);
-  for (int k = 0; k < layout.operands; ++k)
-    for (int d = 0; d < nd; ++d) words[nd + k * nd + d] = static_cast<uint64_t>(layout.strides[k][d]);
-  return nd + layout.operands * nd;
 }
 
 void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args) {

@@ -1,40 +1,140 @@
-// The host side of generated elementwise kernels (internal), shared by the built-in
-// ops (elementwise.cpp) and fused kernels (fusion.cpp): coalescing the operands'
-// axes, the index width, scalar kernel arguments, grid sizes and the Params words
-// of strided kernels (codegen.hpp documents the layout).
+// Host-side layout helpers shared by the elementwise launchers (internal): the
+// built-in ops (elementwise.cpp), fused kernels (fusion.cpp) and user
+// ElementwiseKernels (user_kernels.cpp) coalesce their operands' axes, pick
+// 32-bit indexing, pass scalars, size grids and fill the strided kernels' Params
+// words the same way (codegen.hpp documents the words).
 #pragma once
 
+#include <climits>
 #include <cstdint>
+#include <string>
 
 #include "cuda/codegen.hpp"
 #include "kiln/array.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
 
-/// Most operands (output included) of one elementwise problem.
+/// Most operands (output included) of one fused elementwise problem.
 inline constexpr int kMaxLayoutOperands = 16;
 
-/// The problem after coalescing: shape and per-operand element strides, output first.
-struct Layout {
+/// The problem after coalescing: shape and per-operand element strides (output first for built-ins).
+template <int MaxOperands>
+struct StridedLayout {
+  static constexpr int kMaxOperands = MaxOperands;
   int ndim = 0;
   int operands = 0;
   int64_t shape[kMaxKernelRank];
-  int64_t strides[kMaxLayoutOperands][kMaxKernelRank];
+  int64_t strides[MaxOperands][kMaxKernelRank];
 };
 
-/// Merges axes (output's C order) where every operand steps uniformly; drops size-1 axes. `arrays` holds
-/// layout.operands arrays of `shape`. Throws ShapeError naming `op` when more than kMaxKernelRank axes remain.
-void coalesce(Layout& layout, const Shape& shape, const Array* const* arrays, const char* op);
+/// Merges axes (the shape's C order, so a flat index keeps its C-order meaning) where every operand steps
+/// uniformly; drops size-1 axes. `arrays` are layout.operands arrays of shape `shape` (broadcast views).
+/// Throws ShapeError naming `op` when more than kMaxKernelRank axes remain.
+template <int M>
+void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* arrays, const char* op) {
+  layout.ndim = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    const int nd = layout.ndim;
+    if (nd > 0) {
+      bool merge = true;
+      for (int k = 0; k < layout.operands && merge; ++k)
+        merge = layout.strides[k][nd - 1] == arrays[k]->strides()[d] * shape[d];
+      if (merge) {
+        layout.shape[nd - 1] *= shape[d];
+        for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd - 1] = arrays[k]->strides()[d];
+        continue;
+      }
+    }
+    if (nd == kMaxKernelRank)
+      throw ShapeError(std::string(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+                       " axes that cannot be merged (shape " + shape_str(shape) +
+                       "); make an operand contiguous first (.contiguous())");
+    layout.shape[nd] = shape[d];
+    for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd] = arrays[k]->strides()[d];
+    ++layout.ndim;
+  }
+  if (layout.ndim == 0) {
+    layout.ndim = 1;
+    layout.shape[0] = 1;
+    for (int k = 0; k < layout.operands; ++k) layout.strides[k][0] = 0;
+  }
+}
+
 /// Whether every operand's offsets (in elements) stay within a signed 32-bit range.
-bool offsets_fit_32(const Layout& layout);
-/// Writes `value` converted to `t` (a kernel-argument dtype: no 16-bit floats) into `slot` (8 bytes).
-void store_scalar(DType t, const Scalar& value, void* slot);
-/// Blocks for `work_items` threads' worth of work: at most one wave of resident blocks (the kernels loop).
-unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kernel);
+template <int M>
+bool offsets_fit_32(const StridedLayout<M>& layout) {
+  for (int k = 0; k < layout.operands; ++k) {
+    int64_t extent = 0;
+    for (int d = 0; d < layout.ndim; ++d) {
+      const int64_t s = layout.strides[k][d] < 0 ? -layout.strides[k][d] : layout.strides[k][d];
+      extent += (layout.shape[d] - 1) * s;
+      if (extent > INT32_MAX) return false;
+    }
+  }
+  return true;
+}
+
+/// Whether the layout is one axis over which every operand has stride 1 (or a single element).
+template <int M>
+bool is_contiguous_layout(const StridedLayout<M>& layout, int64_t n) {
+  if (n == 1) return true;
+  if (layout.ndim != 1) return false;
+  for (int k = 0; k < layout.operands; ++k)
+    if (layout.strides[k][0] != 1) return false;
+  return true;
+}
+
 /// Params words of a strided kernel with 32-bit indices: size[ndim], magic[ndim], shift[ndim] (division by
 /// invariant integers), then stride[operand][ndim]. Returns the number of words.
-int strided_words32(const Layout& layout, uint32_t* words);
+template <int M>
+int strided_words32(const StridedLayout<M>& layout, uint32_t* words) {
+  const int nd = layout.ndim;
+  for (int d = 0; d < nd; ++d) {
+    // Division by the invariant size: q = (umulhi(n, magic) + n) >> shift for n < 2^31.
+    const uint64_t divisor = static_cast<uint64_t>(layout.shape[d]);
+    uint32_t shift = 0;
+    while ((uint64_t{1} << shift) < divisor) ++shift;
+    words[d] = static_cast<uint32_t>(divisor);
+    words[nd + d] = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
+    words[2 * nd + d] = shift;
+  }
+  for (int k = 0; k < layout.operands; ++k)
+    for (int d = 0; d < nd; ++d)
+      words[3 * nd + k * nd + d] = static_cast<uint32_t>(static_cast<int32_t>(layout.strides[k][d]));
+  return 3 * nd + layout.operands * nd;
+}
+
 /// Params words with 64-bit indices: size[ndim], then stride[operand][ndim]. Returns the number of words.
-int strided_words64(const Layout& layout, uint64_t* words);
+template <int M>
+int strided_words64(const StridedLayout<M>& layout, uint64_t* words) {
+  const int nd = layout.ndim;
+  for (int d = 0; d < nd; ++d) words[d] = static_cast<uint64_t>(layout.shape[d]);
+  for (int k = 0; k < layout.operands; ++k)
+    for (int d = 0; d < nd; ++d) words[nd + k * nd + d] = static_cast<uint64_t>(layout.strides[k][d]);
+  return nd + layout.operands * nd;
+}
+
+/// The Params words for `layout`: fills `words32` or `words64` (room for 3*kMaxKernelRank + M*kMaxKernelRank
+/// words) and returns a pointer to the one used.
+template <int M>
+void* strided_params(const StridedLayout<M>& layout, bool index64, uint32_t* words32, uint64_t* words64) {
+  if (index64) {
+    strided_words64(layout, words64);
+    return words64;
+  }
+  strided_words32(layout, words32);
+  return words32;
+}
+
+/// The layout of built-in and fused elementwise problems.
+using Layout = StridedLayout<kMaxLayoutOperands>;
+
+/// Writes `value` converted to `t` (a kernel-argument dtype: no 16-bit floats) into `slot` (8 bytes).
+void store_scalar(DType t, const Scalar& value, void* slot);
+
+/// Blocks for `work_items` threads' worth of work: at most one wave of resident blocks (the kernels loop).
+unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kernel);
 
 }  // namespace kiln::cuda_impl

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/backend.hpp"
+#include "core/user_kernel.hpp"
 
 namespace kiln::cuda_impl {
 
@@ -16,5 +17,8 @@ void cuda_reduce(const detail::ReduceCall& call);
 void cuda_matmul(const detail::MatmulCall& call);
 /// Fills call.out from the Philox stream on its device and current stream.
 void cuda_random(const detail::RandomCall& call);
+/// Runs a user ElementwiseKernel / ReductionKernel on call.device's current stream (user_kernels.cpp).
+void cuda_user_elementwise(const detail::UserElementwiseCall& call);
+void cuda_user_reduction(const detail::UserReductionCall& call);
 
 }  // namespace kiln::cuda_impl

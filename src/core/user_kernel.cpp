@@ -1,0 +1,643 @@
+// User kernels, the device-neutral part: parameter parsing, placeholder
+// resolution (CuPy's rules), argument checks, broadcasting and output
+// allocation, then one call to the device's backend (which generates, compiles
+// and launches the kernel). Every check runs before the device check, so a
+// wrong call is reported the same way on any machine.
+#include "core/user_kernel.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <string>
+
+#include "core/backend.hpp"
+
+namespace kiln {
+namespace detail {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : s) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (!word.empty()) words.push_back(word);
+      word.clear();
+    } else {
+      word += c;
+    }
+  }
+  if (!word.empty()) words.push_back(word);
+  return words;
+}
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+constexpr DType kAllDTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
+                                DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+
+std::optional<DType> dtype_by_exact_name(const std::string& s) {
+  for (DType t : kAllDTypes)
+    if (dtype_name(t) == s) return t;
+  return std::nullopt;
+}
+
+const char* kTypeHelp =
+    "use a dtype name (bool, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64) or a "
+    "one-letter type placeholder such as T";
+
+[[noreturn]] void bad_param(const std::string& kernel, const std::string& param, const std::string& why) {
+  throw ValueError(kernel + ": parameter '" + param + "': " + why);
+}
+
+std::string quoted_list(const std::vector<KernelParam>& params, int first, int last) {
+  std::string s;
+  for (int k = first; k < last; ++k) s += (k > first ? ", " : "") + params[static_cast<size_t>(k)].name;
+  return s;
+}
+
+bool can_cast_safe(DType from, DType to) { return from == to || promote_types(from, to) == to; }
+
+std::string scalar_kind_name(const Scalar& s) {
+  return s.kind() == Scalar::Kind::Bool ? "bool" : s.kind() == Scalar::Kind::Int ? "integer" : "float";
+}
+
+/// Throws unless scalar `s` fits parameter `p` of dtype `t` (its kind, and the range of an integer type).
+void check_scalar(const std::string& kernel, const KernelParam& p, DType t, const Scalar& s) {
+  const bool kind_ok = s.kind() == Scalar::Kind::Bool || (s.kind() == Scalar::Kind::Int && t != DType::Bool) ||
+                       (s.kind() == Scalar::Kind::Float && is_floating(t));
+  const std::string type = p.dtype ? p.type_str() : p.placeholder + " = " + std::string(dtype_name(t));
+  if (!kind_ok)
+    throw DTypeError(kernel + ": the " + scalar_kind_name(s) + " scalar " + s.str() +
+                     " cannot be passed for parameter '" + p.name + "' of type " + type +
+                     "; pass a value of that type (or an array)");
+  if (s.kind() == Scalar::Kind::Int && is_integral(t)) {
+    const int64_t v = s.to_int64();
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    switch (t) {
+      case DType::Int8:
+        lo = -128, hi = 127;
+        break;
+      case DType::Int16:
+        lo = -32768, hi = 32767;
+        break;
+      case DType::Int32:
+        lo = INT32_MIN, hi = INT32_MAX;
+        break;
+      case DType::UInt8:
+        lo = 0, hi = 255;
+        break;
+      default:
+        break;
+    }
+    if (v < lo || v > hi)
+      throw ValueError(kernel + ": the scalar " + s.str() + " for parameter '" + p.name + "' is out of range for " +
+                       type + "; pass an array of a wider dtype or use a wider parameter type");
+  }
+}
+
+/// `s` as a value of dtype `t`: floats rounded to t's precision (as kiln's ops round weak scalars).
+Scalar scalar_as(const Scalar& s, DType t) {
+  if (t == DType::Bool) return Scalar(s.to_bool());
+  if (is_integral(t)) return Scalar(s.to_int64());
+  const double d = s.to<double>();
+  switch (t) {
+    case DType::Float16:
+      return Scalar(static_cast<double>(half_to_float(double_to_half(d))));
+    case DType::BFloat16:
+      return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(d)))));
+    case DType::Float32:
+      return Scalar(static_cast<double>(static_cast<float>(d)));
+    default:
+      return Scalar(d);
+  }
+}
+
+std::string count_message(const std::string& kernel, const std::vector<KernelParam>& params, int nin, int nout,
+                          size_t got) {
+  std::string s = kernel + ": expected " + std::to_string(nin) + " input argument" + (nin == 1 ? "" : "s") + " (" +
+                  quoted_list(params, 0, nin) + ")";
+  if (nout > 0)
+    s += " or " + std::to_string(nin + nout) + " (the inputs, then the outputs " +
+         quoted_list(params, nin, nin + nout) + ")";
+  return s + ", got " + std::to_string(got);
+}
+
+/// Checks the arguments' count and that outputs are arrays and arrays are defined; returns what type
+/// resolution sees of them.
+std::vector<ArgType> arg_types(const std::string& kernel, const std::vector<KernelParam>& params, int nin, int nout,
+                               const std::vector<KernelArg>& args) {
+  if (args.size() != static_cast<size_t>(nin) && args.size() != static_cast<size_t>(nin + nout))
+    throw ValueError(count_message(kernel, params, nin, nout, args.size()));
+  std::vector<ArgType> types(args.size());
+  for (size_t k = 0; k < args.size(); ++k) {
+    const KernelParam& p = params[k];
+    if (args[k].is_array()) {
+      if (!args[k].array().defined())
+        throw ValueError(kernel + ": the argument for parameter '" + p.name +
+                         "' is an undefined (default-constructed) Array");
+      types[k].is_array = true;
+      types[k].dtype = args[k].array().dtype();
+    } else {
+      if (p.output)
+        throw ValueError(kernel + ": output '" + p.name + "' must be an Array, got the scalar " +
+                         args[k].scalar().str());
+      types[k].scalar = args[k].scalar();
+    }
+  }
+  return types;
+}
+
+/// The device every array argument lives on (current_device() when there is none); throws DeviceError when
+/// they differ or when it is not a GPU.
+Device kernel_device(const std::string& kernel, const std::vector<KernelParam>& params,
+                     const std::vector<KernelArg>& args) {
+  const Array* first = nullptr;
+  size_t first_index = 0;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (!args[k].is_array()) continue;
+    const Array& a = args[k].array();
+    if (!first) {
+      first = &a;
+      first_index = k;
+    } else if (a.device() != first->device()) {
+      throw DeviceError(kernel + ": arguments are on different devices, " + first->device().str() + " ('" +
+                        params[first_index].name + "') and " + a.device().str() + " ('" + params[k].name +
+                        "'); move one with .to(" + first->device().str() +
+                        ") so all live on one GPU (kiln never copies behind your back)");
+    }
+  }
+  const Device device = first ? first->device() : current_device();
+  if (device.type != DeviceType::CUDA)
+    throw DeviceError(kernel + ": user kernels run on CUDA devices, but " +
+                      (first ? "the arguments are on " + device.str() : "the current device is " + device.str()) +
+                      "; move the data to a GPU first, e.g. x.to(gpu(0)) (or try_gpu()), and call the kernel with the "
+                      "GPU arrays");
+  return device;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ parsing
+
+std::vector<KernelParam> parse_kernel_params(const std::string& params, bool outputs, const std::string& kernel) {
+  std::vector<KernelParam> result;
+  const std::string list = trim(params);
+  if (list.empty()) return result;
+  const char* what = outputs ? "output" : "input";
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string text = trim(list.substr(start, comma - start));
+    start = comma + 1;
+    const std::vector<std::string> words = split_words(text);
+    if (words.size() < 2)
+      throw ValueError(kernel + ": syntax error in the " + what + " parameters \"" + params + "\" at \"" + text +
+                       "\": each parameter is \"[raw] type name\", e.g. \"float32 x, raw T y\"");
+    KernelParam p;
+    p.output = outputs;
+    p.name = words.back();
+    const std::string& type = words[words.size() - 2];
+    for (size_t w = 0; w + 2 < words.size(); ++w) {
+      if (words[w] == "raw")
+        p.raw = true;
+      else
+        bad_param(kernel, p.name, "unknown keyword '" + words[w] + "' (the only keyword is raw)");
+    }
+    if (!is_identifier(p.name)) bad_param(kernel, p.name, "the name is not a C++ identifier");
+    if (p.name.rfind("kiln_", 0) == 0 || p.name[0] == '_')
+      bad_param(kernel, p.name, "names starting with kiln_ or _ are reserved for the generated code");
+    if (type.size() == 1) {
+      if (!std::isalpha(static_cast<unsigned char>(type[0])))
+        bad_param(kernel, p.name, "unknown type '" + type + "'; " + kTypeHelp);
+      p.placeholder = type;
+    } else if (std::optional<DType> t = dtype_by_exact_name(type)) {
+      p.dtype = t;
+    } else {
+      bad_param(kernel, p.name, "unknown type '" + type + "'; " + kTypeHelp);
+    }
+    result.push_back(std::move(p));
+    if (comma == list.size()) break;
+  }
+  return result;
+}
+
+TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, const char* what) {
+  std::string t;
+  for (const std::string& w : split_words(type)) t += (t.empty() ? "" : " ") + w;
+  TypeSpec spec;
+  if (t.size() == 1 && std::isalpha(static_cast<unsigned char>(t[0]))) {
+    spec.placeholder = t;
+    return spec;
+  }
+  if (std::optional<DType> d = dtype_by_exact_name(t)) {
+    spec.dtype = d;
+    return spec;
+  }
+  static const std::pair<const char*, DType> c_names[] = {
+      {"signed char", DType::Int8}, {"short", DType::Int16},     {"int", DType::Int32},
+      {"long", DType::Int64},       {"long long", DType::Int64}, {"unsigned char", DType::UInt8},
+      {"half", DType::Float16},     {"float", DType::Float32},   {"double", DType::Float64}};
+  for (const auto& [name, dtype] : c_names)
+    if (t == name) {
+      spec.dtype = dtype;
+      return spec;
+    }
+  throw ValueError(kernel + ": unknown " + what + " '" + type + "'; " + kTypeHelp +
+                   ", or a C type (float, double, int, long long, ...)");
+}
+
+// ------------------------------------------------------------------ variant cache
+
+std::shared_ptr<void> KernelVariantCache::find(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = variants_.find(key);
+  return it == variants_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<void> KernelVariantCache::insert(const std::string& key, std::shared_ptr<void> value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return variants_.try_emplace(key, std::move(value)).first->second;
+}
+
+// ------------------------------------------------------------------ types
+
+std::optional<DType> TypeMap::find(const std::string& placeholder) const {
+  for (const auto& [name, dtype] : bound)
+    if (name == placeholder) return dtype;
+  return std::nullopt;
+}
+
+TypeMap resolve_kernel_types(const std::string& kernel, const std::vector<KernelParam>& params, int nin,
+                             const std::vector<ArgType>& args) {
+  TypeMap map;
+  std::vector<std::string> binder;  // the parameter that bound each placeholder, for messages
+  auto bind_array = [&](const KernelParam& p, DType t) {
+    for (size_t b = 0; b < map.bound.size(); ++b) {
+      if (map.bound[b].first != p.placeholder) continue;
+      if (map.bound[b].second != t)
+        throw DTypeError(kernel + ": parameter '" + p.name + "' has type " + p.placeholder + ", which '" + binder[b] +
+                         "' binds to " + std::string(dtype_name(map.bound[b].second)) + ", but its array is " +
+                         std::string(dtype_name(t)) + "; convert one with astype(" +
+                         std::string(dtype_name(map.bound[b].second)) + ")");
+      return;
+    }
+    map.bound.emplace_back(p.placeholder, t);
+    binder.push_back(p.name);
+  };
+  // Outputs passed in first (exact types), then input arrays.
+  for (size_t k = static_cast<size_t>(nin); k < args.size(); ++k) {
+    const KernelParam& p = params[k];
+    if (p.dtype && *p.dtype != args[k].dtype)
+      throw DTypeError(kernel + ": output '" + p.name + "' is declared " + p.type_str() + " but the array passed is " +
+                       std::string(dtype_name(args[k].dtype)) + "; pass a " + p.type_str() +
+                       " array (outputs are written without conversion)");
+    if (!p.dtype) bind_array(p, args[k].dtype);
+  }
+  for (int k = 0; k < nin; ++k) {
+    const KernelParam& p = params[static_cast<size_t>(k)];
+    const ArgType& a = args[static_cast<size_t>(k)];
+    if (!a.is_array) {
+      if (p.raw)
+        throw ValueError(kernel + ": raw parameter '" + p.name + "' needs an Array, got the scalar " + a.scalar.str());
+      continue;
+    }
+    if (!p.dtype) {
+      bind_array(p, a.dtype);
+    } else if (p.raw ? a.dtype != *p.dtype : !can_cast_safe(a.dtype, *p.dtype)) {
+      throw DTypeError(
+          kernel + ": parameter '" + p.name + "' is declared " + p.type_str() + " but the array is " +
+          std::string(dtype_name(a.dtype)) +
+          (p.raw ? " (a raw array must have its parameter's dtype exactly)" : ", which does not cast safely to it") +
+          "; convert it with astype(" + p.type_str() + ")");
+    }
+  }
+  // Placeholders no array binds take the scalars' NumPy types (bool, int64, float64), promoted.
+  for (int k = 0; k < nin; ++k) {
+    const KernelParam& p = params[static_cast<size_t>(k)];
+    const ArgType& a = args[static_cast<size_t>(k)];
+    if (a.is_array || p.dtype) continue;
+    bool bound_by_array = false;
+    for (size_t b = 0; b < map.bound.size(); ++b)
+      if (map.bound[b].first == p.placeholder) bound_by_array = true;
+    if (bound_by_array) continue;
+    DType t = a.scalar.default_dtype();
+    for (int j = k + 1; j < nin; ++j) {
+      const KernelParam& q = params[static_cast<size_t>(j)];
+      if (!args[static_cast<size_t>(j)].is_array && !q.dtype && q.placeholder == p.placeholder)
+        t = promote_types(t, args[static_cast<size_t>(j)].scalar.default_dtype());
+    }
+    map.bound.emplace_back(p.placeholder, t);
+    binder.push_back(p.name);
+  }
+  for (int k = 0; k < nin; ++k) {
+    const KernelParam& p = params[static_cast<size_t>(k)];
+    const ArgType& a = args[static_cast<size_t>(k)];
+    if (!a.is_array) check_scalar(kernel, p, param_dtype(kernel, p, map), a.scalar);
+  }
+  return map;
+}
+
+DType param_dtype(const std::string& kernel, const KernelParam& p, const TypeMap& types) {
+  if (p.dtype) return *p.dtype;
+  if (std::optional<DType> t = types.find(p.placeholder)) return *t;
+  throw DTypeError(kernel + ": cannot determine type " + p.placeholder + " of " + (p.output ? "output" : "input") +
+                   " '" + p.name + "': no argument binds " + p.placeholder +
+                   "; pass the output array (its dtype binds it) or declare the parameter with a dtype");
+}
+
+namespace {
+
+/// Construction checks shared by both kernel kinds.
+void check_definition(const std::string& name, const std::vector<KernelParam>& params,
+                      const std::vector<std::string>& reserved) {
+  if (!is_identifier(name) || name.rfind("kiln_", 0) == 0)
+    throw ValueError("user kernel: the name '" + name +
+                     "' is not a C++ identifier (it names the __global__ function); use e.g. \"my_kernel\"");
+  for (size_t k = 0; k < params.size(); ++k) {
+    const KernelParam& p = params[k];
+    for (size_t j = 0; j < k; ++j)
+      if (params[j].name == p.name)
+        bad_param(name, p.name, "the name is used twice; give every parameter its own name");
+    for (const std::string& r : reserved)
+      if (p.name == r || p.placeholder == r)
+        bad_param(name, p.name, "'" + r + "' is reserved in this kernel's code; rename it");
+    for (const char* builtin : {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "kd"})
+      if (p.name == builtin) bad_param(name, p.name, "the name is a CUDA built-in the generated loop uses; rename it");
+    for (const KernelParam& q : params)
+      if (!q.placeholder.empty() && q.placeholder == p.name)
+        bad_param(name, p.name, "the name is also a type placeholder; rename one");
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+// ------------------------------------------------------------------ ElementwiseKernel
+
+ElementwiseKernel::ElementwiseKernel(const std::string& in_params, const std::string& out_params,
+                                     const std::string& operation, const std::string& name,
+                                     ElementwiseKernelOptions options)
+    : def_(std::make_shared<detail::ElementwiseKernelDef>()) {
+  detail::ElementwiseKernelDef& d = *def_;
+  d.name = name;
+  d.operation = operation;
+  d.preamble = std::move(options.preamble);
+  d.options = std::move(options.options);
+  d.params = detail::parse_kernel_params(in_params, false, name);
+  d.nin = static_cast<int>(d.params.size());
+  for (detail::KernelParam& p : detail::parse_kernel_params(out_params, true, name)) d.params.push_back(std::move(p));
+  d.nout = static_cast<int>(d.params.size()) - d.nin;
+  detail::check_definition(name, d.params, {"i", "n"});
+}
+
+const std::string& ElementwiseKernel::name() const { return def_->name; }
+int ElementwiseKernel::nin() const { return def_->nin; }
+int ElementwiseKernel::nout() const { return def_->nout; }
+
+void ElementwiseKernel::require_single_output() const {
+  if (def_->nout > 1)
+    throw ValueError(def_->name + ": the kernel has " + std::to_string(def_->nout) +
+                     " outputs; use call({...}), which returns all of them");
+}
+
+Array ElementwiseKernel::single_output(std::vector<Array> outputs) const {
+  return outputs.empty() ? Array() : outputs.front();
+}
+
+std::vector<Array> ElementwiseKernel::call(const std::vector<KernelArg>& args, std::optional<int64_t> size) const {
+  using namespace detail;
+  const ElementwiseKernelDef& def = *def_;
+  const std::string& kernel = def.name;
+  const std::vector<ArgType> types = arg_types(kernel, def.params, def.nin, def.nout, args);
+  UserElementwiseCall call;
+  call.kernel = &def;
+  call.types = resolve_kernel_types(kernel, def.params, def.nin, types);
+  std::vector<DType> dtypes;
+  for (const KernelParam& p : def.params) dtypes.push_back(param_dtype(kernel, p, call.types));
+
+  // The shape: the non-raw inputs broadcast together, or `size`; outputs passed in must have a shape the
+  // inputs broadcast to (they are never broadcast themselves).
+  bool have_array = false;
+  for (int k = 0; k < def.nin; ++k) {
+    const KernelArg& a = args[static_cast<size_t>(k)];
+    if (!a.is_array() || def.params[static_cast<size_t>(k)].raw) continue;
+    call.shape = broadcast_shapes(call.shape, a.array().shape(), kernel.c_str());
+    have_array = true;
+  }
+  const Shape inputs_shape = call.shape;
+  bool have_output = false;
+  for (size_t k = static_cast<size_t>(def.nin); k < args.size(); ++k) {
+    if (def.params[k].raw) continue;
+    const Shape& out = args[k].array().shape();
+    bool ok = false;
+    if (have_output) {
+      ok = out == call.shape;  // every output has the one shape
+    } else {
+      try {
+        ok = broadcast_shapes(inputs_shape, out, kernel.c_str()) == out;
+      } catch (const ShapeError&) {
+        ok = false;
+      }
+    }
+    if (!ok)
+      throw ShapeError(kernel + ": output '" + def.params[k].name + "' has shape " + shape_str(out) +
+                       " but the arguments broadcast to " + shape_str(have_output ? call.shape : inputs_shape) +
+                       "; pass an output of that shape (outputs are never broadcast)");
+    call.shape = out;
+    have_output = have_array = true;
+  }
+  if (!have_array) {
+    if (!size)
+      throw ValueError(kernel + ": no argument is a non-raw array, so the number of elements is unknown; pass it: " +
+                       kernel + ".call(args, size)");
+    if (*size < 0) throw ValueError(kernel + ": size must be >= 0, got " + std::to_string(*size));
+    call.shape = Shape{*size};
+  } else if (size && *size != shape_numel(call.shape)) {
+    throw ValueError(kernel + ": size " + std::to_string(*size) + " differs from the " +
+                     std::to_string(shape_numel(call.shape)) + " elements of the arguments' broadcast shape " +
+                     shape_str(call.shape) + "; leave size out when arrays give the shape");
+  }
+  call.size = shape_numel(call.shape);
+  call.device = kernel_device(kernel, def.params, args);
+
+  std::vector<Array> outputs;
+  for (size_t k = 0; k < def.params.size(); ++k) {
+    const KernelParam& p = def.params[k];
+    BoundArg b;
+    b.param = &p;
+    b.dtype = dtypes[k];
+    if (k < args.size() && args[k].is_array()) {
+      const Array& a = args[k].array();
+      b.array = p.raw || a.shape() == call.shape ? a : a.broadcast_to(call.shape);
+    } else if (k < args.size()) {
+      b.is_scalar = true;
+      b.scalar = scalar_as(args[k].scalar(), b.dtype);
+    } else {
+      b.array = make_array(call.shape, b.dtype, call.device);
+    }
+    if (p.output) outputs.push_back(b.array);
+    call.args.push_back(std::move(b));
+  }
+  if (call.size > 0) backend_for(call.device).user_elementwise(call);
+  return outputs;
+}
+
+// ------------------------------------------------------------------ ReductionKernel
+
+ReductionKernel::ReductionKernel(const std::string& in_params, const std::string& out_params,
+                                 const std::string& map_expr, const std::string& reduce_expr,
+                                 const std::string& post_map_expr, const std::string& identity, const std::string& name,
+                                 ReductionKernelOptions options)
+    : def_(std::make_shared<detail::ReductionKernelDef>()) {
+  detail::ReductionKernelDef& d = *def_;
+  d.name = name;
+  d.map_expr = map_expr;
+  d.reduce_expr = reduce_expr;
+  d.post_map_expr = post_map_expr;
+  d.identity = detail::trim(identity);
+  d.preamble = std::move(options.preamble);
+  d.options = std::move(options.options);
+  d.params = detail::parse_kernel_params(in_params, false, name);
+  d.nin = static_cast<int>(d.params.size());
+  for (detail::KernelParam& p : detail::parse_kernel_params(out_params, true, name)) d.params.push_back(std::move(p));
+  d.nout = static_cast<int>(d.params.size()) - d.nin;
+  detail::check_definition(name, d.params, {"a", "b"});
+  if (d.nout == 0)
+    throw ValueError(name + ": a ReductionKernel needs at least one output parameter (post_map_expr writes it)");
+  for (const detail::KernelParam& p : d.params)
+    if (p.output && p.raw)
+      detail::bad_param(name, p.name, "ReductionKernel outputs cannot be raw (post_map_expr writes one element each)");
+  if (detail::trim(map_expr).empty() || detail::trim(reduce_expr).empty())
+    throw ValueError(name + ": map_expr and reduce_expr must not be empty (e.g. \"x\" and \"a + b\")");
+  if (options.reduce_type.empty()) {
+    const detail::KernelParam& first = d.params[static_cast<size_t>(d.nin)];
+    d.reduce_type.dtype = first.dtype;
+    d.reduce_type.placeholder = first.placeholder;
+  } else {
+    d.reduce_type = detail::parse_type_spec(options.reduce_type, name, "reduce_type");
+    if (!d.reduce_type.dtype) {
+      bool used = false;
+      for (const detail::KernelParam& p : d.params) used = used || p.placeholder == d.reduce_type.placeholder;
+      if (!used)
+        throw ValueError(name + ": reduce_type '" + d.reduce_type.placeholder +
+                         "' is a placeholder that no parameter uses, so nothing can bind it; use a dtype or C type");
+    }
+  }
+}
+
+const std::string& ReductionKernel::name() const { return def_->name; }
+int ReductionKernel::nin() const { return def_->nin; }
+int ReductionKernel::nout() const { return def_->nout; }
+
+Array ReductionKernel::operator()(const Array& x, Axes axis, bool keepdims) const {
+  return (*this)(std::vector<KernelArg>{KernelArg(x)}, std::move(axis), keepdims);
+}
+
+Array ReductionKernel::operator()(const std::vector<KernelArg>& args, Axes axis, bool keepdims) const {
+  std::vector<Array> outputs = call(args, std::move(axis), keepdims);
+  if (outputs.size() > 1)
+    throw ValueError(def_->name + ": the kernel has " + std::to_string(outputs.size()) +
+                     " outputs; use call({...}), which returns all of them");
+  return outputs.front();
+}
+
+std::vector<Array> ReductionKernel::call(const std::vector<KernelArg>& args, Axes axis, bool keepdims) const {
+  using namespace detail;
+  const ReductionKernelDef& def = *def_;
+  const std::string& kernel = def.name;
+  const std::vector<ArgType> types = arg_types(kernel, def.params, def.nin, def.nout, args);
+  UserReductionCall call;
+  call.kernel = &def;
+  call.types = resolve_kernel_types(kernel, def.params, def.nin, types);
+  std::vector<DType> dtypes;
+  for (const KernelParam& p : def.params) dtypes.push_back(param_dtype(kernel, p, call.types));
+  if (def.reduce_type.dtype) {
+    call.reduce_type = *def.reduce_type.dtype;
+  } else if (std::optional<DType> t = call.types.find(def.reduce_type.placeholder)) {
+    call.reduce_type = *t;
+  } else {
+    throw DTypeError(kernel + ": cannot determine the reduce type " + def.reduce_type.placeholder +
+                     ": no argument binds it; pass the output array or give reduce_type a dtype");
+  }
+
+  // The reduced shape: the non-raw inputs broadcast together (scalars count as 0-d).
+  for (int k = 0; k < def.nin; ++k)
+    if (args[static_cast<size_t>(k)].is_array() && !def.params[static_cast<size_t>(k)].raw)
+      call.in_shape = broadcast_shapes(call.in_shape, args[static_cast<size_t>(k)].array().shape(), kernel.c_str());
+  const int64_t nd = static_cast<int64_t>(call.in_shape.size());
+  std::vector<bool> reduced(static_cast<size_t>(nd), axis.all());
+  if (!axis.all()) {
+    for (int64_t a : axis.list()) {
+      const int64_t normal = normalize_axis(a, nd, kernel.c_str());
+      if (reduced[static_cast<size_t>(normal)])
+        throw ShapeError(kernel + ": duplicate axis " + std::to_string(a) + " in the axes list; list each axis once");
+      reduced[static_cast<size_t>(normal)] = true;
+    }
+  }
+  Shape keep_shape, out_shape;
+  int64_t count = 1;
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t extent = call.in_shape[static_cast<size_t>(d)];
+    if (reduced[static_cast<size_t>(d)]) {
+      call.axes.push_back(d);
+      keep_shape.push_back(1);
+      count *= extent;
+    } else {
+      keep_shape.push_back(extent);
+      out_shape.push_back(extent);
+    }
+  }
+  const Shape& result_shape = keepdims ? keep_shape : out_shape;
+  if (count == 0 && def.identity.empty() && shape_numel(keep_shape) > 0)
+    throw ValueError(kernel + ": zero-size reduction of shape " + shape_str(call.in_shape) +
+                     " and the kernel has no identity; give an identity or reduce over non-empty axes");
+  for (size_t k = static_cast<size_t>(def.nin); k < args.size(); ++k)
+    if (!(args[k].array().shape() == result_shape))
+      throw ShapeError(kernel + ": output '" + def.params[k].name + "' has shape " +
+                       shape_str(args[k].array().shape()) + " but the reduction gives shape " +
+                       shape_str(result_shape) + "; pass an output of shape " + shape_str(result_shape));
+  call.device = kernel_device(kernel, def.params, args);
+
+  std::vector<Array> outputs;
+  for (size_t k = 0; k < def.params.size(); ++k) {
+    const KernelParam& p = def.params[k];
+    BoundArg b;
+    b.param = &p;
+    b.dtype = dtypes[k];
+    if (!p.output && args[k].is_array()) {
+      const Array& a = args[k].array();
+      b.array = p.raw || a.shape() == call.in_shape ? a : a.broadcast_to(call.in_shape);
+    } else if (!p.output) {
+      b.is_scalar = true;
+      b.scalar = scalar_as(args[k].scalar(), b.dtype);
+    } else if (k < args.size()) {
+      Array view = args[k].array();
+      if (!keepdims)
+        for (int64_t d : call.axes) view = view.expand_dims(d);
+      b.array = view;
+      outputs.push_back(args[k].array());
+    } else {
+      b.array = make_array(keep_shape, b.dtype, call.device);
+      outputs.push_back(keepdims ? b.array : b.array.reshape(out_shape));
+    }
+    call.args.push_back(std::move(b));
+  }
+  if (shape_numel(keep_shape) > 0) backend_for(call.device).user_reduction(call);
+  return outputs;
+}
+
+}  // namespace kiln

@@ -1,0 +1,344 @@
+// User ElementwiseKernels and ReductionKernels on the GPU: the layout of a
+// call (the built-ins' coalescing, 32-bit indexing when offsets fit, the
+// contiguous fast path), a variant from the kernel object's cache or generated
+// (codegen_user.cpp) and loaded through load_module (memory and disk caches
+// shared with the built-ins), then a checked launch on the device's current
+// stream. The core (src/core/user_kernel.cpp) has already checked, typed,
+// broadcast and allocated everything.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/user_kernel.hpp"
+#include "cuda/codegen.hpp"
+#include "cuda/codegen_user.hpp"
+#include "cuda/compiler.hpp"
+#include "cuda/elementwise_layout.hpp"
+#include "cuda/launch.hpp"
+#include "cuda/ops.hpp"
+#include "cuda/runtime.hpp"
+
+namespace kiln::cuda_impl {
+
+namespace {
+
+/// Non-raw array parameters one user kernel may have (each adds kMaxKernelRank words of Params at most).
+constexpr int kMaxUserOperands = 32;
+using UserLayout = StridedLayout<kMaxUserOperands>;
+
+/// The compiled variant for `signature` on `device`, from the kernel's cache or built by `source()`.
+template <class SourceFn>
+const KernelTable::Entry& variant(detail::KernelVariantCache& cache, int device, const std::string& signature,
+                                  const std::string& name, const std::vector<std::string>& options, SourceFn source) {
+  const std::string key = std::to_string(device) + "|" + signature;
+  if (std::shared_ptr<void> hit = cache.find(key)) return *static_cast<const KernelTable::Entry*>(hit.get());
+  CompileOptions compile_options;
+  compile_options.options = options;
+  std::shared_ptr<Module> module = load_module(source(), name, device, compile_options);
+  auto entry = std::make_shared<KernelTable::Entry>();
+  entry->function = reinterpret_cast<void*>(module->function(name));
+  entry->module = module;
+  entry->name = name;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry->function), kBlockSize,
+                                                    0) != cudaSuccess ||
+      blocks <= 0) {
+    (void)cudaGetLastError();
+    blocks = 8;
+  }
+  entry->blocks_per_multiprocessor = blocks;
+  std::shared_ptr<void> stored = cache.insert(key, std::move(entry));
+  return *static_cast<const KernelTable::Entry*>(stored.get());
+}
+
+/// The parameter specs of a call (dtypes, kinds, raw layouts).
+std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vector<detail::BoundArg>& args) {
+  std::vector<UserParamSpec> specs;
+  for (const detail::BoundArg& b : args) {
+    UserParamSpec p;
+    p.name = b.param->name;
+    p.dtype = b.dtype;
+    p.output = b.param->output;
+    if (b.is_scalar) {
+      p.kind = UserArgKind::Scalar;
+      p.storage = b.dtype;
+    } else {
+      p.kind = b.param->raw ? UserArgKind::Raw : UserArgKind::Array;
+      p.storage = b.array.dtype();
+      if (p.kind == UserArgKind::Raw) {
+        if (b.array.ndim() > kMaxKernelRank)
+          throw ShapeError(kernel + ": raw parameter '" + p.name + "' has " + std::to_string(b.array.ndim()) +
+                           " dimensions; at most " + std::to_string(kMaxKernelRank) + " are supported");
+        p.raw_ndim = static_cast<int>(b.array.ndim());
+        p.raw_contiguous = b.array.is_contiguous();
+      }
+    }
+    specs.push_back(std::move(p));
+  }
+  return specs;
+}
+
+/// Kernel arguments for the user parameters: pointers, scalar values and raw-array structs.
+struct ArgBuffer {
+  std::vector<void*> pointers;
+  std::vector<uint64_t> scalars;  // 8-byte aligned slots
+  std::vector<std::vector<int64_t>> raws;
+  std::vector<void*> args;
+
+  explicit ArgBuffer(const std::vector<detail::BoundArg>& bound, int device, const std::string& kernel) {
+    pointers.reserve(bound.size() + 2);
+    scalars.reserve(bound.size());
+    raws.reserve(bound.size());
+    for (const detail::BoundArg& b : bound) {
+      if (b.is_scalar) {
+        scalars.push_back(0);
+        store_scalar(kernel_compute_dtype(b.dtype), b.scalar, &scalars.back());
+        args.push_back(&scalars.back());
+        continue;
+      }
+      if (b.array.device().index != device)
+        throw DeviceError(kernel + ": '" + b.param->name + "' is on " + b.array.device().str() +
+                          ", not cuda:" + std::to_string(device));
+      if (b.param->raw) {
+        const Array& a = b.array;
+        const size_t nd = std::max<size_t>(1, static_cast<size_t>(a.ndim()));
+        std::vector<int64_t> words(2 + 2 * nd, 0);
+        void* data = a.data_ptr();
+        std::memcpy(&words[0], &data, sizeof data);
+        words[1] = a.size();
+        if (a.ndim() == 0) {
+          words[2] = 1;
+          words[3] = 1;
+        }
+        for (size_t d = 0; d < static_cast<size_t>(a.ndim()); ++d) {
+          words[2 + d] = a.shape()[d];
+          words[2 + nd + d] = a.strides()[d];
+        }
+        raws.push_back(std::move(words));
+        args.push_back(raws.back().data());
+        continue;
+      }
+      pointers.push_back(b.array.data_ptr());
+      args.push_back(&pointers.back());
+    }
+  }
+  void push_pointer(void* p) {
+    pointers.push_back(p);
+    args.push_back(&pointers.back());
+  }
+};
+
+int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// One axis of a reduction: its size and each operand's stride (inputs, then outputs on kept axes).
+struct RDim {
+  int64_t size;
+  std::vector<int64_t> strides;
+};
+
+/// Sorts axes by the first operand's |stride|, largest first, and merges neighbours that step uniformly for
+/// every operand; throws ShapeError beyond kMaxKernelRank axes.
+void sort_and_coalesce(std::vector<RDim>& dims, const std::string& kernel) {
+  const auto mag = [](int64_t s) { return s < 0 ? -s : s; };
+  if (!dims.empty() && !dims[0].strides.empty())
+    std::stable_sort(dims.begin(), dims.end(),
+                     [&](const RDim& a, const RDim& b) { return mag(a.strides[0]) > mag(b.strides[0]); });
+  std::vector<RDim> merged;
+  for (const RDim& d : dims) {
+    if (!merged.empty()) {
+      RDim& outer = merged.back();
+      bool uniform = true;
+      for (size_t k = 0; k < d.strides.size() && uniform; ++k) uniform = outer.strides[k] == d.strides[k] * d.size;
+      if (uniform) {
+        outer.size *= d.size;
+        outer.strides = d.strides;
+        continue;
+      }
+    }
+    merged.push_back(d);
+  }
+  if (merged.size() > static_cast<size_t>(kMaxKernelRank))
+    throw ShapeError(kernel + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+                     " axes that cannot be merged; make an input contiguous first (.contiguous())");
+  dims = std::move(merged);
+}
+
+int64_t extent(const std::vector<RDim>& dims, size_t operand) {
+  int64_t e = 0;
+  for (const RDim& d : dims) e += (d.size - 1) * (d.strides[operand] < 0 ? -d.strides[operand] : d.strides[operand]);
+  return e;
+}
+
+}  // namespace
+
+void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
+  const detail::ElementwiseKernelDef& def = *call.kernel;
+  const int device = call.device.index;
+  set_device(device);
+  const Array* arrays[kMaxUserOperands];
+  int num_arrays = 0;
+  for (const detail::BoundArg& b : call.args) {
+    if (b.is_scalar || b.param->raw) continue;
+    if (num_arrays == kMaxUserOperands)
+      throw ValueError(def.name + ": more than " + std::to_string(kMaxUserOperands) +
+                       " non-raw array parameters; pass some as raw arrays");
+    arrays[num_arrays++] = &b.array;
+  }
+  UserLayout layout;
+  layout.operands = num_arrays;
+  coalesce(layout, call.shape, arrays, def.name.c_str());
+  const int64_t n = call.size;
+  UserElementwiseSpec spec;
+  spec.name = def.name;
+  spec.operation = def.operation;
+  spec.preamble = def.preamble;
+  spec.types = call.types.bound;
+  spec.params = param_specs(def.name, call.args);
+  spec.contiguous = num_arrays == 0 || is_contiguous_layout(layout, n);
+  spec.ndim = layout.ndim;
+  spec.index64 = n > INT32_MAX || (!spec.contiguous && !offsets_fit_32(layout));
+  const KernelTable::Entry& kernel = variant(def.cache, device, user_elementwise_signature(spec), def.name, def.options,
+                                             [&] { return user_elementwise_source(spec); });
+
+  ArgBuffer buffer(call.args, device, def.name);
+  uint32_t words32[3 * kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
+  uint64_t words64[kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
+  if (!spec.contiguous) buffer.args.push_back(strided_params(layout, spec.index64, words32, words64));
+  unsigned int n32 = static_cast<unsigned int>(n);
+  unsigned long long n64 = static_cast<unsigned long long>(n);
+  buffer.args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
+  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, n, kernel)), dim3(kBlockSize), 0,
+         current_stream(device), buffer.args.data(), kernel.name.c_str());
+}
+
+void cuda_user_reduction(const detail::UserReductionCall& call) {
+  const detail::ReductionKernelDef& def = *call.kernel;
+  const std::string& kernel_name = def.name;
+  const int device = call.device.index;
+  set_device(device);
+  std::vector<const Array*> inputs, outputs;
+  for (const detail::BoundArg& b : call.args) {
+    if (b.is_scalar || b.param->raw) continue;
+    (b.param->output ? outputs : inputs).push_back(&b.array);
+  }
+  const size_t num_in = inputs.size(), num_out = outputs.size();
+  if (num_in + num_out > static_cast<size_t>(kMaxUserOperands))
+    throw ValueError(kernel_name + ": more than " + std::to_string(kMaxUserOperands) +
+                     " non-raw array parameters; pass some as raw arrays");
+
+  // Kept and reduced axes with every operand's strides (size-1 axes dropped).
+  const Shape& shape = call.in_shape;
+  std::vector<bool> is_reduced(shape.size(), false);
+  for (int64_t axis : call.axes) is_reduced[static_cast<size_t>(axis)] = true;
+  std::vector<RDim> kept, reduced;
+  int64_t num_red = 1, outputs_count = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (is_reduced[d])
+      num_red *= shape[d];
+    else
+      outputs_count *= shape[d];
+    if (shape[d] == 1) continue;
+    RDim dim{shape[d], {}};
+    for (const Array* a : inputs) dim.strides.push_back(a->strides()[d]);
+    if (!is_reduced[d])
+      for (const Array* a : outputs) dim.strides.push_back(a->strides()[d]);
+    (is_reduced[d] ? reduced : kept).push_back(std::move(dim));
+  }
+  sort_and_coalesce(kept, kernel_name);
+  sort_and_coalesce(reduced, kernel_name);
+  if (reduced.empty()) reduced.push_back(RDim{1, std::vector<int64_t>(num_in, 0)});
+
+  // Plan: a group of threads per output along the reduced axes when they are the inner ones in memory
+  // (split over several tasks when outputs are few), else one thread per output with adjacent threads on
+  // adjacent outputs (a reduction over an outer axis), split when outputs are too few to fill the GPU.
+  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * 8;
+  const int64_t resident = wave * kBlockSize;
+  const auto mag = [](int64_t s) { return s < 0 ? -s : s; };
+  const bool rows = num_in == 0 || kept.empty() || mag(reduced.back().strides[0]) < mag(kept.back().strides[0]);
+  int group = 1;
+  int64_t splits = 1;
+  if (rows) {
+    group = num_red <= 32 || outputs_count * 32 >= resident ? pow2_at_least(num_red, 32) : kBlockSize;
+    if (group == kBlockSize && outputs_count < wave)
+      splits = std::min(ceil_div(wave, outputs_count), ceil_div(num_red, 4096));
+  } else if (outputs_count < resident) {
+    splits = std::min(ceil_div(resident, outputs_count), ceil_div(num_red, 64));
+  }
+  splits = std::max<int64_t>(1, splits);
+  const int64_t chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
+  splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
+
+  UserReductionSpec spec;
+  spec.name = def.name;
+  spec.map_expr = def.map_expr;
+  spec.reduce_expr = def.reduce_expr;
+  spec.post_map_expr = def.post_map_expr;
+  spec.identity = def.identity;
+  spec.preamble = def.preamble;
+  spec.types = call.types.bound;
+  spec.params = param_specs(kernel_name, call.args);
+  spec.reduce_type = call.reduce_type;
+  spec.kept_ndim = static_cast<int>(kept.size());
+  spec.reduced_ndim = static_cast<int>(reduced.size());
+  spec.group = group;
+  bool index64 = outputs_count * splits > INT32_MAX || num_red > INT32_MAX;
+  for (size_t k = 0; k < num_in; ++k) index64 = index64 || extent(kept, k) + extent(reduced, k) > INT32_MAX;
+  for (size_t m = 0; m < num_out; ++m) index64 = index64 || extent(kept, num_in + m) > INT32_MAX;
+  spec.index64 = index64;
+  spec.pass = splits > 1 ? UserReducePass::ToPartials : UserReducePass::Single;
+
+  // Params words.
+  std::vector<uint64_t> words;
+  for (const RDim& d : kept) words.push_back(static_cast<uint64_t>(d.size));
+  for (size_t k = 0; k < num_in + num_out; ++k)
+    for (const RDim& d : kept) words.push_back(static_cast<uint64_t>(d.strides[k]));
+  for (const RDim& d : reduced) words.push_back(static_cast<uint64_t>(d.size));
+  for (size_t k = 0; k < num_in; ++k)
+    for (const RDim& d : reduced) words.push_back(static_cast<uint64_t>(d.strides[k]));
+  const size_t tail = words.size();
+  words.resize(tail + 4);
+  const auto launch_pass = [&](const UserReductionSpec& pass_spec, int64_t pass_red, int64_t pass_splits,
+                               int64_t pass_chunk, void* partials_in, void* partials_out) {
+    words[tail] = static_cast<uint64_t>(outputs_count);
+    words[tail + 1] = static_cast<uint64_t>(pass_red);
+    words[tail + 2] = static_cast<uint64_t>(pass_splits);
+    words[tail + 3] = static_cast<uint64_t>(pass_chunk);
+    std::vector<uint32_t> narrow(words.begin(), words.end());
+    const KernelTable::Entry& kernel = variant(def.cache, device, user_reduction_signature(pass_spec), def.name,
+                                               def.options, [&] { return user_reduction_source(pass_spec); });
+    ArgBuffer buffer(call.args, device, kernel_name);
+    buffer.push_pointer(partials_in);
+    buffer.push_pointer(partials_out);
+    buffer.args.push_back(pass_spec.index64 ? static_cast<void*>(words.data()) : static_cast<void*>(narrow.data()));
+    const int64_t tasks = outputs_count * pass_splits;
+    const int64_t per_block = kBlockSize / pass_spec.group;
+    const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kernel.blocks_per_multiprocessor;
+    const int64_t blocks = std::max<int64_t>(1, std::min(ceil_div(tasks, per_block), cap));
+    launch(static_cast<cudaKernel_t>(kernel.function), dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
+           current_stream(device), buffer.args.data(), kernel.name.c_str());
+  };
+  if (splits == 1) {
+    launch_pass(spec, num_red, 1, chunk, nullptr, nullptr);
+    return;
+  }
+  // Two passes: one partial per (split, output), then each output's partials reduced and post-mapped.
+  const size_t value_size = static_cast<size_t>(itemsize(kernel_compute_dtype(call.reduce_type)));
+  std::shared_ptr<Storage> partials =
+      device_alloc(device, static_cast<size_t>(outputs_count * splits) * value_size, current_stream(device));
+  launch_pass(spec, num_red, splits, chunk, nullptr, partials->data());
+  UserReductionSpec final_spec = spec;
+  final_spec.pass = UserReducePass::FromPartials;
+  final_spec.group = outputs_count >= 32 ? 1 : pow2_at_least(splits, kBlockSize);
+  launch_pass(final_spec, splits, 1, splits, partials->data(), nullptr);
+}
+
+}  // namespace kiln::cuda_impl

@@ -1,0 +1,790 @@
+// User ElementwiseKernel and ReductionKernel (include/kiln/kernels.hpp).
+// Without a GPU: parameter parsing, placeholder resolution, every argument
+// error (checked before the device, so CPU arrays reach them), the DeviceError
+// for CPU arrays, and generated variants compiled to PTX with NVRTC (every
+// layout class, raw arrays, scalars, float16, reductions of every pass), plus
+// the CompileError of a user operation that does not compile. With a GPU:
+// results against CPU computations and kiln's built-ins, broadcasting, strides,
+// outputs passed in, raw and scalar parameters, i/n, float16, a non-current
+// device, the variant cache, reductions over axes with keepdims.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/user_kernel.hpp"
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+using kiln_test::expect_error;
+
+namespace {
+
+// ---- parsing and types (pure C++) ------------------------------------------------------------------------
+
+TEST(UserKernelParams, ParsesTypesPlaceholdersAndRaw) {
+  auto params = detail::parse_kernel_params("float32 x,  raw T  y ,int8 z", false, "k");
+  ASSERT_EQ(params.size(), 3u);
+  EXPECT_EQ(params[0].name, "x");
+  EXPECT_EQ(params[0].dtype, DType::Float32);
+  EXPECT_FALSE(params[0].raw);
+  EXPECT_EQ(params[1].name, "y");
+  EXPECT_FALSE(params[1].dtype.has_value());
+  EXPECT_EQ(params[1].placeholder, "T");
+  EXPECT_TRUE(params[1].raw);
+  EXPECT_EQ(params[2].dtype, DType::Int8);
+  EXPECT_TRUE(detail::parse_kernel_params("  ", true, "k").empty());
+  auto outs = detail::parse_kernel_params("bfloat16 out", true, "k");
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_TRUE(outs[0].output);
+  EXPECT_EQ(outs[0].dtype, DType::BFloat16);
+}
+
+TEST(UserKernelParams, SyntaxErrorsNameKernelAndParameter) {
+  expect_error<ValueError>([] { detail::parse_kernel_params("float32", false, "kern"); },
+                           {"kern", "syntax error", "\"float32\"", "[raw] type name"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("float32 x,", false, "kern"); }, {"kern", "syntax error"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("flaot32 x", false, "kern"); },
+                           {"kern", "'x'", "unknown type 'flaot32'", "float32"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("float x", false, "kern"); },
+                           {"unknown type 'float'", "dtype name"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("const float32 x", false, "kern"); },
+                           {"'x'", "unknown keyword 'const'", "raw"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("float32 2x", false, "kern"); }, {"'2x'", "identifier"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("float32 kiln_x", false, "kern"); }, {"reserved"});
+  expect_error<ValueError>([] { detail::parse_kernel_params("1 x", false, "kern"); }, {"unknown type '1'"});
+}
+
+TEST(UserKernelParams, DefinitionErrors) {
+  expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 x", "x = 1", "dup"); },
+                           {"dup", "'x'", "used twice"});
+  expect_error<ValueError>([] { ElementwiseKernel("float32 i", "float32 y", "y = i", "idx"); },
+                           {"idx", "'i'", "reserved"});
+  expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 n", "n = x", "size"); }, {"'n'", "reserved"});
+  expect_error<ValueError>([] { ElementwiseKernel("T x", "T T", "T = x", "clash"); }, {"placeholder"});
+  expect_error<ValueError>([] { ElementwiseKernel("float32 blockDim", "float32 y", "y = blockDim", "bi"); },
+                           {"bi", "'blockDim'", "CUDA built-in"});
+  expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 y", "y = x", "plus-one"); },
+                           {"'plus-one'", "identifier"});
+  expect_error<ValueError>([] { ReductionKernel("T a", "T y", "a", "a + b", "y = a", "0", "red"); },
+                           {"red", "'a'", "reserved"});
+  expect_error<ValueError>([] { ReductionKernel("T x", "", "x", "a + b", "", "0", "red"); }, {"red", "output"});
+  expect_error<ValueError>([] { ReductionKernel("T x", "raw T y", "x", "a + b", "y[0] = a", "0", "red"); },
+                           {"red", "'y'", "raw"});
+  expect_error<ValueError>(
+      [] { ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "red", {.reduce_type = "quad"}); },
+      {"red", "reduce_type", "'quad'"});
+  expect_error<ValueError>(
+      [] { ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "red", {.reduce_type = "U"}); },
+      {"red", "reduce_type 'U'", "no parameter"});
+  EXPECT_EQ(ElementwiseKernel("int32 x", "int32 y", "y = x + 1", "plus_one").nin(), 1);
+  EXPECT_EQ(ReductionKernel("T x, T w", "T y", "x * w", "a + b", "y = a", "0", "wsum").nout(), 1);
+}
+
+TEST(UserKernelParams, ReduceTypeAcceptsDtypeAndCNames) {
+  EXPECT_EQ(detail::parse_type_spec("float64", "k", "reduce_type").dtype, DType::Float64);
+  EXPECT_EQ(detail::parse_type_spec("double", "k", "reduce_type").dtype, DType::Float64);
+  EXPECT_EQ(detail::parse_type_spec("float", "k", "reduce_type").dtype, DType::Float32);
+  EXPECT_EQ(detail::parse_type_spec("long  long", "k", "reduce_type").dtype, DType::Int64);
+  EXPECT_EQ(detail::parse_type_spec("T", "k", "reduce_type").placeholder, "T");
+}
+
+detail::ArgType arr(DType t) {
+  detail::ArgType a;
+  a.is_array = true;
+  a.dtype = t;
+  return a;
+}
+detail::ArgType sca(Scalar s) {
+  detail::ArgType a;
+  a.scalar = s;
+  return a;
+}
+
+TEST(UserKernelTypes, PlaceholdersBindFromArraysThenScalars) {
+  auto params = detail::parse_kernel_params("T x, T s, U u", false, "k");
+  for (auto& p : detail::parse_kernel_params("T y, V v", true, "k")) params.push_back(p);
+  // T from the int16 array (the scalar 3 is weak), U from the scalar 2.5 (float64).
+  detail::TypeMap map = detail::resolve_kernel_types("k", params, 3, {arr(DType::Int16), sca(3), sca(2.5)});
+  EXPECT_EQ(map.find("T"), DType::Int16);
+  EXPECT_EQ(map.find("U"), DType::Float64);
+  EXPECT_FALSE(map.find("V").has_value());
+  expect_error<DTypeError>([&] { detail::param_dtype("k", params[4], map); },
+                           {"k", "cannot determine type V of output 'v'", "pass the output array"});
+  // Passed outputs bind too.
+  map = detail::resolve_kernel_types("k", params, 3,
+                                     {arr(DType::Int16), sca(3), sca(true), arr(DType::Int16), arr(DType::UInt8)});
+  EXPECT_EQ(map.find("V"), DType::UInt8);
+  EXPECT_EQ(map.find("U"), DType::Bool);
+  // Scalars alone promote among themselves: int and float give float64.
+  auto two = detail::parse_kernel_params("T a, T b", false, "k");
+  EXPECT_EQ(detail::resolve_kernel_types("k", two, 2, {sca(1), sca(0.5)}).find("T"), DType::Float64);
+  EXPECT_EQ(detail::resolve_kernel_types("k", two, 2, {sca(1), sca(2)}).find("T"), DType::Int64);
+}
+
+TEST(UserKernelTypes, MismatchesNameKernelAndParameter) {
+  auto params = detail::parse_kernel_params("T x, T y, float32 f, raw float32 r", false, "kk");
+  for (auto& p : detail::parse_kernel_params("int32 out", true, "kk")) params.push_back(p);
+  // T bound twice to different dtypes.
+  expect_error<DTypeError>(
+      [&] {
+        detail::resolve_kernel_types(
+            "kk", params, 4, {arr(DType::Int32), arr(DType::Float32), arr(DType::Float32), arr(DType::Float32)});
+      },
+      {"kk", "'y'", "type T", "'x' binds to int32", "float32", "astype"});
+  // A fixed input takes safe casts (int16 -> float32) but not float64 -> float32.
+  EXPECT_NO_THROW(detail::resolve_kernel_types(
+      "kk", params, 4, {arr(DType::Int8), arr(DType::Int8), arr(DType::Int16), arr(DType::Float32)}));
+  expect_error<DTypeError>(
+      [&] {
+        detail::resolve_kernel_types("kk", params, 4,
+                                     {arr(DType::Int8), arr(DType::Int8), arr(DType::Float64), arr(DType::Float32)});
+      },
+      {"kk", "'f'", "declared float32", "float64", "does not cast safely", "astype(float32)"});
+  // Raw arrays need their dtype exactly.
+  expect_error<DTypeError>(
+      [&] {
+        detail::resolve_kernel_types("kk", params, 4,
+                                     {arr(DType::Int8), arr(DType::Int8), arr(DType::Float32), arr(DType::Float16)});
+      },
+      {"kk", "'r'", "raw array", "exactly"});
+  // Outputs need their dtype exactly.
+  expect_error<DTypeError>(
+      [&] {
+        detail::resolve_kernel_types(
+            "kk", params, 4,
+            {arr(DType::Int8), arr(DType::Int8), arr(DType::Float32), arr(DType::Float32), arr(DType::Int64)});
+      },
+      {"kk", "output 'out'", "declared int32", "int64"});
+  // Scalars: not for raw, kind and range checked.
+  expect_error<ValueError>(
+      [&] {
+        detail::resolve_kernel_types("kk", params, 4, {sca(1), sca(1), sca(1.0), sca(2.0)});
+      },
+      {"kk", "raw parameter 'r'", "needs an Array"});
+  auto ints = detail::parse_kernel_params("int8 a, T b", false, "kk");
+  expect_error<DTypeError>(
+      [&] {
+        detail::resolve_kernel_types("kk", ints, 2, {sca(1.5), arr(DType::Int8)});
+      },
+      {"kk", "float scalar 1.5", "'a'", "int8"});
+  expect_error<ValueError>(
+      [&] {
+        detail::resolve_kernel_types("kk", ints, 2, {sca(300), arr(DType::Int8)});
+      },
+      {"kk", "300", "'a'", "out of range", "int8"});
+  EXPECT_EQ(detail::resolve_kernel_types("kk", ints, 2, {sca(1), sca(2.5)}).find("T"), DType::Float64);
+}
+
+// ---- calls with CPU arrays: every check runs before the device check -----------------------------------
+
+TEST(UserKernelCalls, CpuArraysThrowDeviceErrorSayingHowToMoveThem) {
+  ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
+  expect_error<DeviceError>([&] { plus_one(arange(10, int32, cpu())); },
+                            {"plus_one", "CUDA devices", "cpu", ".to(gpu(0))"});
+  // A safely castable dtype passes the type check and reaches the device check.
+  expect_error<DeviceError>([&] { plus_one(arange(10, int8, cpu())); }, {"plus_one", "CUDA"});
+  ReductionKernel l2("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
+  expect_error<DeviceError>([&] { l2(ones({3, 4}, float32, cpu()), 1); }, {"l2norm", "CUDA devices", ".to(gpu(0))"});
+  // Scalars only (with a size): the current device, the CPU here, is not a GPU.
+  ElementwiseKernel fill("T v", "raw T out", "out[i] = v", "fill_raw");
+  DeviceGuard guard(cpu());
+  expect_error<DeviceError>([&] { fill.call({1.5f, zeros({4}, float32, cpu())}, 4); }, {"fill_raw", "CUDA"});
+  expect_error<DeviceError>([&] { fill.call({1.5f}, 4); }, {"fill_raw", "current device is cpu"});
+}
+
+TEST(UserKernelCalls, ArgumentErrorsNameKernelAndParameter) {
+  ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
+  Array x = arange(10, int32, cpu());
+  expect_error<ValueError>([&] { plus_one(x, x, x); },
+                           {"plus_one", "expected 1 input argument (x)", "2", "y", "got 3"});
+  expect_error<ValueError>([&] { plus_one(); }, {"plus_one", "got 0"});
+  expect_error<DTypeError>([&] { plus_one(arange(10, float32, cpu())); },
+                           {"plus_one", "'x'", "int32", "float32", "astype(int32)"});
+  expect_error<DTypeError>([&] { plus_one(x, zeros({10}, int64, cpu())); },
+                           {"plus_one", "output 'y'", "int32", "int64"});
+  expect_error<ShapeError>([&] { plus_one(x, zeros({5}, int32, cpu())); }, {"plus_one", "output 'y'", "(5,)", "(10,)"});
+  // An output larger than the inputs is fine (the inputs broadcast to it): the call reaches the device check.
+  expect_error<DeviceError>([&] { plus_one(x, zeros({2, 10}, int32, cpu())); }, {"plus_one", "CUDA"});
+  expect_error<ValueError>([&] { plus_one(x, 3); }, {"plus_one", "output 'y' must be an Array"});
+  expect_error<ValueError>([&] { plus_one(Array()); }, {"plus_one", "'x'", "undefined"});
+  ElementwiseKernel add("T x, T y", "T z", "z = x + y", "my_add");
+  expect_error<ShapeError>(
+      [&] {
+        add(zeros({2, 3}, float32, cpu()), zeros({4}, float32, cpu()));
+      },
+      {"my_add", "(2, 3)", "(4,)"});
+  ElementwiseKernel unbound("T x", "U y", "y = x", "unbound");
+  expect_error<DTypeError>([&] { unbound(zeros({2}, float32, cpu())); },
+                           {"unbound", "cannot determine type U of output 'y'"});
+  ElementwiseKernel two_out("T x", "T y, T z", "y = x; z = x", "two_out");
+  expect_error<ValueError>([&] { two_out(zeros({2}, float32, cpu())); }, {"two_out", "2 outputs", "call("});
+  ElementwiseKernel raw_only("raw T a", "", "a[i] = 0", "raw_only");
+  expect_error<ValueError>([&] { raw_only(zeros({2}, float32, cpu())); }, {"raw_only", "size"});
+  expect_error<ValueError>([&] { add.call({zeros({2}, float32, cpu()), 1.0f}, 3); }, {"my_add", "size 3", "2"});
+}
+
+TEST(UserKernelCalls, ReadmeCallFormsResolveAndReachTheDeviceCheck) {
+  Array x = ones({4, 3}, float32, cpu()), y = ones({4, 3}, float32, cpu()), z = empty({4, 3}, float32, cpu());
+  ElementwiseKernel saxpy("T x, T y, T a", "T z", "z = a * x + y", "saxpy");
+  expect_error<DeviceError>([&] { saxpy(x, y, 2.5f); }, {"saxpy"});
+  expect_error<DeviceError>([&] { saxpy(x, y, 2.5f, z); }, {"saxpy"});
+  expect_error<DeviceError>([&] { saxpy.call({x, y, 2.5f}); }, {"saxpy"});
+  ReductionKernel l2norm("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
+  expect_error<DeviceError>([&] { l2norm(x, {0}, true); }, {"l2norm"});
+  expect_error<DeviceError>([&] { l2norm(x, {-1, 0}); }, {"l2norm"});
+  ReductionKernel dot("T x, T w", "float64 y", "(double)x * w", "a + b", "y = a", "0", "dot",
+                      {.reduce_type = "double"});
+  expect_error<DeviceError>([&] { dot({x, ones({3}, float32, cpu())}, 0); }, {"dot"});
+  expect_error<DeviceError>([&] { dot.call({x, 2.0f, empty({3}, float64, cpu())}, 0); }, {"dot"});
+}
+
+TEST(UserKernelCalls, ReductionArgumentErrors) {
+  ReductionKernel l2("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
+  ReductionKernel mx("T x", "T y", "x", "max(a, b)", "y = a", "", "my_max");
+  Array x = ones({3, 4}, float32, cpu());
+  expect_error<ShapeError>([&] { l2(x, 2); }, {"l2norm", "axis 2", "ndim 2"});
+  expect_error<ShapeError>([&] { l2(x, {1, -1}); }, {"l2norm", "duplicate axis"});
+  expect_error<ShapeError>(
+      [&] {
+        l2.call({x, zeros({4}, float32, cpu())}, 1);
+      },
+      {"l2norm", "output 'y'", "(4,)", "(3,)"});
+  expect_error<ShapeError>([&] { l2.call({x, zeros({3}, float32, cpu())}, 1, true); }, {"(3, 1)"});
+  expect_error<DTypeError>([&] { l2.call({x, zeros({3}, float64, cpu())}, 1); }, {"l2norm", "'y'", "float64"});
+  expect_error<ValueError>(
+      [&] {
+        mx(zeros({3, 0}, float32, cpu()), 1);
+      },
+      {"my_max", "zero-size reduction", "no identity"});
+  // With an identity an empty reduction is fine: it reaches the device check.
+  expect_error<DeviceError>([&] { l2(zeros({3, 0}, float32, cpu()), 1); }, {"l2norm", "CUDA"});
+  ReductionKernel unbound("T x", "U y", "x", "a + b", "y = a", "0", "unbound_red");
+  expect_error<DTypeError>([&] { unbound(x); }, {"unbound_red", "U"});
+}
+
+}  // namespace
+
+#ifdef KILN_WITH_CUDA
+
+#include "cuda/codegen_user.hpp"
+#include "cuda/compiler.hpp"
+
+using namespace kiln::cuda_impl;
+
+namespace {
+
+// ---- generated variants compiled to PTX (no GPU) ----------------------------------------------------------
+
+/// Describes one argument of a variant: an array of `storage` dtype (raw or not), or a scalar.
+struct ArgDesc {
+  bool array = true;
+  DType storage = DType::Float32;
+  Scalar scalar;
+  int raw_ndim = 1;
+  bool raw_contiguous = true;
+};
+ArgDesc a_(DType t) { return ArgDesc{true, t, {}, 1, true}; }
+ArgDesc s_(Scalar v) { return ArgDesc{false, DType::Float32, v, 0, true}; }
+ArgDesc r_(DType t, int nd, bool contiguous) { return ArgDesc{true, t, {}, nd, contiguous}; }
+
+/// Params, resolved types and parameter specs of a kernel for the given inputs (outputs allocated).
+std::vector<UserParamSpec> specs_for(const std::string& in, const std::string& out, const std::string& name,
+                                     const std::vector<ArgDesc>& args,
+                                     std::vector<std::pair<std::string, DType>>* types) {
+  auto params = detail::parse_kernel_params(in, false, name);
+  const int nin = static_cast<int>(params.size());
+  for (auto& p : detail::parse_kernel_params(out, true, name)) params.push_back(p);
+  std::vector<detail::ArgType> arg_types;
+  for (const ArgDesc& a : args) arg_types.push_back(a.array ? arr(a.storage) : sca(a.scalar));
+  detail::TypeMap map = detail::resolve_kernel_types(name, params, nin, arg_types);
+  *types = map.bound;
+  std::vector<UserParamSpec> specs;
+  for (size_t k = 0; k < params.size(); ++k) {
+    UserParamSpec p;
+    p.name = params[k].name;
+    p.output = params[k].output;
+    p.dtype = detail::param_dtype(name, params[k], map);
+    p.storage = k < args.size() && args[k].array ? args[k].storage : p.dtype;
+    p.kind = k < args.size() && !args[k].array ? UserArgKind::Scalar
+             : params[k].raw                   ? UserArgKind::Raw
+                                               : UserArgKind::Array;
+    if (p.kind == UserArgKind::Raw && k < args.size()) {
+      p.raw_ndim = args[k].raw_ndim;
+      p.raw_contiguous = args[k].raw_contiguous;
+    }
+    specs.push_back(p);
+  }
+  return specs;
+}
+
+UserElementwiseSpec ew(const std::string& in, const std::string& out, const std::string& op, const std::string& name,
+                       const std::vector<ArgDesc>& args, bool contiguous = true, int ndim = 1, bool index64 = false,
+                       const std::string& preamble = "") {
+  UserElementwiseSpec spec;
+  spec.name = name;
+  spec.operation = op;
+  spec.preamble = preamble;
+  spec.params = specs_for(in, out, name, args, &spec.types);
+  spec.contiguous = contiguous;
+  spec.ndim = ndim;
+  spec.index64 = index64;
+  return spec;
+}
+
+void expect_ptx_entry(const std::string& source, const std::string& name,
+                      const std::vector<std::string>& options = {}) {
+  std::string ptx;
+  try {
+    ptx = compile_ptx(source, name, 90, {options, {}});
+  } catch (const std::exception& e) {
+    FAIL() << e.what();
+  }
+  EXPECT_NE(ptx.find(".entry " + name + "("), std::string::npos) << name;
+}
+
+TEST(UserKernelCodegen, PlusOneCompilesInEveryLayoutClass) {
+  for (bool contiguous : {true, false})
+    for (bool index64 : {false, true})
+      for (int ndim : {1, 3}) {
+        if (contiguous && ndim > 1) continue;
+        UserElementwiseSpec spec =
+            ew("int32 x", "int32 y", "y = x + 1", "plus_one", {a_(DType::Int32)}, contiguous, ndim, index64);
+        const std::string src = user_elementwise_source(spec);
+        EXPECT_NE(src.find("extern \"C\" __global__"), std::string::npos);
+        expect_ptx_entry(src, "plus_one");
+      }
+}
+
+TEST(UserKernelCodegen, SignatureTellsVariantsApart) {
+  const auto sig = [](const UserElementwiseSpec& s) { return user_elementwise_signature(s); };
+  const std::string base = sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)}));
+  EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float64)})));
+  EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {s_(1.0f)})));
+  EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)}, false, 2)));
+  EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)}, true, 1, true)));
+  EXPECT_EQ(base, sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)})));
+  // A safely cast input is another variant (it converts on load).
+  EXPECT_NE(sig(ew("float32 x", "float32 y", "y = x", "k", {a_(DType::Float32)})),
+            sig(ew("float32 x", "float32 y", "y = x", "k", {a_(DType::Int16)})));
+}
+
+TEST(UserKernelCodegen, ScalarsRawArraysIndexAndPreambleCompile) {
+  // y = a * x + b with scalars, a raw array read backwards through i and n, a preamble function.
+  UserElementwiseSpec spec = ew("T x, T a, T b, raw T r", "T y", "y = scale(a * x + b) + r[n - 1 - i]", "saxpy_rev",
+                                {a_(DType::Float32), s_(2.0), s_(1), r_(DType::Float32, 2, false)}, false, 2, false,
+                                "__device__ float scale(float v) { return v * 0.5f; }");
+  const std::string src = user_elementwise_source(spec);
+  EXPECT_NE(src.find("typedef float T;"), std::string::npos);
+  EXPECT_NE(src.find("kd::raw_array<float, 2, false> r"), std::string::npos);
+  EXPECT_NE(src.find("const float a"), std::string::npos);
+  expect_ptx_entry(src, "saxpy_rev");
+  // Raw outputs written through a[j], contiguous, int64, 0-d raw arrays, atomics through a reference.
+  expect_ptx_entry(
+      user_elementwise_source(ew("raw int64 src, raw int64 total", "raw int64 dst",
+                                 "dst[i] = src[i] * 2; if (i == 0) atomicAdd((unsigned long long*)&total[0], "
+                                 "(unsigned long long)n)",
+                                 "raw_copy", {r_(DType::Int64, 1, true), r_(DType::Int64, 0, true)})),
+      "raw_copy");
+}
+
+TEST(UserKernelCodegen, UserNamesCannotClashWithTheGeneratedCode) {
+  // Parameters and locals named like the offset code's scratch variables (p, q, r, d, rem, o0, step, w).
+  UserElementwiseSpec spec = ew("int32 p, int32 q, int32 r", "int32 d",
+                                "int rem = p + q; int o0 = rem * r; int step = o0; int w = step; d = w", "clash_k",
+                                {a_(DType::Int32), a_(DType::Int32), s_(3)}, false, 3, false);
+  expect_ptx_entry(user_elementwise_source(spec), "clash_k");
+  UserReductionSpec red_spec;
+  red_spec.name = "clash_red";
+  red_spec.map_expr = "p * q";
+  red_spec.reduce_expr = "a + b";
+  red_spec.post_map_expr = "int rem = 0; int r = 1; d = a + rem * r";
+  red_spec.identity = "0";
+  red_spec.params = specs_for("int32 p, int32 q", "int32 d", "clash_red", {a_(DType::Int32), s_(2)}, &red_spec.types);
+  red_spec.reduce_type = DType::Int32;
+  red_spec.kept_ndim = 3;
+  red_spec.reduced_ndim = 3;
+  red_spec.group = 64;
+  expect_ptx_entry(user_reduction_source(red_spec), "clash_red");
+}
+
+TEST(UserKernelCodegen, HalfTypesComputeInFloatAndRoundOnStore) {
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    UserElementwiseSpec spec = ew("T x, raw T r", "T y", "y = x * 0.5f + r[i]; r[i] += y; r[i] = r[i]", "half_k",
+                                  {a_(t), r_(t, 1, false)}, false, 2);
+    const std::string src = user_elementwise_source(spec);
+    EXPECT_NE(src.find("typedef float T;"), std::string::npos);
+    EXPECT_NE(src.find("float y = kd::widen(kiln_ptr_y["), std::string::npos);
+    EXPECT_NE(src.find("] = kd::cast<" + std::string(t == DType::Float16 ? "kd::half_t" : "kd::bf16_t") + ">(y);"),
+              std::string::npos);
+    expect_ptx_entry(src, "half_k");
+  }
+  // Every dtype as input and output, with a safe cast on one input.
+  for (DType t : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
+                  DType::BFloat16, DType::Float32, DType::Float64}) {
+    const std::string name = std::string("copy_") + std::string(dtype_name(t));
+    expect_ptx_entry(
+        user_elementwise_source(ew("T x, T s", "T y", "y = x; if (i == 0) y = s", name, {a_(t), s_(true)}, false, 1)),
+        name);
+  }
+  expect_ptx_entry(
+      user_elementwise_source(ew("float64 x", "float32 y", "y = (float)x", "widen_in", {a_(DType::Float16)})),
+      "widen_in");
+}
+
+TEST(UserKernelCodegen, UserOptionsReachNvrtc) {
+  UserElementwiseSpec spec = ew("T x", "T y", "y = x * FACTOR", "with_define", {a_(DType::Float32)});
+  expect_ptx_entry(user_elementwise_source(spec), "with_define", {"-DFACTOR=3.0f", "--use_fast_math"});
+  EXPECT_THROW(compile_ptx(user_elementwise_source(spec), "with_define", 90), CompileError);
+}
+
+TEST(UserKernelCodegen, BadOperationThrowsCompileErrorWithLogAndNumberedLines) {
+  UserElementwiseSpec spec = ew("int32 x", "int32 y", "y = x + undefined_thing", "bad_kernel", {a_(DType::Int32)});
+  try {
+    compile_ptx(user_elementwise_source(spec), "bad_kernel", 90);
+    FAIL() << "expected CompileError";
+  } catch (const CompileError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'bad_kernel'"), std::string::npos) << message;
+    EXPECT_NE(message.find("undefined_thing"), std::string::npos) << message;
+    EXPECT_NE(message.find("error"), std::string::npos) << message;
+    EXPECT_NE(message.find("| y = x + undefined_thing"), std::string::npos) << message;  // the numbered line
+  }
+}
+
+UserReductionSpec red(const std::string& in, const std::string& out, const std::string& map, const std::string& reduce,
+                      const std::string& post, const std::string& identity, const std::string& name,
+                      const std::vector<ArgDesc>& args, DType reduce_type, int kept, int reduced, int group,
+                      UserReducePass pass, bool index64 = false) {
+  UserReductionSpec spec;
+  spec.name = name;
+  spec.map_expr = map;
+  spec.reduce_expr = reduce;
+  spec.post_map_expr = post;
+  spec.identity = identity;
+  spec.params = specs_for(in, out, name, args, &spec.types);
+  spec.reduce_type = reduce_type;
+  spec.kept_ndim = kept;
+  spec.reduced_ndim = reduced;
+  spec.group = group;
+  spec.pass = pass;
+  spec.index64 = index64;
+  return spec;
+}
+
+TEST(UserKernelCodegen, ReductionsCompileForEveryPassGroupAndRank) {
+  int count = 0;
+  for (UserReducePass pass : {UserReducePass::Single, UserReducePass::ToPartials, UserReducePass::FromPartials})
+    for (int group : {1, 8, 32, 256})
+      for (bool identity : {true, false}) {
+        const std::string name = "l2_" + std::to_string(count++);
+        UserReductionSpec spec = red("T x", "T y", "x * x", "a + b", "y = sqrt(a)", identity ? "0" : "", name,
+                                     {a_(DType::Float32)}, DType::Float32, 2, 2, group, pass, count % 2 == 0);
+        expect_ptx_entry(user_reduction_source(spec), name);
+      }
+  // Two inputs (a dot product in float64), a scalar, a raw array, two outputs, float16 in and out.
+  expect_ptx_entry(user_reduction_source(red("T x, T w, T s, raw int32 idx", "T y, float32 z", "x * w * s + idx[0]",
+                                             "a + b", "y = a; z = (float)a", "0", "dot_k",
+                                             {a_(DType::Float16), a_(DType::Float16), s_(2), r_(DType::Int32, 1, true)},
+                                             DType::Float64, 0, 1, 256, UserReducePass::Single)),
+                   "dot_k");
+  // CUDA's max() overloads serve a user max over floats and integers (the GPU tests' user_max).
+  for (DType t : {DType::Float32, DType::Int32, DType::Float16})
+    for (UserReducePass pass : {UserReducePass::Single, UserReducePass::ToPartials, UserReducePass::FromPartials}) {
+      const std::string name = "user_max_" + std::string(dtype_name(t)) + "_" + std::to_string(static_cast<int>(pass));
+      expect_ptx_entry(
+          user_reduction_source(red("T x", "T y", "x", "max(a, b)", "y = a", "", name, {a_(t)}, t, 1, 1, 256, pass)),
+          name);
+    }
+  // A full reduction of a 0-d problem, int8 with a C-type reduce type.
+  expect_ptx_entry(user_reduction_source(red("int8 x", "int64 y", "x", "a > b ? a : b", "y = a", "-128", "max_i8",
+                                             {a_(DType::Int8)}, DType::Int64, 0, 1, 1, UserReducePass::Single)),
+                   "max_i8");
+}
+
+TEST(UserKernelCodegen, ReductionSignatureTellsPassesApart) {
+  UserReductionSpec a = red("T x", "T y", "x", "a + b", "y = a", "0", "s", {a_(DType::Float32)}, DType::Float32, 1, 1,
+                            32, UserReducePass::Single);
+  UserReductionSpec b = a;
+  b.pass = UserReducePass::FromPartials;
+  UserReductionSpec c = a;
+  c.group = 1;
+  UserReductionSpec d = a;
+  d.reduce_type = DType::Float64;
+  EXPECT_NE(user_reduction_signature(a), user_reduction_signature(b));
+  EXPECT_NE(user_reduction_signature(a), user_reduction_signature(c));
+  EXPECT_NE(user_reduction_signature(a), user_reduction_signature(d));
+}
+
+// ---- on a GPU --------------------------------------------------------------------------------------------
+
+#define KILN_REQUIRE_GPU() \
+  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
+
+template <class T>
+std::vector<T> host(const Array& a) {
+  return a.to(cpu()).to_vector<T>();
+}
+
+TEST(UserKernelGpu, PlusOneGivesOneToTen) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
+  Array y = plus_one(arange(10, int32, gpu(0)));
+  EXPECT_EQ(y.dtype(), DType::Int32);
+  EXPECT_EQ(y.device(), gpu(0));
+  EXPECT_EQ(host<int32_t>(y), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST(UserKernelGpu, BroadcastsInputsAndResolvesPlaceholders) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel add("T x, T y", "T z", "z = x * 10 + y", "bcast_add");
+  Array x = arange(3, float64, gpu(0)).reshape({3, 1});
+  Array y = arange(4, float64, gpu(0));
+  Array z = add(x, y);
+  EXPECT_EQ(z.shape(), (Shape{3, 4}));
+  EXPECT_EQ(z.dtype(), DType::Float64);
+  std::vector<double> expected;
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c) expected.push_back(r * 10.0 + c);
+  EXPECT_EQ(host<double>(z), expected);
+}
+
+TEST(UserKernelGpu, StridedTransposedAndReversedInputsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel k("float32 x, float32 y", "float32 z", "z = x * 2.0f - y", "strided_k");
+  Array xc = random::normal({64, 48}, float32, cpu());
+  Array yc = random::normal({48, 64}, float32, cpu());
+  Array xs = xc.slice(1, {}, {}, -1);  // reversed columns
+  Array ys = yc.T();                   // transposed
+  Array z = k(xs.to(gpu(0)).T().T(), ys.to(gpu(0)));
+  Array zg = k(xc.to(gpu(0)).slice(1, {}, {}, -1), yc.to(gpu(0)).T());  // views made on the GPU
+  const std::vector<float> expected = (xs * 2.0f - ys).to_vector<float>();
+  EXPECT_EQ(host<float>(z), expected);
+  EXPECT_EQ(host<float>(zg), expected);
+  // A broadcast operand (stride 0) and a step-2 slice.
+  Array row = random::normal({48}, float32, cpu());
+  Array big = random::normal({64, 96}, float32, cpu());
+  Array w = k(big.to(gpu(0)).slice(1, {}, {}, 2), row.to(gpu(0)));
+  EXPECT_EQ(host<float>(w), (big.slice(1, {}, {}, 2) * 2.0f - row).to_vector<float>());
+}
+
+TEST(UserKernelGpu, OutputsPassedInAreWrittenAndReturned) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel k("T x", "T y", "y = y + x", "accumulate");
+  Array acc = full({5}, 100, int64, gpu(0));
+  Array x = arange(5, int64, gpu(0));
+  Array r = k(x, acc);
+  EXPECT_TRUE(r.shares_storage(acc));
+  EXPECT_EQ(host<int64_t>(acc), (std::vector<int64_t>{100, 101, 102, 103, 104}));
+  // A strided output view: every other element of a buffer.
+  Array buf = zeros({10}, int64, gpu(0));
+  k(x, buf.slice(0, {}, {}, 2));
+  EXPECT_EQ(host<int64_t>(buf), (std::vector<int64_t>{0, 0, 1, 0, 2, 0, 3, 0, 4, 0}));
+}
+
+TEST(UserKernelGpu, RawParametersIndexTheFlatArray) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel reverse("raw T x", "T y", "y = x[n - 1 - i]", "reverse_k");
+  Array x = arange(8, int32, gpu(0));
+  Array y = empty({8}, int32, gpu(0));
+  reverse(x, y);
+  EXPECT_EQ(host<int32_t>(y), (std::vector<int32_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+  // A transposed raw array is indexed in its own C order; shape() gives its shape.
+  ElementwiseKernel flat("raw T m", "T y", "y = m[i] + (T)(m.shape()[1] * 1000)", "flat_k");
+  Array m = arange(6, int32, cpu()).reshape({2, 3});
+  Array out = empty({6}, int32, gpu(0));
+  flat(m.to(gpu(0)).T(), out);
+  std::vector<int32_t> expected;
+  for (int32_t v : m.T().to_vector<int32_t>()) expected.push_back(v + 2000);
+  EXPECT_EQ(host<int32_t>(out), expected);
+  // Only raw arguments: the size comes from the call.
+  ElementwiseKernel fill("T v", "raw T out", "out[i] = v * (T)i", "fill_k");
+  Array dst = zeros({5}, float32, gpu(0));
+  DeviceGuard guard(gpu(0));
+  fill.call({2.0f, dst}, 5);
+  EXPECT_EQ(host<float>(dst), (std::vector<float>{0, 2, 4, 6, 8}));
+}
+
+TEST(UserKernelGpu, ScalarParametersAndIndexAndSize) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel saxpy("T x, T a, T b", "T y", "y = a * x + b", "saxpy");
+  Array y = saxpy(arange(4, float32, gpu(0)), 2.5, -1);
+  EXPECT_EQ(y.dtype(), DType::Float32);  // the scalars are weak
+  EXPECT_EQ(host<float>(y), (std::vector<float>{-1.0f, 1.5f, 4.0f, 6.5f}));
+  ElementwiseKernel index("T x", "int64 y", "y = i * 100 + n", "index_k");
+  Array z = index(zeros({2, 3}, float32, gpu(0)));
+  EXPECT_EQ(host<int64_t>(z), (std::vector<int64_t>{6, 106, 206, 306, 406, 506}));
+}
+
+TEST(UserKernelGpu, Float16ComputesInFloatAndRoundsOnStoreLikeTheCpu) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel k("T x, T y", "T z", "z = x * y + 0.1f", "half_fma");
+  Array x = random::normal({1000}, float16, cpu());
+  Array y = random::normal({1000}, float16, cpu());
+  Array z = k(x.to(gpu(0)), y.to(gpu(0)));
+  EXPECT_EQ(z.dtype(), DType::Float16);
+  // Reference: float32 arithmetic on the widened values, one rounding to float16 at the end.
+  const std::vector<float> xs = x.to_vector<float>(), ys = y.to_vector<float>();
+  const std::vector<float> got = host<float>(z);
+  for (size_t k2 = 0; k2 < xs.size(); ++k2) {
+    const float expected = static_cast<float>(Half(xs[k2] * ys[k2] + 0.1f));
+    // The GPU may contract x*y+0.1f into one fma (NVRTC's default), which can differ by one float16 ulp.
+    EXPECT_NEAR(got[k2], expected, std::fabs(expected) * std::ldexp(1.0, -10) + 1e-7) << k2;
+  }
+}
+
+TEST(UserKernelGpu, RunsOnTheArraysDeviceNotTheCurrentOne) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
+  const int last = num_gpus() - 1;
+  Array x = arange(4, int32, gpu(last));
+  DeviceGuard guard(last == 0 ? cpu() : gpu(0));  // the current device is another one
+  Array y = plus_one(x);
+  EXPECT_EQ(y.device(), gpu(last));
+  EXPECT_EQ(host<int32_t>(y), (std::vector<int32_t>{1, 2, 3, 4}));
+  if (num_gpus() >= 2)
+    expect_error<DeviceError>([&] { plus_one(arange(4, int32, gpu(0)), zeros({4}, int32, gpu(1))); },
+                              {"plus_one", "different devices", "cuda:0", "cuda:1"});
+}
+
+TEST(UserKernelGpu, SecondCallCompilesNothing) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel k("T x", "T y", "y = x * x + 3", "cache_probe_k");
+  Array x = arange(100, float32, gpu(0));
+  k(x);  // compiles (or loads from disk) once
+  const CacheStats before = cache_stats();
+  Array y = k(x);
+  const CacheStats after = cache_stats();
+  EXPECT_EQ(after.nvrtc_compiles, before.nvrtc_compiles);
+  EXPECT_EQ(after.memory_hits, before.memory_hits);  // found in the kernel's own variant cache
+  EXPECT_EQ(after.disk_hits, before.disk_hits);
+  EXPECT_FLOAT_EQ(host<float>(y)[7], 52.0f);
+  // Another dtype is another variant: one more load.
+  k(arange(10, float64, gpu(0)));
+  EXPECT_GT(cache_stats().nvrtc_compiles + cache_stats().disk_hits + cache_stats().memory_hits,
+            after.nvrtc_compiles + after.disk_hits + after.memory_hits);
+}
+
+TEST(UserKernelGpu, OperationThatDoesNotCompileThrowsCompileError) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel bad("int32 x", "int32 y", "y = x + undefined_thing", "bad_kernel");
+  expect_error<CompileError>([&] { bad(arange(3, int32, gpu(0))); },
+                             {"bad_kernel", "undefined_thing", "| y = x + undefined_thing"});
+}
+
+TEST(UserKernelGpu, UserL2NormMatchesLinalgNorm) {
+  KILN_REQUIRE_GPU();
+  ReductionKernel l2("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
+  for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{1} << 22}) {
+    Array xc = random::normal({n}, float32, cpu());
+    Array got = l2(xc.to(gpu(0)));
+    EXPECT_EQ(got.ndim(), 0);
+    const double ref = linalg::norm(xc.astype(float64)).item<double>();
+    EXPECT_NEAR(got.item<float>(), ref, ref * 1e-5) << n;
+    EXPECT_NEAR(got.item<float>(), linalg::norm(xc.to(gpu(0))).item<float>(), ref * 1e-5) << n;
+  }
+  // Per row and per column, keepdims, against the CPU's norm.
+  Array m = random::normal({300, 500}, float32, cpu());
+  Array mg = m.to(gpu(0));
+  for (int axis : {0, 1})
+    for (bool keepdims : {false, true}) {
+      Array got = l2(mg, axis, keepdims);
+      Array ref = linalg::norm(m.astype(float64), axis, keepdims);
+      ASSERT_EQ(got.shape(), ref.shape());
+      const std::vector<float> g = host<float>(got);
+      const std::vector<double> r = ref.to_vector<double>();
+      for (size_t k = 0; k < g.size(); ++k) EXPECT_NEAR(g[k], r[k], r[k] * 1e-5) << axis << " " << k;
+    }
+}
+
+TEST(UserKernelGpu, UserMaxMatchesBuiltinMax) {
+  KILN_REQUIRE_GPU();
+  ReductionKernel mx("T x", "T y", "x", "max(a, b)", "y = a", "", "user_max");  // no identity
+  ReductionKernel mx_int("T x", "T y", "x", "a > b ? a : b", "y = a", "(T)(-2147483647 - 1)", "user_max_i32");
+  Array f = random::normal({37, 41, 5}, float32, cpu()) - 10.0f;  // all negative: an identity of 0 would show
+  Array fg = f.to(gpu(0));
+  for (Axes axes : {Axes(), Axes(0), Axes(1), Axes(2), Axes({0, 2}), Axes({-1, -2})}) {
+    EXPECT_EQ(host<float>(mx(fg, axes)), max(f, axes).to_vector<float>());
+    EXPECT_EQ(host<float>(mx(fg, axes, true)), max(f, axes, true).to_vector<float>());
+    EXPECT_EQ(host<float>(mx(fg, axes)), host<float>(max(fg, axes)));
+  }
+  Array i = random::randint(-1000000, 1000000, {1 << 20}, int32, cpu());
+  EXPECT_EQ(mx_int(i.to(gpu(0))).item<int32_t>(), max(i).item<int32_t>());
+  EXPECT_EQ(mx(i.to(gpu(0)).reshape({1024, 1024}).T(), 1).to(cpu()).to_vector<int32_t>(),
+            max(i.reshape({1024, 1024}).T(), 1).to_vector<int32_t>());
+}
+
+TEST(UserKernelGpu, ReductionsOverAxesAndLayoutsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  ReductionKernel sum_k("T x", "T y", "x", "a + b", "y = a", "0", "user_sum");
+  ReductionKernel dot("T x, T w", "float64 y", "(double)x * (double)w", "a + b", "y = a", "0", "user_dot",
+                      {.reduce_type = "double"});
+  Array x = random::randint(-50, 50, {6, 7, 300}, int64, cpu());
+  Array xg = x.to(gpu(0));
+  for (Axes axes : {Axes(), Axes(0), Axes(1), Axes(2), Axes({0, 1}), Axes({0, 2}), Axes({1, 2})})
+    for (bool keepdims : {false, true}) {
+      Array got = sum_k(xg, axes, keepdims);
+      Array ref = sum(x, axes, keepdims);
+      ASSERT_EQ(got.shape(), ref.shape());
+      EXPECT_EQ(host<int64_t>(got), ref.to_vector<int64_t>());
+      // Transposed and reversed inputs.
+      Array t = xg.permute({2, 0, 1}).slice(0, {}, {}, -1);
+      EXPECT_EQ(host<int64_t>(sum_k(t, axes, keepdims)),
+                sum(x.permute({2, 0, 1}).slice(0, {}, {}, -1), axes, keepdims).to_vector<int64_t>());
+    }
+  // A large column reduction (split over threads, then a second pass) and a broadcast second input.
+  Array a = random::normal({20000, 3}, float32, cpu());
+  Array w = random::normal({3}, float32, cpu());
+  Array got = dot.call({a.to(gpu(0)), w.to(gpu(0))}, 0)[0];
+  Array ref = sum(a.astype(float64) * w.astype(float64), 0);
+  const std::vector<double> g = host<double>(got), r = ref.to_vector<double>();
+  ASSERT_EQ(g.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(g[k], r[k], 1e-9 * (1 + std::fabs(r[k])));
+  // An output passed in, and an empty reduction with an identity.
+  Array out = full({7}, -1, int64, gpu(0));
+  sum_k.call({xg, out}, {0, 2});
+  EXPECT_EQ(host<int64_t>(out), sum(x, {0, 2}).to_vector<int64_t>());
+  EXPECT_EQ(host<int64_t>(sum_k(zeros({3, 0}, int64, gpu(0)), 1)), (std::vector<int64_t>{0, 0, 0}));
+  // float16 input reduced in float (the reduce type of a float16 output).
+  Array h = random::uniform({4096}, 0.0, 1.0, float16, cpu());
+  EXPECT_NEAR(sum_k(h.to(gpu(0))).item<float>(), sum(h.astype(float64)).item<double>(), 4096 * 1e-3);
+}
+
+TEST(UserKernelGpu, SeveralOutputsScalarsAndRawArraysInReductions) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel two("T x", "T y, int8 z", "y = x * 2; z = (signed char)(x > 2)", "two_outputs");
+  std::vector<Array> outs = two.call({arange(5, int32, gpu(0))});
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(host<int32_t>(outs[0]), (std::vector<int32_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(outs[1].dtype(), DType::Int8);
+  EXPECT_EQ(host<int8_t>(outs[1]), (std::vector<int8_t>{0, 0, 0, 1, 1}));
+  // A scalar and a raw array in map_expr, two outputs from one reduction, bfloat16 input reduced in float.
+  ReductionKernel stats("T x, T s, raw int32 shift", "float32 total, float32 squares", "(float)x * s + shift[0]",
+                        "a + b", "total = a; squares = a * a", "0", "scaled_sum", {.reduce_type = "float"});
+  Array x = random::uniform({64, 256}, -1.0, 1.0, bfloat16, cpu());
+  Array shift = from_data(std::vector<int32_t>{3}, {}, gpu(0));
+  std::vector<Array> r = stats.call({x.to(gpu(0)), 0.5, shift}, 1);
+  ASSERT_EQ(r.size(), 2u);
+  const std::vector<double> ref = sum(x.astype(float64) * 0.5 + 3.0, 1).to_vector<double>();
+  const std::vector<float> total = host<float>(r[0]), squares = host<float>(r[1]);
+  ASSERT_EQ(total.size(), 64u);
+  for (size_t k = 0; k < ref.size(); ++k) {
+    EXPECT_NEAR(total[k], ref[k], 1e-4 * std::fabs(ref[k]) + 1e-3) << k;
+    EXPECT_NEAR(squares[k], total[k] * total[k], 1e-6 * total[k] * total[k]) << k;
+  }
+}
+
+TEST(UserKernelGpu, Bfloat16OutputsRoundLikeAstype) {
+  KILN_REQUIRE_GPU();
+  ElementwiseKernel to_bf16("float32 x", "bfloat16 y", "y = x * 3.0f", "to_bf16");
+  Array x = random::normal({4096}, float32, cpu());
+  Array y = to_bf16(x.to(gpu(0)));
+  EXPECT_EQ(y.dtype(), DType::BFloat16);
+  EXPECT_EQ(host<float>(y), (x * 3.0f).astype(bfloat16).to_vector<float>());
+}
+
+}  // namespace
+
+#endif  // KILN_WITH_CUDA
