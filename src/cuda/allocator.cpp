@@ -476,6 +476,13 @@ void CachingAllocator::release_pool(PrivatePool* pool, const std::vector<StreamI
   process_deferred();
 }
 
+void CachingAllocator::collect() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_captures() > 0) return;  // event queries are forbidden to a capturing thread
+  if (!pending_.empty()) process_events();
+  process_deferred();
+}
+
 cuda::MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   cuda::MemoryStats s = stats_;
@@ -713,7 +720,11 @@ cuda_impl::CachingAllocator& allocator_of(Device device, const char* op) {
 }
 }  // namespace
 
-MemoryStats memory_stats(Device device) { return allocator_of(device, "memory_stats").stats(); }
+MemoryStats memory_stats(Device device) {
+  cuda_impl::CachingAllocator& allocator = allocator_of(device, "memory_stats");
+  allocator.collect();
+  return allocator.stats();
+}
 void empty_cache(Device device) { allocator_of(device, "empty_cache").empty_cache(); }
 void reset_peak_memory_stats(Device device) { allocator_of(device, "reset_peak_memory_stats").reset_peak(); }
 size_t memory_limit(Device device) { return allocator_of(device, "memory_limit").limit(); }

@@ -115,6 +115,9 @@ class CachingAllocator {
   /// Waits for pending blocks, then releases every cached segment that is wholly free.
   void empty_cache();
   cuda::MemoryStats stats() const;
+  /// Hands back blocks whose pending events have completed and runs deferred frees (never blocks; a no-op on
+  /// a thread that is capturing a graph). memory_stats calls it, so work known to be done shows as done.
+  void collect();
   void reset_peak();
   size_t limit() const;
   void set_limit(size_t bytes);

@@ -86,7 +86,8 @@ TEST(Bench, bad_options_throw_value_error) {
   expect_error<ValueError>([] { (void)bench([] {}, {.repeat = 0}); }, {"repeat=0"});
   expect_error<ValueError>([] { (void)bench([] {}, {.max_seconds = 0}); }, {"max_seconds"});
   expect_error<ValueError>([] { (void)bench(std::function<void()>{}); }, {"bench", "empty"});
-  BenchResult r = bench([] {}, {.warmup = 0, .repeat = 2});
+  // Host time only ({cpu()}): with warmup 0 and no devices given, a GPU machine would time every GPU.
+  BenchResult r = bench([] {}, {.warmup = 0, .repeat = 2, .devices = {cpu()}});
   expect_error<ValueError>([&] { (void)r.device(Device{DeviceType::CUDA, 0}); }, {"cuda:0", "was not timed", "none"});
 }
 
