@@ -164,19 +164,14 @@ void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::s
   s += "  const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n";
   std::string tail_start = "first";
   if (vec > 1) {
-    // Each thread keeps `unroll` vector loads per input in flight (4 for a copy, cast or op with a scalar, 2 for
-    // a binary op): one 16-byte load per thread is not enough bytes in flight to saturate HBM. A block's
-    // iteration covers one contiguous chunk of unroll * blockDim vectors (thread t takes t, t + blockDim, ...):
-    // coalesced, and each block streams through neighbouring DRAM pages.
+    // Each thread keeps `unroll` vector loads per input in flight (4 for a copy or cast, 2 for a binary op):
+    // one 16-byte load per thread is not enough bytes in flight to saturate HBM.
     int array_inputs = 0;
     for (int k = 0; k < spec.num_inputs; ++k) array_inputs += spec.scalar[k] ? 0 : 1;
     const int unroll = array_inputs <= 1 ? 4 : array_inputs == 2 ? 2 : 1;
     const std::string v = std::to_string(vec), u = std::to_string(unroll);
-    const std::string chunk = std::to_string(unroll * kBlockSize);
     s += "  const IDX vectors = n / " + v + ";\n";
-    s += "  for (IDX base = (IDX)blockIdx.x * " + chunk + "; base < vectors; base += (IDX)gridDim.x * " + chunk +
-         ") {\n";
-    s += "    const IDX v = base + threadIdx.x;\n";
+    s += "  for (IDX v = first; v < vectors; v += " + u + " * step) {\n";
     std::string call = "element(";
     for (int k = 0; k < spec.num_inputs; ++k) {
       const std::string i = std::to_string(k);
@@ -185,18 +180,16 @@ void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::s
         call += "s" + i;
       } else {
         s += "    VecIn" + i + " a" + i + "[" + u + "];\n";
-        s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * " +
-             std::to_string(kBlockSize) + " < vectors) a" + i + "[u].raw = reinterpret_cast<const " +
-             raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) + "*>(in" + i + ")[v + u * " +
-             std::to_string(kBlockSize) + "];\n";
+        s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * step < vectors) a" + i +
+             "[u].raw = reinterpret_cast<const " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) + "*>(in" +
+             i + ")[v + u * step];\n";
         call += "a" + i + "[u].e[j]";
       }
     }
-    s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (v + u * " + std::to_string(kBlockSize) +
-         " >= vectors) break;\n";
+    s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (v + u * step >= vectors) break;\n";
     s += "      VecOut o;\n#pragma unroll\n      for (int j = 0; j < " + v + "; ++j) o.e[j] = " + call + ");\n";
     s += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) +
-         "*>(out)[v + u * " + std::to_string(kBlockSize) + "] = o.raw;\n    }\n  }\n";
+         "*>(out)[v + u * step] = o.raw;\n    }\n  }\n";
     tail_start = "vectors * " + v + " + first";
   }
   s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " + element_call_at_i(spec) + ";\n}\n";
