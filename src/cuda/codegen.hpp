@@ -180,6 +180,10 @@ int multiprocessor_count(int device);
 /// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
 const std::vector<std::string>& builtin_kernel_options();
 
+/// 16-byte vectors each thread of a contiguous elementwise kernel (built-in or fused) loads per input before
+/// computing: 4 with at most one array input (a copy, cast or op with a scalar), 2 with two, else 1.
+inline int contiguous_unroll(int array_inputs) { return array_inputs <= 1 ? 4 : array_inputs == 2 ? 2 : 1; }
+
 /// C type name of a dtype's storage in generated code ("float", "kd::half_t", ...).
 const char* device_type_name(DType t);
 /// Short dtype tag for kernel names ("f32", "bf16", "b8", ...).

@@ -168,7 +168,7 @@ void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::s
     // one 16-byte load per thread is not enough bytes in flight to saturate HBM.
     int array_inputs = 0;
     for (int k = 0; k < spec.num_inputs; ++k) array_inputs += spec.scalar[k] ? 0 : 1;
-    const int unroll = array_inputs <= 1 ? 4 : array_inputs == 2 ? 2 : 1;
+    const int unroll = contiguous_unroll(array_inputs);
     const std::string v = std::to_string(vec), u = std::to_string(unroll);
     s += "  const IDX vectors = n / " + v + ";\n";
     s += "  for (IDX v = first; v < vectors; v += " + u + " * step) {\n";

@@ -148,7 +148,7 @@ void contiguous_kernel(std::string& s, const FusionGraph& g, const std::vector<i
   std::string tail_start = "first";
   if (vec > 1) {
     // Several 16-byte loads per input in flight per thread (as the built-in contiguous kernel).
-    const int unroll = inputs.size() <= 1 ? 4 : inputs.size() == 2 ? 2 : 1;
+    const int unroll = contiguous_unroll(static_cast<int>(inputs.size()));
     const std::string vs = std::to_string(vec), u = std::to_string(unroll);
     const std::string out_raw = raw_type(vec * static_cast<int>(itemsize(out)));
     s += "  union VecOut { " + out_raw + " raw; " + out_type + " e[" + vs + "]; };\n";

@@ -122,6 +122,11 @@ void store_scalar(DType t, const Scalar& value, void* slot) {
   }
 }
 
+unsigned one_pass_grid(int64_t work_items, int per_thread) {
+  const int64_t per_block = static_cast<int64_t>(kBlockSize) * std::max(1, per_thread);
+  return static_cast<unsigned>(std::clamp<int64_t>((work_items + per_block - 1) / per_block, 1, 2147483647));
+}
+
 /// Blocks for `work_items` threads' worth of work: at most one wave of resident blocks (the kernels loop).
 unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kernel) {
   const int64_t blocks = (work_items + kBlockSize - 1) / kBlockSize;
@@ -225,6 +230,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
   int64_t work_items = n;
+  unsigned one_pass_blocks = 0;  // contiguous kernels: every thread's loop runs once
   uint32_t words32[3 * kMaxKernelRank + kMaxOperands * kMaxKernelRank];
   uint64_t words64[kMaxKernelRank + kMaxOperands * kMaxKernelRank];
 
@@ -247,6 +253,9 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
     }
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = (n + spec.vector_width - 1) / spec.vector_width;
+    int array_inputs = 0;
+    for (int k = 0; k < call.num_inputs; ++k) array_inputs += call.inputs[k].is_scalar() ? 0 : 1;
+    one_pass_blocks = one_pass_grid(work_items, spec.vector_width > 1 ? contiguous_unroll(array_inputs) : 1);
   } else {
     spec.layout = EwLayout::Strided;
     const int nd = layout.ndim;
@@ -268,7 +277,11 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
     }
   }
   args[num_args++] = spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32);
-  run(elementwise_kernel(device, spec), device, work_items, args);
+  const KernelTable::Entry& kernel = elementwise_kernel(device, spec);
+  if (one_pass_blocks > 0)
+    launch_entry(kernel, dim3(one_pass_blocks), dim3(kBlockSize), current_stream(device), args);
+  else
+    run(kernel, device, work_items, args);
 }
 
 }  // namespace kiln::cuda_impl

@@ -78,6 +78,7 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
   int64_t work_items = n;
+  unsigned one_pass_blocks = 0;  // contiguous kernels: every thread's loop runs once
   std::vector<uint32_t> words32(static_cast<size_t>(3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
   std::vector<uint64_t> words64(static_cast<size_t>(kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
   if (contiguous) {
@@ -93,6 +94,8 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
     }
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = ceil_div(n, spec.vector_width);
+    one_pass_blocks =
+        one_pass_grid(work_items, spec.vector_width > 1 ? contiguous_unroll(static_cast<int>(inputs.size())) : 1);
   } else {
     spec.layout = FusionLayout::Strided;
     const int nd = layout.ndim;
@@ -111,8 +114,8 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
   }
   args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
   const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, work_items, kernel)), dim3(kBlockSize), 0,
-         current_stream(device), args.data(), kernel.name.c_str());
+  const dim3 grid(one_pass_blocks > 0 ? one_pass_blocks : grid_for(device, work_items, kernel));
+  launch_entry(kernel, grid, dim3(kBlockSize), current_stream(device), args.data());
 }
 
 void reduction(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
