@@ -789,16 +789,24 @@ TEST(GpuAllocator, record_stream_defers_reuse_until_the_stream_is_done) {
   KILN_REQUIRE_GPU();
   kiln::Device d = kiln::gpu(0);
   kiln::Stream s = kiln::Stream::create(d);
+  kiln::Array m = kiln::random::normal({4096, 4096}, kiln::float32, d);
+  kiln::synchronize(d);
   kiln::Array a = kiln::empty({12345}, kiln::float32, d);
   void* p = a.data_ptr();
   a.record_stream(s);
+  {
+    kiln::StreamGuard guard(s);  // keep s busy for tens of milliseconds
+    for (int i = 0; i < 10; ++i) m = kiln::matmul(m, m) * 1e-3f;
+  }
   size_t pending_before = kiln::cuda::memory_stats(d).pending_blocks;
-  a = kiln::Array();
-  EXPECT_EQ(kiln::cuda::memory_stats(d).pending_blocks, pending_before + 1);  // polled only at allocation
-  s.synchronize();  // the event recorded at free is complete now
+  a = kiln::Array();  // its memory waits for the event recorded on s now
+  EXPECT_EQ(kiln::cuda::memory_stats(d).pending_blocks, pending_before + 1);
   kiln::Array b = kiln::empty({12345}, kiln::float32, d);
-  EXPECT_EQ(b.data_ptr(), p);
-  EXPECT_EQ(kiln::cuda::memory_stats(d).pending_blocks, 0u);
+  EXPECT_NE(b.data_ptr(), p);  // not handed out while s may still use it
+  s.synchronize();             // the event recorded at free is complete now
+  EXPECT_EQ(kiln::cuda::memory_stats(d).pending_blocks, 0u);  // memory_stats collects completed events
+  kiln::Array c = kiln::empty({12345}, kiln::float32, d);
+  EXPECT_EQ(c.data_ptr(), p);
 }
 
 }  // namespace
