@@ -180,6 +180,24 @@ int multiprocessor_count(int device);
 /// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
 const std::vector<std::string>& builtin_kernel_options();
 
+/// ceil(log2(v)) for v >= 1 (kernel-key fields of power-of-two sizes).
+inline int log2_int(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  return r;
+}
+
+/// The unsigned type NVRTC loads `bytes` bytes with in one instruction ("uint4" for 16, ...).
+inline const char* raw_type(int bytes) {
+  switch (bytes) {
+    case 16: return "uint4";
+    case 8: return "uint2";
+    case 4: return "unsigned int";
+    case 2: return "unsigned short";
+    default: return "unsigned char";
+  }
+}
+
 /// 16-byte vectors each thread of a contiguous elementwise kernel (built-in or fused) loads per input before
 /// computing: 4 with at most one array input (a copy, cast or op with a scalar), 2 with two, else 1.
 inline int contiguous_unroll(int array_inputs) { return array_inputs <= 1 ? 4 : array_inputs == 2 ? 2 : 1; }

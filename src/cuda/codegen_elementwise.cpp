@@ -23,11 +23,6 @@ using detail::OpCode;
 
 namespace {
 
-int log2_int(int v) {
-  int r = 0;
-  while ((1 << r) < v) ++r;
-  return r;
-}
 
 }  // namespace
 
@@ -84,21 +79,6 @@ bool elementwise_op_supported(OpCode op, DType t) {
 
 namespace {
 
-/// The unsigned type NVRTC loads `bytes` bytes with in one instruction.
-const char* raw_type(int bytes) {
-  switch (bytes) {
-    case 16:
-      return "uint4";
-    case 8:
-      return "uint2";
-    case 4:
-      return "unsigned int";
-    case 2:
-      return "unsigned short";
-    default:
-      return "unsigned char";
-  }
-}
 
 std::string input_type(const ElementwiseSpec& spec, int k) { return device_type_name(spec.in[k]); }
 

@@ -20,26 +20,7 @@ using detail::ReduceOp;
 
 namespace {
 
-int log2_int(int v) {
-  int r = 0;
-  while ((1 << r) < v) ++r;
-  return r;
-}
 
-const char* raw_type(int bytes) {
-  switch (bytes) {
-    case 16:
-      return "uint4";
-    case 8:
-      return "uint2";
-    case 4:
-      return "unsigned int";
-    case 2:
-      return "unsigned short";
-    default:
-      return "unsigned char";
-  }
-}
 
 std::string v(int id) { return "v" + std::to_string(id); }
 

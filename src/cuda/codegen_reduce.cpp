@@ -29,11 +29,6 @@ using detail::ReduceOp;
 
 namespace {
 
-int log2_int(int v) {
-  int r = 0;
-  while ((1 << r) < v) ++r;
-  return r;
-}
 
 bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
