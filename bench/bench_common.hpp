@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.hpp"
+
 namespace kiln::benchutil {
 
 /// How to time one workload.
@@ -145,20 +147,7 @@ class Report {
   }
 
   /// A JSON string literal.
-  static std::string quote(const std::string& v) {
-    std::string out = "\"";
-    for (char c : v) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
+  static std::string quote(const std::string& v) { return kiln::detail::json_quote(v); }
 
  private:
   std::string suite_, library_, device_;

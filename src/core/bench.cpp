@@ -14,6 +14,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/json.hpp"
 #include "core/sync_debug.hpp"
 #include "kiln/array.hpp"
 #include "kiln/error.hpp"
@@ -60,36 +61,15 @@ std::string stats_us(const char* label, const Stats& s) {
   return buf;
 }
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-std::string quote(const std::string& v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using detail::json_number;
+using detail::json_quote;
 
 std::string series_json(const std::vector<double>& seconds) {
   Stats s = summarize(seconds);
   std::string out = "{\"seconds\": [";
-  for (size_t i = 0; i < seconds.size(); ++i) out += (i ? ", " : "") + num(seconds[i]);
-  out += "], \"min\": " + num(s.min) + ", \"median\": " + num(s.median) + ", \"mean\": " + num(s.mean) +
-         ", \"max\": " + num(s.max) + ", \"stddev\": " + num(s.stddev) + "}";
+  for (size_t i = 0; i < seconds.size(); ++i) out += (i ? ", " : "") + json_number(seconds[i]);
+  out += "], \"min\": " + json_number(s.min) + ", \"median\": " + json_number(s.median) + ", \"mean\": " + json_number(s.mean) +
+         ", \"max\": " + json_number(s.max) + ", \"stddev\": " + json_number(s.stddev) + "}";
   return out;
 }
 
@@ -115,12 +95,12 @@ std::string BenchResult::str() const {
 }
 
 std::string BenchResult::json() const {
-  std::string out = "{\"name\": " + quote(name) + ", \"warmup\": " + std::to_string(warmup) +
+  std::string out = "{\"name\": " + json_quote(name) + ", \"warmup\": " + std::to_string(warmup) +
                     ", \"repeat\": " + std::to_string(repeats()) + ", \"host\": " + series_json(host_seconds) +
                     ", \"devices\": [";
   for (size_t i = 0; i < device_seconds.size(); ++i) {
     std::string s = series_json(device_seconds[i].seconds);
-    out += (i ? ", " : "") + std::string("{\"device\": ") + quote(device_seconds[i].device.str()) + ", " + s.substr(1);
+    out += (i ? ", " : "") + std::string("{\"device\": ") + json_quote(device_seconds[i].device.str()) + ", " + s.substr(1);
   }
   return out + "]}";
 }

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "core/json.hpp"
+
 namespace kiln_cli {
 
 using namespace kiln;
@@ -96,23 +98,7 @@ void title(const std::string& name, const std::string& what) {
 
 int host_threads() { return omp_get_max_threads(); }
 
-namespace {
-std::string quote(const std::string& v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; }
-}  // namespace
+using kiln::detail::json_quote;
 
 void write_json(const BenchContext& ctx, const std::string& path) {
   std::time_t now = std::time(nullptr);
@@ -122,21 +108,21 @@ void write_json(const BenchContext& ctx, const std::string& path) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
   const std::string device = ctx.gpu() ? device_properties(ctx.device).name : "cpu";
   std::string s = "{\n";
-  s += fmt::format("  \"tool\": \"kiln\",\n  \"version\": {},\n  \"device\": {},\n  \"date\": {},\n", quote(kVersion),
-                   quote(device), quote(date));
+  s += fmt::format("  \"tool\": \"kiln\",\n  \"version\": {},\n  \"device\": {},\n  \"date\": {},\n", json_quote(kVersion),
+                   json_quote(device), json_quote(date));
   s += fmt::format("  \"host_threads\": {},\n  \"records\": [\n", host_threads());
   for (size_t i = 0; i < ctx.records.size(); ++i) {
     const Record& r = ctx.records[i];
     s += fmt::format(
         "    {{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": "
         "{}}}{}\n",
-        quote(r.workload), quote(r.case_name), quote(r.metric), quote(r.unit), number(r.value),
+        json_quote(r.workload), json_quote(r.case_name), json_quote(r.metric), json_quote(r.unit), kiln::detail::json_number(r.value),
         r.higher_is_better ? "true" : "false", i + 1 < ctx.records.size() ? "," : "");
   }
   s += "  ],\n  \"skipped\": [";
   for (size_t i = 0; i < ctx.skipped.size(); ++i)
-    s += fmt::format("{}{{\"what\": {}, \"reason\": {}}}", i ? ", " : "", quote(ctx.skipped[i].first),
-                     quote(ctx.skipped[i].second));
+    s += fmt::format("{}{{\"what\": {}, \"reason\": {}}}", i ? ", " : "", json_quote(ctx.skipped[i].first),
+                     json_quote(ctx.skipped[i].second));
   s += "]\n}\n";
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw ValueError("kiln bench --json: cannot open " + path + " for writing; check the folder exists");
