@@ -180,6 +180,10 @@ int multiprocessor_count(int device);
 /// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
 const std::vector<std::string>& builtin_kernel_options();
 
+/// The device-side reduction operator type of `op` accumulating in `acc` (e.g. "kd::red_sum<float>"), shared by
+/// the built-in reduction and fused-reduction generators.
+std::string reduce_operator_type(detail::ReduceOp op, DType acc);
+
 /// ceil(log2(v)) for v >= 1 (kernel-key fields of power-of-two sizes).
 inline int log2_int(int v) {
   int r = 0;

@@ -203,23 +203,9 @@ void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>
 }
 
 std::string reduce_operator(const FusionKernelSpec& spec) {
-  const std::string acc = device_type_name(spec.acc);
-  switch (spec.op) {
-    case ReduceOp::Sum:
-      return "kd::red_sum<" + acc + ">";
-    case ReduceOp::Prod:
-      return "kd::red_prod<" + acc + ">";
-    case ReduceOp::Max:
-      return "kd::red_max<" + acc + ">";
-    case ReduceOp::Min:
-      return "kd::red_min<" + acc + ">";
-    case ReduceOp::All:
-      return "kd::red_all<bool>";
-    case ReduceOp::Any:
-      return "kd::red_any<bool>";
-    default:
-      throw ValueError("fuse codegen: argmax/argmin cannot end a fused function");
-  }
+  if (spec.op == ReduceOp::ArgMax || spec.op == ReduceOp::ArgMin)
+    throw ValueError("fuse codegen: argmax/argmin cannot end a fused function");
+  return reduce_operator_type(spec.op, spec.acc);
 }
 
 void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,

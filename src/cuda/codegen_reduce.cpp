@@ -37,28 +37,6 @@ std::string accumulator_type(const ReduceSpec& spec) {
   return is_arg(spec.op) ? "kd::arg_t<" + value + ">" : value;
 }
 
-std::string operator_type(const ReduceSpec& spec) {
-  const std::string acc = device_type_name(spec.acc);
-  switch (spec.op) {
-    case ReduceOp::Sum:
-      return "kd::red_sum<" + acc + ">";
-    case ReduceOp::Prod:
-      return "kd::red_prod<" + acc + ">";
-    case ReduceOp::Max:
-      return "kd::red_max<" + acc + ">";
-    case ReduceOp::Min:
-      return "kd::red_min<" + acc + ">";
-    case ReduceOp::ArgMax:
-      return "kd::red_arg<" + acc + ", true>";
-    case ReduceOp::ArgMin:
-      return "kd::red_arg<" + acc + ", false>";
-    case ReduceOp::All:
-      return "kd::red_all<bool>";
-    case ReduceOp::Any:
-      return "kd::red_any<bool>";
-  }
-  return "";
-}
 
 /// Typedefs, Params and the load/store/offset helpers shared by both layouts.
 void common_part(std::string& s, const ReduceSpec& spec) {
@@ -66,7 +44,7 @@ void common_part(std::string& s, const ReduceSpec& spec) {
   const std::string acc = accumulator_type(spec);
   s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
                     : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "typedef " + acc + " ACC;\ntypedef " + operator_type(spec) + " Op;\n";
+  s += "typedef " + acc + " ACC;\ntypedef " + reduce_operator_type(spec.op, spec.acc) + " Op;\n";
   s += "typedef " + (spec.from_partials ? std::string("ACC") : std::string(device_type_name(spec.in))) + " IN;\n";
   s += "typedef " + (spec.to_partials ? std::string("ACC") : std::string(device_type_name(spec.out))) + " OUT;\n";
   const int kept_size = 0, kept_in = kn, kept_out = 2 * kn, red_size = 3 * kn, red_stride = 3 * kn + rn;
@@ -231,6 +209,29 @@ void columns_kernel(std::string& s, const ReduceSpec& spec, const std::string& n
 }
 
 }  // namespace
+
+std::string reduce_operator_type(ReduceOp op, DType acc_dtype) {
+  const std::string acc = device_type_name(acc_dtype);
+  switch (op) {
+    case ReduceOp::Sum:
+      return "kd::red_sum<" + acc + ">";
+    case ReduceOp::Prod:
+      return "kd::red_prod<" + acc + ">";
+    case ReduceOp::Max:
+      return "kd::red_max<" + acc + ">";
+    case ReduceOp::Min:
+      return "kd::red_min<" + acc + ">";
+    case ReduceOp::ArgMax:
+      return "kd::red_arg<" + acc + ", true>";
+    case ReduceOp::ArgMin:
+      return "kd::red_arg<" + acc + ", false>";
+    case ReduceOp::All:
+      return "kd::red_all<bool>";
+    case ReduceOp::Any:
+      return "kd::red_any<bool>";
+  }
+  return "";
+}
 
 DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
   switch (op) {
