@@ -21,6 +21,7 @@
 #include "cuda/kernel_cache.hpp"
 #include "cuda/launch.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 
 using namespace kiln;
 using namespace kiln::cuda_impl;
@@ -28,48 +29,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the system temp folder, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("kiln_compiler_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  std::string str() const { return path_.string(); }
-  const fs::path& path() const { return path_; }
+using kiln_test::ScopedEnv;
+using kiln_test::TempDir;
 
- private:
-  fs::path path_;
-};
 
-// Sets (or unsets, with nullptr) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 std::string read_bytes(const fs::path& path) {
   std::ifstream file(path, std::ios::binary);

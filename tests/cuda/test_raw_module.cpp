@@ -29,6 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using kiln_test::ScopedEnv;
+using kiln_test::TempDir;
+
 // The walkthrough kernel of DESIGN.md: res = a + b over an nx x ny row-major grid of floats.
 const char* const kAddTwoArray2d = R"(
 extern "C" __global__ void add_two_array_2d(int nx, int ny, float* res, const float* a, const float* b) {
@@ -78,53 +81,7 @@ bool has_gpu() { return num_gpus() > 0; }
 #define SKIP_WITHOUT_GPU() \
   if (!has_gpu()) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): the NVRTC-only and packing tests ran instead"
 
-// Sets (or unsets, with nullptr) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
 
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
-
-// A fresh folder under the system temp folder, removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("kiln_raw_module_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  std::string str() const { return path_.string(); }
-  size_t file_count() const {
-    size_t n = 0;
-    for (const auto& entry : fs::recursive_directory_iterator(path_))
-      if (entry.is_regular_file()) ++n;
-    return n;
-  }
-
- private:
-  fs::path path_;
-};
 
 template <class T>
 T read_at(const PackedArgs& packed, size_t index) {
