@@ -28,7 +28,6 @@ using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned
                               CUstream, void**, void**);
 using KernelGetFunctionFn = CUresult (*)(CUfunction*, CUkernel);
 
-template <class F>
 void* driver_symbol(const char* name) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
@@ -78,8 +77,8 @@ int main(int argc, char** argv) {
   auto module = cuda_impl::load_module(source, "bench_launch", 0);
   cudaKernel_t empty = module->function("empty_kernel");
   cudaKernel_t add = module->function("add_kernel");
-  auto cu_launch = reinterpret_cast<LaunchFn>(driver_symbol<LaunchFn>("cuLaunchKernel"));
-  auto cu_get_function = reinterpret_cast<KernelGetFunctionFn>(driver_symbol<KernelGetFunctionFn>("cuKernelGetFunction"));
+  auto cu_launch = reinterpret_cast<LaunchFn>(driver_symbol("cuLaunchKernel"));
+  auto cu_get_function = reinterpret_cast<KernelGetFunctionFn>(driver_symbol("cuKernelGetFunction"));
   CUfunction empty_fn = nullptr, add_fn = nullptr;
   if (cu_get_function(&empty_fn, reinterpret_cast<CUkernel>(empty)) != CUDA_SUCCESS ||
       cu_get_function(&add_fn, reinterpret_cast<CUkernel>(add)) != CUDA_SUCCESS)

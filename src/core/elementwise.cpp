@@ -76,7 +76,6 @@ Scalar round_scalar(const Scalar& s, DType compute) {
   }
 }
 
-
 OpTypes op_types(OpCode op, DType p) {
   const OpInfo& info = op_info(op);
   switch (info.rule) {
