@@ -4,7 +4,6 @@
 #include "kiln/array.hpp"
 
 #include <cstring>
-#include <optional>
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
@@ -75,14 +74,11 @@ Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOption
   if (stream && stream->device() != d && stream->device() != a.device())
     throw DeviceError("to: the stream is on " + stream->device().str() + " but the copy goes from " +
                       a.device().str() + " to " + d.str() + "; pass a stream of either device");
-  // The backend reads a null stream handle as "the current stream"; a Stream naming the default stream
-  // (handle null) is made current for the copy, so it runs there even under another StreamGuard.
-  std::optional<StreamGuard> default_stream_guard;
-  if (stream && stream->handle() == nullptr && stream->device().is_cuda()) default_stream_guard.emplace(*stream);
   Array src = a.contiguous();
   Array out = detail::make_array(a.shape(), a.dtype(), d);
   detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());
-  b.transfer(src, out, stream ? stream->handle() : nullptr, options.non_blocking);
+  // A CPU stream orders nothing on a GPU: the copy then runs on the GPU side's current stream.
+  b.transfer(src, out, stream && stream->device().is_cuda() ? stream : nullptr, options.non_blocking);
   return out;
 }
 }  // namespace

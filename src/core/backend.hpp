@@ -78,10 +78,12 @@ class Backend {
   /// Allocates `nbytes` on `device` (64-byte aligned on the CPU). Throws OutOfMemoryError.
   virtual std::shared_ptr<Storage> allocate(int64_t nbytes, Device device, const ArrayOptions& options) = 0;
   /// Copies contiguous `src` into contiguous `dst` of the same dtype and size when at least one of them
-  /// is on this backend's devices (host<->device, device<->device), ordered on `stream` (nullptr: the
-  /// current stream of the device side). Unless `non_blocking`, returns only when the data can be used
-  /// by the host (device->host) or the source may be reused (host->device from pageable memory).
-  virtual void transfer(const Array& src, const Array& dst, void* stream = nullptr, bool non_blocking = false) = 0;
+  /// is on this backend's devices (host<->device, device<->device), ordered on `stream` (a stream of src's or
+  /// dst's device, the default stream included; nullptr: the current stream of the device side). Unless
+  /// `non_blocking`, returns only when the data can be used by the host (device->host) or the source may be
+  /// reused (host->device from pageable memory).
+  virtual void transfer(const Array& src, const Array& dst, const Stream* stream = nullptr,
+                        bool non_blocking = false) = 0;
   virtual void elementwise(const ElementwiseCall& call) = 0;
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;

@@ -93,7 +93,7 @@ class CpuBackend final : public detail::Backend {
     return std::make_shared<Storage>(p, static_cast<size_t>(nbytes), device, &free_host,
                                      reinterpret_cast<void*>(size));
   }
-  void transfer(const Array& src, const Array& dst, void*, bool) override {
+  void transfer(const Array& src, const Array& dst, const Stream*, bool) override {
     if (src.nbytes() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(src.nbytes()));
   }
   void elementwise(const detail::ElementwiseCall& call) override { cpu_elementwise(call); }

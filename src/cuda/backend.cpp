@@ -36,6 +36,8 @@ namespace kiln::cuda_impl {
 
 namespace {
 
+cudaStream_t native(const Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
+
 constexpr size_t kStagingChunk = size_t{32} << 20;  // two of these per pageable copy
 // Smaller pageable copies go through the driver (measured crossover points, see above).
 constexpr size_t kStagedMinimumToDevice = size_t{8} << 20;
@@ -201,7 +203,7 @@ class CudaBackend final : public detail::Backend {
     return device_alloc(device.index, static_cast<size_t>(nbytes), cuda_impl::current_stream(device.index));
   }
 
-  void transfer(const Array& src, const Array& dst, void* stream, bool non_blocking) override;
+  void transfer(const Array& src, const Array& dst, const Stream* stream, bool non_blocking) override;
 
   void elementwise(const detail::ElementwiseCall& call) override {
     set_device(call.out.device().index);
@@ -329,9 +331,10 @@ class CudaBackend final : public detail::Backend {
     throw_cuda_error(err, call, __FILE__, __LINE__);
   }
 
-  void copy_device_to_device(const Array& src, const Array& dst, size_t n, cudaStream_t given);
-  void copy_host_to_device(const Array& src, const Array& dst, size_t n, cudaStream_t given, bool non_blocking);
-  void copy_device_to_host(const Array& src, const Array& dst, size_t n, cudaStream_t given, bool non_blocking);
+  // `given`: the caller's stream (the default stream included), nullptr for the current stream.
+  void copy_device_to_device(const Array& src, const Array& dst, size_t n, const Stream* given);
+  void copy_host_to_device(const Array& src, const Array& dst, size_t n, const Stream* given, bool non_blocking);
+  void copy_device_to_host(const Array& src, const Array& dst, size_t n, const Stream* given, bool non_blocking);
 
   // Destroyed streams are kept and handed out again (same flags and priority) instead of
   // cudaStreamDestroy: caches keyed by a stream handle (the allocator's pools, pinned buffers' uses)
@@ -410,7 +413,7 @@ void CudaBackend::stream_destroy(Device device, void* handle) {
   }
 }
 
-void CudaBackend::transfer(const Array& src, const Array& dst, void* stream, bool non_blocking) {
+void CudaBackend::transfer(const Array& src, const Array& dst, const Stream* stream, bool non_blocking) {
   if (src.dtype() != dst.dtype() || src.size() != dst.size() || !src.is_contiguous() || !dst.is_contiguous())
     throw ValueError("transfer: needs contiguous arrays of one dtype and size, got " + shape_str(src.shape()) + " " +
                      std::string(dtype_name(src.dtype())) + " on " + src.device().str() + " and " + shape_str(dst.shape()) + " " +
@@ -420,7 +423,6 @@ void CudaBackend::transfer(const Array& src, const Array& dst, void* stream, boo
   if (d.is_cuda()) check_device(d.index, "to");
   auto n = static_cast<size_t>(src.nbytes());
   if (n == 0) return;
-  auto given = static_cast<cudaStream_t>(stream);
   // Sync accounting first: in error mode an implicit synchronisation throws before anything is copied.
   // Pageable host memory always makes the host wait (staging), so it counts as a synchronisation.
   if (s.is_cuda() && d.is_cuda()) {
@@ -435,18 +437,18 @@ void CudaBackend::transfer(const Array& src, const Array& dst, void* stream, boo
   if (s.is_cpu() && d.is_cpu()) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), n);
   } else if (s.is_cuda() && d.is_cuda()) {
-    copy_device_to_device(src, dst, n, given);
+    copy_device_to_device(src, dst, n, stream);
   } else if (s.is_cpu()) {
-    copy_host_to_device(src, dst, n, given, non_blocking);
+    copy_host_to_device(src, dst, n, stream, non_blocking);
   } else {
-    copy_device_to_host(src, dst, n, given, non_blocking);
+    copy_device_to_host(src, dst, n, stream, non_blocking);
   }
 }
 
-void CudaBackend::copy_device_to_device(const Array& src, const Array& dst, size_t n, cudaStream_t given) {
+void CudaBackend::copy_device_to_device(const Array& src, const Array& dst, size_t n, const Stream* given) {
   int from = src.device().index, to = dst.device().index;
   if (from == to) {
-    cudaStream_t stream = given ? given : cuda_impl::current_stream(from);
+    cudaStream_t stream = given ? native(*given) : cuda_impl::current_stream(from);
     set_device(from);  // a copy within one GPU is captured like a kernel
     cuda_impl::record_stream(*src.storage(), stream);
     cuda_impl::record_stream(*dst.storage(), stream);
@@ -456,12 +458,8 @@ void CudaBackend::copy_device_to_device(const Array& src, const Array& dst, size
   // Between GPUs: the copy runs on the given stream (of either GPU) or on the source's current stream.
   // A two-way barrier with the other GPU's current stream orders it after the work queued there so
   // far (which may still use dst) and orders that stream's later work after the copy.
-  int copy_device = from;
-  cudaStream_t copy_stream = cuda_impl::current_stream(from);
-  if (given) {
-    KILN_CUDA_CHECK(cudaStreamGetDevice(given, &copy_device));
-    copy_stream = given;
-  }
+  const int copy_device = given ? given->device().index : from;
+  const cudaStream_t copy_stream = given ? native(*given) : cuda_impl::current_stream(from);
   int other_device = copy_device == from ? to : from;
   cudaStream_t other_stream = cuda_impl::current_stream(other_device);
   if (any_capture() && (stream_is_capturing(copy_device, copy_stream) || stream_is_capturing(other_device, other_stream)))
@@ -482,10 +480,10 @@ void CudaBackend::copy_device_to_device(const Array& src, const Array& dst, size
   cuda_impl::record_stream(*dst.storage(), to == copy_device ? copy_stream : other_stream);
 }
 
-void CudaBackend::copy_host_to_device(const Array& src, const Array& dst, size_t n, cudaStream_t given,
+void CudaBackend::copy_host_to_device(const Array& src, const Array& dst, size_t n, const Stream* given,
                                       bool non_blocking) {
   int device = dst.device().index;
-  cudaStream_t stream = given ? given : cuda_impl::current_stream(device);
+  cudaStream_t stream = given ? native(*given) : cuda_impl::current_stream(device);
   set_device(device);
   if (any_capture() && stream_is_capturing(device, stream)) {
     if (!src.is_pinned())
@@ -514,10 +512,10 @@ void CudaBackend::copy_host_to_device(const Array& src, const Array& dst, size_t
   if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void CudaBackend::copy_device_to_host(const Array& src, const Array& dst, size_t n, cudaStream_t given,
+void CudaBackend::copy_device_to_host(const Array& src, const Array& dst, size_t n, const Stream* given,
                                       bool non_blocking) {
   int device = src.device().index;
-  cudaStream_t stream = given ? given : cuda_impl::current_stream(device);
+  cudaStream_t stream = given ? native(*given) : cuda_impl::current_stream(device);
   set_device(device);
   if (any_capture() && stream_is_capturing(device, stream)) {
     if (!dst.is_pinned() || !non_blocking)

@@ -129,12 +129,12 @@ TEST(CudaEvent, wait_orders_work_across_streams) {
   g.record_stream(s1);
   g.record_stream(s2);
   detail::Backend& b = detail::backend_for(gpu(0));
-  b.transfer(host, g, s1.handle(), /*non_blocking=*/true);
+  b.transfer(host, g, &s1, /*non_blocking=*/true);
   Event uploaded = Event::create(gpu(0), false);
   uploaded.record(s1);
   uploaded.wait(s2);
   Array out = empty({n}, int32, cpu(), {.pinned = true});
-  b.transfer(g, out, s2.handle(), /*non_blocking=*/true);
+  b.transfer(g, out, &s2, /*non_blocking=*/true);
   s2.synchronize();
   auto* o = static_cast<const int32_t*>(out.data_ptr());
   EXPECT_EQ(o[0], 0);

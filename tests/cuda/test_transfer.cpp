@@ -143,7 +143,7 @@ TEST(Transfer, gpu_to_pinned_host_is_asynchronous_until_the_stream_is_synchronis
   Array g = from_data(values, {}, gpu(0));
   Array p = empty({300000}, int32, cpu(), {.pinned = true});
   Stream s = Stream::create(gpu(0));
-  detail::backend_for(gpu(0)).transfer(g, p, s.handle(), /*non_blocking=*/true);
+  detail::backend_for(gpu(0)).transfer(g, p, &s, /*non_blocking=*/true);
   s.synchronize();
   std::vector<int32_t> got(static_cast<int32_t*>(p.data_ptr()), static_cast<int32_t*>(p.data_ptr()) + 300000);
   EXPECT_EQ(got, values);
