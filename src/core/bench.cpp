@@ -210,7 +210,6 @@ void Timer::stop() {
 std::vector<double> Timer::times_ms() const {
   std::vector<double> out;
   out.reserve(ends_.size());
-  if (!ends_.empty()) ends_.back().synchronize();  // one wait when every interval was on one stream
   for (size_t i = 0; i < ends_.size(); ++i) out.push_back(static_cast<double>(starts_[i].elapsed_ms(ends_[i])));
   return out;
 }

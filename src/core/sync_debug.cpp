@@ -137,17 +137,16 @@ void note_copy(CopyDirection direction, size_t bytes, Device device, bool synchr
       break;
   }
   const bool host = direction != CopyDirection::DeviceToDevice;
-  if (host) {
-    SyncDebugMode mode = sync_debug_mode();
+  const SyncDebugMode mode = host ? sync_debug_mode() : SyncDebugMode::off;
+  if (mode != SyncDebugMode::off) {  // off (the default): only the counters below, no strings
     const std::string op = t_op ? t_op : "to()";
     if (mode == SyncDebugMode::error && synchronizes)
       throw Error("implicit synchronisation in " + op + " on " + device.str() + " (" + bytes_str(bytes) + " " + dir +
                   ") while sync debugging is in error mode (SyncDebugGuard or KILN_SYNC_DEBUG=error); keep the "
                   "data on the device, or copy non_blocking into pinned memory and synchronise once");
-    if (mode != SyncDebugMode::off)
-      std::fprintf(stderr, "kiln: %s in %s on %s (%s %s)\n",
-                   synchronizes ? "implicit synchronisation" : "asynchronous host<->device copy", op.c_str(),
-                   device.str().c_str(), bytes_str(bytes).c_str(), dir);
+    std::fprintf(stderr, "kiln: %s in %s on %s (%s %s)\n",
+                 synchronizes ? "implicit synchronisation" : "asynchronous host<->device copy", op.c_str(),
+                 device.str().c_str(), bytes_str(bytes).c_str(), dir);
   }
   switch (direction) {
     case CopyDirection::HostToDevice:

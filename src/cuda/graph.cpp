@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/sync_debug.hpp"
 #include "cuda/allocator.hpp"
 #include "cuda/pinned.hpp"
 #include "cuda/runtime.hpp"
@@ -282,6 +283,7 @@ void Graph::replay(const Stream& stream) {
     g.replayed = true;
   }
   cuda_impl::set_device(g.device);
+  detail::note_gpu_work(g.device);  // kiln::bench finds the GPU a replay runs on, as for any op
   KILN_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/compiler.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/runtime.hpp"
+#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -106,6 +107,26 @@ TEST(BenchGpu, two_gpus_are_both_timed) {
   EXPECT_NEAR(r.device(gpu(1)).median, 4e-3, 0.5e-3);
   EXPECT_GE(r.host().median, 4e-3);  // both ran at once: about the longer one, not the sum
   EXPECT_LT(r.host().median, 5.5e-3);
+}
+
+TEST(BenchGpu, a_graph_replay_is_timed_on_its_gpu_by_default) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  spin(d, 1e-4);  // load the module before the capture
+  synchronize(d);
+  Stream s = Stream::create(d);  // a blocking stream: ordered with the events on the default stream
+  cuda::Graph g;
+  {
+    cuda::GraphCapture capture(g, s);
+    spin(d, 2e-3);
+  }
+  // No devices given: bench must find the GPU the replay runs on, synchronise it and time it.
+  BenchResult r = bench([&] { g.replay(); }, {.warmup = 1, .repeat = 5});
+  ASSERT_EQ(r.device_seconds.size(), 1u);
+  EXPECT_EQ(r.device_seconds[0].device, d);
+  EXPECT_GE(r.device(d).median, 1.99e-3);
+  EXPECT_LT(r.device(d).median, 2.5e-3);
+  EXPECT_GE(r.host().median, 1.99e-3) << "the host clock stops only after the replay is done";
 }
 
 TEST(TimerGpu, records_without_stalling_and_reads_later) {
