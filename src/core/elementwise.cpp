@@ -150,8 +150,8 @@ OpTypes resolve_op_types(OpCode op, const TypingOperand* operands, int count) {
   return types;
 }
 
-void check_scalar_range(OpCode op, const Scalar& s, OpTypes& types) {
-  if (scalar_fits(s, types.compute)) return;
+void check_scalar_range(OpCode op, int operand, const Scalar& s, OpTypes& types) {
+  if ((op == OpCode::Where && operand == 0) || scalar_fits(s, types.compute)) return;
   if (op_info(op).rule == TypeRule::Compare) {
     types.compute = DType::Int64;  // exact comparison of a small int array with a large scalar
     return;
@@ -188,8 +188,11 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
     throw DeviceError(op_str(op) + ": the output is on " + out->device().str() + " but the operands are on " +
                       first->device().str() + "; allocate out on the operands' device");
   OpTypes types = resolve_op_types(op, typing, count);
-  for (const Operand* o : operands)
-    if (!o->is_array()) check_scalar_range(op, o->scalar(), types);
+  int index = 0;
+  for (const Operand* o : operands) {
+    if (!o->is_array()) check_scalar_range(op, index, o->scalar(), types);
+    ++index;
+  }
 
   Device device = first ? first->device() : (out && out->defined() ? out->device() : current_device());
   Shape shape;

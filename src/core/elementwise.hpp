@@ -32,9 +32,10 @@ struct TypingOperand {
 /// NumPy 2 / NEP 50 output and compute dtypes of `op` over `count` operands (the rules of
 /// elementwise(), shared with fusion's tracer); throws DTypeError for unsupported dtypes.
 OpTypes resolve_op_types(OpCode op, const TypingOperand* operands, int count);
-/// The range check of one weak scalar operand: ValueError when an integer scalar does not fit an
-/// integer compute dtype (comparisons switch `types.compute` to int64 instead).
-void check_scalar_range(OpCode op, const Scalar& s, OpTypes& types);
+/// The range check of weak scalar operand number `operand` of `op`: ValueError when an integer scalar does
+/// not fit an integer compute dtype (comparisons switch `types.compute` to int64 instead). where's
+/// condition (operand 0) is only read as a bool, so it is never out of range.
+void check_scalar_range(OpCode op, int operand, const Scalar& s, OpTypes& types);
 /// Whether an integer scalar fits integer dtype `t` (always true for other kinds and dtypes).
 bool scalar_fits(const Scalar& s, DType t);
 /// A weak float scalar rounded to `compute`'s precision first, as NumPy converts it to the loop's dtype.

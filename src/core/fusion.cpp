@@ -199,7 +199,7 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
     if (!in.weak) continue;
     if (in.kind == FusionNodeKind::Constant) {  // a constant out of range fails now, as the unfused op would
       OpTypes check = types;
-      check_scalar_range(op, in.value, check);
+      check_scalar_range(op, i, in.value, check);
     }
     FusionSlot slot;
     slot.source = node.inputs[i];
@@ -499,7 +499,7 @@ Array fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args) 
       continue;
     }
     OpTypes types{user.compute, user.dtype};
-    check_scalar_range(user.op, v, types);  // out of range throws ValueError as the unfused op does
+    check_scalar_range(user.op, slot.operand, v, types);  // out of range throws ValueError as the unfused op does
     const bool condition = user.op == OpCode::Where && slot.operand == 0;
     call.slot_values.push_back(condition ? Scalar(v.to_bool()) : round_scalar(v, slot.compute));
   }

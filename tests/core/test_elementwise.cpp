@@ -168,6 +168,20 @@ TEST(Elementwise, WhereAndClip) {
   EXPECT_EQ(clip(arange(6, int32), 1, 4).to_vector<int32_t>(), (std::vector<int32_t>{1, 1, 2, 3, 4, 4}));
 }
 
+// NumPy reads where's condition as a bool only: np.where(300, x, y) is x (uint8), np.where(256, ...)
+// too (bool(256) is True, not uint8(256) = 0), np.where(0, x, y) is y. No range check applies to it.
+TEST(Elementwise, WhereScalarConditionIsReadAsBoolWithoutRangeCheck) {
+  Array x = vec<uint8_t>({1, 2, 3}), y = vec<uint8_t>({7, 8, 9});
+  Array r = where(300, x, y);
+  EXPECT_EQ(r.dtype(), uint8);
+  EXPECT_EQ(r.to_vector<uint8_t>(), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(where(256, x, y).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(where(-5, x, 4).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(where(0, x, y).to_vector<uint8_t>(), (std::vector<uint8_t>{7, 8, 9}));
+  // The value operands are still checked: 300 does not fit uint8 (NumPy 2 raises OverflowError).
+  EXPECT_THROW((void)where(vec<bool>({true, false, true}), x, 300), ValueError);
+}
+
 TEST(Elementwise, ComparisonAndLogicalOperators) {
   Array a = arange(4, int32);
   EXPECT_EQ((a >= 2).to_vector<bool>(), (std::vector<bool>{false, false, true, true}));

@@ -139,6 +139,23 @@ TEST(Fuse, WeakScalarsFollowNep50) {
                            {"add", "300", "uint8"});
 }
 
+// where's condition is only read as a bool (np.where(300, x, y) is x), as a constant of the function and
+// as a scalar argument, so fuse does not range-check it against the uint8 values.
+TEST(Fuse, WhereScalarConditionIsNotRangeChecked) {
+  Array x = from_data(std::vector<uint8_t>{1, 2, 3}), y = from_data(std::vector<uint8_t>{7, 8, 9});
+  auto constant = fuse([](auto a, auto b) { return where(300, a, b); });
+  Array r = constant(x, y);
+  EXPECT_EQ(r.dtype(), uint8);
+  EXPECT_EQ(r.to_vector<uint8_t>(), (std::vector<uint8_t>{1, 2, 3}));
+  auto argument = fuse([](auto c, auto a, auto b) { return where(c, a, b); });
+  EXPECT_EQ(argument(256, x, y).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(argument(0, x, y).to_vector<uint8_t>(), (std::vector<uint8_t>{7, 8, 9}));
+  // A value operand out of range still throws, as the unfused where does.
+  auto value = fuse([](auto c, auto a) { return where(c, a, 300); });
+  expect_error<ValueError>([&] { (void)value(from_data(std::vector<bool>{true, false, true}), x); },
+                           {"where", "300", "uint8"});
+}
+
 TEST(Fuse, BroadcastingAndMixedDtypes) {
   auto f = fuse([](auto a, auto b) { return where(a > b, a - b, maximum(b, 0)) * 2; });
   Array a = arange(6, int32).reshape({2, 3});
