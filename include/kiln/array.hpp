@@ -208,7 +208,7 @@ namespace kiln {
 namespace detail {
 /// Copies all elements of `a`, converted to `as`, into host memory at `dst` (C order); `op` names the
 /// caller in sync debugging reports (kiln/debug.hpp).
-void read_elements(const Array& a, DType as, void* dst, const char* op = "to_vector()");
+void read_elements(const Array& a, DType as, void* dst, const char* op);
 template <class T> std::vector<T> read_vector(const Array& a, const char* op) {
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> tmp(static_cast<size_t>(a.size()));

@@ -290,7 +290,7 @@ void save(const std::string& path, const Array& a) {
     data = a.data_ptr();
   } else {
     gathered.resize(static_cast<size_t>(a.nbytes()));
-    if (!gathered.empty()) detail::read_elements(a, a.dtype(), gathered.data());
+    if (!gathered.empty()) detail::read_elements(a, a.dtype(), gathered.data(), "save()");
     data = gathered.data();
   }
   std::vector<uint8_t> swapped;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/debug.hpp"
+#include "kiln/device.hpp"
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 
@@ -32,7 +34,7 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
 /// The elements of `a` as C-order bytes (read through to_vector's path, so views work too).
 std::vector<uint8_t> element_bytes(const Array& a) {
   std::vector<uint8_t> out(static_cast<size_t>(a.nbytes()));
-  if (!out.empty()) detail::read_elements(a, a.dtype(), out.data());
+  if (!out.empty()) detail::read_elements(a, a.dtype(), out.data(), "to_vector()");
   return out;
 }
 
@@ -247,6 +249,19 @@ TEST_F(NpyTest, SaveErrors) {
   std::string no_dir = scratch("missing_dir/a.npy");
   expect_error<ValueError>([&] { save(no_dir, arange6(float32)); }, {no_dir, "cannot open"});
   expect_error<ValueError>([&] { save(scratch("u.npy"), Array()); }, {"undefined"});
+}
+
+// save() of a GPU array copies it to the host: sync debugging reports that copy as save() (it was
+// reported as to_vector(), an op the user never called).
+TEST_F(NpyTest, SaveOfAGpuArrayIsReportedAsSaveBySyncDebugging) {
+  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): the GPU save() report is not checked";
+  Array x = arange6(float32).to(gpu(0));
+  {
+    SyncDebugGuard guard(SyncDebugMode::error);
+    expect_error<Error>([&] { save(scratch("g.npy"), x); }, {"implicit synchronisation in save()", "24 bytes D2H"});
+  }
+  save(scratch("g.npy"), x);
+  EXPECT_EQ(read_bytes(scratch("g.npy")), read_bytes(kDir + "save_float32.npy"));
 }
 
 }  // namespace
