@@ -383,6 +383,13 @@ void check_definition(const std::string& name, const std::vector<KernelParam>& p
   }
 }
 
+/// operator() returns one output: a kernel with several throws ValueError before anything runs.
+void require_single_output(const std::string& kernel, int nout) {
+  if (nout > 1)
+    throw ValueError(kernel + ": the kernel has " + std::to_string(nout) +
+                     " outputs; use call({...}), which returns all of them");
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -408,11 +415,7 @@ const std::string& ElementwiseKernel::name() const { return def_->name; }
 int ElementwiseKernel::nin() const { return def_->nin; }
 int ElementwiseKernel::nout() const { return def_->nout; }
 
-void ElementwiseKernel::require_single_output() const {
-  if (def_->nout > 1)
-    throw ValueError(def_->name + ": the kernel has " + std::to_string(def_->nout) +
-                     " outputs; use call({...}), which returns all of them");
-}
+void ElementwiseKernel::require_single_output() const { detail::require_single_output(def_->name, def_->nout); }
 
 Array ElementwiseKernel::single_output(std::vector<Array> outputs) const {
   return outputs.empty() ? Array() : outputs.front();
@@ -548,11 +551,8 @@ Array ReductionKernel::operator()(const Array& x, Axes axis, bool keepdims) cons
 }
 
 Array ReductionKernel::operator()(const std::vector<KernelArg>& args, Axes axis, bool keepdims) const {
-  std::vector<Array> outputs = call(args, std::move(axis), keepdims);
-  if (outputs.size() > 1)
-    throw ValueError(def_->name + ": the kernel has " + std::to_string(outputs.size()) +
-                     " outputs; use call({...}), which returns all of them");
-  return outputs.front();
+  detail::require_single_output(def_->name, def_->nout);  // before call() allocates and launches
+  return call(args, std::move(axis), keepdims).front();
 }
 
 std::vector<Array> ReductionKernel::call(const std::vector<KernelArg>& args, Axes axis, bool keepdims) const {

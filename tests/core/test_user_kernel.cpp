@@ -1,0 +1,37 @@
+// User kernels' device-neutral checks that run before any device work (the GPU side and the
+// rest of the argument checks are in tests/cuda/test_user_kernels.cpp).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+using kiln_test::expect_error;
+
+namespace {
+
+// operator() returns one output, so a kernel with two is refused before call() checks the device,
+// allocates its outputs or launches: CPU arrays get the ValueError, not call()'s DeviceError.
+TEST(UserKernelSingleOutput, ReductionKernelWithTwoOutputsRefusesOperatorCallBeforeRunning) {
+  ReductionKernel sum_and_square("T x", "T s, T q", "x", "a + b", "s = a; q = a * a", "0", "sum_sq");
+  ASSERT_EQ(sum_and_square.nout(), 2);
+  Array x = ones({3, 4}, float32, cpu());
+  expect_error<ValueError>([&] { (void)sum_and_square(x); }, {"sum_sq", "2 outputs", "use call({...})"});
+  expect_error<ValueError>([&] { (void)sum_and_square({x}, 1, true); }, {"sum_sq", "2 outputs"});
+  // The outputs passed in are not written either: the refusal comes first.
+  Array s = full({3}, 7.0f, float32, cpu()), q = full({3}, 7.0f, float32, cpu());
+  expect_error<ValueError>([&] { (void)sum_and_square({x, s, q}, 1); }, {"sum_sq", "2 outputs"});
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{7, 7, 7}));
+  // call() itself reaches the device check.
+  expect_error<DeviceError>([&] { (void)sum_and_square.call({x}, 1); }, {"sum_sq", "CUDA"});
+}
+
+TEST(UserKernelSingleOutput, ElementwiseKernelGivesTheSameMessage) {
+  ElementwiseKernel split("T x", "T a, T b", "a = x; b = -x", "split");
+  expect_error<ValueError>([&] { (void)split(ones({2}, float32, cpu())); }, {"split", "2 outputs", "use call({...})"});
+}
+
+}  // namespace
