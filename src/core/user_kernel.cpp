@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <string>
 
 #include "core/backend.hpp"
+#include "core/elementwise.hpp"
 
 namespace kiln {
 namespace detail {
@@ -83,46 +83,16 @@ void check_scalar(const std::string& kernel, const KernelParam& p, DType t, cons
     throw DTypeError(kernel + ": the " + scalar_kind_name(s) + " scalar " + s.str() +
                      " cannot be passed for parameter '" + p.name + "' of type " + type +
                      "; pass a value of that type (or an array)");
-  if (s.kind() == Scalar::Kind::Int && is_integral(t)) {
-    const int64_t v = s.to_int64();
-    int64_t lo = INT64_MIN, hi = INT64_MAX;
-    switch (t) {
-      case DType::Int8:
-        lo = -128, hi = 127;
-        break;
-      case DType::Int16:
-        lo = -32768, hi = 32767;
-        break;
-      case DType::Int32:
-        lo = INT32_MIN, hi = INT32_MAX;
-        break;
-      case DType::UInt8:
-        lo = 0, hi = 255;
-        break;
-      default:
-        break;
-    }
-    if (v < lo || v > hi)
-      throw ValueError(kernel + ": the scalar " + s.str() + " for parameter '" + p.name + "' is out of range for " +
-                       type + "; pass an array of a wider dtype or use a wider parameter type");
-  }
+  if (!scalar_fits(s, t))
+    throw ValueError(kernel + ": the scalar " + s.str() + " for parameter '" + p.name + "' is out of range for " +
+                     type + "; pass an array of a wider dtype or use a wider parameter type");
 }
 
 /// `s` as a value of dtype `t`: floats rounded to t's precision (as kiln's ops round weak scalars).
 Scalar scalar_as(const Scalar& s, DType t) {
   if (t == DType::Bool) return Scalar(s.to_bool());
   if (is_integral(t)) return Scalar(s.to_int64());
-  const double d = s.to<double>();
-  switch (t) {
-    case DType::Float16:
-      return Scalar(static_cast<double>(half_to_float(double_to_half(d))));
-    case DType::BFloat16:
-      return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(d)))));
-    case DType::Float32:
-      return Scalar(static_cast<double>(static_cast<float>(d)));
-    default:
-      return Scalar(d);
-  }
+  return round_scalar(Scalar(s.to<double>()), t);
 }
 
 std::string count_message(const std::string& kernel, const std::vector<KernelParam>& params, int nin, int nout,
