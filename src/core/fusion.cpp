@@ -12,6 +12,7 @@
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
+#include "core/reduce.hpp"
 #include "kiln/fuse.hpp"
 
 namespace kiln::detail {
@@ -94,6 +95,13 @@ OpCode op_by_name(const char* name, int arity) {
     if (info.arity == arity && std::strcmp(info.name, name) == 0) return static_cast<OpCode>(i);
   }
   throw ValueError(std::string("fuse: no elementwise op named ") + name);
+}
+
+FusionReduction reduction_by_name(const char* name) {
+  for (FusionReduction r : {FusionReduction::Sum, FusionReduction::Prod, FusionReduction::Max, FusionReduction::Min,
+                            FusionReduction::Mean, FusionReduction::All, FusionReduction::Any})
+    if (std::strcmp(fusion_reduction_name(r), name) == 0) return r;
+  throw ValueError(std::string("fuse: no reduction named ") + name);
 }
 
 FusionTrace& current_trace(const char* op) {
@@ -224,35 +232,23 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
   node.num_inputs = 1;
   node.inputs[0] = input;
   node.keepdims = keepdims;
-  const std::string names[] = {"sum", "prod", "max", "min", "mean", "all", "any"};
-  for (int r = 0; r < 7; ++r)
-    if (names[r] == name) node.reduction = static_cast<FusionReduction>(r);
-  std::vector<bool> chosen(static_cast<size_t>(in.ndim), axes.all());
-  if (!axes.all()) {
-    for (int64_t axis : axes.list()) {
-      const int64_t a = normalize_axis(axis, in.ndim, name);
-      if (chosen[static_cast<size_t>(a)])
-        throw ShapeError(std::string(name) + ": duplicate axis " + std::to_string(axis) +
-                         " in the axes list; list each axis once");
-      chosen[static_cast<size_t>(a)] = true;
-    }
-  }
-  for (int d = 0; d < in.ndim; ++d)
-    if (chosen[static_cast<size_t>(d)]) node.axes.push_back(d);
+  node.reduction = reduction_by_name(name);
+  node.axes = reduction_axes(axes, in.ndim, name);
   node.ndim = keepdims ? in.ndim : in.ndim - static_cast<int>(node.axes.size());
   switch (node.reduction) {
     case FusionReduction::Sum:
     case FusionReduction::Prod:
-      node.dtype = is_floating(in.dtype) ? in.dtype : DType::Int64;
+      node.dtype = sum_dtype(in.dtype);
       break;
     case FusionReduction::Max:
     case FusionReduction::Min:
       node.dtype = in.dtype;
       break;
     case FusionReduction::Mean:
-      node.dtype = is_floating(in.dtype) ? in.dtype : DType::Float64;
+      node.dtype = mean_dtype(in.dtype);
       break;
-    default:
+    case FusionReduction::All:
+    case FusionReduction::Any:
       node.dtype = DType::Bool;
       break;
   }
@@ -401,8 +397,11 @@ std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionAr
   return values;
 }
 
+/// A node's sorted axes as the Axes the reductions take.
+Axes axes_of(const Shape& axes) { return Axes(std::vector<int64_t>(axes.begin(), axes.end())); }
+
 Array reduce_with_ops(FusionReduction r, const Array& a, const Shape& axes, bool keepdims) {
-  Axes list{std::vector<int64_t>(axes.begin(), axes.end())};
+  const Axes list = axes_of(axes);
   switch (r) {
     case FusionReduction::Sum:
       return sum(a, list, keepdims);
@@ -506,18 +505,15 @@ Array fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args) 
 
   // The final reduction's plan (keepdims shape, count); empty cases go through kiln's ops.
   const FusionNode* reduce = g.reduce >= 0 ? &g.nodes[static_cast<size_t>(g.reduce)] : nullptr;
-  Shape out_shape = shape;
-  int64_t count = 1;
+  Reduction plan;
+  plan.keep_shape = shape;
   if (reduce) {
     if (static_cast<int64_t>(shape.size()) != g.nodes[static_cast<size_t>(g.elementwise)].ndim)
       throw ShapeError(who + ": internal: the reduced value's rank differs from the broadcast shape " +
                        shape_str(shape));
-    for (int64_t a : reduce->axes) {
-      count *= shape[static_cast<size_t>(a)];
-      out_shape[static_cast<size_t>(a)] = 1;
-    }
+    plan = plan_reduction(shape, axes_of(reduce->axes), who.c_str());
   }
-  const bool degenerate = shape_numel(shape) == 0 || (reduce && reduce->axes.empty());
+  const bool degenerate = shape_numel(shape) == 0 || (reduce && plan.axes.empty());
   Backend& backend = backend_for(device);
   if (!degenerate && device.type != DeviceType::CPU) {
     std::vector<Array> views(args.size());
@@ -533,18 +529,12 @@ Array fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args) 
     call.shape = shape;
     DType out_dtype = g.nodes[static_cast<size_t>(g.output)].dtype;
     if (reduce && reduce->reduction == FusionReduction::Mean) out_dtype = DType::Float64;
-    call.out = make_array(out_shape, out_dtype, device);
+    call.out = make_array(plan.keep_shape, out_dtype, device);
     if (backend.fused(call)) {
       Array result = call.out;
       if (reduce && reduce->reduction == FusionReduction::Mean)
-        result = divide(result, static_cast<double>(count)).astype(reduce->dtype);  // as kiln::mean does
-      if (reduce && !reduce->keepdims) {
-        Shape kept;
-        for (size_t d = 0; d < shape.size(); ++d)
-          if (!std::binary_search(reduce->axes.begin(), reduce->axes.end(), static_cast<int64_t>(d)))
-            kept.push_back(shape[d]);
-        result = result.reshape(kept);
-      }
+        result = divide(result, static_cast<double>(plan.count)).astype(reduce->dtype);  // as kiln::mean does
+      if (reduce && !reduce->keepdims) result = result.reshape(plan.out_shape);
       return result;
     }
   }

@@ -1,6 +1,8 @@
 // Reductions front-end: axis checks, NumPy 2 result dtypes, empty and zero-axis
 // cases, then one backend reduce call (out in keepdims form). mean/var/std are
 // composed from a float64 sum and elementwise ops; var is two-pass (mean first).
+#include "core/reduce.hpp"
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -9,17 +11,60 @@
 #include "kiln/ops.hpp"
 
 namespace kiln {
+
+namespace detail {
+
+Shape reduction_axes(const Axes& axes, int64_t ndim, const char* op, const Shape* shape) {
+  std::vector<bool> chosen(static_cast<size_t>(ndim), axes.all());
+  if (!axes.all()) {
+    for (int64_t axis : axes.list()) {
+      if (axis < -ndim || axis >= ndim)
+        throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) +
+                         " is out of bounds for an array of ndim " + std::to_string(ndim) +
+                         (shape ? " (shape " + shape_str(*shape) + ")" : std::string()) + "; use an axis in [" +
+                         std::to_string(-ndim) + ", " + std::to_string(ndim) + ")");
+      int64_t normal = axis < 0 ? axis + ndim : axis;
+      if (chosen[static_cast<size_t>(normal)])
+        throw ShapeError(std::string(op) + ": duplicate axis " + std::to_string(axis) + " (axis " +
+                         std::to_string(normal) + " of an array of ndim " + std::to_string(ndim) +
+                         ") in the axes list; list each axis once");
+      chosen[static_cast<size_t>(normal)] = true;
+    }
+  }
+  Shape result;
+  for (int64_t d = 0; d < ndim; ++d)
+    if (chosen[static_cast<size_t>(d)]) result.push_back(d);
+  return result;
+}
+
+Reduction plan_reduction(const Shape& shape, const Axes& axes, const char* op) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  Reduction r;
+  r.axes = reduction_axes(axes, nd, op, &shape);
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t extent = shape[static_cast<size_t>(d)];
+    if (std::binary_search(r.axes.begin(), r.axes.end(), d)) {
+      r.keep_shape.push_back(1);
+      r.count *= extent;
+    } else {
+      r.keep_shape.push_back(extent);
+      r.out_shape.push_back(extent);
+    }
+  }
+  return r;
+}
+
+DType sum_dtype(DType t) { return is_floating(t) ? t : DType::Int64; }
+DType mean_dtype(DType t) { return is_floating(t) ? t : DType::Float64; }
+
+}  // namespace detail
+
 namespace {
 
+using detail::mean_dtype;
 using detail::ReduceOp;
-
-/// The axes a reduction covers, checked and sorted, with the shapes around it.
-struct Reduction {
-  Shape axes;         ///< sorted, non-negative
-  Shape keep_shape;   ///< input shape with the reduced axes set to 1
-  Shape out_shape;    ///< input shape without the reduced axes
-  int64_t count = 1;  ///< elements reduced into each output element
-};
+using detail::Reduction;
+using detail::sum_dtype;
 
 void require_defined(const Array& a, const char* op) {
   if (!a.defined())
@@ -29,36 +74,7 @@ void require_defined(const Array& a, const char* op) {
 
 Reduction plan_reduction(const Array& a, const Axes& axes, const char* op) {
   require_defined(a, op);
-  const int64_t nd = a.ndim();
-  std::vector<bool> chosen(static_cast<size_t>(nd), axes.all());
-  if (!axes.all()) {
-    for (int64_t axis : axes.list()) {
-      if (axis < -nd || axis >= nd)
-        throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) +
-                         " is out of bounds for an array of ndim " + std::to_string(nd) + " (shape " +
-                         shape_str(a.shape()) + "); use an axis in [" + std::to_string(-nd) + ", " +
-                         std::to_string(nd) + ")");
-      int64_t normal = axis < 0 ? axis + nd : axis;
-      if (chosen[static_cast<size_t>(normal)])
-        throw ShapeError(std::string(op) + ": duplicate axis " + std::to_string(axis) + " (axis " +
-                         std::to_string(normal) + " of an array of ndim " + std::to_string(nd) +
-                         ") in the axes list; list each axis once");
-      chosen[static_cast<size_t>(normal)] = true;
-    }
-  }
-  Reduction r;
-  for (int64_t d = 0; d < nd; ++d) {
-    int64_t extent = a.shape()[d];
-    if (chosen[static_cast<size_t>(d)]) {
-      r.axes.push_back(d);
-      r.keep_shape.push_back(1);
-      r.count *= extent;
-    } else {
-      r.keep_shape.push_back(extent);
-      r.out_shape.push_back(extent);
-    }
-  }
-  return r;
+  return detail::plan_reduction(a.shape(), axes, op);
 }
 
 /// A fresh array equal to `a` converted to `dtype` (a reduction over no axes still returns new storage).
@@ -82,11 +98,6 @@ Array run_reduce(const Array& a, ReduceOp op, const Reduction& r, DType out_dtyp
   }
   return keepdims ? out : out.reshape(r.out_shape);
 }
-
-/// sum/prod: bool and integers give int64 (NumPy gives uint64 for uint8; kiln has none), floats keep.
-DType sum_dtype(DType t) { return is_floating(t) ? t : DType::Int64; }
-/// mean/var/std: bool and integers give float64, floats keep.
-DType mean_dtype(DType t) { return is_floating(t) ? t : DType::Float64; }
 
 std::string axes_text(const Reduction& r) {
   std::string s = "(";

@@ -11,6 +11,7 @@
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
+#include "core/reduce.hpp"
 
 namespace kiln {
 namespace detail {
@@ -548,31 +549,12 @@ std::vector<Array> ReductionKernel::call(const std::vector<KernelArg>& args, Axe
   for (int k = 0; k < def.nin; ++k)
     if (args[static_cast<size_t>(k)].is_array() && !def.params[static_cast<size_t>(k)].raw)
       call.in_shape = broadcast_shapes(call.in_shape, args[static_cast<size_t>(k)].array().shape(), kernel.c_str());
-  const int64_t nd = static_cast<int64_t>(call.in_shape.size());
-  std::vector<bool> reduced(static_cast<size_t>(nd), axis.all());
-  if (!axis.all()) {
-    for (int64_t a : axis.list()) {
-      const int64_t normal = normalize_axis(a, nd, kernel.c_str());
-      if (reduced[static_cast<size_t>(normal)])
-        throw ShapeError(kernel + ": duplicate axis " + std::to_string(a) + " in the axes list; list each axis once");
-      reduced[static_cast<size_t>(normal)] = true;
-    }
-  }
-  Shape keep_shape, out_shape;
-  int64_t count = 1;
-  for (int64_t d = 0; d < nd; ++d) {
-    const int64_t extent = call.in_shape[static_cast<size_t>(d)];
-    if (reduced[static_cast<size_t>(d)]) {
-      call.axes.push_back(d);
-      keep_shape.push_back(1);
-      count *= extent;
-    } else {
-      keep_shape.push_back(extent);
-      out_shape.push_back(extent);
-    }
-  }
+  const Reduction plan = plan_reduction(call.in_shape, axis, kernel.c_str());
+  call.axes = plan.axes;
+  const Shape& keep_shape = plan.keep_shape;
+  const Shape& out_shape = plan.out_shape;
   const Shape& result_shape = keepdims ? keep_shape : out_shape;
-  if (count == 0 && def.identity.empty() && shape_numel(keep_shape) > 0)
+  if (plan.count == 0 && def.identity.empty() && shape_numel(keep_shape) > 0)
     throw ValueError(kernel + ": zero-size reduction of shape " + shape_str(call.in_shape) +
                      " and the kernel has no identity; give an identity or reduce over non-empty axes");
   for (size_t k = static_cast<size_t>(def.nin); k < args.size(); ++k)

@@ -208,6 +208,22 @@ TEST(Fuse, FinalReductionWithAxes) {
   expect_error<ShapeError>([&] { (void)fuse([](auto x) { return sum(x, 2); })(a); }, {"axis 2"});
 }
 
+// A fused reduction checks its axes as kiln::sum does (one plan_reduction): the same ShapeErrors.
+TEST(Fuse, ReductionAxisErrorsMatchTheUnfusedReduction) {
+  Array a = ones({2, 3});
+  expect_error<ShapeError>([&] { (void)fuse([](auto x) {
+                                   return sum(x * 2, {1, -1});
+                                 })(a); },
+                           {"sum", "duplicate axis -1 (axis 1 of an array of ndim 2)", "list each axis once"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)sum(a * 2, {1, -1});
+      },
+      {"sum", "duplicate axis -1 (axis 1 of an array of ndim 2)", "list each axis once"});
+  expect_error<ShapeError>([&] { (void)fuse([](auto x) { return max(x, -3); })(a); },
+                           {"max", "axis -3 is out of bounds for an array of ndim 2", "use an axis in [-2, 2)"});
+}
+
 TEST(Fuse, NonFusableOpsThrowValueErrorNamingTheOp) {
   Array a = ones({2, 2});
   expect_error<ValueError>([&] { (void)fuse([](auto x) { return matmul(x, x) + 1; }, "mm")(a); },

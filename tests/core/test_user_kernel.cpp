@@ -34,4 +34,20 @@ TEST(UserKernelSingleOutput, ElementwiseKernelGivesTheSameMessage) {
   expect_error<ValueError>([&] { (void)split(ones({2}, float32, cpu())); }, {"split", "2 outputs", "use call({...})"});
 }
 
+// ReductionKernel checks its axes with kiln's reductions' plan: the same messages as kiln::sum, before
+// the device check (so CPU arrays reach them).
+TEST(UserKernelAxes, ReductionKernelAxisErrorsMatchKilnReductions) {
+  ReductionKernel l2("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
+  Array x = ones({3, 4}, float32, cpu());
+  expect_error<ShapeError>(
+      [&] {
+        (void)l2(x, {1, -1});
+      },
+      {"l2norm", "duplicate axis -1 (axis 1 of an array of ndim 2)", "list each axis once"});
+  expect_error<ShapeError>([&] { (void)l2(x, 2); },
+                           {"l2norm", "axis 2 is out of bounds for an array of ndim 2 (shape (3, 4))", "[-2, 2)"});
+  expect_error<ShapeError>([&] { (void)sum(x, 2); },
+                           {"sum", "axis 2 is out of bounds for an array of ndim 2 (shape (3, 4))", "[-2, 2)"});
+}
+
 }  // namespace
