@@ -152,8 +152,11 @@ TEST(Fuse, WhereScalarConditionIsNotRangeChecked) {
   EXPECT_EQ(argument(0, x, y).to_vector<uint8_t>(), (std::vector<uint8_t>{7, 8, 9}));
   // A value operand out of range still throws, as the unfused where does.
   auto value = fuse([](auto c, auto a) { return where(c, a, 300); });
-  expect_error<ValueError>([&] { (void)value(from_data(std::vector<bool>{true, false, true}), x); },
-                           {"where", "300", "uint8"});
+  expect_error<ValueError>(
+      [&] {
+        (void)value(from_data(std::vector<bool>{true, false, true}), x);
+      },
+      {"where", "300", "uint8"});
 }
 
 TEST(Fuse, BroadcastingAndMixedDtypes) {

@@ -2,8 +2,6 @@
 // every dtype in C/Fortran order and both byte orders, 0-d, empty, format 1.0/2.0/3.0,
 // byte-exact agreement of save with np.save, and every error load/save throws.
 #include <gtest/gtest.h>
-
-#include "test_util.hpp"
 #include <unistd.h>
 
 #include <cmath>
@@ -18,6 +16,7 @@
 #include "kiln/device.hpp"
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
