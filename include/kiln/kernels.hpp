@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/array.hpp"
@@ -33,6 +34,25 @@ namespace kiln {
 namespace detail {
 struct ElementwiseKernelDef;
 struct ReductionKernelDef;
+
+/// What ElementwiseKernel and ReductionKernel share: the parsed definition (`Def`) and its accessors.
+template <class Def>
+class UserKernel {
+ public:
+  /// The kernel's name (its __global__ function's, and the prefix of its error messages).
+  const std::string& name() const;
+  /// Number of input and output parameters.
+  int nin() const;
+  int nout() const;
+
+ protected:
+  explicit UserKernel(std::shared_ptr<Def> def) : def_(std::move(def)) {}
+  /// Throws ValueError when the kernel has several outputs (operator() returns one; call() returns all).
+  void require_single_output() const;
+  std::shared_ptr<Def> def_;
+};
+extern template class UserKernel<ElementwiseKernelDef>;
+extern template class UserKernel<ReductionKernelDef>;
 }  // namespace detail
 
 /// One argument of a user kernel: an Array, or a C++ number passed by value to a non-raw input parameter.
@@ -63,7 +83,7 @@ struct ElementwiseKernelOptions {
 ///   Array y = plus_one(arange(10, int32, gpu(0)));          // 1, 2, ..., 10
 /// Construction parses the parameters (ValueError on a syntax error, a bad name or an unknown type);
 /// the code is compiled at the first call for each type signature and layout.
-class ElementwiseKernel {
+class ElementwiseKernel : public detail::UserKernel<detail::ElementwiseKernelDef> {
  public:
   ElementwiseKernel(const std::string& in_params, const std::string& out_params, const std::string& operation,
                     const std::string& name = "kernel", ElementwiseKernelOptions options = {});
@@ -84,15 +104,8 @@ class ElementwiseKernel {
   /// CompileError (the code does not compile: NVRTC's log and the numbered source lines).
   std::vector<Array> call(const std::vector<KernelArg>& args, std::optional<int64_t> size = {}) const;
 
-  const std::string& name() const;
-  /// Number of input and output parameters.
-  int nin() const;
-  int nout() const;
-
  private:
-  void require_single_output() const;
   Array single_output(std::vector<Array> outputs) const;
-  std::shared_ptr<detail::ElementwiseKernelDef> def_;
 };
 
 /// Compile-time settings of a ReductionKernel.
@@ -111,7 +124,7 @@ struct ReductionKernelOptions {
 /// map_expr turns the inputs' elements into the reduce type, reduce_expr combines two values `a` and `b`
 /// (it must be associative and commutative: elements are combined in a tree), post_map_expr writes the
 /// outputs from the result `a`, identity (a C++ expression, or "" for none) starts every reduction.
-class ReductionKernel {
+class ReductionKernel : public detail::UserKernel<detail::ReductionKernelDef> {
  public:
   ReductionKernel(const std::string& in_params, const std::string& out_params, const std::string& map_expr,
                   const std::string& reduce_expr, const std::string& post_map_expr, const std::string& identity,
@@ -126,13 +139,6 @@ class ReductionKernel {
   /// without identity), ShapeError (a bad axis, inputs that do not broadcast, an output of the wrong shape),
   /// DTypeError, DeviceError and CompileError as ElementwiseKernel::call.
   std::vector<Array> call(const std::vector<KernelArg>& args, Axes axis = {}, bool keepdims = false) const;
-
-  const std::string& name() const;
-  int nin() const;
-  int nout() const;
-
- private:
-  std::shared_ptr<detail::ReductionKernelDef> def_;
 };
 
 }  // namespace kiln

@@ -354,14 +354,59 @@ void check_definition(const std::string& name, const std::vector<KernelParam>& p
   }
 }
 
-/// operator() returns one output: a kernel with several throws ValueError before anything runs.
-void require_single_output(const std::string& kernel, int nout) {
-  if (nout > 1)
-    throw ValueError(kernel + ": the kernel has " + std::to_string(nout) +
-                     " outputs; use call({...}), which returns all of them");
+/// Parses both parameter lists into `def` (inputs, then outputs), keeps the compile settings and checks
+/// the definition; `reserved` are the names the kernel's code defines.
+void parse_definition(KernelDef& def, const std::string& name, const std::string& in_params,
+                      const std::string& out_params, std::vector<std::string> options, std::string preamble,
+                      const std::vector<std::string>& reserved) {
+  def.name = name;
+  def.options = std::move(options);
+  def.preamble = std::move(preamble);
+  def.params = parse_kernel_params(in_params, false, name);
+  def.nin = static_cast<int>(def.params.size());
+  for (KernelParam& p : parse_kernel_params(out_params, true, name)) def.params.push_back(std::move(p));
+  def.nout = static_cast<int>(def.params.size()) - def.nin;
+  check_definition(name, def.params, reserved);
+}
+
+/// Placeholders bound by a call's arguments, and each parameter's dtype under them.
+struct BoundTypes {
+  TypeMap types;
+  std::vector<DType> dtypes;  ///< one per parameter, inputs then outputs
+};
+
+/// The checks and typing every call starts with: argument count and kinds, then type resolution.
+BoundTypes bind_types(const KernelDef& def, const std::vector<KernelArg>& args) {
+  BoundTypes bound;
+  bound.types =
+      resolve_kernel_types(def.name, def.params, def.nin, arg_types(def.name, def.params, def.nin, def.nout, args));
+  for (const KernelParam& p : def.params) bound.dtypes.push_back(param_dtype(def.name, p, bound.types));
+  return bound;
 }
 
 }  // namespace
+
+template <class Def>
+const std::string& UserKernel<Def>::name() const {
+  return def_->name;
+}
+template <class Def>
+int UserKernel<Def>::nin() const {
+  return def_->nin;
+}
+template <class Def>
+int UserKernel<Def>::nout() const {
+  return def_->nout;
+}
+template <class Def>
+void UserKernel<Def>::require_single_output() const {
+  if (def_->nout > 1)
+    throw ValueError(def_->name + ": the kernel has " + std::to_string(def_->nout) +
+                     " outputs; use call({...}), which returns all of them");
+}
+template class UserKernel<ElementwiseKernelDef>;
+template class UserKernel<ReductionKernelDef>;
+
 }  // namespace detail
 
 // ------------------------------------------------------------------ ElementwiseKernel
@@ -369,24 +414,11 @@ void require_single_output(const std::string& kernel, int nout) {
 ElementwiseKernel::ElementwiseKernel(const std::string& in_params, const std::string& out_params,
                                      const std::string& operation, const std::string& name,
                                      ElementwiseKernelOptions options)
-    : def_(std::make_shared<detail::ElementwiseKernelDef>()) {
-  detail::ElementwiseKernelDef& d = *def_;
-  d.name = name;
-  d.operation = operation;
-  d.preamble = std::move(options.preamble);
-  d.options = std::move(options.options);
-  d.params = detail::parse_kernel_params(in_params, false, name);
-  d.nin = static_cast<int>(d.params.size());
-  for (detail::KernelParam& p : detail::parse_kernel_params(out_params, true, name)) d.params.push_back(std::move(p));
-  d.nout = static_cast<int>(d.params.size()) - d.nin;
-  detail::check_definition(name, d.params, {"i", "n"});
+    : UserKernel(std::make_shared<detail::ElementwiseKernelDef>()) {
+  def_->operation = operation;
+  detail::parse_definition(*def_, name, in_params, out_params, std::move(options.options), std::move(options.preamble),
+                           {"i", "n"});
 }
-
-const std::string& ElementwiseKernel::name() const { return def_->name; }
-int ElementwiseKernel::nin() const { return def_->nin; }
-int ElementwiseKernel::nout() const { return def_->nout; }
-
-void ElementwiseKernel::require_single_output() const { detail::require_single_output(def_->name, def_->nout); }
 
 Array ElementwiseKernel::single_output(std::vector<Array> outputs) const {
   return outputs.empty() ? Array() : outputs.front();
@@ -396,12 +428,11 @@ std::vector<Array> ElementwiseKernel::call(const std::vector<KernelArg>& args, s
   using namespace detail;
   const ElementwiseKernelDef& def = *def_;
   const std::string& kernel = def.name;
-  const std::vector<ArgType> types = arg_types(kernel, def.params, def.nin, def.nout, args);
+  BoundTypes bound = bind_types(def, args);
+  const std::vector<DType>& dtypes = bound.dtypes;
   UserElementwiseCall call;
   call.kernel = &def;
-  call.types = resolve_kernel_types(kernel, def.params, def.nin, types);
-  std::vector<DType> dtypes;
-  for (const KernelParam& p : def.params) dtypes.push_back(param_dtype(kernel, p, call.types));
+  call.types = std::move(bound.types);
 
   // The shape: the non-raw inputs broadcast together, or `size`; outputs passed in must have a shape the
   // inputs broadcast to (they are never broadcast themselves).
@@ -476,20 +507,14 @@ ReductionKernel::ReductionKernel(const std::string& in_params, const std::string
                                  const std::string& map_expr, const std::string& reduce_expr,
                                  const std::string& post_map_expr, const std::string& identity, const std::string& name,
                                  ReductionKernelOptions options)
-    : def_(std::make_shared<detail::ReductionKernelDef>()) {
+    : UserKernel(std::make_shared<detail::ReductionKernelDef>()) {
   detail::ReductionKernelDef& d = *def_;
-  d.name = name;
   d.map_expr = map_expr;
   d.reduce_expr = reduce_expr;
   d.post_map_expr = post_map_expr;
   d.identity = detail::trim(identity);
-  d.preamble = std::move(options.preamble);
-  d.options = std::move(options.options);
-  d.params = detail::parse_kernel_params(in_params, false, name);
-  d.nin = static_cast<int>(d.params.size());
-  for (detail::KernelParam& p : detail::parse_kernel_params(out_params, true, name)) d.params.push_back(std::move(p));
-  d.nout = static_cast<int>(d.params.size()) - d.nin;
-  detail::check_definition(name, d.params, {"a", "b"});
+  detail::parse_definition(d, name, in_params, out_params, std::move(options.options), std::move(options.preamble),
+                           {"a", "b"});
   if (d.nout == 0)
     throw ValueError(name + ": a ReductionKernel needs at least one output parameter (post_map_expr writes it)");
   for (const detail::KernelParam& p : d.params)
@@ -513,16 +538,12 @@ ReductionKernel::ReductionKernel(const std::string& in_params, const std::string
   }
 }
 
-const std::string& ReductionKernel::name() const { return def_->name; }
-int ReductionKernel::nin() const { return def_->nin; }
-int ReductionKernel::nout() const { return def_->nout; }
-
 Array ReductionKernel::operator()(const Array& x, Axes axis, bool keepdims) const {
   return (*this)(std::vector<KernelArg>{KernelArg(x)}, std::move(axis), keepdims);
 }
 
 Array ReductionKernel::operator()(const std::vector<KernelArg>& args, Axes axis, bool keepdims) const {
-  detail::require_single_output(def_->name, def_->nout);  // before call() allocates and launches
+  require_single_output();  // before call() allocates and launches
   return call(args, std::move(axis), keepdims).front();
 }
 
@@ -530,12 +551,11 @@ std::vector<Array> ReductionKernel::call(const std::vector<KernelArg>& args, Axe
   using namespace detail;
   const ReductionKernelDef& def = *def_;
   const std::string& kernel = def.name;
-  const std::vector<ArgType> types = arg_types(kernel, def.params, def.nin, def.nout, args);
+  BoundTypes bound = bind_types(def, args);
+  const std::vector<DType>& dtypes = bound.dtypes;
   UserReductionCall call;
   call.kernel = &def;
-  call.types = resolve_kernel_types(kernel, def.params, def.nin, types);
-  std::vector<DType> dtypes;
-  for (const KernelParam& p : def.params) dtypes.push_back(param_dtype(kernel, p, call.types));
+  call.types = std::move(bound.types);
   if (def.reduce_type.dtype) {
     call.reduce_type = *def.reduce_type.dtype;
   } else if (std::optional<DType> t = call.types.find(def.reduce_type.placeholder)) {

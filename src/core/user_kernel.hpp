@@ -51,21 +51,23 @@ class KernelVariantCache {
   std::unordered_map<std::string, std::shared_ptr<void>> variants_;
 };
 
-struct ElementwiseKernelDef {
-  std::string name, operation, preamble;
+/// What both kernel kinds are defined by: the name, the parameters and the compile settings, and the
+/// variants compiled so far.
+struct KernelDef {
+  std::string name, preamble;
   std::vector<std::string> options;
   std::vector<KernelParam> params;  ///< inputs, then outputs
   int nin = 0, nout = 0;
   mutable KernelVariantCache cache;
 };
 
-struct ReductionKernelDef {
-  std::string name, map_expr, reduce_expr, post_map_expr, identity, preamble;
-  std::vector<std::string> options;
-  std::vector<KernelParam> params;  ///< inputs, then outputs
-  int nin = 0, nout = 0;
+struct ElementwiseKernelDef : KernelDef {
+  std::string operation;
+};
+
+struct ReductionKernelDef : KernelDef {
+  std::string map_expr, reduce_expr, post_map_expr, identity;
   TypeSpec reduce_type;  ///< as given, or the first output's type
-  mutable KernelVariantCache cache;
 };
 
 /// What type resolution sees of one argument: an array's dtype, or a scalar.
