@@ -43,14 +43,15 @@ class FusionCache {
 /// The graph under construction while a fused function runs on FusionValues.
 class FusionTrace {
  public:
-  FusionGraph graph;
+  /// Built in place and handed to the cache as it is (FusionGraph holds a mutex: it cannot be moved).
+  std::shared_ptr<FusionGraph> graph = std::make_shared<FusionGraph>();
   std::vector<bool> reduced;  ///< per node: the final reduction or computed from it
 
-  std::string who() const { return "fuse(" + graph.name + ")"; }
+  std::string who() const { return "fuse(" + graph->name + ")"; }
   int add(FusionNode node, bool from_reduction = false) {
-    graph.nodes.push_back(std::move(node));
+    graph->nodes.push_back(std::move(node));
     reduced.push_back(from_reduction);
-    return static_cast<int>(graph.nodes.size()) - 1;
+    return static_cast<int>(graph->nodes.size()) - 1;
   }
 };
 
@@ -178,7 +179,7 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
   int k = 0;
   for (const FusionOperand& o : operands) {
     const int id = operand_node(trace, o, name);
-    const FusionNode& in = trace.graph.nodes[static_cast<size_t>(id)];
+    const FusionNode& in = trace.graph->nodes[static_cast<size_t>(id)];
     node.inputs[k] = id;
     typing[k].is_array = !in.weak;
     typing[k].dtype = in.dtype;
@@ -203,7 +204,7 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
     for (int i = 0; i < arity; ++i)
       if (!typing[i].is_array && typing[i].kind == Scalar::Kind::Int) node.compute = DType::Int64;
   for (int i = 0; i < arity; ++i) {
-    const FusionNode& in = trace.graph.nodes[static_cast<size_t>(node.inputs[i])];
+    const FusionNode& in = trace.graph->nodes[static_cast<size_t>(node.inputs[i])];
     if (!in.weak) continue;
     if (in.kind == FusionNodeKind::Constant) {  // a constant out of range fails now, as the unfused op would
       OpTypes check = types;
@@ -211,12 +212,12 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
     }
     FusionSlot slot;
     slot.source = node.inputs[i];
-    slot.user = static_cast<int>(trace.graph.nodes.size());
+    slot.user = static_cast<int>(trace.graph->nodes.size());
     slot.operand = i;
     slot.compute = node.compute;
     slot.argument_dtype = scalar_kernel_argument_dtype(op, i, node.compute);
-    node.slots[i] = static_cast<int>(trace.graph.slots.size());
-    trace.graph.slots.push_back(slot);
+    node.slots[i] = static_cast<int>(trace.graph->slots.size());
+    trace.graph->slots.push_back(slot);
   }
   return {&trace, trace.add(node)};
 }
@@ -224,8 +225,8 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
 FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims) {
   FusionTrace& trace = current_trace(name);
   const int input = operand_node(trace, FusionOperand(x), name);
-  const FusionNode& in = trace.graph.nodes[static_cast<size_t>(input)];
-  if (trace.graph.reduce >= 0) reduction_not_last(trace, name);
+  const FusionNode& in = trace.graph->nodes[static_cast<size_t>(input)];
+  if (trace.graph->reduce >= 0) reduction_not_last(trace, name);
   if (in.weak) throw ValueError(trace.who() + ": " + name + " of a scalar argument or constant; reduce an array value");
   FusionNode node;
   node.kind = FusionNodeKind::Reduce;
@@ -253,7 +254,7 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
       break;
   }
   const int id = trace.add(node, true);
-  trace.graph.reduce = id;
+  trace.graph->reduce = id;
   return {&trace, id};
 }
 
@@ -285,8 +286,8 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
                                                 void* context) {
   const std::string key = signature(args);
   FusionTrace trace;
-  trace.graph.name = name;
-  trace.graph.num_arguments = static_cast<int>(args.size());
+  trace.graph->name = name;
+  trace.graph->num_arguments = static_cast<int>(args.size());
   std::vector<FusionValue> values;
   for (size_t i = 0; i < args.size(); ++i) {
     FusionNode node;
@@ -299,7 +300,7 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
       node.weak = true;
       node.dtype = weak_dtype(args[i].scalar.kind());
     }
-    trace.graph.argument_is_array.push_back(args[i].array != nullptr);
+    trace.graph->argument_is_array.push_back(args[i].array != nullptr);
     values.emplace_back(&trace, trace.add(node));
   }
   FusionValue result{nullptr, -1};
@@ -309,7 +310,7 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
   }
   if (result.trace() != &trace)
     throw ValueError(trace.who() + ": the function returned a value that it did not compute from its arguments");
-  FusionGraph& g = trace.graph;
+  FusionGraph& g = *trace.graph;
   g.output = result.node();
   const FusionNode& out = g.nodes[static_cast<size_t>(g.output)];
   if (out.weak)
@@ -325,19 +326,8 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
     if (g.live[i])
       for (int k = 0; k < g.nodes[i].num_inputs; ++k) g.live[static_cast<size_t>(g.nodes[i].inputs[k])] = true;
   g.hash = graph_hash(g);
-  auto shared = std::make_shared<FusionGraph>();
-  shared->name = g.name;
-  shared->nodes = std::move(g.nodes);
-  shared->slots = std::move(g.slots);
-  shared->output = g.output;
-  shared->reduce = g.reduce;
-  shared->elementwise = g.elementwise;
-  shared->num_arguments = g.num_arguments;
-  shared->argument_is_array = std::move(g.argument_is_array);
-  shared->live = std::move(g.live);
-  shared->hash = g.hash;
   std::lock_guard<std::mutex> lock(cache.mutex);
-  return cache.graphs.try_emplace(key, std::move(shared)).first->second;
+  return cache.graphs.try_emplace(key, std::move(trace.graph)).first->second;
 }
 
 std::string fusion_describe(const FusionGraph& g) {
@@ -545,14 +535,14 @@ Array fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args) 
 
 namespace kiln {
 
-DType FusionValue::dtype() const { return trace_->graph.nodes.at(static_cast<size_t>(node_)).dtype; }
-int64_t FusionValue::ndim() const { return trace_->graph.nodes.at(static_cast<size_t>(node_)).ndim; }
-bool FusionValue::is_scalar() const { return trace_->graph.nodes.at(static_cast<size_t>(node_)).weak; }
+DType FusionValue::dtype() const { return trace_->graph->nodes.at(static_cast<size_t>(node_)).dtype; }
+int64_t FusionValue::ndim() const { return trace_->graph->nodes.at(static_cast<size_t>(node_)).ndim; }
+bool FusionValue::is_scalar() const { return trace_->graph->nodes.at(static_cast<size_t>(node_)).weak; }
 
 FusionValue FusionValue::astype(DType t) const {
   detail::FusionTrace& trace = detail::current_trace("astype");
   const int input = detail::operand_node(trace, detail::FusionOperand(*this), "astype");
-  const detail::FusionNode& in = trace.graph.nodes[static_cast<size_t>(input)];
+  const detail::FusionNode& in = trace.graph->nodes[static_cast<size_t>(input)];
   if (!in.weak && in.dtype == t) return *this;  // Array::astype returns the array itself too
   detail::FusionNode node;
   node.kind = detail::FusionNodeKind::Cast;
@@ -564,11 +554,11 @@ FusionValue FusionValue::astype(DType t) const {
   if (in.weak) {  // the kernel reads the weak value as it is (double, int64 or bool) and converts it
     detail::FusionSlot slot;
     slot.source = input;
-    slot.user = static_cast<int>(trace.graph.nodes.size());
+    slot.user = static_cast<int>(trace.graph->nodes.size());
     slot.compute = in.dtype;
     slot.argument_dtype = in.dtype;
-    node.slots[0] = static_cast<int>(trace.graph.slots.size());
-    trace.graph.slots.push_back(slot);
+    node.slots[0] = static_cast<int>(trace.graph->slots.size());
+    trace.graph->slots.push_back(slot);
   }
   return {&trace, trace.add(node)};
 }
