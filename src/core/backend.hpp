@@ -15,7 +15,10 @@
 
 namespace kiln::detail {
 
-class RawKernelBackend;  // core/raw_kernel_backend.hpp
+class RawKernelBackend;      // core/raw_kernel_backend.hpp
+struct UserElementwiseCall;  // core/user_kernel.hpp
+struct UserReductionCall;    // core/user_kernel.hpp
+struct FusionCall;           // core/fusion.hpp
 
 /// One operand of an elementwise call: an array already broadcast to the output's
 /// shape (stride 0 on broadcast axes), or a scalar already converted to the call's
@@ -58,9 +61,6 @@ struct MatmulCall {
 };
 
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
-struct UserElementwiseCall;  // core/user_kernel.hpp
-struct UserReductionCall;
-
 struct RandomCall {
   RandomDistribution distribution;
   Array out;
@@ -69,8 +69,6 @@ struct RandomCall {
   double a = 0.0, b = 1.0;  ///< low/high for uniform, mean/stddev for normal
   int64_t low = 0, high = 0;  ///< randint range [low, high)
 };
-
-struct FusionCall;  // core/fusion.hpp
 
 class Backend {
  public:
