@@ -45,8 +45,10 @@ class Scalar {
     else return T(static_cast<float>(kind_ == Kind::Float ? d_ : static_cast<double>(i_)));
   }
   /// The dtype this scalar would have as a NumPy array: bool, int64 or float64.
-  DType default_dtype() const {
-    return kind_ == Kind::Bool ? DType::Bool : kind_ == Kind::Int ? DType::Int64 : DType::Float64;
+  DType default_dtype() const { return default_dtype(kind_); }
+  /// The dtype NumPy gives a Python scalar of `kind`: bool, int64 or float64.
+  static DType default_dtype(Kind kind) {
+    return kind == Kind::Bool ? DType::Bool : kind == Kind::Int ? DType::Int64 : DType::Float64;
   }
   std::string str() const;
 
@@ -56,7 +58,10 @@ class Scalar {
   double d_ = 0.0;
 };
 
-/// Result dtype of an operation between an array of dtype `a` and a weak scalar (NEP 50).
-DType promote_with_scalar(DType a, const Scalar& s);
+/// Result dtype of an operation between an array of dtype `a` and a weak scalar of `kind` (NEP 50):
+/// only its kind matters, never its value.
+DType promote_with_scalar(DType a, Scalar::Kind kind);
+/// Result dtype of an operation between an array of dtype `a` and the weak scalar `s` (NEP 50).
+inline DType promote_with_scalar(DType a, const Scalar& s) { return promote_with_scalar(a, s.kind()); }
 
 }  // namespace kiln

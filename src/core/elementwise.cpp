@@ -128,15 +128,9 @@ OpTypes resolve_op_types(OpCode op, const TypingOperand* operands, int count) {
   // Scalars: weak unless no array fixes the dtype (then they act as NumPy would type them).
   for (int k = 0; k < count; ++k) {
     if (operands[k].is_array || (op == OpCode::Where && k == 0)) continue;
-    const Scalar s = operands[k].kind == Scalar::Kind::Bool ? Scalar(false)
-                     : operands[k].kind == Scalar::Kind::Int ? Scalar(0)
-                                                             : Scalar(0.0);
-    if (!have_array_dtype) {
-      promoted = s.default_dtype();
-      have_array_dtype = true;
-    } else {
-      promoted = promote_with_scalar(promoted, s);
-    }
+    const Scalar::Kind kind = operands[k].kind;
+    promoted = have_array_dtype ? promote_with_scalar(promoted, kind) : Scalar::default_dtype(kind);
+    have_array_dtype = true;
   }
   OpTypes types = op_types(op, promoted);
   if (info.rule == TypeRule::Float && !is_floating(promoted) && arrays_promoted_defined) {

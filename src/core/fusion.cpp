@@ -6,6 +6,7 @@
 #include "core/fusion.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <map>
 #include <string>
@@ -83,9 +84,6 @@ std::string signature(const std::vector<FusionArgument>& args) {
   return s;
 }
 
-DType weak_dtype(Scalar::Kind k) {
-  return k == Scalar::Kind::Bool ? DType::Bool : k == Scalar::Kind::Int ? DType::Int64 : DType::Float64;
-}
 Scalar::Kind kind_of(DType t) {
   return t == DType::Bool ? Scalar::Kind::Bool : is_floating(t) ? Scalar::Kind::Float : Scalar::Kind::Int;
 }
@@ -136,7 +134,7 @@ int operand_node(FusionTrace& trace, const FusionOperand& o, const char* op) {
   node.kind = FusionNodeKind::Constant;
   node.weak = true;
   node.value = o.scalar();
-  node.dtype = weak_dtype(o.scalar().kind());
+  node.dtype = o.scalar().default_dtype();
   return trace.add(node);
 }
 
@@ -195,7 +193,7 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
   node.dtype = types.out;
   if (!any_strong) {
     node.weak = true;  // computed on the host at each call, like the C++ expression it stands for
-    node.dtype = weak_dtype(kind_of(types.out));
+    node.dtype = Scalar::default_dtype(kind_of(types.out));
     return {&trace, trace.add(node)};
   }
   // A comparison of an integer array with a weak integer computes in int64 when the value does not fit
@@ -298,7 +296,7 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
       node.ndim = static_cast<int>(args[i].array->ndim());
     } else {
       node.weak = true;
-      node.dtype = weak_dtype(args[i].scalar.kind());
+      node.dtype = args[i].scalar.default_dtype();
     }
     trace.graph->argument_is_array.push_back(args[i].array != nullptr);
     values.emplace_back(&trace, trace.add(node));
@@ -363,6 +361,18 @@ std::string fusion_describe(const FusionGraph& g) {
 
 namespace {
 
+/// elementwise(op) over the first `count` (1 to 3) of `operands`.
+Array apply_op(OpCode op, const Operand* operands, int count) {
+  switch (count) {
+    case 1:
+      return elementwise(op, {&operands[0]});
+    case 2:
+      return elementwise(op, {&operands[0], &operands[1]});
+    default:
+      return elementwise(op, {&operands[0], &operands[1], &operands[2]});
+  }
+}
+
 /// Values of the weak nodes for this call: arguments, constants, and ops on them computed as kiln would.
 std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionArgument>& args) {
   std::vector<Scalar> values(g.nodes.size());
@@ -375,13 +385,9 @@ std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionAr
       values[i] = n.value;
     } else {
       DeviceGuard guard(cpu());
-      Operand a(values[static_cast<size_t>(n.inputs[0])]);
-      Operand b(n.num_inputs > 1 ? values[static_cast<size_t>(n.inputs[1])] : Scalar());
-      Operand c(n.num_inputs > 2 ? values[static_cast<size_t>(n.inputs[2])] : Scalar());
-      Array r = n.num_inputs == 1   ? elementwise(n.op, {&a})
-                : n.num_inputs == 2 ? elementwise(n.op, {&a, &b})
-                                    : elementwise(n.op, {&a, &b, &c});
-      values[i] = r.item_scalar();
+      Operand operands[3] = {Operand(Scalar()), Operand(Scalar()), Operand(Scalar())};
+      for (int k = 0; k < n.num_inputs; ++k) operands[k] = Operand(values[static_cast<size_t>(n.inputs[k])]);
+      values[i] = apply_op(n.op, operands, n.num_inputs).item_scalar();
     }
   }
   return values;
@@ -436,9 +442,7 @@ Array interpret(const FusionGraph& g, const std::vector<FusionArgument>& args, c
           const size_t in = static_cast<size_t>(n.inputs[k]);
           operands[k] = g.nodes[in].weak ? Operand(weak[in]) : Operand(arrays[in]);
         }
-        arrays[i] = n.num_inputs == 1   ? elementwise(n.op, {&operands[0]})
-                    : n.num_inputs == 2 ? elementwise(n.op, {&operands[0], &operands[1]})
-                                        : elementwise(n.op, {&operands[0], &operands[1], &operands[2]});
+        arrays[i] = apply_op(n.op, operands, n.num_inputs);
         break;
       }
       case FusionNodeKind::Reduce:
@@ -498,9 +502,8 @@ Array fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args) 
   Reduction plan;
   plan.keep_shape = shape;
   if (reduce) {
-    if (static_cast<int64_t>(shape.size()) != g.nodes[static_cast<size_t>(g.elementwise)].ndim)
-      throw ShapeError(who + ": internal: the reduced value's rank differs from the broadcast shape " +
-                       shape_str(shape));
+    // The reduced value reads every live array argument, so its rank is the broadcast shape's.
+    assert(static_cast<int64_t>(shape.size()) == g.nodes[static_cast<size_t>(g.elementwise)].ndim);
     plan = plan_reduction(shape, axes_of(reduce->axes), who.c_str());
   }
   const bool degenerate = shape_numel(shape) == 0 || (reduce && plan.axes.empty());

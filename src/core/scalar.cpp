@@ -14,8 +14,8 @@ std::string Scalar::str() const {
   return os.str();
 }
 
-DType promote_with_scalar(DType a, const Scalar& s) {
-  switch (s.kind()) {
+DType promote_with_scalar(DType a, Scalar::Kind kind) {
+  switch (kind) {
     case Scalar::Kind::Bool: return a;
     case Scalar::Kind::Int: return a == DType::Bool ? DType::Int64 : a;
     case Scalar::Kind::Float: return is_floating(a) ? a : DType::Float64;
