@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "core/backend.hpp"
@@ -21,18 +22,6 @@ namespace kiln::detail {
 const char* fusion_reduction_name(FusionReduction r) {
   constexpr const char* names[] = {"sum", "prod", "max", "min", "mean", "all", "any"};
   return names[static_cast<int>(r)];
-}
-
-std::shared_ptr<void> FusionGraph::find_kernel(uint64_t key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = kernels_.find(key);
-  return it == kernels_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<void> FusionGraph::insert_kernel(uint64_t key, std::shared_ptr<void> kernel) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto [it, inserted] = kernels_.try_emplace(key, std::move(kernel));
-  return it->second;
 }
 
 class FusionCache {

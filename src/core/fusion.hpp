@@ -12,11 +12,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "core/kernel_cache.hpp"
 #include "core/op_table.hpp"
 #include "kiln/array.hpp"
 
@@ -71,13 +71,14 @@ struct FusionGraph {
   uint64_t hash = 0;       ///< of the structure and dtypes (not of constant values), for kernel keys
 
   /// Compiled kernels a backend made for this graph, by the backend's key (device, layout, ...).
-  std::shared_ptr<void> find_kernel(uint64_t key) const;
+  std::shared_ptr<void> find_kernel(uint64_t key) const { return kernels_.find(key); }
   /// Stores a kernel under `key` (the first insert wins) and returns the stored one.
-  std::shared_ptr<void> insert_kernel(uint64_t key, std::shared_ptr<void> kernel) const;
+  std::shared_ptr<void> insert_kernel(uint64_t key, std::shared_ptr<void> kernel) const {
+    return kernels_.insert(key, std::move(kernel));
+  }
 
  private:
-  mutable std::mutex mutex_;
-  mutable std::unordered_map<uint64_t, std::shared_ptr<void>> kernels_;
+  mutable KernelCache<uint64_t> kernels_;
 };
 
 /// One fused call as a backend executes it: the elementwise part of `graph` over `shape` (the

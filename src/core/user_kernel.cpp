@@ -231,19 +231,6 @@ TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, con
                    ", or a C type (float, double, int, long long, ...)");
 }
 
-// ------------------------------------------------------------------ variant cache
-
-std::shared_ptr<void> KernelVariantCache::find(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = variants_.find(key);
-  return it == variants_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<void> KernelVariantCache::insert(const std::string& key, std::shared_ptr<void> value) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return variants_.try_emplace(key, std::move(value)).first->second;
-}
-
 // ------------------------------------------------------------------ types
 
 std::optional<DType> TypeMap::find(const std::string& placeholder) const {

@@ -5,12 +5,11 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "core/kernel_cache.hpp"
 #include "kiln/kernels.hpp"
 
 namespace kiln::detail {
@@ -40,16 +39,7 @@ TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, con
 
 /// Compiled variants of one user kernel, by signature (device, dtypes, layout class): filled by the
 /// backend, owned by the kernel object (so variants go away with the kernel). Thread-safe.
-class KernelVariantCache {
- public:
-  std::shared_ptr<void> find(const std::string& key) const;
-  /// Stores `value` under `key` unless another thread did first; returns the stored value.
-  std::shared_ptr<void> insert(const std::string& key, std::shared_ptr<void> value);
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<void>> variants_;
-};
+using KernelVariantCache = KernelCache<std::string>;
 
 /// What both kernel kinds are defined by: the name, the parameters and the compile settings, and the
 /// variants compiled so far.
