@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,8 @@ constexpr int64_t itemsize(DType t) {
 std::string_view dtype_name(DType t);
 /// Parses "float32", "f4", "<f4", "int32", "i4", "bool", "?", "half", "bf16"...; throws DTypeError.
 DType parse_dtype(std::string_view name);
+/// The dtype parse_dtype reads from `name`, or nullopt for a name it does not know (never throws).
+std::optional<DType> find_dtype(std::string_view name);
 
 constexpr bool is_floating(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;

@@ -14,7 +14,7 @@ std::string_view dtype_name(DType t) {
   return names[static_cast<int>(t)];
 }
 
-DType parse_dtype(std::string_view name) {
+std::optional<DType> find_dtype(std::string_view name) {
   std::string n(name);
   if (!n.empty() && (n[0] == '<' || n[0] == '=' || n[0] == '|')) n.erase(0, 1);
   struct Alias { const char* text; DType type; };
@@ -31,6 +31,11 @@ DType parse_dtype(std::string_view name) {
   };
   for (const auto& a : aliases)
     if (n == a.text) return a.type;
+  return std::nullopt;
+}
+
+DType parse_dtype(std::string_view name) {
+  if (std::optional<DType> t = find_dtype(name)) return *t;
   throw DTypeError("parse_dtype: unknown dtype '" + std::string(name) +
                    "'; use one of bool, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64");
 }

@@ -214,19 +214,19 @@ TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, con
     spec.placeholder = t;
     return spec;
   }
-  if (std::optional<DType> d = dtype_by_exact_name(t)) {
+  // Any name parse_dtype reads (which includes short, int, long, half, float, double), and the C
+  // spellings NumPy has no dtype name for.
+  std::optional<DType> d = find_dtype(t);
+  if (!d) {
+    static const std::pair<const char*, DType> c_names[] = {
+        {"signed char", DType::Int8}, {"long long", DType::Int64}, {"unsigned char", DType::UInt8}};
+    for (const auto& [name, dtype] : c_names)
+      if (t == name) d = dtype;
+  }
+  if (d) {
     spec.dtype = d;
     return spec;
   }
-  static const std::pair<const char*, DType> c_names[] = {
-      {"signed char", DType::Int8}, {"short", DType::Int16},     {"int", DType::Int32},
-      {"long", DType::Int64},       {"long long", DType::Int64}, {"unsigned char", DType::UInt8},
-      {"half", DType::Float16},     {"float", DType::Float32},   {"double", DType::Float64}};
-  for (const auto& [name, dtype] : c_names)
-    if (t == name) {
-      spec.dtype = dtype;
-      return spec;
-    }
   throw ValueError(kernel + ": unknown " + what + " '" + type + "'; " + kTypeHelp +
                    ", or a C type (float, double, int, long long, ...)");
 }

@@ -29,6 +29,16 @@ TEST(DType, ParsesNamesAndNumPyCodes) {
   for (int i = 0; i < kNumDTypes; ++i) EXPECT_EQ(parse_dtype(dtype_name(DType(i))), DType(i));
 }
 
+TEST(DType, FindDtypeReadsWhatParseDtypeReadsAndNeverThrows) {
+  EXPECT_EQ(find_dtype("<f8"), float64);
+  EXPECT_EQ(find_dtype("double"), float64);
+  EXPECT_EQ(find_dtype("int"), int32);
+  EXPECT_EQ(find_dtype("?"), bool_);
+  EXPECT_EQ(find_dtype("complex64"), std::nullopt);
+  EXPECT_EQ(find_dtype(""), std::nullopt);
+  EXPECT_EQ(find_dtype("long long"), std::nullopt);  // a C spelling, not a NumPy name
+}
+
 TEST(DType, UnknownNameThrowsWithTheValidNames) {
   try {
     parse_dtype("complex64");

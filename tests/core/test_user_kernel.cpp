@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/user_kernel.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -48,6 +49,18 @@ TEST(UserKernelAxes, ReductionKernelAxisErrorsMatchKilnReductions) {
                            {"l2norm", "axis 2 is out of bounds for an array of ndim 2 (shape (3, 4))", "[-2, 2)"});
   expect_error<ShapeError>([&] { (void)sum(x, 2); },
                            {"sum", "axis 2 is out of bounds for an array of ndim 2 (shape (3, 4))", "[-2, 2)"});
+}
+
+// reduce_type takes every name parse_dtype reads plus the C spellings NumPy lacks (signed char,
+// long long, unsigned char); anything else is a ValueError naming the kernel.
+TEST(UserKernelTypes, ReduceTypeTakesParseDtypeNamesAndCSpellings) {
+  EXPECT_EQ(detail::parse_type_spec("f4", "k", "reduce_type").dtype, DType::Float32);
+  EXPECT_EQ(detail::parse_type_spec("short", "k", "reduce_type").dtype, DType::Int16);
+  EXPECT_EQ(detail::parse_type_spec("signed  char", "k", "reduce_type").dtype, DType::Int8);
+  EXPECT_EQ(detail::parse_type_spec("unsigned char", "k", "reduce_type").dtype, DType::UInt8);
+  EXPECT_EQ(detail::parse_type_spec("long long", "k", "reduce_type").dtype, DType::Int64);
+  expect_error<ValueError>([] { (void)detail::parse_type_spec("complex64", "k", "reduce_type"); },
+                           {"k: unknown reduce_type 'complex64'", "C type"});
 }
 
 }  // namespace
