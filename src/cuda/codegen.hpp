@@ -171,14 +171,16 @@ KernelTable& kernel_table();
 /// kernel_table() and returns the entry (defined in elementwise.cpp; throws CompileError/CudaError).
 const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
                                               const std::string& name);
-/// Loads generated `source` (kernel `name`) for `device` through load_module with the built-in options and
-/// returns its entry (occupancy included) without recording it anywhere (fused kernels keep their own).
-KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name);
-/// Multiprocessors of GPU `device` (cached after the first query).
-int multiprocessor_count(int device);
-
 /// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
 const std::vector<std::string>& builtin_kernel_options();
+
+/// Loads generated `source` (kernel `name`) for `device` through load_module with NVRTC `options` and returns
+/// its entry (context function and occupancy included) without recording it anywhere (fused kernels and user
+/// kernels keep their own).
+KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name,
+                                        const std::vector<std::string>& options = builtin_kernel_options());
+/// Multiprocessors of GPU `device` (cached after the first query).
+int multiprocessor_count(int device);
 
 /// The device-side reduction operator type of `op` accumulating in `acc` (e.g. "kd::red_sum<float>"), shared by
 /// the built-in reduction and fused-reduction generators.

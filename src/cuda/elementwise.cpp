@@ -141,10 +141,11 @@ void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaS
     launch(static_cast<cudaKernel_t>(kernel.function), grid, block, 0, stream, args, kernel.name.c_str());
 }
 
-KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name) {
-  CompileOptions options;
-  options.options = builtin_kernel_options();
-  std::shared_ptr<Module> module = load_module(source, name, device, options);
+KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name,
+                                        const std::vector<std::string>& options) {
+  CompileOptions compile_options;
+  compile_options.options = options;
+  std::shared_ptr<Module> module = load_module(source, name, device, compile_options);
   KernelTable::Entry entry;
   entry.function = reinterpret_cast<void*>(module->function(name));
   entry.module = module;

@@ -202,8 +202,7 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   }
   const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
   const int64_t blocks = std::clamp<int64_t>(ceil_div(num_out * splits * spec.group, kBlockSize), 1, 4 * wave);
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
-         current_stream(device), args.data(), kernel.name.c_str());
+  launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
   if (spec.to_partials) {
     // The second pass is the built-in reduction over each output's `splits` accumulators.
     detail::ReduceCall second{spec.op, &partials, call.out.reshape({num_out, 1}), Shape{1}};

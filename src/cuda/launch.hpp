@@ -41,8 +41,9 @@ void* context_function(cudaKernel_t kernel);
 void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
                      const char* name);
 
-/// Launches a built-in kernel on the current device: through its context function (cuLaunchKernel) when it has
-/// one, else through launch(). No dynamic shared memory. Throws like launch().
+/// Launches a kernel entry (built-in, fused or user kernel, from compile_kernel_entry) on the current device:
+/// through its context function (cuLaunchKernel) when it has one, else through launch(). No dynamic shared
+/// memory. Throws like launch(), naming kernel.name.
 void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args);
 
 }  // namespace kiln::cuda_impl

@@ -15,7 +15,6 @@
 #include "core/user_kernel.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/codegen_user.hpp"
-#include "cuda/compiler.hpp"
 #include "cuda/elementwise_layout.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
@@ -35,21 +34,7 @@ const KernelTable::Entry& variant(detail::KernelVariantCache& cache, int device,
                                   const std::string& name, const std::vector<std::string>& options, SourceFn source) {
   const std::string key = std::to_string(device) + "|" + signature;
   if (std::shared_ptr<void> hit = cache.find(key)) return *static_cast<const KernelTable::Entry*>(hit.get());
-  CompileOptions compile_options;
-  compile_options.options = options;
-  std::shared_ptr<Module> module = load_module(source(), name, device, compile_options);
-  auto entry = std::make_shared<KernelTable::Entry>();
-  entry->function = reinterpret_cast<void*>(module->function(name));
-  entry->module = module;
-  entry->name = name;
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry->function), kBlockSize,
-                                                    0) != cudaSuccess ||
-      blocks <= 0) {
-    (void)cudaGetLastError();
-    blocks = 8;
-  }
-  entry->blocks_per_multiprocessor = blocks;
+  auto entry = std::make_shared<KernelTable::Entry>(compile_kernel_entry(device, source(), name, options));
   std::shared_ptr<void> stored = cache.insert(key, std::move(entry));
   return *static_cast<const KernelTable::Entry*>(stored.get());
 }
@@ -216,8 +201,7 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
   buffer.args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, n, kernel)), dim3(kBlockSize), 0,
-         current_stream(device), buffer.args.data(), kernel.name.c_str());
+  launch_entry(kernel, dim3(grid_for(device, n, kernel)), dim3(kBlockSize), current_stream(device), buffer.args.data());
 }
 
 void cuda_user_reduction(const detail::UserReductionCall& call) {
@@ -323,8 +307,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     const int64_t per_block = kBlockSize / pass_spec.group;
     const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kernel.blocks_per_multiprocessor;
     const int64_t blocks = std::max<int64_t>(1, std::min(ceil_div(tasks, per_block), cap));
-    launch(static_cast<cudaKernel_t>(kernel.function), dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
-           current_stream(device), buffer.args.data(), kernel.name.c_str());
+    launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device),
+                 buffer.args.data());
   };
   if (splits == 1) {
     launch_pass(spec, num_red, 1, chunk, nullptr, nullptr);
