@@ -28,11 +28,18 @@ struct StridedLayout {
   int64_t strides[MaxOperands][kMaxKernelRank];
 };
 
+/// An op's name for an error message: a C string, or a callable that builds it (called only when throwing).
+inline std::string op_label(const char* op) { return op; }
+template <class F>
+std::string op_label(const F& op) {
+  return op();
+}
+
 /// Merges axes (the shape's C order, so a flat index keeps its C-order meaning) where every operand steps
 /// uniformly; drops size-1 axes. `arrays` are layout.operands arrays of shape `shape` (broadcast views).
-/// Throws ShapeError naming `op` when more than kMaxKernelRank axes remain.
-template <int M>
-void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* arrays, const char* op) {
+/// Throws ShapeError naming `op` (see op_label) when more than kMaxKernelRank axes remain.
+template <int M, class Op>
+void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* arrays, const Op& op) {
   layout.ndim = 0;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
@@ -48,7 +55,7 @@ void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* 
       }
     }
     if (nd == kMaxKernelRank)
-      throw ShapeError(std::string(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+      throw ShapeError(op_label(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
                        " axes that cannot be merged (shape " + shape_str(shape) +
                        "); make an operand contiguous first (.contiguous())");
     layout.shape[nd] = shape[d];

@@ -62,11 +62,10 @@ void push_axis(std::vector<Axis>& axes, const Axis& axis, int inputs) {
 void elementwise(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
                  void** pointers, std::vector<void*>& args) {
   const FusionGraph& g = *call.graph;
-  const std::string who = "fuse(" + g.name + ")";
   const int operands = 1 + static_cast<int>(inputs.size());
   Layout layout;
   layout.operands = operands;
-  coalesce(layout, call.shape, arrays, who.c_str());
+  coalesce(layout, call.shape, arrays, [&] { return "fuse(" + g.name + ")"; });
   const int64_t n = call.out.size();
   bool contiguous = n == 1;
   if (!contiguous && layout.ndim == 1) {
@@ -79,8 +78,8 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
   unsigned long long n64 = static_cast<unsigned long long>(n);
   int64_t work_items = n;
   unsigned one_pass_blocks = 0;  // contiguous kernels: every thread's loop runs once
-  std::vector<uint32_t> words32(static_cast<size_t>(3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
-  std::vector<uint64_t> words64(static_cast<size_t>(kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
+  uint32_t words32[3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
+  uint64_t words64[kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
   if (contiguous) {
     spec.layout = FusionLayout::Contiguous;
     int64_t widest = 1;
@@ -105,11 +104,11 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
       inner_dense = inner_dense && layout.strides[k][nd - 1] >= 0 && layout.strides[k][nd - 1] <= 1;
     spec.unroll = inner_dense ? 4 : 1;
     if (spec.index64) {
-      strided_words64(layout, words64.data());
-      args.push_back(words64.data());
+      strided_words64(layout, words64);
+      args.push_back(words64);
     } else {
-      strided_words32(layout, words32.data());
-      args.push_back(words32.data());
+      strided_words32(layout, words32);
+      args.push_back(words32);
     }
   }
   args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
@@ -122,7 +121,6 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
                std::vector<void*>& args, void** out_pointer) {
   const FusionGraph& g = *call.graph;
   const detail::FusionNode& node = g.nodes[static_cast<size_t>(g.reduce)];
-  const std::string who = "fuse(" + g.name + ")";
   const int ni = static_cast<int>(inputs.size());
   const Shape& shape = call.shape;
   std::vector<bool> reduced(shape.size(), false);
@@ -138,7 +136,7 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   }
   if (red.empty()) red.push_back(Axis{1, {}});
   if (kept.size() > static_cast<size_t>(kMaxKernelRank) || red.size() > static_cast<size_t>(kMaxKernelRank))
-    throw ShapeError(who + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+    throw ShapeError("fuse(" + g.name + "): the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
                      " axes that cannot be merged (shape " + shape_str(shape) + "); make an operand contiguous first");
   const int64_t num_out = call.out.size();
   int64_t num_red = 1;
