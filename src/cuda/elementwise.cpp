@@ -196,7 +196,6 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   void* args[3 + 3 + 2];
   int num_args = 0, num_arrays = 1;
   args[num_args++] = &pointers[0];
-  int64_t widest = itemsize(out.dtype());
   for (int k = 0; k < call.num_inputs; ++k) {
     const detail::ElementwiseArg& input = call.inputs[static_cast<size_t>(k)];
     if (input.is_scalar()) {
@@ -210,7 +209,6 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
         throw DeviceError(std::string(op_name) + ": an input is on " + a.device().str() + " and the output on " +
                           out.device().str() + "; move the input with .to(" + out.device().str() + ")");
       spec.in[k] = a.dtype();
-      widest = std::max(widest, itemsize(a.dtype()));
       arrays[num_arrays] = &a;
       pointers[num_arrays] = a.data_ptr();
       args[num_args++] = &pointers[num_arrays];
@@ -222,11 +220,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   layout.operands = num_arrays;
   coalesce(layout, out.shape(), arrays, op_name);
   const int64_t n = out.size();
-  bool contiguous = n == 1;
-  if (!contiguous && layout.ndim == 1) {
-    contiguous = true;
-    for (int k = 0; k < num_arrays; ++k) contiguous = contiguous && layout.strides[k][0] == 1;
-  }
+  const bool contiguous = is_contiguous_layout(layout, n);
   spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
@@ -245,13 +239,9 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   if (contiguous) {
     spec.layout = EwLayout::Contiguous;
     // 16 bytes of the widest operand per vector, when every pointer is aligned for its part.
-    int vec = spec.raw_copy || elementwise_vectorizable(call.op, call.compute) ? static_cast<int>(16 / widest) : 1;
-    for (; vec > 1; vec /= 2) {
-      bool aligned = true;
-      for (int k = 0; k < num_arrays; ++k)
-        aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
-      if (aligned) break;
-    }
+    const int vec = spec.raw_copy || elementwise_vectorizable(call.op, call.compute)
+                        ? aligned_vector_width(arrays, pointers, num_arrays)
+                        : 1;
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = (n + spec.vector_width - 1) / spec.vector_width;
     int array_inputs = 0;
@@ -269,13 +259,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
       inner_dense = inner_dense && (inner == 0 || inner == 1);
     }
     spec.unroll = inner_dense && (spec.raw_copy || elementwise_vectorizable(call.op, call.compute)) ? 4 : 1;
-    if (spec.index64) {
-      strided_words64(layout, words64);
-      args[num_args++] = words64;
-    } else {
-      strided_words32(layout, words32);
-      args[num_args++] = words32;
-    }
+    args[num_args++] = strided_params(layout, spec.index64, words32, words64);
   }
   args[num_args++] = spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32);
   const KernelTable::Entry& kernel = elementwise_kernel(device, spec);

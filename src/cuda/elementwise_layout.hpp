@@ -5,6 +5,7 @@
 // words the same way (codegen.hpp documents the words).
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -91,6 +92,22 @@ bool is_contiguous_layout(const StridedLayout<M>& layout, int64_t n) {
   for (int k = 0; k < layout.operands; ++k)
     if (layout.strides[k][0] != 1) return false;
   return true;
+}
+
+/// The vector width (elements) of a contiguous kernel over `operands` arrays: 16 bytes of the widest operand,
+/// halved until every pointer (`pointers[k]`, the data of `arrays[k]`) is aligned for its part of a vector
+/// (vec * itemsize bytes); 1 when no wider vector fits.
+inline int aligned_vector_width(const Array* const* arrays, void* const* pointers, int operands) {
+  int64_t widest = 1;
+  for (int k = 0; k < operands; ++k) widest = std::max(widest, itemsize(arrays[k]->dtype()));
+  int vec = static_cast<int>(16 / widest);
+  for (; vec > 1; vec /= 2) {
+    bool aligned = true;
+    for (int k = 0; k < operands; ++k)
+      aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
+    if (aligned) break;
+  }
+  return vec;
 }
 
 /// Params words of a strided kernel with 32-bit indices: size[ndim], magic[ndim], shift[ndim] (division by

@@ -67,11 +67,7 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
   layout.operands = operands;
   coalesce(layout, call.shape, arrays, [&] { return "fuse(" + g.name + ")"; });
   const int64_t n = call.out.size();
-  bool contiguous = n == 1;
-  if (!contiguous && layout.ndim == 1) {
-    contiguous = true;
-    for (int k = 0; k < operands; ++k) contiguous = contiguous && layout.strides[k][0] == 1;
-  }
+  const bool contiguous = is_contiguous_layout(layout, n);
   FusionKernelSpec spec;
   spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
   unsigned int n32 = static_cast<unsigned int>(n);
@@ -82,15 +78,7 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
   uint64_t words64[kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
   if (contiguous) {
     spec.layout = FusionLayout::Contiguous;
-    int64_t widest = 1;
-    for (int k = 0; k < operands; ++k) widest = std::max(widest, itemsize(arrays[k]->dtype()));
-    int vec = static_cast<int>(16 / widest);
-    for (; vec > 1; vec /= 2) {
-      bool aligned = true;
-      for (int k = 0; k < operands; ++k)
-        aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
-      if (aligned) break;
-    }
+    const int vec = aligned_vector_width(arrays, pointers, operands);
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = ceil_div(n, spec.vector_width);
     one_pass_blocks =
@@ -103,13 +91,7 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
     for (int k = 0; k < operands; ++k)
       inner_dense = inner_dense && layout.strides[k][nd - 1] >= 0 && layout.strides[k][nd - 1] <= 1;
     spec.unroll = inner_dense ? 4 : 1;
-    if (spec.index64) {
-      strided_words64(layout, words64);
-      args.push_back(words64);
-    } else {
-      strided_words32(layout, words32);
-      args.push_back(words32);
-    }
+    args.push_back(strided_params(layout, spec.index64, words32, words64));
   }
   args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
   const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
