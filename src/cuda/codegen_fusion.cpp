@@ -177,22 +177,8 @@ void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>
     s +=
         "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u + "];\n";
   s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
-  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n      IDX rem = i;\n";
-  for (int k = 0; k < operands; ++k) s += "      OFF o" + std::to_string(k) + " = 0;\n";
-  if (nd > 1) {
-    s += "#pragma unroll\n      for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
-    if (spec.index64)
-      s += "        const IDX q = rem / p.w[d];\n";
-    else
-      s += "        const IDX q = (__umulhi(rem, p.w[" + std::to_string(nd) + " + d]) + rem) >> p.w[" +
-           std::to_string(2 * nd) + " + d];\n";
-    s += "        const OFF r = (OFF)(rem - q * p.w[d]);\n        rem = q;\n";
-    for (int k = 0; k < operands; ++k)
-      s += "        o" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(stride_base + k * nd) + " + d];\n";
-    s += "      }\n";
-  }
-  for (int k = 0; k < operands; ++k)
-    s += "      o" + std::to_string(k) + " += (OFF)rem * (OFF)p.w[" + std::to_string(stride_base + k * nd) + "];\n";
+  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
+  emit_strided_offsets(s, nd, operands, spec.index64, "      ");
   s += "      out_off[u] = o0;\n";
   for (size_t k = 0; k < inputs.size(); ++k)
     s += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + 1) + "];\n";
