@@ -185,6 +185,13 @@ int multiprocessor_count(int device);
 /// The device-side reduction operator type of `op` accumulating in `acc` (e.g. "kd::red_sum<float>"), shared by
 /// the built-in reduction and fused-reduction generators.
 std::string reduce_operator_type(detail::ReduceOp op, DType acc);
+/// Appends the combine of one reduction task's `group` threads (each holding `ACC acc` of operator type `Op`,
+/// at 4 spaces of indent, inside the task loop): a butterfly of (sub-)warp shuffles for group 2..32 (masked to
+/// the group's lanes below 32), and for group kBlockSize a warp shuffle, the warps' values through
+/// `__shared__ ACC warp_acc[kBlockSize / 32]` (declared by the caller) and a second shuffle in the first warp,
+/// which leaves the block's value in thread 0. Nothing for group 1. Shared by the built-in and fused
+/// reduction generators.
+void emit_group_combine(std::string& s, int group);
 
 /// ceil(log2(v)) for v >= 1 (kernel-key fields of power-of-two sizes).
 inline int log2_int(int v) {

@@ -250,24 +250,7 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
        element_call(g, inputs.size(),
                     [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
        "));\n    }\n";
-  if (G > 1 && G <= 32) {
-    s += "    const unsigned mask = " +
-         (G == 32 ? std::string("0xffffffffu")
-                  : "(" + std::to_string((1ull << G) - 1) + "u << (threadIdx.x % 32 / " + std::to_string(G) + " * " +
-                        std::to_string(G) + "))") +
-         ";\n";
-    s += "#pragma unroll\n    for (int m = " + std::to_string(G / 2) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
-  } else if (G == kBlockSize) {
-    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
-         "0xffffffffu));\n";
-    s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
-    s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
-         " ? warp_acc[threadIdx.x] : Op::identity();\n";
-    s += "#pragma unroll\n      for (int m = " + std::to_string(kBlockSize / 64) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n    }\n";
-    s += "    __syncthreads();\n";
-  }
+  emit_group_combine(s, G);
   s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "o * splits + split" : "o") + "] = " +
        (spec.to_partials ? std::string("acc") : "kd::cast<" + std::string(device_type_name(spec.out)) + ">(acc)") +
        ";\n  }\n}\n";
