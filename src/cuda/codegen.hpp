@@ -200,6 +200,16 @@ inline int log2_int(int v) {
   return r;
 }
 
+/// ceil(a / b) for a >= 0, b >= 1.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The smallest power of two >= v, at most `cap` (1 for v <= 1).
+inline int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+
 /// The unsigned type NVRTC loads `bytes` bytes with in one instruction ("uint4" for 16, ...).
 inline const char* raw_type(int bytes) {
   switch (bytes) {

@@ -152,6 +152,37 @@ void* strided_params(const StridedLayout<M>& layout, bool index64, uint32_t* wor
   return words32;
 }
 
+/// How a fused or user reduction spreads over the GPU (src/cuda/reduce.cpp plans the built-in ones).
+struct SplitPlan {
+  int group = 1;        ///< threads per (output, split) task: 1..32 (power of two) or kBlockSize
+  int64_t splits = 1;   ///< tasks per output (> 1: a second pass reduces the partials)
+  int64_t chunk = 1;    ///< reduced elements per split
+  int64_t wave = 1;     ///< blocks of one wave (8 resident kBlockSize-thread blocks per multiprocessor)
+};
+
+/// Plans a reduction of `num_out` outputs over `num_red` elements each on `multiprocessors` SMs. `rows`: the
+/// reduced axes are the inner ones in memory, so a group of threads takes each output (a (sub-)warp when
+/// outputs are many or rows short, else the block, split when outputs are fewer than a wave of blocks);
+/// otherwise one thread per output, adjacent threads on adjacent outputs, the reduced range split when outputs
+/// are fewer than the resident threads.
+inline SplitPlan plan_split(bool rows, int64_t num_out, int64_t num_red, int multiprocessors) {
+  SplitPlan plan;
+  plan.wave = static_cast<int64_t>(multiprocessors) * 8;
+  const int64_t resident = plan.wave * kBlockSize;
+  int64_t splits = 1;
+  if (rows) {
+    plan.group = num_red <= 32 || num_out * 32 >= resident ? pow2_at_least(num_red, 32) : kBlockSize;
+    if (plan.group == kBlockSize && num_out < plan.wave)
+      splits = std::min(ceil_div(plan.wave, num_out), ceil_div(num_red, 4096));
+  } else if (num_out < resident) {
+    splits = std::min(ceil_div(resident, num_out), ceil_div(num_red, 64));
+  }
+  splits = std::max<int64_t>(1, splits);
+  plan.chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
+  plan.splits = std::max<int64_t>(1, ceil_div(num_red, plan.chunk));
+  return plan;
+}
+
 /// The layout of built-in and fused elementwise problems.
 using Layout = StridedLayout<kMaxLayoutOperands>;
 

@@ -36,8 +36,6 @@ const KernelTable::Entry& fused_kernel(const FusionGraph& g, int device, const F
   return *static_cast<const KernelTable::Entry*>(g.insert_kernel(key, entry).get());
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /// One axis of a fused reduction: its size and each input's stride.
 struct Axis {
   int64_t size;
@@ -131,28 +129,11 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   spec.acc = reduce_accumulator_dtype(spec.op, g.nodes[static_cast<size_t>(g.elementwise)].dtype, spec.out);
   spec.kept_ndim = static_cast<int>(kept.size());
   spec.reduced_ndim = static_cast<int>(red.size());
-  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * 8;
-  const int64_t resident_threads = wave * kBlockSize;
+  // Rows: the reduced axes are the inner ones (or there is no non-trivial axis).
   const bool rows = last_nontrivial < 0 || reduced[static_cast<size_t>(last_nontrivial)];
-  int64_t splits = 1;
-  if (rows) {
-    // A (sub-)warp per output when outputs are many or rows short, else a block (split when outputs are few).
-    if (num_red <= 32 || num_out * 32 >= resident_threads) {
-      int p = 1;
-      while (p < num_red && p < 32) p *= 2;
-      spec.group = p;
-    } else {
-      spec.group = kBlockSize;
-      if (num_out < wave) splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
-    }
-  } else {
-    // A thread per output, adjacent threads on adjacent outputs; split the reduced range when outputs are few.
-    spec.group = 1;
-    if (num_out < resident_threads) splits = std::min(ceil_div(resident_threads, num_out), ceil_div(num_red, 64));
-  }
-  splits = std::max<int64_t>(splits, 1);
-  const int64_t chunk = ceil_div(num_red, splits);
-  splits = ceil_div(num_red, chunk);
+  const SplitPlan plan = plan_split(rows, num_out, num_red, multiprocessor_count(device));
+  spec.group = plan.group;
+  const int64_t splits = plan.splits, chunk = plan.chunk, wave = plan.wave;
   spec.to_partials = splits > 1;
   int64_t extent = 0;
   for (int k = 0; k < ni; ++k) {

@@ -116,14 +116,6 @@ struct ArgBuffer {
   }
 };
 
-int pow2_at_least(int64_t v, int cap) {
-  int p = 1;
-  while (p < v && p < cap) p *= 2;
-  return p;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /// One axis of a reduction: its size and each operand's stride (inputs, then outputs on kept axes).
 struct RDim {
   int64_t size;
@@ -244,22 +236,11 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
   // Plan: a group of threads per output along the reduced axes when they are the inner ones in memory
   // (split over several tasks when outputs are few), else one thread per output with adjacent threads on
   // adjacent outputs (a reduction over an outer axis), split when outputs are too few to fill the GPU.
-  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * 8;
-  const int64_t resident = wave * kBlockSize;
   const auto mag = [](int64_t s) { return s < 0 ? -s : s; };
   const bool rows = num_in == 0 || kept.empty() || mag(reduced.back().strides[0]) < mag(kept.back().strides[0]);
-  int group = 1;
-  int64_t splits = 1;
-  if (rows) {
-    group = num_red <= 32 || outputs_count * 32 >= resident ? pow2_at_least(num_red, 32) : kBlockSize;
-    if (group == kBlockSize && outputs_count < wave)
-      splits = std::min(ceil_div(wave, outputs_count), ceil_div(num_red, 4096));
-  } else if (outputs_count < resident) {
-    splits = std::min(ceil_div(resident, outputs_count), ceil_div(num_red, 64));
-  }
-  splits = std::max<int64_t>(1, splits);
-  const int64_t chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
-  splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
+  const SplitPlan plan = plan_split(rows, outputs_count, num_red, multiprocessor_count(device));
+  const int group = plan.group;
+  const int64_t splits = plan.splits, chunk = plan.chunk;
 
   UserReductionSpec spec;
   spec.name = def.name;
