@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/device_functions.hpp"
+#include "cuda/elementwise_layout.hpp"
 #include "cuda/fusion.hpp"
 #include "kiln/error.hpp"
 
@@ -19,8 +20,6 @@ using detail::OpCode;
 using detail::ReduceOp;
 
 namespace {
-
-
 
 std::string v(int id) { return "v" + std::to_string(id); }
 
@@ -325,9 +324,10 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
 std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spec) {
   const std::string name = fusion_kernel_name(g, spec);
   const std::vector<int> inputs = fusion_array_arguments(g);
-  if (static_cast<int>(inputs.size()) + 1 > 16)
+  if (static_cast<int>(inputs.size()) + 1 > kMaxLayoutOperands)
     throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) +
-                     " array arguments; a fused kernel takes at most 15, so split the function");
+                     " array arguments; a fused kernel takes at most " + std::to_string(kMaxLayoutOperands - 1) +
+                     ", so split the function");
   const int v = spec.vector_width;
   if (v < 1 || v > 16 || (v & (v - 1)) != 0) throw ValueError("fuse codegen: bad vector width " + std::to_string(v));
   if (spec.layout != FusionLayout::Contiguous && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))

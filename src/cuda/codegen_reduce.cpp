@@ -29,14 +29,12 @@ using detail::ReduceOp;
 
 namespace {
 
-
 bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
 std::string accumulator_type(const ReduceSpec& spec) {
   const std::string value = device_type_name(spec.acc);
   return is_arg(spec.op) ? "kd::arg_t<" + value + ">" : value;
 }
-
 
 /// Typedefs, Params and the load/store/offset helpers shared by both layouts.
 void common_part(std::string& s, const ReduceSpec& spec) {

@@ -37,9 +37,8 @@ void* context_function(cudaKernel_t kernel);
 
 /// Launches a function from context_function through cuLaunchKernel, on the current device, after the same
 /// validation as launch(): about 0.3 us of host time cheaper per launch than cudaLaunchKernel on a library
-/// kernel (bench/bench_launch.cpp). No dynamic shared memory above 48 KB (use launch()). Throws like launch().
-void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
-                     const char* name);
+/// kernel (bench/bench_launch.cpp). No dynamic shared memory (use launch()). Throws like launch().
+void launch_function(void* function, dim3 grid, dim3 block, cudaStream_t stream, void** args, const char* name);
 
 /// Launches a kernel entry (built-in, fused or user kernel, from compile_kernel_entry) on the current device:
 /// through its context function (cuLaunchKernel) when it has one, else through launch(). No dynamic shared
