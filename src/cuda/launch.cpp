@@ -91,6 +91,11 @@ void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaS
     throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
                      ": the kernel handle is null (load it with Module::function first)");
   validate_launch_config(name, grid, block, shared_mem);
+  launch_validated(kernel, grid, block, shared_mem, stream, args, name);
+}
+
+void launch_validated(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
+                      const char* name) {
   const auto* function = reinterpret_cast<const void*>(kernel);
   const auto fail = [&](const char* call, cudaError_t err) {
     cudaGetLastError();  // clear the non-sticky error state so the next call does not report it again

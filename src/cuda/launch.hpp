@@ -30,6 +30,11 @@ void validate_launch_config(const char* name, dim3 grid, dim3 block, size_t shar
 void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
             const char* name);
 
+/// launch() without its own checks, for a non-null kernel whose configuration validate_launch_config has
+/// already accepted (RawKernel's launch_dims does it). Throws CudaError like launch().
+void launch_validated(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream,
+                      void** args, const char* name);
+
 /// The CUfunction of library kernel `kernel` in the current device's primary context (cuKernelGetFunction,
 /// reached through cudaGetDriverEntryPointByVersion: kiln does not link libcuda), for launch_function; nullptr
 /// when the driver does not provide it. Valid while the kernel's library stays loaded.
