@@ -39,12 +39,13 @@ const KernelTable::Entry& variant(detail::KernelVariantCache& cache, int device,
   return *static_cast<const KernelTable::Entry*>(stored.get());
 }
 
-/// The parameter specs of a call (dtypes, kinds, raw layouts).
+/// The parameter specs of a call (dtypes, kinds, raw layouts), without the parameters' names: the variant cache's
+/// key does not need them, and with_code fills them in on a miss.
 std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vector<detail::BoundArg>& args) {
   std::vector<UserParamSpec> specs;
+  specs.reserve(args.size());
   for (const detail::BoundArg& b : args) {
     UserParamSpec p;
-    p.name = b.param->name;
     p.dtype = b.dtype;
     p.output = b.param->output;
     if (b.is_scalar) {
@@ -55,7 +56,7 @@ std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vec
       p.storage = b.array.dtype();
       if (p.kind == UserArgKind::Raw) {
         if (b.array.ndim() > kMaxKernelRank)
-          throw ShapeError(kernel + ": raw parameter '" + p.name + "' has " + std::to_string(b.array.ndim()) +
+          throw ShapeError(kernel + ": raw parameter '" + b.param->name + "' has " + std::to_string(b.array.ndim()) +
                            " dimensions; at most " + std::to_string(kMaxKernelRank) + " are supported");
         p.raw_ndim = static_cast<int>(b.array.ndim());
         p.raw_contiguous = b.array.is_contiguous();
@@ -64,6 +65,29 @@ std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vec
     specs.push_back(std::move(p));
   }
   return specs;
+}
+
+/// The kernel's own code in a spec: the operation, or the map/reduce/post-map expressions and identity.
+void set_code(UserElementwiseSpec& spec, const detail::ElementwiseKernelDef& def) { spec.operation = def.operation; }
+void set_code(UserReductionSpec& spec, const detail::ReductionKernelDef& def) {
+  spec.map_expr = def.map_expr;
+  spec.reduce_expr = def.reduce_expr;
+  spec.post_map_expr = def.post_map_expr;
+  spec.identity = def.identity;
+}
+
+/// `spec` completed with what the source needs beyond the cache key: the kernel's name, code and preamble, the
+/// placeholder types and the parameter names (param_specs built spec.params from call.args, one per argument).
+/// Only for a cache miss.
+template <class Spec, class Call>
+Spec with_code(Spec spec, const Call& call) {
+  const auto& def = *call.kernel;
+  spec.name = def.name;
+  spec.preamble = def.preamble;
+  spec.types = call.types.bound;
+  set_code(spec, def);
+  for (size_t i = 0; i < spec.params.size(); ++i) spec.params[i].name = call.args[i].param->name;
+  return spec;
 }
 
 /// Kernel arguments for the user parameters: pointers, scalar values and raw-array structs.
@@ -174,17 +198,13 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
   layout.operands = num_arrays;
   coalesce(layout, call.shape, arrays, def.name.c_str());
   const int64_t n = call.size;
-  UserElementwiseSpec spec;
-  spec.name = def.name;
-  spec.operation = def.operation;
-  spec.preamble = def.preamble;
-  spec.types = call.types.bound;
+  UserElementwiseSpec spec;  // what the cache key needs; with_code adds the rest on a miss
   spec.params = param_specs(def.name, call.args);
   spec.contiguous = num_arrays == 0 || is_contiguous_layout(layout, n);
   spec.ndim = layout.ndim;
   spec.index64 = n > INT32_MAX || (!spec.contiguous && !offsets_fit_32(layout));
   const KernelTable::Entry& kernel = variant(def.cache, device, user_elementwise_signature(spec), def.name, def.options,
-                                             [&] { return user_elementwise_source(spec); });
+                                             [&] { return user_elementwise_source(with_code(spec, call)); });
 
   ArgBuffer buffer(call.args, device, def.name);
   uint32_t words32[3 * kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
@@ -242,14 +262,7 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
   const int group = plan.group;
   const int64_t splits = plan.splits, chunk = plan.chunk;
 
-  UserReductionSpec spec;
-  spec.name = def.name;
-  spec.map_expr = def.map_expr;
-  spec.reduce_expr = def.reduce_expr;
-  spec.post_map_expr = def.post_map_expr;
-  spec.identity = def.identity;
-  spec.preamble = def.preamble;
-  spec.types = call.types.bound;
+  UserReductionSpec spec;  // what the cache key needs; with_code adds the rest on a miss
   spec.params = param_specs(kernel_name, call.args);
   spec.reduce_type = call.reduce_type;
   spec.kept_ndim = static_cast<int>(kept.size());
@@ -279,7 +292,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     words[tail + 3] = static_cast<uint64_t>(pass_chunk);
     std::vector<uint32_t> narrow(words.begin(), words.end());
     const KernelTable::Entry& kernel = variant(def.cache, device, user_reduction_signature(pass_spec), def.name,
-                                               def.options, [&] { return user_reduction_source(pass_spec); });
+                                               def.options,
+                                               [&] { return user_reduction_source(with_code(pass_spec, call)); });
     ArgBuffer buffer(call.args, device, kernel_name);
     buffer.push_pointer(partials_in);
     buffer.push_pointer(partials_out);
