@@ -65,8 +65,8 @@ def main():
         need += [("matmul", f"speedup_{n}", "x") for n in (1024, 4096)]
         need += [("transfer", f"{d}_{mb}", "gbps") for d in ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned")
                  for mb in (16, 256)]
-        need += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds"),
-                 ("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
+        need += [("overlap", c, "seconds") for c in ("serial", "overlapped", "copy_only")]
+        need += [("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")

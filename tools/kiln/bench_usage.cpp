@@ -170,6 +170,7 @@ void run_overlap(BenchContext& ctx) {
   const double hidden = std::clamp((serial - overlapped) / copy_only, 0.0, 1.0);
   ctx.record("overlap", "serial", "seconds", "s", serial, false);
   ctx.record("overlap", "overlapped", "seconds", "s", overlapped, false);
+  ctx.record("overlap", "copy_only", "seconds", "s", copy_only, false);
   ctx.record("overlap", "overlapped", "hidden_copy_fraction", "fraction", hidden, true);
   Table table({"case", "time", "note"});
   table.row({"copies only", format_seconds(copy_only), "H2D + D2H of 1 GiB each way, one stream"});
