@@ -168,8 +168,9 @@ void run_overlap(BenchContext& ctx) {
   const double copy_only = time("copies only", false, true, false);
   const double compute_only = time("kernels only", false, false, true);
   const double hidden = std::clamp((serial - overlapped) / copy_only, 0.0, 1.0);
-  ctx.record("overlap", "serial", "seconds", "s", serial, false);
-  ctx.record("overlap", "overlapped", "seconds", "s", overlapped, false);
+  const std::string check = ok ? "ok" : "RESULT WRONG: output chunks differ from x*1024 + 1023";
+  ctx.record("overlap", "serial", "seconds", "s", serial, false, check);
+  ctx.record("overlap", "overlapped", "seconds", "s", overlapped, false, check);
   ctx.record("overlap", "copy_only", "seconds", "s", copy_only, false);
   ctx.record("overlap", "overlapped", "hidden_copy_fraction", "fraction", hidden, true);
   Table table({"case", "time", "note"});
@@ -220,8 +221,9 @@ void run_logging(BenchContext& ctx) {
   bool same = host_log.size() == copied.size();
   for (size_t i = 0; same && i < copied.size(); ++i)
     same = std::abs(host_log[i] - copied[i]) <= 1e-5f * std::abs(copied[i]);
-  ctx.record("logging", "copy_every_step", "seconds", "s", every_s, false);
-  ctx.record("logging", "on_device", "seconds", "s", once_s, false);
+  const std::string check = same ? "ok" : "NORMS DIFFER: the on-device log differs from the per-step one";
+  ctx.record("logging", "copy_every_step", "seconds", "s", every_s, false, check);
+  ctx.record("logging", "on_device", "seconds", "s", once_s, false, check);
   ctx.record("logging", "copy_every_step", "syncs", "count", static_cast<double>(every.syncs), false);
   ctx.record("logging", "on_device", "syncs", "count", static_cast<double>(once.syncs), false);
   Table table({"case", "time", "syncs", "D2H copies", "check"});
