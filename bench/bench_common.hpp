@@ -123,12 +123,12 @@ class Report {
     for (size_t i = 0; i < results_.size(); ++i) {
       const Result& r = results_[i];
       s += fmt::format(
-          "    {{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {:.9g}, \"min_s\": {:.9g}, "
-          "\"mean_s\": {:.9g}, \"stddev_s\": {:.9g}, \"repeats\": {}, \"inner\": {}, \"throughput\": {:.6g}, "
+          "    {{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {}, \"min_s\": {}, "
+          "\"mean_s\": {}, \"stddev_s\": {}, \"repeats\": {}, \"inner\": {}, \"throughput\": {}, "
           "\"unit\": {}, \"check\": {}}}{}\n",
-          quote(r.name), quote(r.size), quote(r.dtype), r.stats.median_s, r.stats.min_s, r.stats.mean_s,
-          r.stats.stddev_s, r.stats.repeats, r.stats.inner, r.throughput, quote(r.unit), quote(r.check),
-          i + 1 < results_.size() ? "," : "");
+          quote(r.name), quote(r.size), quote(r.dtype), number(r.stats.median_s), number(r.stats.min_s),
+          number(r.stats.mean_s), number(r.stats.stddev_s), r.stats.repeats, r.stats.inner, number(r.throughput),
+          quote(r.unit), quote(r.check), i + 1 < results_.size() ? "," : "");
     }
     s += "  ]\n}\n";
     std::FILE* f = std::fopen(path.c_str(), "w");
@@ -148,6 +148,8 @@ class Report {
 
   /// A JSON string literal.
   static std::string quote(const std::string& v) { return kiln::detail::json_quote(v); }
+  /// A JSON number (null for NaN or infinity, which JSON cannot write).
+  static std::string number(double v) { return kiln::detail::json_number(v); }
 
  private:
   std::string suite_, library_, device_;
