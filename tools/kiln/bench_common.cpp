@@ -76,14 +76,6 @@ void Table::print() const {
   std::fflush(stdout);
 }
 
-std::string format_seconds(double s) {
-  if (!(s > 0)) return "-";
-  if (s >= 1) return fmt::format("{:.3g} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-  if (s >= 1e-6) return fmt::format("{:.3g} us", s * 1e6);
-  return fmt::format("{:.3g} ns", s * 1e9);
-}
-
 std::string format_number(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
 
 void verdict(const std::string& text) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../../bench/bench_clock.hpp"  // format_seconds, now_s: shared with the bench/ programs
 #include "kiln/kiln.hpp"
 
 namespace kiln_cli {
@@ -62,8 +63,8 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-/// "1.23 ms" style, three significant digits.
-std::string format_seconds(double s);
+using kiln::benchutil::format_seconds;  ///< "1.23 ms" style, three significant digits; "-" when not positive
+using kiln::benchutil::now_s;
 /// "12.3" style with `digits` after the point.
 std::string format_number(double v, int digits = 1);
 /// Prints the workload's one-line verdict.

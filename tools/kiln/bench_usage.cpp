@@ -1,7 +1,6 @@
 // `kiln bench` workloads about using a GPU right: timing (wrong vs right),
 // transfer (pageable vs pinned), overlap (two streams), logging (sync per step).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 
@@ -10,10 +9,6 @@
 namespace kiln_cli {
 
 using namespace kiln;
-
-namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-}  // namespace
 
 void run_timing(BenchContext& ctx) {
   // On a GPU the schema's 4096 matmul; on the CPU a 1024 one (synchronous work: all three must agree).
