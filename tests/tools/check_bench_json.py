@@ -25,12 +25,13 @@ def main():
     sys.stdout.write(run.stdout[-4000:])
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
-    for name in ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-                 "fusion", "alloc", "multigpu"]:
+    workloads = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
+                 "fusion", "alloc", "multigpu"]
+    for name in workloads:
         if f"== {name}:" not in run.stdout:
             fail(f"workload {name} printed no title")
-    if run.stdout.count("verdict:") != 11:
-        fail(f"expected 11 verdict lines, got {run.stdout.count('verdict:')}")
+    if run.stdout.count("verdict:") != len(workloads):
+        fail(f"expected {len(workloads)} verdict lines, got {run.stdout.count('verdict:')}")
     with open(out) as f:
         doc = json.load(f)
     if doc.get("tool") != "kiln":
@@ -62,7 +63,7 @@ def main():
     gpu = doc["device"] != "cpu"
     need = [("matmul", f"cpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
     need += [("timing", c, "seconds") for c in ("host_clock_no_sync", "host_clock_sync", "events")]
-    need += [("logging", c, "seconds") for c in ("copy_every_step", "on_device")]
+    need += [("logging", c, m) for c in ("copy_every_step", "on_device") for m in ("seconds", "syncs")]
     need += [("elementwise", c, "gbps") for c in ("copy", "add", "add_scalar")]
     need += [("reduction", "sum", "gbps"), ("fusion", "eager", "ms"), ("fusion", "floor", "ms"),
              ("alloc", "alloc_free_1MB", "us")]
