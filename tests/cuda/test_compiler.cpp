@@ -418,9 +418,6 @@ TEST(Compiler, LoadModuleOnAMissingGpuThrowsDeviceError) {
 
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): NVRTC-only tests ran instead"
-
 // Device buffer of n values, freed at scope exit.
 template <typename T>
 class DeviceBuffer {
@@ -471,7 +468,7 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 TEST(CompilerGpu, LoadModuleAndLaunchWritesKnownValues) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
@@ -481,7 +478,7 @@ TEST(CompilerGpu, LoadModuleAndLaunchWritesKnownValues) {
 }
 
 TEST(CompilerGpu, TemplateKernelThroughNameExpression) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   const char* source = R"(
@@ -509,7 +506,7 @@ template <typename T> __global__ void scale(T* y, T factor, int n) {
 }
 
 TEST(CompilerGpu, SecondLoadIsAMemoryHitAndAClearedCacheHitsDisk) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
@@ -555,7 +552,7 @@ TEST(CompilerGpu, SecondLoadIsAMemoryHitAndAClearedCacheHitsDisk) {
 }
 
 TEST(CompilerGpu, CorruptCacheFileIsRecompiledAndRewritten) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
@@ -578,7 +575,7 @@ TEST(CompilerGpu, CorruptCacheFileIsRecompiledAndRewritten) {
 }
 
 TEST(CompilerGpu, UnwritableCacheDirectoryStillLoads) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   write_bytes(dir.path() / "file", "x");
   ScopedEnv cache_dir("KILN_CACHE_DIR", (dir.path() / "file" / "kernels").string().c_str());
@@ -590,7 +587,7 @@ TEST(CompilerGpu, UnwritableCacheDirectoryStillLoads) {
 }
 
 TEST(CompilerGpu, InMemoryModeWritesNothing) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
@@ -600,7 +597,7 @@ TEST(CompilerGpu, InMemoryModeWritesNothing) {
 }
 
 TEST(CompilerGpu, MissingKernelNameThrowsListingTheKernels) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
   auto module = load_module(kAxpySource, "axpy.cu", 0);
   try {
@@ -615,7 +612,7 @@ TEST(CompilerGpu, MissingKernelNameThrowsListingTheKernels) {
 }
 
 TEST(CompilerGpu, ModuleFromPtxBytesRuns) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   int device_cc = 0, major = 0, minor = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
@@ -625,7 +622,7 @@ TEST(CompilerGpu, ModuleFromPtxBytesRuns) {
 }
 
 TEST(CompilerGpu, LargeDynamicSharedMemoryIsRequestedAndTooMuchThrows) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
   // Each block stages its values through dynamic shared memory, reversed, to use all of it.
   const char* source = R"(

@@ -67,8 +67,6 @@ std::vector<FusionKernelSpec> elementwise_specs(int vector_width) {
   return specs;
 }
 
-bool have_gpu() { return num_gpus() > 0; }
-
 void expect_equal(const Array& fused, const Array& eager, double tolerance = 0.0) {
   ASSERT_EQ(fused.dtype(), eager.dtype());
   ASSERT_EQ(fused.shape(), eager.shape());
@@ -211,7 +209,7 @@ TEST(FuseCodegen, KernelKeysAndNamesTellSpecsApart) {
 // ------------------------------------------------------------------ with a GPU
 
 TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   auto f = fuse(chain_fn, "chain");
   for (DType t : {float32, float64, float16, bfloat16}) {
@@ -231,7 +229,7 @@ TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
 }
 
 TEST(FuseGpu, Int32AndMixedDtypesMatchUnfused) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array a = random::randint(-100, 100, {1000, 37}, int32, d);
   Array b = random::randint(-5, 5, {37}, int8, d);
@@ -243,7 +241,7 @@ TEST(FuseGpu, Int32AndMixedDtypesMatchUnfused) {
 }
 
 TEST(FuseGpu, BroadcastAndStridedInputs) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array m = random::normal({300, 500}, float32, d);
   Array row = random::normal({500}, float32, d);
@@ -261,7 +259,7 @@ TEST(FuseGpu, BroadcastAndStridedInputs) {
 }
 
 TEST(FuseGpu, FinalReductionsMatchUnfused) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array x = random::normal({512, 700}, float32, d), y = random::normal({512, 700}, float32, d);
   auto dot = fuse([](auto a, auto b) { return sum(a * b); });
@@ -282,7 +280,7 @@ TEST(FuseGpu, FinalReductionsMatchUnfused) {
 }
 
 TEST(FuseGpu, SecondCallCompilesNothing) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   auto f = fuse(chain_fn, "chain_cache");
   Array x = random::normal({1 << 20}, float32, d);
@@ -300,7 +298,7 @@ TEST(FuseGpu, SecondCallCompilesNothing) {
 }
 
 TEST(FuseGpu, MixedDevicesThrowDeviceError) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   auto f = fuse([](auto a, auto b) { return a + b; }, "mixed");
   expect_error<DeviceError>([&] { (void)f(ones({3}, float32, gpu(0)), ones({3}, float32, cpu())); },
                             {"fuse(mixed)", "cuda:0", "cpu", ".to("});

@@ -34,9 +34,6 @@ using kiln_test::expect_error;
 
 namespace {
 
-#define KILN_REQUIRE_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
-
 std::vector<float> host_values(int64_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);

@@ -13,6 +13,7 @@
 
 #include "core/backend.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
 #endif
@@ -20,9 +21,6 @@
 namespace {
 
 using namespace kiln;
-
-#define KILN_REQUIRE_GPU() \
-  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): GPU transfer tests skipped"
 
 std::vector<int32_t> iota_values(int64_t n, int32_t start = 0) {
   std::vector<int32_t> v(static_cast<size_t>(n));

@@ -520,9 +520,6 @@ TEST(UserKernelCodegen, ReductionSignatureTellsPassesApart) {
 
 // ---- on a GPU --------------------------------------------------------------------------------------------
 
-#define KILN_REQUIRE_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
-
 template <class T>
 std::vector<T> host(const Array& a) {
   return a.to(cpu()).to_vector<T>();
