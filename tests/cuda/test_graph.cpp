@@ -27,6 +27,7 @@
 #include "kiln/cuda.hpp"
 #include "kiln/io.hpp"
 #include "kiln/kiln.hpp"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -523,7 +524,8 @@ TEST(CudaGraph, replay_on_another_stream_of_the_same_gpu) {
   KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array x = full({2048}, 4.0f, float32, d);
-  Stream capture_stream = Stream::create(d), other = Stream::create(d, {.non_blocking = true});
+  // Both streams non-blocking: neither waits for the other nor for the legacy default stream.
+  Stream capture_stream = Stream::create(d, {.non_blocking = true}), other = Stream::create(d, {.non_blocking = true});
   cuda::Graph g;
   Array y;
   {
@@ -531,10 +533,15 @@ TEST(CudaGraph, replay_on_another_stream_of_the_same_gpu) {
     y = sqrt(x);
   }
   EXPECT_EQ(g.stream(), capture_stream);
-  synchronize(d);  // x is ready for the non-blocking stream
+  synchronize(d);  // x is ready for the non-blocking streams
+  // The capture stream stays busy for 200 ms: a replay wrongly queued on it would not have run when `other`
+  // is synchronised, and y (never written by the capture itself) would not hold the square roots yet.
+  kiln_test::spin(capture_stream, 0.2);
   g.replay(other);
   other.synchronize();
-  for (float v : y.to_vector<float>()) ASSERT_EQ(v, 2.0f);
+  for (float v : y.to(cpu(), other).to_vector<float>()) ASSERT_EQ(v, 2.0f);  // read on other, not behind the spin
+  EXPECT_FALSE(capture_stream.query()) << "the capture stream finished its 200 ms spin: the check proves nothing";
+  capture_stream.synchronize();  // the next test starts on an idle GPU
   expect_error<DeviceError>([&] { g.replay(Stream::create(cpu())); }, {"Graph::replay", "cpu"});
 }
 
