@@ -7,7 +7,7 @@
 // leaves the capture usable; pinned asynchronous copies and raw kernels compiled
 // during the capture are captured; pools shared between graphs; replay on another
 // stream; capture on a GPU that is not the current device. The allocator's
-// private-pool bookkeeping is tested without a GPU in test_allocator.cpp.
+// private-pool bookkeeping is tested without a GPU in test_allocator_graph_pool.cpp.
 #ifdef KILN_WITH_CUDA
 
 #include <gtest/gtest.h>
