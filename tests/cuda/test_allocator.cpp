@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "kiln/kiln.hpp"
 #include "gpu_test_util.hpp"
+#include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
 #ifdef KILN_WITH_CUDA

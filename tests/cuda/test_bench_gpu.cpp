@@ -14,8 +14,8 @@
 #include "cuda/launch.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/cuda.hpp"
-#include "kiln/kiln.hpp"
 #include "gpu_test_util.hpp"
+#include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
 namespace {

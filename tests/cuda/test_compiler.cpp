@@ -7,13 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +29,6 @@ namespace {
 using kiln_test::ScopedEnv;
 using kiln_test::TempDir;
 
-
-
 std::string read_bytes(const fs::path& path) {
   std::ifstream file(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
@@ -41,11 +36,6 @@ std::string read_bytes(const fs::path& path) {
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-size_t count_files(const fs::path& dir) {
-  size_t n = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) n += entry.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 const char* kAxpySource = R"(
@@ -168,7 +158,7 @@ TEST(KernelCache, WriteThenReadBackGivesTheSameEntryAndLeavesNoTempFile) {
   const std::string folder = (dir.path() / "nested" / "kernels").string();  // created on demand
   ASSERT_TRUE(write_cache_file(folder, sample_key(), sample_entry()));
   EXPECT_TRUE(fs::exists(fs::path(folder) / sample_key().hex()));
-  EXPECT_EQ(count_files(folder), 1u);
+  EXPECT_EQ(dir.file_count(), 1u);  // the entry, no temp file
   auto entry = read_cache_file(folder, sample_key());
   ASSERT_TRUE(entry.has_value());
   EXPECT_EQ(entry->image, sample_entry().image);
@@ -177,7 +167,7 @@ TEST(KernelCache, WriteThenReadBackGivesTheSameEntryAndLeavesNoTempFile) {
   CompiledImage other = sample_entry();
   other.image += "// v2\n";
   ASSERT_TRUE(write_cache_file(folder, sample_key(), other));
-  EXPECT_EQ(count_files(folder), 1u);
+  EXPECT_EQ(dir.file_count(), 1u);  // the entry, no temp file
   EXPECT_EQ(read_cache_file(folder, sample_key())->image, other.image);
 }
 
@@ -474,7 +464,7 @@ TEST(CompilerGpu, LoadModuleAndLaunchWritesKnownValues) {
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
   auto module = load_module(unique_source(kAxpySource), "axpy.cu", 0);
   run_axpy_and_check(*module, 2.5f, 1000);
-  EXPECT_EQ(count_files(dir.path()), 1u);  // written to the disk cache
+  EXPECT_EQ(dir.file_count(), 1u);  // written to the disk cache
 }
 
 TEST(CompilerGpu, TemplateKernelThroughNameExpression) {
@@ -558,7 +548,7 @@ TEST(CompilerGpu, CorruptCacheFileIsRecompiledAndRewritten) {
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
   const std::string source = unique_source(kAxpySource);
   load_module(source, "axpy.cu", 0);
-  ASSERT_EQ(count_files(dir.path()), 1u);
+  ASSERT_EQ(dir.file_count(), 1u);
   const fs::path file = fs::directory_iterator(dir.path())->path();
   std::string bytes = read_bytes(file);
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
@@ -593,7 +583,7 @@ TEST(CompilerGpu, InMemoryModeWritesNothing) {
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
   auto module = load_module(unique_source(kAxpySource), "axpy.cu", 0);
   run_axpy_and_check(*module, 1.0f, 17);
-  EXPECT_EQ(count_files(dir.path()), 0u);
+  EXPECT_EQ(dir.file_count(), 0u);
 }
 
 TEST(CompilerGpu, MissingKernelNameThrowsListingTheKernels) {

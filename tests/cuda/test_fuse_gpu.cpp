@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fuse_test_util.hpp"  // tests/core
 #include "core/fusion.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/device_functions.hpp"
@@ -20,11 +21,11 @@
 
 using namespace kiln;
 using namespace kiln::cuda_impl;
+using kiln_test::chain_fn;
+using kiln_test::expect_equal;
 using kiln_test::expect_error;
 
 namespace {
-
-auto chain_fn = [](auto x) { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; };
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -65,23 +66,6 @@ std::vector<FusionKernelSpec> elementwise_specs(int vector_width) {
   s.ndim = 2;
   specs.push_back(s);
   return specs;
-}
-
-void expect_equal(const Array& fused, const Array& eager, double tolerance = 0.0) {
-  ASSERT_EQ(fused.dtype(), eager.dtype());
-  ASSERT_EQ(fused.shape(), eager.shape());
-  ASSERT_EQ(fused.device(), eager.device());
-  std::vector<double> f = fused.to_vector<double>(), e = eager.to_vector<double>();
-  for (size_t i = 0; i < f.size(); ++i) {
-    if (std::isnan(e[i])) {
-      EXPECT_TRUE(std::isnan(f[i])) << i;
-      continue;
-    }
-    if (tolerance == 0.0)
-      ASSERT_EQ(f[i], e[i]) << "element " << i;
-    else
-      ASSERT_NEAR(f[i], e[i], tolerance * (1 + std::abs(e[i]))) << "element " << i;
-  }
 }
 
 }  // namespace

@@ -13,11 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,9 +23,8 @@
 #include "cuda/launch.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/cuda.hpp"
-#include "kiln/io.hpp"
-#include "kiln/kiln.hpp"
 #include "gpu_test_util.hpp"
+#include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;

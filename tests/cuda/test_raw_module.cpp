@@ -7,26 +7,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "cuda/compiler.hpp"
 #include "cuda/raw_module.hpp"
-#include "kiln/kiln.hpp"
 #include "gpu_test_util.hpp"
+#include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
 using kiln::cuda_impl::KernelParam;
 using kiln::cuda_impl::PackedArgs;
 using kiln_test::expect_error;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -75,8 +70,6 @@ extern "C" __global__ void copy(float* y, const float* x, int n) {
 
 const char* const kNothing =
     "extern \"C\" __global__ void nothing(int* p) { extern __shared__ int s[]; if (p) p[0] = s[0]; }";
-
-
 
 template <class T>
 T read_at(const PackedArgs& packed, size_t index) {
@@ -208,16 +201,6 @@ TEST(RawModule, NameExpressionsInstantiateTemplateKernels) {
   // Itanium mangling of void scale<float>(float*, float, int) and of the double instance.
   EXPECT_NE(ptx.find(".entry _Z5scaleIfEvPT_S0_i("), std::string::npos) << ptx;
   EXPECT_NE(ptx.find(".entry _Z5scaleIdEvPT_S0_i("), std::string::npos) << ptx;
-}
-
-TEST(RawModule, NameExpressionsAreLoweredToMangledNames) {
-  cuda_impl::CompileOptions options;
-  options.name_expressions = {"scale<float>", "scale<int>"};
-  const auto image = cuda_impl::compile_image(kScaleTemplate, "scale", cuda_impl::compile_target(80, false), options);
-  ASSERT_EQ(image.lowered_names.size(), 2u);
-  EXPECT_EQ(image.lowered_names[0].first, "scale<float>");
-  EXPECT_EQ(image.lowered_names[0].second, "_Z5scaleIfEvPT_S0_i");
-  EXPECT_EQ(image.lowered_names[1].second, "_Z5scaleIiEvPT_S0_i");
 }
 
 TEST(RawModule, EveryKernelOfTheGpuTestsCompiles) {
