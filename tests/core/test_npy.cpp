@@ -3,9 +3,6 @@
 // byte-exact agreement of save with np.save, and every error load/save throws.
 #include <gtest/gtest.h>
 
-#include "test_util.hpp"
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +13,7 @@
 
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -36,17 +34,11 @@ std::vector<uint8_t> element_bytes(const Array& a) {
   return out;
 }
 
-/// A fresh scratch directory per test.
+/// A fresh scratch directory per test, removed after it.
 class NpyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() / ("kiln_npy_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string scratch(const std::string& name) const { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
+  std::string scratch(const std::string& name) const { return (dir_.path() / name).string(); }
+  kiln_test::TempDir dir_;
 };
 
 using kiln_test::expect_error;
