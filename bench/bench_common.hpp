@@ -1,7 +1,7 @@
-// A small, device-neutral benchmark harness shared by the bench/ programs:
-// statistics over timing samples, a host-clock timer for synchronous (CPU) work,
-// and one table/JSON output format. A GPU benchmark collects its samples with
-// events instead of time_host() and reuses summarize(), Report and the output.
+// A small, device-neutral benchmark harness shared by the bench/ programs: a
+// host-clock timer for synchronous (CPU) work with kiln::summarize's statistics,
+// and one table/JSON output format. A GPU benchmark times with kiln::bench
+// (events) and reuses Timing, Report and the output.
 //
 // Timing protocol (time_host): `warmup` untimed calls first; then the number of
 // calls per sample ("inner") is doubled until one sample lasts at least
@@ -17,13 +17,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bench_clock.hpp"
 #include "core/json.hpp"
+#include "kiln/bench.hpp"
 
 namespace kiln::benchutil {
 
@@ -35,46 +36,39 @@ struct TimingOptions {
   int max_inner = 1 << 16;     ///< cap on calls per sample
 };
 
-/// Summary of timing samples, each in seconds per call.
-struct Stats {
-  double min_s = 0, median_s = 0, mean_s = 0, stddev_s = 0;
-  int repeats = 0;  ///< number of samples
-  int inner = 1;    ///< calls per sample
+/// Statistics of one workload's samples in seconds per call: kiln::summarize's (count = samples; stddev is the
+/// population one, as in kiln::bench's JSON), and the calls each sample made.
+struct Timing : kiln::Stats {
+  int inner = 1;  ///< calls per sample
 };
 
-/// Min, median, mean and sample standard deviation of `samples` (seconds per call).
-inline Stats summarize(std::vector<double> samples, int inner = 1) {
-  Stats s;
-  s.repeats = static_cast<int>(samples.size());
-  s.inner = inner;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  size_t n = samples.size();
-  s.min_s = samples.front();
-  s.median_s = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  s.mean_s = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(n);
-  double ss = 0;
-  for (double x : samples) ss += (x - s.mean_s) * (x - s.mean_s);
-  s.stddev_s = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
-  return s;
+/// `s`, the statistics of samples of `calls` calls each, per call.
+inline Timing per_call(kiln::Stats s, int calls) {
+  const double c = static_cast<double>(calls);
+  s.min /= c;
+  s.median /= c;
+  s.mean /= c;
+  s.max /= c;
+  s.stddev /= c;
+  return Timing{s, calls};
 }
+
 
 /// Times a synchronous callable with the host's steady clock (see the protocol above).
 template <class F>
-Stats time_host(F&& fn, const TimingOptions& options = {}) {
-  using clock = std::chrono::steady_clock;
+Timing time_host(F&& fn, const TimingOptions& options = {}) {
   auto run = [&](int calls) {
-    auto t0 = clock::now();
+    const double t0 = now_s();
     for (int i = 0; i < calls; ++i) fn();
-    return std::chrono::duration<double>(clock::now() - t0).count();
+    return now_s() - t0;
   };
   for (int i = 0; i < options.warmup; ++i) fn();
   int inner = 1;
   while (inner < options.max_inner && run(inner) < options.min_sample_s) inner *= 2;
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.repeat));
-  for (int r = 0; r < options.repeat; ++r) samples.push_back(run(inner) / inner);
-  return summarize(std::move(samples), inner);
+  for (int r = 0; r < options.repeat; ++r) samples.push_back(run(inner));
+  return per_call(kiln::summarize(std::move(samples)), inner);
 }
 
 /// One measured workload: what ran, how long it took and its throughput.
@@ -82,7 +76,7 @@ struct Result {
   std::string name;   ///< workload, e.g. "add" or "sum_axis0"
   std::string size;   ///< size label, the same on every side of a comparison: "2^20", "4096x4096", "1024"
   std::string dtype;  ///< "float32"
-  Stats stats;
+  Timing stats;
   double throughput = 0;  ///< in `unit`, computed from the median
   std::string unit;       ///< "GB/s", "GFLOP/s", "ns/elem" (lower is better only for ns/elem)
   std::string check;      ///< "ok", or what a correctness check found
@@ -107,9 +101,9 @@ class Report {
                "min", "+-%", "throughput", "unit", "check");
   }
   static void print_row(const Result& r) {
-    double rel = r.stats.median_s > 0 ? 100.0 * r.stats.stddev_s / r.stats.median_s : 0.0;
+    double rel = r.stats.median > 0 ? 100.0 * r.stats.stddev / r.stats.median : 0.0;
     fmt::print("{:<12} {:>10} {:>8} {:>11} {:>11} {:>7.1f} {:>12.3f} {:<8} {}\n", r.name, r.size, r.dtype,
-               format_seconds(r.stats.median_s), format_seconds(r.stats.min_s), rel, r.throughput, r.unit, r.check);
+               format_seconds(r.stats.median), format_seconds(r.stats.min), rel, r.throughput, r.unit, r.check);
     std::fflush(stdout);
   }
 
@@ -123,12 +117,12 @@ class Report {
     for (size_t i = 0; i < results_.size(); ++i) {
       const Result& r = results_[i];
       s += fmt::format(
-          "    {{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {:.9g}, \"min_s\": {:.9g}, "
-          "\"mean_s\": {:.9g}, \"stddev_s\": {:.9g}, \"repeats\": {}, \"inner\": {}, \"throughput\": {:.6g}, "
+          "    {{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {}, \"min_s\": {}, "
+          "\"mean_s\": {}, \"stddev_s\": {}, \"repeats\": {}, \"inner\": {}, \"throughput\": {}, "
           "\"unit\": {}, \"check\": {}}}{}\n",
-          quote(r.name), quote(r.size), quote(r.dtype), r.stats.median_s, r.stats.min_s, r.stats.mean_s,
-          r.stats.stddev_s, r.stats.repeats, r.stats.inner, r.throughput, quote(r.unit), quote(r.check),
-          i + 1 < results_.size() ? "," : "");
+          quote(r.name), quote(r.size), quote(r.dtype), number(r.stats.median), number(r.stats.min),
+          number(r.stats.mean), number(r.stats.stddev), r.stats.count, r.stats.inner, number(r.throughput),
+          quote(r.unit), quote(r.check), i + 1 < results_.size() ? "," : "");
     }
     s += "  ]\n}\n";
     std::FILE* f = std::fopen(path.c_str(), "w");
@@ -138,16 +132,10 @@ class Report {
     if (!ok) throw std::runtime_error("write_json: failed writing " + path);
   }
 
-  /// "12.3 us" style: three significant digits in s, ms, us or ns.
-  static std::string format_seconds(double s) {
-    if (s >= 1) return fmt::format("{:.3g} s", s);
-    if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-    if (s >= 1e-6) return fmt::format("{:.3g} us", s * 1e6);
-    return fmt::format("{:.3g} ns", s * 1e9);
-  }
-
   /// A JSON string literal.
   static std::string quote(const std::string& v) { return kiln::detail::json_quote(v); }
+  /// A JSON number (null for NaN or infinity, which JSON cannot write).
+  static std::string number(double v) { return kiln::detail::json_number(v); }
 
  private:
   std::string suite_, library_, device_;

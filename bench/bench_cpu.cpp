@@ -118,7 +118,7 @@ struct Checker {
   }
 };
 
-Result make_result(const std::string& name, const std::string& size, const kiln::benchutil::Stats& stats, double throughput,
+Result make_result(const std::string& name, const std::string& size, const kiln::benchutil::Timing& stats, double throughput,
                    const std::string& unit, const std::string& check) {
   return Result{name, size, "float32", stats, throughput, unit, check};
 }
@@ -132,7 +132,7 @@ Result bench_add(int64_t n, const TimingOptions& t) {
   for (int64_t i : sample_indices(n)) check.expect(pc[i], static_cast<float>(pa[i] + pb[i]), fmt::format("[{}]", i));
   auto stats = kiln::benchutil::time_host([&] { Array r = a + b; }, t);
   double bytes = 3.0 * static_cast<double>(n) * 4.0;
-  return make_result("add", pow2_label(n), stats, bytes / stats.median_s / 1e9, "GB/s", check.verdict);
+  return make_result("add", pow2_label(n), stats, bytes / stats.median / 1e9, "GB/s", check.verdict);
 }
 
 Array chain(const Array& x) { return kiln::tanh(x * 1.5f + 0.3f) * x - kiln::exp(-x * x) * 0.5f; }
@@ -147,7 +147,7 @@ Result bench_chain(int64_t n, const TimingOptions& t) {
     check.expect(py[i], std::tanh(v * 1.5 + 0.3) * v - std::exp(-v * v) * 0.5, fmt::format("[{}]", i));
   }
   auto stats = kiln::benchutil::time_host([&] { Array r = chain(x); }, t);
-  return make_result("chain", pow2_label(n), stats, stats.median_s / static_cast<double>(n) * 1e9, "ns/elem",
+  return make_result("chain", pow2_label(n), stats, stats.median / static_cast<double>(n) * 1e9, "ns/elem",
                      check.verdict);
 }
 
@@ -160,7 +160,7 @@ Result bench_sum(int64_t n, const TimingOptions& t) {
   check.expect(kiln::sum(x).item<double>(), want, "sum");
   auto stats = kiln::benchutil::time_host([&] { Array r = kiln::sum(x); }, t);
   double bytes = static_cast<double>(n) * 4.0;
-  return make_result("sum", pow2_label(n), stats, bytes / stats.median_s / 1e9, "GB/s", check.verdict);
+  return make_result("sum", pow2_label(n), stats, bytes / stats.median / 1e9, "GB/s", check.verdict);
 }
 
 Result bench_sum_axis(int64_t rows, int64_t cols, int64_t axis, const TimingOptions& t) {
@@ -177,7 +177,7 @@ Result bench_sum_axis(int64_t rows, int64_t cols, int64_t axis, const TimingOpti
   auto stats = kiln::benchutil::time_host([&] { Array s = kiln::sum(m, axis); }, t);
   double bytes = static_cast<double>(rows * cols) * 4.0;
   return make_result(fmt::format("sum_axis{}", axis), fmt::format("{}x{}", rows, cols), stats,
-                     bytes / stats.median_s / 1e9, "GB/s", check.verdict);
+                     bytes / stats.median / 1e9, "GB/s", check.verdict);
 }
 
 Result bench_matmul(int64_t n, const TimingOptions& t) {
@@ -196,7 +196,7 @@ Result bench_matmul(int64_t n, const TimingOptions& t) {
   }
   auto stats = kiln::benchutil::time_host([&] { Array r = kiln::matmul(a, b); }, t);
   double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
-  return make_result("matmul", std::to_string(n), stats, flops / stats.median_s / 1e9, "GFLOP/s", check.verdict);
+  return make_result("matmul", std::to_string(n), stats, flops / stats.median / 1e9, "GFLOP/s", check.verdict);
 }
 
 std::vector<Workload> workloads() {

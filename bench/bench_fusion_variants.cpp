@@ -79,21 +79,12 @@ int main(int argc, char** argv) {
   Array first_out;
   // Device copy bandwidth for the floor (2 x 4 bytes per element).
   Array copy_out = empty({n}, float32, d);
-  auto time_ms = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    std::vector<double> ms;
-    Event start = Event::create(d), end = Event::create(d);
-    for (int r = 0; r < 20; ++r) {
-      start.record();
-      fn();
-      end.record();
-      ms.push_back(start.elapsed_ms(end));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+  // Event time per call (kiln::bench: 3 warm-up calls, median of 20).
+  auto event_time = [&](const std::function<void()>& fn) {
+    return benchutil::per_call(kiln::bench(fn, {.warmup = 3, .repeat = 20, .devices = {d}}).device(d), 1);
   };
-  const double copy_ms = time_ms([&] { copy_out.assign(x); });
-  const double floor_ms = copy_ms;  // the same bytes: one read and one write of 2^26 floats
+  // The floor: a device copy moves the same bytes (one read and one write of 2^26 floats).
+  const double floor_ms = event_time([&] { copy_out.assign(x); }).median * 1e3;
   benchutil::Report report("gpu", "kiln", props.name);
   fmt::print("{:<18} {:>6} {:>8} {:>10} {:>8} {:>8}\n", "kernel", "unroll", "grid", "ms", "x floor", "check");
   for (const auto& v : variants) {
@@ -103,16 +94,15 @@ int main(int argc, char** argv) {
     const unsigned pass = (n / 4 + 256u * v.unroll - 1) / (256u * v.unroll);
     const unsigned grid = v.waves == 0 ? pass : std::min<unsigned>(pass, v.waves * resident * props.multiprocessors);
     Array out = empty({n}, float32, d);
-    const double ms = time_ms([&] { k.launch({grid}, {256}, out, x, n); });
+    const benchutil::Timing t = event_time([&] { k.launch({grid}, {256}, out, x, n); });
+    const double ms = t.median * 1e3;
     std::string check = "ok";
     if (!first_out.defined()) first_out = out;
     else if (any(not_equal(out, first_out)).item<bool>()) check = "DIFFERS";
     fmt::print("{:<18} {:>6} {:>8} {:>10.4f} {:>8.3f} {:>8}  ({} registers)\n", v.kernel, v.unroll, grid, ms,
                ms / floor_ms, check, regs);
-    benchutil::Stats s{};
-    s.median_s = s.min_s = ms * 1e-3;
     report.add(benchutil::Result{std::string(v.kernel) + (v.waves == 0 ? " one-pass" : " waves=" + std::to_string(v.waves)),
-                                 "2^26", "float32", s, ms / floor_ms, "x floor", check});
+                                 "2^26", "float32", t, ms / floor_ms, "x floor", check});
   }
   fmt::print("floor (device copy of the same bytes): {:.4f} ms\n", floor_ms);
   if (!json.empty()) report.write_json(json);

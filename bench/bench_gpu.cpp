@@ -6,10 +6,12 @@
 //   bench_gpu [--json FILE] [--quick]
 #include <fmt/core.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,55 +28,33 @@ namespace benchutil = kiln::benchutil;
 
 namespace {
 
-// Median of `repeat` event-timed samples of `calls` calls each, after `warmup` calls.
-template <class F>
-benchutil::Stats time_events(Device d, F&& fn, int warmup = 3, int repeat = 20, int calls = 1) {
-  for (int i = 0; i < warmup; ++i) fn();
-  synchronize(d);
-  std::vector<double> samples;
-  Event start = Event::create(d), end = Event::create(d);
-  for (int r = 0; r < repeat; ++r) {
-    start.record();
-    for (int i = 0; i < calls; ++i) fn();
-    end.record();
-    end.synchronize();
-    samples.push_back(start.elapsed_ms(end) / 1e3 / calls);
-  }
-  return benchutil::summarize(samples, calls);
+// Event time of fn on d (kiln::bench: `repeat` samples after `warmup` calls), per call.
+benchutil::Timing time_events(Device d, const std::function<void()>& fn, int warmup = 3, int repeat = 20) {
+  return benchutil::per_call(kiln::bench(fn, {.warmup = warmup, .repeat = repeat, .devices = {d}}).device(d), 1);
 }
 
-// Host wall time per call of a loop of `calls` calls that ends with a device synchronize.
-template <class F>
-benchutil::Stats time_wall(Device d, F&& fn, int calls, int warmup = 2, int repeat = 5) {
-  using clock = std::chrono::steady_clock;
-  for (int i = 0; i < warmup; ++i) fn();
-  synchronize(d);
-  std::vector<double> samples;
-  for (int r = 0; r < repeat; ++r) {
-    auto t0 = clock::now();
-    for (int i = 0; i < calls; ++i) fn();
-    synchronize(d);
-    samples.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
-  }
-  return benchutil::summarize(samples, calls);
+// Host wall time per call of a loop of `calls` calls (kiln::bench's host time ends after synchronising d).
+benchutil::Timing time_wall(Device d, const std::function<void()>& fn, int calls, int warmup = 2, int repeat = 5) {
+  const BenchResult r = kiln::bench(
+      [&] {
+        for (int i = 0; i < calls; ++i) fn();
+      },
+      {.warmup = warmup, .repeat = repeat, .devices = {d}});
+  return benchutil::per_call(r.host(), calls);
 }
 
-// Stats of a call that runs `ops` operations, per operation.
-benchutil::Stats per_op(benchutil::Stats s, int ops) {
-  s.min_s /= ops;
-  s.median_s /= ops;
-  s.mean_s /= ops;
-  s.stddev_s /= ops;
-  return s;
+// One host-clock sample (or a few) of a one-off cost, such as a compilation.
+benchutil::Timing once(std::vector<double> seconds) {
+  return benchutil::per_call(kiln::summarize(std::move(seconds)), 1);
 }
 
-Result row(const std::string& name, const std::string& size, const benchutil::Stats& s, double work, const std::string& unit,
-           const std::string& check = "ok") {
+Result row(const std::string& name, const std::string& size, const benchutil::Timing& s, double work,
+           const std::string& unit, const std::string& check = "ok") {
   Result r{name, size, "float32", s, 0.0, unit, check};
-  if (unit == "GB/s") r.throughput = work / s.median_s / 1e9;
-  else if (unit == "TFLOP/s") r.throughput = work / s.median_s / 1e12;
-  else if (unit == "us/op") r.throughput = s.median_s * 1e6;
-  else if (unit == "ms") r.throughput = s.median_s * 1e3;
+  if (unit == "GB/s") r.throughput = work / s.median / 1e9;
+  else if (unit == "TFLOP/s") r.throughput = work / s.median / 1e12;
+  else if (unit == "us/op") r.throughput = s.median * 1e6;
+  else if (unit == "ms") r.throughput = s.median * 1e3;
   return r;
 }
 
@@ -117,7 +97,7 @@ int main(int argc, char** argv) {
     Array y = expm1(x);
     synchronize(d);
     double first = std::chrono::duration<double>(clock::now() - t0).count();
-    add(row("compile_first_in_process", "1", benchutil::summarize({first}), 0, "ms"));
+    add(row("compile_first_in_process", "1", once({first}), 0, "ms"));
   }
   double copy_GBs = 0.0;  // kiln's device copy bandwidth, for the fusion floor below
   // 1. Bandwidth: device copy, add, add scalar, full sum (float32, 2^28, as peers.py).
@@ -131,7 +111,7 @@ int main(int argc, char** argv) {
     add(row("add", size, time_events(d, [&] { kiln::add(a, c, b); }), 3.0 * 4 * n, "GB/s"));
     add(row("add_scalar", size, time_events(d, [&] { kiln::add(a, 1.0f, b); }), 2.0 * 4 * n, "GB/s"));
     Array s;
-    benchutil::Stats st = time_events(d, [&] { s = a.sum(); });
+    benchutil::Timing st = time_events(d, [&] { s = a.sum(); });
     // Correctness of the timed sum against a float64 CPU reference.
     double ref = a.to(cpu()).astype(float64).sum().item<double>();
     double got = s.item<float>();
@@ -183,9 +163,11 @@ int main(int argc, char** argv) {
       if (v != x1[i]) ++bad;
     }
     std::string check = bad == 0 ? "ok" : fmt::format("{} of {} wrong", bad, x0.size());
-    add(row("graph_capture_ms", "100x1000", benchutil::summarize(captures), 0, "ms", check));
-    add(row("graph_replay_small_add_us", "100x1000", per_op(time_wall(d, [&] { g.replay(); }, 100), kOps), 0,
-            "us/op", check));
+    add(row("graph_capture_ms", "100x1000", once(captures), 0, "ms", check));
+    benchutil::Timing replay = time_wall(d, [&] { g.replay(); }, 100);  // per replay of kOps adds
+    replay = benchutil::per_call(replay, kOps);                            // per captured add
+    replay.inner = 100;                                                     // replays per sample
+    add(row("graph_replay_small_add_us", "100x1000", replay, 0, "us/op", check));
   }
   // 3. The chain of DESIGN.md run op by op (eager), 2^26 floats.
   {
@@ -193,19 +175,18 @@ int main(int argc, char** argv) {
     Array x = random::normal({n}, float32, d);
     auto chain = [&] { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; };
     add(row("chain_eager", "2^26", time_events(d, [&] { (void)chain(); }), 0, "ms"));
-    // The same chain through kiln::fuse (one generated kernel), beside the unfused ops and the bandwidth
-    // floor: 2 * 4 * n bytes (read x, write y) at the copy bandwidth measured above.
+    // The same chain through kiln::fuse (one generated kernel), beside chain_eager (the unfused ops) and the
+    // bandwidth floor: 2 * 4 * n bytes (read x, write y) at the copy bandwidth measured above.
     auto fused = fuse([](auto v) { return tanh(v * 1.5f + 0.3f) * v - exp(-v * v) * 0.5f; }, "chain");
     Array y_fused = fused(x);  // traces and compiles (warm-up)
     Array y_eager = chain();
     const float max_diff = max(abs(y_fused - y_eager)).item<float>();
     const std::string check = max_diff == 0.0f ? "ok" : fmt::format("fused differs from eager by {}", max_diff);
-    add(row("fusion_chain_eager", "2^26", time_events(d, [&] { (void)chain(); }), 0, "ms"));
     Result fused_row = row("fusion_chain_fused", "2^26", time_events(d, [&] { (void)fused(x); }), 0, "ms", check);
     add(fused_row);
     const double floor_s = 2.0 * 4 * n / (copy_GBs * 1e9);
-    add(row("fusion_chain_floor", "2^26", benchutil::summarize({floor_s}), 0, "ms",
-            fmt::format("fused/floor = {:.3f} (target <= 1.15)", fused_row.stats.median_s / floor_s)));
+    add(row("fusion_chain_floor", "2^26", once({floor_s}), 0, "ms",
+            fmt::format("fused/floor = {:.3f} (target <= 1.15)", fused_row.stats.median / floor_s)));
   }
   // 4. float32 matmul (TF32 off).
   for (int64_t m : quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192, 15360}) {
@@ -238,7 +219,7 @@ int main(int argc, char** argv) {
     (void)arctan2(a, b);
     synchronize(d);
     double cold = std::chrono::duration<double>(clock::now() - t0).count();
-    add(row("compile_cold", "1", benchutil::summarize({cold}), 0, "ms"));
+    add(row("compile_cold", "1", once({cold}), 0, "ms"));
     const std::string src =
         "extern \"C\" __global__ void bench_disk_hit(float* y, int n) {"
         " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = tanhf(y[i] * 1.25f) + 0.5f; }";
@@ -250,7 +231,7 @@ int main(int argc, char** argv) {
       (void)cuda_impl::load_module(src, "bench_disk_hit", 0, {});
       hits.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("compile_disk_hit", "1", benchutil::summarize(hits), 0, "ms"));
+    add(row("compile_disk_hit", "1", once(hits), 0, "ms"));
 
     // The same through the public RawModule: a source never seen before (compile + disk write + load) ...
     std::vector<double> cold_runs;
@@ -262,7 +243,7 @@ int main(int argc, char** argv) {
       RawModule m(unique);
       cold_runs.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("raw_compile_cold", "1", benchutil::summarize(cold_runs), 0, "ms"));
+    add(row("raw_compile_cold", "1", once(cold_runs), 0, "ms"));
     // ... and one found on disk by a fresh memory cache (read + check + load).
     const std::string raw_src =
         "extern \"C\" __global__ void raw_disk_hit(float* y, int n) {"
@@ -275,7 +256,7 @@ int main(int argc, char** argv) {
       RawModule m(raw_src);
       raw_hits.push_back(std::chrono::duration<double>(clock::now() - t1).count());
     }
-    add(row("raw_compile_disk_hit", "1", benchutil::summarize(raw_hits), 0, "ms"));
+    add(row("raw_compile_disk_hit", "1", once(raw_hits), 0, "ms"));
   }
   // 6b. Host overhead of RawKernel::launch (argument checks + packing + launch): an empty kernel, and the
   // walkthrough kernel with five arguments (three arrays, recorded on the stream), 10k launches in a row.
@@ -292,7 +273,7 @@ int main(int argc, char** argv) {
     const int32_t nx = 32, ny = 32;
     Array a = random::normal({ny, nx}, float32, d), b = random::normal({ny, nx}, float32, d);
     Array res = empty({ny, nx}, float32, d);
-    const benchutil::Stats st = time_wall(d, [&] { add_2d.launch({2, 2}, {16, 16}, nx, ny, res, a, b); }, calls);
+    const benchutil::Timing st = time_wall(d, [&] { add_2d.launch({2, 2}, {16, 16}, nx, ny, res, a, b); }, calls);
     const double error = abs(res.to(cpu()) - (a.to(cpu()) + b.to(cpu()))).max().item<float>();
     add(row("raw_launch_args", "1024", st, 0, "us/op", error == 0 ? "ok" : fmt::format("max error {}", error)));
   }

@@ -37,8 +37,8 @@ void* driver_symbol(const char* name) {
 }
 
 struct Timing {
-  double wall_us;   // per launch, including the final synchronisation
-  double issue_us;  // per launch, host time of the launch calls alone
+  kiln::benchutil::Timing wall;  // seconds per launch, including the final synchronisation
+  double issue_us;               // per launch, host time of the launch calls alone (median)
 };
 
 template <class Launch>
@@ -56,7 +56,7 @@ Timing time_launches(Launch&& launch, cudaStream_t stream) {
     issue.push_back(std::chrono::duration<double>(t1 - t0).count());
     wall.push_back(std::chrono::duration<double>(t2 - t0).count());
   }
-  return {kiln::benchutil::summarize(wall).median_s / kLaunches * 1e6, kiln::benchutil::summarize(issue).median_s / kLaunches * 1e6};
+  return {kiln::benchutil::per_call(kiln::summarize(wall), kLaunches), kiln::summarize(issue).median / kLaunches * 1e6};
 }
 
 }  // namespace
@@ -96,10 +96,9 @@ int main(int argc, char** argv) {
   Report report("gpu", "kiln", device_properties(gpu(0)).name);
   fmt::print("{:<44} {:>12} {:>12}\n", "launch path", "wall us/op", "issue us/op");
   auto row = [&](const std::string& name, Timing t) {
-    fmt::print("{:<44} {:>12.3f} {:>12.3f}\n", name, t.wall_us, t.issue_us);
-    kiln::benchutil::Stats s{};
-    s.median_s = s.min_s = t.wall_us * 1e-6;
-    report.add(Result{name, "10000", "float32", s, t.wall_us, "us/op", "ok"});
+    const double wall_us = t.wall.median * 1e6;
+    fmt::print("{:<44} {:>12.3f} {:>12.3f}\n", name, wall_us, t.issue_us);
+    report.add(Result{name, "10000", "float32", t.wall, wall_us, "us/op", "ok"});
   };
   const dim3 one(1), warp(32), block(256), grid4(4);
   row("cudaLaunchKernel library kernel, legacy stream", time_launches([&] {

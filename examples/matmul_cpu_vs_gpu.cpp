@@ -2,21 +2,17 @@
 //
 //   build/cuda/examples/example_matmul_cpu_vs_gpu [N_CPU [N_GPU]]   (defaults 512 and 4096)
 //
-// Timing rules shown here: warm up first (the first GPU call loads cuBLAS and picks a
-// kernel; the first CPU call starts the thread pool), take the median of several runs,
-// and time GPU work with events recorded in the stream (a host clock read right after a
-// launch only measures the launch). Both results are checked against a float64 product.
+// Timing rules shown here, all applied by kiln::bench: warm up first (the first GPU call
+// loads cuBLAS and picks a kernel; the first CPU call starts the thread pool), take the
+// median of several runs, and time GPU work with events recorded in the stream (a host
+// clock read right after a launch only measures the launch). Both results are checked against a float64 product.
 // Try `example_matmul_cpu_vs_gpu 2048 15360` on a GPU machine for the walkthrough's sizes (the
 // walkthrough compares with one CPU core: the one-core rate is measured too).
 #include <kiln/kiln.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <vector>
 #ifdef _OPENMP
 #include <omp.h>  // kiln's CPU kernels and OpenBLAS take their thread count from OpenMP
 #endif
@@ -24,42 +20,6 @@
 using namespace kiln;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-// Median seconds of `repeat` CPU runs after `warmup` runs (the CPU computes synchronously).
-template <class F>
-double time_cpu(F&& fn, int warmup, int repeat) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> s;
-  for (int r = 0; r < repeat; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(s);
-}
-
-// Median seconds of `repeat` GPU runs after `warmup` runs, between two events of the stream.
-template <class F>
-double time_gpu(Device d, F&& fn, int warmup, int repeat) {
-  for (int i = 0; i < warmup; ++i) fn();
-  synchronize(d);
-  Event start = Event::create(d), end = Event::create(d);
-  std::vector<double> s;
-  for (int r = 0; r < repeat; ++r) {
-    start.record();
-    fn();
-    end.record();
-    end.synchronize();
-    s.push_back(start.elapsed_ms(end) / 1e3);
-  }
-  return median(s);
-}
 
 // Largest |got - want| over the scale of the product, against a float64 product on the CPU.
 double relative_error(const Array& got, const Array& a, const Array& b) {
@@ -93,7 +53,7 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
-  double cpu_s = time_cpu([&] { c = matmul(a, b); }, 1, 5);
+  double cpu_s = bench([&] { c = matmul(a, b); }, {.warmup = 1, .repeat = 5}).seconds();  // host clock median
   double cpu_tflops = 2.0 * n_cpu * n_cpu * n_cpu / cpu_s / 1e12;
   double err = relative_error(c, a, b);
   std::printf("cpu     %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s  (%d threads, max error %.1e)\n",
@@ -102,7 +62,7 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
   if (threads > 1) {
     omp_set_num_threads(1);
-    one_core_s = time_cpu([&] { (void)matmul(a, b); }, 1, 3);
+    one_core_s = bench([&] { (void)matmul(a, b); }, {.warmup = 1, .repeat = 3}).seconds();
     omp_set_num_threads(threads);
     std::printf("cpu     %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s  (one core)\n",
                 static_cast<long long>(n_cpu), one_core_s * 1e3, 2.0 * n_cpu * n_cpu * n_cpu / one_core_s / 1e12);
@@ -122,7 +82,7 @@ int main(int argc, char** argv) {
   // The same inputs on the GPU first, so both sides multiply the same numbers.
   Array ga = a.to(d), gb = b.to(d);
   Array gc;
-  double gpu_same_s = time_gpu(d, [&] { gc = matmul(ga, gb); }, 3, 20);
+  double gpu_same_s = bench([&] { gc = matmul(ga, gb); }, {.warmup = 3, .repeat = 20}).seconds();  // event median
   err = relative_error(gc, a, b);
   std::printf("cuda:0  %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s  (max error %.1e)\n"
               "        -> %.0fx the CPU's %d threads, %.0fx one core\n",
@@ -138,7 +98,7 @@ int main(int argc, char** argv) {
   if (n_gpu != n_cpu) {
     Array x = random::normal({n_gpu, n_gpu}, float32, d), y = random::normal({n_gpu, n_gpu}, float32, d);
     Array z;
-    double big_s = time_gpu(d, [&] { z = matmul(x, y); }, 3, 10);
+    double big_s = bench([&] { z = matmul(x, y); }, {.warmup = 3, .repeat = 10}).seconds();
     double big_tflops = 2.0 * n_gpu * n_gpu * n_gpu / big_s / 1e12;
     const double one_core_tflops = 2.0 * n_cpu * n_cpu * n_cpu / one_core_s / 1e12;
     std::printf("cuda:0  %5lld^2 float32 matmul: %10.3f ms  %7.3f TFLOP/s; one core at its %lld^2 rate would need"

@@ -13,7 +13,6 @@
 // CPU work is done when the call returns.
 #include <kiln/kiln.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,12 +24,6 @@ using namespace kiln;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -81,18 +74,20 @@ int main(int argc, char** argv) {
     events.push_back(start.elapsed_ms(end) / 1e3);
   }
 
+  // kiln::summarize gives the median of the samples (and min, mean, max, stddev).
   const double flops = 2.0 * n * n * n;
   auto line = [&](const char* what, double s) {
     std::printf("  %-34s %10.3f ms  -> %8.3f TFLOP/s\n", what, s * 1e3, flops / s / 1e12);
   };
   std::printf("%lld^2 float32 matmul on %s, median of %d after warm-up:\n", static_cast<long long>(n),
               d.str().c_str(), repeat);
-  line("host clock, no synchronise (WRONG)", median(no_sync));
-  line("host clock + synchronize(d)", median(with_sync));
-  line("events in the stream", median(events));
+  line("host clock, no synchronise (WRONG)", summarize(no_sync).median);
+  line("host clock + synchronize(d)", summarize(with_sync).median);
+  line("events in the stream", summarize(events).median);
   line("first call (one-time costs)", first);
   if (have_gpu)
-    std::printf("the unsynchronised clock under-reports the work %.0fx\n", median(events) / median(no_sync));
+    std::printf("the unsynchronised clock under-reports the work %.0fx\n",
+                summarize(events).median / summarize(no_sync).median);
 
   // What was timed must also be right: one element against a float64 dot product on the CPU.
   Array row = a.index({0}).to(cpu()).astype(float64), col = b.index({Slice(), 0}).to(cpu()).astype(float64);

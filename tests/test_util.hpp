@@ -16,6 +16,12 @@
 
 #include "kiln/kiln.hpp"
 
+/// Skips the current test when no GPU is usable (needs only kiln::num_gpus(): it compiles in the cpu preset too).
+#ifndef KILN_REQUIRE_GPU
+#define KILN_REQUIRE_GPU() \
+  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): GPU test skipped"
+#endif
+
 namespace kiln_test {
 
 /// Expects `f` to throw E (not another type) with a message containing every fragment.

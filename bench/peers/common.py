@@ -1,6 +1,8 @@
 """Shared parts of the peer benchmarks (torch_bench.py, cupy_bench.py): the list of
 workloads, cases and metrics of `kiln bench` (../../BENCH_SCHEMA.md, as agreed for
-issue 5), the JSON record writer, the command line and the timing helpers.
+issue 5), the JSON record writer, the command line, the timing helpers, and the
+library-independent halves of some workloads (what is recorded from the timings).
+Tensor creation, streams, graphs, pinned memory and the ops stay in each script.
 
 Imports nothing beyond the standard library, so `--dry-run` works anywhere.
 """
@@ -193,6 +195,12 @@ class Timer:
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples)
 
+    @staticmethod
+    def median_of(fn, rep=5):
+        """Median of `rep` calls of fn, which returns the seconds it measured itself, after one warm-up call."""
+        fn()
+        return statistics.median([fn() for _ in range(rep)])
+
 
 def host_median(fn, warm, rep):
     """(median seconds, last result) of a synchronous host call (the CPU side of matmul)."""
@@ -232,6 +240,74 @@ def check_text(ok, detail):
     return "ok" if ok else detail
 
 
+def failure_reason(e):
+    """What a failed part is recorded with: the exception's type and the first line of its message (160 characters)."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}"
+
+
+def timing(rec, timer, synchronize, matmul):
+    """The timing workload: `matmul()` (queues one matmul) timed wrongly (host clock around the launch only, each
+    sample from an idle GPU), with the host clock and a synchronise, and with events (20 samples each)."""
+    for _ in range(3):
+        matmul()
+    no_sync, with_sync = [], []
+    for _ in range(20):
+        synchronize()  # each sample starts from an idle GPU
+        t0 = time.perf_counter()
+        matmul()
+        no_sync.append(time.perf_counter() - t0)  # the wrong way: only the launch
+    synchronize()
+    for _ in range(20):
+        t0 = time.perf_counter()
+        matmul()
+        synchronize()
+        with_sync.append(time.perf_counter() - t0)
+    rec.add("timing", "host_clock_no_sync", "seconds", statistics.median(no_sync))
+    rec.add("timing", "host_clock_sync", "seconds", statistics.median(with_sync))
+    rec.add("timing", "events", "seconds", timer.events(matmul, warm=3, rep=20))
+
+
+def record_overlap(rec, serial, overlapped, copy_only, ok):
+    """The overlap records from the three pipeline times (seconds) and whether the outputs were right."""
+    check = check_text(ok, "output chunks differ from the same ops run directly")
+    rec.add("overlap", "serial", "seconds", serial, check=check)
+    rec.add("overlap", "overlapped", "seconds", overlapped, check=check)
+    rec.add("overlap", "copy_only", "seconds", copy_only)
+    hidden = min(1.0, max(0.0, (serial - overlapped) / copy_only))  # as `kiln bench`: clamped to [0, 1]
+    rec.add("overlap", "overlapped", "hidden_copy_fraction", hidden)
+
+
+def record_fusion(rec, n, eager_ms, copy_gbps, fused, label):
+    """The fusion records: eager, the floor (2*4*n bytes at `copy_gbps`), and the fused chain. `fused()` compiles
+    the fused chain (outside any timing) and returns (seconds, relative error against eager); when it raises,
+    the fused records are skipped with "<label> failed: <reason>"."""
+    floor_ms = 2 * 4 * n / (copy_gbps * 1e9) * 1e3
+    rec.add("fusion", "eager", "ms", eager_ms)
+    rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
+    rec.add("fusion", "eager", "x_floor", eager_ms / floor_ms)
+    try:
+        fused_s, err = fused()
+    except Exception as e:  # torch.compile without Triton or a C compiler, a guard failure, a cupy.fuse error...
+        reason = f"{label} failed: {failure_reason(e)}"
+        rec.skip("fusion", "fused", "ms", reason)
+        rec.skip("fusion", "fused", "x_floor", reason)
+        return
+    check = check_text(err < 1e-5, f"{label} result differs from eager by {err:.2e}")
+    rec.add("fusion", "fused", "ms", fused_s * 1e3, note=label, check=check)
+    rec.add("fusion", "fused", "x_floor", fused_s * 1e3 / floor_ms)
+
+
+def multigpu(rec, sync_all, one_gpu, two_gpus):
+    """The multigpu records: wall time (ending when every GPU is synchronised) of one_gpu() and two_gpus()."""
+    timer = Timer(sync_all, None, None)
+    one = timer.wall(one_gpu)
+    two = timer.wall(two_gpus)
+    rec.add("multigpu", "one_gpu", "seconds", one)
+    rec.add("multigpu", "two_gpus", "seconds", two)
+    rec.add("multigpu", "two_gpus", "speedup", one / two)
+
+
 def finish(rec, args):
     missing = rec.missing(args.workloads)
     for workload, case, metric in missing:  # a workload that failed part-way: say so in the file
@@ -248,6 +324,6 @@ def run_workloads(rec, args, table):
         try:
             table[name]()
         except Exception as e:  # a failing workload must not lose the others' numbers
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            reason = failure_reason(e)
             print(f"  {name} failed: {reason}", file=sys.stderr, flush=True)
             rec.skip_workload(name, reason)

@@ -12,7 +12,6 @@ CPU counterpart. Without CuPy or a GPU it prints why and exits 0. See bench/READ
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -35,7 +34,7 @@ def main(argv=None):
     try:
         gpus = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver: CUDARuntimeError
-        print(f"cupy_bench: CuPy sees no CUDA GPU ({type(e).__name__}: {e}); nothing measured.")
+        print(f"cupy_bench: CuPy sees no CUDA GPU ({common.failure_reason(e)}); nothing measured.")
         return 0
     if gpus == 0:
         print("cupy_bench: CuPy sees no CUDA GPU; nothing measured.")
@@ -100,24 +99,7 @@ class CupyBench:
     def timing(self):
         n = self.sizes.timing_n
         a, b = self.randn(n, n), self.randn(n, n)
-        for _ in range(3):
-            a @ b
-        no_sync, with_sync = [], []
-        for _ in range(20):
-            self.sync()  # each sample starts from an idle GPU
-            t0 = time.perf_counter()
-            a @ b
-            no_sync.append(time.perf_counter() - t0)  # the wrong way: only the launch
-        self.sync()
-        for _ in range(20):
-            t0 = time.perf_counter()
-            a @ b
-            self.sync()
-            with_sync.append(time.perf_counter() - t0)
-        median = common.statistics.median
-        self.rec.add("timing", "host_clock_no_sync", "seconds", median(no_sync))
-        self.rec.add("timing", "host_clock_sync", "seconds", median(with_sync))
-        self.rec.add("timing", "events", "seconds", self.timer.events(lambda: a @ b, warm=3, rep=20))
+        common.timing(self.rec, self.timer, self.sync, lambda: a @ b)
 
     # ------------------------------------------------------------------ transfer
     def transfer(self):
@@ -174,27 +156,19 @@ class CupyBench:
             end.synchronize()
             return cp.cuda.get_elapsed_time(start, end) / 1e3
 
-        def median_of(fn, rep=5):
-            fn()  # warm-up
-            return common.statistics.median([fn() for _ in range(rep)])
-
         def chunk_ok(i):
             ref = cp.asarray(h_in[i])
             compute(ref)
             return bool(np.array_equal(h_out[i], ref.get()))
 
+        median_of = common.Timer.median_of
         copy_only = median_of(lambda: pipeline(1, with_compute=False))
         serial = median_of(lambda: pipeline(1))
         ok = chunk_ok(0)
         h_out[...] = 0
         overlapped = median_of(lambda: pipeline(2))
         ok = ok and chunk_ok(0) and chunk_ok(chunks - 1)
-        check = common.check_text(ok, "output chunks differ from the same ops run directly")
-        self.rec.add("overlap", "serial", "seconds", serial, check=check)
-        self.rec.add("overlap", "overlapped", "seconds", overlapped, check=check)
-        self.rec.add("overlap", "copy_only", "seconds", copy_only)
-        hidden = min(1.0, max(0.0, (serial - overlapped) / copy_only))  # as `kiln bench`: clamped to [0, 1]
-        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", hidden)
+        common.record_overlap(self.rec, serial, overlapped, copy_only, ok)
 
     # ------------------------------------------------------------------ logging
     def logging(self):
@@ -295,7 +269,7 @@ class CupyBench:
                          note="cupy.cuda.Graph from stream capture")
         except Exception as e:  # older CuPy without stream capture
             self.rec.skip("overhead", "graph_replay", "us_per_op",
-                          f"CUDA graph capture failed: {type(e).__name__}: {str(e)[:120]}")
+                          f"CUDA graph capture failed: {common.failure_reason(e)}")
         empty = cp.RawKernel(r'extern "C" __global__ void kiln_peer_empty() {}', "kiln_peer_empty")
 
         def empty_launch():
@@ -315,24 +289,15 @@ class CupyBench:
             return cp.tanh(x * 1.5 + 0.3) * x - cp.exp(-x * x) * 0.5
 
         eager_ms = self.timer.events(lambda: chain(x)) * 1e3
-        self.rec.add("fusion", "eager", "ms", eager_ms)
         if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
             self.copy_gbps = self.measure_copy(self.sizes.elementwise_n)
-        floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
-        self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
-        self.rec.add("fusion", "eager", "x_floor", eager_ms / floor_ms)
-        try:
-            fused = cp.fuse(chain)
-            err = common.relative_error(fused(x).get(), chain(x).get())  # compiles here, outside the timing
-            fused_s = self.timer.events(lambda: fused(x))
-        except Exception as e:
-            reason = f"cupy.fuse failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-            self.rec.skip("fusion", "fused", "ms", reason)
-            self.rec.skip("fusion", "fused", "x_floor", reason)
-            return
-        check = common.check_text(err < 1e-5, f"cupy.fuse result differs from eager by {err:.2e}")
-        self.rec.add("fusion", "fused", "ms", fused_s * 1e3, note="cupy.fuse", check=check)
-        self.rec.add("fusion", "fused", "x_floor", fused_s * 1e3 / floor_ms)
+
+        def fused():
+            fused_chain = cp.fuse(chain)
+            err = common.relative_error(fused_chain(x).get(), chain(x).get())  # compiles here, outside the timing
+            return self.timer.events(lambda: fused_chain(x)), err
+
+        common.record_fusion(self.rec, n, eager_ms, self.copy_gbps, fused, "cupy.fuse")
 
     # ------------------------------------------------------------------ alloc
     def alloc(self):
@@ -363,8 +328,6 @@ class CupyBench:
             for i in range(gpus):
                 cp.cuda.Device(i).synchronize()
 
-        timer = common.Timer(sync_all, None, None)
-
         def one_gpu():
             with dev0:
                 for _ in range(10):
@@ -378,11 +341,7 @@ class CupyBench:
                 with dev1:
                     a1 @ b1
 
-        one = timer.wall(one_gpu)
-        two = timer.wall(two_gpus)
-        self.rec.add("multigpu", "one_gpu", "seconds", one)
-        self.rec.add("multigpu", "two_gpus", "seconds", two)
-        self.rec.add("multigpu", "two_gpus", "speedup", one / two)
+        common.multigpu(self.rec, sync_all, one_gpu, two_gpus)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ TF32 off. Without PyTorch or a GPU it prints why and exits 0. See bench/README.m
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -88,24 +87,7 @@ class TorchBench:
         n = self.sizes.timing_n
         a = torch.randn(n, n, device=self.dev)
         b = torch.randn(n, n, device=self.dev)
-        for _ in range(3):
-            a @ b
-        no_sync, with_sync = [], []
-        for _ in range(20):
-            torch.cuda.synchronize()  # each sample starts from an idle GPU
-            t0 = time.perf_counter()
-            a @ b
-            no_sync.append(time.perf_counter() - t0)  # the wrong way: only the launch
-        torch.cuda.synchronize()
-        for _ in range(20):
-            t0 = time.perf_counter()
-            a @ b
-            torch.cuda.synchronize()
-            with_sync.append(time.perf_counter() - t0)
-        median = common.statistics.median
-        self.rec.add("timing", "host_clock_no_sync", "seconds", median(no_sync))
-        self.rec.add("timing", "host_clock_sync", "seconds", median(with_sync))
-        self.rec.add("timing", "events", "seconds", self.timer.events(lambda: a @ b, warm=3, rep=20))
+        common.timing(self.rec, self.timer, torch.cuda.synchronize, lambda: a @ b)
 
     # ------------------------------------------------------------------ transfer
     def transfer(self):
@@ -158,10 +140,7 @@ class TorchBench:
             end.synchronize()
             return start.elapsed_time(end) / 1e3
 
-        def median_of(fn, rep=5):
-            fn()  # warm-up
-            return common.statistics.median([fn() for _ in range(rep)])
-
+        median_of = common.Timer.median_of
         copy_only = median_of(lambda: pipeline(1, with_compute=False))
         serial = median_of(lambda: pipeline(1))
         ref = h_in[0].to(self.dev)
@@ -173,12 +152,7 @@ class TorchBench:
         ref = h_in[chunks - 1].to(self.dev)
         compute(ref)
         ok = ok and torch.equal(h_out[chunks - 1], ref.cpu())
-        check = common.check_text(ok, "output chunks differ from the same ops run directly")
-        self.rec.add("overlap", "serial", "seconds", serial, check=check)
-        self.rec.add("overlap", "overlapped", "seconds", overlapped, check=check)
-        self.rec.add("overlap", "copy_only", "seconds", copy_only)
-        hidden = min(1.0, max(0.0, (serial - overlapped) / copy_only))  # as `kiln bench`: clamped to [0, 1]
-        self.rec.add("overlap", "overlapped", "hidden_copy_fraction", hidden)
+        common.record_overlap(self.rec, serial, overlapped, copy_only, ok)
 
     # ------------------------------------------------------------------ logging
     def logging(self):
@@ -295,29 +269,20 @@ class TorchBench:
             return torch.tanh(x * 1.5 + 0.3) * x - torch.exp(-x * x) * 0.5
 
         eager_ms = self.timer.events(lambda: chain(x)) * 1e3
-        self.rec.add("fusion", "eager", "ms", eager_ms)
         if self.copy_gbps is None:  # elementwise not run: measure the copy bandwidth here, as there
             m = self.sizes.elementwise_n
             big = torch.randn(m, device=self.dev)
             out = torch.empty_like(big)
             self.copy_gbps = 2 * 4 * m / self.timer.events(lambda: out.copy_(big)) / 1e9
             del big, out
-        floor_ms = 2 * 4 * n / (self.copy_gbps * 1e9) * 1e3
-        self.rec.add("fusion", "floor", "ms", floor_ms, note="2*4*2^26 bytes at the device copy bandwidth")
-        self.rec.add("fusion", "eager", "x_floor", eager_ms / floor_ms)
-        try:
+
+        def fused():
             compiled = torch.compile(chain)
             got = compiled(x)  # compiles here (tens of seconds the first time), outside the timing
             err = common.relative_error(got.cpu().numpy(), chain(x).cpu().numpy())
-            fused_s = self.timer.events(lambda: compiled(x))
-        except Exception as e:  # no Triton, no C compiler, a guard failure...
-            reason = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-            self.rec.skip("fusion", "fused", "ms", reason)
-            self.rec.skip("fusion", "fused", "x_floor", reason)
-            return
-        check = common.check_text(err < 1e-5, f"torch.compile result differs from eager by {err:.2e}")
-        self.rec.add("fusion", "fused", "ms", fused_s * 1e3, note="torch.compile", check=check)
-        self.rec.add("fusion", "fused", "x_floor", fused_s * 1e3 / floor_ms)
+            return self.timer.events(lambda: compiled(x)), err
+
+        common.record_fusion(self.rec, n, eager_ms, self.copy_gbps, fused, "torch.compile")
 
     # ------------------------------------------------------------------ alloc
     def alloc(self):
@@ -346,8 +311,6 @@ class TorchBench:
             for i in range(gpus):
                 torch.cuda.synchronize(i)
 
-        timer = common.Timer(sync_all, None, None)
-
         def one_gpu():
             for _ in range(10):
                 a0 @ b0
@@ -358,11 +321,7 @@ class TorchBench:
                 a0 @ b0
                 a1 @ b1
 
-        one = timer.wall(one_gpu)
-        two = timer.wall(two_gpus)
-        self.rec.add("multigpu", "one_gpu", "seconds", one)
-        self.rec.add("multigpu", "two_gpus", "seconds", two)
-        self.rec.add("multigpu", "two_gpus", "speedup", one / two)
+        common.multigpu(self.rec, sync_all, one_gpu, two_gpus)
 
 
 if __name__ == "__main__":

@@ -171,24 +171,43 @@ KernelTable& kernel_table();
 /// kernel_table() and returns the entry (defined in elementwise.cpp; throws CompileError/CudaError).
 const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
                                               const std::string& name);
-/// Loads generated `source` (kernel `name`) for `device` through load_module with the built-in options and
-/// returns its entry (occupancy included) without recording it anywhere (fused kernels keep their own).
-KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name);
-/// Multiprocessors of GPU `device` (cached after the first query).
-int multiprocessor_count(int device);
-
 /// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
 const std::vector<std::string>& builtin_kernel_options();
+
+/// Loads generated `source` (kernel `name`) for `device` through load_module with NVRTC `options` and returns
+/// its entry (context function and occupancy included) without recording it anywhere (fused kernels and user
+/// kernels keep their own).
+KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name,
+                                        const std::vector<std::string>& options = builtin_kernel_options());
+/// Multiprocessors of GPU `device` (cached after the first query).
+int multiprocessor_count(int device);
 
 /// The device-side reduction operator type of `op` accumulating in `acc` (e.g. "kd::red_sum<float>"), shared by
 /// the built-in reduction and fused-reduction generators.
 std::string reduce_operator_type(detail::ReduceOp op, DType acc);
+/// Appends the combine of one reduction task's `group` threads (each holding `ACC acc` of operator type `Op`,
+/// at 4 spaces of indent, inside the task loop): a butterfly of (sub-)warp shuffles for group 2..32 (masked to
+/// the group's lanes below 32), and for group kBlockSize a warp shuffle, the warps' values through
+/// `__shared__ ACC warp_acc[kBlockSize / 32]` (declared by the caller) and a second shuffle in the first warp,
+/// which leaves the block's value in thread 0. Nothing for group 1. Shared by the built-in and fused
+/// reduction generators.
+void emit_group_combine(std::string& s, int group);
 
 /// ceil(log2(v)) for v >= 1 (kernel-key fields of power-of-two sizes).
 inline int log2_int(int v) {
   int r = 0;
   while ((1 << r) < v) ++r;
   return r;
+}
+
+/// ceil(a / b) for a >= 0, b >= 1.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The smallest power of two >= v, at most `cap` (1 for v <= 1).
+inline int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
 }
 
 /// The unsigned type NVRTC loads `bytes` bytes with in one instruction ("uint4" for 16, ...).

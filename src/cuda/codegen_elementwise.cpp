@@ -21,11 +21,6 @@ namespace kiln::cuda_impl {
 
 using detail::OpCode;
 
-namespace {
-
-
-}  // namespace
-
 bool elementwise_op_supported(OpCode op, DType t) {
   const bool fp = is_floating(t);
   const bool is_bool = t == DType::Bool;
@@ -78,7 +73,6 @@ bool elementwise_op_supported(OpCode op, DType t) {
 }
 
 namespace {
-
 
 std::string input_type(const ElementwiseSpec& spec, int k) { return device_type_name(spec.in[k]); }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/device_functions.hpp"
+#include "cuda/elementwise_layout.hpp"
 #include "cuda/fusion.hpp"
 #include "kiln/error.hpp"
 
@@ -19,8 +20,6 @@ using detail::OpCode;
 using detail::ReduceOp;
 
 namespace {
-
-
 
 std::string v(int id) { return "v" + std::to_string(id); }
 
@@ -177,22 +176,8 @@ void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>
     s +=
         "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u + "];\n";
   s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
-  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n      IDX rem = i;\n";
-  for (int k = 0; k < operands; ++k) s += "      OFF o" + std::to_string(k) + " = 0;\n";
-  if (nd > 1) {
-    s += "#pragma unroll\n      for (int d = " + std::to_string(nd - 1) + "; d >= 1; --d) {\n";
-    if (spec.index64)
-      s += "        const IDX q = rem / p.w[d];\n";
-    else
-      s += "        const IDX q = (__umulhi(rem, p.w[" + std::to_string(nd) + " + d]) + rem) >> p.w[" +
-           std::to_string(2 * nd) + " + d];\n";
-    s += "        const OFF r = (OFF)(rem - q * p.w[d]);\n        rem = q;\n";
-    for (int k = 0; k < operands; ++k)
-      s += "        o" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(stride_base + k * nd) + " + d];\n";
-    s += "      }\n";
-  }
-  for (int k = 0; k < operands; ++k)
-    s += "      o" + std::to_string(k) + " += (OFF)rem * (OFF)p.w[" + std::to_string(stride_base + k * nd) + "];\n";
+  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
+  emit_strided_offsets(s, nd, operands, spec.index64, "      ");
   s += "      out_off[u] = o0;\n";
   for (size_t k = 0; k < inputs.size(); ++k)
     s += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + 1) + "];\n";
@@ -264,24 +249,7 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
        element_call(g, inputs.size(),
                     [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
        "));\n    }\n";
-  if (G > 1 && G <= 32) {
-    s += "    const unsigned mask = " +
-         (G == 32 ? std::string("0xffffffffu")
-                  : "(" + std::to_string((1ull << G) - 1) + "u << (threadIdx.x % 32 / " + std::to_string(G) + " * " +
-                        std::to_string(G) + "))") +
-         ";\n";
-    s += "#pragma unroll\n    for (int m = " + std::to_string(G / 2) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
-  } else if (G == kBlockSize) {
-    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
-         "0xffffffffu));\n";
-    s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
-    s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
-         " ? warp_acc[threadIdx.x] : Op::identity();\n";
-    s += "#pragma unroll\n      for (int m = " + std::to_string(kBlockSize / 64) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n    }\n";
-    s += "    __syncthreads();\n";
-  }
+  emit_group_combine(s, G);
   s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "o * splits + split" : "o") + "] = " +
        (spec.to_partials ? std::string("acc") : "kd::cast<" + std::string(device_type_name(spec.out)) + ">(acc)") +
        ";\n  }\n}\n";
@@ -356,9 +324,10 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
 std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spec) {
   const std::string name = fusion_kernel_name(g, spec);
   const std::vector<int> inputs = fusion_array_arguments(g);
-  if (static_cast<int>(inputs.size()) + 1 > 16)
+  if (static_cast<int>(inputs.size()) + 1 > kMaxLayoutOperands)
     throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) +
-                     " array arguments; a fused kernel takes at most 15, so split the function");
+                     " array arguments; a fused kernel takes at most " + std::to_string(kMaxLayoutOperands - 1) +
+                     ", so split the function");
   const int v = spec.vector_width;
   if (v < 1 || v > 16 || (v & (v - 1)) != 0) throw ValueError("fuse codegen: bad vector width " + std::to_string(v));
   if (spec.layout != FusionLayout::Contiguous && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))

@@ -29,14 +29,12 @@ using detail::ReduceOp;
 
 namespace {
 
-
 bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
 std::string accumulator_type(const ReduceSpec& spec) {
   const std::string value = device_type_name(spec.acc);
   return is_arg(spec.op) ? "kd::arg_t<" + value + ">" : value;
 }
-
 
 /// Typedefs, Params and the load/store/offset helpers shared by both layouts.
 void common_part(std::string& s, const ReduceSpec& spec) {
@@ -164,23 +162,7 @@ void rows_kernel(std::string& s, const ReduceSpec& spec, const std::string& name
   s += "    if (r0 < r1) {\n      const IN* base = in + in_off;\n";
   accumulate_loop(s, spec, "lane", gs);
   s += "    }\n";
-  if (g > 1 && g <= 32) {
-    s += "    const unsigned mask = " +
-         (g == 32 ? std::string("0xffffffffu")
-                  : "(" + std::to_string((1ull << g) - 1) + "u << (threadIdx.x % 32 / " + gs + " * " + gs + "))") +
-         ";\n";
-    s += "#pragma unroll\n    for (int m = " + std::to_string(g / 2) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
-  } else if (g == kBlockSize) {
-    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
-         "0xffffffffu));\n";
-    s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
-    s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
-         " ? warp_acc[threadIdx.x] : Op::identity();\n";
-    s += "#pragma unroll\n      for (int m = " + std::to_string(kBlockSize / 64) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n    }\n";
-    s += "    __syncthreads();\n";
-  }
+  emit_group_combine(s, g);
   s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "task" : "out_off") +
        "] = " + (spec.to_partials ? "acc" : "store(acc)") + ";\n";
   s += "  }\n}\n";
@@ -209,6 +191,28 @@ void columns_kernel(std::string& s, const ReduceSpec& spec, const std::string& n
 }
 
 }  // namespace
+
+void emit_group_combine(std::string& s, int group) {
+  const int g = group;
+  const std::string gs = std::to_string(g);
+  if (g > 1 && g <= 32) {
+    s += "    const unsigned mask = " +
+         (g == 32 ? std::string("0xffffffffu")
+                  : "(" + std::to_string((1ull << g) - 1) + "u << (threadIdx.x % 32 / " + gs + " * " + gs + "))") +
+         ";\n";
+    s += "#pragma unroll\n    for (int m = " + std::to_string(g / 2) +
+         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
+  } else if (g == kBlockSize) {
+    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
+         "0xffffffffu));\n";
+    s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
+    s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
+         " ? warp_acc[threadIdx.x] : Op::identity();\n";
+    s += "#pragma unroll\n      for (int m = " + std::to_string(kBlockSize / 64) +
+         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n    }\n";
+    s += "    __syncthreads();\n";
+  }
+}
 
 std::string reduce_operator_type(ReduceOp op, DType acc_dtype) {
   const std::string acc = device_type_name(acc_dtype);

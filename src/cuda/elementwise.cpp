@@ -134,17 +134,11 @@ unsigned grid_for(int device, int64_t work_items, const KernelTable::Entry& kern
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
-void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args) {
-  if (kernel.context_function != nullptr)
-    launch_function(kernel.context_function, grid, block, 0, stream, args, kernel.name.c_str());
-  else
-    launch(static_cast<cudaKernel_t>(kernel.function), grid, block, 0, stream, args, kernel.name.c_str());
-}
-
-KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name) {
-  CompileOptions options;
-  options.options = builtin_kernel_options();
-  std::shared_ptr<Module> module = load_module(source, name, device, options);
+KernelTable::Entry compile_kernel_entry(int device, const std::string& source, const std::string& name,
+                                        const std::vector<std::string>& options) {
+  CompileOptions compile_options;
+  compile_options.options = options;
+  std::shared_ptr<Module> module = load_module(source, name, device, compile_options);
   KernelTable::Entry entry;
   entry.function = reinterpret_cast<void*>(module->function(name));
   entry.module = module;
@@ -195,7 +189,6 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   void* args[3 + 3 + 2];
   int num_args = 0, num_arrays = 1;
   args[num_args++] = &pointers[0];
-  int64_t widest = itemsize(out.dtype());
   for (int k = 0; k < call.num_inputs; ++k) {
     const detail::ElementwiseArg& input = call.inputs[static_cast<size_t>(k)];
     if (input.is_scalar()) {
@@ -209,7 +202,6 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
         throw DeviceError(std::string(op_name) + ": an input is on " + a.device().str() + " and the output on " +
                           out.device().str() + "; move the input with .to(" + out.device().str() + ")");
       spec.in[k] = a.dtype();
-      widest = std::max(widest, itemsize(a.dtype()));
       arrays[num_arrays] = &a;
       pointers[num_arrays] = a.data_ptr();
       args[num_args++] = &pointers[num_arrays];
@@ -221,11 +213,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   layout.operands = num_arrays;
   coalesce(layout, out.shape(), arrays, op_name);
   const int64_t n = out.size();
-  bool contiguous = n == 1;
-  if (!contiguous && layout.ndim == 1) {
-    contiguous = true;
-    for (int k = 0; k < num_arrays; ++k) contiguous = contiguous && layout.strides[k][0] == 1;
-  }
+  const bool contiguous = is_contiguous_layout(layout, n);
   spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
@@ -236,7 +224,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
 
   // A same-dtype copy between contiguous arrays goes to the copy engine (cudaMemcpyAsync), as
   // PyTorch's copy_ does: 4.2 TB/s on an H200 against 3.9 for the generated copy kernel.
-  if (contiguous && spec.raw_copy && num_arrays == 2) {
+  if (contiguous && spec.raw_copy) {  // raw_copy: one array input, so pointers[1] is it
     KILN_CUDA_CHECK(cudaMemcpyAsync(pointers[0], pointers[1], static_cast<size_t>(n * itemsize(out.dtype())),
                                     cudaMemcpyDeviceToDevice, current_stream(device)));
     return;
@@ -244,13 +232,9 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   if (contiguous) {
     spec.layout = EwLayout::Contiguous;
     // 16 bytes of the widest operand per vector, when every pointer is aligned for its part.
-    int vec = spec.raw_copy || elementwise_vectorizable(call.op, call.compute) ? static_cast<int>(16 / widest) : 1;
-    for (; vec > 1; vec /= 2) {
-      bool aligned = true;
-      for (int k = 0; k < num_arrays; ++k)
-        aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
-      if (aligned) break;
-    }
+    const int vec = spec.raw_copy || elementwise_vectorizable(call.op, call.compute)
+                        ? aligned_vector_width(arrays, pointers, num_arrays)
+                        : 1;
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = (n + spec.vector_width - 1) / spec.vector_width;
     int array_inputs = 0;
@@ -268,13 +252,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
       inner_dense = inner_dense && (inner == 0 || inner == 1);
     }
     spec.unroll = inner_dense && (spec.raw_copy || elementwise_vectorizable(call.op, call.compute)) ? 4 : 1;
-    if (spec.index64) {
-      strided_words64(layout, words64);
-      args[num_args++] = words64;
-    } else {
-      strided_words32(layout, words32);
-      args[num_args++] = words32;
-    }
+    args[num_args++] = strided_params(layout, spec.index64, words32, words64);
   }
   args[num_args++] = spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32);
   const KernelTable::Entry& kernel = elementwise_kernel(device, spec);

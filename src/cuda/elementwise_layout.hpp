@@ -5,6 +5,7 @@
 // words the same way (codegen.hpp documents the words).
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -28,11 +29,18 @@ struct StridedLayout {
   int64_t strides[MaxOperands][kMaxKernelRank];
 };
 
+/// An op's name for an error message: a C string, or a callable that builds it (called only when throwing).
+inline std::string op_label(const char* op) { return op; }
+template <class F>
+std::string op_label(const F& op) {
+  return op();
+}
+
 /// Merges axes (the shape's C order, so a flat index keeps its C-order meaning) where every operand steps
 /// uniformly; drops size-1 axes. `arrays` are layout.operands arrays of shape `shape` (broadcast views).
-/// Throws ShapeError naming `op` when more than kMaxKernelRank axes remain.
-template <int M>
-void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* arrays, const char* op) {
+/// Throws ShapeError naming `op` (see op_label) when more than kMaxKernelRank axes remain.
+template <int M, class Op>
+void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* arrays, const Op& op) {
   layout.ndim = 0;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
@@ -48,7 +56,7 @@ void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* 
       }
     }
     if (nd == kMaxKernelRank)
-      throw ShapeError(std::string(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+      throw ShapeError(op_label(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
                        " axes that cannot be merged (shape " + shape_str(shape) +
                        "); make an operand contiguous first (.contiguous())");
     layout.shape[nd] = shape[d];
@@ -84,6 +92,22 @@ bool is_contiguous_layout(const StridedLayout<M>& layout, int64_t n) {
   for (int k = 0; k < layout.operands; ++k)
     if (layout.strides[k][0] != 1) return false;
   return true;
+}
+
+/// The vector width (elements) of a contiguous kernel over `operands` arrays: 16 bytes of the widest operand,
+/// halved until every pointer (`pointers[k]`, the data of `arrays[k]`) is aligned for its part of a vector
+/// (vec * itemsize bytes); 1 when no wider vector fits.
+inline int aligned_vector_width(const Array* const* arrays, void* const* pointers, int operands) {
+  int64_t widest = 1;
+  for (int k = 0; k < operands; ++k) widest = std::max(widest, itemsize(arrays[k]->dtype()));
+  int vec = static_cast<int>(16 / widest);
+  for (; vec > 1; vec /= 2) {
+    bool aligned = true;
+    for (int k = 0; k < operands; ++k)
+      aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
+    if (aligned) break;
+  }
+  return vec;
 }
 
 /// Params words of a strided kernel with 32-bit indices: size[ndim], magic[ndim], shift[ndim] (division by
@@ -126,6 +150,37 @@ void* strided_params(const StridedLayout<M>& layout, bool index64, uint32_t* wor
   }
   strided_words32(layout, words32);
   return words32;
+}
+
+/// How a fused or user reduction spreads over the GPU (src/cuda/reduce.cpp plans the built-in ones).
+struct SplitPlan {
+  int group = 1;        ///< threads per (output, split) task: 1..32 (power of two) or kBlockSize
+  int64_t splits = 1;   ///< tasks per output (> 1: a second pass reduces the partials)
+  int64_t chunk = 1;    ///< reduced elements per split
+  int64_t wave = 1;     ///< blocks of one wave (8 resident kBlockSize-thread blocks per multiprocessor)
+};
+
+/// Plans a reduction of `num_out` outputs over `num_red` elements each on `multiprocessors` SMs. `rows`: the
+/// reduced axes are the inner ones in memory, so a group of threads takes each output (a (sub-)warp when
+/// outputs are many or rows short, else the block, split when outputs are fewer than a wave of blocks);
+/// otherwise one thread per output, adjacent threads on adjacent outputs, the reduced range split when outputs
+/// are fewer than the resident threads.
+inline SplitPlan plan_split(bool rows, int64_t num_out, int64_t num_red, int multiprocessors) {
+  SplitPlan plan;
+  plan.wave = static_cast<int64_t>(multiprocessors) * 8;
+  const int64_t resident = plan.wave * kBlockSize;
+  int64_t splits = 1;
+  if (rows) {
+    plan.group = num_red <= 32 || num_out * 32 >= resident ? pow2_at_least(num_red, 32) : kBlockSize;
+    if (plan.group == kBlockSize && num_out < plan.wave)
+      splits = std::min(ceil_div(plan.wave, num_out), ceil_div(num_red, 4096));
+  } else if (num_out < resident) {
+    splits = std::min(ceil_div(resident, num_out), ceil_div(num_red, 64));
+  }
+  splits = std::max<int64_t>(1, splits);
+  plan.chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
+  plan.splits = std::max<int64_t>(1, ceil_div(num_red, plan.chunk));
+  return plan;
 }
 
 /// The layout of built-in and fused elementwise problems.

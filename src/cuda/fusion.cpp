@@ -36,8 +36,6 @@ const KernelTable::Entry& fused_kernel(const FusionGraph& g, int device, const F
   return *static_cast<const KernelTable::Entry*>(g.insert_kernel(key, entry).get());
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /// One axis of a fused reduction: its size and each input's stride.
 struct Axis {
   int64_t size;
@@ -62,36 +60,23 @@ void push_axis(std::vector<Axis>& axes, const Axis& axis, int inputs) {
 void elementwise(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
                  void** pointers, std::vector<void*>& args) {
   const FusionGraph& g = *call.graph;
-  const std::string who = "fuse(" + g.name + ")";
   const int operands = 1 + static_cast<int>(inputs.size());
   Layout layout;
   layout.operands = operands;
-  coalesce(layout, call.shape, arrays, who.c_str());
+  coalesce(layout, call.shape, arrays, [&] { return "fuse(" + g.name + ")"; });
   const int64_t n = call.out.size();
-  bool contiguous = n == 1;
-  if (!contiguous && layout.ndim == 1) {
-    contiguous = true;
-    for (int k = 0; k < operands; ++k) contiguous = contiguous && layout.strides[k][0] == 1;
-  }
+  const bool contiguous = is_contiguous_layout(layout, n);
   FusionKernelSpec spec;
   spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
   int64_t work_items = n;
   unsigned one_pass_blocks = 0;  // contiguous kernels: every thread's loop runs once
-  std::vector<uint32_t> words32(static_cast<size_t>(3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
-  std::vector<uint64_t> words64(static_cast<size_t>(kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank));
+  uint32_t words32[3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
+  uint64_t words64[kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
   if (contiguous) {
     spec.layout = FusionLayout::Contiguous;
-    int64_t widest = 1;
-    for (int k = 0; k < operands; ++k) widest = std::max(widest, itemsize(arrays[k]->dtype()));
-    int vec = static_cast<int>(16 / widest);
-    for (; vec > 1; vec /= 2) {
-      bool aligned = true;
-      for (int k = 0; k < operands; ++k)
-        aligned = aligned && reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(arrays[k]->dtype())) == 0;
-      if (aligned) break;
-    }
+    const int vec = aligned_vector_width(arrays, pointers, operands);
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = ceil_div(n, spec.vector_width);
     one_pass_blocks =
@@ -104,13 +89,7 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
     for (int k = 0; k < operands; ++k)
       inner_dense = inner_dense && layout.strides[k][nd - 1] >= 0 && layout.strides[k][nd - 1] <= 1;
     spec.unroll = inner_dense ? 4 : 1;
-    if (spec.index64) {
-      strided_words64(layout, words64.data());
-      args.push_back(words64.data());
-    } else {
-      strided_words32(layout, words32.data());
-      args.push_back(words32.data());
-    }
+    args.push_back(strided_params(layout, spec.index64, words32, words64));
   }
   args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
   const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
@@ -122,7 +101,6 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
                std::vector<void*>& args, void** out_pointer) {
   const FusionGraph& g = *call.graph;
   const detail::FusionNode& node = g.nodes[static_cast<size_t>(g.reduce)];
-  const std::string who = "fuse(" + g.name + ")";
   const int ni = static_cast<int>(inputs.size());
   const Shape& shape = call.shape;
   std::vector<bool> reduced(shape.size(), false);
@@ -138,7 +116,7 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   }
   if (red.empty()) red.push_back(Axis{1, {}});
   if (kept.size() > static_cast<size_t>(kMaxKernelRank) || red.size() > static_cast<size_t>(kMaxKernelRank))
-    throw ShapeError(who + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+    throw ShapeError("fuse(" + g.name + "): the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
                      " axes that cannot be merged (shape " + shape_str(shape) + "); make an operand contiguous first");
   const int64_t num_out = call.out.size();
   int64_t num_red = 1;
@@ -151,28 +129,11 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   spec.acc = reduce_accumulator_dtype(spec.op, g.nodes[static_cast<size_t>(g.elementwise)].dtype, spec.out);
   spec.kept_ndim = static_cast<int>(kept.size());
   spec.reduced_ndim = static_cast<int>(red.size());
-  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * 8;
-  const int64_t resident_threads = wave * kBlockSize;
+  // Rows: the reduced axes are the inner ones (or there is no non-trivial axis).
   const bool rows = last_nontrivial < 0 || reduced[static_cast<size_t>(last_nontrivial)];
-  int64_t splits = 1;
-  if (rows) {
-    // A (sub-)warp per output when outputs are many or rows short, else a block (split when outputs are few).
-    if (num_red <= 32 || num_out * 32 >= resident_threads) {
-      int p = 1;
-      while (p < num_red && p < 32) p *= 2;
-      spec.group = p;
-    } else {
-      spec.group = kBlockSize;
-      if (num_out < wave) splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
-    }
-  } else {
-    // A thread per output, adjacent threads on adjacent outputs; split the reduced range when outputs are few.
-    spec.group = 1;
-    if (num_out < resident_threads) splits = std::min(ceil_div(resident_threads, num_out), ceil_div(num_red, 64));
-  }
-  splits = std::max<int64_t>(splits, 1);
-  const int64_t chunk = ceil_div(num_red, splits);
-  splits = ceil_div(num_red, chunk);
+  const SplitPlan plan = plan_split(rows, num_out, num_red, multiprocessor_count(device));
+  spec.group = plan.group;
+  const int64_t splits = plan.splits, chunk = plan.chunk, wave = plan.wave;
   spec.to_partials = splits > 1;
   int64_t extent = 0;
   for (int k = 0; k < ni; ++k) {
@@ -202,8 +163,7 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   }
   const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
   const int64_t blocks = std::clamp<int64_t>(ceil_div(num_out * splits * spec.group, kBlockSize), 1, 4 * wave);
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
-         current_stream(device), args.data(), kernel.name.c_str());
+  launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
   if (spec.to_partials) {
     // The second pass is the built-in reduction over each output's `splits` accumulators.
     detail::ReduceCall second{spec.op, &partials, call.out.reshape({num_out, 1}), Shape{1}};

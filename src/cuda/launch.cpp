@@ -91,6 +91,11 @@ void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaS
     throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
                      ": the kernel handle is null (load it with Module::function first)");
   validate_launch_config(name, grid, block, shared_mem);
+  launch_validated(kernel, grid, block, shared_mem, stream, args, name);
+}
+
+void launch_validated(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
+                      const char* name) {
   const auto* function = reinterpret_cast<const void*>(kernel);
   const auto fail = [&](const char* call, cudaError_t err) {
     cudaGetLastError();  // clear the non-sticky error state so the next call does not report it again
@@ -123,16 +128,13 @@ void* context_function(cudaKernel_t kernel) {
   return reinterpret_cast<void*>(function);
 }
 
-void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
-                     const char* name) {
+void launch_function(void* function, dim3 grid, dim3 block, cudaStream_t stream, void** args, const char* name) {
+  constexpr size_t shared_mem = 0;  // for the messages
   const DriverCalls& calls = driver_calls();
   if (function == nullptr || calls.launch_kernel == nullptr)
     throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
                      ": no context function (internal: use launch() with the library kernel)");
   validate_launch_config(name, grid, block, shared_mem);
-  if (shared_mem > kDefaultDynamicSharedMemory)
-    throw ValueError("kiln: cannot launch " + launch_config_str(name, grid, block, shared_mem, stream) +
-                     " through launch_function: more than 48 KB of dynamic shared memory needs launch()");
   detail::note_gpu_work(current_device());  // for kiln::bench's default device set
   const CUresult result =
       calls.launch_kernel(reinterpret_cast<CUfunction>(function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
@@ -145,6 +147,13 @@ void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, c
     throw CudaError("kiln: cuLaunchKernel failed for " + launch_config_str(name, grid, block, shared_mem, stream) +
                     " on cuda:" + std::to_string(device) + ": " + error_name + " (" + std::to_string(result) + ")");
   }
+}
+
+void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args) {
+  if (kernel.context_function != nullptr)
+    launch_function(kernel.context_function, grid, block, stream, args, kernel.name.c_str());
+  else
+    launch(static_cast<cudaKernel_t>(kernel.function), grid, block, 0, stream, args, kernel.name.c_str());
 }
 
 }  // namespace kiln::cuda_impl

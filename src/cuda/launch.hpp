@@ -30,6 +30,11 @@ void validate_launch_config(const char* name, dim3 grid, dim3 block, size_t shar
 void launch(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
             const char* name);
 
+/// launch() without its own checks, for a non-null kernel whose configuration validate_launch_config has
+/// already accepted (RawKernel's launch_dims does it). Throws CudaError like launch().
+void launch_validated(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream,
+                      void** args, const char* name);
+
 /// The CUfunction of library kernel `kernel` in the current device's primary context (cuKernelGetFunction,
 /// reached through cudaGetDriverEntryPointByVersion: kiln does not link libcuda), for launch_function; nullptr
 /// when the driver does not provide it. Valid while the kernel's library stays loaded.
@@ -37,12 +42,12 @@ void* context_function(cudaKernel_t kernel);
 
 /// Launches a function from context_function through cuLaunchKernel, on the current device, after the same
 /// validation as launch(): about 0.3 us of host time cheaper per launch than cudaLaunchKernel on a library
-/// kernel (bench/bench_launch.cpp). No dynamic shared memory above 48 KB (use launch()). Throws like launch().
-void launch_function(void* function, dim3 grid, dim3 block, size_t shared_mem, cudaStream_t stream, void** args,
-                     const char* name);
+/// kernel (bench/bench_launch.cpp). No dynamic shared memory (use launch()). Throws like launch().
+void launch_function(void* function, dim3 grid, dim3 block, cudaStream_t stream, void** args, const char* name);
 
-/// Launches a built-in kernel on the current device: through its context function (cuLaunchKernel) when it has
-/// one, else through launch(). No dynamic shared memory. Throws like launch().
+/// Launches a kernel entry (built-in, fused or user kernel, from compile_kernel_entry) on the current device:
+/// through its context function (cuLaunchKernel) when it has one, else through launch(). No dynamic shared
+/// memory. Throws like launch(), naming kernel.name.
 void launch_entry(const KernelTable::Entry& kernel, dim3 grid, dim3 block, cudaStream_t stream, void** args);
 
 }  // namespace kiln::cuda_impl

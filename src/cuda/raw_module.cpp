@@ -50,7 +50,6 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
                      " argument(s); pass one argument per kernel parameter, in order (LaunchOptions, if any, last)");
   PackedArgs packed;
   packed.offsets.resize(count);
-  std::vector<void*> device_pointers(count, nullptr);
   size_t end = 0;
   for (size_t i = 0; i < count; ++i) {
     const detail::KernelArg& arg = args[i];
@@ -85,7 +84,6 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
                           " is an array on " + on.str() + "; move it with " + move + ", or build the RawModule for " +
                           on.str() + " (RawModuleOptions::device)");
       }
-      device_pointers[i] = array.data_ptr();
       packed.arrays.push_back(&array);
     }
     packed.offsets[i] = offset;
@@ -100,10 +98,12 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
   for (size_t i = 0; i < count; ++i) {
     const detail::KernelArg& arg = args[i];
     unsigned char* at = packed.buffer.data() + packed.offsets[i];
-    if (arg.kind == detail::KernelArg::Kind::Array)
-      std::memcpy(at, &device_pointers[i], sizeof(void*));
-    else
+    if (arg.kind == detail::KernelArg::Kind::Array) {
+      void* data = arg.array->data_ptr();
+      std::memcpy(at, &data, sizeof data);
+    } else {
       std::memcpy(at, arg.value, arg.size);
+    }
     packed.pointers[i] = at;
   }
   return packed;
@@ -187,8 +187,9 @@ class CudaRawKernel final : public detail::RawKernelImpl {
       stream = current_stream(device_);
     }
     set_device(device_);
-    cuda_impl::launch(kernel_, g, b, options.shared_mem, stream,
-                      packed.pointers.empty() ? nullptr : packed.pointers.data(), name_.c_str());
+    // launch_dims validated the configuration, and kernel_ is never null (Module::function throws instead).
+    launch_validated(kernel_, g, b, options.shared_mem, stream,
+                     packed.pointers.empty() ? nullptr : packed.pointers.data(), name_.c_str());
     // The arrays stay reserved until the stream's work so far (this kernel included) is done, so callers may
     // drop them right after launch().
     for (const Array* array : packed.arrays) record_stream(*array->storage(), stream);

@@ -86,14 +86,6 @@ void sort_and_coalesce(Axes& axes, bool keep_order) {
   axes.count = merged;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int pow2_at_least(int64_t v) {
-  int p = 1;
-  while (p < v && p < 32) p *= 2;
-  return p;
-}
-
 int64_t extent(const Axes& axes, bool out_side) {
   int64_t e = 0;
   for (int d = 0; d < axes.count; ++d) {
@@ -148,7 +140,7 @@ void launch_reduce(const KernelTable::Entry& kernel, const ReduceSpec& spec, int
 
 /// Group size for Rows: a (sub-)warp per output when outputs are many or rows short, else the block.
 int rows_group(int64_t num_out, int64_t num_red, int64_t resident_threads) {
-  if (num_red <= 32 || num_out * 32 >= resident_threads) return pow2_at_least(num_red);
+  if (num_red <= 32 || num_out * 32 >= resident_threads) return pow2_at_least(num_red, 32);
   return kBlockSize;
 }
 

@@ -15,7 +15,6 @@
 #include "core/user_kernel.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/codegen_user.hpp"
-#include "cuda/compiler.hpp"
 #include "cuda/elementwise_layout.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
@@ -35,31 +34,18 @@ const KernelTable::Entry& variant(detail::KernelVariantCache& cache, int device,
                                   const std::string& name, const std::vector<std::string>& options, SourceFn source) {
   const std::string key = std::to_string(device) + "|" + signature;
   if (std::shared_ptr<void> hit = cache.find(key)) return *static_cast<const KernelTable::Entry*>(hit.get());
-  CompileOptions compile_options;
-  compile_options.options = options;
-  std::shared_ptr<Module> module = load_module(source(), name, device, compile_options);
-  auto entry = std::make_shared<KernelTable::Entry>();
-  entry->function = reinterpret_cast<void*>(module->function(name));
-  entry->module = module;
-  entry->name = name;
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(entry->function), kBlockSize,
-                                                    0) != cudaSuccess ||
-      blocks <= 0) {
-    (void)cudaGetLastError();
-    blocks = 8;
-  }
-  entry->blocks_per_multiprocessor = blocks;
+  auto entry = std::make_shared<KernelTable::Entry>(compile_kernel_entry(device, source(), name, options));
   std::shared_ptr<void> stored = cache.insert(key, std::move(entry));
   return *static_cast<const KernelTable::Entry*>(stored.get());
 }
 
-/// The parameter specs of a call (dtypes, kinds, raw layouts).
+/// The parameter specs of a call (dtypes, kinds, raw layouts), without the parameters' names: the variant cache's
+/// key does not need them, and with_code fills them in on a miss.
 std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vector<detail::BoundArg>& args) {
   std::vector<UserParamSpec> specs;
+  specs.reserve(args.size());
   for (const detail::BoundArg& b : args) {
     UserParamSpec p;
-    p.name = b.param->name;
     p.dtype = b.dtype;
     p.output = b.param->output;
     if (b.is_scalar) {
@@ -70,7 +56,7 @@ std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vec
       p.storage = b.array.dtype();
       if (p.kind == UserArgKind::Raw) {
         if (b.array.ndim() > kMaxKernelRank)
-          throw ShapeError(kernel + ": raw parameter '" + p.name + "' has " + std::to_string(b.array.ndim()) +
+          throw ShapeError(kernel + ": raw parameter '" + b.param->name + "' has " + std::to_string(b.array.ndim()) +
                            " dimensions; at most " + std::to_string(kMaxKernelRank) + " are supported");
         p.raw_ndim = static_cast<int>(b.array.ndim());
         p.raw_contiguous = b.array.is_contiguous();
@@ -79,6 +65,29 @@ std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vec
     specs.push_back(std::move(p));
   }
   return specs;
+}
+
+/// The kernel's own code in a spec: the operation, or the map/reduce/post-map expressions and identity.
+void set_code(UserElementwiseSpec& spec, const detail::ElementwiseKernelDef& def) { spec.operation = def.operation; }
+void set_code(UserReductionSpec& spec, const detail::ReductionKernelDef& def) {
+  spec.map_expr = def.map_expr;
+  spec.reduce_expr = def.reduce_expr;
+  spec.post_map_expr = def.post_map_expr;
+  spec.identity = def.identity;
+}
+
+/// `spec` completed with what the source needs beyond the cache key: the kernel's name, code and preamble, the
+/// placeholder types and the parameter names (param_specs built spec.params from call.args, one per argument).
+/// Only for a cache miss.
+template <class Spec, class Call>
+Spec with_code(Spec spec, const Call& call) {
+  const auto& def = *call.kernel;
+  spec.name = def.name;
+  spec.preamble = def.preamble;
+  spec.types = call.types.bound;
+  set_code(spec, def);
+  for (size_t i = 0; i < spec.params.size(); ++i) spec.params[i].name = call.args[i].param->name;
+  return spec;
 }
 
 /// Kernel arguments for the user parameters: pointers, scalar values and raw-array structs.
@@ -130,14 +139,6 @@ struct ArgBuffer {
     args.push_back(&pointers.back());
   }
 };
-
-int pow2_at_least(int64_t v, int cap) {
-  int p = 1;
-  while (p < v && p < cap) p *= 2;
-  return p;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// One axis of a reduction: its size and each operand's stride (inputs, then outputs on kept axes).
 struct RDim {
@@ -197,17 +198,13 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
   layout.operands = num_arrays;
   coalesce(layout, call.shape, arrays, def.name.c_str());
   const int64_t n = call.size;
-  UserElementwiseSpec spec;
-  spec.name = def.name;
-  spec.operation = def.operation;
-  spec.preamble = def.preamble;
-  spec.types = call.types.bound;
+  UserElementwiseSpec spec;  // what the cache key needs; with_code adds the rest on a miss
   spec.params = param_specs(def.name, call.args);
   spec.contiguous = num_arrays == 0 || is_contiguous_layout(layout, n);
   spec.ndim = layout.ndim;
   spec.index64 = n > INT32_MAX || (!spec.contiguous && !offsets_fit_32(layout));
   const KernelTable::Entry& kernel = variant(def.cache, device, user_elementwise_signature(spec), def.name, def.options,
-                                             [&] { return user_elementwise_source(spec); });
+                                             [&] { return user_elementwise_source(with_code(spec, call)); });
 
   ArgBuffer buffer(call.args, device, def.name);
   uint32_t words32[3 * kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
@@ -216,8 +213,7 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
   buffer.args.push_back(spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32));
-  launch(static_cast<cudaKernel_t>(kernel.function), dim3(grid_for(device, n, kernel)), dim3(kBlockSize), 0,
-         current_stream(device), buffer.args.data(), kernel.name.c_str());
+  launch_entry(kernel, dim3(grid_for(device, n, kernel)), dim3(kBlockSize), current_stream(device), buffer.args.data());
 }
 
 void cuda_user_reduction(const detail::UserReductionCall& call) {
@@ -260,31 +256,13 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
   // Plan: a group of threads per output along the reduced axes when they are the inner ones in memory
   // (split over several tasks when outputs are few), else one thread per output with adjacent threads on
   // adjacent outputs (a reduction over an outer axis), split when outputs are too few to fill the GPU.
-  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * 8;
-  const int64_t resident = wave * kBlockSize;
   const auto mag = [](int64_t s) { return s < 0 ? -s : s; };
   const bool rows = num_in == 0 || kept.empty() || mag(reduced.back().strides[0]) < mag(kept.back().strides[0]);
-  int group = 1;
-  int64_t splits = 1;
-  if (rows) {
-    group = num_red <= 32 || outputs_count * 32 >= resident ? pow2_at_least(num_red, 32) : kBlockSize;
-    if (group == kBlockSize && outputs_count < wave)
-      splits = std::min(ceil_div(wave, outputs_count), ceil_div(num_red, 4096));
-  } else if (outputs_count < resident) {
-    splits = std::min(ceil_div(resident, outputs_count), ceil_div(num_red, 64));
-  }
-  splits = std::max<int64_t>(1, splits);
-  const int64_t chunk = std::max<int64_t>(1, ceil_div(num_red, splits));
-  splits = std::max<int64_t>(1, ceil_div(num_red, chunk));
+  const SplitPlan plan = plan_split(rows, outputs_count, num_red, multiprocessor_count(device));
+  const int group = plan.group;
+  const int64_t splits = plan.splits, chunk = plan.chunk;
 
-  UserReductionSpec spec;
-  spec.name = def.name;
-  spec.map_expr = def.map_expr;
-  spec.reduce_expr = def.reduce_expr;
-  spec.post_map_expr = def.post_map_expr;
-  spec.identity = def.identity;
-  spec.preamble = def.preamble;
-  spec.types = call.types.bound;
+  UserReductionSpec spec;  // what the cache key needs; with_code adds the rest on a miss
   spec.params = param_specs(kernel_name, call.args);
   spec.reduce_type = call.reduce_type;
   spec.kept_ndim = static_cast<int>(kept.size());
@@ -314,7 +292,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     words[tail + 3] = static_cast<uint64_t>(pass_chunk);
     std::vector<uint32_t> narrow(words.begin(), words.end());
     const KernelTable::Entry& kernel = variant(def.cache, device, user_reduction_signature(pass_spec), def.name,
-                                               def.options, [&] { return user_reduction_source(pass_spec); });
+                                               def.options,
+                                               [&] { return user_reduction_source(with_code(pass_spec, call)); });
     ArgBuffer buffer(call.args, device, kernel_name);
     buffer.push_pointer(partials_in);
     buffer.push_pointer(partials_out);
@@ -323,8 +302,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     const int64_t per_block = kBlockSize / pass_spec.group;
     const int64_t cap = static_cast<int64_t>(multiprocessor_count(device)) * kernel.blocks_per_multiprocessor;
     const int64_t blocks = std::max<int64_t>(1, std::min(ceil_div(tasks, per_block), cap));
-    launch(static_cast<cudaKernel_t>(kernel.function), dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
-           current_stream(device), buffer.args.data(), kernel.name.c_str());
+    launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device),
+                 buffer.args.data());
   };
   if (splits == 1) {
     launch_pass(spec, num_red, 1, chunk, nullptr, nullptr);

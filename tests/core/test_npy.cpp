@@ -2,7 +2,6 @@
 // every dtype in C/Fortran order and both byte orders, 0-d, empty, format 1.0/2.0/3.0,
 // byte-exact agreement of save with np.save, and every error load/save throws.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -37,17 +36,11 @@ std::vector<uint8_t> element_bytes(const Array& a) {
   return out;
 }
 
-/// A fresh scratch directory per test.
+/// A fresh scratch directory per test, removed after it.
 class NpyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() / ("kiln_npy_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string scratch(const std::string& name) const { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
+  std::string scratch(const std::string& name) const { return (dir_.path() / name).string(); }
+  kiln_test::TempDir dir_;
 };
 
 using kiln_test::expect_error;
@@ -253,7 +246,7 @@ TEST_F(NpyTest, SaveErrors) {
 // save() of a GPU array copies it to the host: sync debugging reports that copy as save() (it was
 // reported as to_vector(), an op the user never called).
 TEST_F(NpyTest, SaveOfAGpuArrayIsReportedAsSaveBySyncDebugging) {
-  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): the GPU save() report is not checked";
+  KILN_REQUIRE_GPU();
   Array x = arange6(float32).to(gpu(0));
   {
     SyncDebugGuard guard(SyncDebugMode::error);

@@ -28,6 +28,7 @@ namespace {
 
 namespace philox = detail::philox;
 
+using kiln_test::epsilon;
 using kiln_test::expect_error;
 
 uint64_t bits_of(double d) {
@@ -254,20 +255,6 @@ const GoldenCase& find_case(const std::string& name) {
 }
 
 Array load_golden(const char* name) { return load(std::string(KILN_GOLDEN_DIR) + "/random/" + name + ".npy"); }
-
-/// Machine epsilon of a floating dtype.
-double epsilon(DType t) {
-  switch (t) {
-    case DType::Float16:
-      return 0x1p-10;
-    case DType::BFloat16:
-      return 0x1p-7;
-    case DType::Float32:
-      return 0x1p-23;
-    default:
-      return 0x1p-52;
-  }
-}
 
 TEST(RandomGolden, streams_match_numpy_reference) {
   for (const GoldenCase& c : kCases) {

@@ -20,24 +20,26 @@ TEST(RawKernelFront, MakeKernelArgKeepsExactWidths) {
   const Half f16(1.5f);
   const bool flag = true;
   float* pointer = nullptr;
-  const auto a = detail::make_kernel_arg(i32), b = detail::make_kernel_arg(i64), c = detail::make_kernel_arg(u8),
-             d = detail::make_kernel_arg(f64), e = detail::make_kernel_arg(f32), f = detail::make_kernel_arg(f16),
-             g = detail::make_kernel_arg(flag), h = detail::make_kernel_arg(pointer),
-             n = detail::make_kernel_arg(nullptr);
-  EXPECT_EQ(a.size, 4u);
-  EXPECT_STREQ(a.type_name, "int32");
-  EXPECT_EQ(b.size, 8u);
-  EXPECT_STREQ(b.type_name, "int64");
-  EXPECT_EQ(c.size, 1u);
-  EXPECT_STREQ(c.type_name, "uint8");
-  EXPECT_EQ(d.size, 8u);
-  EXPECT_STREQ(d.type_name, "float64");
-  EXPECT_EQ(e.size, 4u);
-  EXPECT_STREQ(e.type_name, "float32");
-  EXPECT_EQ(f.size, 2u);
-  EXPECT_STREQ(f.type_name, "float16");
-  EXPECT_EQ(g.size, 1u);
-  EXPECT_STREQ(g.type_name, "bool");
+  struct Case {
+    detail::KernelArg arg;
+    const void* object;
+    size_t size;
+    const char* type_name;
+  };
+  const Case cases[] = {
+      {detail::make_kernel_arg(i32), &i32, 4, "int32"},   {detail::make_kernel_arg(i64), &i64, 8, "int64"},
+      {detail::make_kernel_arg(u8), &u8, 1, "uint8"},     {detail::make_kernel_arg(f64), &f64, 8, "float64"},
+      {detail::make_kernel_arg(f32), &f32, 4, "float32"}, {detail::make_kernel_arg(f16), &f16, 2, "float16"},
+      {detail::make_kernel_arg(flag), &flag, 1, "bool"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.type_name);
+    EXPECT_EQ(c.arg.kind, detail::KernelArg::Kind::Value);
+    EXPECT_EQ(c.arg.value, c.object);
+    EXPECT_EQ(c.arg.size, c.size);
+    EXPECT_STREQ(c.arg.type_name, c.type_name);
+  }
+  const auto h = detail::make_kernel_arg(pointer), n = detail::make_kernel_arg(nullptr);
   EXPECT_EQ(h.kind, detail::KernelArg::Kind::Pointer);
   EXPECT_EQ(h.size, 8u);
   EXPECT_EQ(n.kind, detail::KernelArg::Kind::Pointer);

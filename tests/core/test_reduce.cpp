@@ -381,11 +381,7 @@ TEST(ReduceErrors, undefined_array_throws_value_error) {
   expect_error<ValueError>([&] { argmin(Array()); }, {"argmin", "undefined"});
 }
 
-}  // namespace
-}  // namespace kiln
-
 TEST(ArgReduce, a_nan_first_element_wins_like_numpy) {
-  using namespace kiln;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   // np.argmax([nan, 2, nan]) == 0, np.argmin([nan, 2, nan]) == 0
   Array a = from_data(std::vector<double>{nan, 2.0, nan});
@@ -395,3 +391,6 @@ TEST(ArgReduce, a_nan_first_element_wins_like_numpy) {
   Array f = from_data(std::vector<float>{fnan, 5.0f, 1.0f, fnan}).astype(float16);
   EXPECT_EQ(argmax(f).item<int64_t>(), 0);
 }
+
+}  // namespace
+}  // namespace kiln

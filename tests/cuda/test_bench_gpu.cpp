@@ -14,6 +14,7 @@
 #include "cuda/launch.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/cuda.hpp"
+#include "gpu_test_util.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -21,38 +22,13 @@ namespace {
 
 using namespace kiln;
 using kiln_test::expect_error;
-
-#define KILN_REQUIRE_GPU() \
-  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): GPU bench tests skipped"
-
-// One thread spins until `ns` nanoseconds of the GPU's global timer have passed.
-const char* kSpinSource = R"(
-extern "C" __global__ void kiln_spin(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
-)";
+using kiln_test::kSpinSource;
+using kiln_test::spin;
 
 TEST(BenchGpu, spin_kernel_compiles_to_ptx_without_a_gpu) {
   std::string ptx = cuda_impl::compile_ptx(kSpinSource, "kiln_spin.cu", 90);
   EXPECT_NE(ptx.find("kiln_spin"), std::string::npos);
   EXPECT_NE(ptx.find("globaltimer"), std::string::npos);
-}
-
-// Queues the spin kernel on the current stream of `d`.
-void spin(Device d, double seconds) {
-  static std::shared_ptr<cuda_impl::Module> module;  // per process; tests use cuda:0 (and cuda:1 below)
-  static std::shared_ptr<cuda_impl::Module> module1;
-  auto& m = d.index == 0 ? module : module1;
-  if (!m) m = cuda_impl::load_module(kSpinSource, "kiln_spin.cu", d.index);
-  cuda_impl::set_device(d.index);
-  auto ns = static_cast<unsigned long long>(seconds * 1e9);
-  void* args[] = {&ns};
-  cuda_impl::launch(m->function("kiln_spin"), dim3(1), dim3(1), 0,
-                    static_cast<cudaStream_t>(Stream::current(d).handle()), args, "kiln_spin");
 }
 
 TEST(BenchGpu, event_time_matches_a_known_kernel_duration) {

@@ -7,13 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +29,6 @@ namespace {
 using kiln_test::ScopedEnv;
 using kiln_test::TempDir;
 
-
-
 std::string read_bytes(const fs::path& path) {
   std::ifstream file(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
@@ -41,11 +36,6 @@ std::string read_bytes(const fs::path& path) {
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-size_t count_files(const fs::path& dir) {
-  size_t n = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) n += entry.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 const char* kAxpySource = R"(
@@ -168,7 +158,7 @@ TEST(KernelCache, WriteThenReadBackGivesTheSameEntryAndLeavesNoTempFile) {
   const std::string folder = (dir.path() / "nested" / "kernels").string();  // created on demand
   ASSERT_TRUE(write_cache_file(folder, sample_key(), sample_entry()));
   EXPECT_TRUE(fs::exists(fs::path(folder) / sample_key().hex()));
-  EXPECT_EQ(count_files(folder), 1u);
+  EXPECT_EQ(dir.file_count(), 1u);  // the entry, no temp file
   auto entry = read_cache_file(folder, sample_key());
   ASSERT_TRUE(entry.has_value());
   EXPECT_EQ(entry->image, sample_entry().image);
@@ -177,7 +167,7 @@ TEST(KernelCache, WriteThenReadBackGivesTheSameEntryAndLeavesNoTempFile) {
   CompiledImage other = sample_entry();
   other.image += "// v2\n";
   ASSERT_TRUE(write_cache_file(folder, sample_key(), other));
-  EXPECT_EQ(count_files(folder), 1u);
+  EXPECT_EQ(dir.file_count(), 1u);  // the entry, no temp file
   EXPECT_EQ(read_cache_file(folder, sample_key())->image, other.image);
 }
 
@@ -418,9 +408,6 @@ TEST(Compiler, LoadModuleOnAMissingGpuThrowsDeviceError) {
 
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): NVRTC-only tests ran instead"
-
 // Device buffer of n values, freed at scope exit.
 template <typename T>
 class DeviceBuffer {
@@ -471,17 +458,17 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 TEST(CompilerGpu, LoadModuleAndLaunchWritesKnownValues) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
   auto module = load_module(unique_source(kAxpySource), "axpy.cu", 0);
   run_axpy_and_check(*module, 2.5f, 1000);
-  EXPECT_EQ(count_files(dir.path()), 1u);  // written to the disk cache
+  EXPECT_EQ(dir.file_count(), 1u);  // written to the disk cache
 }
 
 TEST(CompilerGpu, TemplateKernelThroughNameExpression) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   const char* source = R"(
@@ -509,7 +496,7 @@ template <typename T> __global__ void scale(T* y, T factor, int n) {
 }
 
 TEST(CompilerGpu, SecondLoadIsAMemoryHitAndAClearedCacheHitsDisk) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
@@ -555,13 +542,13 @@ TEST(CompilerGpu, SecondLoadIsAMemoryHitAndAClearedCacheHitsDisk) {
 }
 
 TEST(CompilerGpu, CorruptCacheFileIsRecompiledAndRewritten) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", nullptr);
   const std::string source = unique_source(kAxpySource);
   load_module(source, "axpy.cu", 0);
-  ASSERT_EQ(count_files(dir.path()), 1u);
+  ASSERT_EQ(dir.file_count(), 1u);
   const fs::path file = fs::directory_iterator(dir.path())->path();
   std::string bytes = read_bytes(file);
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
@@ -578,7 +565,7 @@ TEST(CompilerGpu, CorruptCacheFileIsRecompiledAndRewritten) {
 }
 
 TEST(CompilerGpu, UnwritableCacheDirectoryStillLoads) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   write_bytes(dir.path() / "file", "x");
   ScopedEnv cache_dir("KILN_CACHE_DIR", (dir.path() / "file" / "kernels").string().c_str());
@@ -590,17 +577,17 @@ TEST(CompilerGpu, UnwritableCacheDirectoryStillLoads) {
 }
 
 TEST(CompilerGpu, InMemoryModeWritesNothing) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   TempDir dir;
   ScopedEnv cache_dir("KILN_CACHE_DIR", dir.str().c_str());
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
   auto module = load_module(unique_source(kAxpySource), "axpy.cu", 0);
   run_axpy_and_check(*module, 1.0f, 17);
-  EXPECT_EQ(count_files(dir.path()), 0u);
+  EXPECT_EQ(dir.file_count(), 0u);
 }
 
 TEST(CompilerGpu, MissingKernelNameThrowsListingTheKernels) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
   auto module = load_module(kAxpySource, "axpy.cu", 0);
   try {
@@ -615,7 +602,7 @@ TEST(CompilerGpu, MissingKernelNameThrowsListingTheKernels) {
 }
 
 TEST(CompilerGpu, ModuleFromPtxBytesRuns) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   int device_cc = 0, major = 0, minor = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
@@ -625,7 +612,7 @@ TEST(CompilerGpu, ModuleFromPtxBytesRuns) {
 }
 
 TEST(CompilerGpu, LargeDynamicSharedMemoryIsRequestedAndTooMuchThrows) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   ScopedEnv in_memory("KILN_CACHE_IN_MEMORY", "1");
   // Each block stages its values through dynamic shared memory, reversed, to use all of it.
   const char* source = R"(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
 #endif
@@ -14,9 +15,6 @@
 namespace {
 
 using namespace kiln;
-
-#define KILN_REQUIRE_GPU() \
-  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): GPU device tests skipped"
 
 TEST(CudaDevice, without_a_gpu_everything_falls_back_to_the_cpu) {
   if (num_gpus() > 0) GTEST_SKIP() << "this machine has " << num_gpus() << " GPU(s)";

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fuse_test_util.hpp"  // tests/core
 #include "core/fusion.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/device_functions.hpp"
@@ -20,11 +21,11 @@
 
 using namespace kiln;
 using namespace kiln::cuda_impl;
+using kiln_test::chain_fn;
+using kiln_test::expect_equal;
 using kiln_test::expect_error;
 
 namespace {
-
-auto chain_fn = [](auto x) { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; };
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -65,25 +66,6 @@ std::vector<FusionKernelSpec> elementwise_specs(int vector_width) {
   s.ndim = 2;
   specs.push_back(s);
   return specs;
-}
-
-bool have_gpu() { return num_gpus() > 0; }
-
-void expect_equal(const Array& fused, const Array& eager, double tolerance = 0.0) {
-  ASSERT_EQ(fused.dtype(), eager.dtype());
-  ASSERT_EQ(fused.shape(), eager.shape());
-  ASSERT_EQ(fused.device(), eager.device());
-  std::vector<double> f = fused.to_vector<double>(), e = eager.to_vector<double>();
-  for (size_t i = 0; i < f.size(); ++i) {
-    if (std::isnan(e[i])) {
-      EXPECT_TRUE(std::isnan(f[i])) << i;
-      continue;
-    }
-    if (tolerance == 0.0)
-      ASSERT_EQ(f[i], e[i]) << "element " << i;
-    else
-      ASSERT_NEAR(f[i], e[i], tolerance * (1 + std::abs(e[i]))) << "element " << i;
-  }
 }
 
 }  // namespace
@@ -211,7 +193,7 @@ TEST(FuseCodegen, KernelKeysAndNamesTellSpecsApart) {
 // ------------------------------------------------------------------ with a GPU
 
 TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   auto f = fuse(chain_fn, "chain");
   for (DType t : {float32, float64, float16, bfloat16}) {
@@ -231,7 +213,7 @@ TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
 }
 
 TEST(FuseGpu, Int32AndMixedDtypesMatchUnfused) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array a = random::randint(-100, 100, {1000, 37}, int32, d);
   Array b = random::randint(-5, 5, {37}, int8, d);
@@ -243,7 +225,7 @@ TEST(FuseGpu, Int32AndMixedDtypesMatchUnfused) {
 }
 
 TEST(FuseGpu, BroadcastAndStridedInputs) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array m = random::normal({300, 500}, float32, d);
   Array row = random::normal({500}, float32, d);
@@ -261,7 +243,7 @@ TEST(FuseGpu, BroadcastAndStridedInputs) {
 }
 
 TEST(FuseGpu, FinalReductionsMatchUnfused) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array x = random::normal({512, 700}, float32, d), y = random::normal({512, 700}, float32, d);
   auto dot = fuse([](auto a, auto b) { return sum(a * b); });
@@ -282,7 +264,7 @@ TEST(FuseGpu, FinalReductionsMatchUnfused) {
 }
 
 TEST(FuseGpu, SecondCallCompilesNothing) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   Device d = gpu(0);
   auto f = fuse(chain_fn, "chain_cache");
   Array x = random::normal({1 << 20}, float32, d);
@@ -300,7 +282,7 @@ TEST(FuseGpu, SecondCallCompilesNothing) {
 }
 
 TEST(FuseGpu, MixedDevicesThrowDeviceError) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU (num_gpus() == 0)";
+  KILN_REQUIRE_GPU();
   auto f = fuse([](auto a, auto b) { return a + b; }, "mixed");
   expect_error<DeviceError>([&] { (void)f(ones({3}, float32, gpu(0)), ones({3}, float32, cpu())); },
                             {"fuse(mixed)", "cuda:0", "cpu", ".to("});

@@ -7,17 +7,15 @@
 // leaves the capture usable; pinned asynchronous copies and raw kernels compiled
 // during the capture are captured; pools shared between graphs; replay on another
 // stream; capture on a GPU that is not the current device. The allocator's
-// private-pool bookkeeping is tested without a GPU in test_allocator.cpp.
+// private-pool bookkeeping is tested without a GPU in test_allocator_graph_pool.cpp.
 #ifdef KILN_WITH_CUDA
 
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,7 +23,7 @@
 #include "cuda/launch.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/cuda.hpp"
-#include "kiln/io.hpp"
+#include "gpu_test_util.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -33,9 +31,6 @@ using namespace kiln;
 using kiln_test::expect_error;
 
 namespace {
-
-#define KILN_REQUIRE_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
 
 std::vector<float> host_values(int64_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -526,7 +521,8 @@ TEST(CudaGraph, replay_on_another_stream_of_the_same_gpu) {
   KILN_REQUIRE_GPU();
   Device d = gpu(0);
   Array x = full({2048}, 4.0f, float32, d);
-  Stream capture_stream = Stream::create(d), other = Stream::create(d, {.non_blocking = true});
+  // Both streams non-blocking: neither waits for the other nor for the legacy default stream.
+  Stream capture_stream = Stream::create(d, {.non_blocking = true}), other = Stream::create(d, {.non_blocking = true});
   cuda::Graph g;
   Array y;
   {
@@ -534,10 +530,15 @@ TEST(CudaGraph, replay_on_another_stream_of_the_same_gpu) {
     y = sqrt(x);
   }
   EXPECT_EQ(g.stream(), capture_stream);
-  synchronize(d);  // x is ready for the non-blocking stream
+  synchronize(d);  // x is ready for the non-blocking streams
+  // The capture stream stays busy for 200 ms: a replay wrongly queued on it would not have run when `other`
+  // is synchronised, and y (never written by the capture itself) would not hold the square roots yet.
+  kiln_test::spin(capture_stream, 0.2);
   g.replay(other);
   other.synchronize();
-  for (float v : y.to_vector<float>()) ASSERT_EQ(v, 2.0f);
+  for (float v : y.to(cpu(), other).to_vector<float>()) ASSERT_EQ(v, 2.0f);  // read on other, not behind the spin
+  EXPECT_FALSE(capture_stream.query()) << "the capture stream finished its 200 ms spin: the check proves nothing";
+  capture_stream.synchronize();  // the next test starts on an idle GPU
   expect_error<DeviceError>([&] { g.replay(Stream::create(cpu())); }, {"Graph::replay", "cpu"});
 }
 

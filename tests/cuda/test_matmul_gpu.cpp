@@ -31,9 +31,6 @@ using namespace kiln;
 
 namespace {
 
-#define KILN_REQUIRE_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
-
 constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
                                DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 constexpr DType kFloatTypes[] = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};

@@ -25,14 +25,12 @@
 #include "cuda/compiler.hpp"
 #include "cuda/random.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 
 using namespace kiln;
 using detail::RandomDistribution;
 
 namespace {
-
-#define KILN_REQUIRE_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
 
 constexpr DType kFloatTypes[] = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 constexpr DType kIntTypes[] = {DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8};

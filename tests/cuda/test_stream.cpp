@@ -13,13 +13,11 @@
 
 #include "core/backend.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using namespace kiln;
-
-#define KILN_REQUIRE_GPU() \
-  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): GPU stream tests skipped"
 
 TEST(CudaStream, streams_and_events_of_a_missing_gpu_throw_device_error) {
   if (num_gpus() > 0) GTEST_SKIP() << "this machine has a GPU: cuda:0 exists";

@@ -13,16 +13,15 @@
 
 #include "core/backend.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 #ifdef KILN_WITH_CUDA
+#include "gpu_test_util.hpp"
 #include "kiln/cuda.hpp"
 #endif
 
 namespace {
 
 using namespace kiln;
-
-#define KILN_REQUIRE_GPU() \
-  if (num_gpus() == 0) GTEST_SKIP() << "no usable GPU (num_gpus() == 0): GPU transfer tests skipped"
 
 std::vector<int32_t> iota_values(int64_t n, int32_t start = 0) {
   std::vector<int32_t> v(static_cast<size_t>(n));
@@ -123,19 +122,31 @@ TEST(Transfer, pinned_host_memory_copies_asynchronously_on_a_stream) {
   EXPECT_EQ(g.to_vector<int32_t>(), values);
 }
 
+#ifdef KILN_WITH_CUDA
 TEST(Transfer, the_default_stream_given_explicitly_is_used_under_another_stream_guard) {
   KILN_REQUIRE_GPU();
   std::vector<int32_t> values = iota_values(1 << 16, 11);
   Array p = empty({1 << 16}, int32, cpu(), {.pinned = true});
   std::memcpy(p.data_ptr(), values.data(), values.size() * sizeof(int32_t));
+  // s does not synchronise with the legacy default stream (non-blocking) and stays busy for 200 ms: a copy
+  // on the default stream runs now; one wrongly queued on s would wait behind the spin.
   Stream s = Stream::create(gpu(0), {.non_blocking = true});
   Stream legacy = Stream::default_stream(gpu(0));
   StreamGuard guard(s);
+  // The result is allocated on the current stream s: a zeroed block of its size cached there first, so the
+  // copy takes it (no device allocation while s spins) and a copy queued behind the spin would read zeros.
+  { Array zeroed = zeros({1 << 16}, int32, gpu(0)); }
+  s.synchronize();
+  kiln_test::spin(s, 0.2);
   Array g = p.to(gpu(0), legacy, {.non_blocking = true});
   EXPECT_EQ(Stream::current(gpu(0)), s);  // the copy's stream is current only for the copy
   legacy.synchronize();
-  EXPECT_EQ(g.to_vector<int32_t>(), values);
+  EXPECT_FALSE(s.query()) << "s finished its 200 ms spin: the copy waited behind it";
+  EXPECT_EQ(g.to(cpu(), legacy).to_vector<int32_t>(), values);  // read on legacy, not behind s
+  EXPECT_FALSE(s.query()) << "s finished its 200 ms spin before the check: it proves nothing";
+  s.synchronize();  // the next test starts on an idle GPU
 }
+#endif
 
 TEST(Transfer, gpu_to_pinned_host_is_asynchronous_until_the_stream_is_synchronised) {
   KILN_REQUIRE_GPU();

@@ -390,23 +390,35 @@ TEST(UserKernelCodegen, ScalarsRawArraysIndexAndPreambleCompile) {
       "raw_copy");
 }
 
+UserReductionSpec red(const std::string& in, const std::string& out, const std::string& map, const std::string& reduce,
+                      const std::string& post, const std::string& identity, const std::string& name,
+                      const std::vector<ArgDesc>& args, DType reduce_type, int kept, int reduced, int group,
+                      UserReducePass pass, bool index64 = false) {
+  UserReductionSpec spec;
+  spec.name = name;
+  spec.map_expr = map;
+  spec.reduce_expr = reduce;
+  spec.post_map_expr = post;
+  spec.identity = identity;
+  spec.params = specs_for(in, out, name, args, &spec.types);
+  spec.reduce_type = reduce_type;
+  spec.kept_ndim = kept;
+  spec.reduced_ndim = reduced;
+  spec.group = group;
+  spec.pass = pass;
+  spec.index64 = index64;
+  return spec;
+}
+
 TEST(UserKernelCodegen, UserNamesCannotClashWithTheGeneratedCode) {
   // Parameters and locals named like the offset code's scratch variables (p, q, r, d, rem, o0, step, w).
   UserElementwiseSpec spec = ew("int32 p, int32 q, int32 r", "int32 d",
                                 "int rem = p + q; int o0 = rem * r; int step = o0; int w = step; d = w", "clash_k",
                                 {a_(DType::Int32), a_(DType::Int32), s_(3)}, false, 3, false);
   expect_ptx_entry(user_elementwise_source(spec), "clash_k");
-  UserReductionSpec red_spec;
-  red_spec.name = "clash_red";
-  red_spec.map_expr = "p * q";
-  red_spec.reduce_expr = "a + b";
-  red_spec.post_map_expr = "int rem = 0; int r = 1; d = a + rem * r";
-  red_spec.identity = "0";
-  red_spec.params = specs_for("int32 p, int32 q", "int32 d", "clash_red", {a_(DType::Int32), s_(2)}, &red_spec.types);
-  red_spec.reduce_type = DType::Int32;
-  red_spec.kept_ndim = 3;
-  red_spec.reduced_ndim = 3;
-  red_spec.group = 64;
+  UserReductionSpec red_spec =
+      red("int32 p, int32 q", "int32 d", "p * q", "a + b", "int rem = 0; int r = 1; d = a + rem * r", "0",
+          "clash_red", {a_(DType::Int32), s_(2)}, DType::Int32, 3, 3, 64, UserReducePass::Single);
   expect_ptx_entry(user_reduction_source(red_spec), "clash_red");
 }
 
@@ -452,26 +464,6 @@ TEST(UserKernelCodegen, BadOperationThrowsCompileErrorWithLogAndNumberedLines) {
     EXPECT_NE(message.find("error"), std::string::npos) << message;
     EXPECT_NE(message.find("| y = x + undefined_thing"), std::string::npos) << message;  // the numbered line
   }
-}
-
-UserReductionSpec red(const std::string& in, const std::string& out, const std::string& map, const std::string& reduce,
-                      const std::string& post, const std::string& identity, const std::string& name,
-                      const std::vector<ArgDesc>& args, DType reduce_type, int kept, int reduced, int group,
-                      UserReducePass pass, bool index64 = false) {
-  UserReductionSpec spec;
-  spec.name = name;
-  spec.map_expr = map;
-  spec.reduce_expr = reduce;
-  spec.post_map_expr = post;
-  spec.identity = identity;
-  spec.params = specs_for(in, out, name, args, &spec.types);
-  spec.reduce_type = reduce_type;
-  spec.kept_ndim = kept;
-  spec.reduced_ndim = reduced;
-  spec.group = group;
-  spec.pass = pass;
-  spec.index64 = index64;
-  return spec;
 }
 
 TEST(UserKernelCodegen, ReductionsCompileForEveryPassGroupAndRank) {
@@ -520,21 +512,13 @@ TEST(UserKernelCodegen, ReductionSignatureTellsPassesApart) {
 
 // ---- on a GPU --------------------------------------------------------------------------------------------
 
-#define KILN_REQUIRE_GPU() \
-  if (kiln::num_gpus() == 0) GTEST_SKIP() << "no CUDA GPU (num_gpus() == 0): GPU test skipped"
-
-template <class T>
-std::vector<T> host(const Array& a) {
-  return a.to(cpu()).to_vector<T>();
-}
-
 TEST(UserKernelGpu, PlusOneGivesOneToTen) {
   KILN_REQUIRE_GPU();
   ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
   Array y = plus_one(arange(10, int32, gpu(0)));
   EXPECT_EQ(y.dtype(), DType::Int32);
   EXPECT_EQ(y.device(), gpu(0));
-  EXPECT_EQ(host<int32_t>(y), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(y.to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
 }
 
 TEST(UserKernelGpu, BroadcastsInputsAndResolvesPlaceholders) {
@@ -548,7 +532,7 @@ TEST(UserKernelGpu, BroadcastsInputsAndResolvesPlaceholders) {
   std::vector<double> expected;
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 4; ++c) expected.push_back(r * 10.0 + c);
-  EXPECT_EQ(host<double>(z), expected);
+  EXPECT_EQ(z.to_vector<double>(), expected);
 }
 
 TEST(UserKernelGpu, StridedTransposedAndReversedInputsMatchTheCpu) {
@@ -561,13 +545,13 @@ TEST(UserKernelGpu, StridedTransposedAndReversedInputsMatchTheCpu) {
   Array z = k(xs.to(gpu(0)).T().T(), ys.to(gpu(0)));
   Array zg = k(xc.to(gpu(0)).slice(1, {}, {}, -1), yc.to(gpu(0)).T());  // views made on the GPU
   const std::vector<float> expected = (xs * 2.0f - ys).to_vector<float>();
-  EXPECT_EQ(host<float>(z), expected);
-  EXPECT_EQ(host<float>(zg), expected);
+  EXPECT_EQ(z.to_vector<float>(), expected);
+  EXPECT_EQ(zg.to_vector<float>(), expected);
   // A broadcast operand (stride 0) and a step-2 slice.
   Array row = random::normal({48}, float32, cpu());
   Array big = random::normal({64, 96}, float32, cpu());
   Array w = k(big.to(gpu(0)).slice(1, {}, {}, 2), row.to(gpu(0)));
-  EXPECT_EQ(host<float>(w), (big.slice(1, {}, {}, 2) * 2.0f - row).to_vector<float>());
+  EXPECT_EQ(w.to_vector<float>(), (big.slice(1, {}, {}, 2) * 2.0f - row).to_vector<float>());
 }
 
 TEST(UserKernelGpu, OutputsPassedInAreWrittenAndReturned) {
@@ -577,11 +561,11 @@ TEST(UserKernelGpu, OutputsPassedInAreWrittenAndReturned) {
   Array x = arange(5, int64, gpu(0));
   Array r = k(x, acc);
   EXPECT_TRUE(r.shares_storage(acc));
-  EXPECT_EQ(host<int64_t>(acc), (std::vector<int64_t>{100, 101, 102, 103, 104}));
+  EXPECT_EQ(acc.to_vector<int64_t>(), (std::vector<int64_t>{100, 101, 102, 103, 104}));
   // A strided output view: every other element of a buffer.
   Array buf = zeros({10}, int64, gpu(0));
   k(x, buf.slice(0, {}, {}, 2));
-  EXPECT_EQ(host<int64_t>(buf), (std::vector<int64_t>{0, 0, 1, 0, 2, 0, 3, 0, 4, 0}));
+  EXPECT_EQ(buf.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 0, 2, 0, 3, 0, 4, 0}));
 }
 
 TEST(UserKernelGpu, RawParametersIndexTheFlatArray) {
@@ -590,7 +574,7 @@ TEST(UserKernelGpu, RawParametersIndexTheFlatArray) {
   Array x = arange(8, int32, gpu(0));
   Array y = empty({8}, int32, gpu(0));
   reverse(x, y);
-  EXPECT_EQ(host<int32_t>(y), (std::vector<int32_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(y.to_vector<int32_t>(), (std::vector<int32_t>{7, 6, 5, 4, 3, 2, 1, 0}));
   // A transposed raw array is indexed in its own C order; shape() gives its shape.
   ElementwiseKernel flat("raw T m", "T y", "y = m[i] + (T)(m.shape()[1] * 1000)", "flat_k");
   Array m = arange(6, int32, cpu()).reshape({2, 3});
@@ -598,13 +582,13 @@ TEST(UserKernelGpu, RawParametersIndexTheFlatArray) {
   flat(m.to(gpu(0)).T(), out);
   std::vector<int32_t> expected;
   for (int32_t v : m.T().to_vector<int32_t>()) expected.push_back(v + 2000);
-  EXPECT_EQ(host<int32_t>(out), expected);
+  EXPECT_EQ(out.to_vector<int32_t>(), expected);
   // Only raw arguments: the size comes from the call.
   ElementwiseKernel fill("T v", "raw T out", "out[i] = v * (T)i", "fill_k");
   Array dst = zeros({5}, float32, gpu(0));
   DeviceGuard guard(gpu(0));
   fill.call({2.0f, dst}, 5);
-  EXPECT_EQ(host<float>(dst), (std::vector<float>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{0, 2, 4, 6, 8}));
 }
 
 TEST(UserKernelGpu, ScalarParametersAndIndexAndSize) {
@@ -612,10 +596,10 @@ TEST(UserKernelGpu, ScalarParametersAndIndexAndSize) {
   ElementwiseKernel saxpy("T x, T a, T b", "T y", "y = a * x + b", "saxpy");
   Array y = saxpy(arange(4, float32, gpu(0)), 2.5, -1);
   EXPECT_EQ(y.dtype(), DType::Float32);  // the scalars are weak
-  EXPECT_EQ(host<float>(y), (std::vector<float>{-1.0f, 1.5f, 4.0f, 6.5f}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{-1.0f, 1.5f, 4.0f, 6.5f}));
   ElementwiseKernel index("T x", "int64 y", "y = i * 100 + n", "index_k");
   Array z = index(zeros({2, 3}, float32, gpu(0)));
-  EXPECT_EQ(host<int64_t>(z), (std::vector<int64_t>{6, 106, 206, 306, 406, 506}));
+  EXPECT_EQ(z.to_vector<int64_t>(), (std::vector<int64_t>{6, 106, 206, 306, 406, 506}));
 }
 
 TEST(UserKernelGpu, Float16ComputesInFloatAndRoundsOnStoreLikeTheCpu) {
@@ -627,7 +611,7 @@ TEST(UserKernelGpu, Float16ComputesInFloatAndRoundsOnStoreLikeTheCpu) {
   EXPECT_EQ(z.dtype(), DType::Float16);
   // Reference: float32 arithmetic on the widened values, one rounding to float16 at the end.
   const std::vector<float> xs = x.to_vector<float>(), ys = y.to_vector<float>();
-  const std::vector<float> got = host<float>(z);
+  const std::vector<float> got = z.to_vector<float>();
   for (size_t k2 = 0; k2 < xs.size(); ++k2) {
     const float expected = static_cast<float>(Half(xs[k2] * ys[k2] + 0.1f));
     // The GPU may contract x*y+0.1f into one fma (NVRTC's default), which can differ by one float16 ulp.
@@ -643,7 +627,7 @@ TEST(UserKernelGpu, RunsOnTheArraysDeviceNotTheCurrentOne) {
   DeviceGuard guard(last == 0 ? cpu() : gpu(0));  // the current device is another one
   Array y = plus_one(x);
   EXPECT_EQ(y.device(), gpu(last));
-  EXPECT_EQ(host<int32_t>(y), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(y.to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3, 4}));
   if (num_gpus() >= 2)
     expect_error<DeviceError>([&] { plus_one(arange(4, int32, gpu(0)), zeros({4}, int32, gpu(1))); },
                               {"plus_one", "different devices", "cuda:0", "cuda:1"});
@@ -660,7 +644,7 @@ TEST(UserKernelGpu, SecondCallCompilesNothing) {
   EXPECT_EQ(after.nvrtc_compiles, before.nvrtc_compiles);
   EXPECT_EQ(after.memory_hits, before.memory_hits);  // found in the kernel's own variant cache
   EXPECT_EQ(after.disk_hits, before.disk_hits);
-  EXPECT_FLOAT_EQ(host<float>(y)[7], 52.0f);
+  EXPECT_FLOAT_EQ(y.to_vector<float>()[7], 52.0f);
   // Another dtype is another variant: one more load.
   k(arange(10, float64, gpu(0)));
   EXPECT_GT(cache_stats().nvrtc_compiles + cache_stats().disk_hits + cache_stats().memory_hits,
@@ -693,7 +677,7 @@ TEST(UserKernelGpu, UserL2NormMatchesLinalgNorm) {
       Array got = l2(mg, axis, keepdims);
       Array ref = linalg::norm(m.astype(float64), axis, keepdims);
       ASSERT_EQ(got.shape(), ref.shape());
-      const std::vector<float> g = host<float>(got);
+      const std::vector<float> g = got.to_vector<float>();
       const std::vector<double> r = ref.to_vector<double>();
       for (size_t k = 0; k < g.size(); ++k) EXPECT_NEAR(g[k], r[k], r[k] * 1e-5) << axis << " " << k;
     }
@@ -706,9 +690,9 @@ TEST(UserKernelGpu, UserMaxMatchesBuiltinMax) {
   Array f = random::normal({37, 41, 5}, float32, cpu()) - 10.0f;  // all negative: an identity of 0 would show
   Array fg = f.to(gpu(0));
   for (Axes axes : {Axes(), Axes(0), Axes(1), Axes(2), Axes({0, 2}), Axes({-1, -2})}) {
-    EXPECT_EQ(host<float>(mx(fg, axes)), max(f, axes).to_vector<float>());
-    EXPECT_EQ(host<float>(mx(fg, axes, true)), max(f, axes, true).to_vector<float>());
-    EXPECT_EQ(host<float>(mx(fg, axes)), host<float>(max(fg, axes)));
+    EXPECT_EQ(mx(fg, axes).to_vector<float>(), max(f, axes).to_vector<float>());
+    EXPECT_EQ(mx(fg, axes, true).to_vector<float>(), max(f, axes, true).to_vector<float>());
+    EXPECT_EQ(mx(fg, axes).to_vector<float>(), max(fg, axes).to_vector<float>());
   }
   Array i = random::randint(-1000000, 1000000, {1 << 20}, int32, cpu());
   EXPECT_EQ(mx_int(i.to(gpu(0))).item<int32_t>(), max(i).item<int32_t>());
@@ -728,10 +712,10 @@ TEST(UserKernelGpu, ReductionsOverAxesAndLayoutsMatchTheCpu) {
       Array got = sum_k(xg, axes, keepdims);
       Array ref = sum(x, axes, keepdims);
       ASSERT_EQ(got.shape(), ref.shape());
-      EXPECT_EQ(host<int64_t>(got), ref.to_vector<int64_t>());
+      EXPECT_EQ(got.to_vector<int64_t>(), ref.to_vector<int64_t>());
       // Transposed and reversed inputs.
       Array t = xg.permute({2, 0, 1}).slice(0, {}, {}, -1);
-      EXPECT_EQ(host<int64_t>(sum_k(t, axes, keepdims)),
+      EXPECT_EQ(sum_k(t, axes, keepdims).to_vector<int64_t>(),
                 sum(x.permute({2, 0, 1}).slice(0, {}, {}, -1), axes, keepdims).to_vector<int64_t>());
     }
   // A large column reduction (split over threads, then a second pass) and a broadcast second input.
@@ -739,14 +723,14 @@ TEST(UserKernelGpu, ReductionsOverAxesAndLayoutsMatchTheCpu) {
   Array w = random::normal({3}, float32, cpu());
   Array got = dot.call({a.to(gpu(0)), w.to(gpu(0))}, 0)[0];
   Array ref = sum(a.astype(float64) * w.astype(float64), 0);
-  const std::vector<double> g = host<double>(got), r = ref.to_vector<double>();
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
   ASSERT_EQ(g.size(), 3u);
   for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(g[k], r[k], 1e-9 * (1 + std::fabs(r[k])));
   // An output passed in, and an empty reduction with an identity.
   Array out = full({7}, -1, int64, gpu(0));
   sum_k.call({xg, out}, {0, 2});
-  EXPECT_EQ(host<int64_t>(out), sum(x, {0, 2}).to_vector<int64_t>());
-  EXPECT_EQ(host<int64_t>(sum_k(zeros({3, 0}, int64, gpu(0)), 1)), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(out.to_vector<int64_t>(), sum(x, {0, 2}).to_vector<int64_t>());
+  EXPECT_EQ(sum_k(zeros({3, 0}, int64, gpu(0)), 1).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
   // float16 input reduced in float (the reduce type of a float16 output).
   Array h = random::uniform({4096}, 0.0, 1.0, float16, cpu());
   EXPECT_NEAR(sum_k(h.to(gpu(0))).item<float>(), sum(h.astype(float64)).item<double>(), 4096 * 1e-3);
@@ -757,9 +741,9 @@ TEST(UserKernelGpu, SeveralOutputsScalarsAndRawArraysInReductions) {
   ElementwiseKernel two("T x", "T y, int8 z", "y = x * 2; z = (signed char)(x > 2)", "two_outputs");
   std::vector<Array> outs = two.call({arange(5, int32, gpu(0))});
   ASSERT_EQ(outs.size(), 2u);
-  EXPECT_EQ(host<int32_t>(outs[0]), (std::vector<int32_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{0, 2, 4, 6, 8}));
   EXPECT_EQ(outs[1].dtype(), DType::Int8);
-  EXPECT_EQ(host<int8_t>(outs[1]), (std::vector<int8_t>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(outs[1].to_vector<int8_t>(), (std::vector<int8_t>{0, 0, 0, 1, 1}));
   // A scalar and a raw array in map_expr, two outputs from one reduction, bfloat16 input reduced in float.
   ReductionKernel stats("T x, T s, raw int32 shift", "float32 total, float32 squares", "(float)x * s + shift[0]",
                         "a + b", "total = a; squares = a * a", "0", "scaled_sum", {.reduce_type = "float"});
@@ -768,7 +752,7 @@ TEST(UserKernelGpu, SeveralOutputsScalarsAndRawArraysInReductions) {
   std::vector<Array> r = stats.call({x.to(gpu(0)), 0.5, shift}, 1);
   ASSERT_EQ(r.size(), 2u);
   const std::vector<double> ref = sum(x.astype(float64) * 0.5 + 3.0, 1).to_vector<double>();
-  const std::vector<float> total = host<float>(r[0]), squares = host<float>(r[1]);
+  const std::vector<float> total = r[0].to_vector<float>(), squares = r[1].to_vector<float>();
   ASSERT_EQ(total.size(), 64u);
   for (size_t k = 0; k < ref.size(); ++k) {
     EXPECT_NEAR(total[k], ref[k], 1e-4 * std::fabs(ref[k]) + 1e-3) << k;
@@ -782,7 +766,7 @@ TEST(UserKernelGpu, Bfloat16OutputsRoundLikeAstype) {
   Array x = random::normal({4096}, float32, cpu());
   Array y = to_bf16(x.to(gpu(0)));
   EXPECT_EQ(y.dtype(), DType::BFloat16);
-  EXPECT_EQ(host<float>(y), (x * 3.0f).astype(bfloat16).to_vector<float>());
+  EXPECT_EQ(y.to_vector<float>(), (x * 3.0f).astype(bfloat16).to_vector<float>());
 }
 
 }  // namespace

@@ -25,25 +25,33 @@ def main():
     sys.stdout.write(run.stdout[-4000:])
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
-    for name in ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-                 "fusion", "alloc", "multigpu"]:
+    workloads = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
+                 "fusion", "alloc", "multigpu"]
+    for name in workloads:
         if f"== {name}:" not in run.stdout:
             fail(f"workload {name} printed no title")
-    if run.stdout.count("verdict:") != 11:
-        fail(f"expected 11 verdict lines, got {run.stdout.count('verdict:')}")
+    if run.stdout.count("verdict:") != len(workloads):
+        fail(f"expected {len(workloads)} verdict lines, got {run.stdout.count('verdict:')}")
     with open(out) as f:
         doc = json.load(f)
     if doc.get("tool") != "kiln":
         fail(f"tool is {doc.get('tool')!r}")
-    for key, kind in [("version", str), ("device", str), ("date", str), ("host_threads", int), ("records", list)]:
+    for key, kind in [("version", str), ("device", str), ("date", str), ("host_threads", int), ("quick", bool),
+                      ("records", list)]:
         if not isinstance(doc.get(key), kind):
             fail(f"top-level {key!r} missing or not {kind.__name__}")
+    if doc["quick"] is not True:
+        fail("the run used --quick but the file says quick is false")
     if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["date"]):
         fail(f"date {doc['date']!r} is not ISO 8601 UTC")
     keys = {}
     for r in doc["records"]:
-        if set(r) != {"workload", "case", "metric", "unit", "value", "higher_is_better"}:
+        if set(r) - {"check"} != {"workload", "case", "metric", "unit", "value", "higher_is_better"}:
             fail(f"record keys {sorted(r)}")
+        if "check" in r and (not isinstance(r["check"], str) or not r["check"]):
+            fail(f"check must be a non-empty string (\"ok\" or what went wrong) in {r}")
+        if r.get("check", "ok") != "ok":
+            fail(f"kiln's own result check failed: {r}")
         if not isinstance(r["value"], (int, float)) or not math.isfinite(r["value"]) or r["value"] < 0:
             fail(f"bad value in {r}")
         if not isinstance(r["higher_is_better"], bool):
@@ -55,7 +63,7 @@ def main():
     gpu = doc["device"] != "cpu"
     need = [("matmul", f"cpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
     need += [("timing", c, "seconds") for c in ("host_clock_no_sync", "host_clock_sync", "events")]
-    need += [("logging", c, "seconds") for c in ("copy_every_step", "on_device")]
+    need += [("logging", c, m) for c in ("copy_every_step", "on_device") for m in ("seconds", "syncs")]
     need += [("elementwise", c, "gbps") for c in ("copy", "add", "add_scalar")]
     need += [("reduction", "sum", "gbps"), ("fusion", "eager", "ms"), ("fusion", "floor", "ms"),
              ("alloc", "alloc_free_1MB", "us")]
@@ -65,11 +73,19 @@ def main():
         need += [("matmul", f"speedup_{n}", "x") for n in (1024, 4096)]
         need += [("transfer", f"{d}_{mb}", "gbps") for d in ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned")
                  for mb in (16, 256)]
-        need += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds"),
-                 ("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
+        need += [("overlap", c, "seconds") for c in ("serial", "overlapped", "copy_only")]
+        need += [("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")
+    # The workloads that check what they timed say so in the record (compare flags a failed check "(!)").
+    checked = [("reduction", "sum", "gbps"), ("fusion", "fused", "ms"), ("logging", "copy_every_step", "seconds"),
+               ("logging", "on_device", "seconds")]
+    if gpu:
+        checked += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds")]
+    unchecked = [k for k in checked if keys.get(k, {}).get("check") != "ok"]
+    if unchecked:
+        fail(f"records without check \"ok\": {unchecked}")
     skipped = {s["what"]: s["reason"] for s in doc.get("skipped", [])}
     if not gpu:
         for what in ("transfer", "overlap", "multigpu", "matmul gpu_N"):

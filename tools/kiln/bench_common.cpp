@@ -16,8 +16,8 @@ namespace kiln_cli {
 using namespace kiln;
 
 void BenchContext::record(const std::string& workload, const std::string& case_name, const std::string& metric,
-                          const std::string& unit, double value, bool higher_is_better) {
-  records.push_back({workload, case_name, metric, unit, value, higher_is_better});
+                          const std::string& unit, double value, bool higher_is_better, const std::string& check) {
+  records.push_back({workload, case_name, metric, unit, value, higher_is_better, check});
 }
 
 void BenchContext::skip(const std::string& what, const std::string& reason) {
@@ -76,14 +76,6 @@ void Table::print() const {
   std::fflush(stdout);
 }
 
-std::string format_seconds(double s) {
-  if (!(s > 0)) return "-";
-  if (s >= 1) return fmt::format("{:.3g} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-  if (s >= 1e-6) return fmt::format("{:.3g} us", s * 1e6);
-  return fmt::format("{:.3g} ns", s * 1e9);
-}
-
 std::string format_number(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
 
 void verdict(const std::string& text) {
@@ -110,14 +102,16 @@ void write_json(const BenchContext& ctx, const std::string& path) {
   std::string s = "{\n";
   s += fmt::format("  \"tool\": \"kiln\",\n  \"version\": {},\n  \"device\": {},\n  \"date\": {},\n", json_quote(kVersion),
                    json_quote(device), json_quote(date));
-  s += fmt::format("  \"host_threads\": {},\n  \"records\": [\n", host_threads());
+  s += fmt::format("  \"host_threads\": {},\n  \"quick\": {},\n  \"records\": [\n", host_threads(),
+                   ctx.quick ? "true" : "false");
   for (size_t i = 0; i < ctx.records.size(); ++i) {
     const Record& r = ctx.records[i];
     s += fmt::format(
         "    {{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": "
-        "{}}}{}\n",
-        json_quote(r.workload), json_quote(r.case_name), json_quote(r.metric), json_quote(r.unit), kiln::detail::json_number(r.value),
-        r.higher_is_better ? "true" : "false", i + 1 < ctx.records.size() ? "," : "");
+        "{}{}}}{}\n",
+        json_quote(r.workload), json_quote(r.case_name), json_quote(r.metric), json_quote(r.unit),
+        kiln::detail::json_number(r.value), r.higher_is_better ? "true" : "false",
+        r.check.empty() ? "" : ", \"check\": " + json_quote(r.check), i + 1 < ctx.records.size() ? "," : "");
   }
   s += "  ],\n  \"skipped\": [";
   for (size_t i = 0; i < ctx.skipped.size(); ++i)

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../../bench/bench_clock.hpp"  // format_seconds, now_s: shared with the bench/ programs
 #include "kiln/kiln.hpp"
 
 namespace kiln_cli {
@@ -21,6 +22,9 @@ struct Record {
   std::string workload, case_name, metric, unit;
   double value = 0;
   bool higher_is_better = false;
+  /// The workload's check of the result it timed: "ok", what went wrong, or empty where nothing is checked
+  /// (written as the record's "check" field when not empty; scripts/compare flags a failed one "(!)").
+  std::string check;
 };
 
 /// What a workload needs: where to run, how long to take, where to put results.
@@ -35,7 +39,7 @@ struct BenchContext {
   /// Why the GPU side does not run: "no GPU on this machine" or "--device cpu chose the CPU".
   std::string no_gpu_reason() const;
   void record(const std::string& workload, const std::string& case_name, const std::string& metric,
-              const std::string& unit, double value, bool higher_is_better);
+              const std::string& unit, double value, bool higher_is_better, const std::string& check = "");
   /// Prints "  skipped: <what>: <reason>" and remembers it for the JSON file.
   void skip(const std::string& what, const std::string& reason);
   /// kiln::bench options scaled for --quick: `repeat` timed calls (a third in quick mode, at least 2),
@@ -59,8 +63,8 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-/// "1.23 ms" style, three significant digits.
-std::string format_seconds(double s);
+using kiln::benchutil::format_seconds;  ///< "1.23 ms" style, three significant digits; "-" when not positive
+using kiln::benchutil::now_s;
 /// "12.3" style with `digits` after the point.
 std::string format_number(double v, int digits = 1);
 /// Prints the workload's one-line verdict.
@@ -68,7 +72,7 @@ void verdict(const std::string& text);
 /// Prints a workload's title line.
 void title(const std::string& name, const std::string& what);
 
-/// Writes the run as JSON (tool, version, device, date, host_threads, records, skipped) to `path`.
+/// Writes the run as JSON (tool, version, device, date, host_threads, quick, records, skipped) to `path`.
 void write_json(const BenchContext& ctx, const std::string& path);
 
 /// The workloads, in the order `kiln bench` runs them.

@@ -4,9 +4,6 @@
 
 #include "bench_common.hpp"
 #ifdef KILN_WITH_CUDA
-#include "cuda/compiler.hpp"  // empty_launch: the launch floor, through kiln's internal launcher
-#include "cuda/launch.hpp"
-#include "cuda/runtime.hpp"
 #include "kiln/cuda.hpp"  // cuda::Graph
 #endif
 
@@ -37,22 +34,16 @@ void run_overhead(BenchContext& ctx) {
       "small_add", [&] { z = z + y; }, "z = z + y (allocates the result)");
   per_op(
       "small_add_out", [&] { add(x, y, x); }, "add(x, y, x) into an existing array");
-#ifdef KILN_WITH_CUDA
   if (ctx.gpu()) {
-    auto module = cuda_impl::load_module("extern \"C\" __global__ void kiln_empty_kernel() {}", "kiln_empty_kernel",
-                                         ctx.device.index, {});
-    cudaKernel_t kernel = module->function("kiln_empty_kernel");
-    cuda_impl::set_device(ctx.device.index);  // launch() uses the thread's CUDA device
+    // The launch floor through the public RawKernel, as the CuPy peer launches a cupy.RawKernel; the stream is
+    // looked up once, outside the timed loop.
+    const RawModule module("extern \"C\" __global__ void kiln_empty_kernel() {}", {.device = ctx.device});
+    const RawKernel empty_kernel = module.function("kiln_empty_kernel");
+    const LaunchOptions on_current{.stream = Stream::current(ctx.device)};
     per_op(
-        "empty_launch",
-        [&] {
-          cuda_impl::launch(kernel, dim3(1), dim3(32), 0,
-                            static_cast<cudaStream_t>(Stream::current(ctx.device).handle()), nullptr,
-                            "kiln_empty_kernel");
-        },
-        "an empty kernel: the launch floor");
+        "empty_launch", [&] { empty_kernel.launch({1}, {32}, on_current); },
+        "an empty kernel (RawKernel): the launch floor");
   }
-#endif
   if (!ctx.gpu()) ctx.skip("overhead empty_launch", ctx.no_gpu_reason() + ": no kernel to launch");
 #ifdef KILN_WITH_CUDA
   if (ctx.gpu()) {

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -145,7 +146,7 @@ int bench_command(const std::vector<std::string>& names, const std::string& devi
   for (const kiln_cli::Workload* w : chosen) {
     try {
       w->run(ctx);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // kiln::Error, and std::bad_alloc or fmt's errors: the others still run
       ++failures;
       fmt::print("  FAILED: {}: {}\n\n", w->name, e.what());
       ctx.skipped.emplace_back(w->name, std::string("failed: ") + e.what());
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
     if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
-  } catch (const kiln::Error& e) {
+  } catch (const std::exception& e) {  // kiln::Error and anything else: a message, not a crash
     std::cerr << "kiln: " << e.what() << "\n";
     return 1;
   }
