@@ -5,9 +5,11 @@ APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev l
 JOBS ?= $(shell nproc)
 HAVE_CUDA := $(shell test -x /usr/local/cuda/bin/nvcc -o -f /usr/local/cuda/include/cuda_runtime.h && echo 1)
 PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)
+# `make test` also builds and runs the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+TEST_PRESETS := $(PRESETS) asan
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: demo test deps build bench clean format
+.PHONY: demo test deps build build-test bench clean format
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -23,11 +25,14 @@ build: deps
 	  cmake --preset $$p -DKILN_WERROR=ON >/dev/null && cmake --build --preset $$p -j $(JOBS) || exit 1; \
 	done
 
+build-test: build
+	@cmake --preset asan -DKILN_WERROR=ON >/dev/null && cmake --build --preset asan -j $(JOBS)
+
 # ctest runs JOBS test processes at once on JOBS cores: OpenMP threads (OpenBLAS's) that spin-wait
 # between parallel regions would fight each other for the cores (a loop of small matmuls ran 30x
 # slower), so tests run with passive waiting unless OMP_WAIT_POLICY says otherwise.
-test: build
-	@for p in $(PRESETS); do \
+test: build-test
+	@for p in $(TEST_PRESETS); do \
 	  echo "== ctest ($$p)"; (cd build/$$p && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest $(CTEST_FLAGS)) || exit 1; \
 	done
 

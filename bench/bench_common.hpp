@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "bench_clock.hpp"
-#include "core/json.hpp"
 #include "kiln/bench.hpp"
+#include "kiln/json.hpp"
 
 namespace kiln::benchutil {
 
@@ -133,9 +133,9 @@ class Report {
   }
 
   /// A JSON string literal.
-  static std::string quote(const std::string& v) { return kiln::detail::json_quote(v); }
+  static std::string quote(const std::string& v) { return kiln::json_quote(v); }
   /// A JSON number (null for NaN or infinity, which JSON cannot write).
-  static std::string number(double v) { return kiln::detail::json_number(v); }
+  static std::string number(double v) { return kiln::json_number(v); }
 
  private:
   std::string suite_, library_, device_;

@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     replay.inner = 100;                                                     // replays per sample
     add(row("graph_replay_small_add_us", "100x1000", replay, 0, "us/op", check));
   }
-  // 3. The chain of DESIGN.md run op by op (eager), 2^26 floats.
+  // 3. The fused chain of the targets (docs/architecture.md) run op by op (eager), 2^26 floats.
   {
     const int64_t n = 1 << 26;
     Array x = random::normal({n}, float32, d);

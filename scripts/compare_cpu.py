@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Puts bench_cpu's JSON (kiln) beside numpy_cpu.py's JSON (NumPy) in one
 Markdown table of speed ratios and checks them against the CPU targets of
-DESIGN.md: elementwise and reductions at least NumPy's speed, float32 matmul
+docs/architecture.md ("Performance targets"): elementwise and reductions at least NumPy's speed, float32 matmul
 at least 90% of NumPy's.
 
 The ratio is NumPy's time over kiln's time for the same workload, so > 1 means
@@ -16,7 +16,7 @@ import os
 import platform
 import sys
 
-# Minimum kiln/NumPy speed ratio per workload (DESIGN.md "Performance targets").
+# Minimum kiln/NumPy speed ratio per workload (docs/architecture.md "Performance targets").
 TARGETS = {"add": 1.0, "chain": 1.0, "sum": 1.0, "sum_axis0": 1.0, "sum_axis1": 1.0, "matmul": 0.9}
 
 
@@ -49,7 +49,7 @@ def build(kiln, numpy, notes):
     lines.append(f"- timing: {kiln.get('warmup')} warm-up call(s), median of {kiln.get('repeat')} samples "
                  "(each sample repeats the call for >= 1-2 ms); same protocol on both sides")
     lines += [f"- {n}" for n in notes]
-    lines += ["", "ratio = NumPy time / kiln time (> 1: kiln faster); target from DESIGN.md; "
+    lines += ["", "ratio = NumPy time / kiln time (> 1: kiln faster); target from docs/architecture.md; "
               "'min' uses each side's fastest sample, which is steadier on a busy machine.", ""]
     lines.append("| workload | size | kiln | NumPy | ratio (median) | ratio (min) | target | meets |")
     lines.append("|---|---|---:|---:|---:|---:|---:|---|")

@@ -1,7 +1,7 @@
 """Shared parts of the peer benchmarks (torch_bench.py, cupy_bench.py): the list of
-workloads, cases and metrics of `kiln bench` (../../BENCH_SCHEMA.md, as agreed for
-issue 5), the JSON record writer, the command line, the timing helpers, and the
-library-independent halves of some workloads (what is recorded from the timings).
+workloads, cases and metrics of `kiln bench` (docs/bench-schema.md), the JSON record
+writer, the command line, the timing helpers, and the library-independent halves of
+some workloads (what is recorded from the timings).
 Tensor creation, streams, graphs, pinned memory and the ops stay in each script.
 
 Imports nothing beyond the standard library, so `--dry-run` works anywhere.
@@ -34,7 +34,7 @@ METRICS = {
 
 
 class Sizes:
-    """Problem sizes: "full" (BENCH_SCHEMA.md), "quick" (fewer matmul and transfer sizes, as
+    """Problem sizes: "full" (docs/bench-schema.md), "quick" (fewer matmul and transfer sizes, as
     `kiln bench --quick`) or "smoke" (tiny everything: checks that a script runs end to end in
     seconds before a long GPU run; its numbers mean nothing and scripts/compare says so)."""
 
@@ -111,7 +111,7 @@ def print_plan(tool, args):
 
 
 class Recorder:
-    """Collects records and writes the JSON of BENCH_SCHEMA.md."""
+    """Collects records and writes the JSON of docs/bench-schema.md."""
 
     def __init__(self, tool, version, device, sizes, host_threads=None):
         self.doc = {"tool": tool, "version": version, "device": device,

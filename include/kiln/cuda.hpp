@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kiln/device.hpp"
 #include "kiln/stream.hpp"
@@ -76,6 +77,11 @@ void empty_host_cache();
 void set_allow_tf32(bool allow);
 /// Whether float32 matmul may use TF32 tensor cores (see set_allow_tf32).
 bool allow_tf32();
+
+/// The folder of the on-disk kernel cache (docs/kernels.md): KILN_CACHE_DIR, else $HOME/.cache/kiln/kernels;
+/// "" when kernels are cached in memory only (KILN_CACHE_IN_MEMORY set, or neither variable). Reads the
+/// environment on every call; throws nothing; needs no GPU.
+std::string kernel_cache_directory();
 
 // ---------------------------------------------------------------------------------------------
 // CUDA graphs: record a stream's work once, replay it with one launch.

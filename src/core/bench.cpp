@@ -14,10 +14,10 @@
 #include <numeric>
 #include <utility>
 
-#include "core/json.hpp"
 #include "core/sync_debug.hpp"
 #include "kiln/array.hpp"
 #include "kiln/error.hpp"
+#include "kiln/json.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln {
@@ -61,8 +61,6 @@ std::string stats_us(const char* label, const Stats& s) {
   return buf;
 }
 
-using detail::json_number;
-using detail::json_quote;
 
 std::string series_json(const std::vector<double>& seconds) {
   Stats s = summarize(seconds);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 
+#include "kiln/cuda.hpp"
 #include "kiln/version.hpp"
 
 namespace kiln::cuda_impl {
@@ -302,3 +303,7 @@ bool write_cache_file(const std::string& directory, const CacheKey& key, const C
 }
 
 }  // namespace kiln::cuda_impl
+
+namespace kiln::cuda {
+std::string kernel_cache_directory() { return cuda_impl::kernel_cache_directory(); }
+}  // namespace kiln::cuda

@@ -1,7 +1,6 @@
 // The CUDA backend's op entry points (internal). CudaBackend (backend.cpp)
 // makes the output's device current and calls these; each is defined in its
-// own file (elementwise, reduce, matmul, random). Until one lands, a weak
-// placeholder in pending_stubs.cpp throws "not built yet".
+// own file (elementwise, reduce, matmul, random).
 #pragma once
 
 #include "core/backend.hpp"

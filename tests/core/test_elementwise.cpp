@@ -225,7 +225,7 @@ TEST(Elementwise, TemporariesLendTheirMemoryToTheResult) {
   Array outer = (col * 1) + arange(2, float32);  // the result is (n, 2): larger than the temporary
   EXPECT_EQ(outer.shape(), (Shape{n, 2}));
   EXPECT_EQ(outer.to_vector<float>()[3], 2.0f);
-  // The chain from DESIGN.md through temporaries equals the same chain through named arrays.
+  // The benchmarks' fused chain (docs/architecture.md) through temporaries equals the same chain through named arrays.
   Array y = random::normal({n}, float32);
   Array chained = tanh(y * 1.5f + 0.3f) * y - exp(-y * y) * 0.5f;
   Array a1 = y * 1.5f, a2 = a1 + 0.3f, a3 = tanh(a2), a4 = a3 * y, b1 = -y, b2 = b1 * y, b3 = exp(b2), b4 = b3 * 0.5f;

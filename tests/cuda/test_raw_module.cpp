@@ -28,7 +28,7 @@ namespace {
 using kiln_test::ScopedEnv;
 using kiln_test::TempDir;
 
-// The walkthrough kernel of DESIGN.md: res = a + b over an nx x ny row-major grid of floats.
+// The walkthrough kernel (examples/add_two_array_2d.cpp): res = a + b over an nx x ny row-major grid of floats.
 const char* const kAddTwoArray2d = R"(
 extern "C" __global__ void add_two_array_2d(int nx, int ny, float* res, const float* a, const float* b) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;

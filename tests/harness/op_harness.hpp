@@ -1,4 +1,4 @@
-// The op-consistency harness (see DESIGN.md/STYLE.md, after ggml's test-backend-ops): every elementwise
+// The op-consistency harness (docs/architecture.md; after ggml's test-backend-ops): every elementwise
 // op, cast and C++ operator is declared once (tests/harness/op_table_test.cpp: name, arity, dtypes,
 // tolerance per dtype, how to call it) and run on every available backend against NumPy golden cases
 // written by tests/golden/ops_golden.py (its docstring describes the manifest format). Each case's inputs

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/peers: the case list matches BENCH_SCHEMA.md (the names `kiln bench` writes), the
+"""bench/peers: the case list matches docs/bench-schema.md (the names `kiln bench` writes), the
 scripts exit 0 with a clear message when their library is missing, and the JSON writer
 produces the schema's fields. Measures nothing, so it runs the same with or without a GPU.
 Run by ctest as scripts.peers."""
@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, PEERS)
 import common  # noqa: E402
 
-# Every (workload, case, metric) BENCH_SCHEMA.md requires, written out by hand from its text.
+# Every (workload, case, metric) docs/bench-schema.md lists, written out by hand from its text.
 REQUIRED_FULL = set()
 for n in (1024, 2048, 4096, 8192, 15360):
     REQUIRED_FULL |= {("matmul", f"cpu_{n}", "seconds"), ("matmul", f"cpu_{n}", "tflops"),

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <ctime>
 
-#include "core/json.hpp"
+#include "kiln/json.hpp"
 
 namespace kiln_cli {
 
@@ -90,7 +90,7 @@ void title(const std::string& name, const std::string& what) {
 
 int host_threads() { return omp_get_max_threads(); }
 
-using kiln::detail::json_quote;
+using kiln::json_quote;
 
 void write_json(const BenchContext& ctx, const std::string& path) {
   std::time_t now = std::time(nullptr);
@@ -110,7 +110,7 @@ void write_json(const BenchContext& ctx, const std::string& path) {
         "    {{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": "
         "{}{}}}{}\n",
         json_quote(r.workload), json_quote(r.case_name), json_quote(r.metric), json_quote(r.unit),
-        kiln::detail::json_number(r.value), r.higher_is_better ? "true" : "false",
+        kiln::json_number(r.value), r.higher_is_better ? "true" : "false",
         r.check.empty() ? "" : ", \"check\": " + json_quote(r.check), i + 1 < ctx.records.size() ? "," : "");
   }
   s += "  ],\n  \"skipped\": [";

@@ -1,9 +1,9 @@
 // `kiln bench`: shared pieces of the workloads — the run context, the records
-// written with --json (format: BENCH_SCHEMA in the README's "Measuring right"
-// section; the PyTorch/CuPy peers write the same), a plain text table, and the
-// workload list. Every GPU time is taken with kiln::bench (events, or host time
-// that ends after a synchronisation); the only bare host clock around a launch is
-// the deliberately wrong case of the `timing` workload, labelled as such.
+// written with --json (format: docs/bench-schema.md; the PyTorch/CuPy peers
+// write the same), a plain text table, and the workload list. Every GPU time is
+// taken with kiln::bench (events, or host time that ends after a synchronisation);
+// the only bare host clock around a launch is the deliberately wrong case of the
+// `timing` workload, labelled as such.
 #pragma once
 
 #include <fmt/core.h>

@@ -15,7 +15,6 @@
 #include "bench_common.hpp"
 #include "kiln/kiln.hpp"
 #ifdef KILN_WITH_CUDA
-#include "cuda/kernel_cache.hpp"
 #include "kiln/cuda.hpp"
 #endif
 
@@ -71,7 +70,7 @@ int info() {
     fmt::print("pinned host pool: {} allocated, {} reserved\n", bytes_str(static_cast<double>(h.allocated)),
                bytes_str(static_cast<double>(h.reserved)));
   }
-  const std::string dir = cuda_impl::kernel_cache_directory();
+  const std::string dir = cuda::kernel_cache_directory();
   if (dir.empty()) {
     fmt::print("kernel cache: in memory only (KILN_CACHE_IN_MEMORY set, or no HOME/KILN_CACHE_DIR)\n");
   } else {

@@ -1,15 +1,15 @@
-// Small JSON writing helpers shared by kiln::bench (src/core/bench.cpp), the
-// `kiln` tool's benchmark output and the benchmark programs (internal; header
-// only, no dependencies beyond the standard library).
+// Two small JSON writing helpers, the ones kiln::BenchResult::json() uses: programs that write
+// benchmark records (the `kiln` tool, bench/) format strings and numbers the same way. Header only,
+// the standard library alone.
 #pragma once
 
 #include <cmath>
 #include <cstdio>
 #include <string>
 
-namespace kiln::detail {
+namespace kiln {
 
-/// `v` as a JSON string literal: quotes and backslashes escaped, control characters as \u00XX.
+/// `v` as a JSON string literal: quotes and backslashes escaped, control characters as \u00XX. Throws nothing.
 inline std::string json_quote(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
@@ -28,6 +28,7 @@ inline std::string json_quote(const std::string& v) {
 }
 
 /// `v` as a JSON number with 9 significant digits; null when it is not finite (JSON has no NaN/Inf).
+/// Throws nothing.
 inline std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[32];
@@ -35,4 +36,4 @@ inline std::string json_number(double v) {
   return buf;
 }
 
-}  // namespace kiln::detail
+}  // namespace kiln

@@ -1,0 +1,104 @@
+# The library as layers (docs/architecture.md): one OBJECT library per src/ folder, each compiled
+# against an include root that holds only the folders it may include, so a breach of the layering
+# ("cuda/..." from src/core) is a compile error. Users link the one static library `kiln`
+# (kiln::kiln), which carries every layer's objects and the link dependencies.
+#
+# Includes inside src/ are written "core/x.hpp", "cpu/x.hpp", "cuda/x.hpp". A layer's include root
+# is ${PROJECT_BINARY_DIR}/layers/<layer>/, with a symbolic link per folder the layer may see:
+#   core: core            cpu: core cpu            cuda: core cuda            glue (src/backends.cpp): core
+# New .cpp files in a folder are picked up by the globs (CONFIGURE_DEPENDS).
+
+# Compile flags of every layer, kept out of kiln's exported interface.
+add_library(kiln_build_flags INTERFACE)
+target_link_libraries(kiln_build_flags INTERFACE kiln_warnings OpenMP::OpenMP_CXX)
+target_include_directories(kiln_build_flags INTERFACE ${PROJECT_SOURCE_DIR}/include)
+target_compile_features(kiln_build_flags INTERFACE cxx_std_20)
+# The CPU kernels must keep IEEE semantics (NaN/Inf tests), so no -ffast-math;
+# errno-free math lets the compiler vectorise sqrt and friends.
+# -ffp-contract=off: no fused multiply-add behind the source's back, so start + i*step (arange,
+# linspace) rounds twice exactly as NumPy and the GPU kernels do.
+target_compile_options(kiln_build_flags INTERFACE -fno-math-errno -fwrapv -ffp-contract=off)
+if(KILN_NATIVE)
+  include(CheckCXXCompilerFlag)
+  check_cxx_compiler_flag(-march=native KILN_HAS_MARCH_NATIVE)
+  if(KILN_HAS_MARCH_NATIVE)
+    target_compile_options(kiln_build_flags INTERFACE -march=native)
+  endif()
+endif()
+if(KILN_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  target_compile_definitions(kiln_build_flags INTERFACE KILN_WITH_CUDA=1)
+endif()
+
+# kiln_layer(NAME SEES folder...): the include root of layer NAME, holding links to src/<folder>.
+function(kiln_layer_root name)
+  set(root ${PROJECT_BINARY_DIR}/layers/${name})
+  file(MAKE_DIRECTORY ${root})
+  foreach(folder ${ARGN})
+    if(NOT EXISTS ${root}/${folder})
+      file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${folder} ${root}/${folder} SYMBOLIC)
+    endif()
+  endforeach()
+  set(KILN_LAYER_ROOT_${name} ${root} PARENT_SCOPE)
+endfunction()
+
+# kiln_layer(NAME SEES folder...): OBJECT library kiln_NAME from src/NAME/*.cpp.
+function(kiln_layer name)
+  kiln_layer_root(${name} ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp)
+  add_library(kiln_${name} OBJECT ${sources})
+  target_include_directories(kiln_${name} PRIVATE ${KILN_LAYER_ROOT_${name}})
+  target_link_libraries(kiln_${name} PRIVATE kiln_build_flags)
+  set(KILN_LAYER_ROOT_${name} ${KILN_LAYER_ROOT_${name}} PARENT_SCOPE)
+endfunction()
+
+kiln_layer(core core)
+target_link_libraries(kiln_core PRIVATE fmt::fmt)
+kiln_layer(cpu core cpu)
+target_include_directories(kiln_cpu PRIVATE ${CBLAS_INCLUDE_DIR})
+# glibc's vector math library (AVX2 expf/tanhf/...) for contiguous float32 rows.
+find_library(KILN_LIBMVEC NAMES mvec libmvec.so.1)
+if(KILN_LIBMVEC)
+  target_compile_definitions(kiln_cpu PRIVATE KILN_HAVE_LIBMVEC=1)
+endif()
+set(KILN_LAYERS kiln_core kiln_cpu)
+if(KILN_CUDA)
+  kiln_layer(cuda core cuda)
+  # Headers only: the CUDA libraries are linked once, by `kiln`.
+  foreach(lib cudart nvrtc cublas cublasLt)
+    target_include_directories(kiln_cuda PRIVATE $<TARGET_PROPERTY:CUDA::${lib},INTERFACE_INCLUDE_DIRECTORIES>)
+  endforeach()
+  list(APPEND KILN_LAYERS kiln_cuda)
+endif()
+
+# The library users link: the layers' objects plus src/backends.cpp, the one file that knows which
+# backends this build holds (it sees core only; the backends are reached through declarations).
+kiln_layer_root(glue core)
+add_library(kiln STATIC ${PROJECT_SOURCE_DIR}/src/backends.cpp)
+add_library(kiln::kiln ALIAS kiln)
+foreach(layer ${KILN_LAYERS})
+  target_sources(kiln PRIVATE $<TARGET_OBJECTS:${layer}>)
+endforeach()
+target_include_directories(kiln PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
+                           PRIVATE ${KILN_LAYER_ROOT_glue})
+target_compile_features(kiln PUBLIC cxx_std_20)
+target_link_libraries(kiln PUBLIC OpenMP::OpenMP_CXX PRIVATE $<BUILD_INTERFACE:kiln_build_flags> ${BLAS_LIBRARIES})
+if(TARGET kiln_fmt_header_only)
+  target_link_libraries(kiln PRIVATE $<BUILD_INTERFACE:kiln_fmt_header_only>)  # no library to link
+else()
+  target_link_libraries(kiln PRIVATE fmt::fmt)
+endif()
+if(KILN_LIBMVEC)
+  target_link_libraries(kiln PRIVATE ${KILN_LIBMVEC})
+endif()
+if(KILN_CUDA)
+  target_compile_definitions(kiln PUBLIC KILN_WITH_CUDA=1)
+  target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::nvrtc CUDA::cublas CUDA::cublasLt)
+endif()
+
+# kiln's own tests and lab benchmarks reach into the layers (src/ as the include root, cblas.h).
+add_library(kiln_internal INTERFACE)
+target_include_directories(kiln_internal INTERFACE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE_DIR})
+if(KILN_CUDA)
+  target_link_libraries(kiln_internal INTERFACE CUDA::cudart CUDA::nvrtc)
+endif()
