@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kiln/array.hpp"
 #include "kiln/random.hpp"
@@ -143,6 +144,11 @@ class Backend {
 
 /// The backend that runs ops for `device`; throws DeviceError when none is built in.
 Backend& backend_for(Device device);
+/// Throws DeviceError "<op>: cuda:<index> does not exist; this machine has N usable GPU(s)...; use try_gpu(i)"
+/// unless GPU `index` is usable (device.cpp; gpu(i) uses it with op "gpu(i)").
+void require_gpu(int index, const std::string& op);
+/// "this machine has N usable GPU(s)" (plus " (this build has no CUDA backend)" when so).
+std::string gpu_count_str();
 /// The built-in backend of a device type, or nullptr when this build has none
 /// (defined in src/backends.cpp, the one place that knows which backends exist).
 Backend* builtin_backend(DeviceType type);
