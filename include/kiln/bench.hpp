@@ -30,9 +30,9 @@ struct BenchOptions {
   /// GPUs to time with events. Empty: the GPUs `fn` queued work on from this thread during warm-up (all GPUs
   /// when warmup is 0).
   /// CPU entries are not event-timed (the host time covers the CPU): {cpu()} times the host only.
-  std::vector<Device> devices;
+  std::vector<Device> devices{};
   bool flush_l2 = false;  ///< overwrite each timed GPU's L2 (or the host's last-level cache) before each call, untimed
-  std::string name;       ///< shown by str() and json()
+  std::string name{};     ///< shown by str() and json()
 };
 
 /// Event times of one GPU, seconds per repeat.
@@ -58,7 +58,7 @@ struct BenchResult {
   /// The figure to report: the median event time of the first timed GPU, else the median host time.
   double seconds() const;
   /// One line in the style of cupyx.profiler.benchmark:
-  /// "name    :    host:  1234.567 us   +/- 12.345 (min:  1200.000 / max:  1300.000) us     cuda:0: ...".
+  /// "name    :    host: median    1234.567 us (min 1200.000, max 1300.000, std 12.345 us)     cuda:0: ...".
   std::string str() const;
   /// {"name", "warmup", "repeat", "host": {"seconds": [...], "min", "median", "mean", "max", "stddev"},
   ///  "devices": [{"device": "cuda:0", "seconds": [...], "min", ...}]} (seconds).
@@ -80,7 +80,7 @@ BenchResult bench(const std::string& name, const std::function<void()>& fn, Benc
 /// reading waits (for the last recorded event). On the CPU, events read the host clock.
 ///   Timer t(gpu(0));
 ///   for (...) { t.start(); step(); t.stop(); }
-///   fmt::print("{} ms per step\n", t.elapsed_ms() / t.count());
+///   std::cout << t.elapsed_ms() / t.count() << " ms per step\n";
 class Timer {
  public:
   /// Times work on the current stream of `device` (read at each start()).

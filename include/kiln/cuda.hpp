@@ -94,8 +94,13 @@ std::string kernel_cache_directory();
 //
 // Captured work reads and writes fixed addresses: change inputs in place (assign, copy_from, x += ...),
 // never by rebinding the array, and keep input arrays alive while the graph may be replayed. Memory
-// allocated during the capture comes from the graph's private pool (see GraphPool). Random ops replay the
-// numbers drawn at capture. Anything that synchronises the host with the capturing stream (item(),
+// allocated during the capture comes from the graph's private pool (see GraphPool). Random ops captured
+// (random::uniform/normal/randint on the capturing stream) draw fresh numbers at each replay, as PyTorch's
+// graphs do: the capture consumes nothing from the default generator; each replay takes the generator's
+// state at that point and advances it by the blocks the graph draws, so replay k gives the bits the k-th
+// eager run of the same code would have given (the CPU's bits for uniform and randint), eager draws and
+// other graphs interleaved included. Replays of one graph must not overlap (they share its state word).
+// Anything that synchronises the host with the capturing stream (item(),
 // to_vector(), printing, a copy to pageable host memory, a blocking copy, Stream::synchronize,
 // synchronize(device), Event::synchronize) throws ValueError during the capture.
 
@@ -143,8 +148,9 @@ class Graph {
   /// capture is under way, CudaError when CUDA invalidated the capture (an operation it forbids ran) or
   /// instantiation fails; the graph is then empty.
   void capture_end();
-  /// Launches the graph on the capture stream (asynchronous, like any kernel launch). Throws ValueError
-  /// when nothing was captured.
+  /// Launches the graph on the capture stream (asynchronous, like any kernel launch). With random ops, first
+  /// queues a one-thread kernel writing the default generator's state for them and advances the generator (no
+  /// synchronisation). Throws ValueError when nothing was captured.
   void replay();
   /// Launches the graph on `stream` (of the graph's GPU): ordered after the work queued there, not after the
   /// capture stream's. Throws ValueError as replay(), DeviceError for a stream of another device.

@@ -74,8 +74,8 @@ class KernelArg {
 
 /// Compile-time settings of an ElementwiseKernel.
 struct ElementwiseKernelOptions {
-  std::vector<std::string> options;  ///< extra NVRTC options, e.g. {"--use_fast_math", "-DTILE=4"}
-  std::string preamble;              ///< code placed before the kernel (device functions, constants)
+  std::vector<std::string> options{};  ///< extra NVRTC options, e.g. {"--use_fast_math", "-DTILE=4"}
+  std::string preamble{};              ///< code placed before the kernel (device functions, constants)
 };
 
 /// An elementwise kernel from source, like cupy.ElementwiseKernel:
@@ -110,11 +110,11 @@ class ElementwiseKernel : public detail::UserKernel<detail::ElementwiseKernelDef
 
 /// Compile-time settings of a ReductionKernel.
 struct ReductionKernelOptions {
-  std::vector<std::string> options;  ///< extra NVRTC options
-  std::string preamble;              ///< code placed before the kernel
+  std::vector<std::string> options{};  ///< extra NVRTC options
+  std::string preamble{};              ///< code placed before the kernel
   /// Type of the values reduced (`a` and `b`): a dtype name, a C type (float, double, int, long long...) or
   /// a placeholder; empty: the first output's type. float16/bfloat16 reduce in float.
-  std::string reduce_type;
+  std::string reduce_type{};
 };
 
 /// A reduction kernel from source, like cupy.ReductionKernel:

@@ -34,6 +34,8 @@
 // float64 and for randint with span > 2^32. Since the offset is the counter's high half, later
 // calls never reuse a counter, and a seed (or a saved state) reproduces a whole run.
 // The same state gives the same values on the CPU and on a GPU (one generator for all devices).
+// Draws captured in a CUDA graph (kiln/cuda.hpp) take their blocks at each replay, not at capture: replay k
+// draws what the k-th eager run would have, and advances the generator as that run would.
 #pragma once
 
 #include <cstdint>

@@ -60,21 +60,21 @@ struct LaunchOptions {
   /// through its attribute, up to the GPU's opt-in maximum (227 KB on an H100).
   size_t shared_mem = 0;
   /// The stream to launch on (a stream of the kernel's GPU); default: this thread's current stream there.
-  std::optional<Stream> stream;
+  std::optional<Stream> stream{};
 };
 
 /// How a RawModule is built.
 struct RawModuleOptions {
   /// NVRTC options after kiln's defaults (--std=c++17 -default-device -arch=sm_XX), e.g. "--use_fast_math",
   /// "-DBLOCK=256". An "-arch=..." here replaces kiln's choice of architecture.
-  std::vector<std::string> options;
+  std::vector<std::string> options{};
   /// C++ names of (template) kernels to instantiate and look up by that name, e.g. "scale<float>".
-  std::vector<std::string> name_expressions;
+  std::vector<std::string> name_expressions{};
   /// The GPU to compile for and load on. Default: this thread's current device when it is a GPU, else gpu(0).
-  std::optional<Device> device;
+  std::optional<Device> device{};
   /// The program name used in compiler logs and messages. Default: the first __global__ function's name
   /// (the first .entry for PTX), else "raw_module".
-  std::string name;
+  std::string name{};
 };
 
 class RawKernel;

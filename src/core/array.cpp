@@ -70,7 +70,7 @@ Array Array::astype(DType t) const {
 
 namespace {
 Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOptions options) {
-  if (d.is_cuda()) (void)gpu(d.index);  // throws DeviceError naming the missing GPU
+  if (d.is_cuda()) detail::require_gpu(d.index, "to(" + d.str() + ")");  // names the missing GPU, not gpu()
   if (stream && stream->device() != d && stream->device() != a.device())
     throw DeviceError("to: the stream is on " + stream->device().str() + " but the copy goes from " +
                       a.device().str() + " to " + d.str() + "; pass a stream of either device");

@@ -8,8 +8,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kiln/array.hpp"
+#include "kiln/random.hpp"
 #include "kiln/stream.hpp"
 #include "core/op_table.hpp"
 
@@ -68,7 +70,22 @@ struct RandomCall {
   uint64_t offset = 0;  ///< in 128-bit Philox blocks
   double a = 0.0, b = 1.0;  ///< low/high for uniform, mean/stddev for normal
   int64_t low = 0, high = 0;  ///< randint range [low, high)
+  /// Set when the draw is captured in a CUDA graph: the device address of the capture's (seed, base offset)
+  /// pair of uint64, written before each replay; the kernel then draws at (state[0], state[1] + offset).
+  const void* graph_state = nullptr;
 };
+
+/// The random bookkeeping of one CUDA graph capture (like PyTorch's CUDAGeneratorImpl capture state): draws
+/// captured into the graph take their blocks at `blocks` past a base offset read from `state` at run time,
+/// and each replay advances the default generator by the final `blocks`.
+struct GraphRandom {
+  const void* state = nullptr;  ///< device address of the (seed, base offset) pair written before each replay
+  uint64_t blocks = 0;          ///< Philox blocks used by the draws captured so far
+};
+
+/// Reserves `blocks` Philox blocks of the default generator (core/random.cpp): returns the state to draw
+/// from and advances its offset past them, under the generator's lock. Graph replays use it.
+random::GeneratorState reserve_random_blocks(uint64_t blocks);
 
 class Backend {
  public:
@@ -86,6 +103,9 @@ class Backend {
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;
   virtual void random(const RandomCall& call) = 0;
+  /// The graph capture that a random draw on `device`'s current stream of this thread would join, or nullptr
+  /// (the draw is eager). Random front-ends ask before they reserve blocks of the generator.
+  virtual GraphRandom* graph_random(Device /*device*/) { return nullptr; }
   /// Runs a fused function (kiln::fuse) as generated code into call.out; returns false when this backend
   /// has no fused kernels (the core then runs the graph op by op, as the CPU does).
   virtual bool fused(const FusionCall& /*call*/) { return false; }
@@ -124,6 +144,11 @@ class Backend {
 
 /// The backend that runs ops for `device`; throws DeviceError when none is built in.
 Backend& backend_for(Device device);
+/// Throws DeviceError "<op>: cuda:<index> does not exist; this machine has N usable GPU(s)...; use try_gpu(i)"
+/// unless GPU `index` is usable (device.cpp; gpu(i) uses it with op "gpu(i)").
+void require_gpu(int index, const std::string& op);
+/// "this machine has N usable GPU(s)" (plus " (this build has no CUDA backend)" when so).
+std::string gpu_count_str();
 /// The built-in backend of a device type, or nullptr when this build has none
 /// (defined in src/backends.cpp, the one place that knows which backends exist).
 Backend* builtin_backend(DeviceType type);

@@ -16,12 +16,22 @@ int num_gpus() {
   return b ? b->device_count() : 0;
 }
 
+namespace detail {
+std::string gpu_count_str() {
+  return "this machine has " + std::to_string(num_gpus()) + " usable GPU(s)" +
+         (built_with_cuda() ? "" : " (this build has no CUDA backend)");
+}
+
+void require_gpu(int index, const std::string& op) {
+  if (index >= 0 && index < num_gpus()) return;
+  const std::string i = std::to_string(index);
+  throw DeviceError(op + ": cuda:" + i + " does not exist; " + gpu_count_str() + "; use try_gpu(" + i +
+                    ") to fall back to the CPU");
+}
+}  // namespace detail
+
 Device gpu(int i) {
-  int n = num_gpus();
-  if (i < 0 || i >= n)
-    throw DeviceError("gpu(" + std::to_string(i) + "): no such GPU; this machine has " + std::to_string(n) +
-                      " usable GPU(s)" + (built_with_cuda() ? "" : " (this build has no CUDA backend)") +
-                      "; use try_gpu(" + std::to_string(i) + ") to fall back to the CPU");
+  detail::require_gpu(i, "gpu(" + std::to_string(i) + ")");
   return Device{DeviceType::CUDA, i};
 }
 

@@ -32,6 +32,24 @@ bool overlaps_differently(const Array& in, const Array& out) {
          !(in.offset() == out.offset() && in.strides() == out.strides() && in.shape() == out.shape());
 }
 
+// The compound assignment `a op= x` for the ops Array's operators run in place (out is the first operand).
+const char* compound_assignment(OpCode op, const Operand& first, const Array& out) {
+  if (!first.is_array() || !first.array().shares_storage(out) || overlaps_differently(first.array(), out))
+    return nullptr;
+  switch (op) {
+    case OpCode::Add:
+      return "+";
+    case OpCode::Subtract:
+      return "-";
+    case OpCode::Multiply:
+      return "*";
+    case OpCode::Divide:
+      return "/";
+    default:
+      return nullptr;
+  }
+}
+
 thread_local const Array* t_donor = nullptr;
 constexpr int64_t kDonorMinBytes = int64_t{256} << 10;  // NumPy's elision threshold
 
@@ -202,10 +220,15 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
     if (!(joint == out->shape()))
       throw ShapeError(op_str(op) + ": the result has shape " + shape_str(joint) + " but out has shape " +
                        shape_str(out->shape()) + "; pass an out of the broadcast shape");
-    if (!can_cast_same_kind(types.out, out->dtype()))
-      throw DTypeError(op_str(op) + ": cannot write the " + std::string(dtype_name(types.out)) +
-                       " result into out of dtype " + std::string(dtype_name(out->dtype())) +
-                       " (same_kind casting); use an out of dtype " + std::string(dtype_name(types.out)));
+    if (!can_cast_same_kind(types.out, out->dtype())) {
+      const std::string result(dtype_name(types.out)), kept(dtype_name(out->dtype()));
+      if (const char* symbol = compound_assignment(op, **operands.begin(), *out))
+        throw DTypeError(op_str(op) + " (a " + symbol + "= x): the result is " + result + ", which the " + kept +
+                         " array a cannot hold (an in-place update keeps a's dtype); write a = a " + symbol +
+                         " x for a new " + result + " array, or pass x of a's kind");
+      throw DTypeError(op_str(op) + ": cannot write the " + result + " result into out of dtype " + kept +
+                       " (same_kind casting); use an out of dtype " + result);
+    }
     call.out = *out;
     shape = out->shape();
   } else if (const Array* donor = usable_donor(operands, shape, types.out)) {

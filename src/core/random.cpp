@@ -74,10 +74,18 @@ Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::option
   int64_t n = call.out.size();
   uint64_t blocks = detail::philox::block_count(call.distribution, dtype, n, span);
   if (blocks == 0) return call.out;
-  GeneratorState state = DefaultGenerator::instance().reserve(blocks);
-  call.seed = state.seed;
-  call.offset = state.offset;
-  detail::backend_for(d).random(call);
+  detail::Backend& backend = detail::backend_for(d);
+  if (detail::GraphRandom* graph = backend.graph_random(d)) {
+    // Captured: the blocks are relative to the base offset each replay writes to graph->state.
+    call.graph_state = graph->state;
+    call.offset = graph->blocks;
+    graph->blocks += blocks;
+  } else {
+    GeneratorState state = DefaultGenerator::instance().reserve(blocks);
+    call.seed = state.seed;
+    call.offset = state.offset;
+  }
+  backend.random(call);
   return call.out;
 }
 
@@ -164,3 +172,9 @@ Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype, std::o
 }
 
 }  // namespace kiln::random
+
+namespace kiln::detail {
+random::GeneratorState reserve_random_blocks(uint64_t blocks) {
+  return random::DefaultGenerator::instance().reserve(blocks);
+}
+}  // namespace kiln::detail

@@ -154,8 +154,11 @@ Device kernel_device(const std::string& kernel, const std::vector<KernelParam>& 
   if (device.type != DeviceType::CUDA)
     throw DeviceError(kernel + ": user kernels run on CUDA devices, but " +
                       (first ? "the arguments are on " + device.str() : "the current device is " + device.str()) +
-                      "; move the data to a GPU first, e.g. x.to(gpu(0)) (or try_gpu()), and call the kernel with the "
-                      "GPU arrays");
+                      (num_gpus() > 0 ? "; move the data to a GPU first, e.g. x.to(gpu(0)), and call the kernel with "
+                                        "the GPU arrays"
+                                      : "; " + detail::gpu_count_str() +
+                                            ", so run it where there is one (built-in ops and kiln::fuse also run "
+                                            "on the CPU)"));
   return device;
 }
 

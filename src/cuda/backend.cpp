@@ -233,6 +233,9 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.out.device().index);
     cuda_random(call);
   }
+  detail::GraphRandom* graph_random(Device device) override {
+    return capture_random(device.index, cuda_impl::current_stream(device.index));
+  }
   bool fused(const detail::FusionCall& call) override {
     set_device(call.out.device().index);
     return cuda_fused(call);

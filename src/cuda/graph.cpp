@@ -21,9 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/sync_debug.hpp"
 #include "cuda/allocator.hpp"
 #include "cuda/pinned.hpp"
+#include "cuda/random.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/array.hpp"
 #include "kiln/cuda.hpp"
@@ -72,6 +74,8 @@ struct Graph::Impl {
   std::optional<cuda_impl::ThreadCaptureScope> thread_scope;
   bool registered = false;
   std::vector<std::shared_ptr<Storage>> kept;  // pinned host buffers of captured copies
+  detail::GraphRandom random;                  // Philox blocks of the captured draws (0: no random op)
+  std::shared_ptr<Storage> random_state;       // the (seed, base offset) word of random.state, from the pool
   std::vector<cudaStream_t> replay_streams;
   cudaStream_t last_replay = nullptr;
   bool replayed = false;
@@ -120,6 +124,8 @@ struct Graph::Impl {
       }
     }
     kept.clear();
+    random = detail::GraphRandom{};
+    random_state.reset();  // a block of the pool: given back before the pool
     if (pool) {
       try {
         std::vector<cudaStream_t> used = replay_streams;
@@ -199,7 +205,7 @@ void Graph::capture_begin(const Stream& stream, const GraphPool& pool) {
   g.capture_thread = std::this_thread::get_id();
   try {
     g.thread_scope.emplace();
-    cuda_impl::register_capture(d.index, cuda_stream, &g.kept);
+    cuda_impl::register_capture(d.index, cuda_stream, &g.kept, &g.random, &g.random_state);
     g.registered = true;
     g.device_guard.emplace(d);
     g.stream_guard.emplace(stream);
@@ -260,6 +266,23 @@ void require_ready(const Graph::Impl& g) {
       "Graph::replay: nothing was captured (or the graph was reset); record work first: "
       "{ cuda::GraphCapture capture(graph, stream); ... }");
 }
+
+// Before a replay of a graph with random draws: its (seed, base offset) word gets the default generator's state,
+// which advances by the blocks the graph draws, so replay k draws what the k-th eager run would have. The word
+// is written by a kernel queued on the replay stream (values as arguments): ordered, no host synchronisation.
+// A replay captured into another graph takes its blocks from that graph's word instead, at run time.
+void write_random_state(Graph::Impl& g, cudaStream_t stream) {
+  const void* source = nullptr;
+  random::GeneratorState state;
+  if (detail::GraphRandom* outer = cuda_impl::capture_random(g.device, stream)) {
+    source = outer->state;
+    state.offset = outer->blocks;
+    outer->blocks += g.random.blocks;
+  } else {
+    state = detail::reserve_random_blocks(g.random.blocks);
+  }
+  cuda_impl::write_graph_random_state(g.device, g.random_state->data(), source, state.seed, state.offset, stream);
+}
 }  // namespace
 
 void Graph::replay() {
@@ -284,6 +307,7 @@ void Graph::replay(const Stream& stream) {
   }
   cuda_impl::set_device(g.device);
   detail::note_gpu_work(g.device);  // kiln::bench finds the GPU a replay runs on, as for any op
+  if (g.random.blocks > 0) write_random_state(g, s);
   KILN_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
 }
 

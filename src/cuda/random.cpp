@@ -9,6 +9,8 @@
 // the block is complete and its address aligned (else element by element, the
 // tail of an odd size). Host parameters come from the same helpers the CPU uses
 // (block_count, randint_span, uniform_params), so no backend rounds differently.
+// A draw captured in a CUDA graph passes a device pointer to the graph's (seed, base
+// offset) word, which kiln_random_graph_state rewrites before each replay (graph.cpp).
 #include "cuda/random.hpp"
 
 #include <algorithm>
@@ -137,24 +139,55 @@ struct RandomKernel {
 
 constexpr size_t kSpecSlots = 3 * 16 * 2;  // distribution x dtype x wide
 
-const RandomKernel& random_kernel(int device, const RandomKernelSpec& spec) {
-  static std::array<std::atomic<const RandomKernel*>, kMaxDevices * kSpecSlots> table{};
-  const size_t index = (static_cast<size_t>(spec.distribution) * 16 + static_cast<size_t>(spec.dtype)) * 2 +
-                       static_cast<size_t>(spec.wide);
-  std::atomic<const RandomKernel*>& slot = table[static_cast<size_t>(device) * kSpecSlots + index];
+/// The kernel held by `slot`, compiled from source() under `name` on first use (a thread that loses the race
+/// to store it keeps the other's).
+template <class Source>
+const RandomKernel& cached_kernel(std::atomic<const RandomKernel*>& slot, int device, std::string name, Source source) {
   if (const RandomKernel* kernel = slot.load(std::memory_order_acquire)) return *kernel;
   auto kernel = std::make_unique<RandomKernel>();
-  kernel->name = random_kernel_name(spec);
+  kernel->name = std::move(name);
   CompileOptions options;
   options.options = builtin_kernel_options();
-  kernel->module = load_module(random_source(spec), kernel->name, device, options);
+  kernel->module = load_module(source(), kernel->name, device, options);
   kernel->function = kernel->module->function(kernel->name);
   const RandomKernel* expected = nullptr;
   if (slot.compare_exchange_strong(expected, kernel.get(), std::memory_order_acq_rel)) return *kernel.release();
   return *expected;  // another thread stored the same kernel first
 }
 
+const RandomKernel& random_kernel(int device, const RandomKernelSpec& spec) {
+  static std::array<std::atomic<const RandomKernel*>, kMaxDevices * kSpecSlots> table{};
+  const size_t index = (static_cast<size_t>(spec.distribution) * 16 + static_cast<size_t>(spec.dtype)) * 2 +
+                       static_cast<size_t>(spec.wide);
+  return cached_kernel(table[static_cast<size_t>(device) * kSpecSlots + index], device, random_kernel_name(spec),
+                       [&] { return random_source(spec); });
+}
+
+constexpr const char kGraphStateName[] = "kiln_random_graph_state";
+
 }  // namespace
+
+std::string graph_state_source() {
+  return std::string(
+             "// Writes a graph's random state (seed, base offset) before a replay: from the host's arguments,\n") +
+         "// or, for a replay captured into another graph, from that graph's state plus the blocks it used before.\n" +
+         "extern \"C\" __global__ void " + kGraphStateName +
+         "(unsigned long long* __restrict__ state, const unsigned long long* __restrict__ source,\n"
+         "    unsigned long long seed, unsigned long long offset) {\n"
+         "  state[0] = source ? source[0] : seed;\n"
+         "  state[1] = (source ? source[1] : 0ull) + offset;\n"
+         "}\n";
+}
+
+void write_graph_random_state(int device, void* state, const void* source, uint64_t seed, uint64_t offset,
+                              cudaStream_t stream) {
+  static std::array<std::atomic<const RandomKernel*>, kMaxDevices> table{};
+  const RandomKernel& kernel =
+      cached_kernel(table[static_cast<size_t>(device)], device, kGraphStateName, [] { return graph_state_source(); });
+  unsigned long long seed_arg = seed, offset_arg = offset;
+  void* args[] = {&state, &source, &seed_arg, &offset_arg};
+  launch(kernel.function, dim3(1), dim3(1), 0, stream, args, kernel.name.c_str());
+}
 
 std::string random_kernel_name(const RandomKernelSpec& spec) {
   std::string name = std::string("kiln_random_") + distribution_name(spec.distribution) + "_" + dtype_tag(spec.dtype);
@@ -183,7 +216,12 @@ std::string random_source(const RandomKernelSpec& spec) {
   s += "// comes from block `block` (first = block * E), as in include/kiln/random.hpp.\n";
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name +
        "(T* __restrict__ out, long long n, unsigned long long seed, unsigned long long offset,\n"
-       "    unsigned long long blocks, double p0, double p1, double p2, long long low, unsigned long long span) {\n";
+       "    const unsigned long long* __restrict__ state, unsigned long long blocks, double p0, double p1, double p2,\n"
+       "    long long low, unsigned long long span) {\n";
+  s += "  if (state) {  // captured in a CUDA graph: (seed, base offset) as written before this replay\n";
+  s += "    seed = state[0];\n";
+  s += "    offset += state[1];\n";
+  s += "  }\n";
   s += setup;
   s += "  (void)p0; (void)p1; (void)p2; (void)low; (void)span;\n";
   s += "  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n";
@@ -237,7 +275,8 @@ void cuda_random(const detail::RandomCall& call) {
   void* data = out.data_ptr();
   unsigned long long seed = call.seed, offset = call.offset, span_arg = span;
   long long low = call.low;
-  void* args[] = {&data, &n, &seed, &offset, &blocks, &p0, &p1, &p2, &low, &span_arg};
+  const void* state = call.graph_state;
+  void* args[] = {&data, &n, &seed, &offset, &state, &blocks, &p0, &p1, &p2, &low, &span_arg};
   const unsigned long long grid_blocks = (blocks + kBlockSize - 1) / kBlockSize;
   const unsigned long long cap =
       static_cast<unsigned long long>(multiprocessor_count(device)) * kBlocksPerMultiprocessor;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/device.hpp"
@@ -206,6 +207,8 @@ struct CaptureEntry {
   cudaStream_t stream;
   std::thread::id thread;
   std::vector<std::shared_ptr<Storage>>* keep;
+  detail::GraphRandom* random;
+  std::shared_ptr<Storage>* random_word;
 };
 std::atomic<int> g_capture_count{0};
 std::mutex& capture_mutex() {
@@ -240,9 +243,10 @@ RelaxedCaptureMode::~RelaxedCaptureMode() {
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
 }
 
-void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep) {
+void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep,
+                      detail::GraphRandom* random, std::shared_ptr<Storage>* random_word) {
   std::lock_guard<std::mutex> lock(capture_mutex());
-  capture_entries().push_back({device, stream, std::this_thread::get_id(), keep});
+  capture_entries().push_back({device, stream, std::this_thread::get_id(), keep, random, random_word});
   g_capture_count.fetch_add(1, std::memory_order_release);
 }
 
@@ -291,6 +295,32 @@ bool stream_is_capturing(int device, cudaStream_t stream) {
   }
   if (err != cudaSuccess) throw_cuda_error(err, "cudaStreamIsCapturing", __FILE__, __LINE__);
   return status != cudaStreamCaptureStatusNone;
+}
+
+detail::GraphRandom* capture_random(int device, cudaStream_t stream) {
+  if (!any_capture() || !stream_is_capturing(device, stream)) return nullptr;
+  const CaptureEntry* found = nullptr;
+  CaptureEntry entry{};
+  {
+    std::lock_guard<std::mutex> lock(capture_mutex());
+    for (const CaptureEntry& e : capture_entries()) {
+      if (e.device != device || !e.random || !e.random_word) continue;
+      if (e.stream == stream) {
+        found = &e;
+        break;
+      }
+      if (e.thread == std::this_thread::get_id()) found = &e;  // `stream` may be forked into this capture
+    }
+    if (!found) return nullptr;
+    entry = *found;
+  }
+  if (!entry.random->state) {
+    // The first captured draw: the (seed, base offset) word comes from the graph's pool (the capture stream's
+    // allocations go there), so it lives as long as the graph and is never handed to other work meanwhile.
+    *entry.random_word = device_alloc(device, 2 * sizeof(uint64_t), entry.stream);
+    entry.random->state = (*entry.random_word)->data();
+  }
+  return entry.random;
 }
 
 std::string stream_name(int device, cudaStream_t stream) {

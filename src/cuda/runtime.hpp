@@ -16,6 +16,9 @@
 namespace kiln {
 class Storage;
 }
+namespace kiln::detail {
+struct GraphRandom;
+}
 
 namespace kiln::cuda_impl {
 
@@ -92,8 +95,11 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
 };
 /// Records that this thread captures `stream` of `device`; `keep` (owned by the graph, alive until
-/// unregister_capture) receives the host buffers that captured copies read or write.
-void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep);
+/// unregister_capture) receives the host buffers that captured copies read or write; `random` (idem) counts
+/// the Philox blocks of the random draws captured, and `random_word` receives, at the first draw, the 16 bytes
+/// of the graph's pool that random->state then points to.
+void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep,
+                      detail::GraphRandom* random = nullptr, std::shared_ptr<Storage>* random_word = nullptr);
 void unregister_capture(int device, cudaStream_t stream) noexcept;
 /// True while any thread has a registered capture (one atomic load: the fast path of every check below).
 bool any_capture();
@@ -111,6 +117,11 @@ bool stream_is_capturing(int device, cudaStream_t stream);
 /// stream (or, for a stream forked into a capture, to this thread's capture on `device`), which keeps it alive
 /// while it may be replayed. No-op when neither exists.
 void keep_for_capture(int device, cudaStream_t stream, std::shared_ptr<Storage> storage);
+/// The random bookkeeping of the capture that work queued on `stream` of `device` now would join: the capture of
+/// that stream, else (a stream forked into a capture) this thread's capture on the device; nullptr when the work
+/// would not be captured. Allocates the capture's state word at its first draw. One atomic load when no capture
+/// is registered.
+detail::GraphRandom* capture_random(int device, cudaStream_t stream);
 /// "Stream(cuda:0, 0x...)" or "the default stream of cuda:0".
 std::string stream_name(int device, cudaStream_t stream);
 

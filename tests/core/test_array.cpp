@@ -19,6 +19,53 @@ TEST(Array, ToAMissingGpuThrowsDeviceError) {
   EXPECT_THROW(a.to(Device{DeviceType::CUDA, num_gpus()}), DeviceError);
 }
 
+TEST(Array, ToAMissingGpuNamesTheCallAndTheDeviceNotGpu) {
+  const int n = num_gpus();
+  const Device missing{DeviceType::CUDA, n};  // as `Device gpu0{DeviceType::CUDA, 0}` in user code
+  const std::string name = "cuda:" + std::to_string(n);
+  try {
+    (void)arange(4, float32).to(missing);
+    FAIL() << "no DeviceError";
+  } catch (const DeviceError& e) {
+    const std::string m = e.what();
+    const std::string prefix =
+        "to(" + name + "): " + name + " does not exist; this machine has " + std::to_string(n) + " usable GPU(s)";
+    EXPECT_EQ(m.rfind(prefix, 0), 0u) << m;
+    EXPECT_NE(m.find("try_gpu(" + std::to_string(n) + ")"), std::string::npos) << m;
+    EXPECT_EQ(m.find("gpu(" + std::to_string(n) + "):"), std::string::npos) << "the user never called gpu(): " << m;
+  }
+}
+
+TEST(Array, CompoundAssignmentThatWouldChangeTheDtypeSpeaksOfTheArrayNotOut) {
+  Array r = zeros({3}, int64);
+  try {
+    r += 1.5;
+    FAIL() << "no DTypeError";
+  } catch (const DTypeError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m,
+              "add (a += x): the result is float64, which the int64 array a cannot hold (an in-place update keeps "
+              "a's dtype); write a = a + x for a new float64 array, or pass x of a's kind");
+  }
+  Array b = ones({2}, int32);
+  try {
+    b /= 2;  // true division gives float64
+    FAIL() << "no DTypeError";
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("divide (a /= x): the result is float64, which the int32 array a"),
+              std::string::npos)
+        << e.what();
+  }
+  // An explicit out that is not an operand keeps the out wording.
+  Array iout = zeros({2}, int32);
+  try {
+    add(zeros({2}), 1, iout);
+    FAIL() << "no DTypeError";
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("into out of dtype int32"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Array, CopyOwnsNewStorage) {
   Array a = arange(4, int32);
   Array c = a.copy();

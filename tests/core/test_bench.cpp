@@ -120,17 +120,18 @@ TEST(Bench, json_parses_and_holds_the_samples) {
   EXPECT_DOUBLE_EQ(r.device(Device{DeviceType::CUDA, 1}).max, 0.5);
 }
 
-TEST(Bench, str_is_one_line_with_name_and_microseconds) {
+TEST(Bench, str_is_one_line_with_name_and_the_median_in_microseconds) {
   BenchResult r;
   r.name = "matmul";
-  r.host_seconds = {1e-3, 3e-3};
-  r.device_seconds.push_back({Device{DeviceType::CUDA, 0}, {2e-3}});
+  r.host_seconds = {1e-3, 2e-3, 6e-3};  // median 2 ms, mean 3 ms, population std sqrt(14/3) ms
+  r.device_seconds.push_back({Device{DeviceType::CUDA, 0}, {4e-3, 2e-3, 2.5e-3}});  // median 2.5 ms, mean 2.83
   const std::string s = r.str();
   EXPECT_EQ(s.find('\n'), std::string::npos);
   EXPECT_EQ(s.rfind("matmul", 0), 0u) << s;
-  EXPECT_NE(s.find("host:    2000.000 us"), std::string::npos) << s;  // mean of 1 and 3 ms
-  EXPECT_NE(s.find("+/- 1000.000 (min:     1000.000 / max:     3000.000) us"), std::string::npos) << s;
-  EXPECT_NE(s.find("cuda:0:    2000.000 us"), std::string::npos) << s;
+  EXPECT_NE(s.find("host: median    2000.000 us (min 1000.000, max 6000.000, std 2160.247 us)"), std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("3000.000"), std::string::npos) << "the mean is not the figure: " << s;
+  EXPECT_NE(s.find("cuda:0: median    2500.000 us (min 2000.000, max 4000.000"), std::string::npos) << s;
 }
 
 TEST(Timer, cpu_timer_uses_the_host_clock_and_keeps_every_interval) {

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/philox.hpp"
 #include "kiln/kiln.hpp"
 
@@ -499,6 +500,23 @@ TEST(RandomErrors, bad_ranges_throw_value_error) {
   expect_error<ValueError>([] { random::normal({3}, std::nan(""), 1.0); }, {"random.normal", "mean", "finite"});
   EXPECT_EQ(random::get_state().offset, before.offset);
   EXPECT_EQ(random::uniform({2}, 0.0, 1e39, float64).dtype(), float64);  // fine in double
+}
+
+// CUDA graph replays reserve their blocks through reserve_random_blocks (src/cuda/graph.cpp): it hands out
+// the current state and moves the offset past the blocks, so the next draw starts after them.
+TEST(RandomGenerator, reserving_blocks_returns_the_state_and_later_draws_follow_them) {
+  random::set_state({17, 40});
+  const random::GeneratorState reserved = detail::reserve_random_blocks(523);
+  EXPECT_EQ(reserved.seed, 17u);
+  EXPECT_EQ(reserved.offset, 40u);
+  EXPECT_EQ(random::get_state().seed, 17u);
+  EXPECT_EQ(random::get_state().offset, 563u);
+  // A draw after the reservation is the stream at offset 563: block 0 of counter (0, 0, 563, 0), key (17, 0).
+  const Array u = random::randint(0, int64_t{1} << 32, {4}, int64, kiln::cpu());
+  const detail::philox::Words w = detail::philox::philox4x32_10({{0u, 0u, 563u, 0u}}, 17u, 0u);
+  const std::vector<int64_t> v = u.to_vector<int64_t>();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(v[static_cast<size_t>(k)], static_cast<int64_t>(w.w[k])) << "word " << k;
+  EXPECT_EQ(random::get_state().offset, 564u);
 }
 
 }  // namespace

@@ -182,12 +182,30 @@ TEST(UserKernelTypes, MismatchesNameKernelAndParameter) {
 
 TEST(UserKernelCalls, CpuArraysThrowDeviceErrorSayingHowToMoveThem) {
   ElementwiseKernel plus_one("int32 x", "int32 y", "y = x + 1", "plus_one");
-  expect_error<DeviceError>([&] { plus_one(arange(10, int32, cpu())); },
-                            {"plus_one", "CUDA devices", "cpu", ".to(gpu(0))"});
+  if (num_gpus() > 0) {
+    expect_error<DeviceError>([&] { plus_one(arange(10, int32, cpu())); },
+                              {"plus_one", "CUDA devices", "cpu", ".to(gpu(0))"});
+  } else {  // no GPU to move the data to: say so instead of suggesting gpu(0)
+    try {
+      plus_one(arange(10, int32, cpu()));
+      ADD_FAILURE() << "no DeviceError";
+    } catch (const DeviceError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("plus_one: user kernels run on CUDA devices, but the arguments are on cpu; this machine has 0 "
+                       "usable GPU(s)"),
+                std::string::npos)
+          << m;
+      EXPECT_EQ(m.find("gpu(0)"), std::string::npos) << m;
+    }
+  }
   // A safely castable dtype passes the type check and reaches the device check.
   expect_error<DeviceError>([&] { plus_one(arange(10, int8, cpu())); }, {"plus_one", "CUDA"});
   ReductionKernel l2("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm");
-  expect_error<DeviceError>([&] { l2(ones({3, 4}, float32, cpu()), 1); }, {"l2norm", "CUDA devices", ".to(gpu(0))"});
+  expect_error<DeviceError>(
+      [&] {
+        l2(ones({3, 4}, float32, cpu()), 1);
+      },
+      {"l2norm", "CUDA devices", num_gpus() > 0 ? ".to(gpu(0))" : "usable GPU(s)"});
   // Scalars only (with a size): the current device, the CPU here, is not a GPU.
   ElementwiseKernel fill("T v", "raw T out", "out[i] = v", "fill_raw");
   DeviceGuard guard(cpu());

@@ -45,6 +45,8 @@ KILN = doc("kiln", [
     rec("matmul", "gpu_4096", "seconds", 0.003, False, "s"),
     rec("matmul", "speedup_4096", "x", 100.0, True, "x"),
     rec("reduction", "sum", "gbps", 1000.0, True, "GB/s", check="got 1 want 2"),
+    rec("timing", "host_clock_no_sync", "seconds", 1e-5, False, "s"),  # the deliberately wrong timing
+    rec("fusion", "fused", "x_floor", 1.1, False, "x"),
 ])
 # `kiln bench` lists what it skipped as a whole at the top level.
 KILN["skipped"] = [{"what": "overhead graph_replay", "reason": "no CUDA graphs in this build"},
@@ -58,6 +60,8 @@ TORCH = doc("torch", [
     rec("alloc", "alloc_free_1MB", "us", 4.0, False, "us"),  # kiln has no such record
     rec("overhead", "graph_replay", "us_per_op", 1.2, False, "us/op"),
     rec("matmul", "gpu_8192", "tflops", 50.0, True, "TFLOP/s"),
+    rec("timing", "host_clock_no_sync", "seconds", 9.6e-5, False, "s"),  # 9.6x "better": not counted
+    rec("fusion", "fused", "x_floor", 1.4, False, "x"),  # derived: not counted
 ])
 CUPY = doc("cupy", [
     rec("elementwise", "add", "gbps", 2000.0, True, "GB/s"),
@@ -144,12 +148,35 @@ class CompareTest(unittest.TestCase):
         self.assertIn("kiln reduction/sum/gbps check failed: got 1 want 2", out.stdout)
         self.assertIn("kiln overhead graph_replay skipped: no CUDA graphs in this build", out.stdout)
         self.assertEqual(out.stdout.count("kiln matmul gpu_N skipped: no GPU"), 1)
-        # kiln vs torch ratios: 0.75, 3, 0.9, 0.25 -> 1 of 4 better, geometric mean (0.50625)^(1/4)
+        # kiln vs torch ratios: 0.75, 3, 0.9, 0.25 -> 1 of 4 better, geometric mean (0.50625)^(1/4); the
+        # host_clock_no_sync (9.6x) and x_floor (1.27x) ratios are shown but not counted
         self.assertIn("kiln vs torch: 4 compared: kiln better in 1, even in 0 (within 2%), worse in 3; "
                       "geometric mean 0.84x", out.stdout)
-        # kiln vs cupy ratios: 1.5, 2, 2, 2, 1.01 -> 4 better, 1.01 within 2% is even; (12.12)^(1/5)
-        self.assertIn("kiln vs cupy: 5 compared: kiln better in 4, even in 1 (within 2%), worse in 0; "
-                      "geometric mean 1.65x", out.stdout)
+        # kiln vs cupy ratios: 1.5, 2, 2, 1.01 -> 3 better, 1.01 within 2% is even; (6.06)^(1/4); speedup_4096
+        # (2x) is derived and not counted
+        self.assertIn("kiln vs cupy: 4 compared: kiln better in 3, even in 1 (within 2%), worse in 0; "
+                      "geometric mean 1.57x", out.stdout)
+        left_out = [line for line in out.stdout.splitlines() if line.startswith("- left out of these counts")]
+        self.assertEqual(len(left_out), 1, out.stdout)
+        for name in ("matmul/speedup_4096/x: derived", "timing/host_clock_no_sync/seconds: the deliberately wrong",
+                     "fusion/fused/x_floor: derived"):
+            self.assertIn(name, left_out[0])
+        self.assertNotIn("elementwise/add", left_out[0])
+
+    def test_not_tallied_covers_the_wrong_timing_and_derived_ratios_only(self):
+        nt = self.compare.not_tallied
+        self.assertIsNotNone(nt(("timing", "host_clock_no_sync", "seconds")))
+        self.assertIsNone(nt(("timing", "host_clock_sync", "seconds")))
+        self.assertIsNone(nt(("timing", "events", "seconds")))
+        self.assertIsNotNone(nt(("matmul", "speedup_15360", "x")))
+        self.assertIsNone(nt(("matmul", "cpu_1024", "seconds")))
+        self.assertIsNone(nt(("matmul", "gpu_4096", "tflops")))
+        self.assertIsNotNone(nt(("multigpu", "two_gpus", "speedup")))
+        self.assertIsNone(nt(("multigpu", "two_gpus", "seconds")))
+        self.assertIsNotNone(nt(("fusion", "eager", "x_floor")))
+        self.assertIsNone(nt(("fusion", "fused", "ms")))
+        self.assertIsNotNone(nt(("overlap", "overlapped", "hidden_copy_fraction")))
+        self.assertIsNone(nt(("overlap", "overlapped", "seconds")))
 
     def test_file_order_does_not_matter(self):
         a = self.run_script(self.paths["kiln"], self.paths["torch"], self.paths["cupy"])
