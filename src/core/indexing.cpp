@@ -4,13 +4,14 @@
 // built on the array's device by elementwise ops (arange * stride sums); the
 // primitive is a byte copy loop on the CPU and a generated NVRTC kernel (a
 // kiln ElementwiseKernel over a raw view of the storage) on a GPU.
+#include "core/indexing.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/backend.hpp"
-#include "core/indexing.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/kernels.hpp"
 
@@ -145,7 +146,8 @@ SplitIndex split_index(const Array& a, const Index* first, const Index* last, co
       entry_pos = e - first;
       const int64_t axes = (*arr)->dtype() == DType::Bool ? (*arr)->ndim() : 1;
       if (axes == 0)
-        throw ShapeError(std::string(op) + ": a 0-d bool mask is not supported; give a mask of the indexed axes' shape");
+        throw ShapeError(std::string(op) +
+                         ": a 0-d bool mask is not supported; give a mask of the indexed axes' shape");
       for (int64_t k = 0; k < axes; ++k) basic.emplace_back(Slice());
       continue;
     }
@@ -183,7 +185,8 @@ Array selected_offsets(const SplitIndex& split, const char* op) {
   const Array& e = *split.entry;
   const int64_t p = split.axis;
   if (e.dtype() != DType::Bool)
-    return offsets_with_index(v, p, normalize_indices(e, v.shape(p), std::string(op) + " (axis " + std::to_string(p) + ")"));
+    return offsets_with_index(v, p,
+                              normalize_indices(e, v.shape(p), std::string(op) + " (axis " + std::to_string(p) + ")"));
   const auto up = static_cast<size_t>(p), k = e.shape().size();
   bool match = up + k <= v.shape().size();
   for (size_t d = 0; match && d < k; ++d) match = v.shape()[up + d] == e.shape()[d];

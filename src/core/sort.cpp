@@ -75,8 +75,7 @@ Array sort(const Array& a, int64_t axis) { return sort_impl(a, axis, true, "sort
 namespace random {
 
 Array permutation(int64_t n, std::optional<Device> device) {
-  if (n < 0)
-    throw ValueError("random::permutation: n must be non-negative, got " + std::to_string(n));
+  if (n < 0) throw ValueError("random::permutation: n must be non-negative, got " + std::to_string(n));
   const Array keys = randint(0, int64_t{1} << 32, Shape{n}, int64, cpu());
   return argsort(keys).to(device.value_or(current_device()));
 }

@@ -101,7 +101,8 @@ LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {
   if (m > 0 && n > 0 && k > 0) {
     int lwork = -1, iwork_query = 0;
     double work_query = 0;
-    dgelsd_(&m, &n, &k, o.a.data(), &lda, bb.data(), &ldb, s.data(), &rc, &rank, &work_query, &lwork, &iwork_query, &info);
+    dgelsd_(&m, &n, &k, o.a.data(), &lda, bb.data(), &ldb, s.data(), &rc, &rank, &work_query, &lwork, &iwork_query,
+            &info);
     lwork = static_cast<int>(work_query);
     std::vector<double> work(static_cast<size_t>(std::max(lwork, 1)));
     std::vector<int> iwork(static_cast<size_t>(std::max(iwork_query, 1)));
@@ -119,7 +120,8 @@ LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {
   if (rank == n && m > n)
     for (int64_t j = 0; j < o.k; ++j) {
       double sum = 0;
-      for (int64_t i = o.n; i < o.m; ++i) sum += bb[static_cast<size_t>(j * ldb + i)] * bb[static_cast<size_t>(j * ldb + i)];
+      for (int64_t i = o.n; i < o.m; ++i)
+        sum += bb[static_cast<size_t>(j * ldb + i)] * bb[static_cast<size_t>(j * ldb + i)];
       res.push_back(sum);
     }
   r.residuals = from_data(res, Shape{static_cast<int64_t>(res.size())}, cpu()).astype(o.result).to(o.device);

@@ -5,8 +5,6 @@
 // error messages of the new functions. Values are hand-computed or NumPy's.
 #include <gtest/gtest.h>
 
-#include "test_util.hpp"
-
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "api_golden_checks.hpp"
 #include "kiln/fmt.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -24,8 +23,8 @@ using I = std::vector<int64_t>;
 
 TEST(Api, assignment_to_a_temporary_view_writes_through) {
   Array x = zeros({2, 3});
-  x[0] = ones({3});                        // Array source
-  x[1] = 2.5;                              // scalar source
+  x[0] = ones({3});  // Array source
+  x[1] = 2.5;        // scalar source
   x.index({Slice(), 2}) = from_data({7.f, 8.f});
   EXPECT_EQ(x.to_vector<float>(), (F{1, 1, 7, 2.5f, 2.5f, 8}));
 }
@@ -46,8 +45,8 @@ TEST(Api, assignment_to_a_named_array_rebinds_the_handle) {
 
 TEST(Api, shape_device_dtype_print_with_iostream_and_fmt) {
   std::ostringstream os;
-  os << Shape{2, 3} << ' ' << Shape{5} << ' ' << cpu() << ' ' << Device{DeviceType::CUDA, 1} << ' ' << float32
-     << ' ' << bool_;
+  os << Shape{2, 3} << ' ' << Shape{5} << ' ' << cpu() << ' ' << Device{DeviceType::CUDA, 1} << ' ' << float32 << ' '
+     << bool_;
   EXPECT_EQ(os.str(), "(2, 3) (5,) cpu cuda:1 float32 bool");
   EXPECT_EQ(fmt::format("{} {} {}", Shape{}, cpu(), bfloat16), "() cpu bfloat16");
   EXPECT_EQ(fmt::format("[{:>8}]", int64), "[   int64]");
@@ -140,24 +139,32 @@ TEST(Api, shuffle_permutes_rows_in_place_reproducibly) {
 
 TEST(Api, bad_indices_and_masks_name_the_problem) {
   const Array x = arange(12, float32).reshape(3, 4);
-  expect_error<ShapeError>([&] { (void)take(x, from_data({int64_t{0}, int64_t{4}}), 1); },
-                           {"take", "index 4", "size 4", "[-4, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)take(x, from_data({int64_t{0}, int64_t{4}}), 1);
+      },
+      {"take", "index 4", "size 4", "[-4, 4)"});
   expect_error<ShapeError>([&] { (void)x.index({from_data({int64_t{-4}})}); }, {"index", "-4", "size 3"});
   expect_error<DTypeError>([&] { (void)take(x, from_data({0.5f})); }, {"take", "float32", "astype(int64)"});
-  expect_error<ShapeError>([&] { (void)x.index({from_data(std::vector<bool>{true, false})}); },
-                           {"index", "mask has shape (2,)", "(3,)", "(3, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)x.index({from_data(std::vector<bool>{true, false})});
+      },
+      {"index", "mask has shape (2,)", "(3,)", "(3, 4)"});
   const Array i = from_data({int64_t{0}});
   expect_error<ShapeError>([&] { (void)x.index({i, i}); }, {"only one index array"});
   Array y = x.copy();
-  expect_error<ShapeError>([&] { y.index_put({y > 5.f}, from_data({1.f, 2.f})); },
-                           {"index_put", "(2,)", "(6,)"});
+  expect_error<ShapeError>([&] { y.index_put({y > 5.f}, from_data({1.f, 2.f})); }, {"index_put", "(2,)", "(6,)"});
   expect_error<ShapeError>([&] { put(y, from_data({int64_t{12}}), 1.0); }, {"put", "index 12", "size 12"});
 }
 
 TEST(Api, bad_linear_systems_name_the_problem) {
   const Array singular = from_data({1.0, 2.0, 2.0, 4.0}, {2, 2});
-  expect_error<LinAlgError>([&] { (void)linalg::solve(singular, from_data({1.0, 2.0})); },
-                            {"linalg::solve", "singular", "lstsq"});
+  expect_error<LinAlgError>(
+      [&] {
+        (void)linalg::solve(singular, from_data({1.0, 2.0}));
+      },
+      {"linalg::solve", "singular", "lstsq"});
   expect_error<ShapeError>([&] { (void)linalg::solve(ones({2, 3}), ones({2})); }, {"linalg::solve", "square"});
   expect_error<ShapeError>([&] { (void)linalg::solve(ones({2, 2}), ones({3})); }, {"linalg::solve", "(2,) or (2, k)"});
   expect_error<ShapeError>([&] { (void)linalg::lstsq(ones({2, 2, 2}), ones({2})); }, {"linalg::lstsq", "batched"});

@@ -4,12 +4,11 @@
 // assignment through temporary views, device errors. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "test_util.hpp"
-
 #include <vector>
 
 #include "api_golden_checks.hpp"
 #include "kiln/kiln.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -48,8 +47,11 @@ TEST(ApiGpu, index_arrays_on_another_device_name_both) {
   const Array x = ones({3}, float32, gpu(0));
   kiln_test::expect_error<DeviceError>([&] { (void)take(x, from_data({int64_t{0}})); },
                                        {"take", "cuda:0", "cpu", ".to(cuda:0)"});
-  kiln_test::expect_error<DeviceError>([&] { (void)linalg::solve(ones({2, 2}, float32, gpu(0)), ones({2})); },
-                                       {"linalg::solve", "cuda:0", "cpu"});
+  kiln_test::expect_error<DeviceError>(
+      [&] {
+        (void)linalg::solve(ones({2, 2}, float32, gpu(0)), ones({2}));
+      },
+      {"linalg::solve", "cuda:0", "cpu"});
 }
 
 }  // namespace
