@@ -50,9 +50,11 @@ inline void run_api_golden(kiln::Device d) {
   const Array split = from_data(std::vector<int64_t>{4, 0, -2}, {}, d);
   expect_golden(x.index({1, Slice(), split}), "index_int_split");
   expect_golden(x.index({1, from_data(std::vector<int64_t>{3, 0}, {}, d)}), "index_int_adjacent");
+  expect_golden(x.index({idx, Slice(), 1}), "index_array_then_int");
   const Array mask2 = api_golden("in_mask2", d), mask_all = api_golden("in_mask_all", d);
   EXPECT_TRUE(array_equal(mask2, x.index({Slice(), Slice(), 0}) > 0.0));
   expect_golden(x.index({mask2}), "index_mask2");
+  expect_golden(x.index({newaxis, mask2}), "index_newaxis_mask2");
   expect_golden(x.index({x > 0.5}), "index_mask_all");
   expect_golden(x.index({Slice(), Slice(), api_golden("in_mask_axis2", d)}), "index_mask_axis2");
 

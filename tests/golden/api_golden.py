@@ -36,9 +36,11 @@ save("take_flat", np.take(x, np.array([0, 59, -1, 17, 17]), axis=None))
 save("index_int_axis1", x[:, idx])          # x.index({Slice(), idx})
 save("index_int_split", x[1, :, np.array([4, 0, -2])])  # int and array apart: the array's axes go first
 save("index_int_adjacent", x[1, np.array([3, 0])])      # adjacent: they stay in place
+save("index_array_then_int", x[idx, :, 1])               # array first: its axes lead anyway
 mask2 = x[:, :, 0] > 0.0                     # (3, 4): a mask over the two leading axes
 save("in_mask2", mask2)
 save("index_mask2", x[mask2])
+save("index_newaxis_mask2", x[None, mask2])
 mask_all = x > 0.5
 save("in_mask_all", mask_all)
 save("index_mask_all", x[mask_all])
