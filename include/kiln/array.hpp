@@ -2,11 +2,13 @@
 // storage on one device. Copying an Array copies the handle, not the data.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -69,18 +71,23 @@ struct Ellipsis {};
 inline constexpr NewAxis newaxis{};
 inline constexpr Ellipsis ellipsis{};
 
-/// One entry of a basic index: an integer (drops the axis), a Slice, newaxis or ellipsis.
+class Array;
+
+/// One entry of an index: an integer (drops the axis), a Slice, newaxis, ellipsis, or an Array: a bool
+/// mask over the next mask.ndim() axes, or an integer index array (NumPy's advanced indexing; see indexing.hpp).
+/// An Array entry is held by address: use the Index only within the expression that builds it.
 class Index {
  public:
+  Index(const Array& a) : v_(&a) {}  // NOLINT
   Index(int64_t i) : v_(i) {}  // NOLINT
   Index(int i) : v_(static_cast<int64_t>(i)) {}  // NOLINT
   Index(Slice s) : v_(s) {}  // NOLINT
   Index(NewAxis n) : v_(n) {}  // NOLINT
   Index(Ellipsis e) : v_(e) {}  // NOLINT
-  const std::variant<int64_t, Slice, NewAxis, Ellipsis>& value() const { return v_; }
+  const std::variant<int64_t, Slice, NewAxis, Ellipsis, const Array*>& value() const { return v_; }
 
  private:
-  std::variant<int64_t, Slice, NewAxis, Ellipsis> v_;
+  std::variant<int64_t, Slice, NewAxis, Ellipsis, const Array*> v_;
 };
 
 /// Which axes a reduction covers: all of them (the default), one, or a list.
@@ -105,6 +112,17 @@ class Array {
   Array() = default;
   /// A view of `storage` (internal; use the creation functions).
   Array(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype);
+  Array(const Array&) = default;
+  Array(Array&&) noexcept = default;
+  ~Array() = default;
+  /// `a = b` on a named array rebinds the handle (no data copied), like `Array a = b;`.
+  Array& operator=(const Array&) & = default;
+  Array& operator=(Array&&) & noexcept = default;
+  /// Assignment to a temporary view writes through, as LibTorch's Tensor::operator=(...) &&:
+  /// `x[0] = ones({3});` is `x[0].assign(ones({3}))` (broadcast, cast; same device).
+  Array& operator=(const Array& src) && { return assign(src); }
+  /// `x[0] = 1.5;` fills the view: `x[0].fill(1.5)`.
+  Array& operator=(const Scalar& v) && { return fill(v); }
 
   const Shape& shape() const { return shape_; }
   int64_t shape(int64_t axis) const;
@@ -136,6 +154,12 @@ class Array {
 
   // Views and shape ops (see ops.hpp for the free-function forms).
   Array reshape(const Shape& s) const;
+  /// NumPy's `x.reshape(-1)`, `x.reshape(2, -1)`: extents as arguments (one may be -1).
+  template <std::integral... I>
+    requires(sizeof...(I) > 0)
+  Array reshape(I... extents) const {
+    return reshape(Shape{static_cast<int64_t>(extents)...});
+  }
   Array transpose() const;
   Array permute(const Shape& axes) const;
   Array T() const { return transpose(); }
@@ -143,8 +167,14 @@ class Array {
   Array expand_dims(int64_t axis) const;
   Array broadcast_to(const Shape& s) const;
   Array flatten() const;
-  /// Basic indexing like NumPy's a[1:5, ::2, 3, newaxis, ...]; returns a view.
+  /// Basic indexing like NumPy's a[1:5, ::2, 3, newaxis, ...]; returns a view. With one Array entry (a bool
+  /// mask or an integer index array: x.index({x > 2}), x.index({Slice(), idx})) it returns a copy, as NumPy;
+  /// that form synchronises (bounds check, mask count). Throws ShapeError/DTypeError/DeviceError.
   Array index(std::initializer_list<Index> idx) const;
+  /// Writes `values` (broadcast, cast) where index(idx) reads: x.index_put({x > 2}, 0.0), x.index_put({idx}, v).
+  /// Returns *this. Duplicate integer indices: one of the writes wins (unspecified which on a GPU).
+  Array& index_put(std::initializer_list<Index> idx, const Array& values);
+  Array& index_put(std::initializer_list<Index> idx, const Scalar& value);
   Array operator[](int64_t i) const { return index({i}); }
   /// A view of elements start:stop:step along one axis.
   Array slice(int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step = 1) const;
@@ -154,11 +184,15 @@ class Array {
   Array copy() const;
   /// This array converted to `t` (a copy; returns *this when t == dtype()).
   Array astype(DType t) const;
+  /// astype(parse_dtype(name)): `x.astype("float64")`; throws DTypeError for an unknown name.
+  Array astype(std::string_view dtype) const;
   /// This array on `d`: returns *this when already there (same storage), else a copy made on the
   /// current stream of the GPU side. Copies to the host synchronise unless non_blocking.
   Array to(Device d, TransferOptions options = {}) const;
   /// As to(d), ordered on `stream` (a stream of the source or destination GPU).
   Array to(Device d, const Stream& stream, TransferOptions options = {}) const;
+  /// to(parse_device(name)): `x.to("cuda:0")`, `x.to("cpu")`; throws ValueError for a bad name.
+  Array to(const std::string& device, TransferOptions options = {}) const;
   /// A copy of this host array in page-locked (pinned) memory; *this when already pinned. Needs a CUDA build.
   Array pin_memory() const;
   /// Tells the allocator that `stream` uses this array's memory, so it is not reused before the
@@ -178,6 +212,16 @@ class Array {
   Array mean(Axes axes = {}, bool keepdims = false) const;
   Array max(Axes axes = {}, bool keepdims = false) const;
   Array min(Axes axes = {}, bool keepdims = false) const;
+  Array prod(Axes axes = {}, bool keepdims = false) const;
+  /// Variance / standard deviation with `ddof` (member forms avoid `std(x)` clashing with namespace std).
+  Array var(Axes axes = {}, int64_t ddof = 0, bool keepdims = false) const;
+  Array std(Axes axes = {}, int64_t ddof = 0, bool keepdims = false) const;
+  /// Index (int64) of the first maximum / minimum along `axis`, or in the flattened array.
+  Array argmax(std::optional<int64_t> axis = {}, bool keepdims = false) const;
+  Array argmin(std::optional<int64_t> axis = {}, bool keepdims = false) const;
+  /// True where all / any element is nonzero (bool result).
+  Array all(Axes axes = {}, bool keepdims = false) const;
+  Array any(Axes axes = {}, bool keepdims = false) const;
 
   /// NumPy-style text: array([...], dtype=...). Synchronises and copies for GPU arrays.
   std::string str() const;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct Device {
   /// "cpu" or "cuda:1".
   std::string str() const;
 };
+
+/// Writes d.str(): "cpu" or "cuda:1".
+std::ostream& operator<<(std::ostream& os, Device d);
 
 /// The host.
 constexpr Device cpu() { return Device{DeviceType::CPU, 0}; }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,7 +35,10 @@ constexpr int64_t itemsize(DType t) {
 }
 /// Canonical NumPy name ("float32", "bool", ...).
 std::string_view dtype_name(DType t);
+/// Writes dtype_name(t): "float32".
+std::ostream& operator<<(std::ostream& os, DType t);
 /// Parses "float32", "f4", "<f4", "int32", "i4", "bool", "?", "half", "bf16"...; throws DTypeError.
+/// Python type names mean what they mean in NumPy: "float" and "double" are float64, "int" and "long" int64.
 DType parse_dtype(std::string_view name);
 /// The dtype parse_dtype reads from `name`, or nullopt for a name it does not know (never throws).
 std::optional<DType> find_dtype(std::string_view name);

@@ -49,5 +49,7 @@ class CompileError : public Error {
 class CudaError : public Error { public: using Error::Error; };
 /// A value is out of the range an op accepts (a negative size, a bad file, a bad argument).
 class ValueError : public Error { public: using Error::Error; };
+/// A linear-algebra routine failed on its input (a singular matrix), as numpy.linalg.LinAlgError.
+class LinAlgError : public ValueError { public: using ValueError::ValueError; };
 
 }  // namespace kiln

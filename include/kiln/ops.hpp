@@ -3,6 +3,7 @@
 // Every op runs on the device of its operands; mixing devices throws DeviceError.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -42,6 +43,17 @@ Array from_data(const void* data, const Shape& shape, DType dtype, std::optional
 /// Copies a vector into a new array of dtype_of<T>() (shape defaults to {v.size()}); throws ShapeError on a size mismatch.
 template <class T>
 Array from_data(const std::vector<T>& v, std::optional<Shape> shape = {}, std::optional<Device> device = {});
+/// from_data({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3}): a new array of dtype_of<T>() from a braced list;
+/// throws ShapeError when the values do not fill `shape`.
+template <class T>
+Array from_data(std::initializer_list<T> values, const Shape& shape, std::optional<Device> device = {}) {
+  return from_data(std::vector<T>(values), shape, device);
+}
+/// from_data({1.f, 2.f}): a 1-d array on the current device.
+template <class T>
+Array from_data(std::initializer_list<T> values) {
+  return from_data(std::vector<T>(values));
+}
 /// A 0-d array holding `value` (dtype from the value: bool, int64 or float64 unless given).
 Array scalar_array(const Scalar& value, std::optional<DType> dtype = {}, std::optional<Device> device = {});
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -97,6 +98,8 @@ class Shape {
 
 /// "(2, 3)" like NumPy ("(5,)" for one dimension, "()" for none).
 std::string shape_str(const Shape& s);
+/// Writes shape_str(s): `std::cout << x.shape()` prints "(2, 3)".
+std::ostream& operator<<(std::ostream& os, const Shape& s);
 /// Product of the extents (1 for a 0-d shape).
 int64_t shape_numel(const Shape& s);
 /// C-order (row-major) strides in elements.

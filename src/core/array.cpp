@@ -68,6 +68,8 @@ Array Array::astype(DType t) const {
   return out;
 }
 
+Array Array::astype(std::string_view dtype) const { return astype(parse_dtype(dtype)); }
+
 namespace {
 Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOptions options) {
   if (d.is_cuda()) detail::require_gpu(d.index, "to(" + d.str() + ")");  // names the missing GPU, not gpu()
@@ -93,6 +95,10 @@ Array Array::to(Device d, const Stream& stream, TransferOptions options) const {
   require_defined("to");
   if (d == device()) return *this;
   return transfer_to(*this, d, &stream, options);
+}
+
+Array Array::to(const std::string& device, TransferOptions options) const {
+  return to(parse_device(device), options);
 }
 
 Array Array::pin_memory() const {

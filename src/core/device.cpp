@@ -1,6 +1,7 @@
 // Device naming, discovery through the backends, and the per-thread current device.
 #include "kiln/device.hpp"
 
+#include <ostream>
 #include <string>
 
 #include "core/backend.hpp"
@@ -10,6 +11,8 @@
 namespace kiln {
 
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+
+std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }
 
 int num_gpus() {
   detail::Backend* b = detail::builtin_backend(DeviceType::CUDA);

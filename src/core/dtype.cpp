@@ -2,6 +2,7 @@
 #include "kiln/dtype.hpp"
 
 #include <cmath>
+#include <ostream>
 #include <string>
 
 #include "kiln/error.hpp"
@@ -14,6 +15,8 @@ std::string_view dtype_name(DType t) {
   return names[static_cast<int>(t)];
 }
 
+std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+
 std::optional<DType> find_dtype(std::string_view name) {
   std::string n(name);
   if (!n.empty() && (n[0] == '<' || n[0] == '=' || n[0] == '|')) n.erase(0, 1);
@@ -22,11 +25,11 @@ std::optional<DType> find_dtype(std::string_view name) {
       {"bool", DType::Bool},       {"?", DType::Bool},        {"b1", DType::Bool},
       {"int8", DType::Int8},       {"i1", DType::Int8},       {"int16", DType::Int16},
       {"i2", DType::Int16},        {"short", DType::Int16},   {"int32", DType::Int32},
-      {"i4", DType::Int32},        {"int", DType::Int32},     {"int64", DType::Int64},
+      {"i4", DType::Int32},        {"int", DType::Int64},     {"int64", DType::Int64},
       {"i8", DType::Int64},        {"long", DType::Int64},    {"uint8", DType::UInt8},
       {"u1", DType::UInt8},        {"float16", DType::Float16}, {"f2", DType::Float16},
       {"half", DType::Float16},    {"bfloat16", DType::BFloat16}, {"bf16", DType::BFloat16},
-      {"float32", DType::Float32}, {"f4", DType::Float32},    {"float", DType::Float32},
+      {"float32", DType::Float32}, {"f4", DType::Float32},    {"float", DType::Float64},
       {"float64", DType::Float64}, {"f8", DType::Float64},    {"double", DType::Float64},
   };
   for (const auto& a : aliases)

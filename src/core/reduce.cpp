@@ -200,5 +200,16 @@ Array Array::sum(Axes axes, bool keepdims) const { return kiln::sum(*this, std::
 Array Array::mean(Axes axes, bool keepdims) const { return kiln::mean(*this, std::move(axes), keepdims); }
 Array Array::max(Axes axes, bool keepdims) const { return kiln::max(*this, std::move(axes), keepdims); }
 Array Array::min(Axes axes, bool keepdims) const { return kiln::min(*this, std::move(axes), keepdims); }
+Array Array::prod(Axes axes, bool keepdims) const { return kiln::prod(*this, std::move(axes), keepdims); }
+Array Array::var(Axes axes, int64_t ddof, bool keepdims) const {
+  return kiln::var(*this, std::move(axes), ddof, keepdims);
+}
+Array Array::std(Axes axes, int64_t ddof, bool keepdims) const {
+  return kiln::std(*this, std::move(axes), ddof, keepdims);
+}
+Array Array::argmax(std::optional<int64_t> axis, bool keepdims) const { return kiln::argmax(*this, axis, keepdims); }
+Array Array::argmin(std::optional<int64_t> axis, bool keepdims) const { return kiln::argmin(*this, axis, keepdims); }
+Array Array::all(Axes axes, bool keepdims) const { return kiln::all(*this, std::move(axes), keepdims); }
+Array Array::any(Axes axes, bool keepdims) const { return kiln::any(*this, std::move(axes), keepdims); }
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Shape helpers: printing, element counts, C-order strides, broadcasting, axes.
 #include "kiln/shape.hpp"
 
+#include <ostream>
 #include <string>
 
 #include "kiln/error.hpp"
@@ -16,6 +17,8 @@ std::string shape_str(const Shape& s) {
   if (s.size() == 1) out += ",";
   return out + ")";
 }
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << shape_str(s); }
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;

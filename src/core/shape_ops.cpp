@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/indexing.hpp"
 #include "kiln/array.hpp"
 #include "kiln/ops.hpp"
 
@@ -404,11 +405,28 @@ Array Array::slice(int64_t axis, std::optional<int64_t> start, std::optional<int
   return Array(storage_, std::move(shape), std::move(strides), offset, dtype_);
 }
 
-Array Array::index(std::initializer_list<Index> idx) const {
-  kiln::require_defined(*this, "index");
+Array Array::index(std::initializer_list<Index> idx) const { return detail::basic_index(*this, idx.begin(), idx.end()); }
+
+Array& Array::index_put(std::initializer_list<Index> idx, const Array& values) {
+  detail::advanced_index_put(*this, idx.begin(), idx.end(), values);
+  return *this;
+}
+
+Array& Array::index_put(std::initializer_list<Index> idx, const Scalar& value) {
+  kiln::require_defined(*this, "index_put");
+  detail::advanced_index_put(*this, idx.begin(), idx.end(), full({}, value, dtype_, device()));
+  return *this;
+}
+
+Array detail::basic_index(const Array& a, const Index* first, const Index* last) {
+  kiln::require_defined(a, "index");
+  const Shape& extents = a.shape();
+  const Shape& steps = a.strides();
+  const int64_t ndim = a.ndim();
   int64_t consumed = 0, ellipses = 0;
-  for (const Index& entry : idx) {
-    const auto& v = entry.value();
+  for (const Index* entry = first; entry != last; ++entry) {
+    const auto& v = entry->value();
+    if (std::holds_alternative<const Array*>(v)) return detail::advanced_index(a, first, last);
     if (std::holds_alternative<int64_t>(v) || std::holds_alternative<Slice>(v))
       ++consumed;
     else if (std::holds_alternative<Ellipsis>(v))
@@ -416,41 +434,41 @@ Array Array::index(std::initializer_list<Index> idx) const {
   }
   if (ellipses > 1)
     throw ShapeError("index: an index can only have a single ellipsis, got " + std::to_string(ellipses));
-  if (consumed > ndim())
-    throw ShapeError("index: too many indices for an array of shape " + shape_str(shape_) + ": " +
-                     std::to_string(consumed) + " integers/slices for " + std::to_string(ndim()) + " dimensions");
+  if (consumed > ndim)
+    throw ShapeError("index: too many indices for an array of shape " + shape_str(extents) + ": " +
+                     std::to_string(consumed) + " integers/slices for " + std::to_string(ndim) + " dimensions");
   Shape shape, strides;
-  int64_t offset = offset_, axis = 0;
+  int64_t offset = a.offset(), axis = 0;
   auto keep_axis = [&](int64_t ax) {
-    shape.push_back(shape_[ax]);
-    strides.push_back(strides_[ax]);
+    shape.push_back(extents[ax]);
+    strides.push_back(steps[ax]);
   };
-  for (const Index& entry : idx) {
-    const auto& v = entry.value();
+  for (const Index* entry = first; entry != last; ++entry) {
+    const auto& v = entry->value();
     if (const int64_t* i = std::get_if<int64_t>(&v)) {
-      const int64_t extent = shape_[axis];
+      const int64_t extent = extents[axis];
       const int64_t position = *i < 0 ? *i + extent : *i;
       if (position < 0 || position >= extent)
         throw ShapeError("index: index " + std::to_string(*i) + " is out of bounds for axis " + std::to_string(axis) +
-                         " with size " + std::to_string(extent) + " (array shape " + shape_str(shape_) +
+                         " with size " + std::to_string(extent) + " (array shape " + shape_str(extents) +
                          "); use an index in [" + std::to_string(-extent) + ", " + std::to_string(extent) + ")");
-      offset += position * strides_[axis];
+      offset += position * steps[axis];
       ++axis;
     } else if (const Slice* s = std::get_if<Slice>(&v)) {
-      const SliceRange r = resolve_slice(*s, shape_[axis], "index");
+      const SliceRange r = resolve_slice(*s, extents[axis], "index");
       shape.push_back(r.length);
-      strides.push_back(strides_[axis] * r.step);
-      if (r.length > 0) offset += r.start * strides_[axis];
+      strides.push_back(steps[axis] * r.step);
+      if (r.length > 0) offset += r.start * steps[axis];
       ++axis;
     } else if (std::holds_alternative<NewAxis>(v)) {
       shape.push_back(1);
       strides.push_back(0);
     } else {  // ellipsis: every axis the other entries do not consume
-      for (int64_t k = 0; k < ndim() - consumed; ++k) keep_axis(axis++);
+      for (int64_t k = 0; k < ndim - consumed; ++k) keep_axis(axis++);
     }
   }
-  while (axis < ndim()) keep_axis(axis++);
-  return Array(storage_, std::move(shape), std::move(strides), offset, dtype_);
+  while (axis < ndim) keep_axis(axis++);
+  return Array(a.storage(), std::move(shape), std::move(strides), offset, a.dtype());
 }
 
 }  // namespace kiln

@@ -217,15 +217,17 @@ TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, con
     spec.placeholder = t;
     return spec;
   }
-  // Any name parse_dtype reads (which includes short, int, long, half, float, double), and the C
-  // spellings NumPy has no dtype name for.
-  std::optional<DType> d = find_dtype(t);
-  if (!d) {
-    static const std::pair<const char*, DType> c_names[] = {
-        {"signed char", DType::Int8}, {"long long", DType::Int64}, {"unsigned char", DType::UInt8}};
-    for (const auto& [name, dtype] : c_names)
-      if (t == name) d = dtype;
-  }
+  // C spellings first ("float" and "int" are C's float32/int32 here, not NumPy's float64/int64), then any
+  // name parse_dtype reads (which includes short, long, half, double).
+  static const std::pair<const char*, DType> c_names[] = {{"float", DType::Float32},
+                                                          {"int", DType::Int32},
+                                                          {"signed char", DType::Int8},
+                                                          {"long long", DType::Int64},
+                                                          {"unsigned char", DType::UInt8}};
+  std::optional<DType> d;
+  for (const auto& [name, dtype] : c_names)
+    if (t == name) d = dtype;
+  if (!d) d = find_dtype(t);
   if (d) {
     spec.dtype = d;
     return spec;

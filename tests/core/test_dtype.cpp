@@ -32,7 +32,10 @@ TEST(DType, ParsesNamesAndNumPyCodes) {
 TEST(DType, FindDtypeReadsWhatParseDtypeReadsAndNeverThrows) {
   EXPECT_EQ(find_dtype("<f8"), float64);
   EXPECT_EQ(find_dtype("double"), float64);
-  EXPECT_EQ(find_dtype("int"), int32);
+  EXPECT_EQ(find_dtype("int"), int64);  // NumPy: np.dtype("int") is int64
+  EXPECT_EQ(find_dtype("float"), float64);  // np.dtype("float") is float64
+  EXPECT_EQ(parse_dtype("float"), float64);
+  EXPECT_EQ(parse_dtype("int"), int64);
   EXPECT_EQ(find_dtype("?"), bool_);
   EXPECT_EQ(find_dtype("complex64"), std::nullopt);
   EXPECT_EQ(find_dtype(""), std::nullopt);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/indexing.hpp"
 #include "core/user_kernel.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
@@ -785,6 +786,24 @@ TEST(UserKernelGpu, Bfloat16OutputsRoundLikeAstype) {
   Array y = to_bf16(x.to(gpu(0)));
   EXPECT_EQ(y.dtype(), DType::BFloat16);
   EXPECT_EQ(y.to_vector<float>(), (x * 3.0f).astype(bfloat16).to_vector<float>());
+}
+
+// The gather and scatter kernels behind take/put/index arrays/masks (src/core/indexing.hpp), for every dtype:
+// a raw 1-d contiguous view of the storage read or written at int64 storage offsets.
+TEST(UserKernelCodegen, IndexingGatherAndScatterCompileForEveryDtype) {
+  for (int t = 0; t < kNumDTypes; ++t) {
+    const DType d = static_cast<DType>(t);
+    for (bool contiguous : {true, false}) {
+      expect_ptx_entry(user_elementwise_source(ew(detail::kGatherIn, detail::kGatherOut, detail::kGatherOp,
+                                                  "kiln_gather", {r_(d, 1, true), a_(DType::Int64)}, contiguous,
+                                                  contiguous ? 1 : 3)),
+                       "kiln_gather");
+      expect_ptx_entry(user_elementwise_source(ew(detail::kScatterIn, detail::kScatterOut, detail::kScatterOp,
+                                                  "kiln_scatter", {a_(d), a_(DType::Int64), r_(d, 1, true)},
+                                                  contiguous, contiguous ? 1 : 3)),
+                       "kiln_scatter");
+    }
+  }
 }
 
 }  // namespace

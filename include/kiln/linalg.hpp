@@ -1,0 +1,30 @@
+// Dense linear solvers, as numpy.linalg.solve and numpy.linalg.lstsq.
+// First version: computed on the host in float64 with LAPACK (OpenBLAS's dgesv/dgelsd);
+// GPU operands are copied to the host and the results back (this synchronises).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kiln/array.hpp"
+
+namespace kiln::linalg {
+
+/// x with a @ x = b for a square 2-d `a` and `b` of shape (n,) or (n, k). Result float32 for float32 (or
+/// narrower float) operands, else float64, on a's device. Throws ShapeError (shapes), DeviceError (devices),
+/// LinAlgError (a singular matrix). Syncs for GPU operands.
+Array solve(const Array& a, const Array& b);
+
+/// numpy.linalg.lstsq's four results.
+struct LstsqResult {
+  Array solution;         ///< x minimising ||a @ x - b||, shape (n,) or (n, k)
+  Array residuals;        ///< squared residual norms per column, shape (k,) or (1,); (0,) unless rank == n < m
+  int64_t rank = 0;       ///< effective rank of a
+  Array singular_values;  ///< singular values of a, descending, shape (min(m, n),)
+};
+/// Least-squares solution of a @ x = b for a 2-d (m, n) `a` and b of shape (m,) or (m, k), via the SVD
+/// (LAPACK dgelsd). Singular values below rcond * largest count as zero (default: eps * max(m, n), NumPy's).
+/// Dtypes and devices as solve; throws ShapeError/DeviceError, LinAlgError when the SVD does not converge.
+LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond = {});
+
+}  // namespace kiln::linalg

@@ -1,0 +1,301 @@
+// Advanced indexing (index arrays and boolean masks), take/put, flatnonzero and
+// whole-array comparisons. Every gather and scatter is one primitive: read or
+// write elements of an array's storage at int64 storage offsets. The offsets are
+// built on the array's device by elementwise ops (arange * stride sums); the
+// primitive is a byte copy loop on the CPU and a generated NVRTC kernel (a
+// kiln ElementwiseKernel over a raw view of the storage) on a GPU.
+#include "core/indexing.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "kiln/indexing.hpp"
+#include "kiln/kernels.hpp"
+
+namespace kiln {
+namespace {
+
+void require_defined(const Array& a, const char* op, const char* what) {
+  if (!a.defined())
+    throw ValueError(std::string(op) + ": " + what + " is an undefined Array; create it with from_data/arange/...");
+}
+
+void require_same_device(const Array& a, const Array& b, const char* op, const char* what) {
+  if (a.device() != b.device())
+    throw DeviceError(std::string(op) + ": the array is on " + a.device().str() + " but " + what + " is on " +
+                      b.device().str() + "; move one with .to(" + a.device().str() + ")");
+}
+
+/// The whole storage of `a` as a 1-d contiguous array (element j = storage element j).
+Array storage_view(const Array& a) {
+  const int64_t n = static_cast<int64_t>(a.storage()->nbytes()) / itemsize(a.dtype());
+  return Array(a.storage(), Shape{n}, Shape{1}, 0, a.dtype());
+}
+
+/// out[i] = storage element offsets[i] of `src` (offsets: int64, on src's device).
+Array gather_flat(const Array& src, const Array& offsets) {
+  if (offsets.size() == 0) return detail::make_array(offsets.shape(), src.dtype(), src.device());
+  if (src.device().is_cuda()) {
+    static const ElementwiseKernel gather(detail::kGatherIn, detail::kGatherOut, detail::kGatherOp, "kiln_gather");
+    return gather(storage_view(src), offsets);
+  }
+  Array out = detail::make_array(offsets.shape(), src.dtype(), cpu());
+  const Array off = offsets.contiguous();
+  const auto size = static_cast<size_t>(itemsize(src.dtype()));
+  const char* base = static_cast<const char*>(src.storage()->data());
+  char* dst = static_cast<char*>(out.data_ptr());
+  const int64_t* o = off.data<int64_t>();
+  for (int64_t i = 0; i < off.size(); ++i) std::memcpy(dst + static_cast<size_t>(i) * size, base + o[i] * size, size);
+  return out;
+}
+
+/// storage element offsets[i] of `dst` = values[i] (values: dst's dtype and offsets' shape).
+void scatter_flat(const Array& dst, const Array& offsets, const Array& values) {
+  if (offsets.size() == 0) return;
+  if (dst.device().is_cuda()) {
+    static const ElementwiseKernel scatter(detail::kScatterIn, detail::kScatterOut, detail::kScatterOp, "kiln_scatter");
+    scatter.call({values, offsets, storage_view(dst)});
+    return;
+  }
+  const Array off = offsets.contiguous(), val = values.contiguous();
+  const auto size = static_cast<size_t>(itemsize(dst.dtype()));
+  char* base = static_cast<char*>(dst.storage()->data());
+  const char* src = static_cast<const char*>(val.data_ptr());
+  const int64_t* o = off.data<int64_t>();
+  for (int64_t i = 0; i < off.size(); ++i) std::memcpy(base + o[i] * size, src + static_cast<size_t>(i) * size, size);
+}
+
+/// Storage offsets of `a`'s elements with axis p replaced by the (normalised, int64) `idx`:
+/// shape a.shape[:p] + idx.shape + a.shape[p+1:].
+Array offsets_with_index(const Array& a, int64_t p, const Array& idx) {
+  const Shape& s = a.shape();
+  const auto up = static_cast<size_t>(p), k = idx.shape().size();
+  Shape out;
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (d == up)
+      for (int64_t e : idx.shape()) out.push_back(e);
+    else
+      out.push_back(s[d]);
+  }
+  auto placed = [&](const Array& v, size_t pos) {  // v's axes at out's axes pos, pos+1, ...
+    Shape r(out.size(), 1);
+    for (size_t i = 0; i < v.shape().size(); ++i) r[pos + i] = v.shape()[i];
+    return v.reshape(r);
+  };
+  Array off = placed(idx * a.strides()[up] + a.offset(), up);
+  for (size_t d = 0; d < s.size(); ++d)
+    if (d != up) off = off + placed(arange(s[d], int64, a.device()) * a.strides()[d], d < up ? d : d - 1 + k);
+  return broadcast_to(off, out).contiguous();
+}
+
+/// Storage offsets of every element of `a` (int64, a's shape, contiguous).
+Array element_offsets(const Array& a) {
+  if (a.ndim() == 0) return full({}, a.offset(), int64, a.device());
+  return offsets_with_index(a, 0, arange(a.shape(0), int64, a.device()));
+}
+
+/// `idx` as int64 in [0, n): negative values count from the end. Syncs once; throws ShapeError out of range.
+Array normalize_indices(const Array& idx, int64_t n, const std::string& what) {
+  if (!is_integral(idx.dtype()))
+    throw DTypeError(what + ": indices must be an integer array, got " + std::string(dtype_name(idx.dtype())) +
+                     "; convert with astype(int64) (a bool array is a mask: use it in index())");
+  const Array i = idx.astype(int64);
+  Array norm = where(i < 0, i + n, i);
+  if (norm.size() > 0 && any(logical_or(norm < 0, norm >= n)).item<bool>()) {
+    for (int64_t v : i.to_vector<int64_t>())
+      if (v < -n || v >= n)
+        throw ShapeError(what + ": index " + std::to_string(v) + " is out of bounds for size " + std::to_string(n) +
+                         "; indices must lie in [" + std::to_string(-n) + ", " + std::to_string(n) + ")");
+  }
+  return norm;
+}
+
+/// The basic part of an index with one Array entry: the view it selects, the view's axis where the
+/// Array entry applies, and the entry.
+struct SplitIndex {
+  Array view;
+  int64_t axis = 0;
+  const Array* entry = nullptr;
+  bool front = false;  // an integer entry apart from the Array entry: NumPy puts the Array's axes first
+};
+
+SplitIndex split_index(const Array& a, const Index* first, const Index* last, const char* op) {
+  std::vector<Index> basic;
+  SplitIndex out;
+  bool ellipsis_seen = false;
+  int64_t entry_pos = 0, first_int = -1, last_int = -1;
+  for (const Index* e = first; e != last; ++e) {
+    const auto& v = e->value();
+    if (std::holds_alternative<int64_t>(v)) {
+      if (first_int < 0) first_int = e - first;
+      last_int = e - first;
+    }
+    if (const Array* const* arr = std::get_if<const Array*>(&v)) {
+      if (out.entry)
+        throw ShapeError(std::string(op) + ": only one index array or mask per index is supported; index in two " +
+                         "steps, e.g. x.index({i}).index({Slice(), j})");
+      if (ellipsis_seen)
+        throw ShapeError(std::string(op) + ": an index array or mask after an ellipsis is not supported; " +
+                         "write the leading axes as Slice()");
+      require_defined(**arr, op, "the index array");
+      require_same_device(a, **arr, op, "the index array");
+      out.entry = *arr;
+      entry_pos = e - first;
+      const int64_t axes = (*arr)->dtype() == DType::Bool ? (*arr)->ndim() : 1;
+      if (axes == 0)
+        throw ShapeError(std::string(op) +
+                         ": a 0-d bool mask is not supported; give a mask of the indexed axes' shape");
+      for (int64_t k = 0; k < axes; ++k) basic.emplace_back(Slice());
+      continue;
+    }
+    if (!out.entry && (std::holds_alternative<Slice>(v) || std::holds_alternative<NewAxis>(v))) ++out.axis;
+    if (std::holds_alternative<Ellipsis>(v)) ellipsis_seen = true;
+    basic.push_back(*e);
+  }
+  // NumPy's rule: integers count as advanced indices; when they and the array are not one run of
+  // adjacent entries, the result's advanced axes come first.
+  if (first_int >= 0) {
+    const int64_t lo = std::min(first_int, entry_pos), hi = std::max(last_int, entry_pos);
+    for (const Index* e = first + lo; e != first + hi + 1; ++e)
+      out.front |= !std::holds_alternative<int64_t>(e->value()) && !std::holds_alternative<const Array*>(e->value());
+  }
+  out.view = detail::basic_index(a, basic.data(), basic.data() + basic.size());
+  return out;
+}
+
+Array selected_offsets(const SplitIndex& split, const char* op);
+
+/// Storage offsets (in split.view's storage) of the elements the index selects, in NumPy's result order.
+Array target_offsets(const SplitIndex& split, const char* op) {
+  Array offsets = selected_offsets(split, op);
+  if (!split.front || split.axis == 0) return offsets;
+  const int64_t r = split.entry->dtype() == DType::Bool ? 1 : split.entry->ndim();
+  Shape order;
+  for (int64_t d = 0; d < r; ++d) order.push_back(split.axis + d);
+  for (int64_t d = 0; d < offsets.ndim(); ++d)
+    if (d < split.axis || d >= split.axis + r) order.push_back(d);
+  return permute(offsets, order).contiguous();
+}
+
+Array selected_offsets(const SplitIndex& split, const char* op) {
+  const Array& v = split.view;
+  const Array& e = *split.entry;
+  const int64_t p = split.axis;
+  if (e.dtype() != DType::Bool)
+    return offsets_with_index(v, p,
+                              normalize_indices(e, v.shape(p), std::string(op) + " (axis " + std::to_string(p) + ")"));
+  const auto up = static_cast<size_t>(p), k = e.shape().size();
+  bool match = up + k <= v.shape().size();
+  for (size_t d = 0; match && d < k; ++d) match = v.shape()[up + d] == e.shape()[d];
+  if (!match)
+    throw ShapeError(std::string(op) + ": the boolean mask has shape " + shape_str(e.shape()) +
+                     " but the axes it indexes have shape " +
+                     shape_str(Shape(v.shape().begin() + std::min(up, v.shape().size()),
+                                     v.shape().begin() + std::min(up + k, v.shape().size()))) +
+                     " (array shape " + shape_str(v.shape()) + "); give a mask of the indexed axes' shape");
+  Shape merged(v.shape().begin(), v.shape().begin() + p);
+  merged.push_back(e.size());
+  for (size_t d = up + k; d < v.shape().size(); ++d) merged.push_back(v.shape()[d]);
+  const Array offsets = element_offsets(v).reshape(merged);
+  return gather_flat(offsets, offsets_with_index(offsets, p, flatnonzero(e)));
+}
+
+/// `values` cast to `a`'s dtype and broadcast to `shape`, contiguous.
+Array values_for(const Array& a, const Array& values, const Shape& shape, const char* op) {
+  require_defined(values, op, "the values");
+  require_same_device(a, values, op, "the values");
+  if (!(broadcast_shapes(values.shape(), shape, op) == shape))
+    throw ShapeError(std::string(op) + ": values of shape " + shape_str(values.shape()) +
+                     " do not broadcast to the selected shape " + shape_str(shape));
+  return broadcast_to(values.astype(a.dtype()), shape).contiguous();
+}
+
+}  // namespace
+
+Array detail::advanced_index(const Array& a, const Index* first, const Index* last) {
+  const SplitIndex split = split_index(a, first, last, "index");
+  return gather_flat(split.view, target_offsets(split, "index"));
+}
+
+void detail::advanced_index_put(const Array& a, const Index* first, const Index* last, const Array& values) {
+  require_defined(a, "index_put", "the array");
+  bool advanced = false;
+  for (const Index* e = first; e != last; ++e) advanced |= std::holds_alternative<const Array*>(e->value());
+  if (!advanced) {
+    Array view = basic_index(a, first, last);
+    view.assign(values);
+    return;
+  }
+  const SplitIndex split = split_index(a, first, last, "index_put");
+  const Array offsets = target_offsets(split, "index_put");
+  scatter_flat(a, offsets, values_for(a, values, offsets.shape(), "index_put"));
+}
+
+Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
+  require_defined(a, "take", "the array");
+  require_defined(indices, "take", "the index array");
+  require_same_device(a, indices, "take", "the index array");
+  if (axis) {
+    const int64_t p = normalize_axis(*axis, a.ndim(), "take");
+    return gather_flat(a, offsets_with_index(a, p, normalize_indices(indices, a.shape(p), "take")));
+  }
+  const Array flat = element_offsets(a).reshape(Shape{a.size()});
+  const Array idx = normalize_indices(indices, a.size(), "take");
+  return gather_flat(a, gather_flat(flat, offsets_with_index(flat, 0, idx)));
+}
+
+void put(const Array& a, const Array& indices, const Array& values) {
+  require_defined(a, "put", "the array");
+  require_defined(indices, "put", "the index array");
+  require_same_device(a, indices, "put", "the index array");
+  const Array flat = element_offsets(a).reshape(Shape{a.size()});
+  const Array offsets = gather_flat(flat, offsets_with_index(flat, 0, normalize_indices(indices, a.size(), "put")));
+  scatter_flat(a, offsets, values_for(a, values, offsets.shape(), "put"));
+}
+
+void put(const Array& a, const Array& indices, const Scalar& value) {
+  require_defined(a, "put", "the array");
+  put(a, indices, full({}, value, a.dtype(), a.device()));
+}
+
+Array flatnonzero(const Array& a) {
+  require_defined(a, "flatnonzero", "the array");
+  const std::vector<bool> bits = a.to_vector<bool>();
+  std::vector<int64_t> where_true;
+  for (size_t i = 0; i < bits.size(); ++i)
+    if (bits[i]) where_true.push_back(static_cast<int64_t>(i));
+  return from_data(where_true, Shape{static_cast<int64_t>(where_true.size())}, a.device());
+}
+
+Array isclose(const Array& a, const Array& b, double rtol, double atol, bool equal_nan) {
+  require_defined(a, "isclose", "the first array");
+  require_defined(b, "isclose", "the second array");
+  require_same_device(a, b, "isclose", "the second array");
+  DType t = promote_types(a.dtype(), b.dtype());
+  if (!is_floating(t)) t = float64;
+  const Array x = a.astype(t), y = b.astype(t);
+  Array close = logical_and(logical_and(isfinite(x), isfinite(y)), abs(x - y) <= atol + rtol * abs(y));
+  Array result = logical_or(x == y, close);
+  if (equal_nan) result = logical_or(result, logical_and(isnan(x), isnan(y)));
+  return result;
+}
+
+bool allclose(const Array& a, const Array& b, double rtol, double atol, bool equal_nan) {
+  return all(isclose(a, b, rtol, atol, equal_nan)).item<bool>();
+}
+
+bool array_equal(const Array& a, const Array& b, bool equal_nan) {
+  require_defined(a, "array_equal", "the first array");
+  require_defined(b, "array_equal", "the second array");
+  require_same_device(a, b, "array_equal", "the second array");
+  if (!(a.shape() == b.shape())) return false;
+  Array same = a == b;
+  if (equal_nan && (is_floating(a.dtype()) || is_floating(b.dtype())))
+    same = logical_or(same, logical_and(isnan(a), isnan(b)));
+  return all(same).item<bool>();
+}
+
+}  // namespace kiln

@@ -1,0 +1,133 @@
+// linalg::solve and linalg::lstsq on the host with LAPACK (OpenBLAS ships it:
+// dgesv_, dgelsd_). Operands are copied to the host as float64, column-major;
+// results are cast to the result dtype and moved to the operands' device.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/linalg.hpp"
+#include "kiln/ops.hpp"
+
+extern "C" {
+void dgesv_(const int* n, const int* nrhs, double* a, const int* lda, int* ipiv, double* b, const int* ldb, int* info);
+void dgelsd_(const int* m, const int* n, const int* nrhs, double* a, const int* lda, double* b, const int* ldb,
+             double* s, const double* rcond, int* rank, double* work, const int* lwork, int* iwork, int* info);
+}
+
+namespace kiln::linalg {
+namespace {
+
+struct Operands {
+  std::vector<double> a, b;  // column-major
+  int64_t m = 0, n = 0, k = 0;
+  bool vector_b = false;
+  DType result = float64;
+  Device device;
+};
+
+std::vector<double> column_major(const Array& x) {
+  return transpose(x).to_vector<double>();  // to_vector reads C order: the transpose's C order is x's column order
+}
+
+Operands prepare(const Array& a, const Array& b, const char* op, bool square) {
+  if (!a.defined() || !b.defined())
+    throw ValueError(std::string(op) + ": an operand is an undefined Array; create it first");
+  if (a.device() != b.device())
+    throw DeviceError(std::string(op) + ": a is on " + a.device().str() + " but b is on " + b.device().str() +
+                      "; move one with .to(" + a.device().str() + ")");
+  const std::string shapes = "a " + shape_str(a.shape()) + ", b " + shape_str(b.shape());
+  if (a.ndim() != 2 || (square && a.shape(0) != a.shape(1)))
+    throw ShapeError(std::string(op) + ": a must be a " + (square ? "square " : "") + "2-d matrix, got " + shapes +
+                     (a.ndim() > 2 ? "; batched operands are not supported yet: loop over the batch" : ""));
+  if ((b.ndim() != 1 && b.ndim() != 2) || b.shape(0) != a.shape(0))
+    throw ShapeError(std::string(op) + ": b must have shape (" + std::to_string(a.shape(0)) + ",) or (" +
+                     std::to_string(a.shape(0)) + ", k) to match a, got " + shapes);
+  Operands o;
+  o.m = a.shape(0);
+  o.n = a.shape(1);
+  o.vector_b = b.ndim() == 1;
+  o.k = o.vector_b ? 1 : b.shape(1);
+  const DType t = promote_types(a.dtype(), b.dtype());
+  o.result = is_floating(t) && t != float64 ? float32 : float64;
+  o.device = a.device();
+  o.a = column_major(a);
+  o.b = column_major(o.vector_b ? b.reshape(Shape{o.m, 1}) : b);
+  return o;
+}
+
+/// The first `rows` rows of the column-major (ld x k) block as an array of shape (rows,) or (rows, k).
+Array result_array(const Operands& o, const std::vector<double>& col_major, int64_t ld, int64_t rows) {
+  std::vector<double> c(static_cast<size_t>(rows * o.k));
+  for (int64_t j = 0; j < o.k; ++j)
+    for (int64_t i = 0; i < rows; ++i) c[static_cast<size_t>(i * o.k + j)] = col_major[static_cast<size_t>(j * ld + i)];
+  Shape s = o.vector_b ? Shape{rows} : Shape{rows, o.k};
+  return from_data(c, s, cpu()).astype(o.result).to(o.device);
+}
+
+int lapack_int(int64_t v, const char* op) {
+  if (v > std::numeric_limits<int>::max())
+    throw ValueError(std::string(op) + ": extent " + std::to_string(v) + " exceeds LAPACK's 32-bit integers");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+Array solve(const Array& a, const Array& b) {
+  Operands o = prepare(a, b, "linalg::solve", true);
+  const int n = lapack_int(o.n, "linalg::solve"), k = lapack_int(o.k, "linalg::solve"), ld = std::max(n, 1);
+  std::vector<int> ipiv(static_cast<size_t>(std::max(n, 1)));
+  int info = 0;
+  if (n > 0 && k > 0) dgesv_(&n, &k, o.a.data(), &ld, ipiv.data(), o.b.data(), &ld, &info);
+  if (info > 0)
+    throw LinAlgError("linalg::solve: the matrix a " + shape_str(a.shape()) + " is singular (pivot " +
+                      std::to_string(info) + " is exactly zero); use linalg::lstsq for a least-squares solution");
+  if (info < 0) throw ValueError("linalg::solve: LAPACK dgesv rejected argument " + std::to_string(-info));
+  return result_array(o, o.b, ld, o.n);
+}
+
+LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {
+  Operands o = prepare(a, b, "linalg::lstsq", false);
+  const char* op = "linalg::lstsq";
+  const int m = lapack_int(o.m, op), n = lapack_int(o.n, op), k = lapack_int(o.k, op);
+  const int lda = std::max(m, 1), ldb = std::max({m, n, 1});
+  // b grows to ldb rows: dgelsd writes the n-row solution over it.
+  std::vector<double> bb(static_cast<size_t>(ldb) * static_cast<size_t>(std::max(k, 1)));
+  for (int64_t j = 0; j < o.k; ++j)
+    for (int64_t i = 0; i < o.m; ++i) bb[static_cast<size_t>(j * ldb + i)] = o.b[static_cast<size_t>(j * o.m + i)];
+  std::vector<double> s(static_cast<size_t>(std::max(std::min(m, n), 1)));
+  const double rc = rcond.value_or(std::numeric_limits<double>::epsilon() * std::max(m, n));
+  int rank = 0, info = 0;
+  if (m > 0 && n > 0 && k > 0) {
+    int lwork = -1, iwork_query = 0;
+    double work_query = 0;
+    dgelsd_(&m, &n, &k, o.a.data(), &lda, bb.data(), &ldb, s.data(), &rc, &rank, &work_query, &lwork, &iwork_query,
+            &info);
+    lwork = static_cast<int>(work_query);
+    std::vector<double> work(static_cast<size_t>(std::max(lwork, 1)));
+    std::vector<int> iwork(static_cast<size_t>(std::max(iwork_query, 1)));
+    dgelsd_(&m, &n, &k, o.a.data(), &lda, bb.data(), &ldb, s.data(), &rc, &rank, work.data(), &lwork, iwork.data(),
+            &info);
+  }
+  if (info > 0)
+    throw LinAlgError("linalg::lstsq: the SVD of a " + shape_str(a.shape()) + " did not converge (" +
+                      std::to_string(info) + " off-diagonal elements); check a for NaN or infinite values");
+  if (info < 0) throw ValueError("linalg::lstsq: LAPACK dgelsd rejected argument " + std::to_string(-info));
+  LstsqResult r;
+  r.rank = rank;
+  r.solution = result_array(o, bb, ldb, o.n);
+  std::vector<double> res;
+  if (rank == n && m > n)
+    for (int64_t j = 0; j < o.k; ++j) {
+      double sum = 0;
+      for (int64_t i = o.n; i < o.m; ++i)
+        sum += bb[static_cast<size_t>(j * ldb + i)] * bb[static_cast<size_t>(j * ldb + i)];
+      res.push_back(sum);
+    }
+  r.residuals = from_data(res, Shape{static_cast<int64_t>(res.size())}, cpu()).astype(o.result).to(o.device);
+  s.resize(static_cast<size_t>(std::min(m, n)));
+  r.singular_values = from_data(s, Shape{static_cast<int64_t>(s.size())}, cpu()).astype(o.result).to(o.device);
+  return r;
+}
+
+}  // namespace kiln::linalg
