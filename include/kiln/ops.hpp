@@ -115,7 +115,14 @@ class DonorScope {
 // comment in ops.def for kiln's choices. Unary ops also take a temporary, whose memory may hold the result.
 // Throw DTypeError for dtypes the op rejects (bitwise ops on floats, subtract/negative on bool),
 // ShapeError when shapes do not broadcast, DeviceError for operands on different devices.
-// Asynchronous on a GPU.
+// Asynchronous on a GPU. The ops beyond NumPy's, for neural networks (float results; integer inputs
+// compute in float as exp does):
+/// erf(x): the error function.
+/// softplus(x) = log(1 + exp(x)), computed as log1p(exp(-|x|)) + max(x, 0): no overflow for large x.
+/// gelu(x) = x * Phi(x) = x/2 * erfc(-x/sqrt(2)) (PyTorch's exact gelu; the erfc form is accurate for x < 0).
+/// gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (PyTorch's approximate="tanh").
+/// silu(x) = x * sigmoid(x) = x / (1 + exp(-x)).
+/// logaddexp(a, b) = log(exp(a) + exp(b)) without overflow (NumPy's algorithm: equal infinities give them).
 #define KILN_DECLARE_Fn1(name)                                                                               \
   /** name(a) elementwise. */                                                                                \
   Array name(const Array& a);                                                                                \

@@ -32,8 +32,9 @@ enum class TypeRule : uint8_t {
 
 /// Compute dtypes an op has a kernel for (the front-end's typing never asks for others).
 enum class OpDTypes : uint8_t { AnyType, NoBool, FloatOnly, IntOnly, BoolOnly, NoType };
-/// Exact: correctly rounded (bit-exact against NumPy); Math: libm-like, a few ulps.
-enum class Accuracy : uint8_t { Exact, Math };
+/// Exact: correctly rounded (bit-exact against NumPy); Math: libm-like, a few ulps; Approx: float64 results
+/// within 64 ulps (see ops.def).
+enum class Accuracy : uint8_t { Exact, Math, Approx };
 /// GPU contiguous kernels: vectorised loads (Vec: but not float64 Float-rule ops), integers only, never.
 enum class GpuVector : uint8_t { Vec, VecInt, NoVec };
 /// The derivative column: Pending until the autograd issue writes the formula; NotDifferentiable for

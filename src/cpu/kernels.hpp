@@ -156,6 +156,38 @@ template <class T> inline T sigmoid(T a) {
   T e = std::exp(a);
   return e / (T(1) + e);
 }
+// Activations of the nn layers, computed in double whatever T is (float32 results are then correctly
+// rounded; silu's exp(-x) would overflow float before x / (1 + exp(-x)) reaches the subnormals).
+template <class T> inline T softplus(T a) {  // log(1 + exp(a)) without overflow: log1p(exp(-|a|)) + max(a, 0)
+  return std::log1p(std::exp(-std::fabs(a))) + (a > T(0) ? a : T(0));
+}
+template <class T> inline T silu(T a) {
+  const double x = a;
+  return static_cast<T>(x / (1.0 + std::exp(-x)));
+}
+// x * Phi(x) = x/2 * erfc(z), z = -x/sqrt(2): no cancellation for x < 0. erfc magnifies the rounding of z
+// by 2z^2, so z's error dz (the product's rounding, by fma, and 1/sqrt(2)'s low part) is added back to first
+// order: erfc(z + dz) = erfc(z) - 2/sqrt(pi) exp(-z^2) dz.
+template <class T> inline T gelu(T a) {
+  const double x = a, z = x * -0.7071067811865476;
+  double dz = std::fma(x, -0.7071067811865476, -z) + x * 4.8336466567264565e-17;
+  if (dz != dz) dz = 0;  // x = +-inf or NaN
+  return static_cast<T>(0.5 * x * (std::erfc(z) - 1.1283791670955126 * std::exp(-z * z) * dz));
+}
+template <class T> inline T gelu_tanh(T a) {  // x/2 * (1 + tanh(u)) = x / (1 + exp(-2u)): no cancellation
+  const double x = a;
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return static_cast<T>(x / (1.0 + std::exp(-2.0 * u)));
+}
+// NumPy's npy_logaddexp: equal arguments (infinities included) give x + log(2); NaN propagates.
+template <class T> inline T logaddexp(T a, T b) {
+  if (a == b) return a + T(0.693147180559945309417232121458176568);
+  const T d = a - b;
+  if (d > 0) return a + std::log1p(std::exp(-d));
+  if (d <= 0) return b + std::log1p(std::exp(d));
+  return d;
+}
+
 }  // namespace ops
 
 /// The `cpu` column of each row of kiln/ops.def, as Fn<OP>::run<T>(a, b, c).

@@ -134,7 +134,7 @@ KD_MATH1(m_exp2, exp2f, exp2) KD_MATH1(m_log, logf, log) KD_MATH1(m_log2, log2f,
 KD_MATH1(m_log10, log10f, log10) KD_MATH1(m_log1p, log1pf, log1p) KD_MATH1(m_expm1, expm1f, expm1)
 KD_MATH1(m_sqrt, sqrtf, sqrt) KD_MATH1(m_sin, sinf, sin) KD_MATH1(m_cos, cosf, cos) KD_MATH1(m_tan, tanf, tan)
 KD_MATH1(m_asin, asinf, asin) KD_MATH1(m_acos, acosf, acos) KD_MATH1(m_atan, atanf, atan)
-KD_MATH1(m_sinh, sinhf, sinh) KD_MATH1(m_cosh, coshf, cosh) KD_MATH1(m_tanh, tanhf, tanh)
+KD_MATH1(m_erf, erff, erf) KD_MATH1(m_erfc, erfcf, erfc) KD_MATH1(m_sinh, sinhf, sinh) KD_MATH1(m_cosh, coshf, cosh) KD_MATH1(m_tanh, tanhf, tanh)
 KD_MATH2(m_fmod, fmodf, fmod) KD_MATH2(m_pow, powf, pow) KD_MATH2(m_atan2, atan2f, atan2)
 KD_MATH2(m_copysign, copysignf, copysign)
 #undef KD_MATH1
@@ -287,6 +287,31 @@ template <class T> __device__ __forceinline__ T sigmoid(T a) {
   if (a >= 0) return T(1) / (T(1) + m_exp(-a));
   T e = m_exp(a);
   return e / (T(1) + e);
+}
+template <class T> __device__ __forceinline__ T softplus(T a) {
+  return m_log1p(m_exp(-m_fabs(a))) + (a > T(0) ? a : T(0));
+}
+template <class T> __device__ __forceinline__ T silu(T a) {
+  const double x = a;
+  return (T)(x / (1.0 + m_exp(-x)));
+}
+template <class T> __device__ __forceinline__ T gelu(T a) {
+  const double x = a, z = x * -0.7071067811865476;
+  double dz = fma(x, -0.7071067811865476, -z) + x * 4.8336466567264565e-17;
+  if (dz != dz) dz = 0;
+  return (T)(0.5 * x * (m_erfc(z) - 1.1283791670955126 * m_exp(-z * z) * dz));
+}
+template <class T> __device__ __forceinline__ T gelu_tanh(T a) {
+  const double x = a;
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return (T)(x / (1.0 + m_exp(-2.0 * u)));
+}
+template <class T> __device__ __forceinline__ T logaddexp(T a, T b) {
+  if (a == b) return a + T(0.693147180559945309417232121458176568);
+  const T d = a - b;
+  if (d > 0) return a + m_log1p(m_exp(-d));
+  if (d <= 0) return b + m_log1p(m_exp(d));
+  return d;
 }
 }  // namespace ops
 }  // namespace kd

@@ -89,7 +89,18 @@ std::vector<DType> golden_dtypes(const std::string& name) {
   return {};
 }
 
-Tolerance tolerance_of(detail::Accuracy accuracy) { return accuracy == detail::Accuracy::Math ? kMath : kExact; }
+Tolerance tolerance_of(detail::Accuracy accuracy) {
+  switch (accuracy) {
+    case detail::Accuracy::Math: return kMath;
+    case detail::Accuracy::Approx: return kApprox;
+    case detail::Accuracy::Exact: break;
+  }
+  return kExact;
+}
+
+const char* golden_kind(detail::Accuracy accuracy) {
+  return accuracy == detail::Accuracy::Math ? "math" : accuracy == detail::Accuracy::Approx ? "approx" : "exact";
+}
 
 /// Every op the harness knows: each `Fn` row of kiln/ops.def (its function, out= form and accuracy column;
 /// the dtypes ops_golden.py covers), where and clip, astype and the C++ operators.
@@ -227,7 +238,7 @@ TEST(OpTable, EveryOpOfTheOpListHasGoldenCasesWithItsArity) {
     }
     EXPECT_EQ(golden->arity, info.arity) << info.name;
     EXPECT_FALSE(golden->dtypes.empty()) << info.name;
-    EXPECT_EQ(golden->kind, info.accuracy == detail::Accuracy::Math ? "math" : "exact")
+    EXPECT_EQ(golden->kind, golden_kind(info.accuracy))
         << info.name << ": the accuracy column and ops_golden.py disagree";
     EXPECT_TRUE(std::any_of(m.cases.begin(), m.cases.end(), [&](const GoldenCase& c) { return c.op == info.name; }))
         << info.name << " has no golden case";
