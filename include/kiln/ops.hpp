@@ -211,6 +211,14 @@ Array min(const Array& a, Axes axes = {}, bool keepdims = false);
 Array argmax(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
 Array argmin(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
 Array all(const Array& a, Axes axes = {}, bool keepdims = false);
+/// log(sum(exp(a))) over `axes`, max-shifted so it neither overflows nor underflows; float result
+/// (float_result_type), computed in float64. An empty reduction gives -inf; +inf wins; NaN propagates.
+Array logsumexp(const Array& a, Axes axes = {}, bool keepdims = false);
+/// Cumulative sum along `axis` (all elements flattened when absent), NumPy's dtypes: bool and integers
+/// give int64, floats keep their dtype (accumulated in float64). Throws ShapeError for a bad axis.
+Array cumsum(const Array& a, std::optional<int64_t> axis = {});
+/// Cumulative product along `axis` (flattened when absent); dtypes as cumsum.
+Array cumprod(const Array& a, std::optional<int64_t> axis = {});
 Array any(const Array& a, Axes axes = {}, bool keepdims = false);
 
 // ---------------------------------------------------------------- linear algebra
