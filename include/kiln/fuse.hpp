@@ -188,70 +188,26 @@ Fused<std::decay_t<F>> fuse(F&& f, std::string name = "fused") {
 
 // ---------------------------------------------------------------- traced ops (the Array API's names)
 // clang-format off
-#define KILN_FUSION_UNARY(name) \
+// One traced op per `Fn` row of kiln/ops.def.
+#define KILN_FUSION_Fn1(name) \
   inline FusionValue name(const FusionValue& a) { return detail::fusion_apply(#name, {a}); }
-KILN_FUSION_UNARY(negative)
-KILN_FUSION_UNARY(abs)
-KILN_FUSION_UNARY(sign)
-KILN_FUSION_UNARY(exp)
-KILN_FUSION_UNARY(exp2)
-KILN_FUSION_UNARY(log)
-KILN_FUSION_UNARY(log2)
-KILN_FUSION_UNARY(log10)
-KILN_FUSION_UNARY(log1p)
-KILN_FUSION_UNARY(expm1)
-KILN_FUSION_UNARY(sqrt)
-KILN_FUSION_UNARY(square)
-KILN_FUSION_UNARY(sin)
-KILN_FUSION_UNARY(cos)
-KILN_FUSION_UNARY(tan)
-KILN_FUSION_UNARY(arcsin)
-KILN_FUSION_UNARY(arccos)
-KILN_FUSION_UNARY(arctan)
-KILN_FUSION_UNARY(sinh)
-KILN_FUSION_UNARY(cosh)
-KILN_FUSION_UNARY(tanh)
-KILN_FUSION_UNARY(sigmoid)
-KILN_FUSION_UNARY(relu)
-KILN_FUSION_UNARY(floor)
-KILN_FUSION_UNARY(ceil)
-KILN_FUSION_UNARY(round)
-KILN_FUSION_UNARY(trunc)
-KILN_FUSION_UNARY(logical_not)
-KILN_FUSION_UNARY(isnan)
-KILN_FUSION_UNARY(isinf)
-KILN_FUSION_UNARY(isfinite)
-KILN_FUSION_UNARY(bitwise_not)
-#undef KILN_FUSION_UNARY
-
-#define KILN_FUSION_BINARY(name)                                                              \
+#define KILN_FUSION_Fn2(name)                                                                 \
   template <class A, class B>                                                                 \
   requires detail::FusionArgs<A, B> FusionValue name(const A& a, const B& b) {                \
     return detail::fusion_apply(#name, {detail::FusionOperand(a), detail::FusionOperand(b)}); \
   }
-KILN_FUSION_BINARY(add)
-KILN_FUSION_BINARY(subtract)
-KILN_FUSION_BINARY(multiply)
-KILN_FUSION_BINARY(divide)
-KILN_FUSION_BINARY(floor_divide)
-KILN_FUSION_BINARY(remainder)
-KILN_FUSION_BINARY(power)
-KILN_FUSION_BINARY(maximum)
-KILN_FUSION_BINARY(minimum)
-KILN_FUSION_BINARY(arctan2)
-KILN_FUSION_BINARY(equal)
-KILN_FUSION_BINARY(not_equal)
-KILN_FUSION_BINARY(less)
-KILN_FUSION_BINARY(less_equal)
-KILN_FUSION_BINARY(greater)
-KILN_FUSION_BINARY(greater_equal)
-KILN_FUSION_BINARY(logical_and)
-KILN_FUSION_BINARY(logical_or)
-KILN_FUSION_BINARY(logical_xor)
-KILN_FUSION_BINARY(bitwise_and)
-KILN_FUSION_BINARY(bitwise_or)
-KILN_FUSION_BINARY(bitwise_xor)
-#undef KILN_FUSION_BINARY
+#define KILN_FUSION_Own3(name)
+#define KILN_FUSION_None0(name)
+#define KILN_FUSION_None1(name)
+#define KILN_FUSION(name, arity, api) KILN_FUSION_##api##arity(name)
+#define KILN_OP(Code, name, arity, api, ...) KILN_FUSION(name, arity, api)
+#include "kiln/ops.def"
+#undef KILN_FUSION
+#undef KILN_FUSION_Fn1
+#undef KILN_FUSION_Fn2
+#undef KILN_FUSION_Own3
+#undef KILN_FUSION_None0
+#undef KILN_FUSION_None1
 
 #define KILN_FUSION_OPERATOR(sym, name)                                                       \
   template <class A, class B>                                                                 \

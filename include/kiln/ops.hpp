@@ -122,30 +122,45 @@ class DonorScope {
 };
 }  // namespace detail
 
-#define KILN_UNARY(name) \
-  Array name(const Array& a); \
-  Array name(const Array& a, const Array& out); \
-  inline Array name(Array&& a) { \
-    detail::DonorScope donor(a); \
-    return name(static_cast<const Array&>(a)); \
+// One function per `Fn` row of kiln/ops.def (the op list), each with an out= form that writes the result
+// into `out` (same_kind cast, broadcast shape) and returns it. NumPy's semantics and names; see the row's
+// comment in ops.def for kiln's choices. Unary ops also take a temporary, whose memory may hold the result.
+// Throw DTypeError for dtypes the op rejects (bitwise ops on floats, subtract/negative on bool),
+// ShapeError when shapes do not broadcast, DeviceError for operands on different devices.
+// Asynchronous on a GPU. The ops beyond NumPy's, for neural networks (float results; integer inputs
+// compute in float as exp does):
+/// erf(x): the error function.
+/// softplus(x) = log(1 + exp(x)), computed as log1p(exp(-|x|)) + max(x, 0): no overflow for large x.
+/// gelu(x) = x * Phi(x) = x/2 * erfc(-x/sqrt(2)) (PyTorch's exact gelu; the erfc form is accurate for x < 0).
+/// gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (PyTorch's approximate="tanh").
+/// silu(x) = x * sigmoid(x) = x / (1 + exp(-x)).
+/// logaddexp(a, b) = log(exp(a) + exp(b)) without overflow (NumPy's algorithm: equal infinities give them).
+#define KILN_DECLARE_Fn1(name)                                                                               \
+  /** name(a) elementwise. */                                                                                \
+  Array name(const Array& a);                                                                                \
+  /** name(a) written into out. */                                                                           \
+  Array name(const Array& a, const Array& out);                                                              \
+  inline Array name(Array&& a) {                                                                             \
+    detail::DonorScope donor(a);                                                                             \
+    return name(static_cast<const Array&>(a));                                                               \
   }
-KILN_UNARY(negative) KILN_UNARY(abs) KILN_UNARY(sign) KILN_UNARY(exp) KILN_UNARY(exp2) KILN_UNARY(log)
-KILN_UNARY(log2) KILN_UNARY(log10) KILN_UNARY(log1p) KILN_UNARY(expm1) KILN_UNARY(sqrt) KILN_UNARY(square)
-KILN_UNARY(sin) KILN_UNARY(cos) KILN_UNARY(tan) KILN_UNARY(arcsin) KILN_UNARY(arccos) KILN_UNARY(arctan)
-KILN_UNARY(sinh) KILN_UNARY(cosh) KILN_UNARY(tanh) KILN_UNARY(sigmoid) KILN_UNARY(relu) KILN_UNARY(floor)
-KILN_UNARY(ceil) KILN_UNARY(round) KILN_UNARY(trunc) KILN_UNARY(logical_not) KILN_UNARY(isnan)
-KILN_UNARY(isinf) KILN_UNARY(isfinite) KILN_UNARY(bitwise_not)
-#undef KILN_UNARY
-
-#define KILN_BINARY(name) \
-  Array name(const Operand& a, const Operand& b); \
+#define KILN_DECLARE_Fn2(name)                                                                               \
+  /** name(a, b) elementwise with broadcasting; either side may be a C++ scalar (weak). */                   \
+  Array name(const Operand& a, const Operand& b);                                                            \
+  /** name(a, b) written into out. */                                                                        \
   Array name(const Operand& a, const Operand& b, const Array& out);
-KILN_BINARY(add) KILN_BINARY(subtract) KILN_BINARY(multiply) KILN_BINARY(divide) KILN_BINARY(floor_divide)
-KILN_BINARY(remainder) KILN_BINARY(power) KILN_BINARY(maximum) KILN_BINARY(minimum) KILN_BINARY(arctan2)
-KILN_BINARY(equal) KILN_BINARY(not_equal) KILN_BINARY(less) KILN_BINARY(less_equal) KILN_BINARY(greater)
-KILN_BINARY(greater_equal) KILN_BINARY(logical_and) KILN_BINARY(logical_or) KILN_BINARY(logical_xor)
-KILN_BINARY(bitwise_and) KILN_BINARY(bitwise_or) KILN_BINARY(bitwise_xor)
-#undef KILN_BINARY
+#define KILN_DECLARE_Own3(name)
+#define KILN_DECLARE_None0(name)
+#define KILN_DECLARE_None1(name)
+#define KILN_DECLARE(name, arity, api) KILN_DECLARE_##api##arity(name)
+#define KILN_OP(Code, name, arity, api, ...) KILN_DECLARE(name, arity, api)
+#include "kiln/ops.def"
+#undef KILN_DECLARE
+#undef KILN_DECLARE_Fn1
+#undef KILN_DECLARE_Fn2
+#undef KILN_DECLARE_Own3
+#undef KILN_DECLARE_None0
+#undef KILN_DECLARE_None1
 
 /// cond ? x : y elementwise, broadcasting all three; x/y dtypes promoted.
 Array where(const Operand& cond, const Operand& x, const Operand& y);
@@ -208,6 +223,14 @@ Array min(const Array& a, Axes axes = {}, bool keepdims = false);
 Array argmax(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
 Array argmin(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
 Array all(const Array& a, Axes axes = {}, bool keepdims = false);
+/// log(sum(exp(a))) over `axes`, max-shifted so it neither overflows nor underflows; float result
+/// (float_result_type), computed in float64. An empty reduction gives -inf; +inf wins; NaN propagates.
+Array logsumexp(const Array& a, Axes axes = {}, bool keepdims = false);
+/// Cumulative sum along `axis` (all elements flattened when absent), NumPy's dtypes: bool and integers
+/// give int64, floats keep their dtype (accumulated in float64). Throws ShapeError for a bad axis.
+Array cumsum(const Array& a, std::optional<int64_t> axis = {});
+/// Cumulative product along `axis` (flattened when absent); dtypes as cumsum.
+Array cumprod(const Array& a, std::optional<int64_t> axis = {});
 Array any(const Array& a, Axes axes = {}, bool keepdims = false);
 
 // ---------------------------------------------------------------- linear algebra

@@ -294,7 +294,8 @@ namespace kiln {
 
 using detail::OpCode;
 
-#define KILN_DEFINE_UNARY(Code, name, rule)                                                                 \
+// One public function (and its out= form) per `Fn` row of kiln/ops.def.
+#define KILN_DEFINE_Fn1(Code, name)                                                                         \
   Array name(const Array& a) {                                                                              \
     Operand x(a);                                                                                            \
     return detail::elementwise(OpCode::Code, {&x});                                                          \
@@ -303,15 +304,23 @@ using detail::OpCode;
     Operand x(a);                                                                                            \
     return detail::elementwise(OpCode::Code, {&x}, &out);                                                    \
   }
-#define KILN_DEFINE_BINARY(Code, name, rule)                                                                \
+#define KILN_DEFINE_Fn2(Code, name)                                                                         \
   Array name(const Operand& a, const Operand& b) { return detail::elementwise(OpCode::Code, {&a, &b}); }    \
   Array name(const Operand& a, const Operand& b, const Array& out) {                                         \
     return detail::elementwise(OpCode::Code, {&a, &b}, &out);                                                \
   }
-KILN_PUBLIC_UNARY_OPS(KILN_DEFINE_UNARY)
-KILN_BINARY_OPS(KILN_DEFINE_BINARY)
-#undef KILN_DEFINE_UNARY
-#undef KILN_DEFINE_BINARY
+#define KILN_DEFINE_Own3(Code, name)
+#define KILN_DEFINE_None0(Code, name)
+#define KILN_DEFINE_None1(Code, name)
+#define KILN_DEFINE(Code, name, arity, api) KILN_DEFINE_##api##arity(Code, name)
+#define KILN_OP(Code, name, arity, api, ...) KILN_DEFINE(Code, name, arity, api)
+#include "kiln/ops.def"
+#undef KILN_DEFINE
+#undef KILN_DEFINE_Fn1
+#undef KILN_DEFINE_Fn2
+#undef KILN_DEFINE_Own3
+#undef KILN_DEFINE_None0
+#undef KILN_DEFINE_None1
 
 Array where(const Operand& cond, const Operand& x, const Operand& y) {
   return detail::elementwise(OpCode::Where, {&cond, &x, &y});

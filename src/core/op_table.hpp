@@ -1,7 +1,7 @@
-// The op table (internal): every elementwise op once, with its arity, its
-// typing rule and its name. Backends switch on OpCode; the core reads the
-// typing rule to pick the output and compute dtypes. Adding an op touches this
-// table and one kernel line per backend.
+// The op table (internal): the columns of include/kiln/ops.def that core and every backend read, as
+// constexpr data. OpCode numbers the rows; op_info(op) gives name, arity, typing rule, supported compute
+// dtypes, accuracy, GPU vectorisation policy and derivative status. op_supports() is the one answer to
+// "does this op have a kernel for this compute dtype", shared by the CPU and CUDA backends.
 #pragma once
 
 #include <cstdint>
@@ -10,37 +10,12 @@
 
 namespace kiln::detail {
 
-// Unary ops with a public function each (ops.hpp); Identity (casts, copies, fills) has none.
-#define KILN_PUBLIC_UNARY_OPS(X)                                                                          \
-  X(Negative, negative, Keep) X(Abs, abs, Keep) X(Sign, sign, Keep) X(Exp, exp, Float) X(Exp2, exp2, Float) \
-  X(Log, log, Float) X(Log2, log2, Float) X(Log10, log10, Float) X(Log1p, log1p, Float)                  \
-  X(Expm1, expm1, Float) X(Sqrt, sqrt, Float) X(Square, square, Keep) X(Sin, sin, Float)                 \
-  X(Cos, cos, Float) X(Tan, tan, Float) X(Arcsin, arcsin, Float) X(Arccos, arccos, Float)                \
-  X(Arctan, arctan, Float) X(Sinh, sinh, Float) X(Cosh, cosh, Float) X(Tanh, tanh, Float)                \
-  X(Sigmoid, sigmoid, Float) X(Relu, relu, Keep) X(Floor, floor, Keep) X(Ceil, ceil, Keep)               \
-  X(Round, round, Keep) X(Trunc, trunc, Keep) X(LogicalNot, logical_not, Logical)                        \
-  X(IsNan, isnan, Predicate) X(IsInf, isinf, Predicate) X(IsFinite, isfinite, Predicate)                 \
-  X(BitwiseNot, bitwise_not, Bitwise)
-#define KILN_UNARY_OPS(X) KILN_PUBLIC_UNARY_OPS(X) X(Identity, identity, Keep)
-
-#define KILN_BINARY_OPS(X)                                                                                     \
-  X(Add, add, Arith) X(Subtract, subtract, Arith) X(Multiply, multiply, Arith) X(Divide, divide, TrueDivide) \
-  X(FloorDivide, floor_divide, Arith) X(Remainder, remainder, Arith) X(Power, power, Arith)                 \
-  X(Maximum, maximum, Arith) X(Minimum, minimum, Arith) X(Arctan2, arctan2, Float)                          \
-  X(Equal, equal, Compare) X(NotEqual, not_equal, Compare) X(Less, less, Compare)                           \
-  X(LessEqual, less_equal, Compare) X(Greater, greater, Compare) X(GreaterEqual, greater_equal, Compare)    \
-  X(LogicalAnd, logical_and, Logical) X(LogicalOr, logical_or, Logical) X(LogicalXor, logical_xor, Logical) \
-  X(BitwiseAnd, bitwise_and, Bitwise) X(BitwiseOr, bitwise_or, Bitwise) X(BitwiseXor, bitwise_xor, Bitwise)
-
-#define KILN_TERNARY_OPS(X) X(Where, where, Select) X(Clip, clip, Arith)
-#define KILN_NULLARY_OPS(X) X(Fill, fill, Keep) X(Arange, arange, Keep) X(Linspace, linspace, Keep)
-
 enum class OpCode : uint8_t {
-#define KILN_ENUM(e, n, r) e,
-  KILN_UNARY_OPS(KILN_ENUM) KILN_BINARY_OPS(KILN_ENUM) KILN_TERNARY_OPS(KILN_ENUM) KILN_NULLARY_OPS(KILN_ENUM)
-#undef KILN_ENUM
-      Count
+#define KILN_OP(Code, ...) Code,
+#include "kiln/ops.def"
+  Count
 };
+inline constexpr int kNumOps = static_cast<int>(OpCode::Count);
 
 /// How an op's output and compute dtypes follow from its (promoted) input dtype.
 enum class TypeRule : uint8_t {
@@ -55,14 +30,68 @@ enum class TypeRule : uint8_t {
   Select,      ///< where: condition as bool, values promoted
 };
 
+/// Compute dtypes an op has a kernel for (the front-end's typing never asks for others).
+enum class OpDTypes : uint8_t { AnyType, NoBool, FloatOnly, IntOnly, BoolOnly, NoType };
+/// Exact: correctly rounded (bit-exact against NumPy); Math: libm-like, a few ulps; Approx: float64 results
+/// within 64 ulps (see ops.def).
+enum class Accuracy : uint8_t { Exact, Math, Approx };
+/// GPU contiguous kernels: vectorised loads (Vec: but not float64 Float-rule ops), integers only, never.
+enum class GpuVector : uint8_t { Vec, VecInt, NoVec };
+/// The derivative column: Pending until the autograd issue writes the formula; NotDifferentiable for
+/// ops with bool/integer results.
+enum class Derivative : uint8_t { Pending, NotDifferentiable };
+/// Whether ops.hpp declares the op's function from the table (Fn), by hand (Own), or not at all (None).
+enum class OpApi : uint8_t { Fn, Own, None };
+
 struct OpInfo {
   const char* name;
   int arity;
+  OpApi api;
   TypeRule rule;
+  OpDTypes dtypes;
+  Accuracy accuracy;
+  GpuVector gpu_vector;
+  bool cpu_simd;  ///< float32 rows go through a libmvec routine on the CPU
+  Derivative derivative;
 };
 
+inline constexpr OpInfo kOpInfo[] = {
+#define KILN_SIMD(f) true
+#define KILN_NO_SIMD false
+#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) \
+  {#name,         arity,                                                                                       \
+   OpApi::api,    TypeRule::rule,                                                                              \
+   OpDTypes::dtypes, Accuracy::accuracy,                                                                       \
+   GpuVector::gpu_vector, cpu_simd,                                                                            \
+   Derivative::derivative},
+#include "kiln/ops.def"
+#undef KILN_SIMD
+#undef KILN_NO_SIMD
+};
+static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == static_cast<size_t>(OpCode::Count));
+
 /// The table entry of `op`.
-const OpInfo& op_info(OpCode op);
+constexpr const OpInfo& op_info(OpCode op) { return kOpInfo[static_cast<int>(op)]; }
+
+/// Whether `op` has a kernel computing in dtype `compute` -- on every backend (float16/bfloat16 compute
+/// in float32 on both, so ask with the kernel's compute dtype).
+constexpr bool op_supports(OpCode op, DType compute) {
+  switch (op_info(op).dtypes) {
+    case OpDTypes::AnyType: return true;
+    case OpDTypes::NoBool: return compute != DType::Bool;
+    case OpDTypes::FloatOnly: return is_floating(compute);
+    case OpDTypes::IntOnly: return !is_floating(compute);
+    case OpDTypes::BoolOnly: return compute == DType::Bool;
+    case OpDTypes::NoType: return false;
+  }
+  return false;
+}
+
+/// True when the op's result is bool whatever its compute dtype (comparisons, predicates, logical ops).
+constexpr bool returns_bool(OpCode op) {
+  const TypeRule r = op_info(op).rule;
+  return r == TypeRule::Compare || r == TypeRule::Predicate || r == TypeRule::Logical;
+}
 
 enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
 const char* reduce_op_name(ReduceOp op);

@@ -57,20 +57,22 @@ Reduction plan_reduction(const Shape& shape, const Axes& axes, const char* op) {
 DType sum_dtype(DType t) { return is_floating(t) ? t : DType::Int64; }
 DType mean_dtype(DType t) { return is_floating(t) ? t : DType::Float64; }
 
-}  // namespace detail
-
-namespace {
-
-using detail::mean_dtype;
-using detail::ReduceOp;
-using detail::Reduction;
-using detail::sum_dtype;
-
 void require_defined(const Array& a, const char* op) {
   if (!a.defined())
     throw ValueError(std::string(op) +
                      ": the array is undefined (default-constructed); create it with empty/zeros/...");
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::mean_dtype;
+using detail::require_defined;
+using detail::ReduceOp;
+using detail::Reduction;
+using detail::sum_dtype;
+
 
 Reduction plan_reduction(const Array& a, const Axes& axes, const char* op) {
   require_defined(a, op);

@@ -27,5 +27,7 @@ Reduction plan_reduction(const Shape& shape, const Axes& axes, const char* op);
 DType sum_dtype(DType t);
 /// mean/var/std: bool and integers give float64, floats keep.
 DType mean_dtype(DType t);
+/// Throws ValueError naming `op` when `a` is undefined (default-constructed).
+void require_defined(const Array& a, const char* op);
 
 }  // namespace kiln::detail

@@ -238,6 +238,11 @@ void sequence(const detail::ElementwiseCall& call) {
 
 }  // namespace
 
+bool cpu_has_kernel(OpCode op, DType compute) {
+  if (compute == DType::Float16 || compute == DType::BFloat16) compute = DType::Float32;
+  return kKernels[static_cast<int>(compute)][static_cast<size_t>(op)] != nullptr;
+}
+
 void cpu_elementwise(const detail::ElementwiseCall& call) {
   if (call.op == OpCode::Arange || call.op == OpCode::Linspace) {
     if (!call.out.is_contiguous()) throw Error("internal: sequence ops need a contiguous output");
@@ -256,7 +261,7 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
     const Array* a = k == 0 ? &call.out : call.inputs[k - 1].array;
     DType want;
     if (raw) want = call.out.dtype();
-    else if (k == 0) want = is_predicate_or_compare(call.op) ? DType::Bool : compute;
+    else if (k == 0) want = detail::returns_bool(call.op) ? DType::Bool : compute;
     else if (call.op == OpCode::Where && k == 1) want = DType::Bool;
     else want = compute;
     p.kernel_dtype[k] = want;

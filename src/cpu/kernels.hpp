@@ -1,7 +1,7 @@
-// Scalar definitions of every elementwise op for the CPU (internal): one
-// function template, `apply<OP, T>`, evaluated in the compute type T (float for
-// float16/bfloat16). The loops in elementwise.cpp call it on whole rows so the
-// compiler can vectorise the simple ones.
+// Scalar definitions of every elementwise op for the CPU (internal): `apply<OP, T>`, evaluated in the
+// compute type T (float for float16/bfloat16), is the `cpu` column of include/kiln/ops.def; the helpers
+// that column calls are in namespace ops below (src/cuda/device_functions.cpp mirrors them). The loops in
+// elementwise.cpp call it on whole rows so the compiler can vectorise the simple ones.
 #pragma once
 
 #include <cmath>
@@ -15,43 +15,14 @@ namespace kiln::cpu_impl {
 
 using detail::OpCode;
 
-constexpr int arity_of(OpCode op) {
-  return op < OpCode::Add ? 1 : op < OpCode::Where ? 2 : op < OpCode::Fill ? 3 : 0;
-}
-
-constexpr bool is_predicate_or_compare(OpCode op) {
-  return op == OpCode::IsNan || op == OpCode::IsInf || op == OpCode::IsFinite || op == OpCode::Equal ||
-         op == OpCode::NotEqual || op == OpCode::Less || op == OpCode::LessEqual || op == OpCode::Greater ||
-         op == OpCode::GreaterEqual;
-}
+constexpr int arity_of(OpCode op) { return detail::op_info(op).arity; }
 
 /// Result C++ type of OP computed in T.
 template <OpCode OP, class T>
-using result_t = std::conditional_t<is_predicate_or_compare(OP), bool, T>;
+using result_t = std::conditional_t<detail::returns_bool(OP), bool, T>;
 
-/// Whether OP has a CPU kernel for compute type T (the front-end never asks for the others).
-template <OpCode OP, class T> constexpr bool has_kernel() {
-  constexpr bool fp = std::is_floating_point_v<T>;
-  constexpr bool is_bool = std::is_same_v<T, bool>;
-  switch (OP) {
-    case OpCode::Exp: case OpCode::Exp2: case OpCode::Log: case OpCode::Log2: case OpCode::Log10:
-    case OpCode::Log1p: case OpCode::Expm1: case OpCode::Sqrt: case OpCode::Sin: case OpCode::Cos:
-    case OpCode::Tan: case OpCode::Arcsin: case OpCode::Arccos: case OpCode::Arctan: case OpCode::Sinh:
-    case OpCode::Cosh: case OpCode::Tanh: case OpCode::Sigmoid: case OpCode::Arctan2:
-      return fp;
-    case OpCode::BitwiseNot: case OpCode::BitwiseAnd: case OpCode::BitwiseOr: case OpCode::BitwiseXor:
-      return !fp;
-    case OpCode::LogicalNot: case OpCode::LogicalAnd: case OpCode::LogicalOr: case OpCode::LogicalXor:
-      return is_bool;
-    case OpCode::Negative: case OpCode::Sign: case OpCode::Square: case OpCode::Subtract:
-    case OpCode::FloorDivide: case OpCode::Remainder: case OpCode::Power:
-      return !is_bool;
-    case OpCode::Fill: case OpCode::Arange: case OpCode::Linspace: case OpCode::Count:
-      return false;
-    default:
-      return true;
-  }
-}
+/// Whether OP has a CPU kernel for compute type T: the table's one dtype rule (detail::op_supports).
+template <OpCode OP, class T> constexpr bool has_kernel() { return detail::op_supports(OP, dtype_of<T>()); }
 
 namespace ops {
 
@@ -139,89 +110,100 @@ template <class T> inline T minimum(T a, T b) {
   return b < a ? b : a;
 }
 
+
+template <class T> inline T abs(T a) {
+  if constexpr (std::is_floating_point_v<T>) return std::fabs(a);
+  else if constexpr (std::is_signed_v<T>) return a < 0 ? wrap_neg(a) : a;
+  else return a;
+}
+template <class T> inline T sign(T a) {
+  if constexpr (std::is_floating_point_v<T>) return a > 0 ? T(1) : a < 0 ? T(-1) : a == 0 ? T(0) : a;
+  else return static_cast<T>((T(0) < a) - (a < T(0)));
+}
+template <class T> inline T floor(T a) { if constexpr (std::is_floating_point_v<T>) return std::floor(a); else return a; }
+template <class T> inline T ceil(T a) { if constexpr (std::is_floating_point_v<T>) return std::ceil(a); else return a; }
+template <class T> inline T trunc(T a) { if constexpr (std::is_floating_point_v<T>) return std::trunc(a); else return a; }
+template <class T> inline T round(T a) { if constexpr (std::is_floating_point_v<T>) return std::nearbyint(a); else return a; }
+template <class T> inline bool isnan(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }
+template <class T> inline bool isinf(T a) { if constexpr (std::is_floating_point_v<T>) return std::isinf(a); else return false; }
+template <class T> inline bool isfinite(T a) { if constexpr (std::is_floating_point_v<T>) return std::isfinite(a); else return true; }
+template <class T> inline T bitwise_not(T a) {
+  if constexpr (std::is_same_v<T, bool>) return !a;
+  else return static_cast<T>(~a);
+}
+template <class T> inline T add(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return a || b;
+  else return static_cast<T>(a + b);
+}
+template <class T> inline T multiply(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return a && b;
+  else return static_cast<T>(a * b);
+}
+template <class T> inline T floor_divide(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return float_floor_divide(a, b);
+  else return int_floor_divide(a, b);
+}
+template <class T> inline T remainder(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return float_remainder(a, b);
+  else return int_remainder(a, b);
+}
+template <class T> inline T power(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
+  else return int_power(a, b);
+}
+template <class T> inline T sigmoid(T a) {
+  if (a >= 0) return T(1) / (T(1) + std::exp(-a));
+  T e = std::exp(a);
+  return e / (T(1) + e);
+}
+// Activations of the nn layers, computed in double whatever T is (float32 results are then correctly
+// rounded; silu's exp(-x) would overflow float before x / (1 + exp(-x)) reaches the subnormals).
+template <class T> inline T softplus(T a) {  // log(1 + exp(a)) without overflow: log1p(exp(-|a|)) + max(a, 0)
+  return std::log1p(std::exp(-std::fabs(a))) + (a > T(0) ? a : T(0));
+}
+template <class T> inline T silu(T a) {
+  const double x = a;
+  return static_cast<T>(x / (1.0 + std::exp(-x)));
+}
+// x * Phi(x) = x/2 * erfc(z), z = -x/sqrt(2): no cancellation for x < 0. erfc magnifies the rounding of z
+// by 2z^2, so z's error dz (the product's rounding, by fma, and 1/sqrt(2)'s low part) is added back to first
+// order: erfc(z + dz) = erfc(z) - 2/sqrt(pi) exp(-z^2) dz.
+template <class T> inline T gelu(T a) {
+  const double x = a, z = x * -0.7071067811865476;
+  double dz = std::fma(x, -0.7071067811865476, -z) + x * 4.8336466567264565e-17;
+  if (dz != dz) dz = 0;  // x = +-inf or NaN
+  return static_cast<T>(0.5 * x * (std::erfc(z) - 1.1283791670955126 * std::exp(-z * z) * dz));
+}
+template <class T> inline T gelu_tanh(T a) {  // x/2 * (1 + tanh(u)) = x / (1 + exp(-2u)): no cancellation
+  const double x = a;
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return static_cast<T>(x / (1.0 + std::exp(-2.0 * u)));
+}
+// NumPy's npy_logaddexp: equal arguments (infinities included) give x + log(2); NaN propagates.
+template <class T> inline T logaddexp(T a, T b) {
+  if (a == b) return a + T(0.693147180559945309417232121458176568);
+  const T d = a - b;
+  if (d > 0) return a + std::log1p(std::exp(-d));
+  if (d <= 0) return b + std::log1p(std::exp(d));
+  return d;
+}
+
 }  // namespace ops
 
+/// The `cpu` column of each row of kiln/ops.def, as Fn<OP>::run<T>(a, b, c).
+template <OpCode OP> struct Fn;
+#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) \
+  template <> struct Fn<OpCode::Code> {                                                                        \
+    template <class T>                                                                                         \
+    static auto run([[maybe_unused]] T a, [[maybe_unused]] T b, [[maybe_unused]] T c) {                       \
+      return cpu;                                                                                              \
+    }                                                                                                          \
+  };
+#include "kiln/ops.def"
+
 template <OpCode OP, class T>
-inline result_t<OP, T> apply(T a, [[maybe_unused]] T b = T(), [[maybe_unused]] T c = T()) {
-  constexpr bool fp = std::is_floating_point_v<T>;
-  if constexpr (OP == OpCode::Identity) return a;
-  else if constexpr (OP == OpCode::Negative) return ops::wrap_neg(a);
-  else if constexpr (OP == OpCode::Abs) {
-    if constexpr (fp) return std::fabs(a);
-    else if constexpr (std::is_signed_v<T>) return a < 0 ? ops::wrap_neg(a) : a;
-    else return a;
-  } else if constexpr (OP == OpCode::Sign) {
-    if constexpr (fp) return a > 0 ? T(1) : a < 0 ? T(-1) : a == 0 ? T(0) : a;
-    else return static_cast<T>((T(0) < a) - (a < T(0)));
-  } else if constexpr (OP == OpCode::Square) return static_cast<T>(a * a);
-  else if constexpr (OP == OpCode::Relu) return a < T(0) ? T(0) : a;
-  else if constexpr (OP == OpCode::Floor) { if constexpr (fp) return std::floor(a); else return a; }
-  else if constexpr (OP == OpCode::Ceil) { if constexpr (fp) return std::ceil(a); else return a; }
-  else if constexpr (OP == OpCode::Trunc) { if constexpr (fp) return std::trunc(a); else return a; }
-  else if constexpr (OP == OpCode::Round) { if constexpr (fp) return std::nearbyint(a); else return a; }
-  else if constexpr (OP == OpCode::Exp) return std::exp(a);
-  else if constexpr (OP == OpCode::Exp2) return std::exp2(a);
-  else if constexpr (OP == OpCode::Log) return std::log(a);
-  else if constexpr (OP == OpCode::Log2) return std::log2(a);
-  else if constexpr (OP == OpCode::Log10) return std::log10(a);
-  else if constexpr (OP == OpCode::Log1p) return std::log1p(a);
-  else if constexpr (OP == OpCode::Expm1) return std::expm1(a);
-  else if constexpr (OP == OpCode::Sqrt) return std::sqrt(a);
-  else if constexpr (OP == OpCode::Sin) return std::sin(a);
-  else if constexpr (OP == OpCode::Cos) return std::cos(a);
-  else if constexpr (OP == OpCode::Tan) return std::tan(a);
-  else if constexpr (OP == OpCode::Arcsin) return std::asin(a);
-  else if constexpr (OP == OpCode::Arccos) return std::acos(a);
-  else if constexpr (OP == OpCode::Arctan) return std::atan(a);
-  else if constexpr (OP == OpCode::Sinh) return std::sinh(a);
-  else if constexpr (OP == OpCode::Cosh) return std::cosh(a);
-  else if constexpr (OP == OpCode::Tanh) return std::tanh(a);
-  else if constexpr (OP == OpCode::Sigmoid) {
-    if (a >= 0) return T(1) / (T(1) + std::exp(-a));
-    T e = std::exp(a);
-    return e / (T(1) + e);
-  } else if constexpr (OP == OpCode::LogicalNot) return !a;
-  else if constexpr (OP == OpCode::IsNan) { if constexpr (fp) return std::isnan(a); else return false; }
-  else if constexpr (OP == OpCode::IsInf) { if constexpr (fp) return std::isinf(a); else return false; }
-  else if constexpr (OP == OpCode::IsFinite) { if constexpr (fp) return std::isfinite(a); else return true; }
-  else if constexpr (OP == OpCode::BitwiseNot) {
-    if constexpr (std::is_same_v<T, bool>) return !a;
-    else return static_cast<T>(~a);
-  } else if constexpr (OP == OpCode::Add) {
-    if constexpr (std::is_same_v<T, bool>) return a || b;
-    else return static_cast<T>(a + b);
-  } else if constexpr (OP == OpCode::Subtract) return static_cast<T>(a - b);
-  else if constexpr (OP == OpCode::Multiply) {
-    if constexpr (std::is_same_v<T, bool>) return a && b;
-    else return static_cast<T>(a * b);
-  } else if constexpr (OP == OpCode::Divide) return a / b;  // floats only (the front-end casts ints)
-  else if constexpr (OP == OpCode::FloorDivide) {
-    if constexpr (fp) return ops::float_floor_divide(a, b);
-    else return ops::int_floor_divide(a, b);
-  } else if constexpr (OP == OpCode::Remainder) {
-    if constexpr (fp) return ops::float_remainder(a, b);
-    else return ops::int_remainder(a, b);
-  } else if constexpr (OP == OpCode::Power) {
-    if constexpr (fp) return std::pow(a, b);
-    else return ops::int_power(a, b);
-  } else if constexpr (OP == OpCode::Maximum) return ops::maximum(a, b);
-  else if constexpr (OP == OpCode::Minimum) return ops::minimum(a, b);
-  else if constexpr (OP == OpCode::Arctan2) return std::atan2(a, b);
-  else if constexpr (OP == OpCode::Equal) return a == b;
-  else if constexpr (OP == OpCode::NotEqual) return a != b;
-  else if constexpr (OP == OpCode::Less) return a < b;
-  else if constexpr (OP == OpCode::LessEqual) return a <= b;
-  else if constexpr (OP == OpCode::Greater) return a > b;
-  else if constexpr (OP == OpCode::GreaterEqual) return a >= b;
-  else if constexpr (OP == OpCode::LogicalAnd) return a && b;
-  else if constexpr (OP == OpCode::LogicalOr) return a || b;
-  else if constexpr (OP == OpCode::LogicalXor) return a != b;
-  else if constexpr (OP == OpCode::BitwiseAnd) return static_cast<T>(a & b);
-  else if constexpr (OP == OpCode::BitwiseOr) return static_cast<T>(a | b);
-  else if constexpr (OP == OpCode::BitwiseXor) return static_cast<T>(a ^ b);
-  else if constexpr (OP == OpCode::Clip) return ops::minimum(ops::maximum(a, b), c);
-  else static_assert(OP == OpCode::Where, "op without a CPU definition");
-  return a;
+inline result_t<OP, T> apply(T a, T b = T(), T c = T()) {
+  return static_cast<result_t<OP, T>>(Fn<OP>::template run<T>(a, b, c));
 }
 
 }  // namespace kiln::cpu_impl

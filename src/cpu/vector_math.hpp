@@ -1,5 +1,5 @@
 // Vectorised float32 math for the CPU kernels (internal): glibc's libmvec AVX2
-// routines (_ZGVdN8v_expf...), 8 lanes per call, accurate to a few ulp, with
+// routines (_ZGVdN8v_expf...) named by the op list's cpu_simd column, 8 lanes per call, accurate to a few ulp, with
 // IEEE special values. Used for contiguous rows; the tail goes through the same
 // routine on a padded copy so an element's result never depends on its position.
 #pragma once
@@ -12,23 +12,14 @@
 #if defined(__AVX2__) && defined(KILN_HAVE_LIBMVEC)
 #include <immintrin.h>
 #define KILN_VECTOR_MATH 1
+// The libmvec routines the op list (kiln/ops.def, column cpu_simd) names.
 extern "C" {
-__m256 _ZGVdN8v_expf(__m256);
-__m256 _ZGVdN8v_exp2f(__m256);
-__m256 _ZGVdN8v_logf(__m256);
-__m256 _ZGVdN8v_log2f(__m256);
-__m256 _ZGVdN8v_log10f(__m256);
-__m256 _ZGVdN8v_log1pf(__m256);
-__m256 _ZGVdN8v_expm1f(__m256);
-__m256 _ZGVdN8v_sinf(__m256);
-__m256 _ZGVdN8v_cosf(__m256);
-__m256 _ZGVdN8v_tanf(__m256);
-__m256 _ZGVdN8v_asinf(__m256);
-__m256 _ZGVdN8v_acosf(__m256);
-__m256 _ZGVdN8v_atanf(__m256);
-__m256 _ZGVdN8v_sinhf(__m256);
-__m256 _ZGVdN8v_coshf(__m256);
-__m256 _ZGVdN8v_tanhf(__m256);
+#define KILN_SIMD(f) __m256 _ZGVdN8v_##f(__m256);
+#define KILN_NO_SIMD
+#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) cpu_simd
+#include "kiln/ops.def"
+#undef KILN_SIMD
+#undef KILN_NO_SIMD
 }
 #endif
 
@@ -39,27 +30,20 @@ using detail::OpCode;
 #ifdef KILN_VECTOR_MATH
 using VectorFn = __m256 (*)(__m256);
 
-/// The libmvec routine for a float32 op, or nullptr.
+/// The libmvec routine for a float32 op (its cpu_simd column), or nullptr.
 constexpr VectorFn vector_math_f32(OpCode op) {
   switch (op) {
-    case OpCode::Exp: return &_ZGVdN8v_expf;
-    case OpCode::Exp2: return &_ZGVdN8v_exp2f;
-    case OpCode::Log: return &_ZGVdN8v_logf;
-    case OpCode::Log2: return &_ZGVdN8v_log2f;
-    case OpCode::Log10: return &_ZGVdN8v_log10f;
-    case OpCode::Log1p: return &_ZGVdN8v_log1pf;
-    case OpCode::Expm1: return &_ZGVdN8v_expm1f;
-    case OpCode::Sin: return &_ZGVdN8v_sinf;
-    case OpCode::Cos: return &_ZGVdN8v_cosf;
-    case OpCode::Tan: return &_ZGVdN8v_tanf;
-    case OpCode::Arcsin: return &_ZGVdN8v_asinf;
-    case OpCode::Arccos: return &_ZGVdN8v_acosf;
-    case OpCode::Arctan: return &_ZGVdN8v_atanf;
-    case OpCode::Sinh: return &_ZGVdN8v_sinhf;
-    case OpCode::Cosh: return &_ZGVdN8v_coshf;
-    case OpCode::Tanh: return &_ZGVdN8v_tanhf;
-    default: return nullptr;
+#define KILN_SIMD(f) &_ZGVdN8v_##f
+#define KILN_NO_SIMD nullptr
+#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) \
+  case OpCode::Code:                                                                        \
+    return cpu_simd;
+#include "kiln/ops.def"
+#undef KILN_SIMD
+#undef KILN_NO_SIMD
+    case OpCode::Count: break;
   }
+  return nullptr;
 }
 
 /// out[i] = f(in[i]) for contiguous float32 rows.

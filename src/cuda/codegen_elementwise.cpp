@@ -21,56 +21,12 @@ namespace kiln::cuda_impl {
 
 using detail::OpCode;
 
-bool elementwise_op_supported(OpCode op, DType t) {
-  const bool fp = is_floating(t);
-  const bool is_bool = t == DType::Bool;
-  switch (op) {
-    case OpCode::Exp:
-    case OpCode::Exp2:
-    case OpCode::Log:
-    case OpCode::Log2:
-    case OpCode::Log10:
-    case OpCode::Log1p:
-    case OpCode::Expm1:
-    case OpCode::Sqrt:
-    case OpCode::Sin:
-    case OpCode::Cos:
-    case OpCode::Tan:
-    case OpCode::Arcsin:
-    case OpCode::Arccos:
-    case OpCode::Arctan:
-    case OpCode::Sinh:
-    case OpCode::Cosh:
-    case OpCode::Tanh:
-    case OpCode::Sigmoid:
-    case OpCode::Arctan2:
-    case OpCode::Divide:
-      return fp;
-    case OpCode::BitwiseNot:
-    case OpCode::BitwiseAnd:
-    case OpCode::BitwiseOr:
-    case OpCode::BitwiseXor:
-      return !fp;
-    case OpCode::LogicalNot:
-    case OpCode::LogicalAnd:
-    case OpCode::LogicalOr:
-    case OpCode::LogicalXor:
-      return is_bool;
-    case OpCode::Negative:
-    case OpCode::Sign:
-    case OpCode::Square:
-    case OpCode::Subtract:
-    case OpCode::FloorDivide:
-    case OpCode::Remainder:
-    case OpCode::Power:
-      return !is_bool;
-    case OpCode::Fill:
-    case OpCode::Count:
-      return false;
-    default:
-      return true;
-  }
-}
+// The op list's one dtype rule, shared with the CPU backend (so the two cannot disagree).
+bool elementwise_op_supported(OpCode op, DType t) { return detail::op_supports(op, t); }
+
+// elementwise_key packs the op in bits 0-5: every op with inputs must be below 64 (the nullary ops that
+// follow only make sequence kernels, whose source does not depend on the op).
+static_assert(static_cast<int>(OpCode::Fill) <= 64, "elementwise_key: more than 64 elementwise ops with inputs");
 
 namespace {
 
@@ -271,27 +227,16 @@ const char* dtype_tag(DType t) {
 }
 
 bool elementwise_vectorizable(OpCode op, DType compute) {
-  const bool fp = is_floating(compute);
-  switch (op) {
-    case OpCode::Power:
-    case OpCode::FloorDivide:
-    case OpCode::Remainder:
-      return !fp;
-    case OpCode::Arctan2:
-    case OpCode::Tan:
-    case OpCode::Sin:
-    case OpCode::Cos:
-    case OpCode::Arcsin:
-    case OpCode::Arccos:
-    case OpCode::Arctan:
-    case OpCode::Sinh:
-    case OpCode::Cosh:
-    case OpCode::Log1p:
-    case OpCode::Expm1:
+  const detail::OpInfo& info = detail::op_info(op);
+  switch (info.gpu_vector) {
+    case detail::GpuVector::Vec:  // float64 transcendental ops are compute-bound: wider loads do not help
+      return !(compute == DType::Float64 && info.rule == detail::TypeRule::Float);
+    case detail::GpuVector::VecInt:
+      return !is_floating(compute);
+    case detail::GpuVector::NoVec:
       return false;
-    default:
-      return !(compute == DType::Float64 && detail::op_info(op).rule == detail::TypeRule::Float);
   }
+  return false;
 }
 
 DType kernel_compute_dtype(DType compute) {
@@ -339,7 +284,7 @@ std::string elementwise_kernel_name(const ElementwiseSpec& spec) {
   return name + (spec.index64 ? "_i64" : "_i32");
 }
 
-std::string elementwise_source(const ElementwiseSpec& spec) { return kDevicePrelude + elementwise_kernel_code(spec); }
+std::string elementwise_source(const ElementwiseSpec& spec) { return device_prelude() + elementwise_kernel_code(spec); }
 
 std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
   const std::string name = elementwise_kernel_name(spec);

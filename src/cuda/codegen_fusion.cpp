@@ -356,7 +356,7 @@ std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spe
 }
 
 std::string fusion_source(const FusionGraph& g, const FusionKernelSpec& spec) {
-  return kDevicePrelude + fusion_kernel_code(g, spec);
+  return device_prelude() + fusion_kernel_code(g, spec);
 }
 
 }  // namespace kiln::cuda_impl

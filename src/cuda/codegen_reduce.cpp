@@ -280,7 +280,7 @@ std::string reduce_kernel_name(const ReduceSpec& spec) {
   return name + (spec.index64 ? "_i64" : "_i32");
 }
 
-std::string reduce_source(const ReduceSpec& spec) { return kDevicePrelude + reduce_kernel_code(spec); }
+std::string reduce_source(const ReduceSpec& spec) { return device_prelude() + reduce_kernel_code(spec); }
 
 std::string reduce_kernel_code(const ReduceSpec& spec) {
   const std::string name = reduce_kernel_name(spec);

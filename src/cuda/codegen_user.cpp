@@ -177,7 +177,7 @@ std::string user_elementwise_source(const UserElementwiseSpec& spec) {
                      std::to_string(kMaxKernelRank));
   int operands = 0;
   for (const UserParamSpec& p : spec.params) operands += p.kind == UserArgKind::Array ? 1 : 0;
-  std::string s = kDevicePrelude;
+  std::string s = device_prelude();
   s += kUserPrelude;
   s += type_preamble(spec.types, spec.preamble, "ElementwiseKernel", spec.name);
   s += index_types(spec.index64);
@@ -258,7 +258,7 @@ std::string user_reduction_source(const UserReductionSpec& spec) {
   const std::string R = "kiln_reduce_t";
   const auto word = [](int index) { return "kiln_p.w[" + std::to_string(index) + "]"; };
 
-  std::string s = kDevicePrelude;
+  std::string s = device_prelude();
   s += kUserPrelude;
   s += type_preamble(spec.types, spec.preamble, "ReductionKernel", spec.name);
   s += "typedef " + std::string(user_value_type(spec.reduce_type)) + " " + R + ";\n";

@@ -1,5 +1,5 @@
 // The CUDA prelude of every generated elementwise and reduction kernel
-// (internal): a C++ raw string that NVRTC compiles in front of the generated
+// (internal): device_prelude(), C++ source that NVRTC compiles in front of the generated
 // kernel. It is self-contained (no includes; NVRTC provides the math library)
 // and holds, in namespace kd:
 // - fixed-width integer typedefs and the float16/bfloat16 storage structs with
@@ -9,8 +9,9 @@
 // - cast<D>(v): kiln's dtype conversion (src/cpu/convert.cpp), with x86's
 //   answers where C++ leaves it undefined (float -> small int goes through
 //   int32, out-of-range or NaN gives INT_MIN as cvttss2si does);
-// - op_<name>: every elementwise op, mirroring src/cpu/kernels.hpp line by
-//   line (Python floor_divide/remainder, integer division by zero -> 0,
+// - op_<name>: every elementwise op, generated from the `cuda` column of
+//   include/kiln/ops.def (device_op_functions below), whose helpers
+//   (namespace kd::ops) mirror src/cpu/kernels.hpp line by line (Python floor_divide/remainder, integer division by zero -> 0,
 //   INT_MIN // -1 wraps, integer power with negative exponents, NaN-propagating
 //   maximum/minimum, rint rounding, the stable sigmoid, ...). Integer overflow
 //   wraps: arithmetic on int32/int64 goes through unsigned types;
@@ -19,9 +20,13 @@
 // that the CPU would round twice.
 #pragma once
 
+#include <string>
+
+#include "core/op_table.hpp"
+
 namespace kiln::cuda_impl {
 
-inline constexpr const char* kDevicePrelude = R"KILN_PRELUDE(
+inline constexpr const char* kDevicePreludeHead = R"KILN_PRELUDE(
 namespace kd {
 typedef signed char i8;
 typedef short i16;
@@ -129,7 +134,7 @@ KD_MATH1(m_exp2, exp2f, exp2) KD_MATH1(m_log, logf, log) KD_MATH1(m_log2, log2f,
 KD_MATH1(m_log10, log10f, log10) KD_MATH1(m_log1p, log1pf, log1p) KD_MATH1(m_expm1, expm1f, expm1)
 KD_MATH1(m_sqrt, sqrtf, sqrt) KD_MATH1(m_sin, sinf, sin) KD_MATH1(m_cos, cosf, cos) KD_MATH1(m_tan, tanf, tan)
 KD_MATH1(m_asin, asinf, asin) KD_MATH1(m_acos, acosf, acos) KD_MATH1(m_atan, atanf, atan)
-KD_MATH1(m_sinh, sinhf, sinh) KD_MATH1(m_cosh, coshf, cosh) KD_MATH1(m_tanh, tanhf, tanh)
+KD_MATH1(m_erf, erff, erf) KD_MATH1(m_erfc, erfcf, erfc) KD_MATH1(m_sinh, sinhf, sinh) KD_MATH1(m_cosh, coshf, cosh) KD_MATH1(m_tanh, tanhf, tanh)
 KD_MATH2(m_fmod, fmodf, fmod) KD_MATH2(m_pow, powf, pow) KD_MATH2(m_atan2, atan2f, atan2)
 KD_MATH2(m_copysign, copysignf, copysign)
 #undef KD_MATH1
@@ -220,108 +225,101 @@ template <class T> __device__ __forceinline__ T minimum(T a, T b) {
   return b < a ? b : a;
 }
 
-// ------------------------------------------------------------ the elementwise ops, named as in op_table.hpp
-template <class T> __device__ __forceinline__ T op_identity(T a) { return a; }
-template <class T> __device__ __forceinline__ T op_negative(T a) { return wrap_neg(a); }
-template <class T> __device__ __forceinline__ T op_abs(T a) {
+// ------------------------------------------------------------ helpers of the op list's cuda column (src/cpu/kernels.hpp ops::)
+namespace ops {
+template <class T> __device__ __forceinline__ T abs(T a) {
   if constexpr (is_fp<T>) return m_fabs(a);
   else if constexpr (is_signed_int<T>) return a < 0 ? wrap_neg(a) : a;
   else return a;
 }
-template <class T> __device__ __forceinline__ T op_sign(T a) {
+template <class T> __device__ __forceinline__ T sign(T a) {
   if constexpr (is_fp<T>) return a > 0 ? T(1) : a < 0 ? T(-1) : a == 0 ? T(0) : a;
   else return (T)((T(0) < a) - (a < T(0)));
 }
-template <class T> __device__ __forceinline__ T op_square(T a) {
+template <class T> __device__ __forceinline__ T square(T a) {
   if constexpr (is_int<T>) return (T)((wrap<T>)a * (wrap<T>)a);
   else return (T)(a * a);
 }
-template <class T> __device__ __forceinline__ T op_relu(T a) { return a < T(0) ? T(0) : a; }
-template <class T> __device__ __forceinline__ T op_floor(T a) { if constexpr (is_fp<T>) return m_floor(a); else return a; }
-template <class T> __device__ __forceinline__ T op_ceil(T a) { if constexpr (is_fp<T>) return m_ceil(a); else return a; }
-template <class T> __device__ __forceinline__ T op_trunc(T a) { if constexpr (is_fp<T>) return m_trunc(a); else return a; }
-template <class T> __device__ __forceinline__ T op_round(T a) { if constexpr (is_fp<T>) return m_rint(a); else return a; }
-template <class T> __device__ __forceinline__ T op_exp(T a) { return m_exp(a); }
-template <class T> __device__ __forceinline__ T op_exp2(T a) { return m_exp2(a); }
-template <class T> __device__ __forceinline__ T op_log(T a) { return m_log(a); }
-template <class T> __device__ __forceinline__ T op_log2(T a) { return m_log2(a); }
-template <class T> __device__ __forceinline__ T op_log10(T a) { return m_log10(a); }
-template <class T> __device__ __forceinline__ T op_log1p(T a) { return m_log1p(a); }
-template <class T> __device__ __forceinline__ T op_expm1(T a) { return m_expm1(a); }
-template <class T> __device__ __forceinline__ T op_sqrt(T a) { return m_sqrt(a); }
-template <class T> __device__ __forceinline__ T op_sin(T a) { return m_sin(a); }
-template <class T> __device__ __forceinline__ T op_cos(T a) { return m_cos(a); }
-template <class T> __device__ __forceinline__ T op_tan(T a) { return m_tan(a); }
-template <class T> __device__ __forceinline__ T op_arcsin(T a) { return m_asin(a); }
-template <class T> __device__ __forceinline__ T op_arccos(T a) { return m_acos(a); }
-template <class T> __device__ __forceinline__ T op_arctan(T a) { return m_atan(a); }
-template <class T> __device__ __forceinline__ T op_sinh(T a) { return m_sinh(a); }
-template <class T> __device__ __forceinline__ T op_cosh(T a) { return m_cosh(a); }
-template <class T> __device__ __forceinline__ T op_tanh(T a) { return m_tanh(a); }
-template <class T> __device__ __forceinline__ T op_sigmoid(T a) {
-  if (a >= 0) return T(1) / (T(1) + m_exp(-a));
-  T e = m_exp(a);
-  return e / (T(1) + e);
-}
-template <class T> __device__ __forceinline__ bool op_logical_not(T a) { return !a; }
-template <class T> __device__ __forceinline__ bool op_isnan(T a) { if constexpr (is_fp<T>) return a != a; else return false; }
-template <class T> __device__ __forceinline__ bool op_isinf(T a) {
+template <class T> __device__ __forceinline__ T floor(T a) { if constexpr (is_fp<T>) return m_floor(a); else return a; }
+template <class T> __device__ __forceinline__ T ceil(T a) { if constexpr (is_fp<T>) return m_ceil(a); else return a; }
+template <class T> __device__ __forceinline__ T trunc(T a) { if constexpr (is_fp<T>) return m_trunc(a); else return a; }
+template <class T> __device__ __forceinline__ T round(T a) { if constexpr (is_fp<T>) return m_rint(a); else return a; }
+template <class T> __device__ __forceinline__ bool isnan(T a) { if constexpr (is_fp<T>) return a != a; else return false; }
+template <class T> __device__ __forceinline__ bool isinf(T a) {
   if constexpr (is_fp<T>) return m_fabs(a) == infinity<T>();
   else return false;
 }
-template <class T> __device__ __forceinline__ bool op_isfinite(T a) {
+template <class T> __device__ __forceinline__ bool isfinite(T a) {
   if constexpr (is_fp<T>) return m_fabs(a) <= max_finite<T>();
   else return true;
 }
-template <class T> __device__ __forceinline__ T op_bitwise_not(T a) {
+template <class T> __device__ __forceinline__ T bitwise_not(T a) {
   if constexpr (is_bool<T>) return !a;
   else return (T)(~a);
 }
-template <class T> __device__ __forceinline__ T op_add(T a, T b) {
+template <class T> __device__ __forceinline__ T add(T a, T b) {
   if constexpr (is_bool<T>) return a || b;
   else if constexpr (is_int<T>) return (T)((wrap<T>)a + (wrap<T>)b);
   else return a + b;
 }
-template <class T> __device__ __forceinline__ T op_subtract(T a, T b) {
+template <class T> __device__ __forceinline__ T subtract(T a, T b) {
   if constexpr (is_int<T>) return (T)((wrap<T>)a - (wrap<T>)b);
   else return (T)(a - b);
 }
-template <class T> __device__ __forceinline__ T op_multiply(T a, T b) {
+template <class T> __device__ __forceinline__ T multiply(T a, T b) {
   if constexpr (is_bool<T>) return a && b;
   else if constexpr (is_int<T>) return (T)((wrap<T>)a * (wrap<T>)b);
   else return a * b;
 }
-template <class T> __device__ __forceinline__ T op_divide(T a, T b) { return a / b; }
-template <class T> __device__ __forceinline__ T op_floor_divide(T a, T b) {
+template <class T> __device__ __forceinline__ T floor_divide(T a, T b) {
   if constexpr (is_fp<T>) return float_floor_divide(a, b);
   else return int_floor_divide(a, b);
 }
-template <class T> __device__ __forceinline__ T op_remainder(T a, T b) {
+template <class T> __device__ __forceinline__ T remainder(T a, T b) {
   if constexpr (is_fp<T>) return float_remainder(a, b);
   else return int_remainder(a, b);
 }
-template <class T> __device__ __forceinline__ T op_power(T a, T b) {
+template <class T> __device__ __forceinline__ T power(T a, T b) {
   if constexpr (is_fp<T>) return m_pow(a, b);
   else return int_power(a, b);
 }
-template <class T> __device__ __forceinline__ T op_maximum(T a, T b) { return maximum(a, b); }
-template <class T> __device__ __forceinline__ T op_minimum(T a, T b) { return minimum(a, b); }
-template <class T> __device__ __forceinline__ T op_arctan2(T a, T b) { return m_atan2(a, b); }
-template <class T> __device__ __forceinline__ bool op_equal(T a, T b) { return a == b; }
-template <class T> __device__ __forceinline__ bool op_not_equal(T a, T b) { return a != b; }
-template <class T> __device__ __forceinline__ bool op_less(T a, T b) { return a < b; }
-template <class T> __device__ __forceinline__ bool op_less_equal(T a, T b) { return a <= b; }
-template <class T> __device__ __forceinline__ bool op_greater(T a, T b) { return a > b; }
-template <class T> __device__ __forceinline__ bool op_greater_equal(T a, T b) { return a >= b; }
-template <class T> __device__ __forceinline__ bool op_logical_and(T a, T b) { return a && b; }
-template <class T> __device__ __forceinline__ bool op_logical_or(T a, T b) { return a || b; }
-template <class T> __device__ __forceinline__ bool op_logical_xor(T a, T b) { return a != b; }
-template <class T> __device__ __forceinline__ T op_bitwise_and(T a, T b) { return (T)(a & b); }
-template <class T> __device__ __forceinline__ T op_bitwise_or(T a, T b) { return (T)(a | b); }
-template <class T> __device__ __forceinline__ T op_bitwise_xor(T a, T b) { return (T)(a ^ b); }
-template <class T> __device__ __forceinline__ T op_where(bool c, T x, T y) { return c ? x : y; }
-template <class T> __device__ __forceinline__ T op_clip(T a, T lo, T hi) { return minimum(maximum(a, lo), hi); }
+template <class T> __device__ __forceinline__ T sigmoid(T a) {
+  if (a >= 0) return T(1) / (T(1) + m_exp(-a));
+  T e = m_exp(a);
+  return e / (T(1) + e);
+}
+template <class T> __device__ __forceinline__ T softplus(T a) {
+  return m_log1p(m_exp(-m_fabs(a))) + (a > T(0) ? a : T(0));
+}
+template <class T> __device__ __forceinline__ T silu(T a) {
+  const double x = a;
+  return (T)(x / (1.0 + m_exp(-x)));
+}
+template <class T> __device__ __forceinline__ T gelu(T a) {
+  const double x = a, z = x * -0.7071067811865476;
+  double dz = fma(x, -0.7071067811865476, -z) + x * 4.8336466567264565e-17;
+  if (dz != dz) dz = 0;
+  return (T)(0.5 * x * (m_erfc(z) - 1.1283791670955126 * m_exp(-z * z) * dz));
+}
+template <class T> __device__ __forceinline__ T gelu_tanh(T a) {
+  const double x = a;
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return (T)(x / (1.0 + m_exp(-2.0 * u)));
+}
+template <class T> __device__ __forceinline__ T logaddexp(T a, T b) {
+  if (a == b) return a + T(0.693147180559945309417232121458176568);
+  const T d = a - b;
+  if (d > 0) return a + m_log1p(m_exp(-d));
+  if (d <= 0) return b + m_log1p(m_exp(d));
+  return d;
+}
+}  // namespace ops
+}  // namespace kd
+)KILN_PRELUDE";
 
+// The second part: reductions and shuffles.
+inline constexpr const char* kDevicePreludeTail = R"KILN_PRELUDE(
+namespace kd {
 // ------------------------------------------------------------ reductions (src/cpu/reduce.cpp's ops)
 template <class A> struct red_sum {
   static __device__ __forceinline__ A identity() { return A(0); }
@@ -403,5 +401,38 @@ template <class V> __device__ __forceinline__ arg_t<V> shfl_xor(arg_t<V> a, int 
 }
 }  // namespace kd
 )KILN_PRELUDE";
+
+/// The `cuda` column of each row of kiln/ops.def, indexed by OpCode.
+inline constexpr const char* kCudaExpressions[] = {
+#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) cuda,
+#include "kiln/ops.def"
+};
+static_assert(sizeof(kCudaExpressions) / sizeof(kCudaExpressions[0]) == static_cast<size_t>(detail::OpCode::Count));
+
+/// kd::op_<name>: one device function per row of the op list with inputs, from its cuda column:
+/// `template <class T> R op_name(T a, T b) { return (R)(expression); }` (R: bool for comparisons,
+/// predicates and logical ops; where's condition `a` is bool).
+inline std::string device_op_functions() {
+  std::string s = "namespace kd {\n";
+  for (int i = 0; i < detail::kNumOps; ++i) {
+    const auto op = static_cast<detail::OpCode>(i);
+    const detail::OpInfo& info = detail::op_info(op);
+    if (info.arity == 0) continue;
+    const std::string result = detail::returns_bool(op) ? "bool" : "T";
+    s += "template <class T> __device__ __forceinline__ " + result + " op_" + info.name + "(";
+    for (int k = 0; k < info.arity; ++k) {
+      const bool condition = info.rule == detail::TypeRule::Select && k == 0;
+      s += std::string(k ? ", " : "") + (condition ? "bool " : "T ") + static_cast<char>('a' + k);
+    }
+    s += ") { return (" + result + ")(" + kCudaExpressions[i] + "); }\n";
+  }
+  return s + "}  // namespace kd\n";
+}
+
+/// The prelude of every generated kernel: the fixed helpers, the op functions, the reductions.
+inline const std::string& device_prelude() {
+  static const std::string prelude = std::string(kDevicePreludeHead) + device_op_functions() + kDevicePreludeTail;
+  return prelude;
+}
 
 }  // namespace kiln::cuda_impl

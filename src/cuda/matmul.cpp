@@ -397,7 +397,7 @@ std::string matmul_fallback_source(DType dtype) {
   const FallbackArithmetic f = fallback_arithmetic(dtype);
   const std::string name = matmul_fallback_kernel_name(dtype);
   const std::string tile = std::to_string(kTile);
-  std::string s = kDevicePrelude;
+  std::string s = device_prelude();
   s += "\nnamespace " + name + "_ns {\n";
   s += "typedef " + std::string(device_type_name(dtype)) + " T;\n";
   s += "typedef " + std::string(f.acc) + " Acc;\n";

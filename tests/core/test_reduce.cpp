@@ -1,5 +1,5 @@
 // Tests of the reductions (sum, prod, mean, var, std, max, min, argmax, argmin,
-// all, any): NumPy golden data from tests/golden/reduce_golden.py for every
+// all, any, logsumexp) and the scans (cumsum, cumprod): NumPy golden data from tests/golden/reduce_golden.py for every
 // dtype, axes combination, keepdims, strided/transposed/broadcast layouts, NaN
 // and empty cases, large (parallel) inputs; float64 references for bfloat16 and
 // accuracy; hand-computed values for edge cases; and every error thrown.
@@ -84,6 +84,11 @@ Array run_case(const ReduceCase& c, const Array& x) {
   if (c.op == "argmin") return argmin(x, axis, k);
   if (c.op == "all") return all(x, axes, k);
   if (c.op == "any") return any(x, axes, k);
+  if (c.op == "logsumexp") return logsumexp(x, axes, k);
+  const std::optional<int64_t> scan_axis =
+      c.axes == "none" ? std::nullopt : std::optional<int64_t>(parse_axes(c.axes).at(0));
+  if (c.op == "cumsum") return cumsum(x, scan_axis);
+  if (c.op == "cumprod") return cumprod(x, scan_axis);
   throw std::runtime_error("unknown op " + c.op);
 }
 
@@ -150,6 +155,7 @@ TEST(ReduceGolden, nan_propagates_and_first_nan_wins_like_numpy) { run_golden("n
 TEST(ReduceGolden, empty_arrays_give_identities_empty_results_and_nan_means) { run_golden("empty_"); }
 TEST(ReduceGolden, variance_is_two_pass_accurate_with_a_large_mean) { run_golden("offset_"); }
 TEST(ReduceGolden, large_inputs_on_the_parallel_paths_match_numpy) { run_golden("big_"); }
+TEST(ReduceGolden, logsumexp_cumsum_and_cumprod_match_numpy_with_its_dtypes_and_specials) { run_golden("scan_"); }
 
 // ---------------------------------------------------------------- hand-computed values
 
@@ -379,6 +385,26 @@ TEST(ReduceErrors, argmax_argmin_of_an_empty_sequence_throw_value_error) {
 TEST(ReduceErrors, undefined_array_throws_value_error) {
   expect_error<ValueError>([&] { sum(Array()); }, {"sum", "undefined"});
   expect_error<ValueError>([&] { argmin(Array()); }, {"argmin", "undefined"});
+}
+
+TEST(ReduceErrors, scan_axis_out_of_range_names_the_op_axis_and_shape) {
+  expect_error<ShapeError>([&] { cumsum(zeros({2, 3}), 2); }, {"cumsum", "axis 2", "(2, 3)"});
+  expect_error<ShapeError>([&] { cumprod(scalar_array(2.0), 0); }, {"cumprod", "axis 0", "()"});
+  expect_error<ValueError>([&] { logsumexp(Array()); }, {"logsumexp", "undefined"});
+}
+
+TEST(Scan, hand_computed_values_with_and_without_an_axis) {
+  Array a = from_data(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  EXPECT_EQ(cumsum(a).to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 6, 10, 15, 21}));
+  EXPECT_EQ(cumsum(a, 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 5, 7, 9}));
+  EXPECT_EQ(cumprod(a, -1).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 6, 4, 20, 120}));
+  EXPECT_EQ(cumsum(a).dtype(), DType::Int64);
+  EXPECT_EQ(cumsum(scalar_array(2.5)).shape(), (Shape{1}));  // a 0-d array flattens to one element
+  // log(e^1000 + e^1000) = 1000 + log 2 without overflow; all -inf gives -inf.
+  Array big = from_data(std::vector<double>{1000, 1000});
+  EXPECT_DOUBLE_EQ(logsumexp(big).item<double>(), 1000 + std::log(2.0));
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(logsumexp(from_data(std::vector<double>{-inf, -inf})).item<double>(), -inf);
 }
 
 TEST(ArgReduce, a_nan_first_element_wins_like_numpy) {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/elementwise.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/device_functions.hpp"
@@ -47,7 +48,7 @@ std::vector<std::string> compile_batches(const std::vector<Batch>& batches) {
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t b = next++; b < batches.size(); b = next++) {
-      std::string source = kDevicePrelude;
+      std::string source = device_prelude();
       for (const Kernel& k : batches[b]) source += k.code;
       try {
         const std::string ptx = compile_ptx(source, "codegen_test_" + std::to_string(b), 90, options);
@@ -342,6 +343,22 @@ TEST(CudaCodegen, AccumulatorDtypesFollowTheDocumentedChoice) {
   arg.op = ReduceOp::ArgMin;
   arg.acc = DType::Float32;
   EXPECT_EQ(reduce_accumulator_size(arg), 16);  // (float value, int64 index) pairs
+}
+
+TEST(CudaCodegen, CpuAndGpuHaveKernelsForTheSameDtypesOfEveryOp) {
+  // Both backends read detail::op_supports (the op list's dtypes column); this catches a backend that adds
+  // its own condition. divide once disagreed: the CPU claimed integer kernels the GPU did not have.
+  int supported = 0;
+  for (int o = 0; o < detail::kNumOps; ++o)
+    for (DType t : kAllTypes) {
+      const OpCode op = static_cast<OpCode>(o);
+      const bool cpu = cpu_impl::cpu_has_kernel(op, t), gpu = elementwise_op_supported(op, kernel_compute_dtype(t));
+      EXPECT_EQ(cpu, gpu) << detail::op_info(op).name << " computing in " << dtype_name(t);
+      supported += cpu ? 1 : 0;
+    }
+  EXPECT_FALSE(elementwise_op_supported(OpCode::Divide, DType::Int32));
+  EXPECT_FALSE(cpu_impl::cpu_has_kernel(OpCode::Divide, DType::Int32));
+  EXPECT_GT(supported, 300);
 }
 
 TEST(CudaCodegen, KeysTellSpecsApartAndNamesDescribeTheKernel) {

@@ -35,7 +35,7 @@ int count(const std::string& text, const std::string& what) {
 
 /// Compiles the kernels of `specs` for `graph` in one program to PTX (sm_90) and checks every entry is there.
 void expect_compiles(const detail::FusionGraph& graph, const std::vector<FusionKernelSpec>& specs) {
-  std::string source = kDevicePrelude;
+  std::string source = device_prelude();
   for (const FusionKernelSpec& spec : specs) source += fusion_kernel_code(graph, spec);
   CompileOptions options;
   options.options = builtin_kernel_options();

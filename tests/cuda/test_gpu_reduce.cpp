@@ -293,6 +293,31 @@ TEST(GpuReduce, MeanVarAndStdComposeTheGpuSum) {
   }
 }
 
+TEST(GpuReduce, LogsumexpCumsumAndCumprodMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937_64 rng(7);
+  for (DType t : {DType::Int32, DType::UInt8, DType::Float16, DType::Float32, DType::Float64}) {
+    for (const Shape& shape : {Shape{5, 300}, Shape{1000, 3}, Shape{4, 0}}) {
+      const Array x = values_for(Op::Sum, shape, t, rng, false), g = x.to(gpu(0));
+      const std::string what = std::string(dtype_name(t)) + " " + shape_str(shape);
+      const Array p = values_for(Op::Prod, shape, t, rng, false), gp = p.to(gpu(0));
+      auto expect_close = [&](const Array& cpu_result, const Array& gpu_result, const std::string& op) {
+        ASSERT_EQ(cpu_result.dtype(), gpu_result.dtype()) << what << " " << op;
+        const std::vector<double> c = cpu_result.to_vector<double>(), gc = gpu_result.to_vector<double>();
+        ASSERT_EQ(c.size(), gc.size()) << what << " " << op;
+        for (size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], gc[i], 1e-9 * (std::fabs(c[i]) + 1)) << what << " " << op;
+      };
+      for (int64_t axis : {0, 1}) {
+        // Integer scans are exact (int64, wrapping); float scans accumulate in float64 on both devices.
+        expect_close(cumsum(x, axis), cumsum(g, axis), "cumsum");
+        expect_close(cumprod(p, axis), cumprod(gp, axis), "cumprod");
+        expect_close(logsumexp(x, Axes(axis)), logsumexp(g, Axes(axis)), "logsumexp");
+      }
+      EXPECT_EQ(cumsum(g).to_vector<double>(), cumsum(x).to_vector<double>()) << what << " flattened";
+    }
+  }
+}
+
 TEST(GpuReduce, HugeSumOf2To27ElementsIsAccurate) {
   KILN_REQUIRE_GPU();
   const int64_t n = int64_t{1} << 27;

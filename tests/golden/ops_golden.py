@@ -8,8 +8,11 @@ The OPS table below declares every op once: name, arity, NumPy reference, the dt
 inputs are generated (a domain per operand) and whether its float results are correctly rounded ("exact":
 compared bit for bit by the harness) or come from a libm-like function ("math": compared within a few ulps;
 the reference is then computed in higher precision, float64 -- long double for float64 results -- and
-rounded once to the result dtype). The C++ table in tests/harness/op_table_test.cpp declares the same ops
-with the same arity and dtypes (a test checks both tables agree) and with the tolerance per dtype.
+rounded once to the result dtype; "approx" ops -- gelu's two forms -- are computed the same way and compared
+within 64 ulps for float64). Ops with `large` get large |x| among their inputs besides the specials.
+The harness (tests/harness/op_table_test.cpp) takes its op list from include/kiln/ops.def and these dtypes
+from the manifest; a test fails when an op of ops.def has no cases here or its kind differs from the
+accuracy column.
 
 manifest.txt: lines starting with `#op NAME ARITY DTYPE,DTYPE,.. KIND` repeat the table; every other line is
 one case, space separated `key=value` fields:
@@ -38,6 +41,7 @@ kiln's documented choices where NumPy raises or warns are encoded explicitly: in
 by zero give 0 (NumPy agrees, with a warning), integer power with a negative exponent gives 0 (1 for base 1,
 +-1 for base -1) where NumPy raises.
 """
+import math
 import os
 import sys
 import zlib
@@ -155,8 +159,9 @@ class Op:
     fn: object  # NumPy reference (values in, array out)
     dtypes: list
     domains: list  # one Domain per operand
-    kind: str = "exact"  # "exact" or "math" (see the module docstring)
+    kind: str = "exact"  # "exact", "math" or "approx" (see the module docstring)
     extremes: bool = True  # integer min/max (and float specials) go into the inputs
+    large: list = None  # extra float specials (large |x|) injected after SPECIALS
     mixed: list = field(default_factory=list)  # extra dtype combinations, one tuple per case
     int_scalar: int = 3
     float_scalar: float = 0.1
@@ -171,6 +176,38 @@ def sigmoid(x):
     x = np.asarray(x)
     x = x.astype(np.exp(np.zeros((), x.dtype)).dtype)  # integers and bool: the float type exp gives
     return 1 / (1 + np.exp(-x))
+
+
+def float_loop(fn):
+    """fn computed in float64 (or the longdouble the math reference passes) on the dtype NumPy's float
+    loops give the input, as np.exp types its result: bool/int8/uint8 -> float16, int16 -> float32, ..."""
+    def run(*xs):
+        xs = [np.asarray(x) for x in xs]
+        out = np.result_type(*[np.exp(np.zeros((), x.dtype)) for x in xs])
+        high = np.longdouble if out == np.longdouble else np.float64
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*[x.astype(high) for x in xs])).astype(out)
+    return run
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+SQRT_2_OVER_PI = np.sqrt(np.longdouble(2) / np.pi)
+
+
+def gelu(x):
+    """x * Phi(x) = x/2 * erfc(z), z = -x/sqrt(2), with z in long double: math.erfc takes z rounded to double
+    (z_hi) and the rest (z - z_hi) is added to first order, erfc(z) = erfc(z_hi) - 2/sqrt(pi) exp(-z_hi^2) r."""
+    z = -x.astype(np.longdouble) / np.sqrt(np.longdouble(2))
+    z_hi = z.astype(np.float64)
+    r = np.nan_to_num(z - z_hi.astype(np.longdouble), nan=0.0, posinf=0.0, neginf=0.0)
+    e = _erfc(z_hi).astype(np.longdouble) - 2 / np.sqrt(np.longdouble(np.pi)) * np.exp(-np.square(z_hi.astype(np.longdouble))) * r
+    return (0.5 * x * e).astype(x.dtype)
+
+
+def gelu_tanh(x):  # PyTorch's approximate="tanh": x/2 * (1 + tanh(u)) = x / (1 + exp(-2u))
+    u = SQRT_2_OVER_PI.astype(x.dtype) * (x + 0.044715 * x ** 3)
+    return x / (1 + np.exp(-2 * u))
 
 
 def iop(fn):
@@ -188,6 +225,10 @@ INT_MIXED = [("int8", "uint8"), ("bool", "int32"), ("int16", "int64")]
 
 POWER_BASE = Domain(floats=(0.05, 4.0), ints=(-5, 5))
 POWER_EXP = Domain(floats=(-3.0, 3.0), ints=(0, 4))
+
+
+ACTIVATION = Domain(floats=(-12.0, 12.0), ints=(-20, 20))
+LARGE = [30.0, -30.0, 100.0, -100.0, 1e30, -1e30]
 
 
 def unary(name, fn, dtypes, domain, kind="exact", **kw):
@@ -222,6 +263,13 @@ OPS = [
     unary("tanh", np.tanh, ALL, Domain(floats=(-6.0, 6.0)), "math"),
     unary("sigmoid", sigmoid, ALL, Domain(floats=(-12.0, 12.0)), "math"),
     unary("relu", relu, ALL, ANY),
+    unary("erf", float_loop(_erf), ALL, Domain(floats=(-4.0, 4.0), ints=(-3, 3)), "math", large=LARGE),
+    unary("softplus", float_loop(lambda x: np.logaddexp(np.zeros((), x.dtype), x)), ALL, ACTIVATION, "math",
+          large=LARGE),
+    unary("gelu", float_loop(gelu), ALL, ACTIVATION, "approx", large=LARGE),
+    # float64 results of the tanh form lose about 0.1 * |x|^3 ulp below x = -6 (exp magnifies u's rounding)
+    unary("gelu_tanh", float_loop(gelu_tanh), ALL, Domain(floats=(-6.0, 6.0), ints=(-6, 6)), "approx", large=LARGE),
+    unary("silu", float_loop(lambda x: x / (1 + np.exp(-x))), ALL, ACTIVATION, "math", large=LARGE),
     unary("floor", np.floor, ALL, Domain(halves=True)),
     unary("ceil", np.ceil, ALL, Domain(halves=True)),
     unary("round", np.round, ALL, Domain(halves=True)),
@@ -242,6 +290,7 @@ OPS = [
     binary("maximum", np.maximum, ALL, [ANY, ANY], mixed=ARITH_MIXED),
     binary("minimum", np.minimum, ALL, [ANY, ANY], mixed=ARITH_MIXED),
     binary("arctan2", np.arctan2, ALL, [ANY, ANY], "math", mixed=ARITH_MIXED),
+    binary("logaddexp", np.logaddexp, ALL, [ACTIVATION, ACTIVATION], "math", mixed=ARITH_MIXED, large=LARGE),
     binary("equal", np.equal, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
     binary("not_equal", np.not_equal, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
     binary("less", np.less, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
@@ -344,7 +393,8 @@ def is_float(name):
 
 def expected_dtype(op, operands):
     """kiln dtype of op's result, from NumPy run on proxies (bfloat16 -> float16); None if NumPy refuses."""
-    args = [np.asarray(o.view()).astype(proxy_dtype(o.dtype)) if o.is_array() else o.scalar for o in operands]
+    with np.errstate(all="ignore"):  # large float32 values overflow the float16 proxy of bfloat16: only the dtype matters
+        args = [np.asarray(o.view()).astype(proxy_dtype(o.dtype)) if o.is_array() else o.scalar for o in operands]
     try:
         with np.errstate(all="ignore"):
             result = np.asarray(op.fn(*args))
@@ -375,7 +425,7 @@ def compute_dtype(op, operands):
 def reference(op, operands, out_dtype):
     """Expected values as an array of out_dtype's storage (float32 for bfloat16)."""
     with np.errstate(all="ignore"):
-        if op.kind == "math" and is_float(out_dtype):
+        if op.kind in ("math", "approx") and is_float(out_dtype):
             # Inputs take the compute dtype first (as the ufunc loop would), then go up in precision.
             high = np.longdouble if out_dtype == "float64" else np.float64
             args = []
@@ -477,6 +527,14 @@ def extremes(name):
     return to_dtype(np.array(values, dtype=np.int64), name)
 
 
+def specials(op, name):
+    """extremes(name), with the op's large values appended for float dtypes."""
+    values = extremes(name)
+    if op.large and is_float(name):
+        values = np.concatenate([values, to_dtype(np.array(op.large), name)])
+    return values
+
+
 def inject(operand, values):
     """Overwrites the first elements of an operand's base with `values`."""
     flat = operand.base.reshape(-1)
@@ -494,7 +552,7 @@ def unary_cases(w, op):
         rng = rng_for(op.name, f"basic_{d}")
         a = make_array(rng, op, 0, d, (3, 4, 5))
         if op.extremes and d != "bool":
-            inject(a, extremes(d))
+            inject(a, specials(op, d))
         w.case(op, f"basic_{d}", [a])
     layout_dtypes = [d for d in LAYOUT_DTYPES if d in op.dtypes] or op.dtypes[:1]
     for d in layout_dtypes:
@@ -519,7 +577,7 @@ def binary_cases(w, op):
             a_shape = (3, 4, 5) if inplace else (3, 1, 5)
             w.case(op, f"broadcast_{d}", [make_array(rng, op, 0, d, a_shape), make_array(rng, op, 1, d, (4, 5))])
             continue
-        values = extremes(d) if d != "bool" and op.extremes else None
+        values = specials(op, d) if d != "bool" and op.extremes else None
         rows = len(values) if values is not None else 4
         a, b = make_array(rng, op, 0, d, (rows, 1, 3)), make_array(rng, op, 1, d, (rows, 3))
         if values is not None:

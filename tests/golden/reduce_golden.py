@@ -4,7 +4,8 @@
 Run as `python3 reduce_golden.py OUTDIR`; writes into OUTDIR/reduce/ and finally OUTDIR/reduce_golden.stamp.
 
 reduce_cases.txt: one case per line, `id op axes keepdims ddof input view`:
-  op      sum prod mean var std max min argmax argmin all any
+  op      sum prod mean var std max min argmax argmin all any logsumexp cumsum cumprod
+          (cumsum/cumprod: axes is `none` (flattened) or one axis; keepdims unused)
   axes    `none` (all axes), `-` (the empty tuple), or comma-separated ints (negative allowed)
   input   in_<name>.npy, loaded by the test
   view    c (as stored), t (transpose), rev (x[::2, ..., ::-1]: negative and step-2 strides),
@@ -66,6 +67,23 @@ def kiln_dtype(dt):
     return np.dtype(np.int64) if np.dtype(dt) == np.uint64 else np.dtype(dt)
 
 
+def logsumexp(v, axis, keepdims):
+    """Max-shifted in float64, with the float dtype np.exp gives the input (int8 -> float16, ...)."""
+    out = np.exp(np.zeros((), v.dtype)).dtype
+    w = np.asarray(v, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        m = np.max(w, axis=axis, keepdims=True, initial=-np.inf)
+        shift = np.where(np.isfinite(m), m, 0.0)
+        r = np.log(np.sum(np.exp(w - shift), axis=axis, keepdims=True)) + shift
+    if not keepdims:
+        r = r.reshape(np.sum(w, axis=axis).shape)
+    return r.astype(out)
+
+
+def scan_axis(axis):
+    return axis[0] if isinstance(axis, tuple) else axis
+
+
 def reference(op, x, axis, keepdims, ddof):
     """NumPy's answer with kiln's dtype; float results from float64 arithmetic rounded once."""
     numpy_result = {
@@ -80,6 +98,9 @@ def reference(op, x, axis, keepdims, ddof):
         "argmin": lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
         "all": lambda v: np.all(v, axis=axis, keepdims=keepdims),
         "any": lambda v: np.any(v, axis=axis, keepdims=keepdims),
+        "logsumexp": lambda v: logsumexp(v, axis, keepdims),
+        "cumsum": lambda v: np.cumsum(v, axis=scan_axis(axis)),
+        "cumprod": lambda v: np.cumprod(v, axis=scan_axis(axis)),
     }[op]
     result = np.asarray(numpy_result(x))
     dt = kiln_dtype(result.dtype)
@@ -186,6 +207,36 @@ for name in ["large_float32", "large_int32", "wide_float32", "tall_float64"]:
         for k, axes in enumerate(["none", "0", "1"]):
             for view in ["c", "t"]:
                 add_case(f"big_{name}_{op}_{k}_{view}", op, axes, False, 0, name, view)
+
+# Set F: logsumexp (axes as the reductions) and cumsum/cumprod (one axis or none: flattened), every dtype,
+# plus specials: a row of -inf (gives -inf), +inf, NaN, and values whose exp overflows float64.
+for dt in DTYPES:
+    for k, (axes, keepdims) in enumerate(AXES):
+        if dt != "bool":
+            add_case(f"scan_{dt}_logsumexp_{k}", "logsumexp", axes, keepdims, 0, f"{dt}", "c")
+    for k, axes in enumerate(["none", "0", "1", "-1", "2"]):
+        add_case(f"scan_{dt}_cumsum_{k}", "cumsum", axes, False, 0, f"{dt}", "c")
+        add_case(f"scan_{dt}_cumprod_{k}", "cumprod", axes, False, 0, f"{dt}_pow2", "c")
+for dt in ["float32", "float64"]:
+    for view in ["t", "rev"]:
+        add_case(f"scan_{dt}_cumsum_{view}", "cumsum", "1", False, 0, f"{dt}", view)
+        add_case(f"scan_{dt}_logsumexp_{view}", "logsumexp", "1", False, 0, f"{dt}", view)
+for dt in ["float16", "float32", "float64"]:
+    x = (rng.standard_normal((5, 7)) * 3).astype(dt)
+    x[0, :] = -np.inf
+    x[1, 2] = np.inf
+    x[2, 4] = np.nan
+    x[3, :] = [800.0, 799.0, -800.0, 0.0, 700.0, 1.0, 2.0] if dt == "float64" else [60.0, 59.0, -60.0, 0, 50.0, 1, 2]
+    add_input(f"lse_special_{dt}", x)
+    for k, (axes, keepdims) in enumerate([("1", False), ("0", True), ("none", False)]):
+        add_case(f"scan_special_{dt}_logsumexp_{k}", "logsumexp", axes, keepdims, 0, f"lse_special_{dt}", "c")
+    add_case(f"scan_special_{dt}_cumsum", "cumsum", "1", False, 0, f"lse_special_{dt}", "c")
+add_input("long_float64", rng.standard_normal((3, 1000)))
+add_case("scan_long_float64_cumsum", "cumsum", "1", False, 0, "long_float64", "c")
+add_case("scan_long_float64_logsumexp", "logsumexp", "1", False, 0, "long_float64", "c")
+for name in ["empty_float32_0x3", "empty_int32_3x0"]:
+    add_case(f"scan_{name}_logsumexp", "logsumexp", "1", False, 0, name, "c")
+    add_case(f"scan_{name}_cumsum", "cumsum", "1", False, 0, name, "c")
 
 with open(os.path.join(OUT, "reduce_cases.txt"), "w") as f:
     f.write("\n".join(reduce_lines) + "\n")

@@ -30,6 +30,9 @@ inline constexpr Tolerance kExact{};
 /// libm-like functions: a few ulps for float32/float64 (against a reference computed in higher precision);
 /// float16/bfloat16 are computed in float32 and rounded once, so they may differ by one ulp at a tie.
 inline constexpr Tolerance kMath{4, 4, 1, 1};
+/// Formulas that round an argument a steep function then magnifies (gelu's x/sqrt(2)): float64 within
+/// 64 ulps; float32 and narrower are computed in double and rounded once (the accuracy column's Approx).
+inline constexpr Tolerance kApprox{64, 4, 1, 1};
 
 /// One operand of a golden case as the manifest spells it.
 struct OperandSpec {

@@ -1,5 +1,5 @@
-// The op table: every elementwise op of include/kiln/ops.hpp, astype and the C++ operators, declared once
-// with their arity, dtypes and tolerance, then run by the harness (op_harness.hpp) on every backend against
+// The harness's op table: every op of the op list (include/kiln/ops.def: function, arity, accuracy), where,
+// clip, astype and the C++ operators, with the dtypes ops_golden.py covers, run by the harness (op_harness.hpp) on every backend against
 // the NumPy golden cases of tests/golden/ops_golden.py -- one GoogleTest test per (op, case). Also the
 // errors the elementwise front-end throws, checked on every backend.
 #include <gtest/gtest.h>
@@ -9,14 +9,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/op_table.hpp"
 #include "harness/op_harness.hpp"
 
 namespace kiln::harness {
 namespace {
 
 const std::vector<DType> kAll = {bool_, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64};
-const std::vector<DType> kNumeric = {int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64};
-const std::vector<DType> kBitwise = {bool_, int8, int16, int32, int64, uint8};
 
 template <class T>
 constexpr bool is_array_v = std::is_same_v<std::decay_t<T>, Array>;
@@ -83,63 +82,44 @@ OpDecl unary_operator(std::string name, std::vector<DType> dtypes, UnaryFn fn) {
           [fn](std::vector<Input>& in, const GoldenCase&) { return fn(in[0].array); }};
 }
 
-/// Every op the harness knows. Keep in step with OPS in tests/golden/ops_golden.py (OpTable tests check it).
+/// The dtypes ops_golden.py declares for `name` (its `#op` line); empty when it has none (a test fails then).
+std::vector<DType> golden_dtypes(const std::string& name) {
+  for (const GoldenOp& op : manifest().ops)
+    if (op.name == name) return op.dtypes;
+  return {};
+}
+
+Tolerance tolerance_of(detail::Accuracy accuracy) {
+  switch (accuracy) {
+    case detail::Accuracy::Math: return kMath;
+    case detail::Accuracy::Approx: return kApprox;
+    case detail::Accuracy::Exact: break;
+  }
+  return kExact;
+}
+
+const char* golden_kind(detail::Accuracy accuracy) {
+  return accuracy == detail::Accuracy::Math ? "math" : accuracy == detail::Accuracy::Approx ? "approx" : "exact";
+}
+
+/// Every op the harness knows: each `Fn` row of kiln/ops.def (its function, out= form and accuracy column;
+/// the dtypes ops_golden.py covers), where and clip, astype and the C++ operators.
 const std::vector<OpDecl>& op_table() {
-  static const std::vector<OpDecl> table = {
-      unary("negative", kNumeric, kExact, kiln::negative, kiln::negative),
-      unary("abs", kAll, kExact, kiln::abs, kiln::abs),
-      unary("sign", kNumeric, kExact, kiln::sign, kiln::sign),
-      unary("exp", kAll, kMath, kiln::exp, kiln::exp),
-      unary("exp2", kAll, kMath, kiln::exp2, kiln::exp2),
-      unary("log", kAll, kMath, kiln::log, kiln::log),
-      unary("log2", kAll, kMath, kiln::log2, kiln::log2),
-      unary("log10", kAll, kMath, kiln::log10, kiln::log10),
-      unary("log1p", kAll, kMath, kiln::log1p, kiln::log1p),
-      unary("expm1", kAll, kMath, kiln::expm1, kiln::expm1),
-      unary("sqrt", kAll, kMath, kiln::sqrt, kiln::sqrt),
-      unary("square", kAll, kExact, kiln::square, kiln::square),
-      unary("sin", kAll, kMath, kiln::sin, kiln::sin),
-      unary("cos", kAll, kMath, kiln::cos, kiln::cos),
-      unary("tan", kAll, kMath, kiln::tan, kiln::tan),
-      unary("arcsin", kAll, kMath, kiln::arcsin, kiln::arcsin),
-      unary("arccos", kAll, kMath, kiln::arccos, kiln::arccos),
-      unary("arctan", kAll, kMath, kiln::arctan, kiln::arctan),
-      unary("sinh", kAll, kMath, kiln::sinh, kiln::sinh),
-      unary("cosh", kAll, kMath, kiln::cosh, kiln::cosh),
-      unary("tanh", kAll, kMath, kiln::tanh, kiln::tanh),
-      unary("sigmoid", kAll, kMath, kiln::sigmoid, kiln::sigmoid),
-      unary("relu", kAll, kExact, kiln::relu, kiln::relu),
-      unary("floor", kAll, kExact, kiln::floor, kiln::floor),
-      unary("ceil", kAll, kExact, kiln::ceil, kiln::ceil),
-      unary("round", kAll, kExact, kiln::round, kiln::round),
-      unary("trunc", kAll, kExact, kiln::trunc, kiln::trunc),
-      unary("logical_not", kAll, kExact, kiln::logical_not, kiln::logical_not),
-      unary("isnan", kAll, kExact, kiln::isnan, kiln::isnan),
-      unary("isinf", kAll, kExact, kiln::isinf, kiln::isinf),
-      unary("isfinite", kAll, kExact, kiln::isfinite, kiln::isfinite),
-      unary("bitwise_not", kBitwise, kExact, kiln::bitwise_not, kiln::bitwise_not),
-      binary("add", kAll, kExact, kiln::add, kiln::add),
-      binary("subtract", kNumeric, kExact, kiln::subtract, kiln::subtract),
-      binary("multiply", kAll, kExact, kiln::multiply, kiln::multiply),
-      binary("divide", kAll, kExact, kiln::divide, kiln::divide),
-      binary("floor_divide", kAll, kExact, kiln::floor_divide, kiln::floor_divide),
-      binary("remainder", kAll, kExact, kiln::remainder, kiln::remainder),
-      binary("power", kAll, kMath, kiln::power, kiln::power),
-      binary("maximum", kAll, kExact, kiln::maximum, kiln::maximum),
-      binary("minimum", kAll, kExact, kiln::minimum, kiln::minimum),
-      binary("arctan2", kAll, kMath, kiln::arctan2, kiln::arctan2),
-      binary("equal", kAll, kExact, kiln::equal, kiln::equal),
-      binary("not_equal", kAll, kExact, kiln::not_equal, kiln::not_equal),
-      binary("less", kAll, kExact, kiln::less, kiln::less),
-      binary("less_equal", kAll, kExact, kiln::less_equal, kiln::less_equal),
-      binary("greater", kAll, kExact, kiln::greater, kiln::greater),
-      binary("greater_equal", kAll, kExact, kiln::greater_equal, kiln::greater_equal),
-      binary("logical_and", kAll, kExact, kiln::logical_and, kiln::logical_and),
-      binary("logical_or", kAll, kExact, kiln::logical_or, kiln::logical_or),
-      binary("logical_xor", kAll, kExact, kiln::logical_xor, kiln::logical_xor),
-      binary("bitwise_and", kBitwise, kExact, kiln::bitwise_and, kiln::bitwise_and),
-      binary("bitwise_or", kBitwise, kExact, kiln::bitwise_or, kiln::bitwise_or),
-      binary("bitwise_xor", kBitwise, kExact, kiln::bitwise_xor, kiln::bitwise_xor),
+  static const std::vector<OpDecl> table = [] {
+    std::vector<OpDecl> ops;
+#define KILN_HARNESS_Fn1(name, accuracy) \
+  ops.push_back(unary(#name, golden_dtypes(#name), tolerance_of(accuracy), kiln::name, kiln::name));
+#define KILN_HARNESS_Fn2(name, accuracy) \
+  ops.push_back(binary(#name, golden_dtypes(#name), tolerance_of(accuracy), kiln::name, kiln::name));
+#define KILN_HARNESS_Own3(name, accuracy)
+#define KILN_HARNESS_None0(name, accuracy)
+#define KILN_HARNESS_None1(name, accuracy)
+#define KILN_HARNESS(name, arity, api, accuracy) KILN_HARNESS_##api##arity(name, accuracy)
+#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, ...) \
+  KILN_HARNESS(name, arity, api, detail::Accuracy::accuracy)
+#include "kiln/ops.def"
+#undef KILN_HARNESS
+    std::vector<OpDecl> rest = {
       OpDecl{"where", 3, kAll, kExact,
              [](std::vector<Input>& in, const GoldenCase&) {
                return where(in[0].operand(), in[1].operand(), in[2].operand());
@@ -171,7 +151,10 @@ const std::vector<OpDecl>& op_table() {
       compound_operator("op_isubtract", {int32, float32}, [](Array& a, const auto& b) { a -= b; }),
       compound_operator("op_imultiply", {int32, float32}, [](Array& a, const auto& b) { a *= b; }),
       compound_operator("op_idivide", {float32, float64}, [](Array& a, const auto& b) { a /= b; }),
-  };
+    };
+    ops.insert(ops.end(), rest.begin(), rest.end());
+    return ops;
+  }();
   return table;
 }
 
@@ -238,6 +221,29 @@ TEST(OpTable, DeclaresEveryGoldenOpWithTheSameArityDtypesAndToleranceKind) {
     bool declared = std::any_of(m.ops.begin(), m.ops.end(), [&](const auto& g) { return g.name == op.name; });
     EXPECT_TRUE(declared) << "op_table() declares '" << op.name << "' but ops_golden.py has no cases for it";
   }
+}
+
+TEST(OpTable, EveryOpOfTheOpListHasGoldenCasesWithItsArity) {
+  const Manifest& m = manifest();
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  int checked = 0;
+  for (int o = 0; o < detail::kNumOps; ++o) {
+    const detail::OpInfo& info = detail::op_info(static_cast<detail::OpCode>(o));
+    if (info.api == detail::OpApi::None) continue;
+    ++checked;
+    auto golden = std::find_if(m.ops.begin(), m.ops.end(), [&](const GoldenOp& g) { return g.name == info.name; });
+    if (golden == m.ops.end()) {
+      ADD_FAILURE() << "kiln/ops.def has '" << info.name << "' but tests/golden/ops_golden.py has no cases for it";
+      continue;
+    }
+    EXPECT_EQ(golden->arity, info.arity) << info.name;
+    EXPECT_FALSE(golden->dtypes.empty()) << info.name;
+    EXPECT_EQ(golden->kind, golden_kind(info.accuracy))
+        << info.name << ": the accuracy column and ops_golden.py disagree";
+    EXPECT_TRUE(std::any_of(m.cases.begin(), m.cases.end(), [&](const GoldenCase& c) { return c.op == info.name; }))
+        << info.name << " has no golden case";
+  }
+  EXPECT_GT(checked, 50);
 }
 
 TEST(OpTable, EveryDeclaredDtypeHasAGoldenCase) {
