@@ -120,9 +120,8 @@ uint64_t add(uint64_t h, const T& v) {
 }  // namespace kernel_hash
 
 /// A hash of every value given (integers, enums, C arrays, strings, pairs, ranges, anything with a
-/// std::hash): a shift-and-add mix per word and one final multiply, no allocation. Call it with structured bindings of
-/// all of a key's fields, so that adding a field without hashing it does not compile:
-///   const auto& [a, b, c] = spec;  return hash_fields(a, b, c);
+/// std::hash): a shift-and-add mix per word and one final multiply, no allocation. Spec hashes use it
+/// through KILN_HASH_EVERY_FIELD.
 template <class... T>
 size_t hash_fields(const T&... values) {
   uint64_t h = 0;
@@ -141,3 +140,15 @@ struct std::hash<kiln::detail::DeviceKernelKey<Spec>> {
     return kiln::detail::hash_fields(k.device, k.spec);
   }
 };
+
+/// Defines std::hash<Type> (a struct, at global scope) over the fields named, which must be all of Type's fields
+/// in order: they are bound with a structured binding, so a field added to Type without being named here does not
+/// compile, and every bound name is hashed.
+#define KILN_HASH_EVERY_FIELD(Type, ...)                  \
+  template <>                                             \
+  struct std::hash<Type> {                                \
+    size_t operator()(const Type& value) const noexcept { \
+      const auto& [__VA_ARGS__] = value;                  \
+      return kiln::detail::hash_fields(__VA_ARGS__);      \
+    }                                                     \
+  }

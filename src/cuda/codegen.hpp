@@ -142,25 +142,12 @@ using BuiltinKernelKey = detail::DeviceKernelKey<std::variant<ElementwiseSpec, R
 
 }  // namespace kiln::cuda_impl
 
-// Hashes over every field: the structured bindings name each one, so a field added to a spec without
-// being hashed does not compile (equality, defaulted, covers new fields by itself).
-template <>
-struct std::hash<kiln::cuda_impl::ElementwiseSpec> {
-  size_t operator()(const kiln::cuda_impl::ElementwiseSpec& s) const noexcept {
-    const auto& [op, num_inputs, out, compute, in, scalar, raw_copy, layout, vector_width, ndim, unroll, index64] = s;
-    return kiln::detail::hash_fields(op, num_inputs, out, compute, in, scalar, raw_copy, layout, vector_width, ndim,
-                                     unroll, index64);
-  }
-};
-template <>
-struct std::hash<kiln::cuda_impl::ReduceSpec> {
-  size_t operator()(const kiln::cuda_impl::ReduceSpec& s) const noexcept {
-    const auto& [op, in, out, acc, layout, group, kept_ndim, reduced_ndim, vector_width, index64, from_partials,
-                 to_partials] = s;
-    return kiln::detail::hash_fields(op, in, out, acc, layout, group, kept_ndim, reduced_ndim, vector_width, index64,
-                                     from_partials, to_partials);
-  }
-};
+// Hashes over every field (a field added without being named here does not compile; equality, defaulted,
+// covers new fields by itself).
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ElementwiseSpec, op, num_inputs, out, compute, in, scalar, raw_copy, layout,
+                      vector_width, ndim, unroll, index64);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ReduceSpec, op, in, out, acc, layout, group, kept_ndim, reduced_ndim,
+                      vector_width, index64, from_partials, to_partials);
 
 namespace kiln::cuda_impl {
 

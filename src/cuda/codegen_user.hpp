@@ -94,27 +94,9 @@ std::string user_reduction_source(const UserReductionSpec& spec);
 
 }  // namespace kiln::cuda_impl
 
-// Hashes over every field (the structured bindings make a field added without being hashed a compile error).
-template <>
-struct std::hash<kiln::cuda_impl::UserParamSpec> {
-  size_t operator()(const kiln::cuda_impl::UserParamSpec& p) const noexcept {
-    const auto& [name, dtype, storage, kind, output, raw_ndim, raw_contiguous] = p;
-    return kiln::detail::hash_fields(name, dtype, storage, kind, output, raw_ndim, raw_contiguous);
-  }
-};
-template <>
-struct std::hash<kiln::cuda_impl::UserElementwiseSpec> {
-  size_t operator()(const kiln::cuda_impl::UserElementwiseSpec& s) const noexcept {
-    const auto& [name, operation, preamble, types, params, contiguous, ndim, index64] = s;
-    return kiln::detail::hash_fields(name, operation, preamble, types, params, contiguous, ndim, index64);
-  }
-};
-template <>
-struct std::hash<kiln::cuda_impl::UserReductionSpec> {
-  size_t operator()(const kiln::cuda_impl::UserReductionSpec& s) const noexcept {
-    const auto& [name, map_expr, reduce_expr, post_map_expr, identity, preamble, types, params, reduce_type, kept_ndim,
-                 reduced_ndim, group, index64, pass] = s;
-    return kiln::detail::hash_fields(name, map_expr, reduce_expr, post_map_expr, identity, preamble, types, params,
-                                     reduce_type, kept_ndim, reduced_ndim, group, index64, pass);
-  }
-};
+// Hashes over every field (a field added without being named here does not compile).
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::UserParamSpec, name, dtype, storage, kind, output, raw_ndim, raw_contiguous);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::UserElementwiseSpec, name, operation, preamble, types, params, contiguous, ndim,
+                      index64);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::UserReductionSpec, name, map_expr, reduce_expr, post_map_expr, identity,
+                      preamble, types, params, reduce_type, kept_ndim, reduced_ndim, group, index64, pass);

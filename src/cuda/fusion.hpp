@@ -56,16 +56,9 @@ struct FusionKernelSpec {
 
 }  // namespace kiln::cuda_impl
 
-// Hashes over every field (the structured bindings make a field added without being hashed a compile error).
-template <>
-struct std::hash<kiln::cuda_impl::FusionKernelSpec> {
-  size_t operator()(const kiln::cuda_impl::FusionKernelSpec& s) const noexcept {
-    const auto& [layout, vector_width, ndim, unroll, index64, op, out, acc, group, kept_ndim, reduced_ndim,
-                 to_partials] = s;
-    return kiln::detail::hash_fields(layout, vector_width, ndim, unroll, index64, op, out, acc, group, kept_ndim,
-                                     reduced_ndim, to_partials);
-  }
-};
+// Hashes over every field (a field added without being named here does not compile).
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::FusionKernelSpec, layout, vector_width, ndim, unroll, index64, op, out, acc,
+                      group, kept_ndim, reduced_ndim, to_partials);
 
 namespace kiln::cuda_impl {
 
