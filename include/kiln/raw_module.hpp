@@ -85,7 +85,7 @@ class RawKernelImpl;
 
 /// One launch argument as RawKernel::launch saw it (internal): the value is read, not copied, during the
 /// launch call, so it must outlive it (the arguments of launch() do).
-struct KernelArg {
+struct RawLaunchArg {
   enum class Kind : uint8_t { Value, Pointer, Array };
   Kind kind = Kind::Value;
   const void* value = nullptr;   ///< Value and Pointer: the caller's object (Pointer: the pointer variable)
@@ -96,7 +96,7 @@ struct KernelArg {
 };
 
 template <class T>
-constexpr const char* kernel_arg_type_name() {
+constexpr const char* raw_launch_arg_type_name() {
   if constexpr (std::is_same_v<T, bool>)
     return "bool";
   else if constexpr (std::is_same_v<T, Half>)
@@ -115,15 +115,15 @@ constexpr const char* kernel_arg_type_name() {
     return "struct";
 }
 
-/// The KernelArg of one launch() argument: an Array passes its device data pointer, a pointer (or nullptr)
+/// The RawLaunchArg of one launch() argument: an Array passes its device data pointer, a pointer (or nullptr)
 /// passes itself, any other trivially copyable value (int32_t, float, double, a struct...) passes its bytes
 /// with its exact size, as a C++ kernel parameter of that type receives them.
 template <class T>
-KernelArg make_kernel_arg(const T& value) {
+RawLaunchArg make_raw_launch_arg(const T& value) {
   if constexpr (std::is_same_v<T, Array>) {
-    return {KernelArg::Kind::Array, nullptr, &value, sizeof(void*), alignof(void*), "array"};
+    return {RawLaunchArg::Kind::Array, nullptr, &value, sizeof(void*), alignof(void*), "array"};
   } else if constexpr (std::is_pointer_v<T> || std::is_null_pointer_v<T>) {
-    return {KernelArg::Kind::Pointer, &value, nullptr, sizeof(void*), alignof(void*), "pointer"};
+    return {RawLaunchArg::Kind::Pointer, &value, nullptr, sizeof(void*), alignof(void*), "pointer"};
   } else {
     static_assert(!std::is_same_v<T, Scalar>,
                   "RawKernel::launch: a kiln::Scalar has no fixed width; pass a C++ value of the kernel parameter's "
@@ -133,7 +133,7 @@ KernelArg make_kernel_arg(const T& value) {
     static_assert(std::is_trivially_copyable_v<T>,
                   "RawKernel::launch: arguments are kiln::Array, pointers, or trivially copyable values (int32_t, "
                   "float, double, plain structs) passed by value");
-    return {KernelArg::Kind::Value, &value, nullptr, sizeof(T), alignof(T), kernel_arg_type_name<T>()};
+    return {RawLaunchArg::Kind::Value, &value, nullptr, sizeof(T), alignof(T), raw_launch_arg_type_name<T>()};
   }
 }
 }  // namespace detail
@@ -178,8 +178,8 @@ class RawKernel {
   /// Static attributes from the driver (synchronises nothing).
   KernelAttributes attributes() const;
 
-  /// Launches with already-made arguments (what launch() calls; see detail::make_kernel_arg).
-  void launch_args(const Dim3& grid, const Dim3& block, const detail::KernelArg* args, size_t count,
+  /// Launches with already-made arguments (what launch() calls; see detail::make_raw_launch_arg).
+  void launch_args(const Dim3& grid, const Dim3& block, const detail::RawLaunchArg* args, size_t count,
                    const LaunchOptions& options) const;
 
   explicit RawKernel(std::shared_ptr<detail::RawKernelImpl> impl) : impl_(std::move(impl)) {}
@@ -232,7 +232,7 @@ void RawKernel::launch(const Dim3& grid, const Dim3& block, const Args&... args)
   constexpr size_t count = sizeof...(Args);
   constexpr size_t options_count = (size_t{0} + ... + (std::is_same_v<Args, LaunchOptions> ? 1 : 0));
   if constexpr (options_count == 0) {
-    const std::array<detail::KernelArg, count> packed{detail::make_kernel_arg(args)...};
+    const std::array<detail::RawLaunchArg, count> packed{detail::make_raw_launch_arg(args)...};
     launch_args(grid, block, packed.data(), count, LaunchOptions{});
   } else {
     static_assert(
@@ -240,7 +240,7 @@ void RawKernel::launch(const Dim3& grid, const Dim3& block, const Args&... args)
         "RawKernel::launch: LaunchOptions may appear once, as the last argument");
     const auto refs = std::forward_as_tuple(args...);
     [&]<size_t... I>(std::index_sequence<I...>) {
-      const std::array<detail::KernelArg, count - 1> packed{detail::make_kernel_arg(std::get<I>(refs))...};
+      const std::array<detail::RawLaunchArg, count - 1> packed{detail::make_raw_launch_arg(std::get<I>(refs))...};
       launch_args(grid, block, packed.data(), count - 1, std::get<count - 1>(refs));
     }
     (std::make_index_sequence<count - 1>{});

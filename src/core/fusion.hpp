@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/kernel_cache.hpp"
+#include "core/kernel_memo.hpp"
 #include "core/op_table.hpp"
 #include "kiln/array.hpp"
 
@@ -70,15 +70,8 @@ struct FusionGraph {
   std::vector<bool> live;  ///< per node: the output depends on it (dead nodes are neither run nor generated)
   uint64_t hash = 0;       ///< of the structure and dtypes (not of constant values), for kernel keys
 
-  /// Compiled kernels a backend made for this graph, by the backend's key (device, layout, ...).
-  std::shared_ptr<void> find_kernel(uint64_t key) const { return kernels_.find(key); }
-  /// Stores a kernel under `key` (the first insert wins) and returns the stored one.
-  std::shared_ptr<void> insert_kernel(uint64_t key, std::shared_ptr<void> kernel) const {
-    return kernels_.insert(key, std::move(kernel));
-  }
-
- private:
-  mutable KernelCache<uint64_t> kernels_;
+  /// Compiled kernels a backend made for this graph, keyed by its full kernel spec (device included).
+  BackendKernels kernels;
 };
 
 /// One fused call as a backend executes it: the elementwise part of `graph` over `shape` (the

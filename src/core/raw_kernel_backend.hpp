@@ -22,7 +22,7 @@ class RawKernelImpl {
   virtual int num_params() const = 0;
   virtual KernelAttributes attributes() const = 0;
   /// Checks and launches (see RawKernel::launch).
-  virtual void launch(const Dim3& grid, const Dim3& block, const KernelArg* args, size_t count,
+  virtual void launch(const Dim3& grid, const Dim3& block, const RawLaunchArg* args, size_t count,
                       const LaunchOptions& options) = 0;
 };
 

@@ -165,7 +165,7 @@ Device RawKernel::device() const { return impl_->device(); }
 int RawKernel::num_params() const { return impl_->num_params(); }
 KernelAttributes RawKernel::attributes() const { return impl_->attributes(); }
 
-void RawKernel::launch_args(const Dim3& grid, const Dim3& block, const detail::KernelArg* args, size_t count,
+void RawKernel::launch_args(const Dim3& grid, const Dim3& block, const detail::RawLaunchArg* args, size_t count,
                             const LaunchOptions& options) const {
   impl_->launch(grid, block, args, count, options);
 }

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kernel_cache.hpp"
+#include "core/kernel_memo.hpp"
 #include "kiln/kernels.hpp"
 
 namespace kiln::detail {
@@ -37,10 +37,6 @@ struct TypeSpec {
 };
 TypeSpec parse_type_spec(const std::string& type, const std::string& kernel, const char* what);
 
-/// Compiled variants of one user kernel, by signature (device, dtypes, layout class): filled by the
-/// backend, owned by the kernel object (so variants go away with the kernel). Thread-safe.
-using KernelVariantCache = KernelCache<std::string>;
-
 /// What both kernel kinds are defined by: the name, the parameters and the compile settings, and the
 /// variants compiled so far.
 struct KernelDef {
@@ -48,7 +44,9 @@ struct KernelDef {
   std::vector<std::string> options;
   std::vector<KernelParam> params;  ///< inputs, then outputs
   int nin = 0, nout = 0;
-  mutable KernelVariantCache cache;
+  /// Compiled variants, keyed by the backend's variant spec (device, dtypes, layout class); they go away with
+  /// the kernel object.
+  BackendKernels variants;
 };
 
 struct ElementwiseKernelDef : KernelDef {

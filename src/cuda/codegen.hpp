@@ -1,7 +1,8 @@
 // Code generation for the GPU's built-in elementwise and reduction kernels
 // (internal). "dtype is data": a kernel is described by a small spec (op,
-// dtypes, layout class, vector width, rank, index width); the spec packs into a
-// 64-bit key for the kernel cache, and only on a cache miss is it turned into
+// dtypes, layout class, vector width, rank, index width); the spec itself, with the
+// device, is the kernel table's key (compared field by field, so two different
+// kernels never share an entry), and only on a table miss is it turned into
 // CUDA source (the prelude of device_functions.hpp + one kernel) and compiled
 // with NVRTC. The generators contain no CUDA runtime calls, so they are tested
 // without a GPU by compiling their output to PTX.
@@ -26,8 +27,10 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "core/kernel_memo.hpp"
 #include "core/op_table.hpp"
 #include "kiln/dtype.hpp"
 
@@ -56,10 +59,10 @@ struct ElementwiseSpec {
   int ndim = 1;          ///< strided: coalesced rank, 1..kMaxKernelRank
   int unroll = 1;        ///< strided: elements per thread and iteration, loads first (1 or 4)
   bool index64 = false;  ///< 64-bit indices and offsets
+
+  bool operator==(const ElementwiseSpec&) const = default;
 };
 
-/// The spec as a unique 64-bit integer (the cache key).
-uint64_t elementwise_key(const ElementwiseSpec& spec);
 /// Name of the generated kernel, e.g. "kiln_add_f32_f32_f32_contig_v4_i32" (shows up in profilers).
 std::string elementwise_kernel_name(const ElementwiseSpec& spec);
 /// Complete CUDA source (prelude + kernel) for `spec`; throws DTypeError for an op the dtypes do not support.
@@ -116,10 +119,10 @@ struct ReduceSpec {
   bool index64 = false;
   bool from_partials = false;  ///< reads accumulators written by a split pass
   bool to_partials = false;    ///< writes accumulators (partials[o * splits + s]) instead of the output
+
+  bool operator==(const ReduceSpec&) const = default;
 };
 
-/// The spec as a unique 64-bit integer (the cache key).
-uint64_t reduce_key(const ReduceSpec& spec);
 /// Name of the generated kernel, e.g. "kiln_sum_f32_rows_g256_k0_r1_v4_i32".
 std::string reduce_kernel_name(const ReduceSpec& spec);
 /// Complete CUDA source (prelude + kernel) for `spec`.
@@ -131,11 +134,26 @@ int64_t reduce_accumulator_size(const ReduceSpec& spec);
 /// The accumulator dtype kiln uses on the GPU for `op` over `in` into `out` (see reduce.cpp for the choice).
 DType reduce_accumulator_dtype(detail::ReduceOp op, DType in, DType out);
 
-// ------------------------------------------------------------------ the kernel cache
+// ------------------------------------------------------------------ the kernel table
 
-/// Compiled built-in kernels by (device, spec key): a lookup is one mutex and one hash probe, and a
-/// miss generates the source and loads it through load_module (which has its own memory/disk cache).
-/// The single owner of this state is kernel_table(); it lives for the process.
+/// A built-in kernel's identity: the device and its whole spec (equal only when every field is), so no new
+/// op, dtype or spec field can make two kernels share an entry.
+using BuiltinKernelKey = detail::DeviceKernelKey<std::variant<ElementwiseSpec, ReduceSpec>>;
+
+}  // namespace kiln::cuda_impl
+
+// Hashes over every field (a field added without being named here does not compile; equality, defaulted,
+// covers new fields by itself).
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ElementwiseSpec, op, num_inputs, out, compute, in, scalar, raw_copy, layout,
+                      vector_width, ndim, unroll, index64);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ReduceSpec, op, in, out, acc, layout, group, kept_ndim, reduced_ndim,
+                      vector_width, index64, from_partials, to_partials);
+
+namespace kiln::cuda_impl {
+
+/// Compiled built-in kernels by BuiltinKernelKey: a lookup is one mutex and one hash probe (a hash of a few
+/// words, no allocation), and a miss generates the source and loads it through load_module (which has its own
+/// memory/disk cache). The single owner of this state is kernel_table(); it lives for the process.
 class KernelTable {
  public:
   struct Entry {
@@ -145,31 +163,28 @@ class KernelTable {
     std::string name;                   ///< kernel name, for launch messages
     int blocks_per_multiprocessor = 8;  ///< resident kBlockSize-thread blocks (occupancy), for grid sizes
   };
-  /// The entry for (device, key), or nullptr on a miss.
-  const Entry* find(int device, uint64_t key);
-  /// Stores `entry` for (device, key) (the first insert wins) and returns the stored entry.
-  const Entry* insert(int device, uint64_t key, Entry entry);
+  /// The entry for `key`, or nullptr on a miss.
+  const Entry* find(const BuiltinKernelKey& key);
+  /// Stores `entry` for `key` (the first insert wins) and returns the stored entry.
+  const Entry* insert(const BuiltinKernelKey& key, Entry entry);
   /// Lookups that found a kernel / that had to build one, since the process started.
   uint64_t hits() const;
   uint64_t misses() const;
+  /// Number of stored kernels.
+  size_t size() const;
 
  private:
-  struct KeyHash {
-    size_t operator()(const std::pair<int, uint64_t>& k) const {
-      return std::hash<uint64_t>()(k.second * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(k.first));
-    }
-  };
   mutable std::mutex mutex_;
-  std::unordered_map<std::pair<int, uint64_t>, std::unique_ptr<Entry>, KeyHash> entries_;
+  std::unordered_map<BuiltinKernelKey, std::unique_ptr<Entry>> entries_;
   uint64_t hits_ = 0, misses_ = 0;
 };
 
 /// The process-wide table of built-in kernels.
 KernelTable& kernel_table();
 
-/// Loads generated `source` (kernel `name`) for `device` through load_module, records it under `key` in
+/// Loads generated `source` (kernel `name`) for `key.device` through load_module, records it under `key` in
 /// kernel_table() and returns the entry (defined in elementwise.cpp; throws CompileError/CudaError).
-const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
+const KernelTable::Entry& load_builtin_kernel(const BuiltinKernelKey& key, const std::string& source,
                                               const std::string& name);
 /// NVRTC options of every built-in kernel (no fma contraction, so results match the CPU's).
 const std::vector<std::string>& builtin_kernel_options();
@@ -192,13 +207,6 @@ std::string reduce_operator_type(detail::ReduceOp op, DType acc);
 /// which leaves the block's value in thread 0. Nothing for group 1. Shared by the built-in and fused
 /// reduction generators.
 void emit_group_combine(std::string& s, int group);
-
-/// ceil(log2(v)) for v >= 1 (kernel-key fields of power-of-two sizes).
-inline int log2_int(int v) {
-  int r = 0;
-  while ((1 << r) < v) ++r;
-  return r;
-}
 
 /// ceil(a / b) for a >= 0, b >= 1.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

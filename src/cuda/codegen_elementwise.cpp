@@ -1,4 +1,4 @@
-// Source generation for elementwise kernels, the spec keys, and the table of
+// Source generation for elementwise kernels and the table of
 // compiled built-in kernels (see codegen.hpp for the argument layouts).
 //
 // Every generated kernel is one `element()` function — inputs converted to the
@@ -23,10 +23,6 @@ using detail::OpCode;
 
 // The op list's one dtype rule, shared with the CPU backend (so the two cannot disagree).
 bool elementwise_op_supported(OpCode op, DType t) { return detail::op_supports(op, t); }
-
-// elementwise_key packs the op in bits 0-5: every op with inputs must be below 64 (the nullary ops that
-// follow only make sequence kernels, whose source does not depend on the op).
-static_assert(static_cast<int>(OpCode::Fill) <= 64, "elementwise_key: more than 64 elementwise ops with inputs");
 
 namespace {
 
@@ -248,27 +244,6 @@ DType scalar_argument_dtype(OpCode op, int input, DType compute) {
   return kernel_compute_dtype(compute);
 }
 
-uint64_t elementwise_key(const ElementwiseSpec& spec) {
-  uint64_t key = static_cast<uint64_t>(spec.op);       // bits 0-5
-  key |= static_cast<uint64_t>(spec.num_inputs) << 6;  // 6-7
-  key |= static_cast<uint64_t>(spec.out) << 8;         // 8-11
-  key |= static_cast<uint64_t>(spec.compute) << 12;    // 12-15
-  for (int k = 0; k < 3; ++k) {
-    const bool used = k < spec.num_inputs;
-    key |= static_cast<uint64_t>(used ? spec.in[k] : DType::Bool) << (16 + 4 * k);  // 16-27
-    key |= static_cast<uint64_t>(used && spec.scalar[k]) << (28 + k);               // 28-30
-  }
-  key |= static_cast<uint64_t>(spec.raw_copy) << 31;
-  key |= static_cast<uint64_t>(spec.layout) << 32;                                                           // 32-33
-  if (spec.layout == EwLayout::Contiguous) key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 34;  // 34-36
-  if (spec.layout == EwLayout::Strided) {
-    key |= static_cast<uint64_t>(spec.ndim) << 37;              // 37-41
-    key |= static_cast<uint64_t>(log2_int(spec.unroll)) << 43;  // 43-45
-  }
-  key |= static_cast<uint64_t>(spec.index64) << 42;
-  return key;  // bit 63 clear: reductions set it
-}
-
 std::string elementwise_kernel_name(const ElementwiseSpec& spec) {
   std::string name = "kiln_";
   if (spec.layout == EwLayout::Sequence) return name + "sequence_" + dtype_tag(spec.out);
@@ -321,9 +296,9 @@ std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
 
 // ------------------------------------------------------------------ the kernel table
 
-const KernelTable::Entry* KernelTable::find(int device, uint64_t key) {
+const KernelTable::Entry* KernelTable::find(const BuiltinKernelKey& key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find({device, key});
+  auto it = entries_.find(key);
   if (it == entries_.end()) {
     ++misses_;
     return nullptr;
@@ -332,9 +307,9 @@ const KernelTable::Entry* KernelTable::find(int device, uint64_t key) {
   return it->second.get();
 }
 
-const KernelTable::Entry* KernelTable::insert(int device, uint64_t key, Entry entry) {
+const KernelTable::Entry* KernelTable::insert(const BuiltinKernelKey& key, Entry entry) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto [it, inserted] = entries_.try_emplace({device, key}, nullptr);
+  auto [it, inserted] = entries_.try_emplace(key, nullptr);
   if (inserted) it->second = std::make_unique<Entry>(std::move(entry));
   return it->second.get();
 }
@@ -347,6 +322,11 @@ uint64_t KernelTable::hits() const {
 uint64_t KernelTable::misses() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return misses_;
+}
+
+size_t KernelTable::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
 }
 
 KernelTable& kernel_table() {

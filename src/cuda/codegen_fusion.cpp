@@ -283,22 +283,6 @@ ReduceOp fusion_reduce_op(detail::FusionReduction r) {
   }
 }
 
-uint64_t fusion_kernel_key(const FusionKernelSpec& spec) {
-  uint64_t key = static_cast<uint64_t>(spec.layout);               // 0-1
-  key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 2;  // 2-4
-  key |= static_cast<uint64_t>(spec.ndim) << 5;                    // 5-9
-  key |= static_cast<uint64_t>(log2_int(spec.unroll)) << 10;       // 10-12
-  key |= static_cast<uint64_t>(spec.index64) << 13;
-  key |= static_cast<uint64_t>(spec.op) << 14;               // 14-16
-  key |= static_cast<uint64_t>(spec.out) << 17;              // 17-20
-  key |= static_cast<uint64_t>(spec.acc) << 21;              // 21-24
-  key |= static_cast<uint64_t>(log2_int(spec.group)) << 25;  // 25-28
-  key |= static_cast<uint64_t>(spec.kept_ndim) << 29;        // 29-33
-  key |= static_cast<uint64_t>(spec.reduced_ndim) << 34;     // 34-38
-  key |= static_cast<uint64_t>(spec.to_partials) << 39;
-  return key;
-}
-
 std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spec) {
   std::string tag;
   for (char c : g.name) tag += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';

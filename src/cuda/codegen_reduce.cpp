@@ -254,22 +254,6 @@ DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
 
 int64_t reduce_accumulator_size(const ReduceSpec& spec) { return is_arg(spec.op) ? 16 : itemsize(spec.acc); }
 
-uint64_t reduce_key(const ReduceSpec& spec) {
-  uint64_t key = static_cast<uint64_t>(spec.op);                                 // bits 0-2
-  key |= static_cast<uint64_t>(spec.in) << 3;                                    // 3-6
-  key |= static_cast<uint64_t>(spec.to_partials ? DType::Bool : spec.out) << 7;  // 7-10
-  key |= static_cast<uint64_t>(spec.acc) << 11;                                  // 11-14
-  key |= static_cast<uint64_t>(spec.layout) << 15;                               // 15
-  key |= static_cast<uint64_t>(log2_int(spec.group)) << 16;                      // 16-19
-  key |= static_cast<uint64_t>(spec.kept_ndim) << 20;                            // 20-24
-  key |= static_cast<uint64_t>(spec.reduced_ndim) << 25;                         // 25-29
-  key |= static_cast<uint64_t>(log2_int(spec.vector_width)) << 30;               // 30-32
-  key |= static_cast<uint64_t>(spec.index64) << 33;
-  key |= static_cast<uint64_t>(spec.from_partials) << 34;
-  key |= static_cast<uint64_t>(spec.to_partials) << 35;
-  return key | (uint64_t{1} << 63);
-}
-
 std::string reduce_kernel_name(const ReduceSpec& spec) {
   std::string name = std::string("kiln_") + detail::reduce_op_name(spec.op) + "_" + dtype_tag(spec.in) + "_a" +
                      dtype_tag(spec.acc) + "_" + (spec.to_partials ? std::string("partial") : dtype_tag(spec.out));

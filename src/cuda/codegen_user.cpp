@@ -117,18 +117,6 @@ std::string parameter_list(const std::vector<UserParamSpec>& params) {
   return s;
 }
 
-std::string signature_of(const std::vector<UserParamSpec>& params) {
-  std::string s;
-  for (const UserParamSpec& p : params) {
-    s += p.kind == UserArgKind::Array ? "a" : p.kind == UserArgKind::Scalar ? "s" : "r";
-    s += dtype_tag(p.dtype);
-    if (p.kind != UserArgKind::Scalar) s += std::string(":") + dtype_tag(p.storage);
-    if (p.kind == UserArgKind::Raw) s += std::to_string(p.raw_ndim) + (p.raw_contiguous ? "c" : "s");
-    s += ",";
-  }
-  return s;
-}
-
 /// `const T x = ...;` for a non-raw input read at `offset`.
 std::string input_local(const UserParamSpec& p, const std::string& offset, const std::string& indent) {
   const std::string v = user_value_type(p.dtype);
@@ -163,12 +151,6 @@ void check_name(const std::string& name, const char* what) {
 const char* user_value_type(DType t) { return is_half(t) ? "float" : device_type_name(t); }
 
 // ------------------------------------------------------------------ elementwise
-
-std::string user_elementwise_signature(const UserElementwiseSpec& spec) {
-  return "ew|" + signature_of(spec.params) + "|" +
-         (spec.contiguous ? std::string("contig") : "strided" + std::to_string(spec.ndim)) +
-         (spec.index64 ? "|i64" : "|i32");
-}
 
 std::string user_elementwise_source(const UserElementwiseSpec& spec) {
   check_name(spec.name, "ElementwiseKernel");
@@ -227,15 +209,6 @@ std::string user_elementwise_source(const UserElementwiseSpec& spec) {
 }
 
 // ------------------------------------------------------------------ reduction
-
-std::string user_reduction_signature(const UserReductionSpec& spec) {
-  const char* pass = spec.pass == UserReducePass::Single       ? "single"
-                     : spec.pass == UserReducePass::ToPartials ? "to"
-                                                               : "from";
-  return "red|" + signature_of(spec.params) + "|" + dtype_tag(spec.reduce_type) + "|k" +
-         std::to_string(spec.kept_ndim) + "r" + std::to_string(spec.reduced_ndim) + "g" + std::to_string(spec.group) +
-         "|" + pass + (spec.index64 ? "|i64" : "|i32");
-}
 
 std::string user_reduction_source(const UserReductionSpec& spec) {
   check_name(spec.name, "ReductionKernel");

@@ -1,7 +1,8 @@
 // Code generation for user ElementwiseKernels and ReductionKernels (internal).
 // A variant is described by a spec (the user's code, every parameter's dtypes
-// and kind, the layout class); the spec's signature string keys the kernel
-// object's variant cache, and on a miss the source (kiln's prelude, the user
+// and kind, the layout class); the spec without the user's code (which is the
+// kernel object's), with the device, keys the kernel object's variant memo
+// (compared field by field), and on a miss the source (kiln's prelude, the user
 // prelude below, placeholder typedefs, the preamble, the kernel) goes through
 // load_module, whose memory and disk caches it shares with the built-ins.
 // No CUDA runtime calls: tests compile the output to PTX without a GPU.
@@ -22,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kernel_memo.hpp"
 #include "kiln/dtype.hpp"
 
 namespace kiln::cuda_impl {
@@ -40,6 +42,8 @@ struct UserParamSpec {
   bool output = false;
   int raw_ndim = 0;            ///< Raw: the array's rank (0..kMaxKernelRank)
   bool raw_contiguous = true;  ///< Raw: C-contiguous, so a[j] is data[j]
+
+  bool operator==(const UserParamSpec&) const = default;
 };
 
 /// Everything a user ElementwiseKernel variant's source depends on.
@@ -50,6 +54,8 @@ struct UserElementwiseSpec {
   bool contiguous = true;  ///< every non-raw array has stride 1 over one axis: offsets are the index
   int ndim = 1;            ///< strided: coalesced rank
   bool index64 = false;
+
+  bool operator==(const UserElementwiseSpec&) const = default;
 };
 
 /// Which pass of a reduction a variant is.
@@ -70,16 +76,27 @@ struct UserReductionSpec {
   int group = 256;       ///< threads per (output, split) task: a power of two, 1..256
   bool index64 = false;
   UserReducePass pass = UserReducePass::Single;
+
+  bool operator==(const UserReductionSpec&) const = default;
 };
+
+/// A compiled variant's identity in its kernel object's memo: the device and the whole spec (built without
+/// the user's code and names, which with_code adds on a miss).
+template <class Spec>
+using UserVariantKey = detail::DeviceKernelKey<Spec>;
 
 /// C type of a dtype's value in user code: "float" for float16/bfloat16, else the storage type.
 const char* user_value_type(DType t);
 
-/// The variant's signature (without the user's code, which is the kernel object's): the cache key.
-std::string user_elementwise_signature(const UserElementwiseSpec& spec);
-std::string user_reduction_signature(const UserReductionSpec& spec);
 /// Complete CUDA source of the variant; the __global__ function is extern "C" and named spec.name.
 std::string user_elementwise_source(const UserElementwiseSpec& spec);
 std::string user_reduction_source(const UserReductionSpec& spec);
 
 }  // namespace kiln::cuda_impl
+
+// Hashes over every field (a field added without being named here does not compile).
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::UserParamSpec, name, dtype, storage, kind, output, raw_ndim, raw_contiguous);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::UserElementwiseSpec, name, operation, preamble, types, params, contiguous, ndim,
+                      index64);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::UserReductionSpec, name, map_expr, reduce_expr, post_map_expr, identity,
+                      preamble, types, params, reduce_type, kept_ndim, reduced_ndim, group, index64, pass);

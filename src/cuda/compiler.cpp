@@ -215,11 +215,17 @@ struct MemoryKeyHash {
     return static_cast<size_t>(k.key.low ^ (static_cast<uint64_t>(k.device) * 0x9E3779B97F4A7C15ULL));
   }
 };
+// A module and the whole key material it was compiled from (compared on a hit: equal 128-bit keys of two
+// different programs, however unlikely, never hand out the other's module).
+struct MemoryEntry {
+  std::string material;
+  std::shared_ptr<Module> module;
+};
 // The memory cache: one map for all devices, keyed by (device, key). Never destroyed, so that no
 // cudaLibraryUnload runs during static destruction after the CUDA runtime is gone.
 struct MemoryCache {
   std::mutex mutex;
-  std::unordered_map<MemoryKey, std::shared_ptr<Module>, MemoryKeyHash> modules;
+  std::unordered_map<MemoryKey, MemoryEntry, MemoryKeyHash> modules;
 };
 MemoryCache& memory_cache() {
   static auto* cache = new MemoryCache();
@@ -365,15 +371,16 @@ std::shared_ptr<Module> load_module(const std::string& source, const std::string
   check_device(device, program_name);
   const CompileTarget target = compile_target(compute_capability(device));
   const std::string arch_override = user_arch(options);
-  const CacheKey key = cache_key(source, arch_override.empty() ? target.name() : arch_override, options.options,
-                                 options.name_expressions);
+  const std::string_view material = cache_key_material(source, arch_override.empty() ? target.name() : arch_override,
+                                                       options.options, options.name_expressions);
+  const CacheKey key = cache_key_of(material);
   const MemoryKey memory_key{device, key};
   MemoryCache& cache = memory_cache();
   {
     std::lock_guard lock(cache.mutex);
-    if (auto it = cache.modules.find(memory_key); it != cache.modules.end()) {
+    if (auto it = cache.modules.find(memory_key); it != cache.modules.end() && it->second.material == material) {
       counters().memory_hits.fetch_add(1, std::memory_order_relaxed);
-      return it->second;
+      return it->second.module;
     }
   }
 
@@ -399,8 +406,11 @@ std::shared_ptr<Module> load_module(const std::string& source, const std::string
       counters().disk_write_failures.fetch_add(1, std::memory_order_relaxed);
     module = std::make_shared<Module>(std::move(compiled.image), std::move(compiled.lowered_names), program_name);
   }
+  // The first module inserted for this material wins; another material under the same key keeps its entry,
+  // and this module stays uncached.
   std::lock_guard lock(cache.mutex);
-  return cache.modules.emplace(memory_key, std::move(module)).first->second;
+  auto [it, inserted] = cache.modules.try_emplace(memory_key, MemoryEntry{std::string(material), module});
+  return it->second.material == material ? it->second.module : module;
 }
 
 std::shared_ptr<Module> load_module_image(const std::string& image, const std::string& program_name, int device) {

@@ -9,7 +9,7 @@
 //    single element) with 16-byte vectors when every pointer is aligned for them,
 //    else strided with the coalesced rank (1..16) as a compile-time constant;
 //    32-bit indices when the element count and every operand's offset range fit;
-// 3. the spec's 64-bit key finds the compiled kernel in kernel_table() (a miss
+// 3. the spec (with the device) finds the compiled kernel in kernel_table() (a miss
 //    generates and compiles it once), scalars are passed by value in the compute
 //    type (float for float16/bfloat16, as the CPU stores them), and the kernel is
 //    launched on the device's current stream with a grid of at most one wave of
@@ -40,9 +40,9 @@ constexpr int kMaxOperands = 4;  // a built-in op's operands, output included
 constexpr int kBlocksPerMultiprocessor = 8;
 
 const KernelTable::Entry& elementwise_kernel(int device, const ElementwiseSpec& spec) {
-  const uint64_t key = elementwise_key(spec);
-  if (const KernelTable::Entry* entry = kernel_table().find(device, key)) return *entry;
-  return load_builtin_kernel(device, key, elementwise_source(spec), elementwise_kernel_name(spec));
+  const BuiltinKernelKey key{device, spec};
+  if (const KernelTable::Entry* entry = kernel_table().find(key)) return *entry;
+  return load_builtin_kernel(key, elementwise_source(spec), elementwise_kernel_name(spec));
 }
 
 void run(const KernelTable::Entry& kernel, int device, int64_t work_items, void** args) {
@@ -159,9 +159,9 @@ KernelTable::Entry compile_kernel_entry(int device, const std::string& source, c
   return entry;
 }
 
-const KernelTable::Entry& load_builtin_kernel(int device, uint64_t key, const std::string& source,
+const KernelTable::Entry& load_builtin_kernel(const BuiltinKernelKey& key, const std::string& source,
                                               const std::string& name) {
-  return *kernel_table().insert(device, key, compile_kernel_entry(device, source, name));
+  return *kernel_table().insert(key, compile_kernel_entry(key.device, source, name));
 }
 
 void cuda_elementwise(const detail::ElementwiseCall& call) {

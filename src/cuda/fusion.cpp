@@ -4,7 +4,7 @@
 // else strided), the index width and the grid; for a final reduction, split the
 // broadcast shape into kept and reduced axes (logical order, coalesced where every
 // operand allows) and pick the threads per output. Compiled kernels are cached in
-// the graph by (device, spec key), so a repeated call generates and compiles nothing;
+// the graph by (device, spec), so a repeated call generates and compiles nothing;
 // the modules themselves live in load_module's memory and disk caches.
 #include "cuda/fusion.hpp"
 
@@ -29,11 +29,12 @@ using detail::FusionGraph;
 namespace {
 
 const KernelTable::Entry& fused_kernel(const FusionGraph& g, int device, const FusionKernelSpec& spec) {
-  const uint64_t key = fusion_kernel_key(spec) | static_cast<uint64_t>(device) << 48;
-  if (std::shared_ptr<void> found = g.find_kernel(key)) return *static_cast<const KernelTable::Entry*>(found.get());
+  FusionKernelMemo& memo = g.kernels.get<FusionKernelMemo>();
+  const FusionKernelKey key{device, spec};
+  if (std::shared_ptr<void> found = memo.find(key)) return *static_cast<const KernelTable::Entry*>(found.get());
   const std::string name = fusion_kernel_name(g, spec);
   auto entry = std::make_shared<KernelTable::Entry>(compile_kernel_entry(device, fusion_source(g, spec), name));
-  return *static_cast<const KernelTable::Entry*>(g.insert_kernel(key, entry).get());
+  return *static_cast<const KernelTable::Entry*>(memo.insert(key, entry).get());
 }
 
 /// One axis of a fused reduction: its size and each input's stride.

@@ -50,10 +50,22 @@ struct FusionKernelSpec {
   int kept_ndim = 0;
   int reduced_ndim = 1;
   bool to_partials = false;
+
+  bool operator==(const FusionKernelSpec&) const = default;
 };
 
-/// The spec as a 64-bit key (unique per spec, for the graph's kernel cache together with the device).
-uint64_t fusion_kernel_key(const FusionKernelSpec& spec);
+}  // namespace kiln::cuda_impl
+
+// Hashes over every field (a field added without being named here does not compile).
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::FusionKernelSpec, layout, vector_width, ndim, unroll, index64, op, out, acc,
+                      group, kept_ndim, reduced_ndim, to_partials);
+
+namespace kiln::cuda_impl {
+
+/// A fused kernel's identity within its graph: the device and the whole spec.
+using FusionKernelKey = detail::DeviceKernelKey<FusionKernelSpec>;
+/// The memo of fused kernels a graph keeps for this backend (FusionGraph::kernels).
+using FusionKernelMemo = detail::KernelMemo<FusionKernelKey>;
 /// "kiln_fused_<name>_<graph hash>_<layout...>" (shows up in profilers).
 std::string fusion_kernel_name(const detail::FusionGraph& graph, const FusionKernelSpec& spec);
 /// The kernel (no prelude) in a namespace named after it; throws DTypeError for an op without a GPU definition.

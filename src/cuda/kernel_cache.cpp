@@ -161,10 +161,10 @@ std::string CacheKey::hex() const {
   return buffer;
 }
 
-CacheKey cache_key(std::string_view source, std::string_view target, const std::vector<std::string>& options,
-                   const std::vector<std::string>& name_expressions) {
-  // The key material is gathered into a reused per-thread buffer and hashed twice with different
-  // seeds: two independent 64-bit hashes make an accidental collision (a wrong kernel) negligible.
+std::string_view cache_key_material(std::string_view source, std::string_view target,
+                                    const std::vector<std::string>& options,
+                                    const std::vector<std::string>& name_expressions) {
+  // Gathered into a reused per-thread buffer: no allocation once it has grown.
   thread_local std::string material;
   material.clear();
   append_u32(material, kKernelCacheFormatVersion);
@@ -177,8 +177,19 @@ CacheKey cache_key(std::string_view source, std::string_view target, const std::
   append_u64(material, name_expressions.size());
   for (const auto& expression : name_expressions) append_field(material, expression);
   append_field(material, source);
+  return material;
+}
+
+CacheKey cache_key_of(std::string_view material) {
+  // Hashed twice with different seeds: two independent 64-bit hashes make an accidental collision negligible
+  // (the memory cache also compares the material itself).
   return CacheKey{xxhash64(material.data(), material.size(), 0x6B696C6E2D6B6579ULL),
                   xxhash64(material.data(), material.size(), 0x9E3779B97F4A7C15ULL)};
+}
+
+CacheKey cache_key(std::string_view source, std::string_view target, const std::vector<std::string>& options,
+                   const std::vector<std::string>& name_expressions) {
+  return cache_key_of(cache_key_material(source, target, options, name_expressions));
 }
 
 std::string kernel_cache_directory() {

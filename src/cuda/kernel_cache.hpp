@@ -59,6 +59,14 @@ uint64_t xxhash64(const void* data, size_t size, uint64_t seed = 0);
 /// version, kiln's version and kKernelCacheFormatVersion. No GPU needed.
 CacheKey cache_key(std::string_view source, std::string_view target, const std::vector<std::string>& options,
                    const std::vector<std::string>& name_expressions);
+/// The bytes cache_key hashes: every input above, length-prefixed (in a per-thread buffer, valid until the
+/// thread's next call). The memory cache compares them on a hit, so a 128-bit collision cannot load another
+/// program's module.
+std::string_view cache_key_material(std::string_view source, std::string_view target,
+                                    const std::vector<std::string>& options,
+                                    const std::vector<std::string>& name_expressions);
+/// The key of cache_key_material's bytes (cache_key is cache_key_of(cache_key_material(...))).
+CacheKey cache_key_of(std::string_view material);
 
 /// The disk cache folder: KILN_CACHE_DIR, else $HOME/.cache/kiln/kernels; "" (no disk cache) when
 /// KILN_CACHE_IN_MEMORY is 1/true/on/yes or neither variable is set. Read on every call.

@@ -304,6 +304,7 @@ struct FallbackKernel {
 
 const FallbackKernel& fallback_kernel(int device, DType dtype) {
   constexpr size_t kDTypes = 16;
+  static_assert(kNumDTypes <= static_cast<int>(kDTypes), "one slot per (device, dtype): widen kDTypes");
   static std::array<std::atomic<const FallbackKernel*>, kMaxDevices * kDTypes> table{};
   std::atomic<const FallbackKernel*>& slot = table[static_cast<size_t>(device) * kDTypes + static_cast<size_t>(dtype)];
   if (const FallbackKernel* kernel = slot.load(std::memory_order_acquire)) return *kernel;

@@ -22,13 +22,13 @@ std::string dims_str(const Dim3& d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
 
-std::string arg_description(const detail::KernelArg& arg) {
+std::string arg_description(const detail::RawLaunchArg& arg) {
   switch (arg.kind) {
-    case detail::KernelArg::Kind::Array:
+    case detail::RawLaunchArg::Kind::Array:
       return "an array (passed as an 8-byte device pointer)";
-    case detail::KernelArg::Kind::Pointer:
+    case detail::RawLaunchArg::Kind::Pointer:
       return "a pointer (8 bytes)";
-    case detail::KernelArg::Kind::Value:
+    case detail::RawLaunchArg::Kind::Value:
       break;
   }
   return "a " + std::string(arg.type_name) + " (" + std::to_string(arg.size) + " bytes)";
@@ -40,7 +40,7 @@ size_t align_up(size_t offset, size_t alignment) {
 
 }  // namespace
 
-PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* args, size_t count,
+PackedArgs pack_kernel_args(const std::string& name, const detail::RawLaunchArg* args, size_t count,
                             const std::vector<KernelParam>* params, int device) {
   // Messages are built only when thrown: this runs on every launch.
   const auto kernel = [&] { return "kiln: RawKernel '" + name + "'"; };
@@ -52,7 +52,7 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
   packed.offsets.resize(count);
   size_t end = 0;
   for (size_t i = 0; i < count; ++i) {
-    const detail::KernelArg& arg = args[i];
+    const detail::RawLaunchArg& arg = args[i];
     const auto which = [i] { return "argument " + std::to_string(i); };
     size_t offset = 0;
     if (params != nullptr) {
@@ -66,7 +66,7 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
     } else {
       offset = align_up(end, arg.alignment);
     }
-    if (arg.kind == detail::KernelArg::Kind::Array) {
+    if (arg.kind == detail::RawLaunchArg::Kind::Array) {
       const Array& array = *arg.array;
       if (!array.defined())
         throw ValueError(kernel() + ": " + which() +
@@ -96,9 +96,9 @@ PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* ar
   packed.buffer.assign(end, 0);
   packed.pointers.resize(count);
   for (size_t i = 0; i < count; ++i) {
-    const detail::KernelArg& arg = args[i];
+    const detail::RawLaunchArg& arg = args[i];
     unsigned char* at = packed.buffer.data() + packed.offsets[i];
-    if (arg.kind == detail::KernelArg::Kind::Array) {
+    if (arg.kind == detail::RawLaunchArg::Kind::Array) {
       void* data = arg.array->data_ptr();
       std::memcpy(at, &data, sizeof data);
     } else {
@@ -170,7 +170,7 @@ class CudaRawKernel final : public detail::RawKernelImpl {
                             a.ptxVersion,         a.binaryVersion};
   }
 
-  void launch(const Dim3& grid, const Dim3& block, const detail::KernelArg* args, size_t count,
+  void launch(const Dim3& grid, const Dim3& block, const detail::RawLaunchArg* args, size_t count,
               const LaunchOptions& options) override {
     const auto [g, b] = launch_dims(name_, grid, block, options.shared_mem);
     PackedArgs packed = pack_kernel_args(name_, args, count, params_ ? &*params_ : nullptr, device_);

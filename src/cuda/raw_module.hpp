@@ -39,7 +39,7 @@ struct PackedArgs {
 /// (nullptr) it lays the arguments out with their natural alignment, as a C struct. Array arguments pass their
 /// data pointer and must be defined and on cuda:`device`. Throws ValueError (count, size, empty array, more
 /// than kMaxKernelParamBytes) or DeviceError (an array elsewhere), naming the kernel and argument index.
-PackedArgs pack_kernel_args(const std::string& name, const detail::KernelArg* args, size_t count,
+PackedArgs pack_kernel_args(const std::string& name, const detail::RawLaunchArg* args, size_t count,
                             const std::vector<KernelParam>* params, int device);
 
 /// Grid and block of a launch as dim3, after checking that each dimension is 1 .. 2^32-1 and then the

@@ -125,9 +125,9 @@ Words make_words(const Axes& kept, const Axes& reduced, int64_t num_out, int64_t
 }
 
 const KernelTable::Entry& reduce_kernel(int device, const ReduceSpec& spec) {
-  const uint64_t key = reduce_key(spec);
-  if (const KernelTable::Entry* entry = kernel_table().find(device, key)) return *entry;
-  return load_builtin_kernel(device, key, reduce_source(spec), reduce_kernel_name(spec));
+  const BuiltinKernelKey key{device, spec};
+  if (const KernelTable::Entry* entry = kernel_table().find(key)) return *entry;
+  return load_builtin_kernel(key, reduce_source(spec), reduce_kernel_name(spec));
 }
 
 void launch_reduce(const KernelTable::Entry& kernel, const ReduceSpec& spec, int device, dim3 grid, dim3 block,
@@ -282,7 +282,7 @@ void cuda_reduce(const detail::ReduceCall& call) {
   if (kernel->blocks_per_multiprocessor != kBlocksPerMultiprocessor) {
     Plan again = plan_reduction(call.op, in.dtype(), out.dtype(), geometry,
                                 static_cast<int64_t>(sms) * kernel->blocks_per_multiprocessor);
-    if (reduce_key(again.spec) != reduce_key(plan.spec)) kernel = &reduce_kernel(device, again.spec);
+    if (again.spec != plan.spec) kernel = &reduce_kernel(device, again.spec);
     plan = again;
   }
   const int64_t splits = plan.splits;

@@ -1,6 +1,6 @@
 // User ElementwiseKernels and ReductionKernels on the GPU: the layout of a
 // call (the built-ins' coalescing, 32-bit indexing when offsets fit, the
-// contiguous fast path), a variant from the kernel object's cache or generated
+// contiguous fast path), a variant from the kernel object's memo or generated
 // (codegen_user.cpp) and loaded through load_module (memory and disk caches
 // shared with the built-ins), then a checked launch on the device's current
 // stream. The core (src/core/user_kernel.cpp) has already checked, typed,
@@ -28,18 +28,19 @@ namespace {
 constexpr int kMaxUserOperands = 32;
 using UserLayout = StridedLayout<kMaxUserOperands>;
 
-/// The compiled variant for `signature` on `device`, from the kernel's cache or built by `source()`.
-template <class SourceFn>
-const KernelTable::Entry& variant(detail::KernelVariantCache& cache, int device, const std::string& signature,
-                                  const std::string& name, const std::vector<std::string>& options, SourceFn source) {
-  const std::string key = std::to_string(device) + "|" + signature;
-  if (std::shared_ptr<void> hit = cache.find(key)) return *static_cast<const KernelTable::Entry*>(hit.get());
-  auto entry = std::make_shared<KernelTable::Entry>(compile_kernel_entry(device, source(), name, options));
-  std::shared_ptr<void> stored = cache.insert(key, std::move(entry));
+/// The compiled variant for `spec` on `device`, from the kernel object's memo or built by `source()`.
+template <class Spec, class SourceFn>
+const KernelTable::Entry& variant(const detail::KernelDef& def, int device, const Spec& spec, SourceFn source) {
+  using Memo = detail::KernelMemo<UserVariantKey<Spec>>;
+  Memo& memo = def.variants.get<Memo>();
+  const UserVariantKey<Spec> key{device, spec};
+  if (std::shared_ptr<void> hit = memo.find(key)) return *static_cast<const KernelTable::Entry*>(hit.get());
+  auto entry = std::make_shared<KernelTable::Entry>(compile_kernel_entry(device, source(), def.name, def.options));
+  std::shared_ptr<void> stored = memo.insert(key, std::move(entry));
   return *static_cast<const KernelTable::Entry*>(stored.get());
 }
 
-/// The parameter specs of a call (dtypes, kinds, raw layouts), without the parameters' names: the variant cache's
+/// The parameter specs of a call (dtypes, kinds, raw layouts), without the parameters' names: the variant memo's
 /// key does not need them, and with_code fills them in on a miss.
 std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vector<detail::BoundArg>& args) {
   std::vector<UserParamSpec> specs;
@@ -76,9 +77,9 @@ void set_code(UserReductionSpec& spec, const detail::ReductionKernelDef& def) {
   spec.identity = def.identity;
 }
 
-/// `spec` completed with what the source needs beyond the cache key: the kernel's name, code and preamble, the
+/// `spec` completed with what the source needs beyond the memo key: the kernel's name, code and preamble, the
 /// placeholder types and the parameter names (param_specs built spec.params from call.args, one per argument).
-/// Only for a cache miss.
+/// Only for a memo miss.
 template <class Spec, class Call>
 Spec with_code(Spec spec, const Call& call) {
   const auto& def = *call.kernel;
@@ -198,13 +199,13 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
   layout.operands = num_arrays;
   coalesce(layout, call.shape, arrays, def.name.c_str());
   const int64_t n = call.size;
-  UserElementwiseSpec spec;  // what the cache key needs; with_code adds the rest on a miss
+  UserElementwiseSpec spec;  // what the memo key needs; with_code adds the rest on a miss
   spec.params = param_specs(def.name, call.args);
   spec.contiguous = num_arrays == 0 || is_contiguous_layout(layout, n);
   spec.ndim = layout.ndim;
   spec.index64 = n > INT32_MAX || (!spec.contiguous && !offsets_fit_32(layout));
-  const KernelTable::Entry& kernel = variant(def.cache, device, user_elementwise_signature(spec), def.name, def.options,
-                                             [&] { return user_elementwise_source(with_code(spec, call)); });
+  const KernelTable::Entry& kernel =
+      variant(def, device, spec, [&] { return user_elementwise_source(with_code(spec, call)); });
 
   ArgBuffer buffer(call.args, device, def.name);
   uint32_t words32[3 * kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
@@ -262,7 +263,7 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
   const int group = plan.group;
   const int64_t splits = plan.splits, chunk = plan.chunk;
 
-  UserReductionSpec spec;  // what the cache key needs; with_code adds the rest on a miss
+  UserReductionSpec spec;  // what the memo key needs; with_code adds the rest on a miss
   spec.params = param_specs(kernel_name, call.args);
   spec.reduce_type = call.reduce_type;
   spec.kept_ndim = static_cast<int>(kept.size());
@@ -291,9 +292,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     words[tail + 2] = static_cast<uint64_t>(pass_splits);
     words[tail + 3] = static_cast<uint64_t>(pass_chunk);
     std::vector<uint32_t> narrow(words.begin(), words.end());
-    const KernelTable::Entry& kernel = variant(def.cache, device, user_reduction_signature(pass_spec), def.name,
-                                               def.options,
-                                               [&] { return user_reduction_source(with_code(pass_spec, call)); });
+    const KernelTable::Entry& kernel =
+        variant(def, device, pass_spec, [&] { return user_reduction_source(with_code(pass_spec, call)); });
     ArgBuffer buffer(call.args, device, kernel_name);
     buffer.push_pointer(partials_in);
     buffer.push_pointer(partials_out);

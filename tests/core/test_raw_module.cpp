@@ -21,31 +21,31 @@ TEST(RawKernelFront, MakeKernelArgKeepsExactWidths) {
   const bool flag = true;
   float* pointer = nullptr;
   struct Case {
-    detail::KernelArg arg;
+    detail::RawLaunchArg arg;
     const void* object;
     size_t size;
     const char* type_name;
   };
   const Case cases[] = {
-      {detail::make_kernel_arg(i32), &i32, 4, "int32"},   {detail::make_kernel_arg(i64), &i64, 8, "int64"},
-      {detail::make_kernel_arg(u8), &u8, 1, "uint8"},     {detail::make_kernel_arg(f64), &f64, 8, "float64"},
-      {detail::make_kernel_arg(f32), &f32, 4, "float32"}, {detail::make_kernel_arg(f16), &f16, 2, "float16"},
-      {detail::make_kernel_arg(flag), &flag, 1, "bool"},
+      {detail::make_raw_launch_arg(i32), &i32, 4, "int32"},   {detail::make_raw_launch_arg(i64), &i64, 8, "int64"},
+      {detail::make_raw_launch_arg(u8), &u8, 1, "uint8"},     {detail::make_raw_launch_arg(f64), &f64, 8, "float64"},
+      {detail::make_raw_launch_arg(f32), &f32, 4, "float32"}, {detail::make_raw_launch_arg(f16), &f16, 2, "float16"},
+      {detail::make_raw_launch_arg(flag), &flag, 1, "bool"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.type_name);
-    EXPECT_EQ(c.arg.kind, detail::KernelArg::Kind::Value);
+    EXPECT_EQ(c.arg.kind, detail::RawLaunchArg::Kind::Value);
     EXPECT_EQ(c.arg.value, c.object);
     EXPECT_EQ(c.arg.size, c.size);
     EXPECT_STREQ(c.arg.type_name, c.type_name);
   }
-  const auto h = detail::make_kernel_arg(pointer), n = detail::make_kernel_arg(nullptr);
-  EXPECT_EQ(h.kind, detail::KernelArg::Kind::Pointer);
+  const auto h = detail::make_raw_launch_arg(pointer), n = detail::make_raw_launch_arg(nullptr);
+  EXPECT_EQ(h.kind, detail::RawLaunchArg::Kind::Pointer);
   EXPECT_EQ(h.size, 8u);
-  EXPECT_EQ(n.kind, detail::KernelArg::Kind::Pointer);
+  EXPECT_EQ(n.kind, detail::RawLaunchArg::Kind::Pointer);
   const Array x;
-  const auto arr = detail::make_kernel_arg(x);
-  EXPECT_EQ(arr.kind, detail::KernelArg::Kind::Array);
+  const auto arr = detail::make_raw_launch_arg(x);
+  EXPECT_EQ(arr.kind, detail::RawLaunchArg::Kind::Array);
   EXPECT_EQ(arr.array, &x);
   EXPECT_EQ(arr.size, 8u);
 }

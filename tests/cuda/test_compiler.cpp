@@ -98,6 +98,19 @@ TEST(KernelCache, KeysDifferWhenSourceOptionsArchOrNameExpressionsDiffer) {
   EXPECT_NE(cache_key("src", "sm_90", {"-DA", "=1"}, {}), cache_key("src", "sm_90", {"-DA=", "1"}, {}));
 }
 
+TEST(KernelCache, MaterialHoldsEveryInputAndHashesToTheKey) {
+  // The memory cache compares this material on a hit: it must tell apart whatever the key tells apart.
+  const std::string base(cache_key_material("src", "sm_90", {"-DA=1"}, {"f<int>"}));
+  EXPECT_EQ(cache_key_of(base), cache_key("src", "sm_90", {"-DA=1"}, {"f<int>"}));
+  EXPECT_NE(base.find("src"), std::string::npos);
+  EXPECT_NE(base, cache_key_material("src2", "sm_90", {"-DA=1"}, {"f<int>"}));
+  EXPECT_NE(base, cache_key_material("src", "sm_80", {"-DA=1"}, {"f<int>"}));
+  EXPECT_NE(base, cache_key_material("src", "sm_90", {"-DA=2"}, {"f<int>"}));
+  EXPECT_NE(base, cache_key_material("src", "sm_90", {"-DA=1"}, {"f<float>"}));
+  const std::string split(cache_key_material("s", "sm_90", {"-DA", "=1"}, {}));
+  EXPECT_NE(split, cache_key_material("s", "sm_90", {"-DA=", "1"}, {}));
+}
+
 TEST(KernelCache, KeyHexIsThirtyTwoLowercaseDigits) {
   const CacheKey key{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
   EXPECT_EQ(key.hex(), "0123456789abcdeffedcba9876543210");

@@ -274,9 +274,9 @@ TEST(RawKernelArgs, WithoutParameterInfoArgumentsAreLaidOutAsACStruct) {
   const float bias = 1.25f;
   const int8_t small = -3;
   const int64_t big = int64_t{1} << 40;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(n),       detail::make_kernel_arg(scale),
-                                    detail::make_kernel_arg(pointer), detail::make_kernel_arg(bias),
-                                    detail::make_kernel_arg(small),   detail::make_kernel_arg(big)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(n),       detail::make_raw_launch_arg(scale),
+                                       detail::make_raw_launch_arg(pointer), detail::make_raw_launch_arg(bias),
+                                       detail::make_raw_launch_arg(small),   detail::make_raw_launch_arg(big)};
   const PackedArgs packed = cuda_impl::pack_kernel_args("k", args, 6, nullptr, 0);
   // struct { int32 n; double scale; float* p; float bias; int8 small; int64 big; }: offsets by hand.
   EXPECT_EQ(packed.offsets, (std::vector<size_t>{0, 8, 16, 24, 28, 32}));
@@ -298,7 +298,7 @@ TEST(RawKernelArgs, StructArgumentsKeepTheirAlignment) {
   };
   const char c = 'c';
   const Float4 v{1, 2, 3, 4};
-  const detail::KernelArg args[] = {detail::make_kernel_arg(c), detail::make_kernel_arg(v)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(c), detail::make_raw_launch_arg(v)};
   EXPECT_STREQ(args[1].type_name, "struct");
   const PackedArgs packed = cuda_impl::pack_kernel_args("k", args, 2, nullptr, 0);
   EXPECT_EQ(packed.offsets, (std::vector<size_t>{0, 16}));
@@ -309,7 +309,7 @@ TEST(RawKernelArgs, StructArgumentsKeepTheirAlignment) {
 TEST(RawKernelArgs, WithParameterInfoTheDriversOffsetsAreUsed) {
   const int32_t a = 11;
   const double b = -0.5;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(a), detail::make_kernel_arg(b)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(a), detail::make_raw_launch_arg(b)};
   const std::vector<KernelParam> params = {{0, 4}, {16, 8}};  // e.g. a kernel whose double is over-aligned
   const PackedArgs packed = cuda_impl::pack_kernel_args("k", args, 2, &params, 0);
   EXPECT_EQ(packed.offsets, (std::vector<size_t>{0, 16}));
@@ -327,7 +327,7 @@ TEST(RawKernelArgs, NoArgumentsPackToNothing) {
 
 TEST(RawKernelArgs, WrongArgumentCountIsAValueErrorNamingTheKernel) {
   const int32_t n = 1;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(n), detail::make_kernel_arg(n)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(n), detail::make_raw_launch_arg(n)};
   const std::vector<KernelParam> five = {{0, 4}, {4, 4}, {8, 8}, {16, 8}, {24, 8}};
   expect_error<ValueError>([&] { (void)cuda_impl::pack_kernel_args("add_two_array_2d", args, 2, &five, 0); },
                            {"RawKernel 'add_two_array_2d'", "takes 5 parameter(s)", "given 2 argument(s)"});
@@ -337,14 +337,14 @@ TEST(RawKernelArgs, WrongArgumentSizeIsAValueErrorNamingIndexExpectedAndGiven) {
   const int32_t nx = 4;
   const double ny = 4;  // the kernel takes an int
   float* p = nullptr;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(nx), detail::make_kernel_arg(ny),
-                                    detail::make_kernel_arg(p)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(nx), detail::make_raw_launch_arg(ny),
+                                       detail::make_raw_launch_arg(p)};
   const std::vector<KernelParam> params = {{0, 4}, {4, 4}, {8, 8}};
   expect_error<ValueError>(
       [&] { (void)cuda_impl::pack_kernel_args("k2", args, 3, &params, 0); },
       {"RawKernel 'k2'", "parameter 1 (counting from 0) is 4 bytes", "argument 1", "float64 (8 bytes)", "int32_t"});
   const Array host = zeros({2}, float32, cpu());
-  const detail::KernelArg array_for_int[] = {detail::make_kernel_arg(host)};
+  const detail::RawLaunchArg array_for_int[] = {detail::make_raw_launch_arg(host)};
   const std::vector<KernelParam> one_int = {{0, 4}};
   expect_error<ValueError>(
       [&] { (void)cuda_impl::pack_kernel_args("k3", array_for_int, 1, &one_int, 0); },
@@ -354,7 +354,7 @@ TEST(RawKernelArgs, WrongArgumentSizeIsAValueErrorNamingIndexExpectedAndGiven) {
 TEST(RawKernelArgs, HostArraysAreADeviceErrorSayingHowToMoveThem) {
   const Array host = zeros({3}, float32, cpu());
   const int32_t n = 3;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(n), detail::make_kernel_arg(host)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(n), detail::make_raw_launch_arg(host)};
   expect_error<DeviceError>(
       [&] { (void)cuda_impl::pack_kernel_args("k", args, 2, nullptr, 1); },
       {"RawKernel 'k'", "runs on cuda:1", "argument 1", "host memory (cpu)", "a.to(kiln::gpu(1))"});
@@ -363,7 +363,7 @@ TEST(RawKernelArgs, HostArraysAreADeviceErrorSayingHowToMoveThem) {
 TEST(RawKernelArgs, ArraysOfAnotherGpuAreADeviceError) {
   if (num_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs (has " << num_gpus() << ")";
   const Array on1 = zeros({3}, float32, gpu(1));
-  const detail::KernelArg args[] = {detail::make_kernel_arg(on1)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(on1)};
   expect_error<DeviceError>([&] { (void)cuda_impl::pack_kernel_args("k", args, 1, nullptr, 0); },
                             {"RawKernel 'k'", "runs on cuda:0", "argument 0 is an array on cuda:1",
                              "a.to(kiln::gpu(0))", "RawModuleOptions::device"});
@@ -371,7 +371,7 @@ TEST(RawKernelArgs, ArraysOfAnotherGpuAreADeviceError) {
 
 TEST(RawKernelArgs, EmptyArrayIsAValueError) {
   const Array none;
-  const detail::KernelArg args[] = {detail::make_kernel_arg(none)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(none)};
   expect_error<ValueError>([&] { (void)cuda_impl::pack_kernel_args("k", args, 1, nullptr, 0); },
                            {"RawKernel 'k'", "argument 0 is an empty Array"});
 }
@@ -381,7 +381,7 @@ TEST(RawKernelArgs, MoreThanCudasParameterSpaceIsAValueError) {
     unsigned char bytes[32768];
   };
   static const Big big{};
-  const detail::KernelArg args[] = {detail::make_kernel_arg(big)};
+  const detail::RawLaunchArg args[] = {detail::make_raw_launch_arg(big)};
   expect_error<ValueError>([&] { (void)cuda_impl::pack_kernel_args("k", args, 1, nullptr, 0); },
                            {"RawKernel 'k'", "32768 bytes", "32764", "pass the array"});
 }

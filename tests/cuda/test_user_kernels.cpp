@@ -377,9 +377,15 @@ TEST(UserKernelCodegen, PlusOneCompilesInEveryLayoutClass) {
       }
 }
 
-TEST(UserKernelCodegen, SignatureTellsVariantsApart) {
-  const auto sig = [](const UserElementwiseSpec& s) { return user_elementwise_signature(s); };
-  const std::string base = sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)}));
+TEST(UserKernelCodegen, VariantKeysTellVariantsApart) {
+  // The key a call builds: the spec without the user's code (with_code adds it on a miss).
+  const auto sig = [](UserElementwiseSpec s) {
+    s.name = s.operation = s.preamble = "";
+    s.types.clear();
+    for (UserParamSpec& p : s.params) p.name.clear();
+    return UserVariantKey<UserElementwiseSpec>{0, s};
+  };
+  const UserVariantKey<UserElementwiseSpec> base = sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)}));
   EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float64)})));
   EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {s_(1.0f)})));
   EXPECT_NE(base, sig(ew("T x", "T y", "y = x", "k", {a_(DType::Float32)}, false, 2)));
@@ -515,7 +521,7 @@ TEST(UserKernelCodegen, ReductionsCompileForEveryPassGroupAndRank) {
                    "max_i8");
 }
 
-TEST(UserKernelCodegen, ReductionSignatureTellsPassesApart) {
+TEST(UserKernelCodegen, ReductionVariantKeysTellPassesApart) {
   UserReductionSpec a = red("T x", "T y", "x", "a + b", "y = a", "0", "s", {a_(DType::Float32)}, DType::Float32, 1, 1,
                             32, UserReducePass::Single);
   UserReductionSpec b = a;
@@ -524,9 +530,10 @@ TEST(UserKernelCodegen, ReductionSignatureTellsPassesApart) {
   c.group = 1;
   UserReductionSpec d = a;
   d.reduce_type = DType::Float64;
-  EXPECT_NE(user_reduction_signature(a), user_reduction_signature(b));
-  EXPECT_NE(user_reduction_signature(a), user_reduction_signature(c));
-  EXPECT_NE(user_reduction_signature(a), user_reduction_signature(d));
+  detail::KernelMemo<UserVariantKey<UserReductionSpec>> memo;
+  for (const UserReductionSpec* s : {&a, &b, &c, &d, &a}) memo.insert({0, *s}, std::make_shared<int>(0));
+  memo.insert({1, a}, std::make_shared<int>(0));  // another device
+  EXPECT_EQ(memo.size(), 5u);
 }
 
 // ---- on a GPU --------------------------------------------------------------------------------------------
