@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "core/philox.hpp"
@@ -137,7 +138,9 @@ struct RandomKernel {
   std::string name;
 };
 
-constexpr size_t kSpecSlots = 3 * 16 * 2;  // distribution x dtype x wide
+// RandInt is the last distribution: one added after it must widen this (random_kernel checks the index).
+constexpr size_t kDistributions = static_cast<size_t>(detail::RandomDistribution::RandInt) + 1;
+constexpr size_t kSpecSlots = kDistributions * kNumDTypes * 2;  // distribution x dtype x wide
 
 /// The kernel held by `slot`, compiled from source() under `name` on first use (a thread that loses the race
 /// to store it keeps the other's).
@@ -157,8 +160,10 @@ const RandomKernel& cached_kernel(std::atomic<const RandomKernel*>& slot, int de
 
 const RandomKernel& random_kernel(int device, const RandomKernelSpec& spec) {
   static std::array<std::atomic<const RandomKernel*>, kMaxDevices * kSpecSlots> table{};
-  const size_t index = (static_cast<size_t>(spec.distribution) * 16 + static_cast<size_t>(spec.dtype)) * 2 +
+  const size_t index = (static_cast<size_t>(spec.distribution) * kNumDTypes + static_cast<size_t>(spec.dtype)) * 2 +
                        static_cast<size_t>(spec.wide);
+  if (index >= kSpecSlots)
+    throw std::logic_error("random_kernel: spec outside the slot table (a distribution after RandInt?)");
   return cached_kernel(table[static_cast<size_t>(device) * kSpecSlots + index], device, random_kernel_name(spec),
                        [&] { return random_source(spec); });
 }
