@@ -39,7 +39,7 @@ Array storage_view(const Array& a) {
 Array gather_flat(const Array& src, const Array& offsets) {
   if (offsets.size() == 0) return detail::make_array(offsets.shape(), src.dtype(), src.device());
   if (src.device().is_cuda()) {
-    static const ElementwiseKernel gather(detail::kGatherIn, detail::kGatherOut, detail::kGatherOp, "kiln_gather");
+    static const ElementwiseKernel gather(detail::kGatherIn, detail::kGatherOut, detail::kGatherOp, "index_gather");
     return gather(storage_view(src), offsets);
   }
   Array out = detail::make_array(offsets.shape(), src.dtype(), cpu());
@@ -56,7 +56,8 @@ Array gather_flat(const Array& src, const Array& offsets) {
 void scatter_flat(const Array& dst, const Array& offsets, const Array& values) {
   if (offsets.size() == 0) return;
   if (dst.device().is_cuda()) {
-    static const ElementwiseKernel scatter(detail::kScatterIn, detail::kScatterOut, detail::kScatterOp, "kiln_scatter");
+    static const ElementwiseKernel scatter(detail::kScatterIn, detail::kScatterOut, detail::kScatterOp,
+                                           "index_scatter");
     scatter.call({values, offsets, storage_view(dst)});
     return;
   }

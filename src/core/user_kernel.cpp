@@ -327,9 +327,12 @@ namespace {
 /// Construction checks shared by both kernel kinds.
 void check_definition(const std::string& name, const std::vector<KernelParam>& params,
                       const std::vector<std::string>& reserved) {
-  if (!is_identifier(name) || name.rfind("kiln_", 0) == 0)
+  if (!is_identifier(name))
     throw ValueError("user kernel: the name '" + name +
                      "' is not a C++ identifier (it names the __global__ function); use e.g. \"my_kernel\"");
+  if (name.rfind("kiln_", 0) == 0)
+    throw ValueError("user kernel: the name '" + name +
+                     "' starts with kiln_, which kiln's own generated kernels use; use e.g. \"my_kernel\"");
   for (size_t k = 0; k < params.size(); ++k) {
     const KernelParam& p = params[k];
     for (size_t j = 0; j < k; ++j)

@@ -64,3 +64,10 @@ TEST(UserKernelTypes, ReduceTypeTakesParseDtypeNamesAndCSpellings) {
 }
 
 }  // namespace
+
+TEST(UserKernelNames, NamesMustBeIdentifiersAndNotKilnsOwnPrefix) {
+  expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 y", "y = x", "2fast"); },
+                           {"'2fast'", "not a C++ identifier", "my_kernel"});
+  expect_error<ValueError>([] { ElementwiseKernel("float32 x", "float32 y", "y = x", "kiln_copy"); },
+                           {"'kiln_copy'", "starts with kiln_", "my_kernel"});
+}

@@ -802,13 +802,13 @@ TEST(UserKernelCodegen, IndexingGatherAndScatterCompileForEveryDtype) {
     const DType d = static_cast<DType>(t);
     for (bool contiguous : {true, false}) {
       expect_ptx_entry(user_elementwise_source(ew(detail::kGatherIn, detail::kGatherOut, detail::kGatherOp,
-                                                  "kiln_gather", {r_(d, 1, true), a_(DType::Int64)}, contiguous,
+                                                  "index_gather", {r_(d, 1, true), a_(DType::Int64)}, contiguous,
                                                   contiguous ? 1 : 3)),
-                       "kiln_gather");
+                       "index_gather");
       expect_ptx_entry(user_elementwise_source(ew(detail::kScatterIn, detail::kScatterOut, detail::kScatterOp,
-                                                  "kiln_scatter", {a_(d), a_(DType::Int64), r_(d, 1, true)},
+                                                  "index_scatter", {a_(d), a_(DType::Int64), r_(d, 1, true)},
                                                   contiguous, contiguous ? 1 : 3)),
-                       "kiln_scatter");
+                       "index_scatter");
     }
   }
 }
