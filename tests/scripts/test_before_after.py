@@ -54,6 +54,38 @@ class BeforeAfter(unittest.TestCase):
         self.assertIn("| 2 | 1.97 |", row)  # kiln/torch before and after
         self.assertIn("after/torch", text)
 
+    def run_runs(self, before_runs, after_runs):
+        """Several runs per side, passed comma-separated."""
+        with tempfile.TemporaryDirectory() as d:
+            sides = []
+            for side, runs in (("before", before_runs), ("after", after_runs)):
+                paths = []
+                for i, records in enumerate(runs):
+                    path = os.path.join(d, f"{side}{i}.json")
+                    with open(path, "w") as f:
+                        json.dump({"tool": "kiln", "device": "GPU", "records": records}, f)
+                    paths.append(path)
+                sides.append(",".join(paths))
+            out = subprocess.run([sys.executable, SCRIPT, *sides], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return out.stdout
+
+    def test_several_runs_median_and_spread(self):
+        # Lower is better. Before runs 3, 4, 5 (median 4); after runs 4.4, 4.5, 6 (median 4.5):
+        # 4/4.5 = 0.889 < 0.98, but the runs overlap (after's best 4.4 < before's worst 5): within spread.
+        text = self.run_runs([[rec("t", 3.0, False)], [rec("t", 4.0, False)], [rec("t", 5.0, False)]],
+                             [[rec("t", 4.4, False)], [rec("t", 4.5, False)], [rec("t", 6.0, False)]])
+        row = self.row(text, "t")
+        self.assertIn("| 4 | 4.5 | 50.0% | 35.6% | 0.8889 within spread |", row)
+        self.assertIn("3 run(s) before, 3 run(s) after", text)
+        self.assertIn("0 worse beyond noise", text)
+        self.assertIn("1 below 1 - noise but within the runs' spread: t/c/m", text)
+        # Separate runs: every after run slower than every before run: worse.
+        text = self.run_runs([[rec("t", 3.0, False)], [rec("t", 3.1, False)]],
+                             [[rec("t", 3.5, False)], [rec("t", 3.6, False)]])
+        self.assertIn("**worse**", self.row(text, "t"))
+        self.assertIn("1 worse beyond noise: t/c/m", text)
+
     def test_records_in_one_file_only_are_named(self):
         text = self.run_script([rec("a", 1.0, True)], [rec("a", 1.0, True), rec("new", 2.0, True)])
         self.assertIn("in one file only: new/c/m", text)
