@@ -390,7 +390,7 @@ std::shared_ptr<Module> load_module(const std::string& source, const std::string
   std::shared_ptr<Module> module;
   const std::string directory = kernel_cache_directory();
   if (!directory.empty()) {
-    if (auto entry = read_cache_file(directory, key)) {
+    if (auto entry = read_cache_file(directory, material)) {
       try {
         module = std::make_shared<Module>(std::move(entry->image), std::move(entry->lowered_names), program_name);
         counters().disk_hits.fetch_add(1, std::memory_order_relaxed);
@@ -402,7 +402,7 @@ std::shared_ptr<Module> load_module(const std::string& source, const std::string
   }
   if (!module) {
     CompiledImage compiled = compile_image(source, program_name, target, options);
-    if (!directory.empty() && !write_cache_file(directory, key, compiled))
+    if (!directory.empty() && !write_cache_file(directory, material, compiled))
       counters().disk_write_failures.fetch_add(1, std::memory_order_relaxed);
     module = std::make_shared<Module>(std::move(compiled.image), std::move(compiled.lowered_names), program_name);
   }

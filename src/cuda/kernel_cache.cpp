@@ -204,8 +204,11 @@ std::string cache_file_path(const std::string& directory, const CacheKey& key) {
   return (std::filesystem::path(directory) / key.hex()).string();
 }
 
-std::string encode_cache_entry(const CacheKey& key, const CompiledImage& entry) {
+std::string encode_cache_entry(std::string_view material, const CompiledImage& entry) {
+  const CacheKey key = cache_key_of(material);
   std::string payload;
+  append_u64(payload, material.size());
+  payload += material;
   append_u32(payload, static_cast<uint32_t>(entry.lowered_names.size()));
   for (const auto& [expression, lowered] : entry.lowered_names) {
     append_u32(payload, static_cast<uint32_t>(expression.size()));
@@ -229,7 +232,8 @@ std::string encode_cache_entry(const CacheKey& key, const CompiledImage& entry) 
   return out;
 }
 
-std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, const CacheKey& key) {
+std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, std::string_view material) {
+  const CacheKey key = cache_key_of(material);
   if (bytes.size() < kKernelCacheHeaderSize) return std::nullopt;
   if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return std::nullopt;
   Reader header{bytes.substr(0, kKernelCacheHeaderSize), sizeof kMagic};
@@ -247,6 +251,8 @@ std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, const Ca
   if (xxhash64(payload.data(), payload.size()) != payload_checksum) return std::nullopt;
 
   Reader reader{payload};
+  const uint64_t material_size = reader.u64();
+  if (!reader.ok || material_size != material.size() || reader.text(material_size) != material) return std::nullopt;
   CompiledImage entry;
   entry.is_cubin = (flags & kFlagCubin) != 0;
   const uint32_t count = reader.u32();
@@ -261,9 +267,10 @@ std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, const Ca
   return entry;
 }
 
-std::optional<CompiledImage> read_cache_file(const std::string& directory, const CacheKey& key) {
+std::optional<CompiledImage> read_cache_file(const std::string& directory, std::string_view material) {
   if (directory.empty()) return std::nullopt;
   try {
+    const CacheKey key = cache_key_of(material);
     std::ifstream file(cache_file_path(directory, key), std::ios::binary | std::ios::ate);
     if (!file) return std::nullopt;
     const std::streamoff size = file.tellg();
@@ -273,15 +280,16 @@ std::optional<CompiledImage> read_cache_file(const std::string& directory, const
     std::string bytes(static_cast<size_t>(size), '\0');
     file.seekg(0);
     if (!file.read(bytes.data(), size)) return std::nullopt;
-    return decode_cache_entry(bytes, key);
+    return decode_cache_entry(bytes, material);
   } catch (...) {  // std::bad_alloc or a stream failure: a miss, never fatal
     return std::nullopt;
   }
 }
 
-bool write_cache_file(const std::string& directory, const CacheKey& key, const CompiledImage& entry) {
+bool write_cache_file(const std::string& directory, std::string_view material, const CompiledImage& entry) {
   if (directory.empty()) return false;
   try {
+    const CacheKey key = cache_key_of(material);
     std::error_code error;
     std::filesystem::create_directories(directory, error);
     if (error && !std::filesystem::is_directory(directory, error)) return false;
@@ -291,7 +299,7 @@ bool write_cache_file(const std::string& directory, const CacheKey& key, const C
     const std::string temp_path = final_path + ".tmp." + std::to_string(::getpid()) + "." +
                                   std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000) +
                                   "." + std::to_string(counter.fetch_add(1));
-    const std::string bytes = encode_cache_entry(key, entry);
+    const std::string bytes = encode_cache_entry(material, entry);
     {
       std::ofstream file(temp_path, std::ios::binary | std::ios::trunc);
       if (!file) return false;

@@ -6,8 +6,11 @@
 //     char[8] magic "KILNKERN" | u32 format version | u32 flags (bit 0: CUBIN, else PTX)
 //     u64 key high | u64 key low | u64 payload size | u64 payload checksum (XXH64)
 //     u64 header checksum (XXH64 of the 48 bytes before it)
-//   payload: u32 count, then count x (u32 size, name expression, u32 size, lowered name),
+//   payload: u64 size, the key material (every input of the key, see cache_key_material),
+//            u32 count, then count x (u32 size, name expression, u32 size, lowered name),
 //            then the image bytes to the end of the file.
+// A reader compares the stored key material with its own, byte for byte: a file whose 128-bit name
+// collides with another compilation's is a miss, never the wrong program.
 // Files are written to a temporary file in the same folder and renamed into
 // place, so readers see a whole file or none. Every failure (missing, corrupt,
 // truncated or unreadable file, unwritable folder) is a miss, never an exception.
@@ -25,7 +28,7 @@
 namespace kiln::cuda_impl {
 
 /// Version of the file format and of the key recipe; bump it when either changes.
-inline constexpr uint32_t kKernelCacheFormatVersion = 1;
+inline constexpr uint32_t kKernelCacheFormatVersion = 2;
 /// Size of the fixed file header in bytes.
 inline constexpr size_t kKernelCacheHeaderSize = 56;
 /// NVRTC options kiln always passes (before -arch and the user's options); part of every key.
@@ -75,15 +78,17 @@ std::string kernel_cache_directory();
 /// Path of `key`'s file in `directory`.
 std::string cache_file_path(const std::string& directory, const CacheKey& key);
 
-/// Serialises `entry` under `key` into the file format above.
-std::string encode_cache_entry(const CacheKey& key, const CompiledImage& entry);
-/// Parses a file's bytes; nullopt when anything is off (magic, version, key, sizes, checksums).
-std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, const CacheKey& key);
+/// Serialises `entry`, compiled from `material` (cache_key_material's bytes), into the file format above,
+/// under the key cache_key_of(material).
+std::string encode_cache_entry(std::string_view material, const CompiledImage& entry);
+/// Parses a file's bytes; nullopt when anything is off (magic, version, key, stored key material that
+/// differs from `material`, sizes, checksums).
+std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, std::string_view material);
 
-/// Reads and checks `key`'s file in `directory`; nullopt on any failure (never throws).
-std::optional<CompiledImage> read_cache_file(const std::string& directory, const CacheKey& key);
-/// Writes `key`'s file atomically (temporary file in the same folder, then rename), creating the folder;
-/// false on any failure (never throws).
-bool write_cache_file(const std::string& directory, const CacheKey& key, const CompiledImage& entry);
+/// Reads and checks the file of `material`'s key in `directory`; nullopt on any failure (never throws).
+std::optional<CompiledImage> read_cache_file(const std::string& directory, std::string_view material);
+/// Writes the file of `material`'s key atomically (temporary file in the same folder, then rename),
+/// creating the folder; false on any failure (never throws).
+bool write_cache_file(const std::string& directory, std::string_view material, const CompiledImage& entry);
 
 }  // namespace kiln::cuda_impl

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -67,7 +68,8 @@ CompiledImage sample_entry() {
   entry.lowered_names = {{"scale<float>", "_Z5scaleIfEvPT_"}, {"scale<double>", "_Z5scaleIdEvPT_"}};
   return entry;
 }
-CacheKey sample_key() { return cache_key("source text", "sm_90", {"-DX=1"}, {}); }
+std::string sample_material() { return std::string(cache_key_material("source text", "sm_90", {"-DX=1"}, {})); }
+CacheKey sample_key() { return cache_key_of(sample_material()); }
 
 }  // namespace
 
@@ -121,9 +123,9 @@ TEST(KernelCache, KeyHexIsThirtyTwoLowercaseDigits) {
 
 TEST(KernelCache, EncodeDecodeRoundTrips) {
   const CompiledImage entry = sample_entry();
-  const std::string bytes = encode_cache_entry(sample_key(), entry);
+  const std::string bytes = encode_cache_entry(sample_material(), entry);
   ASSERT_EQ(bytes.substr(0, 8), "KILNKERN");
-  auto decoded = decode_cache_entry(bytes, sample_key());
+  auto decoded = decode_cache_entry(bytes, sample_material());
   ASSERT_TRUE(decoded.has_value());
   EXPECT_EQ(decoded->image, entry.image);
   EXPECT_FALSE(decoded->is_cubin);
@@ -135,7 +137,7 @@ TEST(KernelCache, EncodeDecodeRoundTrips) {
       "ELF\0\0binary\0bytes",
       18);  // embedded NULs survive
   cubin.is_cubin = true;
-  auto decoded_cubin = decode_cache_entry(encode_cache_entry(sample_key(), cubin), sample_key());
+  auto decoded_cubin = decode_cache_entry(encode_cache_entry(sample_material(), cubin), sample_material());
   ASSERT_TRUE(decoded_cubin.has_value());
   EXPECT_TRUE(decoded_cubin->is_cubin);
   EXPECT_EQ(decoded_cubin->image, cubin.image);
@@ -143,25 +145,42 @@ TEST(KernelCache, EncodeDecodeRoundTrips) {
 }
 
 TEST(KernelCache, EveryFlippedByteIsAMiss) {
-  const std::string bytes = encode_cache_entry(sample_key(), sample_entry());
+  const std::string bytes = encode_cache_entry(sample_material(), sample_entry());
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string corrupt = bytes;
     corrupt[i] = static_cast<char>(corrupt[i] ^ 0x20);
-    EXPECT_FALSE(decode_cache_entry(corrupt, sample_key()).has_value()) << "flipped byte " << i;
+    EXPECT_FALSE(decode_cache_entry(corrupt, sample_material()).has_value()) << "flipped byte " << i;
   }
 }
 
 TEST(KernelCache, TruncatedOrExtendedBytesAreAMiss) {
-  const std::string bytes = encode_cache_entry(sample_key(), sample_entry());
+  const std::string bytes = encode_cache_entry(sample_material(), sample_entry());
   for (size_t size : {size_t{0}, size_t{7}, kKernelCacheHeaderSize - 1, kKernelCacheHeaderSize,
                       kKernelCacheHeaderSize + 3, bytes.size() - 1})
-    EXPECT_FALSE(decode_cache_entry(bytes.substr(0, size), sample_key()).has_value()) << "size " << size;
-  EXPECT_FALSE(decode_cache_entry(bytes + "x", sample_key()).has_value());
+    EXPECT_FALSE(decode_cache_entry(bytes.substr(0, size), sample_material()).has_value()) << "size " << size;
+  EXPECT_FALSE(decode_cache_entry(bytes + "x", sample_material()).has_value());
 }
 
 TEST(KernelCache, AnotherKeysFileIsAMiss) {
-  const std::string bytes = encode_cache_entry(sample_key(), sample_entry());
-  EXPECT_FALSE(decode_cache_entry(bytes, cache_key("other source", "sm_90", {"-DX=1"}, {})).has_value());
+  const std::string bytes = encode_cache_entry(sample_material(), sample_entry());
+  const std::string other(cache_key_material("other source", "sm_90", {"-DX=1"}, {}));
+  EXPECT_FALSE(decode_cache_entry(bytes, other).has_value());
+}
+
+TEST(KernelCache, AFileWhoseKeyCollidesButWhoseMaterialDiffersIsAMiss) {
+  // Forge a 128-bit collision: another compilation's file, its header rewritten to carry this key (and
+  // a valid header checksum). The stored key material still tells them apart.
+  const std::string other(cache_key_material("other source", "sm_90", {"-DX=1"}, {}));
+  std::string bytes = encode_cache_entry(other, sample_entry());
+  const CacheKey key = sample_key();
+  std::memcpy(bytes.data() + 16, &key.high, 8);
+  std::memcpy(bytes.data() + 24, &key.low, 8);
+  const uint64_t header_checksum = xxhash64(bytes.data(), 48);
+  std::memcpy(bytes.data() + 48, &header_checksum, 8);
+  EXPECT_FALSE(decode_cache_entry(bytes, other).has_value());  // its own key no longer matches
+  EXPECT_FALSE(decode_cache_entry(bytes, sample_material()).has_value());
+  // Control: the unforged file of this compilation decodes.
+  EXPECT_TRUE(decode_cache_entry(encode_cache_entry(sample_material(), sample_entry()), sample_material()).has_value());
 }
 
 // ---- files on disk -----------------------------------------------------------------------------
@@ -169,48 +188,48 @@ TEST(KernelCache, AnotherKeysFileIsAMiss) {
 TEST(KernelCache, WriteThenReadBackGivesTheSameEntryAndLeavesNoTempFile) {
   TempDir dir;
   const std::string folder = (dir.path() / "nested" / "kernels").string();  // created on demand
-  ASSERT_TRUE(write_cache_file(folder, sample_key(), sample_entry()));
+  ASSERT_TRUE(write_cache_file(folder, sample_material(), sample_entry()));
   EXPECT_TRUE(fs::exists(fs::path(folder) / sample_key().hex()));
   EXPECT_EQ(dir.file_count(), 1u);  // the entry, no temp file
-  auto entry = read_cache_file(folder, sample_key());
+  auto entry = read_cache_file(folder, sample_material());
   ASSERT_TRUE(entry.has_value());
   EXPECT_EQ(entry->image, sample_entry().image);
   EXPECT_EQ(entry->lowered_names, sample_entry().lowered_names);
   // Rewriting replaces the file atomically.
   CompiledImage other = sample_entry();
   other.image += "// v2\n";
-  ASSERT_TRUE(write_cache_file(folder, sample_key(), other));
+  ASSERT_TRUE(write_cache_file(folder, sample_material(), other));
   EXPECT_EQ(dir.file_count(), 1u);  // the entry, no temp file
-  EXPECT_EQ(read_cache_file(folder, sample_key())->image, other.image);
+  EXPECT_EQ(read_cache_file(folder, sample_material())->image, other.image);
 }
 
 TEST(KernelCache, CorruptByteInFileIsAMiss) {
   TempDir dir;
-  ASSERT_TRUE(write_cache_file(dir.str(), sample_key(), sample_entry()));
+  ASSERT_TRUE(write_cache_file(dir.str(), sample_material(), sample_entry()));
   const fs::path file = cache_file_path(dir.str(), sample_key());
   std::string bytes = read_bytes(file);
   bytes[bytes.size() - 10] = static_cast<char>(bytes[bytes.size() - 10] ^ 1);
   write_bytes(file, bytes);
-  EXPECT_FALSE(read_cache_file(dir.str(), sample_key()).has_value());
+  EXPECT_FALSE(read_cache_file(dir.str(), sample_material()).has_value());
 }
 
 TEST(KernelCache, TruncatedFileIsAMiss) {
   TempDir dir;
-  ASSERT_TRUE(write_cache_file(dir.str(), sample_key(), sample_entry()));
+  ASSERT_TRUE(write_cache_file(dir.str(), sample_material(), sample_entry()));
   const fs::path file = cache_file_path(dir.str(), sample_key());
   fs::resize_file(file, fs::file_size(file) - 5);
-  EXPECT_FALSE(read_cache_file(dir.str(), sample_key()).has_value());
+  EXPECT_FALSE(read_cache_file(dir.str(), sample_material()).has_value());
   fs::resize_file(file, 0);
-  EXPECT_FALSE(read_cache_file(dir.str(), sample_key()).has_value());
+  EXPECT_FALSE(read_cache_file(dir.str(), sample_material()).has_value());
 }
 
 TEST(KernelCache, MissingFileOrUnreadablePathIsAMiss) {
   TempDir dir;
-  EXPECT_FALSE(read_cache_file(dir.str(), sample_key()).has_value());
-  EXPECT_FALSE(read_cache_file("", sample_key()).has_value());
+  EXPECT_FALSE(read_cache_file(dir.str(), sample_material()).has_value());
+  EXPECT_FALSE(read_cache_file("", sample_material()).has_value());
   // The key's path is a folder, not a file.
   fs::create_directories(cache_file_path(dir.str(), sample_key()));
-  EXPECT_FALSE(read_cache_file(dir.str(), sample_key()).has_value());
+  EXPECT_FALSE(read_cache_file(dir.str(), sample_material()).has_value());
 }
 
 TEST(KernelCache, UnwritableDirectoryFailsQuietly) {
@@ -220,10 +239,10 @@ TEST(KernelCache, UnwritableDirectoryFailsQuietly) {
   write_bytes(blocker, "not a folder");
   const std::string folder = (blocker / "kernels").string();
   bool written = true;
-  EXPECT_NO_THROW(written = write_cache_file(folder, sample_key(), sample_entry()));
+  EXPECT_NO_THROW(written = write_cache_file(folder, sample_material(), sample_entry()));
   EXPECT_FALSE(written);
-  EXPECT_NO_THROW(EXPECT_FALSE(read_cache_file(folder, sample_key()).has_value()));
-  EXPECT_FALSE(write_cache_file("", sample_key(), sample_entry()));
+  EXPECT_NO_THROW(EXPECT_FALSE(read_cache_file(folder, sample_material()).has_value()));
+  EXPECT_FALSE(write_cache_file("", sample_material(), sample_entry()));
 }
 
 TEST(KernelCache, DirectoryComesFromTheEnvironment) {
