@@ -242,7 +242,8 @@ Array matmul(const Array& a, const Array& b);
 Array dot(const Array& a, const Array& b);
 namespace linalg {
 /// Frobenius norm of a matrix, 2-norm of a vector (sqrt of the sum of squares over all elements),
-/// or the 2-norm along `axes`.
+/// or the 2-norm along `axes`. Squares are summed in float64 and the root narrowed once to the input's float
+/// dtype (float64 for integers and bool); one reduction pass (one GPU kernel, two for a split reduction).
 Array norm(const Array& a, Axes axes = {}, bool keepdims = false);
 }  // namespace linalg
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/reduce.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln {
@@ -219,11 +220,11 @@ Array norm(const Array& a, Axes axes, bool keepdims) {
       seen[static_cast<size_t>(axis < 0 ? axis + a.ndim() : axis)] = true;
     }
   }
-  // Squares summed in float64 (no float16/float32 overflow or rounding of the partial sums), then narrowed.
-  Array wide = a.astype(DType::Float64);
-  Array squares = wide.shares_storage(a) ? multiply(wide, wide) : multiply(wide, wide, wide);  // reuse the copy
-  Array root = sqrt(sum(squares, std::move(axes), keepdims));
-  return root.astype(is_floating(a.dtype()) ? a.dtype() : DType::Float64);
+  // One backend reduction: squares summed in float64 (no float16/float32 overflow or rounding of the partial
+  // sums), the square root taken in float64 and narrowed once, in the same kernel on a GPU.
+  const DType out = is_floating(a.dtype()) ? a.dtype() : DType::Float64;
+  if (detail::reduction_axes(axes, a.ndim(), "norm", &a.shape()).empty()) return abs(a.astype(out));  // 0-d
+  return detail::run_reduction(a, detail::ReduceOp::Norm, axes, out, keepdims);
 }
 
 }  // namespace linalg

@@ -93,7 +93,10 @@ constexpr bool returns_bool(OpCode op) {
   return r == TypeRule::Compare || r == TypeRule::Predicate || r == TypeRule::Logical;
 }
 
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
+/// The backends' reduction ops. Norm is sqrt(sum(x * x)) with the squares summed in float64 (the
+/// 2-norm of linalg::norm, one pass with its square root in the epilogue).
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any, Norm };
+inline constexpr int kNumReduceOps = static_cast<int>(ReduceOp::Norm) + 1;
 const char* reduce_op_name(ReduceOp op);
 
 enum class RandomDistribution : uint8_t { Uniform, Normal, RandInt };

@@ -101,6 +101,15 @@ Array run_reduce(const Array& a, ReduceOp op, const Reduction& r, DType out_dtyp
   return keepdims ? out : out.reshape(r.out_shape);
 }
 
+}  // namespace
+
+Array detail::run_reduction(const Array& a, ReduceOp op, const Axes& axes, DType out_dtype, bool keepdims) {
+  require_defined(a, reduce_op_name(op));
+  return run_reduce(a, op, plan_reduction(a.shape(), axes, reduce_op_name(op)), out_dtype, keepdims);
+}
+
+namespace {
+
 std::string axes_text(const Reduction& r) {
   std::string s = "(";
   for (size_t i = 0; i < r.axes.size(); ++i) s += (i ? ", " : "") + std::to_string(r.axes[i]);

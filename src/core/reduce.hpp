@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/op_table.hpp"
 #include "kiln/array.hpp"
 
 namespace kiln::detail {
@@ -27,6 +28,10 @@ Reduction plan_reduction(const Shape& shape, const Axes& axes, const char* op);
 DType sum_dtype(DType t);
 /// mean/var/std: bool and integers give float64, floats keep.
 DType mean_dtype(DType t);
+/// One backend reduction `op` of `a` over `axes` into a new array of `out_dtype` (internal: linalg::norm runs
+/// ReduceOp::Norm through it). Over no axes (a 0-d array) it returns a converted copy; empty reductions give
+/// the op's identity (sum, prod, all, any, norm only).
+Array run_reduction(const Array& a, ReduceOp op, const Axes& axes, DType out_dtype, bool keepdims);
 /// Throws ValueError naming `op` when `a` is undefined (default-constructed).
 void require_defined(const Array& a, const char* op);
 

@@ -131,6 +131,19 @@ struct FloatSumOp : SumOp {
   }
 };
 
+/// linalg::norm: squares summed in double (any input dtype), the square root taken by `finalize`.
+struct NormOp : FloatSumOp {
+  template <class A, class T>
+  static A load(T v) {
+    const double x = to_double(v);
+    return x * x;
+  }
+  template <class A>
+  static void finalize(A* acc, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) acc[i] = std::sqrt(acc[i]);
+  }
+};
+
 template <class T>
 constexpr DType native_dtype() {
   if constexpr (std::is_same_v<NativeValue<T>, float>)
@@ -320,13 +333,27 @@ struct ReduceKernels {
   void (*combine)(void* dst, const void* src, int64_t n);
   int64_t acc_itemsize;
   DType acc_dtype;  ///< the dtype whose bits the accumulator holds (uint64 sums read as int64, uint8 truth as bool)
+  void (*finalize)(void* acc, int64_t n);  ///< applied to the finished accumulators (norm's sqrt); may be null
 };
+
+template <class A, class Op>
+void finalize_acc(void* acc_ptr, int64_t n) {
+  Op::template finalize<A>(static_cast<A*>(acc_ptr), n);
+}
 
 template <class T, class Op>
 ReduceKernels kernels_for() {
   using A = typename Op::template Acc<T>;
-  return {&reduce_run<T, Op>,  &accumulate_run<T, Op>,          &accumulate_rows<T, Op>,    &init_acc<A, Op>,
-          &combine_acc<A, Op>, static_cast<int64_t>(sizeof(A)), Op::template acc_dtype<T>()};
+  void (*finalize)(void*, int64_t) = nullptr;
+  if constexpr (requires(A* a) { Op::template finalize<A>(a, int64_t{0}); }) finalize = &finalize_acc<A, Op>;
+  return {&reduce_run<T, Op>,
+          &accumulate_run<T, Op>,
+          &accumulate_rows<T, Op>,
+          &init_acc<A, Op>,
+          &combine_acc<A, Op>,
+          static_cast<int64_t>(sizeof(A)),
+          Op::template acc_dtype<T>(),
+          finalize};
 }
 
 ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
@@ -346,6 +373,8 @@ ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
         return kernels_for<T, MinOp>();
       case ReduceOp::All:
         return kernels_for<T, AllOp>();
+      case ReduceOp::Norm:
+        return kernels_for<T, NormOp>();
       default:
         return kernels_for<T, AnyOp>();
     }
@@ -781,6 +810,7 @@ void cpu_reduce(const detail::ReduceCall& call) {
   }
   k.init(acc, acc_count);
   if (call.in->size() > 0) execute(make_plan(call), k, acc, call.in->size(), acc_count);
+  if (k.finalize) k.finalize(acc, acc_count);
   if (!direct) convert(acc, k.acc_dtype, 1, out.data_ptr(), out.dtype(), 1, acc_count);
 }
 

@@ -65,6 +65,9 @@ void common_part(std::string& s, const ReduceSpec& spec) {
       case ReduceOp::ArgMin:
         s += "kd::make_arg((" + std::string(device_type_name(spec.acc)) + ")kd::widen(x), (kd::i64)r)";
         break;
+      case ReduceOp::Norm:  // squares in the (float64) accumulator; store() takes the square root
+        s += "(ACC)kd::widen(x) * (ACC)kd::widen(x)";
+        break;
       default:
         s += "(ACC)kd::widen(x)";
         break;
@@ -74,8 +77,8 @@ void common_part(std::string& s, const ReduceSpec& spec) {
   // store(acc)
   if (!spec.to_partials) {
     const std::string out = device_type_name(spec.out);
-    s += "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" + out + ">(" +
-         (is_arg(spec.op) ? "a.i" : "a") + "); }\n";
+    const std::string value = is_arg(spec.op) ? "a.i" : spec.op == ReduceOp::Norm ? "sqrt(a)" : "a";
+    s += "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" + out + ">(" + value + "); }\n";
   }
   // kept_offsets(o)
   s += "__device__ __forceinline__ void kept_offsets(const Params& p, IDX o, OFF& in_off, OFF& out_off) {\n";
@@ -218,6 +221,7 @@ std::string reduce_operator_type(ReduceOp op, DType acc_dtype) {
   const std::string acc = device_type_name(acc_dtype);
   switch (op) {
     case ReduceOp::Sum:
+    case ReduceOp::Norm:
       return "kd::red_sum<" + acc + ">";
     case ReduceOp::Prod:
       return "kd::red_prod<" + acc + ">";
@@ -242,6 +246,8 @@ DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
     case ReduceOp::All:
     case ReduceOp::Any:
       return DType::Bool;
+    case ReduceOp::Norm:
+      return DType::Float64;
     case ReduceOp::Sum:
     case ReduceOp::Prod:
       if (!is_floating(in)) return DType::Int64;

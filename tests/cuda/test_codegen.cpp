@@ -152,6 +152,8 @@ DType reduce_out(ReduceOp op, DType in) {
     case ReduceOp::All:
     case ReduceOp::Any:
       return DType::Bool;
+    case ReduceOp::Norm:
+      return is_floating(in) ? in : DType::Float64;
     default:
       return in;
   }
@@ -308,7 +310,7 @@ TEST(CudaCodegen, MixedDtypeInputsConvertToTheComputeType) {
 
 TEST(CudaCodegen, EveryReductionCompilesForEveryDtypeAndLayout) {
   std::vector<Batch> batches;
-  for (int o = 0; o <= static_cast<int>(ReduceOp::Any); ++o) {
+  for (int o = 0; o < detail::kNumReduceOps; ++o) {
     const ReduceOp op = static_cast<ReduceOp>(o);
     Batch batch;
     int variant = o;
@@ -340,10 +342,29 @@ TEST(CudaCodegen, AccumulatorDtypesFollowTheDocumentedChoice) {
   EXPECT_EQ(reduce_accumulator_dtype(ReduceOp::Min, DType::Float16, DType::Float16), DType::Float32);
   EXPECT_EQ(reduce_accumulator_dtype(ReduceOp::ArgMax, DType::Float64, DType::Int64), DType::Float64);
   EXPECT_EQ(reduce_accumulator_dtype(ReduceOp::Any, DType::Float32, DType::Bool), DType::Bool);
+  EXPECT_EQ(reduce_accumulator_dtype(ReduceOp::Norm, DType::Float16, DType::Float16), DType::Float64);
+  EXPECT_EQ(reduce_accumulator_dtype(ReduceOp::Norm, DType::Float32, DType::Float32), DType::Float64);
+  EXPECT_EQ(reduce_accumulator_dtype(ReduceOp::Norm, DType::Int32, DType::Float64), DType::Float64);
   ReduceSpec arg;
   arg.op = ReduceOp::ArgMin;
   arg.acc = DType::Float32;
   EXPECT_EQ(reduce_accumulator_size(arg), 16);  // (float value, int64 index) pairs
+}
+
+TEST(CudaCodegen, NormSquaresOnLoadAndTakesTheRootOnlyInTheFinalStore) {
+  ReduceSpec one = reduce_spec(ReduceOp::Norm, DType::Float32, 1);  // one pass: a warp per row
+  const std::string code = reduce_kernel_code(one);
+  EXPECT_NE(code.find("(ACC)kd::widen(x) * (ACC)kd::widen(x)"), std::string::npos) << code;
+  EXPECT_NE(code.find("kd::cast<float>(sqrt(a))"), std::string::npos) << code;
+  EXPECT_NE(code.find("typedef double ACC;"), std::string::npos) << code;
+  ReduceSpec first = reduce_spec(ReduceOp::Norm, DType::Float32, 0);  // split: partial sums of squares
+  ASSERT_TRUE(first.to_partials);
+  EXPECT_EQ(reduce_kernel_code(first).find("sqrt"), std::string::npos);
+  ReduceSpec final_pass = one;
+  final_pass.from_partials = true;  // sums the partials as they are, then the root
+  const std::string final_code = reduce_kernel_code(final_pass);
+  EXPECT_EQ(final_code.find("kd::widen(x) * "), std::string::npos) << final_code;
+  EXPECT_NE(final_code.find("sqrt(a)"), std::string::npos) << final_code;
 }
 
 TEST(CudaCodegen, CpuAndGpuHaveKernelsForTheSameDtypesOfEveryOp) {

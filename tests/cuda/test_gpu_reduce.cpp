@@ -11,11 +11,13 @@
 
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -27,10 +29,10 @@ using kiln_test::epsilon;
 constexpr DType kAllTypes[] = {DType::Bool,  DType::Int8,    DType::Int16,    DType::Int32,   DType::Int64,
                                DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
-enum class Op { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
-constexpr Op kOps[] = {Op::Sum, Op::Prod, Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::All, Op::Any};
+enum class Op { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any, Norm };
+constexpr Op kOps[] = {Op::Sum, Op::Prod, Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::All, Op::Any, Op::Norm};
 const char* op_name(Op op) {
-  constexpr const char* names[] = {"sum", "prod", "max", "min", "argmax", "argmin", "all", "any"};
+  constexpr const char* names[] = {"sum", "prod", "max", "min", "argmax", "argmin", "all", "any", "norm"};
   return names[static_cast<int>(op)];
 }
 
@@ -46,6 +48,7 @@ Array values_for(Op op, const Shape& shape, DType t, std::mt19937_64& rng, bool 
     const double r = u(rng);
     switch (op) {
       case Op::Sum:
+      case Op::Norm:
         x = fp ? 8 * r - 4 : std::floor(200 * r - 100);
         break;
       case Op::Prod:
@@ -87,20 +90,22 @@ Array run(Op op, const Array& a, const std::optional<Shape>& axes) {
       return all(a, ax);
     case Op::Any:
       return any(a, ax);
+    case Op::Norm:
+      return linalg::norm(a, ax);
   }
   return {};
 }
 
-/// Compares a GPU reduction with the CPU's: exact except float sums/products, which may differ by the
+/// Compares a GPU reduction with the CPU's: exact except float sums/products and norms, which may differ by the
 /// accumulation bound: 64 float32 (or float64) epsilons of the sum of magnitudes (products: of the
-/// magnitude times the count), plus two ulps of the result dtype.
+/// magnitude times the count; norms, accumulated in float64: of the norm), plus two ulps of the result dtype.
 void expect_reduction_matches(Op op, const Array& input, const std::optional<Shape>& axes, const std::string& what) {
   const Array expected = run(op, input, axes);
   const Array got = run(op, input.to(gpu(0)), axes);
   ASSERT_EQ(expected.dtype(), got.dtype()) << what;
   ASSERT_EQ(expected.shape(), got.shape()) << what;
   const Array host = got.to(kiln::cpu());
-  const bool inexact = is_floating(expected.dtype()) && (op == Op::Sum || op == Op::Prod);
+  const bool inexact = is_floating(expected.dtype()) && (op == Op::Sum || op == Op::Prod || op == Op::Norm);
   if (!inexact) {
     const std::vector<double> c = expected.to_vector<double>(), g = host.to_vector<double>();
     for (size_t i = 0; i < c.size(); ++i) {
@@ -113,14 +118,16 @@ void expect_reduction_matches(Op op, const Array& input, const std::optional<Sha
     return;
   }
   const DType out = expected.dtype();
-  const double acc_eps = out == DType::Float64 ? epsilon(DType::Float64) : epsilon(DType::Float32);
+  const double acc_eps = out == DType::Float64 || op == Op::Norm ? epsilon(DType::Float64) : epsilon(DType::Float32);
   const Axes ax = axes ? Axes(std::vector<int64_t>(axes->begin(), axes->end())) : Axes();
   const std::vector<double> magnitude = sum(abs(input.astype(DType::Float64)), ax).to_vector<double>();
   const int64_t count = input.size() / std::max<int64_t>(1, expected.size());
   const std::vector<double> c = expected.to_vector<double>(), g = host.to_vector<double>();
   for (size_t i = 0; i < c.size(); ++i) {
     if ((std::isnan(c[i]) && std::isnan(g[i])) || c[i] == g[i]) continue;
-    const double scale = op == Op::Sum ? magnitude[i] : std::fabs(c[i]) * static_cast<double>(count);
+    const double scale = op == Op::Sum    ? magnitude[i]
+                         : op == Op::Norm ? std::fabs(c[i])
+                                          : std::fabs(c[i]) * static_cast<double>(count);
     const double subnormal = out == DType::Float16    ? std::ldexp(1.0, -24)
                              : out == DType::BFloat16 ? std::ldexp(1.0, -133)
                              : out == DType::Float32  ? std::ldexp(1.0, -149)
@@ -209,7 +216,7 @@ TEST_P(GpuReduceOp, LargeInputsTakeTheSplitAndVectorPathsAndStillMatch) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryOp, GpuReduceOp, ::testing::Range(0, 8), [](const ::testing::TestParamInfo<int>& info) {
+INSTANTIATE_TEST_SUITE_P(EveryOp, GpuReduceOp, ::testing::Range(0, static_cast<int>(std::size(kOps))), [](const ::testing::TestParamInfo<int>& info) {
   return std::string(op_name(kOps[info.param]));
 });
 
@@ -336,6 +343,37 @@ TEST(GpuReduce, HugeSumOf2To27ElementsIsAccurate) {
   EXPECT_NEAR(mean(x).item<double>(), 511.5, 1e-9);
   EXPECT_TRUE(any(x).item<bool>());
   EXPECT_FALSE(all(x).item<bool>());
+}
+
+
+TEST(GpuReduce, NormIsOneKernelWithItsSquareRootInTheEpilogue) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  // Hand-computed: ||(3, 4)|| = 5; float16 squares overflow float16 (300^2 > 65504) but not the float64 accumulator.
+  EXPECT_EQ(linalg::norm(from_data(std::vector<float>{3, 4}).to(d)).item<float>(), 5.0f);
+  const Array big = full({2}, 300.0, DType::Float16, d);
+  EXPECT_NEAR(linalg::norm(big).item<double>(), 300.0 * std::sqrt(2.0), 0.25);  // float16 spacing at 424 is 0.25
+  EXPECT_EQ(linalg::norm(big).dtype(), DType::Float16);
+  EXPECT_EQ(linalg::norm(full({4}, 2, DType::Int32, d)).item<double>(), 4.0);  // ints give float64
+  EXPECT_EQ(linalg::norm(full({2, 3}, -2.0, DType::Float32, d), 1).to_vector<float>(),
+            (std::vector<float>{std::sqrt(12.0f), std::sqrt(12.0f)}));
+  EXPECT_EQ(linalg::norm(full(Shape{}, -7.0, DType::Float64, d)).item<double>(), 7.0);  // 0-d: |x|
+  // The logging walkthrough's norm (100x100 float32) captured in a graph: one kernel node, no copies or casts.
+  const Array x = random::normal({100, 100}, float32, d);
+  const double expected = linalg::norm(x.to(kiln::cpu())).item<double>();
+  Stream s = Stream::create(d);
+  Array result;
+  (void)linalg::norm(x);  // compiled outside the capture
+  synchronize(d);
+  cuda::Graph g;
+  {
+    cuda::GraphCapture capture(g, s);
+    result = linalg::norm(x);
+  }
+  EXPECT_EQ(g.num_nodes(), 1u);
+  g.replay();
+  s.synchronize();
+  EXPECT_NEAR(result.item<float>(), expected, 1e-6 * expected);  // float64 sums in another order, one rounding
 }
 
 }  // namespace
