@@ -1,10 +1,24 @@
 // Kernel fusion: kiln::fuse(f) turns a function of Arrays and scalars made of
-// elementwise ops (optionally ending in one reduction) into one generated GPU
-// kernel per input signature, as cupy.fuse does.
+// elementwise ops and reductions into generated GPU kernels per input signature,
+// as cupy.fuse does (one kernel in the common cases below).
 //
 //   auto f = kiln::fuse([](auto x) { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; });
 //   Array y = f(x);  // GPU: one kernel, traced and compiled on the first call; CPU: kiln's ops one by one
 //   auto dot = kiln::fuse([](auto a, auto b) { return sum(a * b); });
+//   auto softmax = kiln::fuse([](auto x) { auto e = exp(x - max(x, -1, true)); return e / sum(e, -1, true); });
+//   auto sgd = kiln::fuse([](auto p, auto g, auto v, auto lr) { auto v2 = v * 0.9f + g; return std::tuple{p - lr * v2,
+//   v2}; }); sgd.out({p, v}, p, g, v, 0.1f);  // updates p and v in place: one kernel
+//
+// Several outputs: return a std::tuple (or std::pair) of values; the call returns a std::tuple of Arrays.
+// Fused::out(outputs, args...) writes into existing arrays instead (an undefined Array entry: allocate it).
+// Aliasing rule: an output array may be the very array (same view: data, shape, strides) of an input that
+// has the output's shape (it is read and written element by element); any other overlap between an output
+// and an input or another output throws ValueError.
+// Reductions: elementwise work may follow reductions (softmax, log_softmax, norms). On a GPU, a function whose
+// reductions all reduce the same axes of arrays of the broadcast shape, returning values of that shape or of the
+// reduced shape, runs as one kernel (each row is reduced by one group of threads that makes one pass over it per
+// reduction and one to write); a single final reduction keeps its own kernel (split over many blocks when rows
+// are few and long); anything else runs op by op, as on the CPU.
 //
 // On the first call with a new signature (argument dtypes, ranks, which arguments are
 // scalars) the function is called once with FusionValue arguments: symbolic values with
@@ -20,6 +34,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -48,7 +63,7 @@ class FusionValue {
   bool is_scalar() const;
   /// The value converted to `t`.
   FusionValue astype(DType t) const;
-  // The final reduction of a fused function (Array's members of the same names).
+  // Reductions (Array's members of the same names).
   FusionValue sum(Axes axes = {}, bool keepdims = false) const;
   FusionValue mean(Axes axes = {}, bool keepdims = false) const;
   FusionValue max(Axes axes = {}, bool keepdims = false) const;
@@ -97,7 +112,7 @@ concept FusionArgs = (FusionArg<T> && ...) && (is_fusion_value<T> || ...);
 
 /// Records op `name` (an elementwise op of ops.hpp) over the operands; throws like the op would.
 FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> operands);
-/// Records the final reduction `name` (sum, prod, max, min, mean, all, any) of `x`.
+/// Records the reduction `name` (sum, prod, max, min, mean, all, any) of `x`.
 FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims);
 /// Throws ValueError: `op` cannot be part of a fused function.
 [[noreturn]] void fusion_not_fusable(const char* op);
@@ -109,14 +124,14 @@ struct FusionArgument {
 };
 /// The graph for these arguments' signature from `cache`, or nullptr when it has none yet.
 std::shared_ptr<const FusionGraph> fusion_lookup(FusionCache& cache, const std::vector<FusionArgument>& args);
-/// Runs the traced function: `trace_fn(values)` calls the user's function on one FusionValue per argument.
-/// Stores the graph in `cache` and returns it.
-std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::string& name,
-                                                const std::vector<FusionArgument>& args,
-                                                FusionValue (*trace_fn)(void*, const std::vector<FusionValue>&),
-                                                void* context);
-/// Runs `graph` on the arguments: one generated kernel on a GPU, kiln's ops one by one on the CPU.
-Array fusion_run(const FusionGraph& graph, const std::vector<FusionArgument>& args);
+/// Runs the traced function: `trace_fn(values)` calls the user's function on one FusionValue per argument and
+/// returns its results. Stores the graph in `cache` and returns it.
+std::shared_ptr<const FusionGraph> fusion_trace(
+    FusionCache& cache, const std::string& name, const std::vector<FusionArgument>& args,
+    std::vector<FusionValue> (*trace_fn)(void*, const std::vector<FusionValue>&), void* context);
+/// Runs `graph` on the arguments into `results` (one per output; a defined entry is an out= array written in
+/// place, an undefined one is set to a new array): generated kernels on a GPU, kiln's ops one by one on the CPU.
+void fusion_run(const FusionGraph& graph, const std::vector<FusionArgument>& args, Array* results, size_t count);
 std::shared_ptr<FusionCache> make_fusion_cache();
 size_t fusion_cache_size(const FusionCache& cache);
 /// A traced graph as text, one node a line (for tests and debugging).
@@ -129,6 +144,39 @@ FusionArgument fusion_argument(T v) {
 }
 inline FusionArgument fusion_argument(const Scalar& s) { return {nullptr, s}; }
 
+/// What a fused function returns: one FusionValue (the call returns an Array) or a std::tuple/std::pair of them
+/// (the call returns a std::tuple of Arrays).
+template <class R>
+struct FusionResult {
+  static constexpr size_t count = 0;
+};
+template <>
+struct FusionResult<FusionValue> {
+  static constexpr size_t count = 1;
+  using type = Array;
+  static void values(const FusionValue& r, std::vector<FusionValue>& out) { out.push_back(r); }
+  static Array arrays(Array* results) { return std::move(results[0]); }
+};
+template <class... T>
+requires(is_fusion_value<T>&&...) struct FusionResult<std::tuple<T...>> {
+  static constexpr size_t count = sizeof...(T);
+  using type = std::tuple<decltype((void)std::declval<T>(), Array())...>;
+  static void values(const std::tuple<T...>& r, std::vector<FusionValue>& out) {
+    std::apply([&](const auto&... v) { (out.push_back(v), ...); }, r);
+  }
+  static type arrays(Array* results) {
+    return [&]<size_t... I>(std::index_sequence<I...>) { return type(std::move(results[I])...); }
+    (std::index_sequence_for<T...>());
+  }
+};
+template <class A, class B>
+struct FusionResult<std::pair<A, B>> : FusionResult<std::tuple<A, B>> {
+  static void values(const std::pair<A, B>& r, std::vector<FusionValue>& out) {
+    out.push_back(r.first);
+    out.push_back(r.second);
+  }
+};
+
 }  // namespace detail
 
 /// A fused function (made by fuse()). Copies share the traced-signature cache; thread-safe.
@@ -138,14 +186,20 @@ class Fused {
   explicit Fused(F f, std::string name = "fused")
       : f_(std::move(f)), name_(std::move(name)), cache_(detail::make_fusion_cache()) {}
 
-  /// Calls the function on Arrays and C++ numbers. Traces it on the first call of a signature; throws
-  /// ValueError for ops that cannot be fused, DeviceError for Arrays on different devices, and what the
-  /// ops themselves throw (ShapeError, DTypeError, ...). Asynchronous on a GPU, like the ops.
+  /// Calls the function on Arrays and C++ numbers; returns an Array, or a std::tuple of Arrays when the function
+  /// returns a tuple. Traces it on the first call of a signature; throws ValueError for ops that cannot be fused,
+  /// DeviceError for Arrays on different devices, and what the ops themselves throw (ShapeError, DTypeError, ...).
+  /// Asynchronous on a GPU, like the ops.
   template <class... Args>
-  Array operator()(const Args&... args) const {
-    static_assert(sizeof...(Args) > 0, "kiln::fuse: call the fused function with at least one Array");
-    std::vector<detail::FusionArgument> arguments{detail::fusion_argument(args)...};
-    return detail::fusion_run(*graph_for<sizeof...(Args)>(arguments), arguments);
+  auto operator()(const Args&... args) const {
+    return call<Args...>(std::initializer_list<Array>{}, args...);
+  }
+  /// As operator(), writing output k into outputs[k] in place (out=; an undefined entry: a new array) and
+  /// returning them. Each must have the output's shape, dtype and device (ShapeError, DTypeError, DeviceError);
+  /// it may alias only the input it replaces element by element (same view), else ValueError (see the top).
+  template <class... Args>
+  auto out(std::initializer_list<Array> outputs, const Args&... args) const {
+    return call<Args...>(outputs, args...);
   }
   /// The traced graph for these arguments' signature (traced when new) without running it; for tests and
   /// tools (detail::fusion_describe prints it).
@@ -159,19 +213,45 @@ class Fused {
 
  private:
   template <size_t N>
+  struct Traced {
+    template <size_t... I>
+    static auto result(std::index_sequence<I...>) -> std::remove_cvref_t<
+        std::invoke_result_t<const F&, decltype((void)I, std::declval<const FusionValue&>())...>>;
+    using type = decltype(result(std::make_index_sequence<N>()));
+  };
+  template <size_t N>
+  using Result = detail::FusionResult<typename Traced<N>::type>;
+
+  template <class... Args>
+  auto call(std::initializer_list<Array> outputs, const Args&... args) const {
+    static_assert(sizeof...(Args) > 0, "kiln::fuse: call the fused function with at least one Array");
+    using R = Result<sizeof...(Args)>;
+    static_assert(R::count > 0,
+                  "kiln::fuse: the function must return the result of fusable ops on its arguments (one value, or a "
+                  "std::tuple of values)");
+    std::vector<detail::FusionArgument> arguments{detail::fusion_argument(args)...};
+    Array results[R::count];
+    if (outputs.size() > R::count)
+      throw ValueError("fuse(" + name_ + "): " + std::to_string(outputs.size()) + " out= arrays for " +
+                       std::to_string(R::count) + " outputs; pass one array (or an undefined Array) per output");
+    size_t k = 0;
+    for (const Array& o : outputs) results[k++] = o;
+    detail::fusion_run(*graph_for<sizeof...(Args)>(arguments), arguments, results, R::count);
+    return R::arrays(results);
+  }
+  template <size_t N>
   std::shared_ptr<const detail::FusionGraph> graph_for(const std::vector<detail::FusionArgument>& arguments) const {
     if (std::shared_ptr<const detail::FusionGraph> graph = detail::fusion_lookup(*cache_, arguments)) return graph;
     return detail::fusion_trace(*cache_, name_, arguments, &call_traced<N>, const_cast<F*>(&f_));
   }
   template <size_t N>
-  static FusionValue call_traced(void* f, const std::vector<FusionValue>& values) {
-    return apply(*static_cast<const F*>(f), values, std::make_index_sequence<N>());
+  static std::vector<FusionValue> call_traced(void* f, const std::vector<FusionValue>& values) {
+    std::vector<FusionValue> results;
+    Result<N>::values(apply(*static_cast<const F*>(f), values, std::make_index_sequence<N>()), results);
+    return results;
   }
   template <size_t... I>
-  static FusionValue apply(const F& f, const std::vector<FusionValue>& values, std::index_sequence<I...>) {
-    using Result = std::invoke_result_t<const F&, decltype((void)I, std::declval<const FusionValue&>())...>;
-    static_assert(std::is_same_v<std::remove_cvref_t<Result>, FusionValue>,
-                  "kiln::fuse: the function must return the result of fusable ops on its arguments (one value)");
+  static auto apply(const F& f, const std::vector<FusionValue>& values, std::index_sequence<I...>) {
     return f(values[I]...);
   }
 
@@ -248,7 +328,7 @@ requires detail::FusionArg<L> && detail::FusionArg<H> FusionValue clip(const Fus
 }
 inline FusionValue astype(const FusionValue& a, DType t) { return a.astype(t); }
 
-// The final reduction (at most one, and nothing may follow it).
+// Reductions (elementwise work may follow them).
 inline FusionValue sum(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
   return detail::fusion_reduce("sum", a, axes, keepdims);
 }

@@ -106,7 +106,7 @@ class Backend {
   /// The graph capture that a random draw on `device`'s current stream of this thread would join, or nullptr
   /// (the draw is eager). Random front-ends ask before they reserve blocks of the generator.
   virtual GraphRandom* graph_random(Device /*device*/) { return nullptr; }
-  /// Runs a fused function (kiln::fuse) as generated code into call.out; returns false when this backend
+  /// Runs a fused function (kiln::fuse) as generated code into call.outs; returns false when this backend
   /// has no fused kernels (the core then runs the graph op by op, as the CPU does).
   virtual bool fused(const FusionCall& /*call*/) { return false; }
   /// Runs a user ElementwiseKernel / ReductionKernel (include/kiln/kernels.hpp): generates, compiles

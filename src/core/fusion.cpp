@@ -35,12 +35,10 @@ class FusionTrace {
  public:
   /// Built in place and handed to the cache as it is (FusionGraph holds a mutex: it cannot be moved).
   std::shared_ptr<FusionGraph> graph = std::make_shared<FusionGraph>();
-  std::vector<bool> reduced;  ///< per node: the final reduction or computed from it
 
   std::string who() const { return "fuse(" + graph->name + ")"; }
-  int add(FusionNode node, bool from_reduction = false) {
+  int add(FusionNode node) {
     graph->nodes.push_back(std::move(node));
-    reduced.push_back(from_reduction);
     return static_cast<int>(graph->nodes.size()) - 1;
   }
 };
@@ -100,13 +98,6 @@ FusionTrace& current_trace(const char* op) {
   return *t_trace;
 }
 
-[[noreturn]] void reduction_not_last(const FusionTrace& trace, const char* op) {
-  throw ValueError(
-      trace.who() + ": " + op +
-      " uses the result of a reduction, but a fused function may only end "
-      "in one reduction; split the function in two (one fuse() up to the reduction, another for the rest)");
-}
-
 /// The node of one operand (a constant becomes a new weak node).
 int operand_node(FusionTrace& trace, const FusionOperand& o, const char* op) {
   if (o.captured_array())
@@ -116,7 +107,6 @@ int operand_node(FusionTrace& trace, const FusionOperand& o, const char* op) {
   if (o.is_value()) {
     if (o.value().trace() != &trace)
       throw ValueError(trace.who() + ": " + op + " mixes FusionValues of another traced function");
-    if (trace.reduced[static_cast<size_t>(o.value().node())]) reduction_not_last(trace, op);
     return o.value().node();
   }
   FusionNode node;
@@ -148,7 +138,8 @@ uint64_t graph_hash(const FusionGraph& g) {
     h = mix(h, static_cast<uint64_t>(n.argument + 1));
     for (int64_t a : n.axes) h = mix(h, static_cast<uint64_t>(a));
   }
-  return mix(h, static_cast<uint64_t>(g.output));
+  for (int o : g.outputs) h = mix(h, static_cast<uint64_t>(o));
+  return h;
 }
 
 }  // namespace
@@ -213,7 +204,6 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
   FusionTrace& trace = current_trace(name);
   const int input = operand_node(trace, FusionOperand(x), name);
   const FusionNode& in = trace.graph->nodes[static_cast<size_t>(input)];
-  if (trace.graph->reduce >= 0) reduction_not_last(trace, name);
   if (in.weak) throw ValueError(trace.who() + ": " + name + " of a scalar argument or constant; reduce an array value");
   FusionNode node;
   node.kind = FusionNodeKind::Reduce;
@@ -240,15 +230,13 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
       node.dtype = DType::Bool;
       break;
   }
-  const int id = trace.add(node, true);
-  trace.graph->reduce = id;
-  return {&trace, id};
+  return {&trace, trace.add(node)};
 }
 
 void fusion_not_fusable(const char* op) {
   const std::string who = t_trace ? t_trace->who() : std::string("fuse");
   throw ValueError(who + ": " + op +
-                   " cannot be fused (fuse takes elementwise ops and one final reduction); "
+                   " cannot be fused (fuse takes elementwise ops and reductions); "
                    "split the function: compute " +
                    op + " outside the fused function and pass its result as an argument");
 }
@@ -267,10 +255,9 @@ std::shared_ptr<const FusionGraph> fusion_lookup(FusionCache& cache, const std::
   return it == cache.graphs.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::string& name,
-                                                const std::vector<FusionArgument>& args,
-                                                FusionValue (*trace_fn)(void*, const std::vector<FusionValue>&),
-                                                void* context) {
+std::shared_ptr<const FusionGraph> fusion_trace(
+    FusionCache& cache, const std::string& name, const std::vector<FusionArgument>& args,
+    std::vector<FusionValue> (*trace_fn)(void*, const std::vector<FusionValue>&), void* context) {
   const std::string key = signature(args);
   FusionTrace trace;
   trace.graph->name = name;
@@ -290,28 +277,33 @@ std::shared_ptr<const FusionGraph> fusion_trace(FusionCache& cache, const std::s
     trace.graph->argument_is_array.push_back(args[i].array != nullptr);
     values.emplace_back(&trace, trace.add(node));
   }
-  FusionValue result{nullptr, -1};
+  std::vector<FusionValue> results;
   {
     TraceScope scope(&trace);
-    result = trace_fn(context, values);
+    results = trace_fn(context, values);
   }
-  if (result.trace() != &trace)
-    throw ValueError(trace.who() + ": the function returned a value that it did not compute from its arguments");
   FusionGraph& g = *trace.graph;
-  g.output = result.node();
-  const FusionNode& out = g.nodes[static_cast<size_t>(g.output)];
-  if (out.weak)
-    throw ValueError(trace.who() + ": the result does not depend on any Array argument; fuse computes array values");
-  if (g.reduce >= 0 && g.output != g.reduce)
-    throw ValueError(trace.who() + ": the result is not the reduction (" +
-                     fusion_reduction_name(g.nodes[static_cast<size_t>(g.reduce)].reduction) +
-                     "); a fused function may only end in one reduction, so return it, or split the function in two");
-  g.elementwise = g.reduce >= 0 ? g.nodes[static_cast<size_t>(g.reduce)].inputs[0] : g.output;
+  for (size_t k = 0; k < results.size(); ++k) {
+    const std::string which = results.size() > 1 ? " " + std::to_string(k) : "";
+    if (results[k].trace() != &trace)
+      throw ValueError(trace.who() + ": result" + which +
+                       " is a value that the function did not compute from its arguments");
+    if (g.nodes[static_cast<size_t>(results[k].node())].weak)
+      throw ValueError(trace.who() + ": result" + which +
+                       " does not depend on any Array argument; fuse computes array values");
+    g.outputs.push_back(results[k].node());
+  }
+  g.output = g.outputs.at(0);
   g.live.assign(g.nodes.size(), false);
-  g.live[static_cast<size_t>(g.output)] = true;
+  for (int o : g.outputs) g.live[static_cast<size_t>(o)] = true;
   for (size_t i = g.nodes.size(); i-- > 0;)
     if (g.live[i])
       for (int k = 0; k < g.nodes[i].num_inputs; ++k) g.live[static_cast<size_t>(g.nodes[i].inputs[k])] = true;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.live[i] && g.nodes[i].kind == FusionNodeKind::Reduce) g.reductions.push_back(static_cast<int>(i));
+  if (g.reductions.size() == 1 && g.outputs.size() == 1 && g.output == g.reductions[0]) g.reduce = g.output;
+  g.staged = !g.reductions.empty() && g.reduce < 0;
+  g.elementwise = g.reduce >= 0 ? g.nodes[static_cast<size_t>(g.reduce)].inputs[0] : g.output;
   g.hash = graph_hash(g);
   std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.graphs.try_emplace(key, std::move(trace.graph)).first->second;
@@ -346,181 +338,6 @@ std::string fusion_describe(const FusionGraph& g) {
          std::to_string(n.ndim) + "\n";
   }
   return s;
-}
-
-namespace {
-
-/// elementwise(op) over the first `count` (1 to 3) of `operands`.
-Array apply_op(OpCode op, const Operand* operands, int count) {
-  switch (count) {
-    case 1:
-      return elementwise(op, {&operands[0]});
-    case 2:
-      return elementwise(op, {&operands[0], &operands[1]});
-    default:
-      return elementwise(op, {&operands[0], &operands[1], &operands[2]});
-  }
-}
-
-/// Values of the weak nodes for this call: arguments, constants, and ops on them computed as kiln would.
-std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionArgument>& args) {
-  std::vector<Scalar> values(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const FusionNode& n = g.nodes[i];
-    if (!n.weak) continue;
-    if (n.kind == FusionNodeKind::Argument) {
-      values[i] = args[static_cast<size_t>(n.argument)].scalar;
-    } else if (n.kind == FusionNodeKind::Constant) {
-      values[i] = n.value;
-    } else {
-      DeviceGuard guard(cpu());
-      Operand operands[3] = {Operand(Scalar()), Operand(Scalar()), Operand(Scalar())};
-      for (int k = 0; k < n.num_inputs; ++k) operands[k] = Operand(values[static_cast<size_t>(n.inputs[k])]);
-      values[i] = apply_op(n.op, operands, n.num_inputs).item_scalar();
-    }
-  }
-  return values;
-}
-
-/// A node's sorted axes as the Axes the reductions take.
-Axes axes_of(const Shape& axes) { return Axes(std::vector<int64_t>(axes.begin(), axes.end())); }
-
-Array reduce_with_ops(FusionReduction r, const Array& a, const Shape& axes, bool keepdims) {
-  const Axes list = axes_of(axes);
-  switch (r) {
-    case FusionReduction::Sum:
-      return sum(a, list, keepdims);
-    case FusionReduction::Prod:
-      return prod(a, list, keepdims);
-    case FusionReduction::Max:
-      return max(a, list, keepdims);
-    case FusionReduction::Min:
-      return min(a, list, keepdims);
-    case FusionReduction::Mean:
-      return mean(a, list, keepdims);
-    case FusionReduction::All:
-      return all(a, list, keepdims);
-    case FusionReduction::Any:
-      return any(a, list, keepdims);
-  }
-  return a;
-}
-
-/// The graph node by node with kiln's ops: exactly the unfused computation.
-Array interpret(const FusionGraph& g, const std::vector<FusionArgument>& args, const std::vector<Scalar>& weak,
-                Device device) {
-  std::vector<Array> arrays(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const FusionNode& n = g.nodes[i];
-    if (n.weak || !g.live[i]) continue;
-    switch (n.kind) {
-      case FusionNodeKind::Argument:
-        arrays[i] = *args[static_cast<size_t>(n.argument)].array;
-        break;
-      case FusionNodeKind::Constant:
-        break;
-      case FusionNodeKind::Cast: {
-        const size_t in = static_cast<size_t>(n.inputs[0]);
-        const FusionNode& src = g.nodes[in];
-        arrays[i] = src.weak ? scalar_array(weak[in], src.dtype, device).astype(n.dtype) : arrays[in].astype(n.dtype);
-        break;
-      }
-      case FusionNodeKind::Op: {
-        Operand operands[3] = {Operand(Scalar()), Operand(Scalar()), Operand(Scalar())};
-        for (int k = 0; k < n.num_inputs; ++k) {
-          const size_t in = static_cast<size_t>(n.inputs[k]);
-          operands[k] = g.nodes[in].weak ? Operand(weak[in]) : Operand(arrays[in]);
-        }
-        arrays[i] = apply_op(n.op, operands, n.num_inputs);
-        break;
-      }
-      case FusionNodeKind::Reduce:
-        arrays[i] = reduce_with_ops(n.reduction, arrays[static_cast<size_t>(n.inputs[0])], n.axes, n.keepdims);
-        break;
-    }
-  }
-  return arrays[static_cast<size_t>(g.output)];
-}
-
-}  // namespace
-
-Array fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args) {
-  const std::string who = "fuse(" + g.name + ")";
-  // Device and shape of the array arguments the graph reads.
-  const Array* first = nullptr;
-  Shape shape;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const FusionNode& n = g.nodes[i];
-    if (n.kind != FusionNodeKind::Argument || n.weak || !g.live[i]) continue;
-    const Array& a = *args[static_cast<size_t>(n.argument)].array;
-    if (!first) {
-      first = &a;
-    } else if (a.device() != first->device()) {
-      throw DeviceError(who + ": arguments are on different devices, " + first->device().str() + " and " +
-                        a.device().str() + "; move one with .to(" + first->device().str() +
-                        ") so all live on the same device (kiln never copies behind your back)");
-    }
-    shape = broadcast_shapes(shape, a.shape(), who.c_str());
-  }
-  if (!first)
-    throw ValueError(who + ": the result does not read any Array argument; fuse computes array values from arrays");
-  const Device device = first->device();
-  std::vector<Scalar> weak = weak_values(g, args);
-
-  FusionCall call;
-  call.graph = &g;
-  for (const FusionSlot& slot : g.slots) {
-    const FusionNode& user = g.nodes[static_cast<size_t>(slot.user)];
-    if (!g.live[static_cast<size_t>(slot.user)]) {
-      call.slot_values.emplace_back();
-      continue;
-    }
-    const Scalar& v = weak[static_cast<size_t>(slot.source)];
-    if (user.kind == FusionNodeKind::Cast) {
-      call.slot_values.push_back(v);
-      continue;
-    }
-    OpTypes types{user.compute, user.dtype};
-    check_scalar_range(user.op, slot.operand, v, types);  // out of range throws ValueError as the unfused op does
-    const bool condition = user.op == OpCode::Where && slot.operand == 0;
-    call.slot_values.push_back(condition ? Scalar(v.to_bool()) : round_scalar(v, slot.compute));
-  }
-
-  // The final reduction's plan (keepdims shape, count); empty cases go through kiln's ops.
-  const FusionNode* reduce = g.reduce >= 0 ? &g.nodes[static_cast<size_t>(g.reduce)] : nullptr;
-  Reduction plan;
-  plan.keep_shape = shape;
-  if (reduce) {
-    // The reduced value reads every live array argument, so its rank is the broadcast shape's.
-    assert(static_cast<int64_t>(shape.size()) == g.nodes[static_cast<size_t>(g.elementwise)].ndim);
-    plan = plan_reduction(shape, axes_of(reduce->axes), who.c_str());
-  }
-  const bool degenerate = shape_numel(shape) == 0 || (reduce && plan.axes.empty());
-  Backend& backend = backend_for(device);
-  if (!degenerate && device.type != DeviceType::CPU) {
-    std::vector<Array> views(args.size());
-    call.arrays.assign(args.size(), nullptr);
-    for (size_t id = 0; id < g.nodes.size(); ++id) {
-      const FusionNode& n = g.nodes[id];
-      if (n.kind != FusionNodeKind::Argument || n.weak || !g.live[id]) continue;
-      const size_t i = static_cast<size_t>(n.argument);
-      const Array& a = *args[i].array;
-      views[i] = a.shape() == shape ? a : a.broadcast_to(shape);
-      call.arrays[i] = &views[i];
-    }
-    call.shape = shape;
-    DType out_dtype = g.nodes[static_cast<size_t>(g.output)].dtype;
-    if (reduce && reduce->reduction == FusionReduction::Mean) out_dtype = DType::Float64;
-    call.out = make_array(plan.keep_shape, out_dtype, device);
-    if (backend.fused(call)) {
-      Array result = call.out;
-      if (reduce && reduce->reduction == FusionReduction::Mean)
-        result = divide(result, static_cast<double>(plan.count)).astype(reduce->dtype);  // as kiln::mean does
-      if (reduce && !reduce->keepdims) result = result.reshape(plan.out_shape);
-      return result;
-    }
-  }
-  return interpret(g, args, weak, device);
 }
 
 }  // namespace kiln::detail

@@ -8,6 +8,10 @@
 // computed on the host at each call; a strong op that reads a weak value gets it as a
 // kernel argument (a "scalar slot"), rounded to the op's compute dtype as the unfused op
 // rounds its scalar operand (round_scalar), so fused and unfused results agree.
+//
+// A graph has one or more outputs. Its reductions may be followed by elementwise
+// work ("staged" graphs: softmax, norms); a graph whose only reduction is its only
+// output is the classic final-reduction form (`reduce`).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +28,7 @@ namespace kiln::detail {
 
 enum class FusionNodeKind : uint8_t { Argument, Constant, Op, Cast, Reduce };
 
-/// The final reduction of a fused function.
+/// A reduction of a fused function.
 enum class FusionReduction : uint8_t { Sum, Prod, Max, Min, Mean, All, Any };
 const char* fusion_reduction_name(FusionReduction r);
 
@@ -62,9 +66,12 @@ struct FusionGraph {
   std::string name;
   std::vector<FusionNode> nodes;
   std::vector<FusionSlot> slots;
-  int output = -1;       ///< node id of the result
-  int reduce = -1;       ///< node id of the final reduction, or -1 (then output is elementwise)
-  int elementwise = -1;  ///< the last elementwise node: the output, or the reduction's input
+  std::vector<int> outputs;     ///< node ids of the results, in the function's order
+  int output = -1;              ///< outputs[0]
+  int reduce = -1;              ///< the classic form: node id of the final reduction (the only output), else -1
+  int elementwise = -1;         ///< classic and elementwise graphs: the reduction's input, or the (first) output
+  std::vector<int> reductions;  ///< every live Reduce node, in order
+  bool staged = false;          ///< reductions, not in the classic form (elementwise work follows one)
   int num_arguments = 0;
   std::vector<bool> argument_is_array;
   std::vector<bool> live;  ///< per node: the output depends on it (dead nodes are neither run nor generated)
@@ -75,7 +82,8 @@ struct FusionGraph {
 };
 
 /// One fused call as a backend executes it: the elementwise part of `graph` over `shape` (the
-/// broadcast shape of the array arguments), then the final reduction if the graph has one.
+/// broadcast shape of the array arguments), then the final reduction if the graph has one; or a staged
+/// graph's rows (see FusionCall::outs).
 struct FusionCall {
   const FusionGraph* graph = nullptr;
   /// Per graph argument: the Array broadcast to `shape`, or nullptr (a scalar or unused argument).
@@ -83,9 +91,15 @@ struct FusionCall {
   /// Per graph slot: its value, already rounded to the slot's compute dtype.
   std::vector<Scalar> slot_values;
   Shape shape;
-  /// The result: shape `shape` for an elementwise graph; for a reduction, `shape` with the reduced axes
-  /// set to 1 (keepdims form; sum/prod/max/min/all/any dtype; mean: a float64 sum that the core divides).
-  Array out;
+  /// The results, one per graph output. Elementwise graph: shape `shape`, possibly an out= array that is
+  /// the very view of an input (`aliased`). Classic reduction: `shape` with the reduced axes set to 1 (keepdims
+  /// form; sum/prod/max/min/all/any dtype; mean: a float64 sum that the core divides). Staged graph: each a view
+  /// broadcast to `shape`, with stride 0 along `axes` when the output has the reduced shape (`full[k]` false:
+  /// written once per row); every reduction reduces `axes` of a value of shape `shape`.
+  std::vector<Array> outs;
+  std::vector<bool> full;
+  Shape axes;  ///< staged: the reduced axes (sorted)
+  bool aliased = false;
 };
 
 }  // namespace kiln::detail

@@ -3,6 +3,8 @@
 // (batch, m, k) x (batch, k, n) views without copying: broadcast batch axes get
 // stride 0, transposed matrices keep their layout (BLAS transposes them), and
 // batch axes that cannot merge into one stride become separate backend calls.
+// linalg::norm is one backend reduction (ReduceOp::Norm: squares summed in float64, the
+// square root and the cast in the same kernel).
 #include <string>
 #include <vector>
 

@@ -237,7 +237,7 @@ class CudaBackend final : public detail::Backend {
     return capture_random(device.index, cuda_impl::current_stream(device.index));
   }
   bool fused(const detail::FusionCall& call) override {
-    set_device(call.out.device().index);
+    set_device(call.outs.at(0).device().index);
     return cuda_fused(call);
   }
 

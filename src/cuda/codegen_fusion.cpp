@@ -30,99 +30,131 @@ DType input_dtype(const FusionGraph& g, const std::vector<int>& inputs, size_t k
   return DType::Float32;
 }
 
-/// `__device__ E element(const T0 a0, ..., const S0 s0, ...)`: the graph's elementwise part at one index.
-std::string element_function(const FusionGraph& g, const std::vector<int>& inputs) {
-  const FusionNode& result = g.nodes[static_cast<size_t>(g.elementwise)];
-  std::string s = "__device__ __forceinline__ " + std::string(device_type_name(result.dtype)) + " element(";
-  bool first = true;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    s += (first ? "const " : ", const ") + std::string(device_type_name(input_dtype(g, inputs, k))) + " a" +
-         std::to_string(k);
-    first = false;
-  }
-  for (size_t j = 0; j < g.slots.size(); ++j) {
-    s += (first ? "const " : ", const ") + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" +
-         std::to_string(j);
-    first = false;
-  }
-  s += ") {\n";
-  for (int id = 0; id <= g.elementwise; ++id) {
-    const FusionNode& n = g.nodes[static_cast<size_t>(id)];
-    if (n.weak || !g.live[static_cast<size_t>(id)]) continue;
-    const std::string type = device_type_name(n.dtype);
-    s += "  const " + type + " " + v(id) + " = ";
-    switch (n.kind) {
-      case FusionNodeKind::Argument: {
-        size_t k = 0;
-        while (inputs[k] != n.argument) ++k;
-        s += "a" + std::to_string(k);
-        break;
-      }
-      case FusionNodeKind::Cast:
-        s += "kd::cast<" + type + ">(" + (n.slots[0] >= 0 ? "s" + std::to_string(n.slots[0]) : v(n.inputs[0])) + ")";
-        break;
-      case FusionNodeKind::Op: {
-        const DType c = kernel_compute_dtype(n.compute);
-        if (!elementwise_op_supported(n.op, c))
-          throw DTypeError(std::string("fuse(") + g.name + "): " + detail::op_info(n.op).name +
-                           " has no GPU kernel for compute dtype " + std::string(dtype_name(n.compute)));
-        s += "kd::cast<" + type + ">(kd::op_" + detail::op_info(n.op).name + "<" + device_type_name(c) + ">(";
-        for (int k = 0; k < n.num_inputs; ++k) {
-          s += k ? ", " : "";
-          if (n.slots[k] >= 0) {
-            s += "s" + std::to_string(n.slots[k]);  // already of the op's (kernel) compute type, or bool
-          } else {
-            const bool condition = n.op == OpCode::Where && k == 0;
-            s += "kd::cast<" + std::string(condition ? "bool" : device_type_name(c)) + ">(" + v(n.inputs[k]) + ")";
-          }
-        }
-        s += "))";
-        break;
-      }
-      default:
-        throw ValueError("fuse codegen: unexpected node kind in the elementwise part");
+/// The expression of elementwise node `id` (its operands named v<id>, slots s<j>, array argument k `arg(k)`).
+template <class A>
+std::string node_expr(const FusionGraph& g, const std::vector<int>& inputs, int id, A arg) {
+  const FusionNode& n = g.nodes[static_cast<size_t>(id)];
+  const std::string type = device_type_name(n.dtype);
+  switch (n.kind) {
+    case FusionNodeKind::Argument: {
+      size_t k = 0;
+      while (inputs[k] != n.argument) ++k;
+      return arg(k);
     }
-    s += ";\n";
+    case FusionNodeKind::Cast:
+      return "kd::cast<" + type + ">(" + (n.slots[0] >= 0 ? "s" + std::to_string(n.slots[0]) : v(n.inputs[0])) + ")";
+    case FusionNodeKind::Op: {
+      const DType c = kernel_compute_dtype(n.compute);
+      if (!elementwise_op_supported(n.op, c))
+        throw DTypeError(std::string("fuse(") + g.name + "): " + detail::op_info(n.op).name +
+                         " has no GPU kernel for compute dtype " + std::string(dtype_name(n.compute)));
+      std::string e = "kd::cast<" + type + ">(kd::op_" + detail::op_info(n.op).name + "<" + device_type_name(c) + ">(";
+      for (int k = 0; k < n.num_inputs; ++k) {
+        e += k ? ", " : "";
+        if (n.slots[k] >= 0) {
+          e += "s" + std::to_string(n.slots[k]);  // already of the op's (kernel) compute type, or bool
+        } else {
+          const bool condition = n.op == OpCode::Where && k == 0;
+          e += "kd::cast<" + std::string(condition ? "bool" : device_type_name(c)) + ">(" + v(n.inputs[k]) + ")";
+        }
+      }
+      return e + "))";
+    }
+    default:
+      throw ValueError("fuse codegen: unexpected node kind in an elementwise part");
   }
-  return s + "  return " + v(g.elementwise) + ";\n}\n";
 }
 
-/// Parameter list: out, inputs, slots, then `extra`.
-std::string parameters(const FusionGraph& g, const std::vector<int>& inputs, const std::string& out_type,
-                       const std::string& extra) {
-  std::string s = out_type + "* __restrict__ out";
+/// Marks in `need` the strong nodes that `targets` read, stopping at nodes already `have` (computed earlier).
+std::vector<bool> needed(const FusionGraph& g, const std::vector<int>& targets, const std::vector<bool>& have) {
+  std::vector<bool> need(g.nodes.size(), false);
+  for (int t : targets) need[static_cast<size_t>(t)] = true;
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const FusionNode& n = g.nodes[i];
+    if (!need[i] || n.weak || have[i] || n.kind == FusionNodeKind::Reduce) continue;
+    for (int k = 0; k < n.num_inputs; ++k) need[static_cast<size_t>(n.inputs[k])] = true;
+  }
+  return need;
+}
+
+/// Statements `const T v<id> = ...;` for the needed strong nodes not in `have`, in order.
+template <class A>
+void emit_nodes(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const std::vector<bool>& need,
+                const std::vector<bool>& have, const std::string& indent, A arg) {
+  for (size_t id = 0; id < g.nodes.size(); ++id) {
+    const FusionNode& n = g.nodes[id];
+    if (!need[id] || n.weak || have[id] || n.kind == FusionNodeKind::Reduce) continue;
+    s += indent + "const " + std::string(device_type_name(n.dtype)) + " " + v(static_cast<int>(id)) + " = " +
+         node_expr(g, inputs, static_cast<int>(id), arg) + ";\n";
+  }
+}
+
+/// The nodes an elementwise kernel writes: the outputs, or the classic reduction's input.
+std::vector<int> element_targets(const FusionGraph& g) {
+  return g.reduce >= 0 ? std::vector<int>{g.elementwise} : g.outputs;
+}
+
+/// `__device__ void element(R0& r0, ..., const T0 a0, ..., const S0 s0, ...)`: the graph's elementwise part at
+/// one index, storing each target into r<k>.
+std::string element_function(const FusionGraph& g, const std::vector<int>& inputs) {
+  const std::vector<int> targets = element_targets(g);
+  std::string s = "__device__ __forceinline__ void element(";
+  for (size_t k = 0; k < targets.size(); ++k)
+    s += (k ? ", " : "") + std::string(device_type_name(g.nodes[static_cast<size_t>(targets[k])].dtype)) + "& r" +
+         std::to_string(k);
   for (size_t k = 0; k < inputs.size(); ++k)
-    s +=
-        ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + "* __restrict__ in" + std::to_string(k);
+    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + " a" + std::to_string(k);
+  for (size_t j = 0; j < g.slots.size(); ++j)
+    s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
+  s += ") {\n";
+  const std::vector<bool> none(g.nodes.size(), false);
+  emit_nodes(s, g, inputs, needed(g, targets, none), none, "  ", [](size_t k) { return "a" + std::to_string(k); });
+  for (size_t k = 0; k < targets.size(); ++k) s += "  r" + std::to_string(k) + " = " + v(targets[k]) + ";\n";
+  return s + "}\n";
+}
+
+/// Storage type of output k of an elementwise or staged kernel.
+std::string output_type(const FusionGraph& g, size_t k) {
+  return device_type_name(g.nodes[static_cast<size_t>(g.outputs[k])].dtype);
+}
+
+/// Parameter list: out0.., inputs, slots, then `extra` (no __restrict__ when an output aliases an input).
+std::string parameters(const FusionGraph& g, const std::vector<int>& inputs, const std::vector<std::string>& out_types,
+                       bool aliased, const std::string& extra) {
+  const std::string restrict_ = aliased ? "* " : "* __restrict__ ";
+  std::string s;
+  for (size_t k = 0; k < out_types.size(); ++k)
+    s += (k ? ", " : "") + out_types[k] + restrict_ + "out" + std::to_string(k);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + restrict_ + "in" + std::to_string(k);
   for (size_t j = 0; j < g.slots.size(); ++j)
     s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
   return s + extra;
 }
 
-/// "element(x0, ..., s0, ...)" with input k read as `read(k)`.
-template <class R>
-std::string element_call(const FusionGraph& g, size_t num_inputs, R read) {
+std::vector<std::string> output_types(const FusionGraph& g) {
+  std::vector<std::string> types;
+  for (size_t k = 0; k < g.outputs.size(); ++k) types.push_back(output_type(g, k));
+  return types;
+}
+
+/// "element(r0, ..., x0, ..., s0, ...)" with output k written to `res(k)` and input k read as `read(k)`.
+template <class W, class R>
+std::string element_call(const FusionGraph& g, size_t num_outputs, size_t num_inputs, W res, R read) {
   std::string s = "element(";
-  bool first = true;
-  for (size_t k = 0; k < num_inputs; ++k) {
-    s += (first ? "" : ", ") + read(k);
-    first = false;
-  }
-  for (size_t j = 0; j < g.slots.size(); ++j) {
-    s += (first ? "s" : ", s") + std::to_string(j);
-    first = false;
-  }
+  for (size_t k = 0; k < num_outputs; ++k) s += (k ? ", " : "") + res(k);
+  for (size_t k = 0; k < num_inputs; ++k) s += ", " + read(k);
+  for (size_t j = 0; j < g.slots.size(); ++j) s += ", s" + std::to_string(j);
   return s + ")";
 }
 
 void contiguous_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs,
                        const FusionKernelSpec& spec, const std::string& name) {
-  const DType out = g.nodes[static_cast<size_t>(g.elementwise)].dtype;
-  const std::string out_type = device_type_name(out);
+  const size_t no = g.outputs.size();
   s += spec.index64 ? "typedef unsigned long long IDX;\n" : "typedef unsigned int IDX;\n";
   const int vec = spec.vector_width;
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, out_type, ", const IDX n") + ") {\n";
+       parameters(g, inputs, output_types(g), spec.aliased, ", const IDX n") + ") {\n";
   s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
   s += "  const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n";
   std::string tail_start = "first";
@@ -130,8 +162,11 @@ void contiguous_kernel(std::string& s, const FusionGraph& g, const std::vector<i
     // Several 16-byte loads per input in flight per thread (as the built-in contiguous kernel).
     const int unroll = contiguous_unroll(static_cast<int>(inputs.size()));
     const std::string vs = std::to_string(vec), u = std::to_string(unroll);
-    const std::string out_raw = raw_type(vec * static_cast<int>(itemsize(out)));
-    s += "  union VecOut { " + out_raw + " raw; " + out_type + " e[" + vs + "]; };\n";
+    for (size_t k = 0; k < no; ++k) {
+      const DType t = g.nodes[static_cast<size_t>(g.outputs[k])].dtype;
+      s += "  union VecOut" + std::to_string(k) + " { " + std::string(raw_type(vec * static_cast<int>(itemsize(t)))) +
+           " raw; " + output_type(g, k) + " e[" + vs + "]; };\n";
+    }
     for (size_t k = 0; k < inputs.size(); ++k) {
       const DType t = input_dtype(g, inputs, k);
       s += "  union VecIn" + std::to_string(k) + " { " + raw_type(vec * static_cast<int>(itemsize(t))) + " raw; " +
@@ -148,43 +183,86 @@ void contiguous_kernel(std::string& s, const FusionGraph& g, const std::vector<i
            ")[v + u * step];\n";
     }
     s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (v + u * step >= vectors) break;\n";
-    s += "      VecOut o;\n#pragma unroll\n      for (int j = 0; j < " + vs + "; ++j) o.e[j] = " +
-         element_call(g, inputs.size(), [](size_t k) { return "x" + std::to_string(k) + "[u].e[j]"; }) + ";\n";
-    s += "      reinterpret_cast<" + out_raw + "*>(out)[v + u * step] = o.raw;\n    }\n  }\n";
+    for (size_t k = 0; k < no; ++k) s += "      VecOut" + std::to_string(k) + " y" + std::to_string(k) + ";\n";
+    s += "#pragma unroll\n      for (int j = 0; j < " + vs + "; ++j) " +
+         element_call(
+             g, no, inputs.size(), [](size_t k) { return "y" + std::to_string(k) + ".e[j]"; },
+             [](size_t k) { return "x" + std::to_string(k) + "[u].e[j]"; }) +
+         ";\n";
+    for (size_t k = 0; k < no; ++k) {
+      const DType t = g.nodes[static_cast<size_t>(g.outputs[k])].dtype;
+      s += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + "*>(out" +
+           std::to_string(k) + ")[v + u * step] = y" + std::to_string(k) + ".raw;\n";
+    }
+    s += "    }\n  }\n";
     tail_start = "vectors * " + vs + " + first";
   }
-  s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " +
-       element_call(g, inputs.size(), [](size_t k) { return "in" + std::to_string(k) + "[i]"; }) + ";\n}\n";
+  s += "  for (IDX i = " + tail_start + "; i < n; i += step) " +
+       element_call(
+           g, no, inputs.size(), [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
+           [](size_t k) { return "in" + std::to_string(k) + "[i]"; }) +
+       ";\n}\n";
 }
 
 void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
                     const std::string& name) {
   const int nd = spec.ndim;
-  const int operands = 1 + static_cast<int>(inputs.size());
+  const size_t no = g.outputs.size();
+  const int operands = static_cast<int>(no + inputs.size());
   const int stride_base = spec.index64 ? nd : 3 * nd;
-  const std::string out_type = device_type_name(g.nodes[static_cast<size_t>(g.elementwise)].dtype);
   s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
                     : "typedef unsigned int IDX;\ntypedef int OFF;\n";
   s += "struct Params { IDX w[" + std::to_string(stride_base + operands * nd) + "]; };\n";
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, out_type, ", const Params p, const IDX n") + ") {\n";
+       parameters(g, inputs, output_types(g), spec.aliased, ", const Params p, const IDX n") + ") {\n";
   const std::string u = std::to_string(spec.unroll);
   s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
   s += "  for (IDX base = (IDX)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += " + u + " * step) {\n";
-  s += "    OFF out_off[" + u + "];\n";
+  for (size_t k = 0; k < no; ++k) s += "    OFF out_off" + std::to_string(k) + "[" + u + "];\n";
   for (size_t k = 0; k < inputs.size(); ++k)
     s +=
         "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u + "];\n";
   s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
   s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
   emit_strided_offsets(s, nd, operands, spec.index64, "      ");
-  s += "      out_off[u] = o0;\n";
+  for (size_t k = 0; k < no; ++k) s += "      out_off" + std::to_string(k) + "[u] = o" + std::to_string(k) + ";\n";
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + 1) + "];\n";
+    s += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + no) + "];\n";
   s += "    }\n";
   s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (base + u * step >= n) break;\n";
-  s += "      out[out_off[u]] = " +
-       element_call(g, inputs.size(), [](size_t k) { return "x" + std::to_string(k) + "[u]"; }) + ";\n    }\n  }\n}\n";
+  s += "      " +
+       element_call(
+           g, no, inputs.size(),
+           [](size_t k) { return "out" + std::to_string(k) + "[out_off" + std::to_string(k) + "[u]]"; },
+           [](size_t k) { return "x" + std::to_string(k) + "[u]"; }) +
+       ";\n    }\n  }\n}\n";
+}
+
+/// `OFF o<k> = k<k> + (reduced offset of r)` for each operand k in `operands` (rows and reduce Params layout).
+void emit_reduced_offsets(std::string& s, const std::vector<int>& operands, int kn, int rn, const std::string& in) {
+  const int per = kn + rn, base = kn + rn;
+  for (int k : operands) s += in + "OFF o" + std::to_string(k) + " = k" + std::to_string(k) + ";\n";
+  s += in + "{\n" + in + "  IDX rem = r;\n";
+  s += "#pragma unroll\n" + in + "  for (int d = " + std::to_string(rn - 1) + "; d >= 0; --d) {\n";
+  s += in + "    const IDX q = d > 0 ? rem / p.w[" + std::to_string(kn) + " + d] : 0;\n";
+  s += in + "    const OFF rr = (OFF)(rem - q * p.w[" + std::to_string(kn) + " + d]);\n" + in + "    rem = q;\n";
+  for (int k : operands)
+    s += in + "    o" + std::to_string(k) + " += rr * (OFF)p.w[" + std::to_string(base + k * per + kn) + " + d];\n";
+  s += in + "  }\n" + in + "}\n";
+}
+
+/// `OFF k<k>` = operand k's offset of kept index o, for operands 0..count-1 (rows and reduce Params layout).
+void emit_kept_offsets(std::string& s, int count, int kn, int rn) {
+  const int per = kn + rn, base = kn + rn;
+  for (int k = 0; k < count; ++k) s += "    OFF k" + std::to_string(k) + " = 0;\n";
+  if (kn == 0) return;
+  s += "    {\n      IDX rem = o;\n";
+  s += "#pragma unroll\n      for (int d = " + std::to_string(kn - 1) + "; d >= 0; --d) {\n";
+  s += "        const IDX q = d > 0 ? rem / p.w[d] : 0;\n        const OFF r = (OFF)(rem - q * p.w[d]);\n";
+  s += "        rem = q;\n";
+  for (int k = 0; k < count; ++k)
+    s += "        k" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(base + k * per) + " + d];\n";
+  s += "      }\n    }\n";
 }
 
 std::string reduce_operator(const FusionKernelSpec& spec) {
@@ -203,7 +281,7 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
                     : "typedef unsigned int IDX;\ntypedef int OFF;\n";
   s += "typedef " + acc + " ACC;\ntypedef " + reduce_operator(spec) + " Op;\n";
   // Params: kept size [kn], reduced size [rn], per input kept stride [kn] + reduced stride [rn], then 4 scalars.
-  const int per_input = kn + rn, input_base = kn + rn, scalars = input_base + ni * per_input;
+  const int scalars = (kn + rn) * (1 + ni);
   s += "struct Params { IDX w[" + std::to_string(scalars + 4) + "]; };\n";
   s += "__device__ __forceinline__ ACC load(" + elem + " x) { return " +
        (spec.op == ReduceOp::All || spec.op == ReduceOp::Any ? std::string("kd::widen(x) != 0")
@@ -211,7 +289,7 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
        "; }\n";
   const std::string out_type = spec.to_partials ? acc : device_type_name(spec.out);
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, out_type, ", const Params p") + ") {\n";
+       parameters(g, inputs, {out_type}, false, ", const Params p") + ") {\n";
   s += "  const IDX num_out = p.w[" + std::to_string(scalars) + "], num_red = p.w[" + std::to_string(scalars + 1) +
        "], splits = p.w[" + std::to_string(scalars + 2) + "], chunk = p.w[" + std::to_string(scalars + 3) + "];\n";
   s += "  const IDX lane = threadIdx.x % " + std::to_string(G) + ";\n";
@@ -222,40 +300,123 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
        "; task < tasks; task += (IDX)gridDim.x * " + groups + ") {\n";
   // Split-major tasks: adjacent tasks are adjacent outputs (coalesced loads for group 1).
   s += "    const IDX split = task / num_out, o = task - split * num_out;\n";
-  for (int k = 0; k < ni; ++k) s += "    OFF k" + std::to_string(k) + " = 0;\n";
-  if (kn > 0) {
-    s += "    {\n      IDX rem = o;\n";
-    s += "#pragma unroll\n      for (int d = " + std::to_string(kn - 1) + "; d >= 0; --d) {\n";
-    s += "        const IDX q = d > 0 ? rem / p.w[d] : 0;\n        const OFF r = (OFF)(rem - q * p.w[d]);\n";
-    s += "        rem = q;\n";
-    for (int k = 0; k < ni; ++k)
-      s += "        k" + std::to_string(k) + " += r * (OFF)p.w[" + std::to_string(input_base + k * per_input) +
-           " + d];\n";
-    s += "      }\n    }\n";
-  }
+  emit_kept_offsets(s, ni, kn, rn);
   s += "    const IDX r0 = split * chunk;\n    const IDX r1 = r0 + chunk < num_red ? r0 + chunk : num_red;\n";
   s += "    ACC acc = Op::identity();\n";
   s += "#pragma unroll 4\n    for (IDX r = r0 + lane; r < r1; r += " + std::to_string(G) + ") {\n";
-  for (int k = 0; k < ni; ++k) s += "      OFF o" + std::to_string(k) + " = k" + std::to_string(k) + ";\n";
-  s += "      {\n        IDX rem = r;\n";
-  s += "#pragma unroll\n        for (int d = " + std::to_string(rn - 1) + "; d >= 0; --d) {\n";
-  s += "          const IDX q = d > 0 ? rem / p.w[" + std::to_string(kn) + " + d] : 0;\n";
-  s += "          const OFF rr = (OFF)(rem - q * p.w[" + std::to_string(kn) + " + d]);\n          rem = q;\n";
-  for (int k = 0; k < ni; ++k)
-    s += "          o" + std::to_string(k) + " += rr * (OFF)p.w[" + std::to_string(input_base + k * per_input + kn) +
-         " + d];\n";
-  s += "        }\n      }\n";
-  s += "      acc = Op::combine(acc, load(" +
-       element_call(g, inputs.size(),
-                    [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
-       "));\n    }\n";
+  std::vector<int> all_inputs;
+  for (int k = 0; k < ni; ++k) all_inputs.push_back(k);
+  emit_reduced_offsets(s, all_inputs, kn, rn, "      ");
+  s += "      " + elem + " e;\n      " +
+       element_call(
+           g, 1, inputs.size(), [](size_t) { return std::string("e"); },
+           [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
+       ";\n      acc = Op::combine(acc, load(e));\n    }\n";
   emit_group_combine(s, G);
-  s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "o * splits + split" : "o") + "] = " +
+  s += "    if (lane == 0) out0[" + std::string(spec.to_partials ? "o * splits + split" : "o") + "] = " +
        (spec.to_partials ? std::string("acc") : "kd::cast<" + std::string(device_type_name(spec.out)) + ">(acc)") +
        ";\n  }\n}\n";
 }
 
+void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                 const std::string& name) {
+  const int kn = spec.kept_ndim, rn = spec.reduced_ndim, ni = static_cast<int>(inputs.size());
+  const int no = static_cast<int>(g.outputs.size()), operands = ni + no, G = spec.group;
+  const int scalars = (kn + rn) * (1 + operands);
+  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
+                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
+  s += "struct Params { IDX w[" + std::to_string(scalars + 2) + "]; };\n";
+  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
+       parameters(g, inputs, output_types(g), spec.aliased, ", const Params p") + ") {\n";
+  s += "  const IDX num_out = p.w[" + std::to_string(scalars) + "], num_red = p.w[" + std::to_string(scalars + 1) +
+       "];\n";
+  s += "  const IDX lane = threadIdx.x % " + std::to_string(G) + ";\n";
+  auto acc_dtype = [&](const FusionNode& n) {
+    const ReduceOp op = fusion_reduce_op(n.reduction);
+    const DType out = n.reduction == detail::FusionReduction::Mean ? DType::Float64 : n.dtype;
+    return reduce_accumulator_dtype(op, g.nodes[static_cast<size_t>(n.inputs[0])].dtype, out);
+  };
+  if (G == kBlockSize)
+    for (int rid : g.reductions)
+      s += "  __shared__ " + std::string(device_type_name(acc_dtype(g.nodes[static_cast<size_t>(rid)]))) + " wa" +
+           std::to_string(rid) + "[" + std::to_string(kBlockSize / 32) + "];\n";
+  const std::string groups = std::to_string(kBlockSize / G);
+  s += "  for (IDX o = (IDX)blockIdx.x * " + groups + " + threadIdx.x / " + std::to_string(G) +
+       "; o < num_out; o += (IDX)gridDim.x * " + groups + ") {\n";
+  emit_kept_offsets(s, operands, kn, rn);
+  std::vector<int> all_inputs;
+  for (int k = 0; k < ni; ++k) all_inputs.push_back(k);
+  std::vector<bool> have(g.nodes.size(), false);
+  auto read_at = [](const char* prefix) {
+    return [prefix](size_t k) { return "in" + std::to_string(k) + "[" + prefix + std::to_string(k) + "]"; };
+  };
+  for (int rid : g.reductions) {  // one pass per reduction
+    const FusionNode& n = g.nodes[static_cast<size_t>(rid)];
+    const ReduceOp op = fusion_reduce_op(n.reduction);
+    const DType acc = acc_dtype(n);
+    s += "    " + std::string(device_type_name(n.dtype)) + " " + v(rid) + ";\n    {\n";
+    s += "      typedef " + std::string(device_type_name(acc)) + " ACC;\n      typedef " +
+         reduce_operator_type(op, acc) + " Op;\n";
+    if (G == kBlockSize) s += "      ACC* warp_acc = wa" + std::to_string(rid) + ";\n";
+    s += "      ACC acc = Op::identity();\n";
+    s += "#pragma unroll 4\n      for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
+    emit_reduced_offsets(s, all_inputs, kn, rn, "        ");
+    emit_nodes(s, g, inputs, needed(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
+    s += "        acc = Op::combine(acc, " +
+         (op == ReduceOp::All || op == ReduceOp::Any ? "kd::widen(" + v(n.inputs[0]) + ") != 0"
+                                                     : "(ACC)kd::widen(" + v(n.inputs[0]) + ")") +
+         ");\n      }\n";
+    emit_group_combine(s, G);
+    if (G == kBlockSize)  // the combined value reached warp 0: share it with the block
+      s += "      if (threadIdx.x == 0) warp_acc[0] = acc;\n      __syncthreads();\n      acc = warp_acc[0];\n"
+           "      __syncthreads();\n";
+    const std::string type = device_type_name(n.dtype);
+    s += "      " + v(rid) + " = " +
+         (n.reduction == detail::FusionReduction::Mean ? "kd::cast<" + type + ">((double)acc / (double)num_red)"
+                                                       : "kd::cast<" + type + ">(acc)") +
+         ";\n    }\n";
+    have[static_cast<size_t>(rid)] = true;
+  }
+  std::vector<int> full, kept, full_operands = all_inputs;
+  for (int k = 0; k < no; ++k) {
+    ((spec.kept_mask >> k) & 1u ? kept : full).push_back(k);
+    if (!((spec.kept_mask >> k) & 1u)) full_operands.push_back(ni + k);
+  }
+  auto targets = [&](const std::vector<int>& ks) {
+    std::vector<int> t;
+    for (int k : ks) t.push_back(g.outputs[static_cast<size_t>(k)]);
+    return t;
+  };
+  if (!full.empty()) {  // the full-shape outputs: one more pass
+    s += "    for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
+    emit_reduced_offsets(s, full_operands, kn, rn, "      ");
+    emit_nodes(s, g, inputs, needed(g, targets(full), have), have, "      ", read_at("o"));
+    for (int k : full)
+      s += "      out" + std::to_string(k) + "[o" + std::to_string(ni + k) +
+           "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+    s += "    }\n";
+  }
+  if (!kept.empty()) {  // the reduced-shape outputs: constant along the row, so read at its start
+    s += "    if (lane == 0) {\n";
+    emit_nodes(s, g, inputs, needed(g, targets(kept), have), have, "      ", read_at("k"));
+    for (int k : kept)
+      s += "      out" + std::to_string(k) + "[k" + std::to_string(ni + k) +
+           "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+    s += "    }\n";
+  }
+  s += "  }\n}\n";
+}
+
 }  // namespace
+
+void check_operand_count(const FusionGraph& g) {
+  const size_t inputs = fusion_array_arguments(g).size();
+  const size_t operands = inputs + (g.reduce >= 0 ? 1 : g.outputs.size());
+  if (operands > static_cast<size_t>(kMaxLayoutOperands))
+    throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs) + " array arguments and " +
+                     std::to_string(operands - inputs) + " outputs; a fused kernel takes at most " +
+                     std::to_string(kMaxLayoutOperands) + " arrays in all, so split the function");
+}
 
 std::vector<int> fusion_array_arguments(const FusionGraph& g) {
   std::vector<int> inputs;
@@ -296,35 +457,37 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
     case FusionLayout::Strided:
       name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "");
       break;
+    case FusionLayout::Rows:
+      name += "_rows_g" + std::to_string(spec.group) + "_k" + std::to_string(spec.kept_ndim) + "_r" +
+              std::to_string(spec.reduced_ndim) + "_m" + std::to_string(spec.kept_mask);
+      break;
     case FusionLayout::Reduce:
       name += std::string("_") + detail::reduce_op_name(spec.op) + "_a" + dtype_tag(spec.acc) + "_" +
               (spec.to_partials ? std::string("partial") : dtype_tag(spec.out)) + "_g" + std::to_string(spec.group) +
               "_k" + std::to_string(spec.kept_ndim) + "_r" + std::to_string(spec.reduced_ndim);
       break;
   }
+  if (spec.aliased) name += "_alias";
   return name + (spec.index64 ? "_i64" : "_i32");
 }
 
 std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spec) {
   const std::string name = fusion_kernel_name(g, spec);
   const std::vector<int> inputs = fusion_array_arguments(g);
-  if (static_cast<int>(inputs.size()) + 1 > kMaxLayoutOperands)
-    throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) +
-                     " array arguments; a fused kernel takes at most " + std::to_string(kMaxLayoutOperands - 1) +
-                     ", so split the function");
+  check_operand_count(g);
   const int v = spec.vector_width;
   if (v < 1 || v > 16 || (v & (v - 1)) != 0) throw ValueError("fuse codegen: bad vector width " + std::to_string(v));
   if (spec.layout != FusionLayout::Contiguous && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))
     throw ValueError("fuse codegen: rank " + std::to_string(spec.ndim) + " is outside 1.." +
                      std::to_string(kMaxKernelRank));
-  if (spec.layout == FusionLayout::Reduce &&
+  if ((spec.layout == FusionLayout::Reduce || spec.layout == FusionLayout::Rows) &&
       (spec.kept_ndim < 0 || spec.kept_ndim > kMaxKernelRank || spec.reduced_ndim < 1 ||
        spec.reduced_ndim > kMaxKernelRank ||
        !(spec.group == kBlockSize || (spec.group >= 1 && spec.group <= 32 && (spec.group & (spec.group - 1)) == 0))))
     throw ValueError("fuse codegen: bad reduction spec for " + name);
   std::string s = "// " + name + " (generated by kiln::fuse)\nnamespace " + name + "_ns {\n";
   s.reserve(8192);
-  s += element_function(g, inputs);
+  if (spec.layout != FusionLayout::Rows) s += element_function(g, inputs);
   switch (spec.layout) {
     case FusionLayout::Contiguous:
       contiguous_kernel(s, g, inputs, spec, name);
@@ -334,6 +497,9 @@ std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spe
       break;
     case FusionLayout::Reduce:
       reduce_kernel(s, g, inputs, spec, name);
+      break;
+    case FusionLayout::Rows:
+      rows_kernel(s, g, inputs, spec, name);
       break;
   }
   return s + "}  // namespace\n";

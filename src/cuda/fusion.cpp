@@ -58,16 +58,17 @@ void push_axis(std::vector<Axis>& axes, const Axis& axis, int inputs) {
   axes.push_back(axis);
 }
 
-void elementwise(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
-                 void** pointers, std::vector<void*>& args) {
+void elementwise(const detail::FusionCall& call, int device, int operands, const Array** arrays, void** pointers,
+                 std::vector<void*>& args) {
   const FusionGraph& g = *call.graph;
-  const int operands = 1 + static_cast<int>(inputs.size());
+  const int num_inputs = operands - static_cast<int>(call.outs.size());
   Layout layout;
   layout.operands = operands;
   coalesce(layout, call.shape, arrays, [&] { return "fuse(" + g.name + ")"; });
-  const int64_t n = call.out.size();
+  const int64_t n = shape_numel(call.shape);
   const bool contiguous = is_contiguous_layout(layout, n);
   FusionKernelSpec spec;
+  spec.aliased = call.aliased;
   spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
@@ -80,8 +81,7 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
     const int vec = aligned_vector_width(arrays, pointers, operands);
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = ceil_div(n, spec.vector_width);
-    one_pass_blocks =
-        one_pass_grid(work_items, spec.vector_width > 1 ? contiguous_unroll(static_cast<int>(inputs.size())) : 1);
+    one_pass_blocks = one_pass_grid(work_items, spec.vector_width > 1 ? contiguous_unroll(num_inputs) : 1);
   } else {
     spec.layout = FusionLayout::Strided;
     const int nd = layout.ndim;
@@ -98,60 +98,126 @@ void elementwise(const detail::FusionCall& call, int device, const std::vector<i
   launch_entry(kernel, grid, dim3(kBlockSize), current_stream(device), args.data());
 }
 
+/// Splits the broadcast shape into kept and reduced axes (coalesced where every operand allows), each operand
+/// `arrays[k]` viewed with `shape`; returns the index of the last axis of size > 1 (-1: none).
+int64_t split_axes(const Shape& shape, const Shape& axes, const Array* const* arrays, int operands,
+                   std::vector<Axis>& kept, std::vector<Axis>& red) {
+  std::vector<bool> reduced(shape.size(), false);
+  for (int64_t a : axes) reduced[static_cast<size_t>(a)] = true;
+  int64_t last_nontrivial = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    last_nontrivial = static_cast<int64_t>(d);
+    Axis axis{shape[d], {}};
+    for (int k = 0; k < operands; ++k) axis.strides[k] = arrays[k]->strides()[d];
+    push_axis(reduced[d] ? red : kept, axis, operands);
+  }
+  if (red.empty()) red.push_back(Axis{1, {}});
+  return last_nontrivial;
+}
+
+/// Params words of a reduce or rows kernel: kept sizes, reduced sizes, per operand kept and reduced strides.
+std::vector<uint64_t> axis_words(const std::vector<Axis>& kept, const std::vector<Axis>& red, int operands) {
+  std::vector<uint64_t> words;
+  for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.size));
+  for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.size));
+  for (int k = 0; k < operands; ++k) {
+    for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.strides[k]));
+    for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.strides[k]));
+  }
+  return words;
+}
+
+int64_t max_extent(const std::vector<Axis>& kept, const std::vector<Axis>& red, int operands) {
+  int64_t extent = 0;
+  for (int k = 0; k < operands; ++k) {
+    int64_t e = 0;
+    for (const Axis& a : kept) e += (a.size - 1) * std::abs(a.strides[k]);
+    for (const Axis& a : red) e += (a.size - 1) * std::abs(a.strides[k]);
+    extent = std::max(extent, e);
+  }
+  return extent;
+}
+
+void check_axes(const FusionGraph& g, const Shape& shape, const std::vector<Axis>& kept, const std::vector<Axis>& red) {
+  if (kept.size() > static_cast<size_t>(kMaxKernelRank) || red.size() > static_cast<size_t>(kMaxKernelRank))
+    throw ShapeError("fuse(" + g.name + "): the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
+                     " axes that cannot be merged (shape " + shape_str(shape) + "); make an operand contiguous first");
+}
+
+/// Longest row a rows kernel takes when rows are fewer than a wave of blocks (one group per row, no split: a
+/// longer row would leave most of the GPU idle, so the core runs the ops one by one instead).
+constexpr int64_t kMaxUnsplitRow = int64_t{1} << 16;
+
+/// A staged graph: one group of threads per row, no split (see fusion.hpp). False when rows are too few and long.
+bool rows(const detail::FusionCall& call, int device, int operands, const Array** arrays, std::vector<void*>& args) {
+  const FusionGraph& g = *call.graph;
+  const int no = static_cast<int>(call.outs.size());
+  // The rows kernel's operand order: inputs, then outputs.
+  const Array* ordered[kMaxLayoutOperands];
+  for (int k = no; k < operands; ++k) ordered[k - no] = arrays[k];
+  for (int k = 0; k < no; ++k) ordered[operands - no + k] = arrays[k];
+  std::vector<Axis> kept, red;
+  const int64_t last_nontrivial = split_axes(call.shape, call.axes, ordered, operands, kept, red);
+  check_axes(g, call.shape, kept, red);
+  int64_t num_out = 1, num_red = 1;
+  for (const Axis& a : kept) num_out *= a.size;
+  for (const Axis& a : red) num_red *= a.size;
+  const int sms = multiprocessor_count(device);
+  if (num_out < int64_t{sms} * 8 && num_red > kMaxUnsplitRow) return false;
+  FusionKernelSpec spec;
+  spec.layout = FusionLayout::Rows;
+  spec.aliased = call.aliased;
+  spec.kept_ndim = static_cast<int>(kept.size());
+  spec.reduced_ndim = static_cast<int>(red.size());
+  for (int k = 0; k < no; ++k)
+    if (!call.full[static_cast<size_t>(k)]) spec.kept_mask |= 1u << k;
+  const bool rows_inner =
+      last_nontrivial < 0 || std::binary_search(call.axes.begin(), call.axes.end(), last_nontrivial);
+  const SplitPlan plan = plan_split(rows_inner, num_out, num_red, sms);
+  spec.group = plan.group;
+  spec.index64 = shape_numel(call.shape) > INT32_MAX || max_extent(kept, red, operands) > INT32_MAX;
+  std::vector<uint64_t> words = axis_words(kept, red, operands);
+  words.push_back(static_cast<uint64_t>(num_out));
+  words.push_back(static_cast<uint64_t>(num_red));
+  std::vector<uint32_t> narrow(words.begin(), words.end());
+  args.push_back(spec.index64 ? static_cast<void*>(words.data()) : static_cast<void*>(narrow.data()));
+  const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
+  const int64_t blocks = std::clamp<int64_t>(ceil_div(num_out * spec.group, kBlockSize), 1, 4 * plan.wave);
+  launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
+  return true;
+}
+
 void reduction(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
                std::vector<void*>& args, void** out_pointer) {
   const FusionGraph& g = *call.graph;
   const detail::FusionNode& node = g.nodes[static_cast<size_t>(g.reduce)];
   const int ni = static_cast<int>(inputs.size());
   const Shape& shape = call.shape;
-  std::vector<bool> reduced(shape.size(), false);
-  for (int64_t a : node.axes) reduced[static_cast<size_t>(a)] = true;
   std::vector<Axis> kept, red;
-  int64_t last_nontrivial = -1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    last_nontrivial = static_cast<int64_t>(d);
-    Axis axis{shape[d], {}};
-    for (int k = 0; k < ni; ++k) axis.strides[k] = arrays[k + 1]->strides()[d];
-    push_axis(reduced[d] ? red : kept, axis, ni);
-  }
-  if (red.empty()) red.push_back(Axis{1, {}});
-  if (kept.size() > static_cast<size_t>(kMaxKernelRank) || red.size() > static_cast<size_t>(kMaxKernelRank))
-    throw ShapeError("fuse(" + g.name + "): the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
-                     " axes that cannot be merged (shape " + shape_str(shape) + "); make an operand contiguous first");
-  const int64_t num_out = call.out.size();
+  const int64_t last_nontrivial = split_axes(shape, node.axes, arrays + 1, ni, kept, red);
+  check_axes(g, shape, kept, red);
+  const int64_t num_out = call.outs[0].size();
   int64_t num_red = 1;
   for (const Axis& a : red) num_red *= a.size;
 
   FusionKernelSpec spec;
   spec.layout = FusionLayout::Reduce;
   spec.op = fusion_reduce_op(node.reduction);
-  spec.out = call.out.dtype();
+  spec.out = call.outs[0].dtype();
   spec.acc = reduce_accumulator_dtype(spec.op, g.nodes[static_cast<size_t>(g.elementwise)].dtype, spec.out);
   spec.kept_ndim = static_cast<int>(kept.size());
   spec.reduced_ndim = static_cast<int>(red.size());
   // Rows: the reduced axes are the inner ones (or there is no non-trivial axis).
-  const bool rows = last_nontrivial < 0 || reduced[static_cast<size_t>(last_nontrivial)];
+  const bool rows = last_nontrivial < 0 || std::binary_search(node.axes.begin(), node.axes.end(), last_nontrivial);
   const SplitPlan plan = plan_split(rows, num_out, num_red, multiprocessor_count(device));
   spec.group = plan.group;
   const int64_t splits = plan.splits, chunk = plan.chunk, wave = plan.wave;
   spec.to_partials = splits > 1;
-  int64_t extent = 0;
-  for (int k = 0; k < ni; ++k) {
-    int64_t e = 0;
-    for (const Axis& a : kept) e += (a.size - 1) * std::abs(a.strides[k]);
-    for (const Axis& a : red) e += (a.size - 1) * std::abs(a.strides[k]);
-    extent = std::max(extent, e);
-  }
-  spec.index64 = shape_numel(shape) > INT32_MAX || num_out * splits > INT32_MAX || extent > INT32_MAX;
+  spec.index64 =
+      shape_numel(shape) > INT32_MAX || num_out * splits > INT32_MAX || max_extent(kept, red, ni) > INT32_MAX;
 
-  std::vector<uint64_t> words;
-  for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.size));
-  for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.size));
-  for (int k = 0; k < ni; ++k) {
-    for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.strides[k]));
-    for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.strides[k]));
-  }
+  std::vector<uint64_t> words = axis_words(kept, red, ni);
   for (int64_t w : {num_out, num_red, splits, chunk}) words.push_back(static_cast<uint64_t>(w));
   std::vector<uint32_t> narrow(words.size());
   for (size_t i = 0; i < words.size(); ++i) narrow[i] = static_cast<uint32_t>(words[i]);
@@ -159,7 +225,7 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
 
   Array partials;
   if (spec.to_partials) {
-    partials = detail::make_array({num_out, splits}, spec.acc, call.out.device());
+    partials = detail::make_array({num_out, splits}, spec.acc, call.outs[0].device());
     *out_pointer = partials.data_ptr();
   }
   const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
@@ -167,7 +233,7 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
   if (spec.to_partials) {
     // The second pass is the built-in reduction over each output's `splits` accumulators.
-    detail::ReduceCall second{spec.op, &partials, call.out.reshape({num_out, 1}), Shape{1}};
+    detail::ReduceCall second{spec.op, &partials, call.outs[0].reshape({num_out, 1}), Shape{1}};
     cuda_reduce(second);
   }
 }
@@ -176,39 +242,41 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
 
 bool cuda_fused(const detail::FusionCall& call) {
   const FusionGraph& g = *call.graph;
-  const Array& out = call.out;
+  const Array& out = call.outs.at(0);
   const int device = out.device().index;
-  if (out.size() == 0) return true;
+  if (shape_numel(call.shape) == 0) return true;
   set_device(device);
+  check_operand_count(g);
   const std::vector<int> inputs = fusion_array_arguments(g);
-  if (static_cast<int>(inputs.size()) + 1 > kMaxLayoutOperands)
-    throw ValueError("fuse(" + g.name + "): " + std::to_string(inputs.size()) +
-                     " array arguments; a fused kernel "
-                     "takes at most " +
-                     std::to_string(kMaxLayoutOperands - 1) + ", so split the function");
-  const Array* arrays[kMaxLayoutOperands] = {&out};
-  void* pointers[kMaxLayoutOperands] = {out.data_ptr()};
+  const int no = static_cast<int>(call.outs.size()), operands = no + static_cast<int>(inputs.size());
+  const Array* arrays[kMaxLayoutOperands] = {};
+  void* pointers[kMaxLayoutOperands] = {};
   std::vector<void*> args;
-  args.reserve(2 + inputs.size() + g.slots.size() + 2);
-  args.push_back(&pointers[0]);
+  args.reserve(static_cast<size_t>(operands) + g.slots.size() + 2);
+  for (int k = 0; k < no; ++k) {
+    arrays[k] = &call.outs[static_cast<size_t>(k)];
+    pointers[k] = arrays[k]->data_ptr();
+    args.push_back(&pointers[k]);
+  }
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Array* a = call.arrays[static_cast<size_t>(inputs[k])];
     if (a->device() != out.device())
       throw DeviceError("fuse(" + g.name + "): an argument is on " + a->device().str() + " and the output on " +
                         out.device().str() + "; move it with .to(" + out.device().str() + ")");
-    arrays[k + 1] = a;
-    pointers[k + 1] = a->data_ptr();
-    args.push_back(&pointers[k + 1]);
+    arrays[no + k] = a;
+    pointers[no + k] = a->data_ptr();
+    args.push_back(&pointers[no + k]);
   }
   std::vector<std::array<uint64_t, 1>> slots(g.slots.size());
   for (size_t j = 0; j < g.slots.size(); ++j) {
     store_scalar(g.slots[j].argument_dtype, call.slot_values[j], slots[j].data());
     args.push_back(slots[j].data());
   }
+  if (g.staged) return rows(call, device, operands, arrays, args);
   if (g.reduce >= 0)
     reduction(call, device, inputs, arrays, args, &pointers[0]);
   else
-    elementwise(call, device, inputs, arrays, pointers, args);
+    elementwise(call, device, operands, arrays, pointers, args);
   return true;
 }
 

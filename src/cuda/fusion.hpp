@@ -1,10 +1,11 @@
 // Fused kernels (internal): CUDA source generated from a kiln::fuse graph
 // (core/fusion.hpp) and the launcher behind CudaBackend::fused.
 //
-// Every fused kernel is one `element()` function — the graph's elementwise nodes as
-// a sequence of statements, each the prelude's op_<name> in the node's compute type
-// with its result converted to the node's storage dtype (so float16 intermediates
-// round exactly where the unfused ops round them) — wrapped in one of three loops:
+// Every fused kernel evaluates the graph's elementwise nodes as a sequence of
+// statements, each the prelude's op_<name> in the node's compute type with its result
+// converted to the node's storage dtype (so float16 intermediates round exactly where
+// the unfused ops round them) — an `element()` function storing every output — wrapped
+// in one of four loops:
 // - contiguous: every array operand contiguous: 16-byte vector loads/stores with
 //   several vectors in flight per thread, a grid-stride loop and 32-bit indices when
 //   they fit (the built-in contiguous kernel's loop, for any number of inputs);
@@ -15,13 +16,20 @@
 //   each operand's kept and reduced offsets, then combine with warp shuffles (and shared
 //   memory across warps). With group 1, adjacent threads take adjacent outputs (coalesced
 //   for a reduction over an outer axis). A split reduction writes accumulators
-//   (partials[o * splits + split]) that the built-in reduction then reduces.
+//   (partials[o * splits + split]) that the built-in reduction then reduces;
+// - rows: a staged graph (elementwise work after reductions over the same axes). One
+//   group per row (kept index), no split: one pass over the row per reduction (each
+//   reading the reductions before it as per-row values, the combined value broadcast
+//   to the whole group), then one pass writing the full-shape outputs, and lane 0
+//   writing the reduced-shape ones.
 //
-// Kernel arguments, in order: out*, one pointer per array argument the graph reads (in
-// argument order), one value per scalar slot (FusionSlot::argument_dtype), then for
-// contiguous `n`, for strided `Params, n` (elementwise_layout.hpp's words), for reduce
-// `Params`: kept size[kn], reduced size[rn], then per input kept stride[kn] and reduced
-// stride[rn], then num_out, num_red, splits, chunk.
+// Kernel arguments, in order: one pointer per output (out0, ...; the classic reduction
+// has one), one per array argument the graph reads (in argument order), one value per
+// scalar slot (FusionSlot::argument_dtype), then for contiguous `n`, for strided
+// `Params, n` (elementwise_layout.hpp's words; operands: outputs then inputs), for
+// reduce `Params`: kept size[kn], reduced size[rn], then per input kept stride[kn] and
+// reduced stride[rn], then num_out, num_red, splits, chunk; for rows the same with the
+// outputs' strides after the inputs' and without splits, chunk.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +41,7 @@
 
 namespace kiln::cuda_impl {
 
-enum class FusionLayout : uint8_t { Contiguous, Strided, Reduce };
+enum class FusionLayout : uint8_t { Contiguous, Strided, Reduce, Rows };
 
 /// What a fused kernel's source depends on besides its graph.
 struct FusionKernelSpec {
@@ -50,6 +58,9 @@ struct FusionKernelSpec {
   int kept_ndim = 0;
   int reduced_ndim = 1;
   bool to_partials = false;
+  // elementwise and rows
+  bool aliased = false;    ///< an output is an input's array (no __restrict__)
+  uint32_t kept_mask = 0;  ///< rows: bit k set when output k has the reduced shape (written once per row)
 
   bool operator==(const FusionKernelSpec&) const = default;
 };
@@ -58,7 +69,7 @@ struct FusionKernelSpec {
 
 // Hashes over every field (a field added without being named here does not compile).
 KILN_HASH_EVERY_FIELD(kiln::cuda_impl::FusionKernelSpec, layout, vector_width, ndim, unroll, index64, op, out, acc,
-                      group, kept_ndim, reduced_ndim, to_partials);
+                      group, kept_ndim, reduced_ndim, to_partials, aliased, kept_mask);
 
 namespace kiln::cuda_impl {
 
@@ -72,13 +83,16 @@ std::string fusion_kernel_name(const detail::FusionGraph& graph, const FusionKer
 std::string fusion_kernel_code(const detail::FusionGraph& graph, const FusionKernelSpec& spec);
 /// Complete source: the prelude of device_functions.hpp and the kernel.
 std::string fusion_source(const detail::FusionGraph& graph, const FusionKernelSpec& spec);
+/// Throws ValueError when the graph's array arguments and outputs exceed a kernel's operands.
+void check_operand_count(const detail::FusionGraph& graph);
 /// Argument indices of the array arguments the graph reads, in kernel-parameter order.
 std::vector<int> fusion_array_arguments(const detail::FusionGraph& graph);
 /// The reduce op a graph's final reduction runs as (mean: sum into float64).
 detail::ReduceOp fusion_reduce_op(detail::FusionReduction r);
 
 /// Runs call (CudaBackend::fused): one generated kernel (plus the built-in second pass of a split
-/// reduction) on call.out's device and current stream. Always returns true.
+/// reduction) on the outputs' device and current stream. False (nothing run) for a staged graph with rows
+/// too few and long for one group each (the core then runs the ops one by one).
 bool cuda_fused(const detail::FusionCall& call);
 
 }  // namespace kiln::cuda_impl

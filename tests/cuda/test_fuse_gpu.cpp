@@ -2,7 +2,8 @@
 // their generated kernels (every layout class, reductions, float16, scalar arguments)
 // compile to PTX with NVRTC. With a GPU: fused results equal the unfused ops for
 // float32/float64/float16/int32, broadcast and strided inputs, final reductions, and a
-// repeated call compiles nothing.
+// repeated call compiles nothing. Several outputs, out= and staged graphs (softmax, norm):
+// multi-output and rows kernels compile; on a GPU they match float64 references in one kernel.
 #ifdef KILN_WITH_CUDA
 
 #include <gtest/gtest.h>
@@ -11,11 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "core/fuse_steps.hpp"      // tests/core
 #include "core/fuse_test_util.hpp"  // tests/core
 #include "core/fusion.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/device_functions.hpp"
 #include "cuda/fusion.hpp"
+#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -190,6 +193,74 @@ TEST(FuseCodegen, KernelNamesTellSpecsApart) {
   EXPECT_EQ(fusion_kernel_name(*graph, specs[0]).rfind("kiln_fused_chain_", 0), 0u);
 }
 
+TEST(FuseCodegen, MultiOutputAndAliasedKernelsCompile) {
+  auto step = fuse(kiln_test::adam_fn, "adam");
+  Array z = zeros({8}, float32, cpu());
+  auto graph = step.graph(z, z, z, z, 0.1, 0.9, 0.999, 1e-8, 0.1, 0.001);
+  ASSERT_EQ(graph->outputs.size(), 3u);
+  std::vector<FusionKernelSpec> specs = elementwise_specs(4);
+  for (size_t i = 0, n = specs.size(); i < n; ++i) {
+    FusionKernelSpec aliased = specs[i];
+    aliased.aliased = true;
+    EXPECT_NE(aliased, specs[i]);
+    EXPECT_NE(fusion_kernel_name(*graph, aliased), fusion_kernel_name(*graph, specs[i]));
+    specs.push_back(aliased);
+  }
+  expect_compiles(*graph, specs);
+  const std::string code = fusion_kernel_code(*graph, specs[0]);
+  EXPECT_NE(code.find("float* __restrict__ out2"), std::string::npos);
+  EXPECT_EQ(fusion_kernel_code(*graph, specs.back()).find("__restrict__"), std::string::npos);
+  EXPECT_EQ(count(code, "reinterpret_cast<uint4*>(out"), 3);  // each output stored as 16-byte vectors
+}
+
+TEST(FuseCodegen, RowsKernelsCompileForSoftmaxAndNorm) {
+  Array x = zeros({4, 6}, float32, cpu());
+  auto softmax = fuse(kiln_test::softmax_fn, "softmax");
+  auto g1 = softmax.graph(x);
+  EXPECT_TRUE(g1->staged);
+  EXPECT_EQ(g1->reductions.size(), 2u);
+  std::vector<FusionKernelSpec> specs;
+  FusionKernelSpec s;
+  s.layout = FusionLayout::Rows;
+  for (int group : {1, 8, 32, 256}) {
+    s.group = group;
+    s.kept_ndim = group == 1 ? 2 : 1;
+    s.reduced_ndim = group == 1 ? 2 : 1;
+    specs.push_back(s);
+  }
+  s.index64 = true;
+  s.aliased = true;
+  specs.push_back(s);
+  expect_compiles(*g1, specs);
+  const std::string code = fusion_kernel_code(*g1, specs[3]);
+  EXPECT_EQ(count(code, "for (IDX r = lane; r < num_red;"), 3);  // max, sum, then the writing pass
+  EXPECT_NE(code.find("kd::red_max<float>"), std::string::npos);
+  EXPECT_NE(code.find("kd::red_sum<float>"), std::string::npos);
+  // Two outputs of two shapes: log-sum-exp (written once per row) and log_softmax.
+  auto both = fuse([](auto v) {
+    auto m = max(v, -1, true);
+    auto lse = m + log(sum(exp(v - m), -1, true));
+    return std::tuple{lse, v - lse};
+  });
+  FusionKernelSpec k = specs[2];
+  k.kept_mask = 1;
+  expect_compiles(*both.graph(x), {k});
+  EXPECT_NE(fusion_kernel_code(*both.graph(x), k).find("if (lane == 0)"), std::string::npos);
+  // The norm: a float64 sum of squares, its root and the cast in one kernel; mean divides in the kernel.
+  auto norm = fuse([](auto v) {
+    auto w = v.astype(float64);
+    return sqrt(sum(w * w)).astype(v.dtype());
+  });
+  FusionKernelSpec n;
+  n.layout = FusionLayout::Rows;
+  n.group = 256;
+  n.kept_mask = 1;
+  expect_compiles(*norm.graph(x), {n});
+  EXPECT_NE(fusion_kernel_code(*norm.graph(x), n).find("kd::red_sum<double>"), std::string::npos);
+  auto centred = fuse([](auto v) { return v - mean(v, 0, true); });
+  expect_compiles(*centred.graph(x.astype(float16)), {specs[0]});
+}
+
 // ------------------------------------------------------------------ with a GPU
 
 TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
@@ -286,6 +357,130 @@ TEST(FuseGpu, MixedDevicesThrowDeviceError) {
   auto f = fuse([](auto a, auto b) { return a + b; }, "mixed");
   expect_error<DeviceError>([&] { (void)f(ones({3}, float32, gpu(0)), ones({3}, float32, cpu())); },
                             {"fuse(mixed)", "cuda:0", "cpu", ".to("});
+}
+
+TEST(FuseGpu, AdamAndSgdStepsInPlaceMatchFloat64References) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  const Shape shape{300, 77};  // odd sizes: vector body and scalar tail
+  const size_t n = 300 * 77;
+  std::vector<double> p0 = kiln_test::test_values(n, 1), zero(n, 0.0);
+  Array p = kiln_test::f32_array(p0, shape, d), m = zeros(shape, float32, d), v = zeros(shape, float32, d);
+  const void* p_data = p.data_ptr();
+  auto step = fuse(kiln_test::adam_fn, "adam");
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  std::vector<std::vector<double>> grads;
+  for (int t = 0; t < 3; ++t) {
+    grads.push_back(kiln_test::test_values(n, 10 + static_cast<uint32_t>(t), 2.0));
+    Array g = kiln_test::f32_array(grads.back(), shape, d);
+    step.out({p, m, v}, p, g, m, v, lr, b1, b2, eps, 1 - std::pow(b1, t + 1), 1 - std::pow(b2, t + 1));
+  }
+  EXPECT_EQ(p.data_ptr(), p_data);
+  const kiln_test::AdamState want = kiln_test::adam_reference({p0, zero, zero}, grads, lr, b1, b2, eps);
+  kiln_test::expect_near(p, want.p, 2e-6);
+  kiln_test::expect_near(m, want.m, 2e-6);
+  kiln_test::expect_near(v, want.v, 2e-6);
+  // SGD with momentum on a strided (transposed) parameter: the strided kernel, in place.
+  std::vector<double> q0 = kiln_test::test_values(n, 3), b0(n, 0.0), g0 = kiln_test::test_values(n, 4);
+  Array q = kiln_test::f32_array(q0, {77, 300}, d).T(), buf = zeros({300, 77}, float32, d);
+  Array g = kiln_test::f32_array(g0, {77, 300}, d).T();
+  fuse(kiln_test::sgd_fn).out({q, buf}, q, g, buf, 0.05, 0.9, 0.01);
+  std::vector<double> want_q(n), want_b(n);  // row-major over the (300, 77) views
+  for (size_t i = 0; i < 300; ++i)
+    for (size_t j = 0; j < 77; ++j) {
+      const size_t src = j * 300 + i;
+      want_b[i * 77 + j] = g0[src] + 0.01 * q0[src];
+      want_q[i * 77 + j] = q0[src] - 0.05 * want_b[i * 77 + j];
+    }
+  kiln_test::expect_near(q, want_q, 1e-6);
+  kiln_test::expect_near(buf, want_b, 1e-6);
+}
+
+/// Kernels one call of `f` launches, counted as the nodes of a CUDA graph capturing it.
+template <class F>
+size_t kernels_of(Device d, F&& f) {
+  f();  // compile first
+  synchronize(d);
+  Stream s = Stream::create(d);
+  kiln::cuda::Graph graph;
+  {
+    kiln::cuda::GraphCapture capture(graph, s);
+    f();
+  }
+  return graph.num_nodes();
+}
+
+TEST(FuseGpu, SoftmaxAndLogSoftmaxAreOneKernelAndMatchFloat64) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  auto softmax = fuse(kiln_test::softmax_fn, "softmax");
+  auto log_softmax = fuse(kiln_test::log_softmax_fn, "log_softmax");
+  // Short rows (sub-warp groups), long rows (a block per row), and few rows of one long axis.
+  for (const Shape& shape : {Shape{1000, 10}, Shape{64, 3000}, Shape{3, 5, 257}, Shape{2, 40000}}) {
+    const int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
+    std::vector<double> x = kiln_test::test_values(static_cast<size_t>(rows * cols), 7, 8.0);
+    Array a = kiln_test::f32_array(x, shape, d);
+    kiln_test::expect_near(softmax(a), kiln_test::softmax_reference(x, rows, cols, false), 1e-6);
+    kiln_test::expect_near(log_softmax(a), kiln_test::softmax_reference(x, rows, cols, true), 1e-6);
+    kiln_test::expect_near(softmax(a.astype(float64)), kiln_test::softmax_reference(x, rows, cols, false), 1e-13);
+    Array y = empty(shape, float32, d);
+    EXPECT_LE(kernels_of(d, [&] { softmax.out({y}, a); }), 2u) << shape_str(shape);
+    EXPECT_EQ(kernels_of(d, [&] { log_softmax.out({y}, a); }), 1u) << shape_str(shape);
+  }
+  // Over a leading axis (one thread per column), and in place.
+  auto softmax0 = fuse([](auto v) {
+    auto e = exp(v - max(v, 0, true));
+    return e / sum(e, 0, true);
+  });
+  std::vector<double> x = kiln_test::test_values(50 * 300, 9, 4.0);
+  Array a = kiln_test::f32_array(x, {50, 300}, d);
+  std::vector<double> xt(x.size());
+  for (size_t i = 0; i < 50; ++i)
+    for (size_t j = 0; j < 300; ++j) xt[j * 50 + i] = x[i * 300 + j];
+  Array y = softmax0(a);
+  kiln_test::expect_near(y.T(), kiln_test::softmax_reference(xt, 300, 50, false), 1e-6);
+  softmax.out({a}, a);
+  kiln_test::expect_near(a, kiln_test::softmax_reference(x, 50, 300, false), 1e-6);
+}
+
+TEST(FuseGpu, StagedGraphsMatchTheUnfusedOps) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  Array x = random::normal({128, 33}, float32, d), b = random::normal({33}, float32, d);
+  auto centred = fuse([](auto v, auto bias) { return (v - mean(v, 1, true)) * bias; });
+  expect_equal(centred(x, b), (x - mean(x, 1, true)) * b, 1e-5);
+  auto both = fuse([](auto v) {
+    auto m = max(v, -1, true);
+    auto lse = m + log(sum(exp(v - m), -1, true));
+    return std::tuple{lse, v - lse};
+  });
+  auto [lse, ls] = both(x);
+  Array m = max(x, -1, true);
+  Array want = m + log(sum(exp(x - m), -1, true));
+  expect_equal(lse, want, 1e-6);
+  expect_equal(ls, x - want, 1e-6);
+  Array h = random::normal({16, 40}, float16, d);
+  expect_equal(fuse(kiln_test::softmax_fn)(h), exp(h - max(h, -1, true)) / sum(exp(h - max(h, -1, true)), -1, true),
+               2e-3);
+  // Rows of different reductions' axes: the ops one by one, same values.
+  expect_equal(fuse([](auto v) { return sum(v, 0, true) + max(v, 1, true); })(x), sum(x, 0, true) + max(x, 1, true),
+               1e-6);
+}
+
+TEST(FuseGpu, NormIsOneKernelAndMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  for (const Shape& shape : {Shape{100, 100}, Shape{7}, Shape{3, 4, 5}}) {
+    Array host = random::normal(shape, float32, cpu());
+    Array a = host.to(d);
+    expect_equal(linalg::norm(a).to(cpu()), linalg::norm(host), 1e-7);
+    expect_equal(linalg::norm(a, {}, true).to(cpu()), linalg::norm(host, {}, true), 1e-7);
+    expect_equal(linalg::norm(a.astype(float16)).to(cpu()), linalg::norm(host.astype(float16)), 1e-3);
+    expect_equal(linalg::norm(a.astype(int32)).to(cpu()), linalg::norm(host.astype(int32)), 1e-15);
+    EXPECT_EQ(kernels_of(d, [&] { (void)linalg::norm(a); }), 1u) << shape_str(shape);
+  }
+  Array big = random::normal({1 << 20}, float32, cpu());  // long single row: the unfused path
+  expect_equal(linalg::norm(big.to(d)).to(cpu()), linalg::norm(big), 1e-6);
 }
 
 #endif  // KILN_WITH_CUDA

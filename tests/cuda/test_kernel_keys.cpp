@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -286,36 +287,66 @@ TEST(KernelKeys, EveryFusedKernelSpecHasItsOwnEntryAndName) {
   auto graph = f.graph(zeros({8}, DType::Float32, cpu()));
   auto dot = fuse([](auto x, auto y) { return sum(x * y); }, "dot");
   auto reduce_graph = dot.graph(zeros({8}, DType::Float32, cpu()), zeros({8}, DType::Float32, cpu()));
+  // Elementwise work after reductions, with a reduced-shape second output: the rows layout.
+  auto softmax = fuse(
+      [](auto x) {
+        auto e = exp(x - max(x, -1, true));
+        auto total = sum(e, -1, true);
+        return std::tuple{e / total, total};
+      },
+      "softmax_and_total");
+  auto rows_graph = softmax.graph(zeros({4, 8}, DType::Float32, cpu()));
+  const auto graph_of = [&](const FusionKernelSpec& s) -> const detail::FusionGraph& {
+    return s.layout == FusionLayout::Reduce ? *reduce_graph : s.layout == FusionLayout::Rows ? *rows_graph : *graph;
+  };
   FusionKernelMemo memo;
   std::vector<FusionKernelKey> keys;
-  NameChecker<FusionKernelSpec> names([&](const FusionKernelSpec& s) {
-    return fusion_kernel_code(s.layout == FusionLayout::Reduce ? *reduce_graph : *graph, s);
-  });
+  NameChecker<FusionKernelSpec> names([&](const FusionKernelSpec& s) { return fusion_kernel_code(graph_of(s), s); });
   const auto add = [&](const FusionKernelSpec& s) {
     for (int device : {0, 1, 7}) {
       keys.push_back({device, s});
       memo.insert(keys.back(), std::make_shared<size_t>(keys.size() - 1));
     }
-    names.add(fusion_kernel_name(s.layout == FusionLayout::Reduce ? *reduce_graph : *graph, s), s);
+    names.add(fusion_kernel_name(graph_of(s), s), s);
   };
   FusionKernelSpec s;
-  for (bool index64 : {false, true}) {
-    s.index64 = index64;
-    s.layout = FusionLayout::Contiguous;
-    for (int v : {1, 2, 4, 8, 16}) {
-      s.vector_width = v;
-      add(s);
-    }
-    s.vector_width = 1;
-    s.layout = FusionLayout::Strided;
-    for (int nd = 1; nd <= kMaxKernelRank; ++nd)
-      for (int unroll : {1, 2, 4}) {
-        s.ndim = nd;
-        s.unroll = unroll;
+  for (bool aliased : {false, true})  // an output that is an input's array (out=): no __restrict__
+    for (bool index64 : {false, true}) {
+      s.aliased = aliased;
+      s.index64 = index64;
+      s.layout = FusionLayout::Contiguous;
+      for (int v : {1, 2, 4, 8, 16}) {
+        s.vector_width = v;
         add(s);
       }
-    s.ndim = s.unroll = 1;
-  }
+      s.vector_width = 1;
+      s.layout = FusionLayout::Strided;
+      for (int nd = 1; nd <= kMaxKernelRank; ++nd)
+        for (int unroll : {1, 2, 4}) {
+          s.ndim = nd;
+          s.unroll = unroll;
+          add(s);
+        }
+      s.ndim = s.unroll = 1;
+    }
+  s.aliased = false;
+  // Rows: every group x kept rank x reduced rank x which outputs have the reduced shape x aliasing x index width.
+  FusionKernelSpec w;
+  w.layout = FusionLayout::Rows;
+  for (int g : {1, 2, 4, 8, 16, 32, kBlockSize})
+    for (int kn = 0; kn <= kMaxKernelRank; ++kn)
+      for (int rn = 1; rn <= 4; ++rn)
+        for (uint32_t mask : {0u, 2u})
+          for (bool aliased : {false, true})
+            for (bool index64 : {false, true}) {
+              w.group = g;
+              w.kept_ndim = kn;
+              w.reduced_ndim = rn;
+              w.kept_mask = mask;
+              w.aliased = aliased;
+              w.index64 = index64;
+              add(w);
+            }
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::All, ReduceOp::Any};
   FusionKernelSpec r;
   r.layout = FusionLayout::Reduce;
