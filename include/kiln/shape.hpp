@@ -13,6 +13,10 @@
 
 namespace kiln {
 
+/// Most dimensions the operands of an op (elementwise, reduction, user kernel, fused function) may have;
+/// past it the op throws ShapeError. Views (reshape, expand_dims, indexing) of any rank are fine.
+inline constexpr int kMaxRank = 16;
+
 /// A vector of int64 with inline room for 6 dimensions.
 class Shape {
  public:

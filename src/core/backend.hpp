@@ -13,6 +13,7 @@
 #include "kiln/array.hpp"
 #include "kiln/random.hpp"
 #include "kiln/stream.hpp"
+#include "core/iteration.hpp"
 #include "core/op_table.hpp"
 
 namespace kiln::detail {
@@ -21,6 +22,9 @@ class RawKernelBackend;      // core/raw_kernel_backend.hpp
 struct UserElementwiseCall;  // core/user_kernel.hpp
 struct UserReductionCall;    // core/user_kernel.hpp
 struct FusionCall;           // core/fusion.hpp
+
+/// Array operands of a built-in elementwise op, the output included.
+inline constexpr int kMaxElementwiseOperands = 4;
 
 /// One operand of an elementwise call: an array already broadcast to the output's
 /// shape (stride 0 on broadcast axes), or a scalar already converted to the call's
@@ -41,7 +45,14 @@ struct ElementwiseCall {
   Array out;
   DType compute = DType::Float32;
   std::array<Scalar, 4> params;
+  /// The iteration over the array operands (out, then the array inputs in order; scalars are not operands),
+  /// filled by the core (plan_call); not filled for the sequence ops (Arange, Linspace: out is contiguous).
+  ElementwiseIteration<kMaxElementwiseOperands> plan;
 };
+
+/// Fills call.plan from call.out and the call's array inputs; throws ShapeError naming `op` (default: the op
+/// table's name of call.op) past kMaxRank.
+void plan_call(ElementwiseCall& call, const char* op = nullptr);
 
 /// Reduces `in` over `axes` (sorted, non-negative, at least one) into `out`, whose shape is
 /// in's shape with the reduced axes set to 1 (keepdims form) and whose dtype the core chose
@@ -51,7 +62,13 @@ struct ReduceCall {
   const Array* in = nullptr;
   Array out;
   Shape axes;
+  /// The iteration over (in, out): negative input strides flipped (on reduced axes only for ops without an
+  /// index result), kept and reduced axes each sorted by input stride and merged; filled by the core.
+  ReductionIteration<2> plan;
 };
+
+/// Fills call.plan from call.in, call.out and call.axes; throws ShapeError naming the op past kMaxRank.
+void plan_reduce_call(ReduceCall& call);
 
 /// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
 /// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix

@@ -253,8 +253,17 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
     }
     ++call.num_inputs;
   }
+  plan_call(call);
   if (call.out.size() > 0) backend_for(device).elementwise(call);
   return call.out;
+}
+
+void plan_call(ElementwiseCall& call, const char* op) {
+  const Array* arrays[kMaxElementwiseOperands] = {&call.out};
+  int operands = 1;
+  for (int k = 0; k < call.num_inputs; ++k)
+    if (!call.inputs[static_cast<size_t>(k)].is_scalar()) arrays[operands++] = call.inputs[static_cast<size_t>(k)].array;
+  plan_elementwise(call.plan, call.out.shape(), arrays, operands, op ? op : op_info(call.op).name);
 }
 
 void copy_into(const Array& src, const Array& dst, const char* op) {
@@ -275,6 +284,7 @@ void copy_into(const Array& src, const Array& dst, const char* op) {
   if (!(view.shape() == dst.shape())) view = view.broadcast_to(dst.shape());
   call.inputs[0].array = &view;
   call.num_inputs = 1;
+  plan_call(call, op);
   if (dst.size() > 0) backend_for(dst.device()).elementwise(call);
 }
 
@@ -285,6 +295,7 @@ void fill_into(const Array& dst, const Scalar& v) {
   call.out = dst;
   call.inputs[0].scalar = v;
   call.num_inputs = 1;
+  plan_call(call, "fill");
   if (dst.size() > 0) backend_for(dst.device()).elementwise(call);
 }
 

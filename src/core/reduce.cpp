@@ -54,6 +54,18 @@ Reduction plan_reduction(const Shape& shape, const Axes& axes, const char* op) {
   return r;
 }
 
+void plan_reduce_call(ReduceCall& call) {
+  const char* op = reduce_op_name(call.op);
+  check_rank(call.in->shape(), op);
+  bool reduced[kMaxRank] = {};
+  for (int64_t axis : call.axes) reduced[axis] = true;
+  const Array* arrays[2] = {call.in, &call.out};
+  ReductionOrder order;
+  const bool arg = call.op == ReduceOp::ArgMax || call.op == ReduceOp::ArgMin;
+  order.flip_reduced = order.sort_reduced = !arg;
+  plan_reduction_axes(call.plan, call.in->shape(), reduced, arrays, 2, 1, order, op);
+}
+
 DType sum_dtype(DType t) { return is_floating(t) ? t : DType::Int64; }
 DType mean_dtype(DType t) { return is_floating(t) ? t : DType::Float64; }
 
@@ -94,7 +106,8 @@ Array run_reduce(const Array& a, ReduceOp op, const Reduction& r, DType out_dtyp
       // Only ops with an identity get here (the callers reject max/min/argmax/argmin).
       out.fill(op == ReduceOp::Prod || op == ReduceOp::All ? Scalar(1) : Scalar(0));
     } else {
-      detail::ReduceCall call{op, &a, out, r.axes};
+      detail::ReduceCall call{op, &a, out, r.axes, {}};
+      detail::plan_reduce_call(call);
       detail::backend_for(a.device()).reduce(call);
     }
   }

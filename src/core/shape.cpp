@@ -4,6 +4,7 @@
 #include <ostream>
 #include <string>
 
+#include "core/iteration.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln {
@@ -34,6 +35,13 @@ Shape contiguous_strides(const Shape& s) {
     acc *= s[i] > 0 ? s[i] : 1;
   }
   return st;
+}
+
+void detail::throw_rank_error(const std::string& op, const Shape& shape) {
+  throw ShapeError(op + ": an operand of shape " + shape_str(shape) + " has " + std::to_string(shape.size()) +
+                   " dimensions, more than the " + std::to_string(kMaxRank) +
+                   " kiln ops support (kiln::kMaxRank); reshape it to at most " + std::to_string(kMaxRank) +
+                   " dimensions first (merge or squeeze axes)");
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

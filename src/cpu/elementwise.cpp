@@ -1,7 +1,7 @@
 // CPU elementwise engine: one strided iteration core for every op, copy and cast.
 //
-// 1. Operands (output first) get byte strides over the output's shape; axes are
-//    coalesced so a contiguous problem becomes one long row.
+// 1. Operands (output first) get byte strides from the core's iteration plan
+//    (call.plan: axes coalesced, so a contiguous problem is one long row).
 // 2. The row loop calls one kernel per (op, compute type) on whole rows. An
 //    operand whose dtype is not the compute type (a cast, float16, bfloat16) is
 //    converted through a small stack buffer in blocks of kBlock elements; others
@@ -115,42 +115,16 @@ struct Plan {
   DType kernel_dtype[kMaxOperands];  // dtype the kernel reads/writes
   bool buffered[kMaxOperands];
   int64_t ndim = 0;
-  int64_t shape[16];
-  int64_t strides[kMaxOperands][16];  // bytes
+  int64_t shape[kMaxRank];
+  int64_t strides[kMaxOperands][kMaxRank];  // bytes
   KernelFn fn = nullptr;
   alignas(16) unsigned char scalars[kMaxOperands][16];
 };
 
-// Merges axes (output's C order) where every operand steps through memory uniformly.
-void coalesce(Plan& p, const Shape& shape) {
-  p.ndim = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (p.ndim > 0) {
-      bool merge = true;
-      for (int k = 0; k < p.num && merge; ++k)
-        merge = p.strides[k][p.ndim - 1] == p.strides[k][d] * shape[d];
-      if (merge) {
-        p.shape[p.ndim - 1] *= shape[d];
-        for (int k = 0; k < p.num; ++k) p.strides[k][p.ndim - 1] = p.strides[k][d];
-        continue;
-      }
-    }
-    p.shape[p.ndim] = shape[d];
-    for (int k = 0; k < p.num; ++k) p.strides[k][p.ndim] = p.strides[k][d];
-    ++p.ndim;
-  }
-  if (p.ndim == 0) {
-    p.ndim = 1;
-    p.shape[0] = 1;
-    for (int k = 0; k < p.num; ++k) p.strides[k][0] = 0;
-  }
-}
-
 // Runs rows of the coalesced problem covering flat elements [begin, end).
 void run_range(const Plan& p, int64_t begin, int64_t end) {
   const int64_t nd = p.ndim, inner = p.shape[nd - 1];
-  int64_t idx[16] = {};
+  int64_t idx[kMaxRank] = {};
   int64_t rest = begin / inner;
   for (int64_t d = nd - 2; d >= 0; --d) {
     idx[d] = rest % p.shape[d];
@@ -255,8 +229,11 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
   // Casts and copies convert source -> destination dtype in one step (convert(), through the
   // input buffer when the dtypes differ), then copy raw bytes: float64 -> float16 rounds once.
   bool raw = call.op == OpCode::Identity && call.inputs[0].array;
-  const Shape& shape = call.out.shape();
-  if (shape.size() > 16) throw ShapeError("elementwise: arrays of more than 16 dimensions are not supported");
+  // The core's plan (call.plan) covers the array operands, output first; scalars step by 0.
+  const detail::ElementwiseIteration<detail::kMaxElementwiseOperands>& plan = call.plan;
+  p.ndim = plan.ndim;
+  for (int d = 0; d < plan.ndim; ++d) p.shape[d] = plan.shape[d];
+  int array_index = 0;
   for (int k = 0; k < p.num; ++k) {
     const Array* a = k == 0 ? &call.out : call.inputs[k - 1].array;
     DType want;
@@ -269,13 +246,14 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
       p.base[k] = static_cast<char*>(a->data_ptr());
       p.dtype[k] = a->dtype();
       p.buffered[k] = a->dtype() != want;
-      for (size_t d = 0; d < shape.size(); ++d) p.strides[k][d] = a->strides()[d] * itemsize(a->dtype());
+      for (int d = 0; d < plan.ndim; ++d) p.strides[k][d] = plan.strides[array_index][d] * itemsize(a->dtype());
+      ++array_index;
     } else {  // a scalar: stored once in the compute type, read with stride 0
       visit_dtype(want, [&](auto tag) { store_scalar<decltype(tag)>(p.scalars[k], call.inputs[k - 1].scalar); });
       p.base[k] = reinterpret_cast<char*>(p.scalars[k]);
       p.dtype[k] = want;
       p.buffered[k] = false;
-      for (size_t d = 0; d < shape.size(); ++d) p.strides[k][d] = 0;
+      for (int d = 0; d < plan.ndim; ++d) p.strides[k][d] = 0;
     }
   }
   p.fn = raw ? raw_copy_kernel(itemsize(call.out.dtype()))
@@ -283,7 +261,6 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
   if (!p.fn)
     throw DTypeError(std::string(detail::op_info(call.op).name) + ": no CPU kernel for dtype " +
                      std::string(dtype_name(call.compute)));
-  coalesce(p, shape);
   int64_t total = call.out.size();
   bool heavy = detail::op_info(call.op).rule == detail::TypeRule::Float;
   parallel_for(total, [&](int64_t b, int64_t e) { run_range(p, b, e); },

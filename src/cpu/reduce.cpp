@@ -1,5 +1,6 @@
-// CPU reductions. The input's axes are reordered by stride (outermost first),
-// negative strides flipped and mergeable axes coalesced, so the innermost loop
+// CPU reductions. The core's iteration plan (call.plan: negative strides flipped,
+// mergeable axes coalesced) is walked with its axes ordered by stride (outermost
+// first, kept and reduced interleaved), so the innermost loop
 // either reduces one contiguous run into one accumulator (256 bytes of partials
 // the compiler vectorises) or, when the innermost axis is kept, adds a whole row
 // into a row of accumulators (out[j] op= in[i, j]) — never a large-stride walk.
@@ -398,42 +399,22 @@ struct Plan {
   int64_t in_itemsize = 0;
 };
 
+/// The core's plan (call.plan: size-1 axes dropped, negative strides flipped, kept and reduced axes each
+/// sorted and merged) with both sides interleaved by input stride.
 Plan make_plan(const detail::ReduceCall& call) {
-  const Array& in = *call.in;
-  const int64_t nd = in.ndim();
-  std::vector<bool> reduced(static_cast<size_t>(nd), false);
-  for (int64_t axis : call.axes) reduced[static_cast<size_t>(axis)] = true;
-  Shape acc_strides = contiguous_strides(call.out.shape());
-
+  const detail::ReductionIteration<2>& it = call.plan;
   Plan plan;
-  plan.in = static_cast<const char*>(in.data_ptr());
-  plan.in_itemsize = itemsize(in.dtype());
-  std::vector<Dim> dims;
-  for (int64_t d = 0; d < nd; ++d) {
-    Dim dim{in.shape()[d], in.strides()[d], reduced[d] ? 0 : acc_strides[d], reduced[d]};
-    if (dim.size == 1) continue;
-    if (dim.in_stride < 0) {  // walk backwards axes forwards; the accumulator follows on kept axes
-      plan.in += (dim.size - 1) * dim.in_stride * plan.in_itemsize;
-      dim.in_stride = -dim.in_stride;
-      plan.acc_offset += (dim.size - 1) * dim.acc_stride;
-      dim.acc_stride = -dim.acc_stride;
-    }
-    dims.push_back(dim);
-  }
+  plan.in_itemsize = itemsize(call.in->dtype());
+  plan.in = static_cast<const char*>(call.in->data_ptr()) + it.offsets[0] * plan.in_itemsize;
+  plan.acc_offset = it.offsets[1];  // out is contiguous, as the accumulator buffer is
+  plan.dims.reserve(static_cast<size_t>(it.kept.ndim + it.reduced.ndim));
+  for (int d = 0; d < it.kept.ndim; ++d)
+    plan.dims.push_back(Dim{it.kept.shape[d], it.kept.strides[0][d], it.kept.strides[1][d], false});
+  for (int d = 0; d < it.reduced.ndim; ++d)
+    if (it.reduced.shape[d] > 1) plan.dims.push_back(Dim{it.reduced.shape[d], it.reduced.strides[0][d], 0, true});
   // Largest stride outermost; broadcast (stride 0) axes outside everything so inner runs read fresh memory.
   auto key = [](const Dim& d) { return d.in_stride == 0 ? std::numeric_limits<int64_t>::max() : d.in_stride; };
-  std::stable_sort(dims.begin(), dims.end(), [&](const Dim& a, const Dim& b) { return key(a) > key(b); });
-  for (const Dim& d : dims) {
-    if (!plan.dims.empty()) {
-      Dim& outer = plan.dims.back();
-      if (outer.reduced == d.reduced && outer.in_stride == d.in_stride * d.size &&
-          outer.acc_stride == d.acc_stride * d.size) {
-        outer = Dim{outer.size * d.size, d.in_stride, d.acc_stride, d.reduced};
-        continue;
-      }
-    }
-    plan.dims.push_back(d);
-  }
+  std::stable_sort(plan.dims.begin(), plan.dims.end(), [&](const Dim& a, const Dim& b) { return key(a) > key(b); });
   if (plan.dims.empty()) plan.dims.push_back(Dim{1, 1, 0, true});
   return plan;
 }

@@ -14,6 +14,11 @@
 //   one array of index-type words: size[ndim], then for 32-bit indexing magic[ndim]
 //   and shift[ndim] (division by invariant integers), then stride[array operand][ndim]
 //   in elements, output first;
+// - tiled elementwise: (out*, in_k* or scalar_k..., Params) where Params is one array of
+//   index-type words: size_a, size_b (a: the output's innermost axis, b: the axis along which
+//   the tiled inputs are contiguous), tiles_a, tiles_b, total tiles, then stride_a[array
+//   operand], stride_b[array operand], then the other (batch) axes: size[ndim - 2], then
+//   stride[array operand][ndim - 2]; one block (32 x 8 threads) per 32 x 32 tile;
 // - sequence (arange/linspace): (out*, double start, double step, i64 istart, i64 istep,
 //   i32 exact_int, i32 endpoint, double stop, i64 n);
 // - reduction: (const in*, out*, Params) with Params an array of index-type words:
@@ -33,17 +38,18 @@
 #include "core/kernel_memo.hpp"
 #include "core/op_table.hpp"
 #include "kiln/dtype.hpp"
+#include "kiln/shape.hpp"  // kMaxRank: the largest rank of every generated kernel
 
 namespace kiln::cuda_impl {
 
-/// Largest coalesced rank of a strided elementwise kernel (the CPU's limit too).
-inline constexpr int kMaxKernelRank = 16;
 /// Threads per block of every generated kernel.
 inline constexpr int kBlockSize = 256;
 
 // ------------------------------------------------------------------ elementwise
 
-enum class EwLayout : uint8_t { Contiguous, Strided, Sequence };
+/// Contiguous: one flat axis; Strided: any coalesced layout; Sequence: arange/linspace; Tiled: an input transposed
+/// relative to the output, staged through 32x32 shared-memory tiles so reads and writes are both coalesced.
+enum class EwLayout : uint8_t { Contiguous, Strided, Sequence, Tiled };
 
 /// Everything an elementwise kernel's source depends on.
 struct ElementwiseSpec {
@@ -56,8 +62,9 @@ struct ElementwiseSpec {
   bool raw_copy = false;                                           ///< identity between equal dtypes: copy the bits
   EwLayout layout = EwLayout::Contiguous;
   int vector_width = 1;  ///< contiguous: elements per vector load/store (16 bytes for the widest operand)
-  int ndim = 1;          ///< strided: coalesced rank, 1..kMaxKernelRank
+  int ndim = 1;          ///< strided, tiled: coalesced rank, 1..kMaxRank (tiled: 2..kMaxRank)
   int unroll = 1;        ///< strided: elements per thread and iteration, loads first (1 or 4)
+  int tiled_inputs = 0;  ///< tiled: bit k set when array input k is read through a shared-memory tile
   bool index64 = false;  ///< 64-bit indices and offsets
 
   bool operator==(const ElementwiseSpec&) const = default;
@@ -113,8 +120,8 @@ struct ReduceSpec {
   DType acc = DType::Float32;  ///< accumulator: Float32, Float64, Int64 or Bool (arg ops: the value's type)
   ReduceLayout layout = ReduceLayout::Rows;
   int group = 32;        ///< Rows: threads per output (1, 2, 4, ..., 32, or kBlockSize)
-  int kept_ndim = 0;     ///< coalesced kept axes (0..kMaxKernelRank)
-  int reduced_ndim = 1;  ///< coalesced reduced axes (1..kMaxKernelRank)
+  int kept_ndim = 0;     ///< coalesced kept axes (0..kMaxRank)
+  int reduced_ndim = 1;  ///< coalesced reduced axes (1..kMaxRank)
   int vector_width = 1;  ///< Rows with one contiguous reduced axis: elements per vector load
   bool index64 = false;
   bool from_partials = false;  ///< reads accumulators written by a split pass
@@ -145,7 +152,7 @@ using BuiltinKernelKey = detail::DeviceKernelKey<std::variant<ElementwiseSpec, R
 // Hashes over every field (a field added without being named here does not compile; equality, defaulted,
 // covers new fields by itself).
 KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ElementwiseSpec, op, num_inputs, out, compute, in, scalar, raw_copy, layout,
-                      vector_width, ndim, unroll, index64);
+                      vector_width, ndim, unroll, index64, tiled_inputs);
 KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ReduceSpec, op, in, out, acc, layout, group, kept_ndim, reduced_ndim,
                       vector_width, index64, from_partials, to_partials);
 

@@ -3,12 +3,14 @@
 //
 // Every generated kernel is one `element()` function — inputs converted to the
 // compute type, the op from the prelude, the result converted to the output's
-// storage type — wrapped in one of three loops:
+// storage type — wrapped in one of four loops:
 // - contiguous: a grid-stride loop over vectors of `vector_width` elements
 //   (16 bytes of the widest operand, loaded through a union with uint4/uint2/...),
 //   then a scalar loop over the tail;
 // - strided: a grid-stride loop over output elements whose per-operand offsets
 //   come from the coalesced shape (division by invariant integers in 32-bit mode);
+// - tiled: an input transposed relative to the output staged through 32 x 32
+//   shared-memory tiles, so both its reads and the output's writes are coalesced;
 // - sequence: arange/linspace values computed from the index in double.
 #include <cstdio>
 #include <string>
@@ -193,6 +195,69 @@ void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::stri
   s += "      out[out_off[u]] = " + call + ");\n    }\n  }\n}\n";
 }
 
+// A block of 32 x 8 threads per 32 x 32 tile (grid-stride over tiles): the tiled inputs are read with
+// threadIdx.x along axis b (their unit stride) into shared memory, padded to 33 columns so the transposed read
+// hits 32 banks; then each thread computes with threadIdx.x along axis a (the output's unit stride), so the
+// output and the other inputs (broadcast or unit stride along a) are read and written coalesced too.
+void tiled_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
+  const int nd = spec.ndim, batch = nd - 2;
+  int operands = 1;
+  for (int k = 0; k < spec.num_inputs; ++k) operands += spec.scalar[k] ? 0 : 1;
+  const int sa = 5, sb = 5 + operands, bsize = 5 + 2 * operands, bstride = bsize + batch;
+  const int words = bstride + operands * batch;
+  const auto w = [](int i) { return "p.w[" + std::to_string(i) + "]"; };
+  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
+                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
+  s += "struct Params { IDX w[" + std::to_string(words) + "]; };\n";
+  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
+       parameter_list(spec, ", const Params p") + ") {\n";
+  for (int k = 0; k < spec.num_inputs; ++k)
+    if (spec.tiled_inputs & (1 << k))
+      s += "  __shared__ " + input_type(spec, k) + " t" + std::to_string(k) + "[32][33];\n";
+  s += "  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
+  s += "  for (IDX t = blockIdx.x; t < " + w(4) + "; t += gridDim.x) {\n";
+  s += "    IDX q = t;\n    const IDX a0 = (q % " + w(2) + ") * 32;\n    q /= " + w(2) + ";\n";
+  s += "    const IDX b0 = (q % " + w(3) + ") * 32;\n    q /= " + w(3) + ";\n";
+  s += "    OFF";
+  for (int k = 0; k < operands; ++k) s += (k ? ", o" : " o") + std::to_string(k) + " = 0";
+  s += ";\n";
+  for (int d = batch - 1; d >= 0; --d) {
+    s += "    {\n      const OFF r = (OFF)(q % " + w(bsize + d) + ");\n      q /= " + w(bsize + d) + ";\n";
+    for (int k = 0; k < operands; ++k)
+      s += "      o" + std::to_string(k) + " += r * (OFF)" + w(bstride + k * batch + d) + ";\n";
+    s += "    }\n";
+  }
+  const auto at = [&](int operand) {
+    const std::string k = std::to_string(operand);
+    return "o" + k + " + (OFF)a * (OFF)" + w(sa + operand) + " + (OFF)b * (OFF)" + w(sb + operand);
+  };
+  s += "#pragma unroll\n    for (int jj = 0; jj < 32; jj += 8) {\n      const int j = ty + jj;\n";
+  s += "      const IDX a = a0 + j, b = b0 + tx;\n      if (a < " + w(0) + " && b < " + w(1) + ") {\n";
+  int array_index = 0;
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    if (spec.scalar[k]) continue;
+    ++array_index;
+    if (spec.tiled_inputs & (1 << k))
+      s += "        t" + std::to_string(k) + "[j][tx] = in" + std::to_string(k) + "[" + at(array_index) + "];\n";
+  }
+  s += "      }\n    }\n    __syncthreads();\n";
+  s += "#pragma unroll\n    for (int jj = 0; jj < 32; jj += 8) {\n      const int j = ty + jj;\n";
+  s += "      const IDX a = a0 + tx, b = b0 + j;\n      if (a < " + w(0) + " && b < " + w(1) + ") {\n";
+  std::string call = "element(";
+  array_index = 0;
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    const std::string i = std::to_string(k);
+    call += k ? ", " : "";
+    if (spec.scalar[k]) {
+      call += "s" + i;
+      continue;
+    }
+    ++array_index;
+    call += spec.tiled_inputs & (1 << k) ? "t" + i + "[tx][j]" : "in" + i + "[" + at(array_index) + "]";
+  }
+  s += "        out[" + at(0) + "] = " + call + ");\n      }\n    }\n    __syncthreads();\n  }\n}\n";
+}
+
 void sequence_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
   const std::string out = device_type_name(spec.out);
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" + out +
@@ -254,6 +319,8 @@ std::string elementwise_kernel_name(const ElementwiseSpec& spec) {
   name += std::string("_") + dtype_tag(spec.out);
   if (spec.layout == EwLayout::Contiguous)
     name += "_contig_v" + std::to_string(spec.vector_width);
+  else if (spec.layout == EwLayout::Tiled)
+    name += "_tiled" + std::to_string(spec.ndim) + "_t" + std::to_string(spec.tiled_inputs);
   else
     name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "");
   return name + (spec.index64 ? "_i64" : "_i32");
@@ -276,9 +343,17 @@ std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
   if (!spec.raw_copy && !elementwise_op_supported(spec.op, kernel_compute_dtype(spec.compute)))
     throw DTypeError(std::string(detail::op_info(spec.op).name) + ": no GPU kernel for compute dtype " +
                      std::string(dtype_name(spec.compute)) + " (the front-end should have promoted or rejected it)");
-  if (spec.layout == EwLayout::Strided && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))
+  if (spec.layout == EwLayout::Strided && (spec.ndim < 1 || spec.ndim > kMaxRank))
     throw ValueError("elementwise codegen: rank " + std::to_string(spec.ndim) + " is outside 1.." +
-                     std::to_string(kMaxKernelRank));
+                     std::to_string(kMaxRank));
+  if (spec.layout == EwLayout::Tiled) {
+    int arrays = 0;
+    for (int k = 0; k < spec.num_inputs; ++k) arrays |= spec.scalar[k] ? 0 : 1 << k;
+    if (spec.ndim < 2 || spec.ndim > kMaxRank || spec.tiled_inputs == 0 || (spec.tiled_inputs & ~arrays) != 0)
+      throw ValueError("elementwise codegen: a tiled kernel needs rank 2.." + std::to_string(kMaxRank) +
+                       " and at least one tiled array input (rank " + std::to_string(spec.ndim) + ", tiled inputs " +
+                       std::to_string(spec.tiled_inputs) + ")");
+  }
   if (spec.layout == EwLayout::Strided && spec.unroll != 1 && spec.unroll != 2 && spec.unroll != 4)
     throw ValueError("elementwise codegen: unroll " + std::to_string(spec.unroll) + " is not 1, 2 or 4");
   if (spec.layout == EwLayout::Contiguous) {
@@ -289,6 +364,8 @@ std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
   s += element_function(spec);
   if (spec.layout == EwLayout::Contiguous)
     contiguous_kernel(s, spec, name);
+  else if (spec.layout == EwLayout::Tiled)
+    tiled_kernel(s, spec, name);
   else
     strided_kernel(s, spec, name);
   return s + "}  // namespace\n";

@@ -275,8 +275,8 @@ std::string reduce_source(const ReduceSpec& spec) { return device_prelude() + re
 std::string reduce_kernel_code(const ReduceSpec& spec) {
   const std::string name = reduce_kernel_name(spec);
   const auto fail = [&](const std::string& why) { throw ValueError("reduction codegen (" + name + "): " + why); };
-  if (spec.kept_ndim < 0 || spec.kept_ndim > kMaxKernelRank) fail("kept rank out of range");
-  if (spec.reduced_ndim < 1 || spec.reduced_ndim > kMaxKernelRank) fail("reduced rank out of range");
+  if (spec.kept_ndim < 0 || spec.kept_ndim > kMaxRank) fail("kept rank out of range");
+  if (spec.reduced_ndim < 1 || spec.reduced_ndim > kMaxRank) fail("reduced rank out of range");
   const int g = spec.group;
   if (spec.layout == ReduceLayout::Rows && !(g == kBlockSize || (g >= 1 && g <= 32 && (g & (g - 1)) == 0)))
     fail("group must be a power of two <= 32 or the block size");

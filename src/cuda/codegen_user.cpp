@@ -154,9 +154,9 @@ const char* user_value_type(DType t) { return is_half(t) ? "float" : device_type
 
 std::string user_elementwise_source(const UserElementwiseSpec& spec) {
   check_name(spec.name, "ElementwiseKernel");
-  if (!spec.contiguous && (spec.ndim < 1 || spec.ndim > kMaxKernelRank))
+  if (!spec.contiguous && (spec.ndim < 1 || spec.ndim > kMaxRank))
     throw ValueError("ElementwiseKernel codegen: rank " + std::to_string(spec.ndim) + " is outside 1.." +
-                     std::to_string(kMaxKernelRank));
+                     std::to_string(kMaxRank));
   int operands = 0;
   for (const UserParamSpec& p : spec.params) operands += p.kind == UserArgKind::Array ? 1 : 0;
   std::string s = device_prelude();
@@ -216,8 +216,8 @@ std::string user_reduction_source(const UserReductionSpec& spec) {
   const auto fail = [&](const std::string& why) {
     throw ValueError("ReductionKernel codegen (" + spec.name + "): " + why);
   };
-  if (kn < 0 || kn > kMaxKernelRank) fail("kept rank out of range");
-  if (rn < 1 || rn > kMaxKernelRank) fail("reduced rank out of range");
+  if (kn < 0 || kn > kMaxRank) fail("kept rank out of range");
+  if (rn < 1 || rn > kMaxRank) fail("reduced rank out of range");
   if (g < 1 || g > kBlockSize || (g & (g - 1)) != 0) fail("group must be a power of two <= the block size");
   std::vector<const UserParamSpec*> inputs, outputs;
   for (const UserParamSpec& p : spec.params) {

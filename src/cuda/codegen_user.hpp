@@ -40,7 +40,7 @@ struct UserParamSpec {
   DType storage = DType::Float32;  ///< arrays: the array's dtype (an input may differ when it casts safely)
   UserArgKind kind = UserArgKind::Array;
   bool output = false;
-  int raw_ndim = 0;            ///< Raw: the array's rank (0..kMaxKernelRank)
+  int raw_ndim = 0;            ///< Raw: the array's rank (0..kMaxRank)
   bool raw_contiguous = true;  ///< Raw: C-contiguous, so a[j] is data[j]
 
   bool operator==(const UserParamSpec&) const = default;
@@ -71,8 +71,8 @@ struct UserReductionSpec {
   std::vector<std::pair<std::string, DType>> types;
   std::vector<UserParamSpec> params;
   DType reduce_type = DType::Float32;
-  int kept_ndim = 0;     ///< 0..kMaxKernelRank
-  int reduced_ndim = 1;  ///< 1..kMaxKernelRank
+  int kept_ndim = 0;     ///< 0..kMaxRank
+  int reduced_ndim = 1;  ///< 1..kMaxRank
   int group = 256;       ///< threads per (output, split) task: a power of two, 1..256
   bool index64 = false;
   UserReducePass pass = UserReducePass::Single;

@@ -1,8 +1,9 @@
 // Host-side layout helpers shared by the elementwise launchers (internal): the
 // built-in ops (elementwise.cpp), fused kernels (fusion.cpp) and user
-// ElementwiseKernels (user_kernels.cpp) coalesce their operands' axes, pick
-// 32-bit indexing, pass scalars, size grids and fill the strided kernels' Params
-// words the same way (codegen.hpp documents the words).
+// ElementwiseKernels (user_kernels.cpp) take their coalesced axes and 32-bit
+// fitness from the core's plan (src/core/iteration.hpp), and pass scalars, size
+// grids and fill the strided kernels' Params words the same way (codegen.hpp
+// documents the words).
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/iteration.hpp"
 #include "cuda/codegen.hpp"
 #include "kiln/array.hpp"
 #include "kiln/error.hpp"
@@ -19,80 +21,10 @@ namespace kiln::cuda_impl {
 /// Most operands (output included) of one fused elementwise problem.
 inline constexpr int kMaxLayoutOperands = 16;
 
-/// The problem after coalescing: shape and per-operand element strides (output first for built-ins).
+/// The problem after coalescing (the core's plan, src/core/iteration.hpp): shape and per-operand element
+/// strides, output first for built-ins.
 template <int MaxOperands>
-struct StridedLayout {
-  static constexpr int kMaxOperands = MaxOperands;
-  int ndim = 0;
-  int operands = 0;
-  int64_t shape[kMaxKernelRank];
-  int64_t strides[MaxOperands][kMaxKernelRank];
-};
-
-/// An op's name for an error message: a C string, or a callable that builds it (called only when throwing).
-inline std::string op_label(const char* op) { return op; }
-template <class F>
-std::string op_label(const F& op) {
-  return op();
-}
-
-/// Merges axes (the shape's C order, so a flat index keeps its C-order meaning) where every operand steps
-/// uniformly; drops size-1 axes. `arrays` are layout.operands arrays of shape `shape` (broadcast views).
-/// Throws ShapeError naming `op` (see op_label) when more than kMaxKernelRank axes remain.
-template <int M, class Op>
-void coalesce(StridedLayout<M>& layout, const Shape& shape, const Array* const* arrays, const Op& op) {
-  layout.ndim = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    const int nd = layout.ndim;
-    if (nd > 0) {
-      bool merge = true;
-      for (int k = 0; k < layout.operands && merge; ++k)
-        merge = layout.strides[k][nd - 1] == arrays[k]->strides()[d] * shape[d];
-      if (merge) {
-        layout.shape[nd - 1] *= shape[d];
-        for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd - 1] = arrays[k]->strides()[d];
-        continue;
-      }
-    }
-    if (nd == kMaxKernelRank)
-      throw ShapeError(op_label(op) + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
-                       " axes that cannot be merged (shape " + shape_str(shape) +
-                       "); make an operand contiguous first (.contiguous())");
-    layout.shape[nd] = shape[d];
-    for (int k = 0; k < layout.operands; ++k) layout.strides[k][nd] = arrays[k]->strides()[d];
-    ++layout.ndim;
-  }
-  if (layout.ndim == 0) {
-    layout.ndim = 1;
-    layout.shape[0] = 1;
-    for (int k = 0; k < layout.operands; ++k) layout.strides[k][0] = 0;
-  }
-}
-
-/// Whether every operand's offsets (in elements) stay within a signed 32-bit range.
-template <int M>
-bool offsets_fit_32(const StridedLayout<M>& layout) {
-  for (int k = 0; k < layout.operands; ++k) {
-    int64_t extent = 0;
-    for (int d = 0; d < layout.ndim; ++d) {
-      const int64_t s = layout.strides[k][d] < 0 ? -layout.strides[k][d] : layout.strides[k][d];
-      extent += (layout.shape[d] - 1) * s;
-      if (extent > INT32_MAX) return false;
-    }
-  }
-  return true;
-}
-
-/// Whether the layout is one axis over which every operand has stride 1 (or a single element).
-template <int M>
-bool is_contiguous_layout(const StridedLayout<M>& layout, int64_t n) {
-  if (n == 1) return true;
-  if (layout.ndim != 1) return false;
-  for (int k = 0; k < layout.operands; ++k)
-    if (layout.strides[k][0] != 1) return false;
-  return true;
-}
+using StridedLayout = detail::ElementwiseIteration<MaxOperands>;
 
 /// The vector width (elements) of a contiguous kernel over `operands` arrays: 16 bytes of the widest operand,
 /// halved until every pointer (`pointers[k]`, the data of `arrays[k]`) is aligned for its part of a vector
@@ -113,7 +45,7 @@ inline int aligned_vector_width(const Array* const* arrays, void* const* pointer
 /// Params words of a strided kernel with 32-bit indices: size[ndim], magic[ndim], shift[ndim] (division by
 /// invariant integers), then stride[operand][ndim]. Returns the number of words.
 template <int M>
-int strided_words32(const StridedLayout<M>& layout, uint32_t* words) {
+int strided_words32(const detail::StridedAxes<M>& layout, uint32_t* words) {
   const int nd = layout.ndim;
   for (int d = 0; d < nd; ++d) {
     // Division by the invariant size: q = (umulhi(n, magic) + n) >> shift for n < 2^31.
@@ -132,7 +64,7 @@ int strided_words32(const StridedLayout<M>& layout, uint32_t* words) {
 
 /// Params words with 64-bit indices: size[ndim], then stride[operand][ndim]. Returns the number of words.
 template <int M>
-int strided_words64(const StridedLayout<M>& layout, uint64_t* words) {
+int strided_words64(const detail::StridedAxes<M>& layout, uint64_t* words) {
   const int nd = layout.ndim;
   for (int d = 0; d < nd; ++d) words[d] = static_cast<uint64_t>(layout.shape[d]);
   for (int k = 0; k < layout.operands; ++k)
@@ -140,16 +72,81 @@ int strided_words64(const StridedLayout<M>& layout, uint64_t* words) {
   return nd + layout.operands * nd;
 }
 
-/// The Params words for `layout`: fills `words32` or `words64` (room for 3*kMaxKernelRank + M*kMaxKernelRank
+/// The Params words for `layout`: fills `words32` or `words64` (room for 3*kMaxRank + M*kMaxRank
 /// words) and returns a pointer to the one used.
 template <int M>
-void* strided_params(const StridedLayout<M>& layout, bool index64, uint32_t* words32, uint64_t* words64) {
+void* strided_params(const detail::StridedAxes<M>& layout, bool index64, uint32_t* words32, uint64_t* words64) {
   if (index64) {
     strided_words64(layout, words64);
     return words64;
   }
   strided_words32(layout, words32);
   return words32;
+}
+
+/// How a tiled elementwise kernel (codegen.hpp's tiled layout) maps a plan: axis a is the output's innermost
+/// axis (unit stride), axis b one along which a transposed input has unit stride; `tiled` has bit k set for each
+/// array operand k (output 0) read through the shared-memory tile. tiled == 0: no tile helps.
+struct TileChoice {
+  int axis_a = -1, axis_b = -1;
+  int tiled = 0;
+};
+
+/// Smallest extent of both tile axes: below it most of a 32 x 32 tile's threads would idle.
+inline constexpr int64_t kMinTileExtent = 16;
+
+/// The tiled mapping of `layout` (array operands, output first): worth it when the output steps by 1 along its
+/// innermost axis and some input steps by 1 along another axis of at least kMinTileExtent elements, so the
+/// strided kernel would read that input (or write the output) with a large stride.
+template <int M>
+TileChoice choose_tiles(const detail::StridedAxes<M>& layout) {
+  TileChoice c;
+  const int nd = layout.ndim, a = nd - 1;
+  if (nd < 2 || layout.strides[0][a] != 1 || layout.shape[a] < kMinTileExtent) return c;
+  const auto mag = [](int64_t v) { return v < 0 ? -v : v; };
+  for (int k = 1; k < layout.operands; ++k) {
+    if (mag(layout.strides[k][a]) <= 1) continue;  // broadcast or unit stride along a: read directly
+    if (c.axis_b < 0) {
+      for (int d = 0; d < a; ++d)
+        if (mag(layout.strides[k][d]) == 1 && layout.shape[d] >= kMinTileExtent) c.axis_b = d;
+      if (c.axis_b < 0) continue;
+    }
+    if (mag(layout.strides[k][c.axis_b]) == 1) c.tiled |= 1 << k;
+  }
+  if (c.tiled != 0) c.axis_a = a;
+  return c;
+}
+
+/// Params words of a tiled kernel with at most M array operands and rank kMaxRank.
+template <int M>
+inline constexpr int kTiledWords = 5 + 2 * M + (kMaxRank - 2) * (1 + M);
+
+/// Fills the tiled kernel's Params words (codegen.hpp) for `layout` and `c` into `words` (kTiledWords<M> of them,
+/// 32- or 64-bit) and returns the number of tiles.
+template <int M, class W>
+int64_t tiled_words(const detail::StridedAxes<M>& layout, const TileChoice& c, W* words) {
+  const int ops = layout.operands, nd = layout.ndim, batch = nd - 2;
+  const int64_t size_a = layout.shape[c.axis_a], size_b = layout.shape[c.axis_b];
+  const int64_t tiles_a = ceil_div(size_a, 32), tiles_b = ceil_div(size_b, 32);
+  int64_t tiles = tiles_a * tiles_b;
+  words[0] = static_cast<W>(size_a);
+  words[1] = static_cast<W>(size_b);
+  words[2] = static_cast<W>(tiles_a);
+  words[3] = static_cast<W>(tiles_b);
+  for (int k = 0; k < ops; ++k) {
+    words[5 + k] = static_cast<W>(layout.strides[k][c.axis_a]);
+    words[5 + ops + k] = static_cast<W>(layout.strides[k][c.axis_b]);
+  }
+  int i = 0;  // batch axes: every axis but a and b, in the plan's (C) order
+  for (int d = 0; d < nd; ++d) {
+    if (d == c.axis_a || d == c.axis_b) continue;
+    words[5 + 2 * ops + i] = static_cast<W>(layout.shape[d]);
+    for (int k = 0; k < ops; ++k) words[5 + 2 * ops + batch + k * batch + i] = static_cast<W>(layout.strides[k][d]);
+    tiles *= layout.shape[d];
+    ++i;
+  }
+  words[4] = static_cast<W>(tiles);
+  return tiles;
 }
 
 /// How a fused or user reduction spreads over the GPU (src/cuda/reduce.cpp plans the built-in ones).

@@ -37,45 +37,23 @@ const KernelTable::Entry& fused_kernel(const FusionGraph& g, int device, const F
   return *static_cast<const KernelTable::Entry*>(memo.insert(key, entry).get());
 }
 
-/// One axis of a fused reduction: its size and each input's stride.
-struct Axis {
-  int64_t size;
-  int64_t strides[kMaxLayoutOperands];
-};
-
-/// Appends `axis`, merging it into the previous one when every input steps uniformly across both.
-void push_axis(std::vector<Axis>& axes, const Axis& axis, int inputs) {
-  if (!axes.empty()) {
-    Axis& outer = axes.back();
-    bool merge = true;
-    for (int k = 0; k < inputs && merge; ++k) merge = outer.strides[k] == axis.strides[k] * axis.size;
-    if (merge) {
-      outer.size *= axis.size;
-      for (int k = 0; k < inputs; ++k) outer.strides[k] = axis.strides[k];
-      return;
-    }
-  }
-  axes.push_back(axis);
-}
-
 void elementwise(const detail::FusionCall& call, int device, int operands, const Array** arrays, void** pointers,
                  std::vector<void*>& args) {
   const FusionGraph& g = *call.graph;
   const int num_inputs = operands - static_cast<int>(call.outs.size());
   Layout layout;
-  layout.operands = operands;
-  coalesce(layout, call.shape, arrays, [&] { return "fuse(" + g.name + ")"; });
-  const int64_t n = shape_numel(call.shape);
-  const bool contiguous = is_contiguous_layout(layout, n);
+  detail::plan_elementwise(layout, call.shape, arrays, operands, [&] { return "fuse(" + g.name + ")"; });
+  const int64_t n = layout.numel;
+  const bool contiguous = layout.contiguous;
   FusionKernelSpec spec;
   spec.aliased = call.aliased;
-  spec.index64 = n > INT32_MAX || (!contiguous && !offsets_fit_32(layout));
+  spec.index64 = !layout.index32;
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
   int64_t work_items = n;
   unsigned one_pass_blocks = 0;  // contiguous kernels: every thread's loop runs once
-  uint32_t words32[3 * kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
-  uint64_t words64[kMaxKernelRank + kMaxLayoutOperands * kMaxKernelRank];
+  uint32_t words32[3 * kMaxRank + kMaxLayoutOperands * kMaxRank];
+  uint64_t words64[kMaxRank + kMaxLayoutOperands * kMaxRank];
   if (contiguous) {
     spec.layout = FusionLayout::Contiguous;
     const int vec = aligned_vector_width(arrays, pointers, operands);
@@ -98,51 +76,44 @@ void elementwise(const detail::FusionCall& call, int device, int operands, const
   launch_entry(kernel, grid, dim3(kBlockSize), current_stream(device), args.data());
 }
 
-/// Splits the broadcast shape into kept and reduced axes (coalesced where every operand allows), each operand
-/// `arrays[k]` viewed with `shape`; returns the index of the last axis of size > 1 (-1: none).
-int64_t split_axes(const Shape& shape, const Shape& axes, const Array* const* arrays, int operands,
-                   std::vector<Axis>& kept, std::vector<Axis>& red) {
-  std::vector<bool> reduced(shape.size(), false);
-  for (int64_t a : axes) reduced[static_cast<size_t>(a)] = true;
+using AxisPlan = detail::ReductionIteration<kMaxLayoutOperands>;
+
+/// The core's kept/reduced plan of the broadcast `shape` over `axes` for the operands `arrays[k]` (viewed with
+/// `shape`), in logical order (a fused kernel's output index is C order over the kept axes: no flipping or
+/// sorting); returns the index of the last axis of size > 1 (-1: none). Throws ShapeError past kMaxRank.
+int64_t split_axes(const FusionGraph& g, const Shape& shape, const Shape& axes, const Array* const* arrays,
+                   int operands, AxisPlan& plan) {
+  detail::check_rank(shape, [&] { return "fuse(" + g.name + ")"; });
+  bool reduced[kMaxRank] = {};
+  for (int64_t a : axes) reduced[a] = true;
   int64_t last_nontrivial = -1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    last_nontrivial = static_cast<int64_t>(d);
-    Axis axis{shape[d], {}};
-    for (int k = 0; k < operands; ++k) axis.strides[k] = arrays[k]->strides()[d];
-    push_axis(reduced[d] ? red : kept, axis, operands);
-  }
-  if (red.empty()) red.push_back(Axis{1, {}});
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) last_nontrivial = static_cast<int64_t>(d);
+  detail::ReductionOrder order;
+  order.flip_kept = order.flip_reduced = order.sort_kept = order.sort_reduced = false;
+  // Every operand keeps its strides on reduced axes (num_inputs = operands): rows outputs of the full shape
+  // are written per element, reduced-shape ones have stride 0 there by broadcasting.
+  detail::plan_reduction_axes(plan, shape, reduced, arrays, operands, operands, order,
+                              [&] { return "fuse(" + g.name + ")"; });
   return last_nontrivial;
 }
 
 /// Params words of a reduce or rows kernel: kept sizes, reduced sizes, per operand kept and reduced strides.
-std::vector<uint64_t> axis_words(const std::vector<Axis>& kept, const std::vector<Axis>& red, int operands) {
+std::vector<uint64_t> axis_words(const AxisPlan& plan, int operands) {
   std::vector<uint64_t> words;
-  for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.size));
-  for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.size));
+  for (int d = 0; d < plan.kept.ndim; ++d) words.push_back(static_cast<uint64_t>(plan.kept.shape[d]));
+  for (int d = 0; d < plan.reduced.ndim; ++d) words.push_back(static_cast<uint64_t>(plan.reduced.shape[d]));
   for (int k = 0; k < operands; ++k) {
-    for (const Axis& a : kept) words.push_back(static_cast<uint64_t>(a.strides[k]));
-    for (const Axis& a : red) words.push_back(static_cast<uint64_t>(a.strides[k]));
+    for (int d = 0; d < plan.kept.ndim; ++d) words.push_back(static_cast<uint64_t>(plan.kept.strides[k][d]));
+    for (int d = 0; d < plan.reduced.ndim; ++d) words.push_back(static_cast<uint64_t>(plan.reduced.strides[k][d]));
   }
   return words;
 }
 
-int64_t max_extent(const std::vector<Axis>& kept, const std::vector<Axis>& red, int operands) {
+int64_t max_extent(const AxisPlan& plan, int operands) {
   int64_t extent = 0;
-  for (int k = 0; k < operands; ++k) {
-    int64_t e = 0;
-    for (const Axis& a : kept) e += (a.size - 1) * std::abs(a.strides[k]);
-    for (const Axis& a : red) e += (a.size - 1) * std::abs(a.strides[k]);
-    extent = std::max(extent, e);
-  }
+  for (int k = 0; k < operands; ++k) extent = std::max(extent, plan.kept.extent(k) + plan.reduced.extent(k));
   return extent;
-}
-
-void check_axes(const FusionGraph& g, const Shape& shape, const std::vector<Axis>& kept, const std::vector<Axis>& red) {
-  if (kept.size() > static_cast<size_t>(kMaxKernelRank) || red.size() > static_cast<size_t>(kMaxKernelRank))
-    throw ShapeError("fuse(" + g.name + "): the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
-                     " axes that cannot be merged (shape " + shape_str(shape) + "); make an operand contiguous first");
 }
 
 /// Longest row a rows kernel takes when rows are fewer than a wave of blocks (one group per row, no split: a
@@ -157,27 +128,24 @@ bool rows(const detail::FusionCall& call, int device, int operands, const Array*
   const Array* ordered[kMaxLayoutOperands];
   for (int k = no; k < operands; ++k) ordered[k - no] = arrays[k];
   for (int k = 0; k < no; ++k) ordered[operands - no + k] = arrays[k];
-  std::vector<Axis> kept, red;
-  const int64_t last_nontrivial = split_axes(call.shape, call.axes, ordered, operands, kept, red);
-  check_axes(g, call.shape, kept, red);
-  int64_t num_out = 1, num_red = 1;
-  for (const Axis& a : kept) num_out *= a.size;
-  for (const Axis& a : red) num_red *= a.size;
+  AxisPlan plan_axes;
+  const int64_t last_nontrivial = split_axes(g, call.shape, call.axes, ordered, operands, plan_axes);
+  const int64_t num_out = plan_axes.num_out, num_red = plan_axes.num_reduced;
   const int sms = multiprocessor_count(device);
   if (num_out < int64_t{sms} * 8 && num_red > kMaxUnsplitRow) return false;
   FusionKernelSpec spec;
   spec.layout = FusionLayout::Rows;
   spec.aliased = call.aliased;
-  spec.kept_ndim = static_cast<int>(kept.size());
-  spec.reduced_ndim = static_cast<int>(red.size());
+  spec.kept_ndim = plan_axes.kept.ndim;
+  spec.reduced_ndim = plan_axes.reduced.ndim;
   for (int k = 0; k < no; ++k)
     if (!call.full[static_cast<size_t>(k)]) spec.kept_mask |= 1u << k;
   const bool rows_inner =
       last_nontrivial < 0 || std::binary_search(call.axes.begin(), call.axes.end(), last_nontrivial);
   const SplitPlan plan = plan_split(rows_inner, num_out, num_red, sms);
   spec.group = plan.group;
-  spec.index64 = shape_numel(call.shape) > INT32_MAX || max_extent(kept, red, operands) > INT32_MAX;
-  std::vector<uint64_t> words = axis_words(kept, red, operands);
+  spec.index64 = shape_numel(call.shape) > INT32_MAX || max_extent(plan_axes, operands) > INT32_MAX;
+  std::vector<uint64_t> words = axis_words(plan_axes, operands);
   words.push_back(static_cast<uint64_t>(num_out));
   words.push_back(static_cast<uint64_t>(num_red));
   std::vector<uint32_t> narrow(words.begin(), words.end());
@@ -194,20 +162,18 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   const detail::FusionNode& node = g.nodes[static_cast<size_t>(g.reduce)];
   const int ni = static_cast<int>(inputs.size());
   const Shape& shape = call.shape;
-  std::vector<Axis> kept, red;
-  const int64_t last_nontrivial = split_axes(shape, node.axes, arrays + 1, ni, kept, red);
-  check_axes(g, shape, kept, red);
+  AxisPlan plan_axes;
+  const int64_t last_nontrivial = split_axes(g, shape, node.axes, arrays + 1, ni, plan_axes);
   const int64_t num_out = call.outs[0].size();
-  int64_t num_red = 1;
-  for (const Axis& a : red) num_red *= a.size;
+  const int64_t num_red = plan_axes.num_reduced;
 
   FusionKernelSpec spec;
   spec.layout = FusionLayout::Reduce;
   spec.op = fusion_reduce_op(node.reduction);
   spec.out = call.outs[0].dtype();
   spec.acc = reduce_accumulator_dtype(spec.op, g.nodes[static_cast<size_t>(g.elementwise)].dtype, spec.out);
-  spec.kept_ndim = static_cast<int>(kept.size());
-  spec.reduced_ndim = static_cast<int>(red.size());
+  spec.kept_ndim = plan_axes.kept.ndim;
+  spec.reduced_ndim = plan_axes.reduced.ndim;
   // Rows: the reduced axes are the inner ones (or there is no non-trivial axis).
   const bool rows = last_nontrivial < 0 || std::binary_search(node.axes.begin(), node.axes.end(), last_nontrivial);
   const SplitPlan plan = plan_split(rows, num_out, num_red, multiprocessor_count(device));
@@ -215,9 +181,9 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   const int64_t splits = plan.splits, chunk = plan.chunk, wave = plan.wave;
   spec.to_partials = splits > 1;
   spec.index64 =
-      shape_numel(shape) > INT32_MAX || num_out * splits > INT32_MAX || max_extent(kept, red, ni) > INT32_MAX;
+      shape_numel(shape) > INT32_MAX || num_out * splits > INT32_MAX || max_extent(plan_axes, ni) > INT32_MAX;
 
-  std::vector<uint64_t> words = axis_words(kept, red, ni);
+  std::vector<uint64_t> words = axis_words(plan_axes, ni);
   for (int64_t w : {num_out, num_red, splits, chunk}) words.push_back(static_cast<uint64_t>(w));
   std::vector<uint32_t> narrow(words.size());
   for (size_t i = 0; i < words.size(); ++i) narrow[i] = static_cast<uint32_t>(words[i]);
@@ -233,7 +199,8 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
   launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
   if (spec.to_partials) {
     // The second pass is the built-in reduction over each output's `splits` accumulators.
-    detail::ReduceCall second{spec.op, &partials, call.outs[0].reshape({num_out, 1}), Shape{1}};
+    detail::ReduceCall second{spec.op, &partials, call.outs[0].reshape({num_out, 1}), Shape{1}, {}};
+    detail::plan_reduce_call(second);
     cuda_reduce(second);
   }
 }

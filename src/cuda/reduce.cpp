@@ -13,10 +13,11 @@
 //   NaNs go to the lower index, so the first occurrence wins and the first NaN
 //   beats everything, as NumPy does.
 //
-// The host plan (cheap, no heap allocation): size-1 axes dropped, negative
-// strides flipped (kept axes always, reduced axes unless the op returns an
-// index), kept axes sorted by input stride and coalesced, reduced axes sorted
-// and coalesced likewise (argmax/argmin keep their logical order). Then:
+// The host plan is the core's (call.plan, src/core/iteration.hpp; no heap
+// allocation): size-1 axes dropped, negative strides flipped (kept axes always,
+// reduced axes unless the op returns an index), kept axes sorted by input stride
+// and coalesced, reduced axes sorted and coalesced likewise (argmax/argmin keep
+// their logical order). Then:
 // - Rows when the innermost reduced axis has a smaller stride than every kept
 //   axis (a last-axis reduction, the full reduction): a group of 1..32 threads
 //   per output when there are many outputs or short rows, else a block per
@@ -56,34 +57,15 @@ struct Dim {
 /// Axes of one side (kept or reduced) after dropping, flipping, sorting and coalescing.
 struct Axes {
   int count = 0;
-  Dim dims[kMaxKernelRank];
+  Dim dims[kMaxRank];
 };
 
-void add_axis(Axes& axes, const Dim& dim, const char* op, const Shape& shape) {
-  if (axes.count == kMaxKernelRank)
-    throw ShapeError(std::string(op) + ": an input of shape " + shape_str(shape) + " has more than " +
-                     std::to_string(kMaxKernelRank) + " axes that cannot be merged; make it contiguous first");
-  axes.dims[axes.count++] = dim;
-}
-
-/// Sorts by input stride, largest first (unless `keep_order`), and merges neighbours that step uniformly.
-void sort_and_coalesce(Axes& axes, bool keep_order) {
-  if (!keep_order)
-    std::stable_sort(axes.dims, axes.dims + axes.count,
-                     [](const Dim& a, const Dim& b) { return a.in_stride > b.in_stride; });
-  int merged = 0;
-  for (int d = 0; d < axes.count; ++d) {
-    const Dim& dim = axes.dims[d];
-    if (merged > 0) {
-      Dim& outer = axes.dims[merged - 1];
-      if (outer.in_stride == dim.in_stride * dim.size && outer.out_stride == dim.out_stride * dim.size) {
-        outer = Dim{outer.size * dim.size, dim.in_stride, dim.out_stride};
-        continue;
-      }
-    }
-    axes.dims[merged++] = dim;
-  }
-  axes.count = merged;
+/// One side of the core's plan (kept or reduced axes over (in, out)) as Dims.
+Axes side_of(const detail::StridedAxes<2>& side) {
+  Axes axes;
+  axes.count = side.ndim;
+  for (int d = 0; d < side.ndim; ++d) axes.dims[d] = Dim{side.shape[d], side.strides[0][d], side.strides[1][d]};
+  return axes;
 }
 
 int64_t extent(const Axes& axes, bool out_side) {
@@ -97,9 +79,9 @@ int64_t extent(const Axes& axes, bool out_side) {
 
 /// The kernel's Params words (codegen.hpp's reduction layout).
 struct Words {
-  uint64_t w[5 * kMaxKernelRank + 4];
+  uint64_t w[5 * kMaxRank + 4];
   int count = 0;
-  uint32_t narrow[5 * kMaxKernelRank + 4];
+  uint32_t narrow[5 * kMaxRank + 4];
   void* data(bool index64) {
     if (index64) return w;
     for (int i = 0; i < count; ++i) narrow[i] = static_cast<uint32_t>(w[i]);
@@ -243,33 +225,14 @@ void cuda_reduce(const detail::ReduceCall& call) {
                       " and the output on " + out.device().str() + "; move the input with .to(" + out.device().str() +
                       ")");
   set_device(device);
-  const char* op_name = detail::reduce_op_name(call.op);
-  const bool arg = call.op == ReduceOp::ArgMax || call.op == ReduceOp::ArgMin;
   const int64_t in_item = itemsize(in.dtype()), out_item = itemsize(out.dtype());
 
-  // Split the axes, flipping negative strides where order does not matter.
-  const char* in_base = static_cast<const char*>(in.data_ptr());
-  char* out_base = static_cast<char*>(out.data_ptr());
-  bool is_reduced[64] = {};
-  if (in.ndim() > 64) throw ShapeError(std::string(op_name) + ": more than 64 dimensions are not supported");
-  for (int64_t axis : call.axes) is_reduced[axis] = true;
-  Axes kept, reduced;
-  int64_t num_red = 1;
-  for (int64_t d = 0; d < in.ndim(); ++d) {
-    Dim dim{in.shape()[d], in.strides()[d], is_reduced[d] ? 0 : out.strides()[d]};
-    if (is_reduced[d]) num_red *= dim.size;
-    if (dim.size == 1) continue;
-    if (dim.in_stride < 0 && !(arg && is_reduced[d])) {
-      in_base += (dim.size - 1) * dim.in_stride * in_item;
-      out_base += (dim.size - 1) * dim.out_stride * out_item;
-      dim.in_stride = -dim.in_stride;
-      dim.out_stride = -dim.out_stride;
-    }
-    add_axis(is_reduced[d] ? reduced : kept, dim, op_name, in.shape());
-  }
-  sort_and_coalesce(kept, false);
-  sort_and_coalesce(reduced, arg);
-  if (reduced.count == 0) reduced.dims[reduced.count++] = Dim{1, 0, 0};
+  // The core's plan: kept and reduced axes, negative strides flipped where order does not matter.
+  const detail::ReductionIteration<2>& it = call.plan;
+  const char* in_base = static_cast<const char*>(in.data_ptr()) + it.offsets[0] * in_item;
+  char* out_base = static_cast<char*>(out.data_ptr()) + it.offsets[1] * out_item;
+  const Axes kept = side_of(it.kept), reduced = side_of(it.reduced);
+  const int64_t num_red = it.num_reduced;
   const int64_t num_out = out.size();
 
   // Plan with one wave of 8 blocks per multiprocessor, then again with the kernel's real occupancy (a

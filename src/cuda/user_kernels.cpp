@@ -1,6 +1,6 @@
 // User ElementwiseKernels and ReductionKernels on the GPU: the layout of a
-// call (the built-ins' coalescing, 32-bit indexing when offsets fit, the
-// contiguous fast path), a variant from the kernel object's memo or generated
+// call (the core's iteration plan, src/core/iteration.hpp: coalescing, 32-bit
+// indexing when offsets fit, the contiguous fast path), a variant from the kernel object's memo or generated
 // (codegen_user.cpp) and loaded through load_module (memory and disk caches
 // shared with the built-ins), then a checked launch on the device's current
 // stream. The core (src/core/user_kernel.cpp) has already checked, typed,
@@ -24,7 +24,7 @@ namespace kiln::cuda_impl {
 
 namespace {
 
-/// Non-raw array parameters one user kernel may have (each adds kMaxKernelRank words of Params at most).
+/// Non-raw array parameters one user kernel may have (each adds kMaxRank words of Params at most).
 constexpr int kMaxUserOperands = 32;
 using UserLayout = StridedLayout<kMaxUserOperands>;
 
@@ -56,9 +56,9 @@ std::vector<UserParamSpec> param_specs(const std::string& kernel, const std::vec
       p.kind = b.param->raw ? UserArgKind::Raw : UserArgKind::Array;
       p.storage = b.array.dtype();
       if (p.kind == UserArgKind::Raw) {
-        if (b.array.ndim() > kMaxKernelRank)
+        if (b.array.ndim() > kMaxRank)
           throw ShapeError(kernel + ": raw parameter '" + b.param->name + "' has " + std::to_string(b.array.ndim()) +
-                           " dimensions; at most " + std::to_string(kMaxKernelRank) + " are supported");
+                           " dimensions; at most " + std::to_string(kMaxRank) + " are supported");
         p.raw_ndim = static_cast<int>(b.array.ndim());
         p.raw_contiguous = b.array.is_contiguous();
       }
@@ -141,45 +141,6 @@ struct ArgBuffer {
   }
 };
 
-/// One axis of a reduction: its size and each operand's stride (inputs, then outputs on kept axes).
-struct RDim {
-  int64_t size;
-  std::vector<int64_t> strides;
-};
-
-/// Sorts axes by the first operand's |stride|, largest first, and merges neighbours that step uniformly for
-/// every operand; throws ShapeError beyond kMaxKernelRank axes.
-void sort_and_coalesce(std::vector<RDim>& dims, const std::string& kernel) {
-  const auto mag = [](int64_t s) { return s < 0 ? -s : s; };
-  if (!dims.empty() && !dims[0].strides.empty())
-    std::stable_sort(dims.begin(), dims.end(),
-                     [&](const RDim& a, const RDim& b) { return mag(a.strides[0]) > mag(b.strides[0]); });
-  std::vector<RDim> merged;
-  for (const RDim& d : dims) {
-    if (!merged.empty()) {
-      RDim& outer = merged.back();
-      bool uniform = true;
-      for (size_t k = 0; k < d.strides.size() && uniform; ++k) uniform = outer.strides[k] == d.strides[k] * d.size;
-      if (uniform) {
-        outer.size *= d.size;
-        outer.strides = d.strides;
-        continue;
-      }
-    }
-    merged.push_back(d);
-  }
-  if (merged.size() > static_cast<size_t>(kMaxKernelRank))
-    throw ShapeError(kernel + ": the operands' layouts leave more than " + std::to_string(kMaxKernelRank) +
-                     " axes that cannot be merged; make an input contiguous first (.contiguous())");
-  dims = std::move(merged);
-}
-
-int64_t extent(const std::vector<RDim>& dims, size_t operand) {
-  int64_t e = 0;
-  for (const RDim& d : dims) e += (d.size - 1) * (d.strides[operand] < 0 ? -d.strides[operand] : d.strides[operand]);
-  return e;
-}
-
 }  // namespace
 
 void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
@@ -196,20 +157,19 @@ void cuda_user_elementwise(const detail::UserElementwiseCall& call) {
     arrays[num_arrays++] = &b.array;
   }
   UserLayout layout;
-  layout.operands = num_arrays;
-  coalesce(layout, call.shape, arrays, def.name.c_str());
+  detail::plan_elementwise(layout, call.shape, arrays, num_arrays, def.name);
   const int64_t n = call.size;
   UserElementwiseSpec spec;  // what the memo key needs; with_code adds the rest on a miss
   spec.params = param_specs(def.name, call.args);
-  spec.contiguous = num_arrays == 0 || is_contiguous_layout(layout, n);
+  spec.contiguous = num_arrays == 0 || layout.contiguous;
   spec.ndim = layout.ndim;
-  spec.index64 = n > INT32_MAX || (!spec.contiguous && !offsets_fit_32(layout));
+  spec.index64 = n > INT32_MAX || (!spec.contiguous && !layout.index32);
   const KernelTable::Entry& kernel =
       variant(def, device, spec, [&] { return user_elementwise_source(with_code(spec, call)); });
 
   ArgBuffer buffer(call.args, device, def.name);
-  uint32_t words32[3 * kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
-  uint64_t words64[kMaxKernelRank + kMaxUserOperands * kMaxKernelRank];
+  uint32_t words32[3 * kMaxRank + kMaxUserOperands * kMaxRank];
+  uint64_t words64[kMaxRank + kMaxUserOperands * kMaxRank];
   if (!spec.contiguous) buffer.args.push_back(strided_params(layout, spec.index64, words32, words64));
   unsigned int n32 = static_cast<unsigned int>(n);
   unsigned long long n64 = static_cast<unsigned long long>(n);
@@ -232,33 +192,29 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
     throw ValueError(kernel_name + ": more than " + std::to_string(kMaxUserOperands) +
                      " non-raw array parameters; pass some as raw arrays");
 
-  // Kept and reduced axes with every operand's strides (size-1 axes dropped).
+  // The core's plan: kept and reduced axes with every operand's strides (inputs, then outputs), each side
+  // sorted by the first operand's |stride| and merged; nothing flipped.
   const Shape& shape = call.in_shape;
-  std::vector<bool> is_reduced(shape.size(), false);
-  for (int64_t axis : call.axes) is_reduced[static_cast<size_t>(axis)] = true;
-  std::vector<RDim> kept, reduced;
-  int64_t num_red = 1, outputs_count = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (is_reduced[d])
-      num_red *= shape[d];
-    else
-      outputs_count *= shape[d];
-    if (shape[d] == 1) continue;
-    RDim dim{shape[d], {}};
-    for (const Array* a : inputs) dim.strides.push_back(a->strides()[d]);
-    if (!is_reduced[d])
-      for (const Array* a : outputs) dim.strides.push_back(a->strides()[d]);
-    (is_reduced[d] ? reduced : kept).push_back(std::move(dim));
-  }
-  sort_and_coalesce(kept, kernel_name);
-  sort_and_coalesce(reduced, kernel_name);
-  if (reduced.empty()) reduced.push_back(RDim{1, std::vector<int64_t>(num_in, 0)});
+  detail::check_rank(shape, kernel_name);
+  bool is_reduced[kMaxRank] = {};
+  for (int64_t axis : call.axes) is_reduced[axis] = true;
+  const Array* operands[kMaxUserOperands];
+  for (size_t k = 0; k < num_in; ++k) operands[k] = inputs[k];
+  for (size_t m = 0; m < num_out; ++m) operands[num_in + m] = outputs[m];
+  detail::ReductionIteration<kMaxUserOperands> it;
+  detail::ReductionOrder order;
+  order.flip_kept = order.flip_reduced = false;
+  detail::plan_reduction_axes(it, shape, is_reduced, operands, static_cast<int>(num_in + num_out),
+                              static_cast<int>(num_in), order, kernel_name);
+  const detail::StridedAxes<kMaxUserOperands>&kept = it.kept, &reduced = it.reduced;
+  const int64_t num_red = it.num_reduced, outputs_count = it.num_out;
 
   // Plan: a group of threads per output along the reduced axes when they are the inner ones in memory
   // (split over several tasks when outputs are few), else one thread per output with adjacent threads on
   // adjacent outputs (a reduction over an outer axis), split when outputs are too few to fill the GPU.
   const auto mag = [](int64_t s) { return s < 0 ? -s : s; };
-  const bool rows = num_in == 0 || kept.empty() || mag(reduced.back().strides[0]) < mag(kept.back().strides[0]);
+  const bool rows = num_in == 0 || kept.ndim == 0 ||
+                    mag(reduced.strides[0][reduced.ndim - 1]) < mag(kept.strides[0][kept.ndim - 1]);
   const SplitPlan plan = plan_split(rows, outputs_count, num_red, multiprocessor_count(device));
   const int group = plan.group;
   const int64_t splits = plan.splits, chunk = plan.chunk;
@@ -266,23 +222,24 @@ void cuda_user_reduction(const detail::UserReductionCall& call) {
   UserReductionSpec spec;  // what the memo key needs; with_code adds the rest on a miss
   spec.params = param_specs(kernel_name, call.args);
   spec.reduce_type = call.reduce_type;
-  spec.kept_ndim = static_cast<int>(kept.size());
-  spec.reduced_ndim = static_cast<int>(reduced.size());
+  spec.kept_ndim = kept.ndim;
+  spec.reduced_ndim = reduced.ndim;
   spec.group = group;
   bool index64 = outputs_count * splits > INT32_MAX || num_red > INT32_MAX;
-  for (size_t k = 0; k < num_in; ++k) index64 = index64 || extent(kept, k) + extent(reduced, k) > INT32_MAX;
-  for (size_t m = 0; m < num_out; ++m) index64 = index64 || extent(kept, num_in + m) > INT32_MAX;
+  for (int k = 0; k < static_cast<int>(num_in); ++k)
+    index64 = index64 || kept.extent(k) + reduced.extent(k) > INT32_MAX;
+  for (int m = 0; m < static_cast<int>(num_out); ++m) index64 = index64 || kept.extent(static_cast<int>(num_in) + m) > INT32_MAX;
   spec.index64 = index64;
   spec.pass = splits > 1 ? UserReducePass::ToPartials : UserReducePass::Single;
 
   // Params words.
   std::vector<uint64_t> words;
-  for (const RDim& d : kept) words.push_back(static_cast<uint64_t>(d.size));
+  for (int d = 0; d < kept.ndim; ++d) words.push_back(static_cast<uint64_t>(kept.shape[d]));
   for (size_t k = 0; k < num_in + num_out; ++k)
-    for (const RDim& d : kept) words.push_back(static_cast<uint64_t>(d.strides[k]));
-  for (const RDim& d : reduced) words.push_back(static_cast<uint64_t>(d.size));
+    for (int d = 0; d < kept.ndim; ++d) words.push_back(static_cast<uint64_t>(kept.strides[k][d]));
+  for (int d = 0; d < reduced.ndim; ++d) words.push_back(static_cast<uint64_t>(reduced.shape[d]));
   for (size_t k = 0; k < num_in; ++k)
-    for (const RDim& d : reduced) words.push_back(static_cast<uint64_t>(d.strides[k]));
+    for (int d = 0; d < reduced.ndim; ++d) words.push_back(static_cast<uint64_t>(reduced.strides[k][d]));
   const size_t tail = words.size();
   words.resize(tail + 4);
   const auto launch_pass = [&](const UserReductionSpec& pass_spec, int64_t pass_red, int64_t pass_splits,

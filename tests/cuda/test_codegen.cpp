@@ -403,7 +403,7 @@ TEST(CudaCodegen, UnsupportedSpecsThrowBeforeNvrtc) {
     EXPECT_NE(std::string(e.what()).find("int32"), std::string::npos);
   }
   ElementwiseSpec wide = op_spec(OpCode::Add, DType::Float32, 1);
-  wide.ndim = kMaxKernelRank + 1;
+  wide.ndim = kMaxRank + 1;
   EXPECT_THROW((void)elementwise_source(wide), ValueError);
   ElementwiseSpec odd = op_spec(OpCode::Add, DType::Float32, 0);
   odd.vector_width = 3;

@@ -106,7 +106,7 @@ std::vector<int> contiguous_widths(const ElementwiseSpec& s) {
 }
 
 /// Every layout of an elementwise spec: contiguous with each vector width that fits 16 bytes, strided with each
-/// rank and unroll, each with 32- and 64-bit indices.
+/// rank and unroll, tiled with each set of tiled inputs, each with 32- and 64-bit indices.
 template <class F>
 void for_each_layout(ElementwiseSpec s, F f) {
   for (bool index64 : {false, true}) {
@@ -118,7 +118,7 @@ void for_each_layout(ElementwiseSpec s, F f) {
     }
     s.vector_width = 1;
     s.layout = EwLayout::Strided;
-    for (int nd = 1; nd <= kMaxKernelRank; ++nd)
+    for (int nd = 1; nd <= kMaxRank; ++nd)
       for (int unroll : {1, 2, 4}) {
         s.ndim = nd;
         s.unroll = unroll;
@@ -126,6 +126,20 @@ void for_each_layout(ElementwiseSpec s, F f) {
       }
     s.ndim = 1;
     s.unroll = 1;
+    // Tiled (an input transposed relative to the output): ranks 2..4 and the largest, each non-empty set of
+    // array inputs read through tiles.
+    int arrays = 0;
+    for (int k = 0; k < s.num_inputs; ++k) arrays |= s.scalar[k] ? 0 : 1 << k;
+    s.layout = EwLayout::Tiled;
+    for (int nd : {2, 3, 4, kMaxRank})
+      for (int tiled = 1; tiled <= arrays; ++tiled) {
+        if ((tiled & ~arrays) != 0) continue;
+        s.ndim = nd;
+        s.tiled_inputs = tiled;
+        f(s);
+      }
+    s.ndim = 1;
+    s.tiled_inputs = 0;
   }
 }
 
@@ -261,8 +275,8 @@ TEST(KernelKeys, EveryReductionSpecHasItsOwnEntryAndName) {
     s.out = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin ? DType::Int64 : DType::Float32;
     if (op == ReduceOp::All || op == ReduceOp::Any) s.out = DType::Bool;
     for (int g = 0; g <= 7; ++g)  // 7: Columns
-      for (int kn = 0; kn <= kMaxKernelRank; ++kn)
-        for (int rn = 1; rn <= kMaxKernelRank; ++rn)
+      for (int kn = 0; kn <= kMaxRank; ++kn)
+        for (int rn = 1; rn <= kMaxRank; ++rn)
           for (const Pass& p : passes)
             for (bool index64 : {false, true}) {
               s.layout = g == 7 ? ReduceLayout::Columns : ReduceLayout::Rows;
@@ -321,7 +335,7 @@ TEST(KernelKeys, EveryFusedKernelSpecHasItsOwnEntryAndName) {
       }
       s.vector_width = 1;
       s.layout = FusionLayout::Strided;
-      for (int nd = 1; nd <= kMaxKernelRank; ++nd)
+      for (int nd = 1; nd <= kMaxRank; ++nd)
         for (int unroll : {1, 2, 4}) {
           s.ndim = nd;
           s.unroll = unroll;
@@ -334,7 +348,7 @@ TEST(KernelKeys, EveryFusedKernelSpecHasItsOwnEntryAndName) {
   FusionKernelSpec w;
   w.layout = FusionLayout::Rows;
   for (int g : {1, 2, 4, 8, 16, 32, kBlockSize})
-    for (int kn = 0; kn <= kMaxKernelRank; ++kn)
+    for (int kn = 0; kn <= kMaxRank; ++kn)
       for (int rn = 1; rn <= 4; ++rn)
         for (uint32_t mask : {0u, 2u})
           for (bool aliased : {false, true})
@@ -368,8 +382,8 @@ TEST(KernelKeys, EveryFusedKernelSpecHasItsOwnEntryAndName) {
     r.out = r.acc = DType::Float32;
     if (op == ReduceOp::All || op == ReduceOp::Any) r.out = r.acc = DType::Bool;
     for (int g : {1, 2, 4, 8, 16, 32, kBlockSize})
-      for (int kn = 0; kn <= kMaxKernelRank; ++kn)
-        for (int rn = 1; rn <= kMaxKernelRank; ++rn)
+      for (int kn = 0; kn <= kMaxRank; ++kn)
+        for (int rn = 1; rn <= kMaxRank; ++rn)
           for (bool to : {false, true})
             for (bool index64 : {false, true}) {
               r.group = g;
@@ -417,7 +431,7 @@ TEST(KernelKeys, EveryUserKernelVariantHasItsOwnEntry) {
             s.params[1].dtype = s.params[1].storage = out;
             s.params[1].output = true;
             for (bool contiguous : {true, false})
-              for (int nd : {1, 2, kMaxKernelRank})
+              for (int nd : {1, 2, kMaxRank})
                 for (bool index64 : {false, true}) {
                   if (contiguous && nd != 1) continue;
                   s.contiguous = contiguous;
