@@ -47,6 +47,8 @@ using detail::ReduceOp;
 namespace {
 
 constexpr int kBlocksPerMultiprocessor = 8;
+/// Longest reduced row that one block reduces without splitting it over blocks (see plan_reduction).
+constexpr int64_t kMaxUnsplitRow = 32768;
 
 struct Dim {
   int64_t size;
@@ -166,7 +168,10 @@ Plan plan_reduction(ReduceOp op, DType in, DType out, const Geometry& g, int64_t
   int64_t splits = 1, chunk = num_red;
   if (spec.layout == ReduceLayout::Rows) {
     spec.group = rows_group(num_out, num_red, wave * kBlockSize);
-    if (spec.group == kBlockSize && num_out < wave) splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
+    // Rows up to kMaxUnsplitRow elements take one block each: a split would add a second kernel (a launch costs
+    // more than a block's extra work there; the logging walkthrough's 100x100 norm is one kernel).
+    if (spec.group == kBlockSize && num_out < wave && num_red > kMaxUnsplitRow)
+      splits = std::min(ceil_div(wave, num_out), ceil_div(num_red, 4096));
     // 16-byte loads along a contiguous reduced axis when every row start is aligned.
     if (g.reduced.count == 1 && inner_reduced.in_stride == 1) {
       const int vec = static_cast<int>(16 / g.in_item);
