@@ -65,7 +65,7 @@ set(KILN_LAYERS kiln_core kiln_cpu)
 if(KILN_CUDA)
   kiln_layer(cuda core cuda)
   # Headers only: the CUDA libraries are linked once, by `kiln`.
-  foreach(lib cudart nvrtc cublas cublasLt)
+  foreach(lib cudart nvrtc cublas cublasLt cusolver)
     target_include_directories(kiln_cuda PRIVATE $<TARGET_PROPERTY:CUDA::${lib},INTERFACE_INCLUDE_DIRECTORIES>)
   endforeach()
   list(APPEND KILN_LAYERS kiln_cuda)
@@ -93,7 +93,7 @@ if(KILN_LIBMVEC)
 endif()
 if(KILN_CUDA)
   target_compile_definitions(kiln PUBLIC KILN_WITH_CUDA=1)
-  target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::nvrtc CUDA::cublas CUDA::cublasLt)
+  target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::nvrtc CUDA::cublas CUDA::cublasLt CUDA::cusolver)
 endif()
 
 # kiln's own tests and lab benchmarks reach into the layers (src/ as the include root, cblas.h).

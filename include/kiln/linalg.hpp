@@ -1,6 +1,7 @@
 // Dense linear solvers, as numpy.linalg.solve and numpy.linalg.lstsq.
-// First version: computed on the host in float64 with LAPACK (OpenBLAS's dgesv/dgelsd);
-// GPU operands are copied to the host and the results back (this synchronises).
+// Computed in float64: on the CPU with LAPACK (OpenBLAS's dgesv/dgelsd), on a GPU with cuSOLVER on the device
+// (LU getrf/getrs; the SVD gesvd for lstsq). Both synchronise: solve reads LAPACK's info to report a singular
+// matrix, lstsq reads the singular values to find the rank.
 #pragma once
 
 #include <cstdint>

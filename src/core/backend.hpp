@@ -70,6 +70,20 @@ struct ReduceCall {
 /// Fills call.plan from call.in, call.out and call.axes; throws ShapeError naming the op past kMaxRank.
 void plan_reduce_call(ReduceCall& call);
 
+/// Dense solvers on the device (linalg::solve and lstsq). Every matrix is float64, C-contiguous, 2-d, on the
+/// backend's device; the work is ordered on the device's current stream.
+/// solve: x (n, k) with a (n, n) @ x = b (n, k), by LU with partial pivoting.
+struct SolveCall {
+  const Array* a = nullptr;
+  const Array* b = nullptr;
+  Array x;  ///< (n, k), allocated by the core, written by the backend
+};
+/// svd: a (m, n) = u (m, r) @ diag(s (r,)) @ vt (r, n), r = min(m, n), s descending.
+struct SvdCall {
+  const Array* a = nullptr;
+  Array u, s, vt;  ///< allocated by the core, written by the backend
+};
+
 /// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
 /// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix
 /// (either the last or the second-to-last stride is 1); out is C-contiguous.
@@ -120,6 +134,11 @@ class Backend {
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;
   virtual void random(const RandomCall& call) = 0;
+  /// linalg::solve / the SVD of linalg::lstsq on the device. Return LAPACK's info (0: done; > 0: singular
+  /// matrix / no convergence), synchronising to read it; -1 when this backend has no solver (the front-end then
+  /// computes on the host, as the CPU does).
+  virtual int linalg_solve(const SolveCall& /*call*/) { return -1; }
+  virtual int linalg_svd(const SvdCall& /*call*/) { return -1; }
   /// The graph capture that a random draw on `device`'s current stream of this thread would join, or nullptr
   /// (the draw is eager). Random front-ends ask before they reserve blocks of the generator.
   virtual GraphRandom* graph_random(Device /*device*/) { return nullptr; }

@@ -1,13 +1,17 @@
-// linalg::solve and linalg::lstsq on the host with LAPACK (OpenBLAS ships it:
-// dgesv_, dgelsd_). Operands are copied to the host as float64, column-major;
-// results are cast to the result dtype and moved to the operands' device.
+// linalg::solve and linalg::lstsq. GPU operands go to the device's backend
+// (Backend::linalg_solve / linalg_svd: cuSOLVER, float64 on the device); a backend
+// without solvers, and CPU operands, use LAPACK on the host (OpenBLAS ships it:
+// dgesv_, dgelsd_): operands copied to the host as float64, column-major; results
+// cast to the result dtype and moved to the operands' device.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "kiln/linalg.hpp"
-#include "kiln/ops.hpp"
+#include "core/backend.hpp"
+#include "kiln/kiln.hpp"
 
 extern "C" {
 void dgesv_(const int* n, const int* nrhs, double* a, const int* lda, int* ipiv, double* b, const int* ldb, int* info);
@@ -30,7 +34,8 @@ std::vector<double> column_major(const Array& x) {
   return transpose(x).to_vector<double>();  // to_vector reads C order: the transpose's C order is x's column order
 }
 
-Operands prepare(const Array& a, const Array& b, const char* op, bool square) {
+/// Checks the operands and fills everything but the host copies.
+Operands check_operands(const Array& a, const Array& b, const char* op, bool square) {
   if (!a.defined() || !b.defined())
     throw ValueError(std::string(op) + ": an operand is an undefined Array; create it first");
   if (a.device() != b.device())
@@ -51,9 +56,71 @@ Operands prepare(const Array& a, const Array& b, const char* op, bool square) {
   const DType t = promote_types(a.dtype(), b.dtype());
   o.result = is_floating(t) && t != float64 ? float32 : float64;
   o.device = a.device();
+  return o;
+}
+
+Operands prepare(const Array& a, const Array& b, const char* op, bool square) {
+  Operands o = check_operands(a, b, op, square);
   o.a = column_major(a);
   o.b = column_major(o.vector_b ? b.reshape(Shape{o.m, 1}) : b);
   return o;
+}
+
+/// The operands as float64 C-contiguous matrices on their device (b as (m, k)), for a device backend.
+struct DeviceOperands {
+  Array a, b;
+};
+DeviceOperands device_operands(const Operands& o, const Array& a, const Array& b) {
+  return {a.astype(float64).contiguous(), (o.vector_b ? b.reshape(Shape{o.m, 1}) : b).astype(float64).contiguous()};
+}
+
+/// A (rows, k) float64 device result as the caller's shape ((rows,) for a vector b) and result dtype.
+Array device_result(const Operands& o, const Array& x) {
+  return (o.vector_b ? x.reshape(Shape{x.shape(0)}) : x).astype(o.result);
+}
+
+[[noreturn]] void throw_singular(const Array& a, int info) {
+  throw LinAlgError("linalg::solve: the matrix a " + shape_str(a.shape()) + " is singular (pivot " +
+                    std::to_string(info) + " is exactly zero); use linalg::lstsq for a least-squares solution");
+}
+
+[[noreturn]] void throw_no_convergence(const Array& a, int info) {
+  throw LinAlgError("linalg::lstsq: the SVD of a " + shape_str(a.shape()) + " did not converge (" +
+                    std::to_string(info) + " off-diagonal elements); check a for NaN or infinite values");
+}
+
+/// lstsq on a device with an SVD: x = V diag(1/s where s > rcond * s_max) U^T b; the rank and the cut-off need
+/// the singular values on the host (one small copy). nullopt when the backend has no SVD.
+std::optional<LstsqResult> device_lstsq(const Operands& o, const Array& a, const Array& b, double rc) {
+  const DeviceOperands d = device_operands(o, a, b);
+  const int64_t r = std::min(o.m, o.n);
+  detail::SvdCall call{&d.a, detail::make_array({o.m, r}, float64, o.device), detail::make_array({r}, float64, o.device),
+                       detail::make_array({r, o.n}, float64, o.device)};
+  const int info = detail::backend_for(o.device).linalg_svd(call);
+  if (info < 0) return std::nullopt;
+  if (info > 0) throw_no_convergence(a, info);
+  const std::vector<double> s = call.s.to_vector<double>();
+  const double cutoff = rc * (s.empty() ? 0.0 : s[0]);
+  std::vector<double> inverse(s.size());
+  int64_t rank = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] > cutoff) {
+      inverse[i] = 1.0 / s[i];
+      ++rank;
+    }
+  const Array scale = from_data(inverse, Shape{r, 1}, cpu()).to(o.device);
+  const Array x = matmul(transpose(call.vt), multiply(scale, matmul(transpose(call.u), d.b)));  // (n, k)
+  LstsqResult result;
+  result.rank = rank;
+  result.solution = device_result(o, x);
+  if (rank == o.n && o.m > o.n) {
+    const Array residual = subtract(matmul(d.a, x), d.b);
+    result.residuals = sum(multiply(residual, residual), 0).astype(o.result);
+  } else {
+    result.residuals = zeros({0}, o.result, o.device);
+  }
+  result.singular_values = call.s.astype(o.result);
+  return result;
 }
 
 /// The first `rows` rows of the column-major (ld x k) block as an array of shape (rows,) or (rows, k).
@@ -74,21 +141,33 @@ int lapack_int(int64_t v, const char* op) {
 }  // namespace
 
 Array solve(const Array& a, const Array& b) {
+  const Operands checked = check_operands(a, b, "linalg::solve", true);
+  if (!checked.device.is_cpu() && checked.n > 0 && checked.k > 0) {
+    const DeviceOperands d = device_operands(checked, a, b);
+    detail::SolveCall call{&d.a, &d.b, detail::make_array({checked.n, checked.k}, float64, checked.device)};
+    const int info = detail::backend_for(checked.device).linalg_solve(call);
+    if (info > 0) throw_singular(a, info);
+    if (info == 0) return device_result(checked, call.x);
+  }
   Operands o = prepare(a, b, "linalg::solve", true);
   const int n = lapack_int(o.n, "linalg::solve"), k = lapack_int(o.k, "linalg::solve"), ld = std::max(n, 1);
   std::vector<int> ipiv(static_cast<size_t>(std::max(n, 1)));
   int info = 0;
   if (n > 0 && k > 0) dgesv_(&n, &k, o.a.data(), &ld, ipiv.data(), o.b.data(), &ld, &info);
-  if (info > 0)
-    throw LinAlgError("linalg::solve: the matrix a " + shape_str(a.shape()) + " is singular (pivot " +
-                      std::to_string(info) + " is exactly zero); use linalg::lstsq for a least-squares solution");
+  if (info > 0) throw_singular(a, info);
   if (info < 0) throw ValueError("linalg::solve: LAPACK dgesv rejected argument " + std::to_string(-info));
   return result_array(o, o.b, ld, o.n);
 }
 
 LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {
-  Operands o = prepare(a, b, "linalg::lstsq", false);
   const char* op = "linalg::lstsq";
+  const Operands checked = check_operands(a, b, op, false);
+  if (!checked.device.is_cpu() && checked.m > 0 && checked.n > 0 && checked.k > 0) {
+    const double rc = rcond.value_or(std::numeric_limits<double>::epsilon() *
+                                     static_cast<double>(std::max(checked.m, checked.n)));
+    if (std::optional<LstsqResult> result = device_lstsq(checked, a, b, rc)) return *std::move(result);
+  }
+  Operands o = prepare(a, b, op, false);
   const int m = lapack_int(o.m, op), n = lapack_int(o.n, op), k = lapack_int(o.k, op);
   const int lda = std::max(m, 1), ldb = std::max({m, n, 1});
   // b grows to ldb rows: dgelsd writes the n-row solution over it.
@@ -109,9 +188,7 @@ LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {
     dgelsd_(&m, &n, &k, o.a.data(), &lda, bb.data(), &ldb, s.data(), &rc, &rank, work.data(), &lwork, iwork.data(),
             &info);
   }
-  if (info > 0)
-    throw LinAlgError("linalg::lstsq: the SVD of a " + shape_str(a.shape()) + " did not converge (" +
-                      std::to_string(info) + " off-diagonal elements); check a for NaN or infinite values");
+  if (info > 0) throw_no_convergence(a, info);
   if (info < 0) throw ValueError("linalg::lstsq: LAPACK dgelsd rejected argument " + std::to_string(-info));
   LstsqResult r;
   r.rank = rank;

@@ -228,6 +228,14 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.out.device().index);
     cuda_matmul(call);
   }
+  int linalg_solve(const detail::SolveCall& call) override {
+    detail::note_gpu_work(call.a->device().index);
+    return cuda_solve(call);
+  }
+  int linalg_svd(const detail::SvdCall& call) override {
+    detail::note_gpu_work(call.a->device().index);
+    return cuda_svd(call);
+  }
   void random(const detail::RandomCall& call) override {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);

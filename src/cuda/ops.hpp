@@ -16,6 +16,10 @@ void cuda_reduce(const detail::ReduceCall& call);
 void cuda_matmul(const detail::MatmulCall& call);
 /// Fills call.out from the Philox stream on its device and current stream.
 void cuda_random(const detail::RandomCall& call);
+/// linalg::solve / lstsq's SVD with cuSOLVER on the operands' device and current stream (linalg.cpp); LAPACK's
+/// info (0: done), read back with one synchronising copy.
+int cuda_solve(const detail::SolveCall& call);
+int cuda_svd(const detail::SvdCall& call);
 /// Runs a user ElementwiseKernel / ReductionKernel on call.device's current stream (user_kernels.cpp).
 void cuda_user_elementwise(const detail::UserElementwiseCall& call);
 void cuda_user_reduction(const detail::UserReductionCall& call);

@@ -1,9 +1,12 @@
 // The NumPy-user API on a GPU (issue 11): every golden case of
 // tests/golden/api_golden.py on gpu(0) (gathers and scatters through the
-// generated NVRTC kernels, masks, sort/argsort and linalg through the host),
+// generated NVRTC kernels, masks, sort/argsort through the host, linalg with cuSOLVER),
 // assignment through temporary views, device errors. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "api_golden_checks.hpp"
@@ -52,6 +55,84 @@ TEST(ApiGpu, index_arrays_on_another_device_name_both) {
         (void)linalg::solve(ones({2, 2}, float32, gpu(0)), ones({2}));
       },
       {"linalg::solve", "cuda:0", "cpu"});
+}
+
+/// max |x - y| / max |y| over the elements (float64 copies on the host).
+double relative_difference(const Array& x, const Array& y) {
+  const std::vector<double> a = x.to_vector<double>(), b = y.to_vector<double>();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    scale = std::max(scale, std::fabs(b[i]));
+  }
+  return diff / scale;
+}
+
+TEST(ApiGpu, solve_runs_on_the_gpu_with_cusolver_and_matches_the_cpu) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  const Array a = add(random::normal({64, 64}, float64, cpu()), multiply(eye(64, {}, 0, float64), 8.0));
+  const Array b = random::normal({64, 5}, float64, cpu());
+  const Array want = linalg::solve(a, b);  // LAPACK on the host (NumPy-golden tested in test_api)
+  const Array ag = a.to(d), bg = b.to(d);
+  Array x;
+  SyncCounters counted;
+  {
+    SyncDebugGuard guard(SyncDebugMode::off);
+    x = linalg::solve(ag, bg);
+    counted = guard.counters();
+  }
+  // On the device: the only copy is cuSOLVER's two int32 infos; no operand goes to the host and back.
+  EXPECT_EQ(counted.h2d_copies, 0u) << counted.str();
+  EXPECT_EQ(counted.d2h_copies, 1u) << counted.str();
+  EXPECT_EQ(counted.d2h_bytes, 8u) << counted.str();
+  EXPECT_EQ(x.device(), d);
+  EXPECT_LT(relative_difference(x, want), 1e-12);
+  const Array xv = linalg::solve(ag, bg.index({Slice(), 0}));  // a vector b gives a vector
+  EXPECT_EQ(xv.shape(), Shape{64});
+  EXPECT_LT(relative_difference(xv, want.index({Slice(), 0})), 1e-12);
+  const Array x32 = linalg::solve(ag.astype(float32), bg.astype(float32));  // float32 in, float32 out
+  EXPECT_EQ(x32.dtype(), float32);
+  EXPECT_LT(relative_difference(x32, want), 1e-5);
+  // A singular matrix: LinAlgError as on the CPU.
+  kiln_test::expect_error<LinAlgError>(
+      [&] { (void)linalg::solve(from_data({1.0, 2.0, 2.0, 4.0}, {2, 2}, d), from_data({1.0, 2.0}, {2}, d)); },
+      {"linalg::solve", "singular", "lstsq"});
+}
+
+TEST(ApiGpu, lstsq_runs_on_the_gpu_with_the_svd_and_matches_the_cpu) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  // Tall (residuals), wide (minimum-norm solution), rank-deficient (a repeated column), vector b.
+  const Array tall = random::normal({40, 6}, float64, cpu()), wide = random::normal({5, 12}, float64, cpu());
+  const Array base = random::normal({20, 3}, float64, cpu());
+  const Array deficient = concatenate({base, base.index({Slice(), Slice(0, 1)})}, 1);
+  for (const Array& a : {tall, wide, deficient}) {
+    const Array b = random::normal({a.shape(0), 2}, float64, cpu());
+    const linalg::LstsqResult want = linalg::lstsq(a, b);
+    SyncCounters counted;
+    linalg::LstsqResult got;
+    {
+      SyncDebugGuard guard(SyncDebugMode::off);
+      got = linalg::lstsq(a.to(d), b.to(d));
+      counted = guard.counters();
+    }
+    const std::string what = "a " + shape_str(a.shape());
+    EXPECT_EQ(counted.d2h_copies, 2u) << what << ": the SVD's info and the singular values, " << counted.str();
+    EXPECT_EQ(counted.h2d_copies, 3u) << what << ": the operands and the cut-off scale, " << counted.str();
+    EXPECT_EQ(got.rank, want.rank) << what;
+    EXPECT_EQ(got.solution.device(), d) << what;
+    EXPECT_LT(relative_difference(got.solution, want.solution), 1e-10) << what;
+    EXPECT_LT(relative_difference(got.singular_values, want.singular_values), 1e-12) << what;
+    ASSERT_EQ(got.residuals.shape(), want.residuals.shape()) << what;
+    if (want.residuals.size() > 0) {
+      EXPECT_LT(relative_difference(got.residuals, want.residuals), 1e-9) << what;
+    }
+    const linalg::LstsqResult vec = linalg::lstsq(a.to(d), b.to(d).index({Slice(), 1}));
+    EXPECT_EQ(vec.solution.shape(), Shape{a.shape(1)}) << what;
+    EXPECT_LT(relative_difference(vec.solution, want.solution.index({Slice(), 1})), 1e-10) << what;
+  }
+  EXPECT_EQ(linalg::lstsq(deficient.to(d), random::normal({20}, float64, d)).rank, 3);
 }
 
 }  // namespace
