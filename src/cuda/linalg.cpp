@@ -70,15 +70,19 @@ double* f64(const Array& a) { return static_cast<double*>(a.data_ptr()); }
 /// The int32 infos the calls wrote (one synchronising copy; counted by sync debugging as the op's).
 std::vector<int32_t> read_infos(const Array& info) { return info.to_vector<int32_t>(); }
 
+/// Makes `device` current and returns this thread's handle bound to its current stream.
+cusolverDnHandle_t begin(int device, const char* op) {
+  set_device(device);
+  return solver_handle(device, current_stream(device), op);
+}
+
 }  // namespace
 
 int cuda_solve(const detail::SolveCall& call) {
   const char* op = "linalg::solve";
   const Device d = call.a->device();
   const int device = d.index;
-  set_device(device);
-  const cudaStream_t stream = current_stream(device);
-  cusolverDnHandle_t h = solver_handle(device, stream, op);
+  cusolverDnHandle_t h = begin(device, op);
   const int n = static_cast<int>(call.a->shape(0)), k = static_cast<int>(call.b->shape(1));
   Array lu = call.a->copy();                    // row-major a = column-major a^T, factored in place
   Array xt = transpose(*call.b).copy();         // row-major (k, n) = column-major (n, k) b, solved in place
@@ -106,9 +110,7 @@ int cuda_svd(const detail::SvdCall& call) {
   const char* op = "linalg::lstsq";
   const Device d = call.a->device();
   const int device = d.index;
-  set_device(device);
-  const cudaStream_t stream = current_stream(device);
-  cusolverDnHandle_t h = solver_handle(device, stream, op);
+  cusolverDnHandle_t h = begin(device, op);
   const int64_t m = call.a->shape(0), n = call.a->shape(1);
   // gesvd needs rows >= columns. m >= n: factor a itself (column-major a = row-major a^T, copied);
   // m < n: factor a^T (a's own row-major buffer, copied).
