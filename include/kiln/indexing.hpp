@@ -34,9 +34,9 @@ bool allclose(const Array& a, const Array& b, double rtol = 1e-5, double atol = 
 bool array_equal(const Array& a, const Array& b, bool equal_nan = false);
 
 /// Indices (int64) that sort `a` along `axis`, stable (equal values keep their order), NaN last as NumPy.
-/// On a GPU this first version copies to the host, sorts there and copies back (syncs).
+/// On a GPU it sorts on the device (a bitonic sort per 2048-element chunk, then merge passes), asynchronously.
 Array argsort(const Array& a, int64_t axis = -1);
-/// `a` sorted along `axis` (a new array; stable, NaN last). Syncs on a GPU as argsort.
+/// `a` sorted along `axis` (a new array; stable, NaN last; -0.0 and 0.0 are equal). On the device on a GPU.
 Array sort(const Array& a, int64_t axis = -1);
 
 namespace random {

@@ -84,6 +84,14 @@ struct SvdCall {
   Array u, s, vt;  ///< allocated by the core, written by the backend
 };
 
+/// sort/argsort of every row of a C-contiguous 2-d `in` (rows, n) on the device, stable, NaN last (NumPy's
+/// kind="stable"): `indices` (int64, (rows, n)) gets each row's argsort and `values` (when defined) the sorted
+/// values. Both are allocated by the core.
+struct SortCall {
+  const Array* in = nullptr;
+  Array indices, values;
+};
+
 /// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
 /// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix
 /// (either the last or the second-to-last stride is 1); out is C-contiguous.
@@ -139,6 +147,9 @@ class Backend {
   /// computes on the host, as the CPU does).
   virtual int linalg_solve(const SolveCall& /*call*/) { return -1; }
   virtual int linalg_svd(const SvdCall& /*call*/) { return -1; }
+  /// sort/argsort on the device (asynchronous); false when this backend has none (the front-end then sorts on
+  /// the host).
+  virtual bool sort(const SortCall& /*call*/) { return false; }
   /// The graph capture that a random draw on `device`'s current stream of this thread would join, or nullptr
   /// (the draw is eager). Random front-ends ask before they reserve blocks of the generator.
   virtual GraphRandom* graph_random(Device /*device*/) { return nullptr; }

@@ -1,6 +1,8 @@
 // sort/argsort (stable, NaN last as NumPy) and random permutations.
-// First version: the sort runs on the host (a GPU array is copied there and the
-// result back, which synchronises); each row is sorted with std::stable_sort.
+// The sorted axis is moved last and the rows made contiguous; a device backend with
+// a sort (Backend::sort: the GPU's, asynchronous) sorts them where they are, else
+// each row is sorted on the host with std::stable_sort (CPU arrays; a backend
+// without a sort gets its result copied back).
 // permutation(n) is the stable argsort of n randint keys drawn from the default
 // Philox generator on the CPU, so one seed gives one permutation on every device.
 #include <algorithm>
@@ -59,6 +61,15 @@ Array sort_impl(const Array& a, int64_t axis, bool values, const char* op) {
   if (a.ndim() == 0)
     throw ShapeError(std::string(op) + ": cannot sort a 0-d array; reshape it to 1-d (reshape(-1)) first");
   const int64_t p = normalize_axis(axis, a.ndim(), op);
+  if (!a.device().is_cpu()) {
+    const Array rows = moveaxis(a, p, -1).contiguous();
+    const int64_t n = rows.shape(-1);
+    const Array matrix = rows.reshape({n == 0 ? 0 : rows.size() / n, n});
+    detail::SortCall call{&matrix, detail::make_array(matrix.shape(), int64, a.device()),
+                          values ? detail::make_array(matrix.shape(), a.dtype(), a.device()) : Array()};
+    if (detail::backend_for(a.device()).sort(call))
+      return moveaxis((values ? call.values : call.indices).reshape(rows.shape()), -1, p).contiguous();
+  }
   const Array h = moveaxis(a, p, -1).to(cpu()).contiguous();
   Array perm = detail::make_array(h.shape(), int64, cpu());
   Array sorted = values ? detail::make_array(h.shape(), h.dtype(), cpu()) : Array();

@@ -236,6 +236,10 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.a->device().index);
     return cuda_svd(call);
   }
+  bool sort(const detail::SortCall& call) override {
+    detail::note_gpu_work(call.in->device().index);
+    return cuda_sort(call);
+  }
   void random(const detail::RandomCall& call) override {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);

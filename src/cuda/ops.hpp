@@ -3,6 +3,8 @@
 // own file (elementwise, reduce, matmul, random).
 #pragma once
 
+#include <string>
+
 #include "core/backend.hpp"
 #include "core/user_kernel.hpp"
 
@@ -20,6 +22,10 @@ void cuda_random(const detail::RandomCall& call);
 /// info (0: done), read back with one synchronising copy.
 int cuda_solve(const detail::SolveCall& call);
 int cuda_svd(const detail::SvdCall& call);
+/// Stable sort/argsort of the rows of call.in on its device's current stream (sort.cpp).
+bool cuda_sort(const detail::SortCall& call);
+/// The NVRTC source of the sort kernels (sort_block, sort_merge, sort_gather) for `dtype` (no GPU needed).
+std::string sort_source(DType dtype);
 /// Runs a user ElementwiseKernel / ReductionKernel on call.device's current stream (user_kernels.cpp).
 void cuda_user_elementwise(const detail::UserElementwiseCall& call);
 void cuda_user_reduction(const detail::UserReductionCall& call);

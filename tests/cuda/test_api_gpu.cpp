@@ -1,6 +1,6 @@
 // The NumPy-user API on a GPU (issue 11): every golden case of
 // tests/golden/api_golden.py on gpu(0) (gathers and scatters through the
-// generated NVRTC kernels, masks, sort/argsort through the host, linalg with cuSOLVER),
+// generated NVRTC kernels, masks, sort/argsort on the device, linalg with cuSOLVER),
 // assignment through temporary views, device errors. Skips without a GPU.
 #include <gtest/gtest.h>
 
