@@ -57,6 +57,14 @@ inline void run_api_golden(kiln::Device d) {
   expect_golden(x.index({newaxis, mask2}), "index_newaxis_mask2");
   expect_golden(x.index({x > 0.5}), "index_mask_all");
   expect_golden(x.index({Slice(), Slice(), api_golden("in_mask_axis2", d)}), "index_mask_axis2");
+  const Array i_col = api_golden("in_i_col", d), j_row = api_golden("in_j_row", d);
+  const Array two = from_data(std::vector<int64_t>{0, 2}, {}, d), ends = from_data(std::vector<int64_t>{1, 4}, {}, d);
+  expect_golden(x.index({i_col, j_row}), "index_two_arrays");
+  expect_golden(x.index({Slice(), j_row.index({Slice(0, 2)}), from_data(std::vector<int64_t>{4, 0}, {}, d)}),
+                "index_two_arrays_inner");
+  expect_golden(x.index({two, Slice(), ends}), "index_two_arrays_split");
+  expect_golden(x.index({api_golden("in_mask3", d), Slice(1, 3), from_data(std::vector<int64_t>{0, 4}, {}, d)}),
+                "index_mask_and_array");
 
   Array y = x.copy();
   y.index_put({mask_all}, 7.0);
@@ -70,6 +78,12 @@ inline void run_api_golden(kiln::Device d) {
   y = x.copy();
   put(y, from_data(std::vector<int64_t>{0, 59, -3}, {}, d), from_data({10.0, 20.0, 30.0}, {3}, d));
   expect_golden(y, "put_flat");
+  y = x.copy();
+  y.index_put({i_col, j_row}, -5.0);
+  expect_golden(y, "put_two_arrays");
+  y = x.copy();
+  y.index_put({two, Slice(), ends}, arange(4, float64, d));
+  expect_golden(y, "put_two_arrays_split");
 
   const Array a = api_golden("in_close_a", d), b = api_golden("in_close_b", d);
   expect_golden(isclose(a, b), "isclose_default");

@@ -167,9 +167,10 @@ class Array {
   Array expand_dims(int64_t axis) const;
   Array broadcast_to(const Shape& s) const;
   Array flatten() const;
-  /// Basic indexing like NumPy's a[1:5, ::2, 3, newaxis, ...]; returns a view. With one Array entry (a bool
-  /// mask or an integer index array: x.index({x > 2}), x.index({Slice(), idx})) it returns a copy, as NumPy;
-  /// that form synchronises (bounds check, mask count). Throws ShapeError/DTypeError/DeviceError.
+  /// Basic indexing like NumPy's a[1:5, ::2, 3, newaxis, ...]; returns a view. With Array entries (bool masks or
+  /// integer index arrays: x.index({x > 2}), x.index({Slice(), idx}), x.index({i, j}) with i, j broadcast
+  /// together) it returns a copy, as NumPy; that form synchronises (bounds check, mask count).
+  /// Throws ShapeError/DTypeError/DeviceError.
   Array index(std::initializer_list<Index> idx) const;
   /// Writes `values` (broadcast, cast) where index(idx) reads: x.index_put({x > 2}, 0.0), x.index_put({idx}, v).
   /// Returns *this. Duplicate integer indices: one of the writes wins (unspecified which on a GPU).

@@ -120,48 +120,50 @@ struct SplitIndex {
   Array view;
   int64_t axis = 0;
   const Array* entry = nullptr;
-  bool front = false;  // an integer entry apart from the Array entry: NumPy puts the Array's axes first
+  bool front = false;  // advanced entries (arrays, integers) not adjacent: NumPy puts the Array's axes first
+  /// Every Array entry with the view axis where it applies (more than one: NumPy's broadcast index arrays).
+  std::vector<std::pair<int64_t, const Array*>> entries;
 };
 
 SplitIndex split_index(const Array& a, const Index* first, const Index* last, const char* op) {
   std::vector<Index> basic;
   SplitIndex out;
   bool ellipsis_seen = false;
-  int64_t entry_pos = 0, first_int = -1, last_int = -1;
+  int64_t view_axes = 0, first_advanced = -1, last_advanced = -1;
   for (const Index* e = first; e != last; ++e) {
     const auto& v = e->value();
-    if (std::holds_alternative<int64_t>(v)) {
-      if (first_int < 0) first_int = e - first;
-      last_int = e - first;
+    if (std::holds_alternative<int64_t>(v) || std::holds_alternative<const Array*>(v)) {
+      if (first_advanced < 0) first_advanced = e - first;
+      last_advanced = e - first;
     }
     if (const Array* const* arr = std::get_if<const Array*>(&v)) {
-      if (out.entry)
-        throw ShapeError(std::string(op) + ": only one index array or mask per index is supported; index in two " +
-                         "steps, e.g. x.index({i}).index({Slice(), j})");
       if (ellipsis_seen)
         throw ShapeError(std::string(op) + ": an index array or mask after an ellipsis is not supported; " +
                          "write the leading axes as Slice()");
       require_defined(**arr, op, "the index array");
       require_same_device(a, **arr, op, "the index array");
-      out.entry = *arr;
-      entry_pos = e - first;
+      if (!out.entry) {
+        out.entry = *arr;
+        out.axis = view_axes;
+      }
+      out.entries.emplace_back(view_axes, *arr);
       const int64_t axes = (*arr)->dtype() == DType::Bool ? (*arr)->ndim() : 1;
       if (axes == 0)
         throw ShapeError(std::string(op) +
                          ": a 0-d bool mask is not supported; give a mask of the indexed axes' shape");
       for (int64_t k = 0; k < axes; ++k) basic.emplace_back(Slice());
+      view_axes += axes;
       continue;
     }
-    if (!out.entry && (std::holds_alternative<Slice>(v) || std::holds_alternative<NewAxis>(v))) ++out.axis;
+    if (std::holds_alternative<Slice>(v) || std::holds_alternative<NewAxis>(v)) ++view_axes;
     if (std::holds_alternative<Ellipsis>(v)) ellipsis_seen = true;
     basic.push_back(*e);
   }
-  // NumPy's rule: integers count as advanced indices; when they and the array are not one run of
+  // NumPy's rule: integers count as advanced indices; when the advanced entries are not one run of
   // adjacent entries, the result's advanced axes come first.
-  if (first_int >= 0) {
-    const int64_t lo = std::min(first_int, entry_pos), hi = std::max(last_int, entry_pos);
-    for (const Index* e = first + lo; e != first + hi + 1; ++e)
-      out.front |= !std::holds_alternative<int64_t>(e->value()) && !std::holds_alternative<const Array*>(e->value());
+  for (int64_t i = first_advanced; i >= 0 && i <= last_advanced; ++i) {
+    const auto& v = first[i].value();
+    out.front |= !std::holds_alternative<int64_t>(v) && !std::holds_alternative<const Array*>(v);
   }
   out.view = detail::basic_index(a, basic.data(), basic.data() + basic.size());
   return out;
@@ -169,8 +171,71 @@ SplitIndex split_index(const Array& a, const Index* first, const Index* last, co
 
 Array selected_offsets(const SplitIndex& split, const char* op);
 
+/// `mask`'s nonzero positions as one int64 index array per mask axis (NumPy's mask.nonzero()).
+std::vector<Array> mask_indices(const Array& mask) {
+  const Array flat = flatnonzero(mask);
+  std::vector<Array> out;
+  int64_t inner = 1;
+  for (int64_t d = mask.ndim() - 1; d >= 0; --d) {
+    out.insert(out.begin(), remainder(floor_divide(flat, inner), mask.shape(d)));
+    inner *= mask.shape(d);
+  }
+  return out;
+}
+
+/// Storage offsets for several Array entries (NumPy's broadcast index arrays; a mask among them counts as its
+/// nonzero() arrays): the arrays broadcast to one shape B, which replaces their axes in the result (or comes
+/// first when split.front).
+Array multi_offsets(const SplitIndex& split, const char* op) {
+  const Array& v = split.view;
+  std::vector<std::pair<int64_t, Array>> adv;  // view axis, normalised int64 index array
+  for (const auto& [axis, entry] : split.entries) {
+    if (entry->dtype() == DType::Bool) {
+      const std::vector<Array> parts = mask_indices(*entry);
+      for (size_t k = 0; k < parts.size(); ++k) adv.emplace_back(axis + static_cast<int64_t>(k), parts[k]);
+    } else {
+      adv.emplace_back(axis, normalize_indices(*entry, v.shape(axis), std::string(op) + " (axis " +
+                                                                          std::to_string(axis) + ")"));
+    }
+  }
+  Shape b;
+  for (const auto& [axis, idx] : adv) b = broadcast_shapes(b, idx.shape(), op);
+  std::vector<bool> advanced(static_cast<size_t>(v.ndim()), false);
+  for (const auto& [axis, idx] : adv) advanced[static_cast<size_t>(axis)] = true;
+  const int64_t first_axis = adv.front().first;
+  // Result axes: the advanced block (rank of b) at `at`, the other view axes around it in order.
+  const int64_t at = split.front ? 0 : first_axis;
+  Shape out;
+  std::vector<int64_t> position(static_cast<size_t>(v.ndim()), -1);
+  bool inserted = false;
+  const auto insert_block = [&] {
+    if (inserted || static_cast<int64_t>(out.size()) != at) return;
+    for (int64_t e : b) out.push_back(e);
+    inserted = true;
+  };
+  for (int64_t d = 0; d < v.ndim(); ++d) {
+    insert_block();
+    if (advanced[static_cast<size_t>(d)]) continue;
+    position[static_cast<size_t>(d)] = static_cast<int64_t>(out.size());
+    out.push_back(v.shape(d));
+  }
+  insert_block();
+  auto placed = [&](const Array& x, int64_t pos) {  // x's axes at out's axes pos, pos + 1, ...
+    Shape r(out.size(), 1);
+    for (int64_t i = 0; i < x.ndim(); ++i) r[static_cast<size_t>(pos + i)] = x.shape(i);
+    return x.reshape(r);
+  };
+  Array off = full({}, v.offset(), int64, v.device());
+  for (const auto& [axis, idx] : adv) off = off + placed(broadcast_to(idx, b) * v.strides()[axis], at);
+  for (int64_t d = 0; d < v.ndim(); ++d)
+    if (!advanced[static_cast<size_t>(d)])
+      off = off + placed(arange(v.shape(d), int64, v.device()) * v.strides()[d], position[static_cast<size_t>(d)]);
+  return broadcast_to(off, out).contiguous();
+}
+
 /// Storage offsets (in split.view's storage) of the elements the index selects, in NumPy's result order.
 Array target_offsets(const SplitIndex& split, const char* op) {
+  if (split.entries.size() > 1) return multi_offsets(split, op);
   Array offsets = selected_offsets(split, op);
   if (!split.front || split.axis == 0) return offsets;
   const int64_t r = split.entry->dtype() == DType::Bool ? 1 : split.entry->ndim();

@@ -151,8 +151,10 @@ TEST(Api, bad_indices_and_masks_name_the_problem) {
         (void)x.index({from_data(std::vector<bool>{true, false})});
       },
       {"index", "mask has shape (2,)", "(3,)", "(3, 4)"});
-  const Array i = from_data({int64_t{0}});
-  expect_error<ShapeError>([&] { (void)x.index({i, i}); }, {"only one index array"});
+  // Several index arrays broadcast together (NumPy); shapes that do not broadcast name both.
+  expect_error<ShapeError>(
+      [&] { (void)x.index({from_data({int64_t{0}, int64_t{1}}), from_data({int64_t{0}, int64_t{1}, int64_t{2}})}); },
+      {"index", "(2,)", "(3,)"});
   Array y = x.copy();
   expect_error<ShapeError>([&] { y.index_put({y > 5.f}, from_data({1.f, 2.f})); }, {"index_put", "(2,)", "(6,)"});
   expect_error<ShapeError>([&] { put(y, from_data({int64_t{12}}), 1.0); }, {"put", "index 12", "size 12"});

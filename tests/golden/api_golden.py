@@ -41,6 +41,22 @@ mask2 = x[:, :, 0] > 0.0                     # (3, 4): a mask over the two leadi
 save("in_mask2", mask2)
 save("index_mask2", x[mask2])
 save("index_newaxis_mask2", x[None, mask2])
+# several index arrays in one index: broadcast together; adjacent ones replace their axes, separated ones
+# (by a slice) put the broadcast axes first; a mask among them counts as its nonzero() arrays
+i_col = np.array([[0], [2]], dtype=np.int64)  # (2, 1)
+j_row = np.array([1, -1, 3], dtype=np.int64)  # (3,)
+save("in_i_col", i_col)
+save("in_j_row", j_row)
+save("index_two_arrays", x[i_col, j_row])                 # (2, 3, 5)
+save("index_two_arrays_inner", x[:, j_row[:2], np.array([4, 0])])  # (3, 2): adjacent, in place
+save("index_two_arrays_split", x[np.array([0, 2]), :, np.array([1, 4])])  # (2, 4): split, first
+mask3 = np.array([True, False, True])
+save("in_mask3", mask3)
+save("index_mask_and_array", x[mask3, 1:3, np.array([0, 4])])  # mask -> [0, 2], split by a slice: (2, 2)
+y2 = x.copy(); y2[i_col, j_row] = -5.0
+save("put_two_arrays", y2)
+y2 = x.copy(); y2[np.array([0, 2]), :, np.array([1, 4])] = np.arange(4.0)  # values (4,) broadcast to (2, 4)
+save("put_two_arrays_split", y2)
 mask_all = x > 0.5
 save("in_mask_all", mask_all)
 save("index_mask_all", x[mask_all])
