@@ -112,7 +112,7 @@ concept FusionArgs = (FusionArg<T> && ...) && (is_fusion_value<T> || ...);
 
 /// Records op `name` (an elementwise op of ops.hpp) over the operands; throws like the op would.
 FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> operands);
-/// Records the reduction `name` (sum, prod, max, min, mean, all, any) of `x`.
+/// Records the reduction `name` (a Fused row of kiln/reductions.def) of `x`.
 FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims);
 /// Throws ValueError: `op` cannot be part of a fused function.
 [[noreturn]] void fusion_not_fusable(const char* op);
@@ -328,28 +328,19 @@ requires detail::FusionArg<L> && detail::FusionArg<H> FusionValue clip(const Fus
 }
 inline FusionValue astype(const FusionValue& a, DType t) { return a.astype(t); }
 
-// Reductions (elementwise work may follow them).
-inline FusionValue sum(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("sum", a, axes, keepdims);
-}
-inline FusionValue prod(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("prod", a, axes, keepdims);
-}
-inline FusionValue mean(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("mean", a, axes, keepdims);
-}
-inline FusionValue max(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("max", a, axes, keepdims);
-}
-inline FusionValue min(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("min", a, axes, keepdims);
-}
-inline FusionValue all(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("all", a, axes, keepdims);
-}
-inline FusionValue any(const FusionValue& a, Axes axes = {}, bool keepdims = false) {
-  return detail::fusion_reduce("any", a, axes, keepdims);
-}
+// Reductions: one traced function per `Axes` row of kiln/reductions.def (elementwise work may follow them;
+// a row that kiln::fuse cannot trace throws ValueError saying so). logsumexp is traced as its parts.
+#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_TRACED_REDUCTION_##api(name)
+#define KILN_TRACED_REDUCTION_Axes(name)                                                \
+  inline FusionValue name(const FusionValue& a, Axes axes = {}, bool keepdims = false) { \
+    return detail::fusion_reduce(#name, a, axes, keepdims);                              \
+  }
+#define KILN_TRACED_REDUCTION_Own(name)
+#define KILN_TRACED_REDUCTION_None(name)
+#include "kiln/reductions.def"
+#undef KILN_TRACED_REDUCTION_Axes
+#undef KILN_TRACED_REDUCTION_Own
+#undef KILN_TRACED_REDUCTION_None
 
 // Ops that cannot be fused: they compile, so the error can say which op and what to do (ValueError).
 template <class A, class B>

@@ -207,31 +207,35 @@ KILN_OPERATOR(&, bitwise_and) KILN_OPERATOR(|, bitwise_or) KILN_OPERATOR(^, bitw
 #undef KILN_OPERATOR
 
 // ---------------------------------------------------------------- reductions
-// Result dtypes follow NumPy: sum/prod of bool and integers give int64
-// (uint8 too: kiln has no uint64), of floats the input dtype; mean/var/std of
-// integers give float64. float16/bfloat16/float32 accumulate in float64 on the CPU.
-Array sum(const Array& a, Axes axes = {}, bool keepdims = false);
-Array prod(const Array& a, Axes axes = {}, bool keepdims = false);
-Array mean(const Array& a, Axes axes = {}, bool keepdims = false);
-/// Variance with `ddof` delta degrees of freedom (NumPy's default ddof=0).
+// One function per `Axes` row of kiln/reductions.def (the reduction list): `name(a, axes, keepdims)` reduces
+// over `axes` (all of them by default; an empty list reduces nothing and returns a converted copy), keeping
+// the reduced axes as size 1 when `keepdims`. Result dtypes follow NumPy 2: sum/prod of bool and integers
+// give int64 (uint8 too: kiln has no uint64), of floats the input dtype; mean of integers gives float64;
+// all/any give bool; logsumexp gives float_result_type. float16/bfloat16/float32 accumulate in float64 on
+// the CPU. Over zero elements: sum 0, prod 1, mean NaN, all true, any false, logsumexp -inf; max and min
+// have no identity and throw ValueError. NaN propagates through max/min; NaN is true for all/any.
+// logsumexp is log(sum(exp(a))), max-shifted so it neither overflows nor underflows, computed in float64;
+// +inf wins. Axis errors throw ShapeError naming the op, the axis and the shape.
+#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_REDUCTION_##api(name)
+#define KILN_REDUCTION_Axes(name) Array name(const Array& a, Axes axes = {}, bool keepdims = false);
+#define KILN_REDUCTION_Own(name)
+#define KILN_REDUCTION_None(name)
+#include "kiln/reductions.def"
+#undef KILN_REDUCTION_Axes
+#undef KILN_REDUCTION_Own
+#undef KILN_REDUCTION_None
+
+/// Variance with `ddof` delta degrees of freedom (NumPy's default ddof=0), two-pass in float64.
 Array var(const Array& a, Axes axes = {}, int64_t ddof = 0, bool keepdims = false);
 Array std(const Array& a, Axes axes = {}, int64_t ddof = 0, bool keepdims = false);
-/// Maximum; throws ValueError for an empty reduction (no identity). NaN propagates.
-Array max(const Array& a, Axes axes = {}, bool keepdims = false);
-Array min(const Array& a, Axes axes = {}, bool keepdims = false);
 /// Index (int64) of the first maximum along `axis`, or in the flattened array.
 Array argmax(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
 Array argmin(const Array& a, std::optional<int64_t> axis = {}, bool keepdims = false);
-Array all(const Array& a, Axes axes = {}, bool keepdims = false);
-/// log(sum(exp(a))) over `axes`, max-shifted so it neither overflows nor underflows; float result
-/// (float_result_type), computed in float64. An empty reduction gives -inf; +inf wins; NaN propagates.
-Array logsumexp(const Array& a, Axes axes = {}, bool keepdims = false);
 /// Cumulative sum along `axis` (all elements flattened when absent), NumPy's dtypes: bool and integers
 /// give int64, floats keep their dtype (accumulated in float64). Throws ShapeError for a bad axis.
 Array cumsum(const Array& a, std::optional<int64_t> axis = {});
 /// Cumulative product along `axis` (flattened when absent); dtypes as cumsum.
 Array cumprod(const Array& a, std::optional<int64_t> axis = {});
-Array any(const Array& a, Axes axes = {}, bool keepdims = false);
 
 // ---------------------------------------------------------------- linear algebra
 /// NumPy matmul: 1-d operands are promoted to matrices and the added axis removed; >2-d batch axes broadcast.

@@ -19,10 +19,6 @@
 
 namespace kiln::detail {
 
-const char* fusion_reduction_name(FusionReduction r) {
-  constexpr const char* names[] = {"sum", "prod", "max", "min", "mean", "all", "any"};
-  return names[static_cast<int>(r)];
-}
 
 class FusionCache {
  public:
@@ -83,11 +79,11 @@ OpCode op_by_name(const char* name, int arity) {
   throw ValueError(std::string("fuse: no elementwise op named ") + name);
 }
 
-FusionReduction reduction_by_name(const char* name) {
-  for (FusionReduction r : {FusionReduction::Sum, FusionReduction::Prod, FusionReduction::Max, FusionReduction::Min,
-                            FusionReduction::Mean, FusionReduction::All, FusionReduction::Any})
-    if (std::strcmp(fusion_reduction_name(r), name) == 0) return r;
-  throw ValueError(std::string("fuse: no reduction named ") + name);
+ReduceOp reduction_by_name(const char* name) {
+  const std::optional<ReduceOp> op = reduce_op_by_name(name);
+  if (!op) throw ValueError(std::string("fuse: no reduction named ") + name);
+  if (!reduce_info(*op).fused) fusion_not_fusable(name);
+  return *op;
 }
 
 FusionTrace& current_trace(const char* op) {
@@ -200,11 +196,26 @@ FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> 
   return {&trace, trace.add(node)};
 }
 
+namespace {
+
+/// logsumexp traced as kiln::logsumexp computes it: in float64, shifted by the maximum where that is finite.
+/// The shift is reduced twice (with and without keepdims) so no reshape is needed.
+FusionValue traced_logsumexp(const FusionValue& x, const Axes& axes, bool keepdims) {
+  const FusionValue wide = x.astype(DType::Float64);
+  const FusionValue m = max(wide, axes, true);
+  const FusionValue shifted = sum(exp(wide - where(isfinite(m), m, 0.0)), axes, keepdims);
+  const FusionValue m_out = keepdims ? m : max(wide, axes, false);
+  return (log(shifted) + where(isfinite(m_out), m_out, 0.0)).astype(float_result_type(x.dtype()));
+}
+
+}  // namespace
+
 FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims) {
   FusionTrace& trace = current_trace(name);
   const int input = operand_node(trace, FusionOperand(x), name);
   const FusionNode& in = trace.graph->nodes[static_cast<size_t>(input)];
   if (in.weak) throw ValueError(trace.who() + ": " + name + " of a scalar argument or constant; reduce an array value");
+  if (std::strcmp(name, reduce_op_name(ReduceOp::LogSumExp)) == 0) return traced_logsumexp(x, axes, keepdims);
   FusionNode node;
   node.kind = FusionNodeKind::Reduce;
   node.num_inputs = 1;
@@ -213,23 +224,7 @@ FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& ax
   node.reduction = reduction_by_name(name);
   node.axes = reduction_axes(axes, in.ndim, name);
   node.ndim = keepdims ? in.ndim : in.ndim - static_cast<int>(node.axes.size());
-  switch (node.reduction) {
-    case FusionReduction::Sum:
-    case FusionReduction::Prod:
-      node.dtype = sum_dtype(in.dtype);
-      break;
-    case FusionReduction::Max:
-    case FusionReduction::Min:
-      node.dtype = in.dtype;
-      break;
-    case FusionReduction::Mean:
-      node.dtype = mean_dtype(in.dtype);
-      break;
-    case FusionReduction::All:
-    case FusionReduction::Any:
-      node.dtype = DType::Bool;
-      break;
-  }
+  node.dtype = reduce_result_dtype(node.reduction, in.dtype);
   return {&trace, trace.add(node)};
 }
 
@@ -325,7 +320,7 @@ std::string fusion_describe(const FusionGraph& g) {
         s += "astype %" + std::to_string(n.inputs[0]);
         break;
       case FusionNodeKind::Reduce:
-        s += std::string(fusion_reduction_name(n.reduction)) + " %" + std::to_string(n.inputs[0]) + " axes " +
+        s += std::string(reduce_op_name(n.reduction)) + " %" + std::to_string(n.inputs[0]) + " axes " +
              shape_str(n.axes) + (n.keepdims ? " keepdims" : "");
         break;
       case FusionNodeKind::Op:

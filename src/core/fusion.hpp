@@ -29,8 +29,6 @@ namespace kiln::detail {
 enum class FusionNodeKind : uint8_t { Argument, Constant, Op, Cast, Reduce };
 
 /// A reduction of a fused function.
-enum class FusionReduction : uint8_t { Sum, Prod, Max, Min, Mean, All, Any };
-const char* fusion_reduction_name(FusionReduction r);
 
 struct FusionNode {
   FusionNodeKind kind = FusionNodeKind::Op;
@@ -48,7 +46,7 @@ struct FusionNode {
   // Constant
   Scalar value;
   // Reduce (input: inputs[0])
-  FusionReduction reduction = FusionReduction::Sum;
+  ReduceOp reduction = ReduceOp::Sum;  ///< a Fused row of kiln/reductions.def (logsumexp is traced as its parts)
   Shape axes;  ///< sorted, non-negative axes of the input (all of them for a full reduction)
   bool keepdims = false;
 };

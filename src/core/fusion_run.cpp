@@ -51,25 +51,23 @@ std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionAr
 /// A node's sorted axes as the Axes the reductions take.
 Axes axes_of(const Shape& axes) { return Axes(std::vector<int64_t>(axes.begin(), axes.end())); }
 
-Array reduce_with_ops(FusionReduction r, const Array& a, const Shape& axes, bool keepdims) {
+Array reduce_with_ops(ReduceOp r, const Array& a, const Shape& axes, bool keepdims) {
   const Axes list = axes_of(axes);
   switch (r) {
-    case FusionReduction::Sum:
-      return sum(a, list, keepdims);
-    case FusionReduction::Prod:
-      return prod(a, list, keepdims);
-    case FusionReduction::Max:
-      return max(a, list, keepdims);
-    case FusionReduction::Min:
-      return min(a, list, keepdims);
-    case FusionReduction::Mean:
-      return mean(a, list, keepdims);
-    case FusionReduction::All:
-      return all(a, list, keepdims);
-    case FusionReduction::Any:
-      return any(a, list, keepdims);
+#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_WITH_OPS_##api(Code, name)
+#define KILN_WITH_OPS_Axes(Code, name) \
+  case ReduceOp::Code:                 \
+    return name(a, list, keepdims);
+#define KILN_WITH_OPS_Own(Code, name)
+#define KILN_WITH_OPS_None(Code, name)
+#include "kiln/reductions.def"
+#undef KILN_WITH_OPS_Axes
+#undef KILN_WITH_OPS_Own
+#undef KILN_WITH_OPS_None
+    default:
+      break;
   }
-  return a;
+  throw ValueError(std::string("fuse: ") + reduce_op_name(r) + " has no public function taking axes");
 }
 
 /// The graph node by node with kiln's ops: exactly the unfused computation (one Array per output).
@@ -330,11 +328,11 @@ void fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args, A
     call.shape = shape;
     if (reduce) {
       if (!plan.axes.empty()) {
-        DType out_dtype = reduce->reduction == FusionReduction::Mean ? DType::Float64 : reduce->dtype;
+        DType out_dtype = reduce->reduction == ReduceOp::Mean ? DType::Float64 : reduce->dtype;
         call.outs.push_back(make_array(plan.keep_shape, out_dtype, device));
         if (backend.fused(call)) {
           Array result = call.outs[0];
-          if (reduce->reduction == FusionReduction::Mean)
+          if (reduce->reduction == ReduceOp::Mean)
             result = divide(result, static_cast<double>(plan.count)).astype(reduce->dtype);  // as kiln::mean does
           if (!reduce->keepdims) result = result.reshape(plan.out_shape);
           if (results[0].defined())

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "kiln/dtype.hpp"
 
@@ -93,11 +94,68 @@ constexpr bool returns_bool(OpCode op) {
   return r == TypeRule::Compare || r == TypeRule::Predicate || r == TypeRule::Logical;
 }
 
-/// The backends' reduction ops. Norm is sqrt(sum(x * x)) with the squares summed in float64 (the
-/// 2-norm of linalg::norm, one pass with its square root in the epilogue).
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any, Norm };
-inline constexpr int kNumReduceOps = static_cast<int>(ReduceOp::Norm) + 1;
-const char* reduce_op_name(ReduceOp op);
+// ---------------------------------------------------------------- reductions (kiln/reductions.def)
+
+/// Every reduction, kernel rows first: ReduceOp values below kNumReduceKernels have a backend kernel
+/// (a ReduceCall runs them); the rest are composed by the core. Norm is sqrt(sum(x * x)) with the squares
+/// summed in float64 (the 2-norm of linalg::norm, one pass with its square root in the epilogue).
+enum class ReduceOp : uint8_t {
+#define KILN_REDUCTION(Code, ...) Code,
+#include "kiln/reductions.def"
+};
+inline constexpr int kNumReduceOps = 0
+#define KILN_REDUCTION(...) +1
+#include "kiln/reductions.def"
+    ;
+inline constexpr int kNumReduceKernels = 0
+#define KILN_REDUCE_KERNEL(...) +1
+#include "kiln/reductions.def"
+    ;
+
+enum class ReduceKind : uint8_t { Kernel, Composed, Scan };
+/// How the public function is declared (see reductions.def).
+enum class ReduceApi : uint8_t { Axes, Own, None };
+/// The result dtype from the input dtype.
+enum class ReduceResult : uint8_t { Sum, Mean, Same, Index, Bool, Float };
+/// The value of a reduction over zero elements (Throws: no identity).
+enum class ReduceEmpty : uint8_t { Zero, One, NaN, NegInf, Throws };
+enum class ReduceFuse : uint8_t { Fused, NotFused };
+/// The accumulator of a kernel row (Composed rows: None).
+enum class ReduceAcc : uint8_t { Arith, Native, Index, Truth, Float64, None };
+
+struct ReduceInfo {
+  const char* name;
+  ReduceKind kind;
+  ReduceApi api;
+  ReduceResult result;
+  ReduceEmpty empty;
+  bool fused;  ///< kiln::fuse traces it
+  Derivative derivative;
+  ReduceAcc acc;
+};
+
+inline constexpr ReduceInfo kReduceInfo[] = {
+#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, ...)                          \
+  {#name, ReduceKind::Kernel, ReduceApi::api, ReduceResult::result, ReduceEmpty::empty, ReduceFuse::fuse == ReduceFuse::Fused, \
+   Derivative::derivative, ReduceAcc::acc},
+#define KILN_REDUCE_COMPOSED(Code, name, kind, api, result, empty, fuse, derivative)                          \
+  {#name, ReduceKind::kind, ReduceApi::api, ReduceResult::result, ReduceEmpty::empty, ReduceFuse::fuse == ReduceFuse::Fused, \
+   Derivative::derivative, ReduceAcc::None},
+#include "kiln/reductions.def"
+};
+static_assert(sizeof(kReduceInfo) / sizeof(kReduceInfo[0]) == static_cast<size_t>(kNumReduceOps));
+
+/// The table entry of `op`.
+constexpr const ReduceInfo& reduce_info(ReduceOp op) { return kReduceInfo[static_cast<int>(op)]; }
+constexpr const char* reduce_op_name(ReduceOp op) { return reduce_info(op).name; }
+/// True for the rows with a backend kernel of their own.
+constexpr bool is_reduce_kernel(ReduceOp op) { return static_cast<int>(op) < kNumReduceKernels; }
+/// True for argmax/argmin (an index result, the reduced axes walked in logical order).
+constexpr bool is_index_reduction(ReduceOp op) { return reduce_info(op).acc == ReduceAcc::Index; }
+/// The result dtype of `op` over an input of dtype `in` (NumPy 2's rules; kiln has no uint64).
+DType reduce_result_dtype(ReduceOp op, DType in);
+/// The reduction named `name`, or nullopt.
+std::optional<ReduceOp> reduce_op_by_name(const char* name);
 
 enum class RandomDistribution : uint8_t { Uniform, Normal, RandInt };
 

@@ -4,6 +4,7 @@
 #include "core/reduce.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -61,13 +62,23 @@ void plan_reduce_call(ReduceCall& call) {
   for (int64_t axis : call.axes) reduced[axis] = true;
   const Array* arrays[2] = {call.in, &call.out};
   ReductionOrder order;
-  const bool arg = call.op == ReduceOp::ArgMax || call.op == ReduceOp::ArgMin;
-  order.flip_reduced = order.sort_reduced = !arg;
+  order.flip_reduced = order.sort_reduced = !is_index_reduction(call.op);
   plan_reduction_axes(call.plan, call.in->shape(), reduced, arrays, 2, 1, order, op);
 }
 
-DType sum_dtype(DType t) { return is_floating(t) ? t : DType::Int64; }
-DType mean_dtype(DType t) { return is_floating(t) ? t : DType::Float64; }
+DType sum_dtype(DType t) { return reduce_result_dtype(ReduceOp::Sum, t); }
+DType mean_dtype(DType t) { return reduce_result_dtype(ReduceOp::Mean, t); }
+
+Scalar reduce_empty_value(ReduceOp op) {
+  switch (reduce_info(op).empty) {
+    case ReduceEmpty::Zero: return Scalar(0);
+    case ReduceEmpty::One: return Scalar(1);
+    case ReduceEmpty::NaN: return Scalar(std::numeric_limits<double>::quiet_NaN());
+    case ReduceEmpty::NegInf: return Scalar(-std::numeric_limits<double>::infinity());
+    case ReduceEmpty::Throws: break;
+  }
+  throw ValueError(std::string(reduce_op_name(op)) + ": a reduction over zero elements has no identity");
+}
 
 void require_defined(const Array& a, const char* op) {
   if (!a.defined())
@@ -104,7 +115,7 @@ Array run_reduce(const Array& a, ReduceOp op, const Reduction& r, DType out_dtyp
   if (out.size() > 0) {
     if (r.count == 0) {
       // Only ops with an identity get here (the callers reject max/min/argmax/argmin).
-      out.fill(op == ReduceOp::Prod || op == ReduceOp::All ? Scalar(1) : Scalar(0));
+      out.fill(detail::reduce_empty_value(op));
     } else {
       detail::ReduceCall call{op, &a, out, r.axes, {}};
       detail::plan_reduce_call(call);
@@ -174,17 +185,16 @@ Array variance_float64(const Array& a, const Axes& axes, int64_t ddof, bool keep
   return divide(total, static_cast<double>(std::max<int64_t>(r.count - ddof, 0)));
 }
 
+/// A kernel row with an identity (sum, prod, all, any): its result dtype from the table, one backend call.
+Array identity_reduction(const Array& a, const Axes& axes, bool keepdims, ReduceOp op) {
+  Reduction r = plan_reduction(a, axes, detail::reduce_op_name(op));
+  return run_reduce(a, op, r, detail::reduce_result_dtype(op, a.dtype()), keepdims);
+}
+
 }  // namespace
 
-Array sum(const Array& a, Axes axes, bool keepdims) {
-  Reduction r = plan_reduction(a, axes, "sum");
-  return run_reduce(a, ReduceOp::Sum, r, sum_dtype(a.dtype()), keepdims);
-}
-
-Array prod(const Array& a, Axes axes, bool keepdims) {
-  Reduction r = plan_reduction(a, axes, "prod");
-  return run_reduce(a, ReduceOp::Prod, r, sum_dtype(a.dtype()), keepdims);
-}
+Array sum(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::Sum); }
+Array prod(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::Prod); }
 
 Array mean(const Array& a, Axes axes, bool keepdims) {
   Reduction r = plan_reduction(a, axes, "mean");
@@ -211,14 +221,8 @@ Array argmin(const Array& a, std::optional<int64_t> axis, bool keepdims) {
   return arg_min_max(a, axis, keepdims, ReduceOp::ArgMin);
 }
 
-Array all(const Array& a, Axes axes, bool keepdims) {
-  Reduction r = plan_reduction(a, axes, "all");
-  return run_reduce(a, ReduceOp::All, r, DType::Bool, keepdims);
-}
-Array any(const Array& a, Axes axes, bool keepdims) {
-  Reduction r = plan_reduction(a, axes, "any");
-  return run_reduce(a, ReduceOp::Any, r, DType::Bool, keepdims);
-}
+Array all(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::All); }
+Array any(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::Any); }
 
 Array Array::sum(Axes axes, bool keepdims) const { return kiln::sum(*this, std::move(axes), keepdims); }
 Array Array::mean(Axes axes, bool keepdims) const { return kiln::mean(*this, std::move(axes), keepdims); }

@@ -28,6 +28,8 @@ Reduction plan_reduction(const Shape& shape, const Axes& axes, const char* op);
 DType sum_dtype(DType t);
 /// mean/var/std: bool and integers give float64, floats keep.
 DType mean_dtype(DType t);
+/// The value of `op` over zero elements (reductions.def's `empty` column); ValueError when it has none.
+Scalar reduce_empty_value(ReduceOp op);
 /// One backend reduction `op` of `a` over `axes` into a new array of `out_dtype` (internal: linalg::norm runs
 /// ReduceOp::Norm through it). Over no axes (a 0-d array) it returns a converted copy; empty reductions give
 /// the op's identity (sum, prod, all, any, norm only).

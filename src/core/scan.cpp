@@ -1,16 +1,22 @@
 // logsumexp and the cumulative ops (cumsum, cumprod), composed from kiln's elementwise ops and
 // reductions, so they run on every backend (on a GPU: generated NVRTC kernels like every other op).
 // - logsumexp is max-shifted, in float64: m = max(x), log(sum(exp(x - m))) + m, with m replaced by 0
-//   where it is not finite (all -inf gives -inf, +inf gives +inf, NaN propagates).
+//   where it is not finite (all -inf gives -inf, +inf gives +inf, NaN propagates). It runs as one fused
+//   function over the reduced axes moved last (kiln::fuse traces logsumexp as these parts): on a GPU one
+//   generated kernel per row block (after a copy when the moved axes do not merge into one), on the CPU
+//   the same ops one by one.
 // - cumsum/cumprod are a Hillis-Steele scan along the axis: ceil(log2(n)) passes of
 //   x[k:] = x[k:] (op) x[:-k] for k = 1, 2, 4, ..., each one elementwise kernel over the whole array
 //   (the front-end copies the overlapping x[:-k] first). That is O(N log n) work instead of a single-pass
 //   block scan, but parallel on every backend; a dedicated scan kernel is the next step where it matters.
 //   Integer and bool inputs accumulate in int64 (wrapping, as NumPy), floats in float64, rounded once.
+#include <algorithm>
 #include <limits>
+#include <vector>
 #include <string>
 
 #include "core/reduce.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln {
@@ -55,15 +61,21 @@ Array logsumexp(const Array& a, Axes axes, bool keepdims) {
   const DType out = float_result_type(a.dtype());
   Array result;
   if (r.count == 0) {  // log(0): the identity of logaddexp
-    result = full(r.keep_shape, -std::numeric_limits<double>::infinity(), DType::Float64, a.device());
+    result = full(r.keep_shape, -std::numeric_limits<double>::infinity(), out, a.device());
   } else {
-    const Array x = a.astype(DType::Float64);
-    const Array m = max(x, axes, true);
-    const Array shift = where(isfinite(m), m, 0.0);
-    result = add(log(sum(exp(subtract(x, shift)), axes, true)), shift);
+    // The kept axes in order, then the reduced ones merged into one last axis.
+    Shape order, rows;
+    for (int64_t d = 0; d < a.ndim(); ++d)
+      if (!std::binary_search(r.axes.begin(), r.axes.end(), d)) {
+        order.push_back(d);
+        rows.push_back(a.shape()[static_cast<size_t>(d)]);
+      }
+    for (int64_t d : r.axes) order.push_back(d);
+    rows.push_back(r.count);
+    static const auto kRows = fuse([](auto x) { return logsumexp(x, -1, true); }, "logsumexp");
+    result = kRows(a.permute(order).reshape(rows)).reshape(r.keep_shape);
   }
-  if (!keepdims) result = result.reshape(r.out_shape);
-  return result.astype(out);
+  return keepdims ? result : result.reshape(r.out_shape);
 }
 
 }  // namespace kiln

@@ -117,9 +117,10 @@ struct ProdOp : ArithmeticOp {
     return a * x;
   }
 };
-/// A sum into a floating out (mean, var): double for every input, so integer sums round like NumPy's
-/// float64 accumulation instead of wrapping.
-struct FloatSumOp : SumOp {
+/// A sum or product into a floating out (mean, var): double for every input, so integer sums round like
+/// NumPy's float64 accumulation instead of wrapping (the Arith accumulator of kiln/reductions.def).
+template <class Op>
+struct FloatArith : Op {
   template <class T>
   using Acc = double;
   template <class T>
@@ -133,7 +134,7 @@ struct FloatSumOp : SumOp {
 };
 
 /// linalg::norm: squares summed in double (any input dtype), the square root taken by `finalize`.
-struct NormOp : FloatSumOp {
+struct NormOp : FloatArith<SumOp> {
   template <class A, class T>
   static A load(T v) {
     const double x = to_double(v);
@@ -357,28 +358,41 @@ ReduceKernels kernels_for() {
           finalize};
 }
 
+/// argmax/argmin's CPU ops (the `cpu` column of their rows): they take the index path (arg_reduce).
+template <bool kMax>
+struct ArgOpOf {
+  static constexpr bool kIsMax = kMax;
+};
+using ArgMaxOp = ArgOpOf<true>;
+using ArgMinOp = ArgOpOf<false>;
+
+/// The kernels of a row with CPU op `Op` and accumulator rule `acc` over input type T into `out_dtype`.
+template <class T, class Op, detail::ReduceAcc acc>
+ReduceKernels kernels_of(DType out_dtype) {
+  if constexpr (acc == detail::ReduceAcc::Index) {
+    (void)out_dtype;
+    throw ValueError("cpu reduce: argmax/argmin take the index path");
+  } else {
+    if constexpr (acc == detail::ReduceAcc::Arith && !kFloatInput<T>) {
+      if (is_floating(out_dtype)) return kernels_for<T, FloatArith<Op>>();
+    }
+    return kernels_for<T, Op>();
+  }
+}
+
+/// The kernels of `op` (a kernel row of kiln/reductions.def) over `dtype` into `out_dtype`.
 ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
   return visit_dtype(dtype, [op, out_dtype](auto tag) -> ReduceKernels {
     using T = decltype(tag);
     switch (op) {
-      case ReduceOp::Sum:
-        if constexpr (!kFloatInput<T>) {
-          if (is_floating(out_dtype)) return kernels_for<T, FloatSumOp>();
-        }
-        return kernels_for<T, SumOp>();
-      case ReduceOp::Prod:
-        return kernels_for<T, ProdOp>();
-      case ReduceOp::Max:
-        return kernels_for<T, MaxOp>();
-      case ReduceOp::Min:
-        return kernels_for<T, MinOp>();
-      case ReduceOp::All:
-        return kernels_for<T, AllOp>();
-      case ReduceOp::Norm:
-        return kernels_for<T, NormOp>();
+#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, cpu, ...) \
+  case ReduceOp::Code:                                                                       \
+    return kernels_of<T, cpu, detail::ReduceAcc::acc>(out_dtype);
+#include "kiln/reductions.def"
       default:
-        return kernels_for<T, AnyOp>();
+        break;
     }
+    throw ValueError(std::string("cpu reduce: ") + detail::reduce_op_name(op) + " has no kernel of its own");
   });
 }
 
@@ -657,11 +671,27 @@ struct ArgKernels {
   void (*combine)(ArgState&, const ArgState&);
 };
 
-ArgKernels select_arg_kernels(bool is_max, DType dtype) {
-  return visit_dtype(dtype, [is_max](auto tag) -> ArgKernels {
+template <class T, class Op, detail::ReduceAcc acc>
+ArgKernels arg_kernels_of() {
+  if constexpr (acc == detail::ReduceAcc::Index)
+    return {&arg_scan_run<T, Op::kIsMax>, &arg_update_row<T, Op::kIsMax>, &arg_combine<T, Op::kIsMax>};
+  else
+    throw ValueError("cpu reduce: not an index reduction");
+}
+
+/// The index kernels of argmax/argmin (`op`'s ArgOpOf) over `dtype`.
+ArgKernels select_arg_kernels(ReduceOp op, DType dtype) {
+  return visit_dtype(dtype, [op](auto tag) -> ArgKernels {
     using T = decltype(tag);
-    if (is_max) return {&arg_scan_run<T, true>, &arg_update_row<T, true>, &arg_combine<T, true>};
-    return {&arg_scan_run<T, false>, &arg_update_row<T, false>, &arg_combine<T, false>};
+    switch (op) {
+#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, cpu, ...) \
+  case ReduceOp::Code:                                                                       \
+    return arg_kernels_of<T, cpu, detail::ReduceAcc::acc>();
+#include "kiln/reductions.def"
+      default:
+        break;
+    }
+    throw ValueError(std::string("cpu reduce: ") + detail::reduce_op_name(op) + " is not an index reduction");
   });
 }
 
@@ -696,7 +726,7 @@ void arg_scan_range(const ArgKernels& k, ArgState& s, const char* base, const Ax
 
 void arg_reduce(const detail::ReduceCall& call) {
   const Array& in = *call.in;
-  const ArgKernels k = select_arg_kernels(call.op == ReduceOp::ArgMax, in.dtype());
+  const ArgKernels k = select_arg_kernels(call.op, in.dtype());
   const int64_t isz = itemsize(in.dtype());
   AxisWalk reduced, kept;
   std::vector<bool> is_reduced(static_cast<size_t>(in.ndim()), false);
@@ -771,7 +801,7 @@ void arg_reduce(const detail::ReduceCall& call) {
 }  // namespace
 
 void cpu_reduce(const detail::ReduceCall& call) {
-  if (call.op == ReduceOp::ArgMax || call.op == ReduceOp::ArgMin) {
+  if (detail::is_index_reduction(call.op)) {
     if (call.out.size() > 0) arg_reduce(call);
     return;
   }

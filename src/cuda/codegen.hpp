@@ -207,6 +207,10 @@ int multiprocessor_count(int device);
 /// The device-side reduction operator type of `op` accumulating in `acc` (e.g. "kd::red_sum<float>"), shared by
 /// the built-in reduction and fused-reduction generators.
 std::string reduce_operator_type(detail::ReduceOp op, DType acc);
+/// The reduction's load (kiln/reductions.def's cuda_load) of value expression `x` at reduced index `r` as
+/// the accumulator ACC (whose value type is `value_type`).
+std::string reduce_load_expression(detail::ReduceOp op, const std::string& value_type, const std::string& x,
+                                   const std::string& r = "0");
 /// Appends the combine of one reduction task's `group` threads (each holding `ACC acc` of operator type `Op`,
 /// at 4 spaces of indent, inside the task loop): a butterfly of (sub-)warp shuffles for group 2..32 (masked to
 /// the group's lanes below 32), and for group kBlockSize a warp shuffle, the warps' values through

@@ -266,7 +266,7 @@ void emit_kept_offsets(std::string& s, int count, int kn, int rn) {
 }
 
 std::string reduce_operator(const FusionKernelSpec& spec) {
-  if (spec.op == ReduceOp::ArgMax || spec.op == ReduceOp::ArgMin)
+  if (detail::is_index_reduction(spec.op))
     throw ValueError("fuse codegen: argmax/argmin cannot end a fused function");
   return reduce_operator_type(spec.op, spec.acc);
 }
@@ -283,9 +283,7 @@ void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>&
   // Params: kept size [kn], reduced size [rn], per input kept stride [kn] + reduced stride [rn], then 4 scalars.
   const int scalars = (kn + rn) * (1 + ni);
   s += "struct Params { IDX w[" + std::to_string(scalars + 4) + "]; };\n";
-  s += "__device__ __forceinline__ ACC load(" + elem + " x) { return " +
-       (spec.op == ReduceOp::All || spec.op == ReduceOp::Any ? std::string("kd::widen(x) != 0")
-                                                             : std::string("(ACC)kd::widen(x)")) +
+  s += "__device__ __forceinline__ ACC load(" + elem + " x) { return " + reduce_load_expression(spec.op, acc, "x") +
        "; }\n";
   const std::string out_type = spec.to_partials ? acc : device_type_name(spec.out);
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
@@ -333,7 +331,7 @@ void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& i
   s += "  const IDX lane = threadIdx.x % " + std::to_string(G) + ";\n";
   auto acc_dtype = [&](const FusionNode& n) {
     const ReduceOp op = fusion_reduce_op(n.reduction);
-    const DType out = n.reduction == detail::FusionReduction::Mean ? DType::Float64 : n.dtype;
+    const DType out = n.reduction == ReduceOp::Mean ? DType::Float64 : n.dtype;
     return reduce_accumulator_dtype(op, g.nodes[static_cast<size_t>(n.inputs[0])].dtype, out);
   };
   if (G == kBlockSize)
@@ -362,9 +360,7 @@ void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& i
     s += "#pragma unroll 4\n      for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
     emit_reduced_offsets(s, all_inputs, kn, rn, "        ");
     emit_nodes(s, g, inputs, needed(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
-    s += "        acc = Op::combine(acc, " +
-         (op == ReduceOp::All || op == ReduceOp::Any ? "kd::widen(" + v(n.inputs[0]) + ") != 0"
-                                                     : "(ACC)kd::widen(" + v(n.inputs[0]) + ")") +
+    s += "        acc = Op::combine(acc, " + reduce_load_expression(op, device_type_name(acc), v(n.inputs[0])) +
          ");\n      }\n";
     emit_group_combine(s, G);
     if (G == kBlockSize)  // the combined value reached warp 0: share it with the block
@@ -372,7 +368,7 @@ void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& i
            "      __syncthreads();\n";
     const std::string type = device_type_name(n.dtype);
     s += "      " + v(rid) + " = " +
-         (n.reduction == detail::FusionReduction::Mean ? "kd::cast<" + type + ">((double)acc / (double)num_red)"
+         (n.reduction == ReduceOp::Mean ? "kd::cast<" + type + ">((double)acc / (double)num_red)"
                                                        : "kd::cast<" + type + ">(acc)") +
          ";\n    }\n";
     have[static_cast<size_t>(rid)] = true;
@@ -427,21 +423,10 @@ std::vector<int> fusion_array_arguments(const FusionGraph& g) {
   return inputs;
 }
 
-ReduceOp fusion_reduce_op(detail::FusionReduction r) {
-  switch (r) {
-    case detail::FusionReduction::Prod:
-      return ReduceOp::Prod;
-    case detail::FusionReduction::Max:
-      return ReduceOp::Max;
-    case detail::FusionReduction::Min:
-      return ReduceOp::Min;
-    case detail::FusionReduction::All:
-      return ReduceOp::All;
-    case detail::FusionReduction::Any:
-      return ReduceOp::Any;
-    default:
-      return ReduceOp::Sum;  // sum, and mean (a float64 sum the core divides)
-  }
+ReduceOp fusion_reduce_op(ReduceOp r) {
+  // Kernel rows run as themselves; mean (the one composed Fused row that reaches a node) is a float64 sum
+  // the kernel or the core divides.
+  return detail::is_reduce_kernel(r) ? r : ReduceOp::Sum;
 }
 
 std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spec) {

@@ -17,7 +17,11 @@
 //   range, and the 8 partial values meet in shared memory.
 // Both write either the output (converted) or, for a split reduction, an
 // accumulator per (output, split) that a second Rows pass with from_partials reduces.
+#include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <string>
+#include <utility>
 
 #include "cuda/codegen.hpp"
 #include "cuda/device_functions.hpp"
@@ -29,7 +33,35 @@ using detail::ReduceOp;
 
 namespace {
 
-bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
+bool is_arg(ReduceOp op) { return detail::is_index_reduction(op); }
+
+/// The CUDA columns of kiln/reductions.def, by ReduceOp.
+struct ReduceCode {
+  const char* op;
+  const char* load;
+  const char* store;
+};
+constexpr ReduceCode kReduceCode[] = {
+#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, cpu, cuda_op, cuda_load, cuda_store) \
+  {cuda_op, cuda_load, cuda_store},
+#include "kiln/reductions.def"
+};
+static_assert(std::size(kReduceCode) == static_cast<size_t>(detail::kNumReduceKernels));
+
+const ReduceCode& reduce_code(ReduceOp op) {
+  if (!detail::is_reduce_kernel(op))
+    throw ValueError(std::string("cuda reduce codegen: ") + detail::reduce_op_name(op) +
+                     " is composed by the core and has no kernel of its own");
+  return kReduceCode[static_cast<int>(op)];
+}
+
+/// `text` with every `$key` replaced by its value.
+std::string substitute(std::string text, std::initializer_list<std::pair<const char*, std::string>> values) {
+  for (const auto& [key, value] : values)
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+      text.replace(at, std::strlen(key), value);
+  return text;
+}
 
 std::string accumulator_type(const ReduceSpec& spec) {
   const std::string value = device_type_name(spec.acc);
@@ -56,29 +88,14 @@ void common_part(std::string& s, const ReduceSpec& spec) {
   if (spec.from_partials) {
     s += "x";
   } else {
-    switch (spec.op) {
-      case ReduceOp::All:
-      case ReduceOp::Any:
-        s += "kd::widen(x) != 0";
-        break;
-      case ReduceOp::ArgMax:
-      case ReduceOp::ArgMin:
-        s += "kd::make_arg((" + std::string(device_type_name(spec.acc)) + ")kd::widen(x), (kd::i64)r)";
-        break;
-      case ReduceOp::Norm:  // squares in the (float64) accumulator; store() takes the square root
-        s += "(ACC)kd::widen(x) * (ACC)kd::widen(x)";
-        break;
-      default:
-        s += "(ACC)kd::widen(x)";
-        break;
-    }
+    s += reduce_load_expression(spec.op, device_type_name(spec.acc), "x", "r");
   }
   s += ";\n}\n";
   // store(acc)
   if (!spec.to_partials) {
     const std::string out = device_type_name(spec.out);
-    const std::string value = is_arg(spec.op) ? "a.i" : spec.op == ReduceOp::Norm ? "sqrt(a)" : "a";
-    s += "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" + out + ">(" + value + "); }\n";
+    s += "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" + out + ">(" +
+         substitute(reduce_code(spec.op).store, {{"$a", "a"}}) + "); }\n";
   }
   // kept_offsets(o)
   s += "__device__ __forceinline__ void kept_offsets(const Params& p, IDX o, OFF& in_off, OFF& out_off) {\n";
@@ -218,44 +235,31 @@ void emit_group_combine(std::string& s, int group) {
 }
 
 std::string reduce_operator_type(ReduceOp op, DType acc_dtype) {
-  const std::string acc = device_type_name(acc_dtype);
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Norm:
-      return "kd::red_sum<" + acc + ">";
-    case ReduceOp::Prod:
-      return "kd::red_prod<" + acc + ">";
-    case ReduceOp::Max:
-      return "kd::red_max<" + acc + ">";
-    case ReduceOp::Min:
-      return "kd::red_min<" + acc + ">";
-    case ReduceOp::ArgMax:
-      return "kd::red_arg<" + acc + ", true>";
-    case ReduceOp::ArgMin:
-      return "kd::red_arg<" + acc + ", false>";
-    case ReduceOp::All:
-      return "kd::red_all<bool>";
-    case ReduceOp::Any:
-      return "kd::red_any<bool>";
-  }
-  return "";
+  return substitute(reduce_code(op).op, {{"$v", device_type_name(acc_dtype)}});
+}
+
+std::string reduce_load_expression(ReduceOp op, const std::string& value_type, const std::string& x,
+                                   const std::string& r) {
+  return substitute(reduce_code(op).load, {{"$x", x}, {"$r", r}, {"$v", value_type}});
 }
 
 DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
-  switch (op) {
-    case ReduceOp::All:
-    case ReduceOp::Any:
+  switch (detail::reduce_info(op).acc) {
+    case detail::ReduceAcc::Truth:
       return DType::Bool;
-    case ReduceOp::Norm:
+    case detail::ReduceAcc::Float64:
       return DType::Float64;
-    case ReduceOp::Sum:
-    case ReduceOp::Prod:
+    case detail::ReduceAcc::Arith:  // integers: exact wrapping int64, converted once (also into a float out)
       if (!is_floating(in)) return DType::Int64;
       return in == DType::Float64 || out == DType::Float64 ? DType::Float64 : DType::Float32;
-    default:  // max, min, argmax, argmin: every input value is exact in the accumulator
+    case detail::ReduceAcc::Native:  // max, min, argmax, argmin: every input value is exact in the accumulator
+    case detail::ReduceAcc::Index:
       if (!is_floating(in)) return DType::Int64;
       return in == DType::Float64 ? DType::Float64 : DType::Float32;
+    case detail::ReduceAcc::None:
+      break;
   }
+  throw ValueError(std::string("cuda reduce: ") + detail::reduce_op_name(op) + " has no kernel accumulator");
 }
 
 int64_t reduce_accumulator_size(const ReduceSpec& spec) { return is_arg(spec.op) ? 16 : itemsize(spec.acc); }

@@ -88,7 +88,7 @@ void check_operand_count(const detail::FusionGraph& graph);
 /// Argument indices of the array arguments the graph reads, in kernel-parameter order.
 std::vector<int> fusion_array_arguments(const detail::FusionGraph& graph);
 /// The reduce op a graph's final reduction runs as (mean: sum into float64).
-detail::ReduceOp fusion_reduce_op(detail::FusionReduction r);
+detail::ReduceOp fusion_reduce_op(detail::ReduceOp r);
 
 /// Runs call (CudaBackend::fused): one generated kernel (plus the built-in second pass of a split
 /// reduction) on the outputs' device and current stream. False (nothing run) for a staged graph with rows

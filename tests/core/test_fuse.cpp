@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,34 @@ TEST(Fuse, NonFusableOpsThrowValueErrorNamingTheOp) {
   expect_error<ValueError>([&] { (void)fuse([](auto x) { return argmax(x); })(a); }, {"argmax", "split"});
   expect_error<ValueError>([&] { (void)fuse([&a](auto x) { return x + a; })(a); }, {"fuse", "captured", "argument"});
   expect_error<DTypeError>([&] { (void)fuse([](auto x) { return x & 1; })(a); }, {"bitwise_and", "float32"});
+}
+
+TEST(Fuse, LogsumexpIsTracedAsItsPartsAndMatchesTheUnfusedOne) {
+  // Rows with large values (no overflow), an -inf row (gives -inf) and a +inf element (gives +inf).
+  std::vector<double> v(4 * 6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 700.0 + static_cast<double>(i % 7) * 3.5 - static_cast<double>(i / 6);
+  for (int j = 0; j < 6; ++j) v[static_cast<size_t>(6 + j)] = -std::numeric_limits<double>::infinity();
+  v[20] = std::numeric_limits<double>::infinity();
+  const Array x = from_data(v).reshape({4, 6}).astype(float32);
+  auto log_softmax = fuse([](auto t) { return t - logsumexp(t, -1, true); }, "log_softmax");
+  const Array want = subtract(x, logsumexp(x, -1, true));
+  const Array got = log_softmax(x);
+  ASSERT_EQ(got.dtype(), float32);
+  const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!(std::isnan(w[i]) && std::isnan(g[i]))) {
+      EXPECT_EQ(g[i], w[i]) << i;
+    }
+  // Without keepdims, over two axes, and of an integer input (a float64 result).
+  auto lse = fuse([](auto t) { return logsumexp(t, {0, 1}); });
+  EXPECT_EQ(lse(x).to_vector<float>(), logsumexp(x, {0, 1}).to_vector<float>());
+  const Array ints = arange(12).reshape({3, 4});
+  EXPECT_EQ(fuse([](auto t) { return logsumexp(t, 1); })(ints).dtype(), float64);
+  EXPECT_EQ(fuse([](auto t) { return logsumexp(t, 1); })(ints).to_vector<double>(),
+            logsumexp(ints, 1).to_vector<double>());
+  const std::vector<double> lv = logsumexp(x, -1).to_vector<double>();
+  EXPECT_EQ(lv[1], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(lv[3], std::numeric_limits<double>::infinity());
 }
 
 TEST(Fuse, DeadValuesAreNeitherRunNorBroadcast) {

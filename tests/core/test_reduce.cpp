@@ -11,10 +11,13 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/op_table.hpp"
+#include "core/reduce.hpp"
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 
@@ -73,18 +76,20 @@ Array run_case(const ReduceCase& c, const Array& x) {
   std::optional<int64_t> axis;
   if (c.axes != "none" && c.op.rfind("arg", 0) == 0) axis = parse_axes(c.axes).at(0);
   const bool k = c.keepdims;
-  if (c.op == "sum") return sum(x, axes, k);
-  if (c.op == "prod") return prod(x, axes, k);
-  if (c.op == "mean") return mean(x, axes, k);
+  // Every `Axes` row of kiln/reductions.def by its table name; the `Own` rows by hand.
+#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_RUN_##api(name)
+#define KILN_RUN_Axes(name) \
+  if (c.op == #name) return name(x, axes, k);
+#define KILN_RUN_Own(name)
+#define KILN_RUN_None(name)
+#include "kiln/reductions.def"
+#undef KILN_RUN_Axes
+#undef KILN_RUN_Own
+#undef KILN_RUN_None
   if (c.op == "var") return var(x, axes, c.ddof, k);
   if (c.op == "std") return kiln::std(x, axes, c.ddof, k);
-  if (c.op == "max") return max(x, axes, k);
-  if (c.op == "min") return min(x, axes, k);
   if (c.op == "argmax") return argmax(x, axis, k);
   if (c.op == "argmin") return argmin(x, axis, k);
-  if (c.op == "all") return all(x, axes, k);
-  if (c.op == "any") return any(x, axes, k);
-  if (c.op == "logsumexp") return logsumexp(x, axes, k);
   const std::optional<int64_t> scan_axis =
       c.axes == "none" ? std::nullopt : std::optional<int64_t>(parse_axes(c.axes).at(0));
   if (c.op == "cumsum") return cumsum(x, scan_axis);
@@ -156,6 +161,77 @@ TEST(ReduceGolden, empty_arrays_give_identities_empty_results_and_nan_means) { r
 TEST(ReduceGolden, variance_is_two_pass_accurate_with_a_large_mean) { run_golden("offset_"); }
 TEST(ReduceGolden, large_inputs_on_the_parallel_paths_match_numpy) { run_golden("big_"); }
 TEST(ReduceGolden, logsumexp_cumsum_and_cumprod_match_numpy_with_its_dtypes_and_specials) { run_golden("scan_"); }
+
+// ---------------------------------------------------------------- the reduction table
+
+TEST(ReduceTable, golden_data_covers_every_public_reduction_and_names_only_table_rows) {
+  std::set<std::string> golden;
+  for (const ReduceCase& c : load_cases("")) golden.insert(c.op);
+  for (int i = 0; i < detail::kNumReduceOps; ++i) {
+    const detail::ReduceInfo& info = detail::kReduceInfo[i];
+    if (info.api != detail::ReduceApi::None) {
+      EXPECT_TRUE(golden.count(info.name)) << "reduce_golden.py has no cases for '" << info.name << "'";
+    }
+  }
+  for (const std::string& op : golden) {
+    EXPECT_TRUE(detail::reduce_op_by_name(op.c_str())) << "golden op '" << op << "' is not in kiln/reductions.def";
+  }
+}
+
+TEST(ReduceTable, kernel_rows_come_first_and_names_round_trip) {
+  for (int i = 0; i < detail::kNumReduceOps; ++i) {
+    const auto op = static_cast<detail::ReduceOp>(i);
+    EXPECT_EQ(detail::is_reduce_kernel(op), detail::reduce_info(op).kind == detail::ReduceKind::Kernel) << i;
+    EXPECT_EQ(detail::is_reduce_kernel(op), detail::reduce_info(op).acc != detail::ReduceAcc::None) << i;
+    EXPECT_EQ(detail::reduce_op_by_name(detail::reduce_op_name(op)), op) << detail::reduce_op_name(op);
+  }
+  EXPECT_FALSE(detail::reduce_op_by_name("no_such_reduction"));
+}
+
+/// The `Axes` rows by table name (the public functions the table declares).
+Array run_axes_row(detail::ReduceOp op, const Array& x, const Axes& axes) {
+  switch (op) {
+#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_CASE_##api(Code, name)
+#define KILN_CASE_Axes(Code, name) \
+  case detail::ReduceOp::Code:     \
+    return name(x, axes);
+#define KILN_CASE_Own(Code, name)
+#define KILN_CASE_None(Code, name)
+#include "kiln/reductions.def"
+#undef KILN_CASE_Axes
+#undef KILN_CASE_Own
+#undef KILN_CASE_None
+    default:
+      break;
+  }
+  throw std::logic_error("not an Axes row");
+}
+
+TEST(ReduceTable, result_dtypes_and_empty_values_are_what_the_table_says) {
+  for (int i = 0; i < detail::kNumReduceOps; ++i) {
+    const auto op = static_cast<detail::ReduceOp>(i);
+    const detail::ReduceInfo& info = detail::reduce_info(op);
+    if (info.api != detail::ReduceApi::Axes) continue;
+    for (DType t : {DType::Bool, DType::Int8, DType::UInt8, DType::Int32, DType::Int64, DType::Float16,
+                    DType::BFloat16, DType::Float32, DType::Float64}) {
+      const Array x = ones({2, 3}, t);
+      EXPECT_EQ(run_axes_row(op, x, 1).dtype(), detail::reduce_result_dtype(op, t)) << info.name << " " << dtype_name(t);
+      const Array empty = zeros({2, 0}, t);
+      if (info.empty == detail::ReduceEmpty::Throws) {
+        EXPECT_THROW(run_axes_row(op, empty, 1), ValueError) << info.name;
+        continue;
+      }
+      const Array got = run_axes_row(op, empty, 1).astype(DType::Float64);
+      const double want = detail::reduce_empty_value(op).to_double();
+      for (double v : got.to_vector<double>()) {
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(v)) << info.name << " " << dtype_name(t);
+        else
+          EXPECT_EQ(v, want) << info.name << " " << dtype_name(t);
+      }
+    }
+  }
+}
 
 // ---------------------------------------------------------------- hand-computed values
 

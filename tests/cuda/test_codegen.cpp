@@ -310,7 +310,7 @@ TEST(CudaCodegen, MixedDtypeInputsConvertToTheComputeType) {
 
 TEST(CudaCodegen, EveryReductionCompilesForEveryDtypeAndLayout) {
   std::vector<Batch> batches;
-  for (int o = 0; o < detail::kNumReduceOps; ++o) {
+  for (int o = 0; o < detail::kNumReduceKernels; ++o) {
     const ReduceOp op = static_cast<ReduceOp>(o);
     Batch batch;
     int variant = o;

@@ -153,7 +153,7 @@ TEST(FuseCodegen, ReductionKernelsCompile) {
   EXPECT_EQ(g2->nodes[static_cast<size_t>(g2->output)].dtype, float16);
   FusionKernelSpec m;
   m.layout = FusionLayout::Reduce;
-  m.op = fusion_reduce_op(detail::FusionReduction::Mean);
+  m.op = fusion_reduce_op(detail::ReduceOp::Mean);
   m.out = float64;
   m.acc = reduce_accumulator_dtype(m.op, float16, float64);
   m.group = 8;
@@ -408,6 +408,27 @@ size_t kernels_of(Device d, F&& f) {
     f();
   }
   return graph.num_nodes();
+}
+
+TEST(FuseGpu, LogsumexpIsOneKernelAndMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  for (const Shape& shape : {Shape{1000, 10}, Shape{64, 3000}, Shape{2, 40000}, Shape{3, 5, 257}}) {
+    const int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
+    std::vector<double> x = kiln_test::test_values(static_cast<size_t>(rows * cols), 11, 30.0);
+    Array host = kiln_test::f32_array(x, shape);
+    Array a = host.to(d);
+    kiln_test::expect_near(logsumexp(a, -1), logsumexp(host, -1).to_vector<double>(), 1e-6);
+    EXPECT_EQ(kernels_of(d, [&] { (void)logsumexp(a, -1); }), 1u) << shape_str(shape);
+    // Over the leading axes: the rows are strided views, still one kernel.
+    kiln_test::expect_near(logsumexp(a, 0), logsumexp(host, 0).to_vector<double>(), 1e-6);
+    EXPECT_EQ(kernels_of(d, [&] { (void)logsumexp(a, 0); }), 1u) << shape_str(shape);
+    // Inside a user's fused function: log_softmax as x - logsumexp(x).
+    auto log_softmax = fuse([](auto v) { return v - logsumexp(v, -1, true); }, "log_softmax_lse");
+    kiln_test::expect_near(log_softmax(a), kiln_test::softmax_reference(x, rows, cols, true), 1e-5);
+    Array y = empty(shape, float32, d);
+    EXPECT_EQ(kernels_of(d, [&] { log_softmax.out({y}, a); }), 1u) << shape_str(shape);
+  }
 }
 
 TEST(FuseGpu, SoftmaxAndLogSoftmaxAreOneKernelAndMatchFloat64) {

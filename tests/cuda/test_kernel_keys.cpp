@@ -233,7 +233,7 @@ TEST(KernelKeys, EveryReductionSpecHasItsOwnEntryAndName) {
     bool from, to;
   };
   const Pass passes[] = {{false, false}, {false, true}, {true, false}};
-  for (int o = 0; o < detail::kNumReduceOps; ++o) {
+  for (int o = 0; o < detail::kNumReduceKernels; ++o) {
     const ReduceOp op = static_cast<ReduceOp>(o);
     for (DType in : kAllTypes) {
       ReduceSpec s;
