@@ -695,8 +695,10 @@ ArgKernels select_arg_kernels(ReduceOp op, DType dtype) {
   });
 }
 
+/// One side (kept or reduced) of the core's plan as byte strides: `strides` of the input, `out_strides` of the
+/// output (kept side only).
 struct AxisWalk {
-  std::vector<int64_t> sizes, strides;  // logical order; strides in bytes
+  std::vector<int64_t> sizes, strides, out_strides;  // the plan's order; strides in bytes
   int64_t count() const {
     int64_t n = 1;
     for (int64_t s : sizes) n *= s;
@@ -707,6 +709,15 @@ struct AxisWalk {
     int64_t offset = 0;
     for (size_t d = sizes.size(); d-- > 0;) {
       offset += (linear % sizes[d]) * strides[d];
+      linear /= sizes[d];
+    }
+    return offset;
+  }
+  /// Byte offset in the output of kept element `linear`.
+  int64_t out_offset_of(int64_t linear) const {
+    int64_t offset = 0;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      offset += (linear % sizes[d]) * out_strides[d];
       linear /= sizes[d];
     }
     return offset;
@@ -728,28 +739,40 @@ void arg_reduce(const detail::ReduceCall& call) {
   const Array& in = *call.in;
   const ArgKernels k = select_arg_kernels(call.op, in.dtype());
   const int64_t isz = itemsize(in.dtype());
+  // The core's plan (call.plan): reduced axes in logical order, unflipped and merged where C order allows, so
+  // a linear reduced index is the logical one NumPy's first-index rule counts in; kept axes sorted by stride
+  // with the output's strides alongside.
+  const detail::ReductionIteration<2>& plan = call.plan;
   AxisWalk reduced, kept;
-  std::vector<bool> is_reduced(static_cast<size_t>(in.ndim()), false);
-  for (int64_t axis : call.axes) is_reduced[static_cast<size_t>(axis)] = true;
-  int64_t min_stride = std::numeric_limits<int64_t>::max();
-  bool innermost_kept = false;
-  for (int64_t d = 0; d < in.ndim(); ++d) {
-    AxisWalk& walk = is_reduced[d] ? reduced : kept;
-    walk.sizes.push_back(in.shape()[d]);
-    walk.strides.push_back(in.strides()[d] * isz);
-    int64_t magnitude = std::abs(in.strides()[d]);
-    if (in.shape()[d] > 1 && magnitude != 0 && magnitude < min_stride) {
-      min_stride = magnitude;
-      innermost_kept = !is_reduced[d];
-    }
+  for (int d = 0; d < plan.reduced.ndim; ++d) {
+    reduced.sizes.push_back(plan.reduced.shape[d]);
+    reduced.strides.push_back(plan.reduced.strides[0][d] * isz);
+  }
+  for (int d = 0; d < plan.kept.ndim; ++d) {
+    kept.sizes.push_back(plan.kept.shape[d]);
+    kept.strides.push_back(plan.kept.strides[0][d] * isz);
+    kept.out_strides.push_back(plan.kept.strides[1][d] * 8);
+  }
+  if (reduced.sizes.empty()) {
+    reduced.sizes.push_back(1);
+    reduced.strides.push_back(0);
   }
   if (kept.sizes.empty()) {
     kept.sizes.push_back(1);
     kept.strides.push_back(0);
+    kept.out_strides.push_back(0);
   }
+  // The row-update path when the innermost kept axis (the plan's last: the smallest kept stride) has the
+  // smallest stride of all.
+  int64_t reduced_min = std::numeric_limits<int64_t>::max();
+  for (size_t d = 0; d < reduced.sizes.size(); ++d)
+    if (reduced.sizes[d] > 1 && reduced.strides[d] != 0) reduced_min = std::min(reduced_min, std::abs(reduced.strides[d]));
+  const int64_t kept_inner = std::abs(kept.strides.back());
+  const bool innermost_kept = kept.sizes.back() > 1 && kept_inner != 0 && kept_inner < reduced_min;
   const int64_t n_reduced = reduced.count(), n_out = kept.count();
-  const char* base = static_cast<const char*>(in.data_ptr());
-  int64_t* out = call.out.data<int64_t>();  // keepdims form, contiguous: C order over the kept axes
+  const char* base = static_cast<const char*>(in.data_ptr()) + plan.offsets[0] * isz;
+  char* out_base = static_cast<char*>(call.out.data_ptr()) + plan.offsets[1] * 8;
+  auto out = [&](int64_t o) -> int64_t& { return *reinterpret_cast<int64_t*>(out_base + kept.out_offset_of(o)); };
   const int threads = max_threads();
   const bool parallel = n_reduced * n_out >= 2 * kParallelThreshold && threads > 1;
 
@@ -770,7 +793,7 @@ void arg_reduce(const detail::ReduceCall& call) {
       parallel_for(row, work, 64);
     else
       work(0, row);
-    for (int64_t o = 0; o < n_out; ++o) out[o] = states[static_cast<size_t>(o)].index;
+    for (int64_t o = 0; o < n_out; ++o) out(o) = states[static_cast<size_t>(o)].index;
     return;
   }
   if (n_out == 1 && parallel) {  // one long scan: chunks in order, merged first to last
@@ -782,14 +805,14 @@ void arg_reduce(const detail::ReduceCall& call) {
     });
     ArgState s = partial[0];
     for (size_t c = 1; c < partial.size(); ++c) k.combine(s, partial[c]);
-    out[0] = s.index;
+    out(0) = s.index;
     return;
   }
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       ArgState s;
       arg_scan_range(k, s, base + kept.offset_of(o), reduced, 0, n_reduced, isz);
-      out[o] = s.index;
+      out(o) = s.index;
     }
   };
   if (parallel)

@@ -399,6 +399,23 @@ TEST(Reduce, nan_is_truthy_and_propagates_through_max_and_sum) {
   EXPECT_TRUE(all(from_data(std::vector<double>{nan, 1})).item<bool>());
 }
 
+TEST(Reduce, argmax_of_permuted_reversed_and_broadcast_views_equals_that_of_a_contiguous_copy) {
+  // Many ties (values 0..3) and views whose kept axes are not in C order in memory, so the index path walks
+  // the core's plan: kept axes sorted by stride with the output's strides, reduced axes in logical order.
+  std::vector<double> v(4 * 5 * 6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 7 + i / 11) % 4);
+  const Array x = from_data(v).reshape({4, 5, 6});
+  const std::vector<Array> views = {x.permute({2, 0, 1}), x.slice(2, {}, {}, -1).permute({1, 2, 0}),
+                                    broadcast_to(x.slice(0, 1, 2), {3, 5, 6}).permute({2, 1, 0}), x.T()};
+  for (size_t k = 0; k < views.size(); ++k)
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      const Array copy = views[k].copy();
+      EXPECT_EQ(argmax(views[k], axis).to_vector<int64_t>(), argmax(copy, axis).to_vector<int64_t>()) << k << " " << axis;
+      EXPECT_EQ(argmin(views[k], axis, true).to_vector<int64_t>(), argmin(copy, axis, true).to_vector<int64_t>())
+          << k << " " << axis;
+    }
+}
+
 TEST(Reduce, long_runs_find_the_first_extreme_and_the_first_nan) {
   // Long enough for the blocked scan, the parallel chunks and the private-accumulator split.
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
