@@ -92,6 +92,16 @@ struct SortCall {
   Array indices, values;
 };
 
+/// An inclusive scan (op: ReduceOp::CumSum or CumProd) along axis 1 of a C-contiguous 3-d `in` (outer, n,
+/// inner) into `out` of the same shape (C-contiguous, allocated by the core): int64 for bool and integer
+/// inputs (wrapping, as NumPy), else in's dtype. Every backend accumulates in int64 or float64 and rounds each
+/// element once.
+struct ScanCall {
+  ReduceOp op = ReduceOp::CumSum;
+  const Array* in = nullptr;
+  Array out;
+};
+
 /// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
 /// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix
 /// (either the last or the second-to-last stride is 1); out is C-contiguous.
@@ -140,6 +150,7 @@ class Backend {
                         bool non_blocking = false) = 0;
   virtual void elementwise(const ElementwiseCall& call) = 0;
   virtual void reduce(const ReduceCall& call) = 0;
+  virtual void scan(const ScanCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;
   virtual void random(const RandomCall& call) = 0;
   /// linalg::solve / the SVD of linalg::lstsq on the device. Return LAPACK's info (0: done; > 0: singular

@@ -5,16 +5,15 @@
 //   function over the reduced axes moved last (kiln::fuse traces logsumexp as these parts): on a GPU one
 //   generated kernel per row block (after a copy when the moved axes do not merge into one), on the CPU
 //   the same ops one by one.
-// - cumsum/cumprod are a Hillis-Steele scan along the axis: ceil(log2(n)) passes of
-//   x[k:] = x[k:] (op) x[:-k] for k = 1, 2, 4, ..., each one elementwise kernel over the whole array
-//   (the front-end copies the overlapping x[:-k] first). That is O(N log n) work instead of a single-pass
-//   block scan, but parallel on every backend; a dedicated scan kernel is the next step where it matters.
+// - cumsum/cumprod are one backend scan (Backend::scan) of the input viewed as (outer, n, inner): on the
+//   CPU each line in order; on a GPU a thread per line or a block scan per line segment (src/cuda/scan.cpp).
 //   Integer and bool inputs accumulate in int64 (wrapping, as NumPy), floats in float64, rounded once.
 #include <algorithm>
 #include <limits>
 #include <vector>
 #include <string>
 
+#include "core/backend.hpp"
 #include "core/reduce.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
@@ -25,35 +24,47 @@ using detail::require_defined;
 
 namespace {
 
-/// Inclusive scan of `a` along `axis` (flattened when absent) with `combine` (add or multiply).
-Array scan(const Array& a, std::optional<int64_t> axis, const char* op,
-           Array (*combine)(const Operand&, const Operand&, const Array&)) {
-  require_defined(a, op);
+/// Inclusive scan (cumsum or cumprod) of `a` along `axis` (flattened when absent): one backend scan over the
+/// input viewed as (outer, n, inner). A strided input is copied to C order first; when the lines across the
+/// axis are few (inner > 1 but outer * inner small) the axis is moved last, so each line is contiguous and
+/// a GPU can split it over many blocks.
+Array scan(const Array& a, std::optional<int64_t> axis, detail::ReduceOp op) {
+  const char* name = detail::reduce_op_name(op);
+  require_defined(a, name);
   Array x = axis ? a : ravel(a);
   const int64_t ndim = x.ndim();
   const int64_t ax = axis ? *axis : 0;
   if (ax < -ndim || ax >= ndim)
-    throw ShapeError(std::string(op) + ": axis " + std::to_string(ax) + " is out of bounds for an array of shape " +
-                     shape_str(a.shape()) + "; use an axis in [" + std::to_string(-ndim) + ", " + std::to_string(ndim) +
-                     ") or none to scan the flattened array");
+    throw ShapeError(std::string(name) + ": axis " + std::to_string(ax) + " is out of bounds for an array of shape " +
+                     shape_str(a.shape()) + "; use an axis in [" + std::to_string(-ndim) + ", " +
+                     std::to_string(ndim) + ") or none to scan the flattened array");
   const int64_t normal = ax < 0 ? ax + ndim : ax;
-  const bool floating = is_floating(a.dtype());
-  const DType work = floating ? DType::Float64 : DType::Int64;
-  Array acc = x.astype(work);
-  if (acc.shares_storage(a)) acc = acc.copy();
-  const int64_t n = acc.shape()[static_cast<size_t>(normal)];
-  for (int64_t k = 1; k < n; k *= 2) {
-    Array high = acc.slice(normal, k, std::nullopt);
-    combine(high, acc.slice(normal, 0, n - k), high);
+  const DType out_dtype = detail::reduce_result_dtype(op, a.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (d < normal) outer *= x.shape()[static_cast<size_t>(d)];
+    if (d > normal) inner *= x.shape()[static_cast<size_t>(d)];
   }
-  return acc.astype(floating ? a.dtype() : DType::Int64);
+  const int64_t n = x.shape()[static_cast<size_t>(normal)];
+  Array result = detail::make_array(x.shape(), out_dtype, x.device());
+  if (result.size() == 0) return result;
+  constexpr int64_t kFewLines = 1 << 16;
+  if (inner > 1 && outer * inner < kFewLines && n > 1) {
+    // Axis last: scan (outer * inner, n) contiguous lines, then move it back.
+    Array moved = moveaxis(x, normal, -1);
+    Array scanned = scan(moved, int64_t{-1}, op);
+    return moveaxis(scanned, -1, normal).copy();
+  }
+  const Array in = (x.is_contiguous() ? x : x.copy()).reshape({outer, n, inner});
+  detail::backend_for(x.device()).scan(detail::ScanCall{op, &in, result.reshape({outer, n, inner})});
+  return result;
 }
 
 }  // namespace
 
-Array cumsum(const Array& a, std::optional<int64_t> axis) { return scan(a, axis, "cumsum", add); }
+Array cumsum(const Array& a, std::optional<int64_t> axis) { return scan(a, axis, detail::ReduceOp::CumSum); }
 
-Array cumprod(const Array& a, std::optional<int64_t> axis) { return scan(a, axis, "cumprod", multiply); }
+Array cumprod(const Array& a, std::optional<int64_t> axis) { return scan(a, axis, detail::ReduceOp::CumProd); }
 
 Array logsumexp(const Array& a, Axes axes, bool keepdims) {
   require_defined(a, "logsumexp");

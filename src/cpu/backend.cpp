@@ -98,6 +98,7 @@ class CpuBackend final : public detail::Backend {
   }
   void elementwise(const detail::ElementwiseCall& call) override { cpu_elementwise(call); }
   void reduce(const detail::ReduceCall& call) override { cpu_reduce(call); }
+  void scan(const detail::ScanCall& call) override { cpu_scan(call); }
   void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
   void random(const detail::RandomCall& call) override { cpu_random(call); }
   void synchronize(Device) override {}

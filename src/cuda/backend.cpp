@@ -215,6 +215,11 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.out.device().index);
     cuda_reduce(call);
   }
+  void scan(const detail::ScanCall& call) override {
+    set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
+    cuda_scan(call);
+  }
   void user_elementwise(const detail::UserElementwiseCall& call) override {
     check_device(call.device.index, call.kernel->name.c_str());
     cuda_user_elementwise(call);

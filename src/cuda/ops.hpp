@@ -26,6 +26,10 @@ int cuda_svd(const detail::SvdCall& call);
 bool cuda_sort(const detail::SortCall& call);
 /// The NVRTC source of the sort kernels (sort_block, sort_merge, sort_gather) for `dtype` (no GPU needed).
 std::string sort_source(DType dtype);
+/// cumsum/cumprod along axis 1 of call.in on its device's current stream (scan.cpp).
+void cuda_scan(const detail::ScanCall& call);
+/// The NVRTC source of the scan kernels (scan_columns, scan_totals, scan_segments) from `in` into `out`.
+std::string scan_source(detail::ReduceOp op, DType in, DType out);
 /// Runs a user ElementwiseKernel / ReductionKernel on call.device's current stream (user_kernels.cpp).
 void cuda_user_elementwise(const detail::UserElementwiseCall& call);
 void cuda_user_reduction(const detail::UserReductionCall& call);

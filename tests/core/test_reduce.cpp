@@ -480,6 +480,40 @@ TEST(ReduceErrors, undefined_array_throws_value_error) {
   expect_error<ValueError>([&] { argmin(Array()); }, {"argmin", "undefined"});
 }
 
+TEST(Reduce, scans_of_large_arrays_match_a_sequential_reference_on_every_path) {
+  // Long lines (parallel over few lines), many short lines across a kept inner axis (the line-per-thread
+  // path), few lines across an inner axis (moved last), and integer wrap-around.
+  for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{
+           {{3, 100003}, 1}, {{70001, 3}, 0}, {{5, 4001, 2}, 1}, {{2, 3, 50000}, 2}}) {
+    const int64_t total = shape_numel(shape);
+    std::vector<double> v(static_cast<size_t>(total));
+    for (int64_t i = 0; i < total; ++i) v[static_cast<size_t>(i)] = static_cast<double>((i * 37) % 19) - 9;
+    const Array x = from_data(v).reshape(shape);
+    const Array s64 = cumsum(x, axis), s32 = cumsum(x.astype(int32), axis);
+    ASSERT_EQ(s32.dtype(), int64);
+    const std::vector<double> got = s64.to_vector<double>();
+    const std::vector<int64_t> got_int = s32.to_vector<int64_t>();
+    int64_t inner = 1;
+    for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+    const int64_t n = shape[static_cast<size_t>(axis)];
+    for (int64_t line = 0; line < total / n; ++line) {
+      const int64_t o = line / inner, i = line % inner;
+      double running = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const size_t at = static_cast<size_t>((o * n + k) * inner + i);
+        running += v[at];
+        ASSERT_EQ(got[at], running) << shape_str(shape) << " line " << line << " k " << k;
+        ASSERT_EQ(got_int[at], static_cast<int64_t>(running)) << shape_str(shape) << " line " << line << " k " << k;
+      }
+    }
+  }
+  // int64 wraps like NumPy's.
+  const Array big = from_data(std::vector<int64_t>{std::numeric_limits<int64_t>::max(), 1, 1});
+  EXPECT_EQ(cumsum(big).to_vector<int64_t>(), (std::vector<int64_t>{std::numeric_limits<int64_t>::max(),
+                                                                    std::numeric_limits<int64_t>::min(),
+                                                                    std::numeric_limits<int64_t>::min() + 1}));
+}
+
 TEST(ReduceErrors, scan_axis_out_of_range_names_the_op_axis_and_shape) {
   expect_error<ShapeError>([&] { cumsum(zeros({2, 3}), 2); }, {"cumsum", "axis 2", "(2, 3)"});
   expect_error<ShapeError>([&] { cumprod(scalar_array(2.0), 0); }, {"cumprod", "axis 0", "()"});
