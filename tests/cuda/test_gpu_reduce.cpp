@@ -326,7 +326,9 @@ TEST(GpuReduce, LogsumexpCumsumAndCumprodMatchTheCpu) {
         expect_close(cumprod(p, axis), cumprod(gp, axis), "cumprod");
         expect_close(logsumexp(x, Axes(axis)), logsumexp(g, Axes(axis)), "logsumexp");
       }
-      EXPECT_EQ(cumsum(g).to_vector<double>(), cumsum(x).to_vector<double>()) << what << " flattened";
+      // Flattened: one contiguous line, block-scanned on the GPU (float64 sums in another order than the CPU's
+      // sequential one: close, not equal; integers exact).
+      expect_close(cumsum(x), cumsum(g), "cumsum flattened");
     }
   }
 }

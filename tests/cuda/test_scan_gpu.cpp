@@ -77,11 +77,13 @@ size_t kernels_of(Device d, F&& f) {
 /// output dtype.
 void expect_like_cpu(ReduceOp op, const Array& x, std::optional<int64_t> axis, const std::string& what) {
   const Array want = run_scan(op, x, axis);
+  const Array on_gpu = x.to(gpu(0));
+  synchronize(gpu(0));
   Array got;
   SyncCounters counted;
   {
     SyncDebugGuard guard(SyncDebugMode::off);
-    got = run_scan(op, x.to(gpu(0)), axis);
+    got = run_scan(op, on_gpu, axis);
     counted = guard.counters();
   }
   EXPECT_EQ(counted.d2h_copies + counted.h2d_copies, 0u) << what << ": " << counted.str();
