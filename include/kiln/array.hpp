@@ -2,7 +2,9 @@
 // storage on one device. Copying an Array copies the handle, not the data.
 #pragma once
 
+#include <atomic>
 #include <concepts>
+#include <functional>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -41,8 +43,13 @@ class Storage {
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
   void* context() const { return context_; }
+  /// Bumped by every in-place write into the storage; autograd compares it with the value it saw when it
+  /// saved an array for backward.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  std::atomic<uint64_t> version_{0};
   void* data_;
   size_t nbytes_;
   Device device_;
@@ -72,6 +79,9 @@ inline constexpr NewAxis newaxis{};
 inline constexpr Ellipsis ellipsis{};
 
 class Array;
+namespace detail {
+struct AutogradMeta;
+}
 
 /// One entry of an index: an integer (drops the axis), a Slice, newaxis, ellipsis, or an Array: a bool
 /// mask over the next mask.ndim() axes, or an integer index array (NumPy's advanced indexing; see indexing.hpp).
@@ -98,6 +108,7 @@ class Axes {
   Axes(int axis) : all_(false), list_{axis} {}  // NOLINT
   Axes(std::initializer_list<int64_t> axes) : all_(false), list_(axes) {}
   Axes(const std::vector<int64_t>& axes) : all_(false), list_(axes) {}  // NOLINT
+  Axes(const Shape& axes) : all_(false), list_(axes) {}  // NOLINT
   bool all() const { return all_; }
   const Shape& list() const { return list_; }
 
@@ -227,6 +238,40 @@ class Array {
   /// NumPy-style text: array([...], dtype=...). Synchronises and copies for GPU arrays.
   std::string str() const;
 
+  // Autograd (kiln/autograd.hpp has the guide). The handle and its copies share these settings.
+  /// True for a leaf marked with set_requires_grad() and for results recorded from such arrays.
+  bool requires_grad() const;
+  /// Marks this array (a leaf: an array no recorded op made) as needing a gradient; floating dtypes only
+  /// (DTypeError otherwise). Returns *this. set_requires_grad(false) on a recorded result throws: use detach().
+  Array& set_requires_grad(bool enabled = true);
+  /// The gradient accumulated by backward() (leaves, and results that retain_grad()); undefined before.
+  Array grad() const;
+  /// Replaces the accumulated gradient (an undefined Array clears it, as optimizer.zero_grad does).
+  void set_grad(const Array& grad);
+  /// Computes the gradient of this array with respect to every leaf it was computed from and adds it to
+  /// each leaf's grad(). A size-1 array needs no `gradient` (1 is used); otherwise pass the gradient of
+  /// some scalar with respect to this array (same shape). The graph's saved arrays are freed afterwards
+  /// unless `retain_graph`.
+  /// backward(Array(), true) keeps the graph for another backward.
+  void backward() const;
+  void backward(const Array& gradient, bool retain_graph = false) const;
+  /// The same data (same storage), cut from the graph: requires no grad.
+  Array detach() const;
+  /// True unless a recorded op made this array.
+  bool is_leaf() const;
+  /// Keeps the gradient of this recorded result in grad() during backward (leaves always keep theirs).
+  Array& retain_grad();
+  /// Calls `hook(gradient)` when this array's gradient is computed, before it is used or accumulated; a
+  /// defined return value replaces the gradient.
+  void register_hook(std::function<Array(const Array&)> hook);
+  /// For a leaf: calls `hook(leaf)` after backward has added to leaf.grad() (data-parallel gradient buckets).
+  void register_post_accumulate_grad_hook(std::function<void(const Array&)> hook);
+  /// The name of the op that made this array ("MultiplyBackward", ...), empty for a leaf.
+  std::string grad_fn_name() const;
+  /// Internal: the autograd state of this handle (null until autograd touches it).
+  const std::shared_ptr<detail::AutogradMeta>& autograd_meta() const { return autograd_; }
+  void set_autograd_meta(std::shared_ptr<detail::AutogradMeta> meta) { autograd_ = std::move(meta); }
+
   // Compound assignment writes in place (result cast to this array's dtype, same_kind).
   Array& operator+=(const Array& o);
   Array& operator-=(const Array& o);
@@ -245,6 +290,7 @@ class Array {
   int64_t offset_ = 0;
   int64_t size_ = 0;
   DType dtype_ = DType::Float32;
+  std::shared_ptr<detail::AutogradMeta> autograd_;
 };
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
 #include "core/sync_debug.hpp"
@@ -55,16 +56,20 @@ Array Array::contiguous() const {
 
 Array Array::copy() const {
   require_defined("copy");
+  detail::GradRecorder record({this});
   Array out = detail::make_array(shape_, dtype_, device());
   detail::copy_into(*this, out, "copy");
+  if (record) detail::autograd_hook().record_convert(*this, out, "copy");
   return out;
 }
 
 Array Array::astype(DType t) const {
   require_defined("astype");
   if (t == dtype_) return *this;
+  detail::GradRecorder record({this});
   Array out = detail::make_array(shape_, t, device());
   detail::copy_into(*this, out, "astype");
+  if (record) detail::autograd_hook().record_convert(*this, out, "astype");
   return out;
 }
 
@@ -72,6 +77,7 @@ Array Array::astype(std::string_view dtype) const { return astype(parse_dtype(dt
 
 namespace {
 Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOptions options) {
+  detail::GradRecorder record({&a});
   if (d.is_cuda()) detail::require_gpu(d.index, "to(" + d.str() + ")");  // names the missing GPU, not gpu()
   if (stream && stream->device() != d && stream->device() != a.device())
     throw DeviceError("to: the stream is on " + stream->device().str() + " but the copy goes from " +
@@ -81,6 +87,7 @@ Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOption
   detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());
   // A CPU stream orders nothing on a GPU: the copy then runs on the GPU side's current stream.
   b.transfer(src, out, stream && stream->device().is_cuda() ? stream : nullptr, options.non_blocking);
+  if (record) detail::autograd_hook().record_convert(a, out, "to");
   return out;
 }
 }  // namespace
@@ -106,8 +113,10 @@ Array Array::pin_memory() const {
   if (!device().is_cpu())
     throw DeviceError("pin_memory: the array is on " + device().str() + "; only host arrays can be pinned");
   if (is_pinned()) return *this;
+  detail::GradRecorder record({this});
   Array out = detail::make_array(shape_, dtype_, cpu(), ArrayOptions{.pinned = true});
   out.assign(*this);
+  if (record) detail::autograd_hook().record_convert(*this, out, "pin_memory");
   return out;
 }
 
@@ -121,6 +130,8 @@ void Array::record_stream(const Stream& stream) const {
 
 Array& Array::assign(const Array& src) {
   require_defined("assign");
+  detail::reject_grad({&src}, "assign (writing an array into another in place)",
+                      "build the result out of place (where, concatenate, stack)");
   detail::copy_into(src, *this, "assign");
   return *this;
 }
@@ -128,14 +139,16 @@ Array& Array::assign(const Array& src) {
 Array& Array::copy_from(const Array& src, TransferOptions options) {
   require_defined("copy_from");
   if (!src.defined()) throw ValueError("copy_from: the source is an undefined Array");
+  detail::reject_grad({&src}, "copy_from", "use src.to(device) for a copy that carries gradients");
   if (src.device() == device()) return assign(src);
   if (!(src.shape() == shape_) || src.dtype() != dtype_)
     throw ShapeError("copy_from: copying between devices needs the same shape and dtype, got " +
                      shape_str(src.shape()) + " " + std::string(dtype_name(src.dtype())) + " on " +
                      src.device().str() + " into " + shape_str(shape_) + " " + std::string(dtype_name(dtype_)) +
                      " on " + device().str() + "; convert with astype/reshape on one device first");
+  detail::note_inplace_write(*this, "copy_from");
   detail::SyncOpScope scope("copy_from()");
-  Array source = src.contiguous();
+  Array source = src.detach().contiguous();
   if (is_contiguous()) {
     detail::Backend& b = device().is_cuda() ? detail::backend_for(device()) : detail::backend_for(src.device());
     b.transfer(source, *this, nullptr, options.non_blocking);
@@ -169,7 +182,7 @@ Array& Array::operator/=(const Scalar& o) { divide(*this, o, *this); return *thi
 namespace detail {
 void read_elements(const Array& a, DType as, void* dst, const char* op) {
   SyncOpScope scope(op);
-  Array host = a.astype(as).to(cpu()).contiguous();
+  Array host = a.detach().astype(as).to(cpu()).contiguous();
   if (host.size() > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(host.nbytes()));
 }
 }  // namespace detail

@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 
 namespace kiln::detail {
@@ -173,6 +174,11 @@ void check_scalar_range(OpCode op, int operand, const Scalar& s, OpTypes& types)
 }
 
 Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, const Array* out) {
+  GradRecorder record(operands, 0);
+  if (record && out)
+    throw ValueError(op_str(op) + ": writes into an existing array (out=, +=, ...) while an operand requires "
+                     "grad; autograd does not record in-place writes: write y = y + x (a new array), or run it "
+                     "under a NoGradGuard");
   const OpInfo& info = op_info(op);
   // Device of the array operands; scalars are weak.
   const Array* first = nullptr;
@@ -229,9 +235,10 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
       throw DTypeError(op_str(op) + ": cannot write the " + result + " result into out of dtype " + kept +
                        " (same_kind casting); use an out of dtype " + result);
     }
+    note_inplace_write(*out, info.name);
     call.out = *out;
     shape = out->shape();
-  } else if (const Array* donor = usable_donor(operands, shape, types.out)) {
+  } else if (const Array* donor = record ? nullptr : usable_donor(operands, shape, types.out)) {
     call.out = *donor;  // same layout as the operand it replaces: an exact in-place update
   } else {
     call.out = make_array(shape, types.out, device);
@@ -255,6 +262,7 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
   }
   plan_call(call);
   if (call.out.size() > 0) backend_for(device).elementwise(call);
+  if (record) autograd_hook().record_elementwise(op, operands, call.out);
   return call.out;
 }
 
@@ -275,6 +283,7 @@ void copy_into(const Array& src, const Array& dst, const char* op) {
   if (!(joint == dst.shape()))
     throw ShapeError(std::string(op) + ": cannot write an array of shape " + shape_str(src.shape()) +
                      " into one of shape " + shape_str(dst.shape()) + "; the source must broadcast to the destination");
+  note_inplace_write(dst, op);
   ElementwiseCall call;
   call.op = OpCode::Identity;
   call.compute = dst.dtype();
@@ -289,6 +298,7 @@ void copy_into(const Array& src, const Array& dst, const char* op) {
 }
 
 void fill_into(const Array& dst, const Scalar& v) {
+  note_inplace_write(dst, "fill");
   ElementwiseCall call;
   call.op = OpCode::Identity;
   call.compute = dst.dtype();

@@ -6,6 +6,7 @@
 #include <cassert>
 #include <string>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
 #include "core/fusion.hpp"
@@ -250,10 +251,28 @@ bool plan_outputs(const FusionGraph& g, const std::vector<Shape>& shapes, const 
 
 }  // namespace
 
+/// True when grad mode is on and an array argument requires grad: the graph then runs op by op with kiln's ops,
+/// which autograd records (throws ValueError naming the function when it has out= arrays).
+static bool fusion_records_gradients(const std::vector<FusionArgument>& args, const std::string& name, bool has_out) {
+  if (!grad_mode()) return false;
+  bool records = false;
+  for (const FusionArgument& a : args) records |= a.array && requires_grad(*a.array);
+  if (records && has_out)
+    throw ValueError("fuse(" + name + "): out= arrays while an argument requires grad; autograd does not record "
+                     "in-place writes: call it without out=, or under a NoGradGuard (optimizer steps)");
+  return records;
+}
+
 void fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args, Array* results, size_t count) {
   const std::string who = "fuse(" + g.name + ")";
   assert(count == g.outputs.size());
-  (void)count;
+  bool has_out = false;
+  for (size_t k = 0; k < count; ++k)
+    if (results[k].defined()) {
+      note_inplace_write(results[k], who.c_str());
+      has_out = true;
+    }
+  const bool records = fusion_records_gradients(args, g.name, has_out);
   // Device and shape of the array arguments the graph reads.
   const Array* first = nullptr;
   Shape shape;
@@ -314,7 +333,7 @@ void fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args, A
   if (any_out) call.aliased = check_outputs(g, args, results, out_shapes, shape, device, who);
 
   Backend& backend = backend_for(device);
-  if (device.type != DeviceType::CPU && shape_numel(shape) > 0) {
+  if (!records && device.type != DeviceType::CPU && shape_numel(shape) > 0) {
     std::vector<Array> views(args.size());
     call.arrays.assign(args.size(), nullptr);
     for (size_t id = 0; id < g.nodes.size(); ++id) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/kernels.hpp"
@@ -282,12 +283,15 @@ Array values_for(const Array& a, const Array& values, const Shape& shape, const 
 }  // namespace
 
 Array detail::advanced_index(const Array& a, const Index* first, const Index* last) {
+  detail::reject_grad({&a}, "index with index arrays or masks", "use take(a, indices, axis) for a gather with a gradient");
   const SplitIndex split = split_index(a, first, last, "index");
   return gather_flat(split.view, target_offsets(split, "index"));
 }
 
 void detail::advanced_index_put(const Array& a, const Index* first, const Index* last, const Array& values) {
   require_defined(a, "index_put", "the array");
+  detail::reject_grad({&values}, "index_put", "build the result out of place (where, concatenate)");
+  detail::note_inplace_write(a, "index_put");
   bool advanced = false;
   for (const Index* e = first; e != last; ++e) advanced |= std::holds_alternative<const Array*>(e->value());
   if (!advanced) {
@@ -300,21 +304,52 @@ void detail::advanced_index_put(const Array& a, const Index* first, const Index*
   scatter_flat(a, offsets, values_for(a, values, offsets.shape(), "index_put"));
 }
 
+Array detail::take_offsets(const Array& a, const Array& indices, std::optional<int64_t> axis) {
+  if (axis) {
+    const int64_t p = normalize_axis(*axis, a.ndim(), "take");
+    return offsets_with_index(a, p, normalize_indices(indices, a.shape(p), "take"));
+  }
+  const Array flat = element_offsets(a).reshape(Shape{a.size()});
+  const Array idx = normalize_indices(indices, a.size(), "take");
+  return gather_flat(flat, offsets_with_index(flat, 0, idx));
+}
+
+void detail::scatter_add_flat(const Array& dst, const Array& offsets, const Array& values) {
+  if (dst.dtype() != DType::Float32 && dst.dtype() != DType::Float64)
+    throw DTypeError("scatter_add: accumulates float32 or float64, got " + std::string(dtype_name(dst.dtype())));
+  if (offsets.size() == 0) return;
+  if (dst.device().is_cuda()) {
+    static const ElementwiseKernel scatter_add(detail::kScatterIn, detail::kScatterOut, detail::kScatterAddOp,
+                                               "index_scatter_add");
+    scatter_add.call({values, offsets, storage_view(dst)});
+    return;
+  }
+  const Array off = offsets.contiguous(), val = values.astype(dst.dtype()).contiguous();
+  const int64_t* o = off.data<int64_t>();
+  auto add = [&]<class T>(T* base) {
+    const T* v = val.data<T>();
+    for (int64_t i = 0; i < off.size(); ++i) base[o[i]] += v[i];
+  };
+  if (dst.dtype() == DType::Float32)
+    add(static_cast<float*>(dst.storage()->data()));
+  else
+    add(static_cast<double*>(dst.storage()->data()));
+}
+
 Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   require_defined(a, "take", "the array");
   require_defined(indices, "take", "the index array");
   require_same_device(a, indices, "take", "the index array");
-  if (axis) {
-    const int64_t p = normalize_axis(*axis, a.ndim(), "take");
-    return gather_flat(a, offsets_with_index(a, p, normalize_indices(indices, a.shape(p), "take")));
-  }
-  const Array flat = element_offsets(a).reshape(Shape{a.size()});
-  const Array idx = normalize_indices(indices, a.size(), "take");
-  return gather_flat(a, gather_flat(flat, offsets_with_index(flat, 0, idx)));
+  detail::GradRecorder record({&a});
+  Array out = gather_flat(a, detail::take_offsets(a, indices, axis));
+  if (record) detail::autograd_hook().record_take(a, indices, axis, out);
+  return out;
 }
 
 void put(const Array& a, const Array& indices, const Array& values) {
   require_defined(a, "put", "the array");
+  detail::reject_grad({&values}, "put", "build the result out of place (where, concatenate)");
+  detail::note_inplace_write(a, "put");
   require_defined(indices, "put", "the index array");
   require_same_device(a, indices, "put", "the index array");
   const Array flat = element_offsets(a).reshape(Shape{a.size()});

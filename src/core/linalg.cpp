@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/reduce.hpp"
 #include "kiln/ops.hpp"
@@ -109,7 +110,17 @@ bool layout_ok(const Array& m) {
 
 }  // namespace
 
-Array matmul(const Array& a_in, const Array& b_in) {
+static Array matmul_impl(const Array& a_in, const Array& b_in);
+
+Array matmul(const Array& a, const Array& b) {
+  require_operands(a, b, "matmul");
+  detail::GradRecorder record({&a, &b});
+  Array out = matmul_impl(a, b);
+  if (record) detail::autograd_hook().record_matmul(a, b, out);
+  return out;
+}
+
+static Array matmul_impl(const Array& a_in, const Array& b_in) {
   require_operands(a_in, b_in, "matmul");
   if (a_in.ndim() == 0 || b_in.ndim() == 0)
     throw ShapeError("matmul: " + operand_shapes(a_in, b_in) +
@@ -225,8 +236,12 @@ Array norm(const Array& a, Axes axes, bool keepdims) {
   // One backend reduction: squares summed in float64 (no float16/float32 overflow or rounding of the partial
   // sums), the square root taken in float64 and narrowed once, in the same kernel on a GPU.
   const DType out = is_floating(a.dtype()) ? a.dtype() : DType::Float64;
-  if (detail::reduction_axes(axes, a.ndim(), "norm", &a.shape()).empty()) return abs(a.astype(out));  // 0-d
-  return detail::run_reduction(a, detail::ReduceOp::Norm, axes, out, keepdims);
+  detail::GradRecorder record({&a});
+  Array result = detail::reduction_axes(axes, a.ndim(), "norm", &a.shape()).empty()
+                     ? abs(a.astype(out))  // 0-d
+                     : detail::run_reduction(a, detail::ReduceOp::Norm, axes, out, keepdims);
+  if (record) detail::autograd_hook().record_reduction(detail::ReduceOp::Norm, a, axes, keepdims, 0, result);
+  return result;
 }
 
 }  // namespace linalg

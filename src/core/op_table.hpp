@@ -38,9 +38,10 @@ enum class OpDTypes : uint8_t { AnyType, NoBool, FloatOnly, IntOnly, BoolOnly, N
 enum class Accuracy : uint8_t { Exact, Math, Approx };
 /// GPU contiguous kernels: vectorised loads (Vec: but not float64 Float-rule ops), integers only, never.
 enum class GpuVector : uint8_t { Vec, VecInt, NoVec };
-/// The derivative column: Pending until the autograd issue writes the formula; NotDifferentiable for
-/// ops with bool/integer results.
-enum class Derivative : uint8_t { Pending, NotDifferentiable };
+/// The derivative column: a formula (KILN_GRAD(...), evaluated by src/autograd) or NotDifferentiable.
+enum class Derivative : uint8_t { Formula, NotDifferentiable };
+#define KILN_DERIV_KILN_GRAD(...) ::kiln::detail::Derivative::Formula
+#define KILN_DERIV_NotDifferentiable ::kiln::detail::Derivative::NotDifferentiable
 /// Whether ops.hpp declares the op's function from the table (Fn), by hand (Own), or not at all (None).
 enum class OpApi : uint8_t { Fn, Own, None };
 
@@ -64,7 +65,7 @@ inline constexpr OpInfo kOpInfo[] = {
    OpApi::api,    TypeRule::rule,                                                                              \
    OpDTypes::dtypes, Accuracy::accuracy,                                                                       \
    GpuVector::gpu_vector, cpu_simd,                                                                            \
-   Derivative::derivative},
+   KILN_DERIV_##derivative},
 #include "kiln/ops.def"
 #undef KILN_SIMD
 #undef KILN_NO_SIMD
@@ -137,10 +138,10 @@ struct ReduceInfo {
 inline constexpr ReduceInfo kReduceInfo[] = {
 #define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, ...)                          \
   {#name, ReduceKind::Kernel, ReduceApi::api, ReduceResult::result, ReduceEmpty::empty, ReduceFuse::fuse == ReduceFuse::Fused, \
-   Derivative::derivative, ReduceAcc::acc},
+   KILN_DERIV_##derivative, ReduceAcc::acc},
 #define KILN_REDUCE_COMPOSED(Code, name, kind, api, result, empty, fuse, derivative)                          \
   {#name, ReduceKind::kind, ReduceApi::api, ReduceResult::result, ReduceEmpty::empty, ReduceFuse::fuse == ReduceFuse::Fused, \
-   Derivative::derivative, ReduceAcc::None},
+   KILN_DERIV_##derivative, ReduceAcc::None},
 #include "kiln/reductions.def"
 };
 static_assert(sizeof(kReduceInfo) / sizeof(kReduceInfo[0]) == static_cast<size_t>(kNumReduceOps));

@@ -1,6 +1,7 @@
 // Reductions front-end: axis checks, NumPy 2 result dtypes, empty and zero-axis
 // cases, then one backend reduce call (out in keepdims form). mean/var/std are
 // composed from a float64 sum and elementwise ops; var is two-pass (mean first).
+#include "core/autograd.hpp"
 #include "core/reduce.hpp"
 
 #include <algorithm>
@@ -193,36 +194,65 @@ Array identity_reduction(const Array& a, const Axes& axes, bool keepdims, Reduce
 
 }  // namespace
 
-Array sum(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::Sum); }
-Array prod(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::Prod); }
+/// Runs `compute` with a's reduction recorded for autograd (op over axes, ddof for var/std).
+template <class F>
+Array recorded(ReduceOp op, const Array& a, const Axes& axes, bool keepdims, int64_t ddof, F&& compute) {
+  detail::GradRecorder record({&a});
+  Array out = compute();
+  if (record) detail::autograd_hook().record_reduction(op, a, axes, keepdims, ddof, out);
+  return out;
+}
+
+Array sum(const Array& a, Axes axes, bool keepdims) {
+  return recorded(ReduceOp::Sum, a, axes, keepdims, 0, [&] { return identity_reduction(a, axes, keepdims, ReduceOp::Sum); });
+}
+Array prod(const Array& a, Axes axes, bool keepdims) {
+  return recorded(ReduceOp::Prod, a, axes, keepdims, 0,
+                  [&] { return identity_reduction(a, axes, keepdims, ReduceOp::Prod); });
+}
 
 Array mean(const Array& a, Axes axes, bool keepdims) {
-  Reduction r = plan_reduction(a, axes, "mean");
-  // Sum into float64 whatever the input (no float16 overflow, no float32 rounding), divide, then narrow.
-  Array total = run_reduce(a, ReduceOp::Sum, r, DType::Float64, keepdims);
-  return divide(total, static_cast<double>(r.count)).astype(mean_dtype(a.dtype()));
+  return recorded(ReduceOp::Mean, a, axes, keepdims, 0, [&] {
+    Reduction r = plan_reduction(a, axes, "mean");
+    // Sum into float64 whatever the input (no float16 overflow, no float32 rounding), divide, then narrow.
+    Array total = run_reduce(a, ReduceOp::Sum, r, DType::Float64, keepdims);
+    return divide(total, static_cast<double>(r.count)).astype(mean_dtype(a.dtype()));
+  });
 }
 
 Array var(const Array& a, Axes axes, int64_t ddof, bool keepdims) {
-  return variance_float64(a, axes, ddof, keepdims, "var").astype(mean_dtype(a.dtype()));
+  return recorded(ReduceOp::Var, a, axes, keepdims, ddof, [&] {
+    return variance_float64(a, axes, ddof, keepdims, "var").astype(mean_dtype(a.dtype()));
+  });
 }
 
 Array std(const Array& a, Axes axes, int64_t ddof, bool keepdims) {
-  return sqrt(variance_float64(a, axes, ddof, keepdims, "std")).astype(mean_dtype(a.dtype()));
+  return recorded(ReduceOp::Std, a, axes, keepdims, ddof, [&] {
+    return sqrt(variance_float64(a, axes, ddof, keepdims, "std")).astype(mean_dtype(a.dtype()));
+  });
 }
 
-Array max(const Array& a, Axes axes, bool keepdims) { return min_max(a, axes, keepdims, ReduceOp::Max); }
-Array min(const Array& a, Axes axes, bool keepdims) { return min_max(a, axes, keepdims, ReduceOp::Min); }
+Array max(const Array& a, Axes axes, bool keepdims) {
+  return recorded(ReduceOp::Max, a, axes, keepdims, 0, [&] { return min_max(a, axes, keepdims, ReduceOp::Max); });
+}
+Array min(const Array& a, Axes axes, bool keepdims) {
+  return recorded(ReduceOp::Min, a, axes, keepdims, 0, [&] { return min_max(a, axes, keepdims, ReduceOp::Min); });
+}
 
+// Index and bool results carry no gradient (the input's graph is not followed).
 Array argmax(const Array& a, std::optional<int64_t> axis, bool keepdims) {
-  return arg_min_max(a, axis, keepdims, ReduceOp::ArgMax);
+  return arg_min_max(a.detach(), axis, keepdims, ReduceOp::ArgMax);
 }
 Array argmin(const Array& a, std::optional<int64_t> axis, bool keepdims) {
-  return arg_min_max(a, axis, keepdims, ReduceOp::ArgMin);
+  return arg_min_max(a.detach(), axis, keepdims, ReduceOp::ArgMin);
 }
 
-Array all(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::All); }
-Array any(const Array& a, Axes axes, bool keepdims) { return identity_reduction(a, axes, keepdims, ReduceOp::Any); }
+Array all(const Array& a, Axes axes, bool keepdims) {
+  return identity_reduction(a.detach(), axes, keepdims, ReduceOp::All);
+}
+Array any(const Array& a, Axes axes, bool keepdims) {
+  return identity_reduction(a.detach(), axes, keepdims, ReduceOp::Any);
+}
 
 Array Array::sum(Axes axes, bool keepdims) const { return kiln::sum(*this, std::move(axes), keepdims); }
 Array Array::mean(Axes axes, bool keepdims) const { return kiln::mean(*this, std::move(axes), keepdims); }

@@ -13,6 +13,7 @@
 #include <vector>
 #include <string>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/reduce.hpp"
 #include "kiln/fuse.hpp"
@@ -62,12 +63,23 @@ Array scan(const Array& a, std::optional<int64_t> axis, detail::ReduceOp op) {
 
 }  // namespace
 
-Array cumsum(const Array& a, std::optional<int64_t> axis) { return scan(a, axis, detail::ReduceOp::CumSum); }
+Array cumsum(const Array& a, std::optional<int64_t> axis) {
+  detail::GradRecorder record({&a});
+  Array out = scan(a, axis, detail::ReduceOp::CumSum);
+  if (record) detail::autograd_hook().record_scan(detail::ReduceOp::CumSum, a, axis, out);
+  return out;
+}
 
-Array cumprod(const Array& a, std::optional<int64_t> axis) { return scan(a, axis, detail::ReduceOp::CumProd); }
+Array cumprod(const Array& a, std::optional<int64_t> axis) {
+  detail::GradRecorder record({&a});
+  Array out = scan(a, axis, detail::ReduceOp::CumProd);
+  if (record) detail::autograd_hook().record_scan(detail::ReduceOp::CumProd, a, axis, out);
+  return out;
+}
 
 Array logsumexp(const Array& a, Axes axes, bool keepdims) {
   require_defined(a, "logsumexp");
+  detail::GradRecorder record({&a});
   const detail::Reduction r = detail::plan_reduction(a.shape(), axes, "logsumexp");
   const DType out = float_result_type(a.dtype());
   Array result;
@@ -86,7 +98,9 @@ Array logsumexp(const Array& a, Axes axes, bool keepdims) {
     static const auto kRows = fuse([](auto x) { return logsumexp(x, -1, true); }, "logsumexp");
     result = kRows(a.permute(order).reshape(rows)).reshape(r.keep_shape);
   }
-  return keepdims ? result : result.reshape(r.out_shape);
+  if (!keepdims) result = result.reshape(r.out_shape);
+  if (record) detail::autograd_hook().record_reduction(detail::ReduceOp::LogSumExp, a, axes, keepdims, 0, result);
+  return result;
 }
 
 }  // namespace kiln

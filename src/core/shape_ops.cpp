@@ -12,14 +12,18 @@
 #include "core/backend.hpp"
 #include "core/indexing.hpp"
 #include "kiln/array.hpp"
+#include "core/autograd.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln {
 namespace {
 
 /// A view of `a`'s storage with new geometry.
+/// A view of `a`'s storage with new geometry (recorded for autograd: every view op ends here).
 Array make_view(const Array& a, Shape shape, Shape strides, int64_t offset) {
-  return Array(a.storage(), std::move(shape), std::move(strides), offset, a.dtype());
+  Array out(a.storage(), std::move(shape), std::move(strides), offset, a.dtype());
+  if (detail::grad_mode() && detail::requires_grad(a)) detail::autograd_hook().record_view(a, out);
+  return out;
 }
 
 void require_defined(const Array& a, const char* op) {
@@ -306,6 +310,7 @@ Array as_strided(const Array& a, const Shape& shape, const Shape& strides, std::
 Array concatenate(const std::vector<Array>& arrays, int64_t axis) {
   if (arrays.empty()) throw ValueError("concatenate: need at least one array to concatenate");
   require_one_device(arrays, "concatenate");
+  detail::GradRecorder record(arrays);
   const Array& first = arrays[0];
   if (first.ndim() == 0)
     throw ShapeError("concatenate: 0-d arrays cannot be concatenated; use stack, or expand_dims them first");
@@ -332,6 +337,7 @@ Array concatenate(const std::vector<Array>& arrays, int64_t axis) {
     if (extent > 0 && out.size() > 0) out.slice(ax, position, position + extent).assign(a);
     position += extent;
   }
+  if (record) detail::autograd_hook().record_concatenate(arrays, ax, out);
   return out;
 }
 
@@ -391,7 +397,7 @@ Array Array::flatten() const {
   kiln::require_defined(*this, "flatten");
   Array c = copy();
   if (!c.is_contiguous()) c = c.contiguous();
-  return Array(c.storage(), Shape{size_}, Shape{1}, c.offset(), dtype_);
+  return make_view(c, Shape{size_}, Shape{1}, c.offset());
 }
 
 Array Array::slice(int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step) const {
@@ -402,7 +408,7 @@ Array Array::slice(int64_t axis, std::optional<int64_t> start, std::optional<int
   shape[ax] = r.length;
   strides[ax] = strides_[ax] * r.step;
   const int64_t offset = offset_ + (r.length > 0 ? r.start * strides_[ax] : 0);
-  return Array(storage_, std::move(shape), std::move(strides), offset, dtype_);
+  return make_view(*this, std::move(shape), std::move(strides), offset);
 }
 
 Array Array::index(std::initializer_list<Index> idx) const { return detail::basic_index(*this, idx.begin(), idx.end()); }
@@ -468,7 +474,7 @@ Array detail::basic_index(const Array& a, const Index* first, const Index* last)
     }
   }
   while (axis < ndim) keep_axis(axis++);
-  return Array(a.storage(), std::move(shape), std::move(strides), offset, a.dtype());
+  return make_view(a, std::move(shape), std::move(strides), offset);
 }
 
 }  // namespace kiln

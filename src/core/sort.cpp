@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/random.hpp"
@@ -80,8 +81,11 @@ Array sort_impl(const Array& a, int64_t axis, bool values, const char* op) {
 
 }  // namespace
 
-Array argsort(const Array& a, int64_t axis) { return sort_impl(a, axis, false, "argsort"); }
-Array sort(const Array& a, int64_t axis) { return sort_impl(a, axis, true, "sort"); }
+Array argsort(const Array& a, int64_t axis) { return sort_impl(a.detach(), axis, false, "argsort"); }
+Array sort(const Array& a, int64_t axis) {
+  detail::reject_grad({&a}, "sort", "sort the indices with argsort and gather the values with take");
+  return sort_impl(a, axis, true, "sort");
+}
 
 namespace random {
 

@@ -1,0 +1,92 @@
+// Reverse-mode automatic differentiation (define-by-run, as PyTorch's autograd).
+//
+//   Array w = random::normal({3, 1}).set_requires_grad();
+//   Array b = zeros({1}).set_requires_grad();
+//   Array loss = mean(square(matmul(x, w) + b - y));
+//   loss.backward();            // w.grad() and b.grad() now hold d loss / d w, d loss / d b
+//   { NoGradGuard no_grad; w -= w.grad() * 0.1; }   // update parameters in place, unrecorded
+//   w.set_grad(Array());        // zero_grad: the next backward starts a fresh gradient
+//
+// One array type: an Array that requires grad records the ops applied to it (each op of kiln/ops.def and
+// kiln/reductions.def derives its gradient from the table's derivative column), and backward() walks that
+// graph once, adding each leaf's gradient to leaf.grad() (so gradients accumulate until set_grad(Array())).
+// Differentiable: every floating elementwise op (broadcasting reduced back to each input's shape; weak C++
+// scalars get no gradient), where and clip, sum/prod/mean/max/min/var/std/logsumexp/linalg::norm, cumsum,
+// matmul/dot, every view (reshape, transpose/permute, slicing and basic indexing, broadcast_to/expand_dims,
+// squeeze, split, as_strided), concatenate/stack, take (the gradient is scattered back with additions),
+// copy/contiguous/astype and to(device) (the gradient goes back to the input's dtype and device). Index and
+// bool results (argmax, comparisons, all/any) carry no gradient. Ops without one throw DTypeError when an input
+// requires grad (sort, cumprod, indexing with index arrays or masks): never a silently missing gradient.
+//
+// In-place writes (out=, +=, assign, fill, index_put, put, copy_from, fused out=) are not recorded: they throw
+// when the destination requires grad and grad mode is on (run parameter updates under NoGradGuard), and they
+// bump the storage's version, so a backward that needs an array overwritten since it was saved throws instead
+// of computing a wrong gradient. Gradients of gradients (create_graph) are not supported: backward runs with
+// grad mode off.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/array.hpp"
+
+namespace kiln {
+
+namespace detail {
+bool grad_mode();
+void set_grad_mode(bool enabled);
+}  // namespace detail
+
+/// True when ops on this thread record gradients (the default).
+inline bool is_grad_enabled() { return detail::grad_mode(); }
+inline void set_grad_enabled(bool enabled) { detail::set_grad_mode(enabled); }
+
+/// While alive, ops on this thread record nothing (inference, parameter updates), as torch.no_grad().
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(detail::grad_mode()) { detail::set_grad_mode(false); }
+  ~NoGradGuard() { detail::set_grad_mode(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// While alive, ops on this thread record gradients even inside a NoGradGuard.
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(detail::grad_mode()) { detail::set_grad_mode(true); }
+  ~EnableGradGuard() { detail::set_grad_mode(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+struct GradcheckOptions {
+  double eps = 1e-6;   ///< central-difference step (inputs are float64)
+  double atol = 1e-5;  ///< |numeric - analytic| <= atol + rtol * |numeric| for every element
+  double rtol = 1e-3;
+  uint64_t seed = 0;  ///< seed of the random projection of the output
+};
+
+struct GradcheckResult {
+  bool passed = false;
+  double max_abs_error = 0;  ///< largest |numeric - analytic| over every element of every checked input
+  std::string report;        ///< where the worst element is, with both values
+};
+
+/// Compares the analytic gradient of `f` with central finite differences, in float64, as
+/// torch.autograd.gradcheck: every floating input is converted to a float64 copy that requires grad, the
+/// output is projected on a fixed random array v (L = sum(f(x) * v)), L.backward() gives the analytic
+/// gradient and (L(x + eps e_j) - L(x - eps e_j)) / 2 eps the numeric one, element by element (so keep the
+/// inputs small: tens of elements). Inputs stay on their device; integer and bool inputs are passed as they
+/// are. Throws ValueError when f's result is not floating.
+GradcheckResult gradcheck(const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& inputs,
+                          GradcheckOptions options = {});
+
+}  // namespace kiln

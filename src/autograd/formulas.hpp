@@ -1,0 +1,81 @@
+// Helpers and constants named by the derivative column of kiln/ops.def and kiln/reductions.def. Every
+// function is written with kiln's public ops, so a formula runs on any backend; backward evaluates them with
+// grad mode off.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "kiln/ops.hpp"
+
+namespace kiln::autograd {
+
+inline constexpr double kLn2 = 0.69314718055994530942;
+inline constexpr double kLn10 = 2.30258509299404568402;
+inline constexpr double k2OverSqrtPi = 1.12837916709551257390;
+inline constexpr double kSqrt1Over2 = 0.70710678118654752440;
+inline constexpr double k1OverSqrt2Pi = 0.39894228040143267794;
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+/// d/dx of x * Phi(x): Phi(x) + x * phi(x).
+inline Array gelu_grad(const Array& a) {
+  return (erf(a * kSqrt1Over2) + 1.0) * 0.5 + a * exp(square(a) * -0.5) * k1OverSqrt2Pi;
+}
+
+/// d/dx of x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+inline Array gelu_tanh_grad(const Array& a) {
+  const Array t = tanh((a + a * square(a) * 0.044715) * kSqrt2OverPi);
+  return (t + 1.0) * 0.5 + a * 0.5 * (1.0 - square(t)) * kSqrt2OverPi * (square(a) * (3 * 0.044715) + 1.0);
+}
+
+/// d/dx of x * sigmoid(x): s (1 + x (1 - s)).
+inline Array silu_grad(const Array& a) {
+  const Array s = sigmoid(a);
+  return s * (a * (1.0 - s) + 1.0);
+}
+
+/// `x` reversed along `axis` (a view).
+inline Array flip(const Array& x, int64_t axis) { return x.slice(axis, std::nullopt, std::nullopt, -1); }
+
+/// cumsum from the end: the gradient of cumsum along `axis`.
+inline Array reverse_cumsum(const Array& g, int64_t axis) { return flip(cumsum(flip(g, axis), axis), axis); }
+
+/// The product of the other elements of each reduced group, without dividing (right with zeros): the reduced
+/// axes are moved last and merged, and the exclusive products from the left and from the right multiplied.
+inline Array prod_grad(const Array& a, const Array& /*out*/, const Array& g, const Shape& axes) {
+  Shape order, kept;
+  for (int64_t d = 0; d < a.ndim(); ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) {
+      order.push_back(d);
+      kept.push_back(a.shape(d));
+    }
+  int64_t n = 1;
+  for (int64_t d : axes) {
+    order.push_back(d);
+    n *= a.shape(d);
+  }
+  if (n == 0 || a.size() == 0) return zeros_like(a);
+  Shape rows = kept;
+  rows.push_back(n);
+  const Array x = a.permute(order).reshape(rows);
+  Shape one = kept;
+  one.push_back(1);
+  const Array ones_column = ones(one, a.dtype(), a.device());
+  const int64_t last = x.ndim() - 1;
+  const Array left = concatenate({ones_column, cumprod(x.slice(last, 0, n - 1), last)}, last);
+  const Array right = flip(concatenate({ones_column, cumprod(flip(x, last).slice(last, 0, n - 1), last)}, last), last);
+  Shape permuted;
+  for (int64_t d : order) permuted.push_back(a.shape(d));
+  Shape inverse = order;
+  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+  return g * (left * right).reshape(permuted).permute(inverse);
+}
+
+/// max/min: the gradient split evenly between the elements equal to the result (as torch.amax).
+inline Array tie_split(const Array& a, const Array& out, const Array& g, const Shape& axes) {
+  const Array hit = equal(a, out);
+  const Array count = sum(hit, axes, true).astype(g.dtype());
+  return where(hit, g / count, 0.0);
+}
+
+}  // namespace kiln::autograd

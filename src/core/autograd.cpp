@@ -1,0 +1,161 @@
+// The core's autograd state: grad mode, the recorder primitives open, in-place checks, and the Array
+// members of kiln/autograd.hpp. The engine is src/autograd (reached through autograd_hook()).
+#include "core/autograd.hpp"
+
+#include <string>
+
+#include "kiln/ops.hpp"
+
+namespace kiln::detail {
+
+namespace {
+thread_local bool t_grad_mode = true;
+
+AutogradMeta& meta_of(Array& a) {
+  if (!a.autograd_meta()) a.set_autograd_meta(std::make_shared<AutogradMeta>());
+  return *a.autograd_meta();
+}
+}  // namespace
+
+bool grad_mode() { return t_grad_mode; }
+void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
+
+GradRecorder::GradRecorder(std::initializer_list<const Array*> inputs) {
+  if (!t_grad_mode) return;
+  for (const Array* a : inputs)
+    if (a && requires_grad(*a)) active_ = true;
+  start();
+}
+
+GradRecorder::GradRecorder(const std::vector<Array>& inputs) {
+  if (!t_grad_mode) return;
+  for (const Array& a : inputs)
+    if (requires_grad(a)) active_ = true;
+  start();
+}
+
+GradRecorder::GradRecorder(std::initializer_list<const Operand*> operands, int) {
+  if (!t_grad_mode) return;
+  for (const Operand* o : operands)
+    if (o->is_array() && requires_grad(o->array())) active_ = true;
+  start();
+}
+
+void GradRecorder::start() {
+  if (active_) t_grad_mode = false;  // the op's internal ops record nothing
+}
+
+GradRecorder::~GradRecorder() {
+  if (active_) t_grad_mode = true;
+}
+
+void note_inplace_write(const Array& dst, const char* op) {
+  if (t_grad_mode && requires_grad(dst))
+    throw ValueError(
+        std::string(op) + ": writes in place into an array that requires grad (" +
+        (dst.is_leaf() ? std::string("a leaf marked with set_requires_grad") : "the result of " + dst.grad_fn_name()) +
+        "); autograd does not record in-place writes. Write the op out of place (y = y + x), or "
+        "update parameters under a NoGradGuard");
+  if (dst.storage()) dst.storage()->bump_version();
+}
+
+void reject_grad(std::initializer_list<const Array*> inputs, const char* op, const char* fix) {
+  if (!t_grad_mode) return;
+  for (const Array* a : inputs)
+    if (a && requires_grad(*a))
+      throw DTypeError(std::string(op) + ": has no gradient, and an input requires grad; " + fix +
+                       " (or detach() the input, or run it under a NoGradGuard)");
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+using detail::AutogradMeta;
+
+bool Array::requires_grad() const { return detail::requires_grad(*this); }
+
+Array& Array::set_requires_grad(bool enabled) {
+  require_defined("set_requires_grad");
+  if (autograd_ && autograd_->grad_fn) {
+    if (enabled) return *this;
+    throw ValueError("set_requires_grad(false): the array is the result of " + grad_fn_name() +
+                     ", not a leaf; use detach() for a copy of the handle cut from the graph");
+  }
+  if (enabled && !is_floating(dtype_))
+    throw DTypeError("set_requires_grad: only floating arrays can require gradients, got dtype " +
+                     std::string(dtype_name(dtype_)) + "; convert it first with astype(float32)");
+  if (enabled) {
+    // A leaf that overlaps itself (a broadcast view) would accumulate one gradient per alias.
+    for (size_t d = 0; d < shape_.size(); ++d)
+      if (strides_[d] == 0 && shape_[d] > 1)
+        throw ValueError("set_requires_grad: the array is a broadcast view (stride 0 on axis " + std::to_string(d) +
+                         ") whose elements alias each other; mark a copy() of it instead");
+  }
+  detail::meta_of(*this).requires_grad = enabled;
+  return *this;
+}
+
+Array Array::grad() const { return autograd_ ? autograd_->grad : Array(); }
+
+void Array::set_grad(const Array& grad) {
+  require_defined("set_grad");
+  if (grad.defined()) {
+    if (!(grad.shape() == shape_) || grad.dtype() != dtype_ || grad.device() != device())
+      throw ValueError("set_grad: the gradient must match the array: shape " + shape_str(shape_) + ", dtype " +
+                       std::string(dtype_name(dtype_)) + ", device " + device().str() + "; got shape " +
+                       shape_str(grad.shape()) + ", dtype " + std::string(dtype_name(grad.dtype())) + ", device " +
+                       grad.device().str());
+  }
+  if (!autograd_ && !grad.defined()) return;
+  detail::meta_of(*this).grad = grad.defined() ? grad.detach() : Array();
+}
+
+void Array::backward() const { backward(Array(), false); }
+
+void Array::backward(const Array& gradient, bool retain_graph) const {
+  require_defined("backward");
+  detail::autograd_hook().backward(*this, gradient, retain_graph);
+}
+
+Array Array::detach() const {
+  Array out = *this;
+  out.autograd_.reset();
+  return out;
+}
+
+bool Array::is_leaf() const { return !autograd_ || !autograd_->grad_fn; }
+
+Array& Array::retain_grad() {
+  if (!requires_grad())
+    throw ValueError(
+        "retain_grad: the array does not require grad, so it never gets a gradient; call it on a "
+        "result computed from arrays marked with set_requires_grad()");
+  if (autograd_->grad_fn) autograd_->retains_grad = true;
+  return *this;
+}
+
+void Array::register_hook(std::function<Array(const Array&)> hook) {
+  if (!requires_grad())
+    throw ValueError(
+        "register_hook: the array does not require grad, so the hook would never run; mark it with "
+        "set_requires_grad() first");
+  if (autograd_->grad_fn)
+    autograd_->grad_fn->pre_hooks.push_back(std::move(hook));
+  else
+    autograd_->hooks.push_back(std::move(hook));
+}
+
+void Array::register_post_accumulate_grad_hook(std::function<void(const Array&)> hook) {
+  if (!requires_grad() || !is_leaf())
+    throw ValueError(
+        "register_post_accumulate_grad_hook: only a leaf that requires grad accumulates a gradient; "
+        "register it on a parameter (set_requires_grad())");
+  autograd_->post_accumulate_hooks.push_back(std::move(hook));
+}
+
+std::string Array::grad_fn_name() const {
+  return autograd_ && autograd_->grad_fn ? autograd_->grad_fn->name() : std::string();
+}
+
+}  // namespace kiln

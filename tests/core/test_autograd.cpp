@@ -1,0 +1,432 @@
+// Autograd: every differentiable row of the op tables passes gradcheck (central differences in float64) on
+// every backend; views, concatenate, take, matmul, conversions; the engine's rules (accumulation,
+// retain_graph, NoGradGuard, hooks, in-place checks) with hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/op_table.hpp"
+#include "harness/op_harness.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln {
+namespace {
+
+using Fn = std::function<Array(const std::vector<Array>&)>;
+
+/// Values in [lo, hi], distinct, deterministic, float64.
+Array values(const Shape& shape, double lo, double hi, uint64_t salt, Device d) {
+  const int64_t n = shape_numel(shape);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = std::fmod(0.6180339887 * static_cast<double>(i + 1) + 0.1234 * static_cast<double>(salt), 1.0);
+    v[static_cast<size_t>(i)] = lo + (hi - lo) * t;
+  }
+  return from_data(v, shape, d);
+}
+
+void expect_gradcheck(const Fn& f, const std::vector<Array>& inputs, const std::string& what, Device d,
+                      GradcheckOptions options = {}) {
+  const GradcheckResult r = gradcheck(f, inputs, options);
+  EXPECT_TRUE(r.passed) << what << " on " << d.str() << ": " << r.report;
+}
+
+std::vector<Device> devices() { return harness::backends(); }
+
+// ---------------------------------------------------------------- the op list
+struct OpRow {
+  const char* name;
+  detail::OpCode code;
+  int arity;
+  Array (*unary)(const Array&);
+  Array (*binary)(const Operand&, const Operand&);
+};
+
+#define KILN_ROW_Fn1(Code, name) \
+  {#name, detail::OpCode::Code, 1, static_cast<Array (*)(const Array&)>(&kiln::name), nullptr},
+#define KILN_ROW_Fn2(Code, name) \
+  {#name, detail::OpCode::Code, 2, nullptr, static_cast<Array (*)(const Operand&, const Operand&)>(&kiln::name)},
+#define KILN_ROW_Own3(Code, name)
+#define KILN_ROW_None0(Code, name)
+#define KILN_ROW_None1(Code, name)
+#define KILN_ROW(Code, name, arity, api) KILN_ROW_##api##arity(Code, name)
+const OpRow kRows[] = {
+#define KILN_OP(Code, name, arity, api, ...) KILN_ROW(Code, name, arity, api)
+#include "kiln/ops.def"
+};
+
+/// The input domain where the op is smooth and its derivative finite.
+std::pair<double, double> domain(const std::string& op, int operand) {
+  if (op == "arcsin" || op == "arccos") return {-0.8, 0.8};
+  if (op == "tan") return {-1.0, 1.0};
+  if (op == "power" && operand == 1) return {-1.5, 2.5};
+  if (op == "erf" || op == "softplus" || op == "gelu" || op == "gelu_tanh" || op == "silu" || op == "sigmoid" ||
+      op == "tanh" || op == "sin" || op == "cos" || op == "arctan" || op == "sinh" || op == "cosh" || op == "exp" ||
+      op == "exp2" || op == "expm1" || op == "negative" || op == "square" || op == "logaddexp" || op == "arctan2" ||
+      op == "add" || op == "subtract" || op == "multiply" || op == "maximum" || op == "minimum")
+    return operand == 0 ? std::pair{-2.0, 2.0} : std::pair{-1.7, 2.3};
+  if (op == "abs" || op == "relu" || op == "sign") return {-2.0, 2.0};  // distinct values never hit 0 exactly
+  return operand == 0 ? std::pair{0.2, 1.9} : std::pair{0.4, 1.6};      // logs, roots, divide, remainder...
+}
+
+TEST(AutogradTable, EveryDifferentiableOpPassesGradcheck) {
+  int checked = 0;
+  for (Device d : devices()) {
+    for (const OpRow& row : kRows) {
+      const detail::OpInfo& info = detail::op_info(row.code);
+      if (info.derivative == detail::Derivative::NotDifferentiable) continue;
+      const auto [lo0, hi0] = domain(row.name, 0);
+      const auto [lo1, hi1] = domain(row.name, 1);
+      if (row.arity == 1) {
+        auto fn = row.unary;
+        expect_gradcheck([fn](const std::vector<Array>& x) { return fn(x[0]); }, {values({2, 3}, lo0, hi0, 1, d)},
+                         row.name, d);
+      } else {
+        auto fn = row.binary;
+        // Broadcasting both ways: (2, 3) with (3,), (2, 1) with (1, 3); and a weak scalar on each side.
+        expect_gradcheck([fn](const std::vector<Array>& x) { return fn(x[0], x[1]); },
+                         {values({2, 3}, lo0, hi0, 1, d), values({3}, lo1, hi1, 2, d)},
+                         std::string(row.name) + " (2,3) with (3,)", d);
+        expect_gradcheck([fn](const std::vector<Array>& x) { return fn(x[0], x[1]); },
+                         {values({2, 1}, lo0, hi0, 3, d), values({1, 3}, lo1, hi1, 4, d)},
+                         std::string(row.name) + " (2,1) with (1,3)", d);
+        const double s = 0.5 * (lo1 + hi1) + 0.0123;
+        expect_gradcheck([fn, s](const std::vector<Array>& x) { return fn(x[0], s); }, {values({4}, lo0, hi0, 5, d)},
+                         std::string(row.name) + " with a scalar", d);
+        const double t = 0.5 * (lo0 + hi0) + 0.0321;
+        expect_gradcheck([fn, t](const std::vector<Array>& x) { return fn(t, x[0]); }, {values({4}, lo1, hi1, 6, d)},
+                         std::string(row.name) + " of a scalar", d);
+      }
+      ++checked;
+    }
+    // where and clip (the Own rows).
+    const Array cond = values({2, 3}, -1, 1, 7, d) > 0;
+    expect_gradcheck([cond](const std::vector<Array>& x) { return where(cond, x[0], x[1]); },
+                     {values({2, 3}, -1, 1, 1, d), values({3}, -1, 1, 2, d)}, "where", d);
+    expect_gradcheck([cond](const std::vector<Array>& x) { return where(cond, x[0], 0.5); },
+                     {values({2, 3}, -1, 1, 1, d)}, "where with a scalar", d);
+    expect_gradcheck([](const std::vector<Array>& x) { return clip(x[0], x[1], x[2]); },
+                     {values({2, 3}, -2, 2, 1, d), values({3}, -1.5, -0.1, 2, d), values({2, 1}, 0.1, 1.5, 3, d)},
+                     "clip", d);
+  }
+  // Every Fn row with a formula was checked (a new row cannot skip it).
+  int formulas = 0;
+  for (const OpRow& row : kRows) formulas += detail::op_info(row.code).derivative == detail::Derivative::Formula;
+  EXPECT_EQ(checked, formulas * static_cast<int>(devices().size()));
+}
+
+TEST(AutogradTable, OpsWithoutAGradientGiveResultsThatRequireNone) {
+  for (Device d : devices()) {
+    Array x = values({4}, -1, 1, 1, d).astype(float32).set_requires_grad();
+    Array y = values({4}, -1, 1, 2, d).astype(float32);
+    EXPECT_FALSE((x > y).requires_grad());
+    EXPECT_FALSE(isnan(x).requires_grad());
+    EXPECT_FALSE(argmax(x).requires_grad());
+    EXPECT_FALSE(x.any().requires_grad());
+    EXPECT_TRUE(floor(x).requires_grad());  // piecewise constant: a zero gradient, not none
+    EXPECT_THROW(cumprod(x), DTypeError);
+    EXPECT_THROW(sort(x), DTypeError);
+    EXPECT_THROW(x.index({x > 0}), DTypeError);
+    EXPECT_NO_THROW(argsort(x));
+  }
+}
+
+// ---------------------------------------------------------------- reductions and scans
+TEST(AutogradReduce, EveryReductionPassesGradcheck) {
+  for (Device d : devices()) {
+    const Array x = values({2, 3, 4}, 0.3, 1.7, 1, d);
+    struct Case {
+      std::string name;
+      Fn f;
+    };
+    const std::vector<Case> cases = {
+        {"sum all", [](auto& v) { return sum(v[0]); }},
+        {"sum axis 1 keepdims", [](auto& v) { return sum(v[0], 1, true); }},
+        {"sum axes (0, 2)",
+         [](auto& v) {
+           return sum(v[0], {0, 2});
+         }},
+        {"prod axis -1", [](auto& v) { return prod(v[0], -1); }},
+        {"prod all", [](auto& v) { return prod(v[0] * 1.2); }},
+        {"mean axes (1, 2)",
+         [](auto& v) {
+           return mean(v[0], {1, 2});
+         }},
+        {"max axis 1", [](auto& v) { return max(v[0], 1); }},
+        {"min all keepdims", [](auto& v) { return min(v[0], {}, true); }},
+        {"var axis 2", [](auto& v) { return var(v[0], 2); }},
+        {"var ddof 1",
+         [](auto& v) {
+           return var(v[0], {0, 1}, 1, true);
+         }},
+        {"std axis 0", [](auto& v) { return kiln::std(v[0], 0); }},
+        {"std ddof 1 all", [](auto& v) { return kiln::std(v[0], {}, 1); }},
+        {"logsumexp axis -1", [](auto& v) { return logsumexp(v[0], -1); }},
+        {"logsumexp axes (0, 2) keepdims",
+         [](auto& v) {
+           return logsumexp(v[0], {0, 2}, true);
+         }},
+        {"norm all", [](auto& v) { return linalg::norm(v[0]); }},
+        {"norm axis 1", [](auto& v) { return linalg::norm(v[0], 1); }},
+        {"cumsum axis 1", [](auto& v) { return cumsum(v[0], 1); }},
+        {"cumsum flattened", [](auto& v) { return cumsum(v[0]); }},
+        {"member sum", [](auto& v) { return v[0].sum(0).mean(); }},
+    };
+    for (const Case& c : cases) expect_gradcheck(c.f, {x}, c.name, d);
+  }
+}
+
+TEST(AutogradReduce, ProdWithZerosAndMaxTiesMatchHandValues) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<double>{2, 0, 3, 0, 5, 4}, Shape{2, 3}, d).set_requires_grad();
+    prod(x, 1).sum().backward();
+    // Row 0: (2, 0, 3): d/dx0 = 0, d/dx1 = 6, d/dx2 = 0; row 1: (0, 5, 4): 20, 0, 0.
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 6, 0, 20, 0, 0}));
+    Array y = from_data(std::vector<double>{1, 3, 3, 2}, Shape{4}, d).set_requires_grad();
+    max(y).backward();
+    EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{0, 0.5, 0.5, 0}));  // ties share, as torch.amax
+  }
+}
+
+// ---------------------------------------------------------------- views, joins, gathers, conversions
+TEST(AutogradViews, EveryViewAndJoinPassesGradcheck) {
+  for (Device d : devices()) {
+    const Array x = values({2, 3, 4}, -1, 1, 1, d);
+    const Array y = values({2, 2, 4}, -1, 1, 2, d);
+    struct Case {
+      std::string name;
+      Fn f;
+      std::vector<Array> in;
+    };
+    const Array idx = from_data(std::vector<int64_t>{2, 0, 2, 1, 2}, Shape{5}, d);
+    const std::vector<Case> cases = {
+        {"reshape",
+         [](auto& v) {
+           return v[0].reshape({4, 6}) * arange(6, float64, v[0].device());
+         },
+         {x}},
+        {"transpose", [](auto& v) { return v[0].T() * arange(2, float64, v[0].device()); }, {x}},
+        {"permute",
+         [](auto& v) {
+           return v[0].permute({2, 0, 1}) * 1.5;
+         },
+         {x}},
+        {"swapaxes + moveaxis", [](auto& v) { return moveaxis(swapaxes(v[0], 0, 2), 0, 1); }, {x}},
+        {"slice with steps",
+         [](auto& v) {
+           return v[0].index({Slice(), Slice(std::nullopt, std::nullopt, -2), Slice(1, 4)});
+         },
+         {x}},
+        {"integer index and newaxis",
+         [](auto& v) {
+           return v[0].index({1, newaxis, ellipsis, 2});
+         },
+         {x}},
+        {"expand_dims + squeeze", [](auto& v) { return squeeze(expand_dims(v[0], 1)) * 2.0; }, {x}},
+        {"broadcast_to",
+         [](auto& v) {
+           return v[0].index({0, Slice(), Slice(0, 1)}).broadcast_to({5, 3, 4}) * arange(4, float64, v[0].device());
+         },
+         {x}},
+        {"view of a view of a view",
+         [](auto& v) {
+           return v[0].T().reshape({12, 2})[3].flatten();
+         },
+         {x}},
+        {"flatten and ravel", [](auto& v) { return ravel(v[0].T()) + v[0].flatten(); }, {x}},
+        {"split",
+         [](auto& v) {
+           auto p = split(v[0], {1, 3}, 2);
+           return p[0] * 2.0 + p[2] - p[1].sum(2, true);
+         },
+         {x}},
+        {"as_strided",
+         [](auto& v) {
+           return as_strided(v[0], {3, 2}, {4, 1}, 5);
+         },
+         {x}},
+        {"concatenate",
+         [](auto& v) {
+           return concatenate({v[0], v[1] * 3.0, v[0]}, 1);
+         },
+         {x, y}},
+        {"stack",
+         [](auto& v) {
+           return stack({v[0], v[0] * v[0]}, 2);
+         },
+         {x}},
+        {"take along an axis (repeats)", [idx](auto& v) { return take(v[0], idx, 1); }, {x}},
+        {"take flattened", [idx](auto& v) { return take(v[0], idx * 5); }, {x}},
+        {"contiguous copy of a transpose", [](auto& v) { return v[0].T().contiguous() * 1.0; }, {x}},
+        {"dot (matmul)",
+         [](auto& v) {
+           return dot(v[0].reshape({6, 4}), v[0][0].T());
+         },
+         {x}},
+    };
+    for (const Case& c : cases) expect_gradcheck(c.f, c.in, c.name, d);
+  }
+}
+
+TEST(AutogradViews, MatmulShapesPassGradcheck) {
+  for (Device d : devices()) {
+    struct Case {
+      Shape a, b;
+    };
+    for (const Case& c : std::vector<Case>{{{3, 4}, {4, 2}},
+                                           {{4}, {4, 2}},
+                                           {{3, 4}, {4}},
+                                           {{4}, {4}},
+                                           {{2, 3, 4}, {4, 5}},
+                                           {{3, 4}, {2, 4, 5}},
+                                           {{2, 1, 3, 4}, {3, 4, 2}}}) {
+      expect_gradcheck([](auto& v) { return matmul(v[0], v[1]); }, {values(c.a, -1, 1, 1, d), values(c.b, -1, 1, 2, d)},
+                       "matmul " + shape_str(c.a) + " @ " + shape_str(c.b), d);
+    }
+  }
+}
+
+TEST(AutogradViews, ConversionsSendTheGradientBackInTheInputsDtypeAndDevice) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<float>{1, 2, 3}, Shape{3}, d).set_requires_grad();
+    Array w = from_data(std::vector<double>{0.5, -1, 4}, Shape{3}, d);
+    sum(x.astype(float64) * w).backward();
+    EXPECT_EQ(x.grad().dtype(), float32);
+    EXPECT_EQ(x.grad().device(), d);
+    EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{0.5f, -1, 4}));
+    // Across devices: the gradient comes back to the input's device.
+    Array z = from_data(std::vector<float>{1, 2, 3}, Shape{3}, cpu()).set_requires_grad();
+    Array on_d = z.to(d);
+    EXPECT_EQ(on_d.grad_fn_name(), d == cpu() ? "" : "ToBackward");
+    sum(square(on_d)).backward();
+    EXPECT_EQ(z.grad().device(), cpu());
+    EXPECT_EQ(z.grad().to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  }
+}
+
+// ---------------------------------------------------------------- the engine
+TEST(AutogradEngine, GradientsAccumulateUntilCleared) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<double>{1, 2}, Shape{2}, d).set_requires_grad();
+    EXPECT_TRUE(x.is_leaf());
+    Array y = sum(x * x * 3.0);  // dy/dx = 6x
+    EXPECT_FALSE(y.is_leaf());
+    EXPECT_EQ(y.grad_fn_name(), "SumBackward");
+    y.backward(Array(), true);
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{6, 12}));
+    y.backward();  // retained once: runs again and adds
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{12, 24}));
+    EXPECT_THROW(y.backward(), ValueError);  // freed now
+    x.set_grad(Array());
+    EXPECT_FALSE(x.grad().defined());
+    sum(x).backward();
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 1}));
+  }
+}
+
+TEST(AutogradEngine, ADiamondAddsBothPaths) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<double>{2}, Shape{1}, d).set_requires_grad();
+    Array a = exp(x), b = a * x, c = a + b;  // c = e^x (1 + x): dc/dx = e^x (2 + x)
+    c.backward();
+    EXPECT_NEAR(x.grad().item<double>(), std::exp(2.0) * 4, 1e-12);
+  }
+}
+
+TEST(AutogradEngine, NoGradGuardDetachAndErrors) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<float>{1, 2}, Shape{2}, d).set_requires_grad();
+    {
+      NoGradGuard no_grad;
+      EXPECT_FALSE(is_grad_enabled());
+      EXPECT_FALSE((x * 2).requires_grad());
+      x -= 1.0;  // an update of a parameter, unrecorded
+      {
+        EnableGradGuard enable;
+        EXPECT_TRUE((x * 2).requires_grad());
+      }
+    }
+    EXPECT_TRUE(is_grad_enabled());
+    EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0, 1}));
+    EXPECT_FALSE(x.detach().requires_grad());
+    EXPECT_TRUE(x.detach().shares_storage(x));
+    EXPECT_THROW(x += 1.0, ValueError);  // in place on an array that requires grad
+    EXPECT_THROW(x.fill(0), ValueError);
+    EXPECT_THROW(add(x, x, empty({2}, float32, d)), ValueError);  // out= with a recorded operand
+    EXPECT_THROW((x * 2).backward(), ValueError);                 // not size 1: needs a gradient
+    EXPECT_THROW((x * 2).backward(ones({3}, float32, d)), ShapeError);
+    EXPECT_THROW(x.detach().backward(), ValueError);  // does not require grad
+    EXPECT_THROW(arange(3, int64, d).set_requires_grad(), DTypeError);
+    EXPECT_THROW((x * 2).set_requires_grad(false), ValueError);
+    EXPECT_THROW(x.broadcast_to({3, 2}).detach().set_requires_grad(), ValueError);
+    Array g = ones({2}, float32, d);
+    Array y = x * 3;
+    EXPECT_NO_THROW(y.backward(g));
+    EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{3, 3}));
+  }
+}
+
+TEST(AutogradEngine, AnArraySavedForBackwardAndChangedInPlaceThrowsNamingTheOp) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<double>{1, 2}, Shape{2}, d).set_requires_grad();
+    Array s = sin(x) * 1.0;
+    Array e = exp(s);  // ExpBackward saves its result, MultiplyBackward saves s? no: s is an input of exp only
+    {
+      NoGradGuard no_grad;
+      e.fill(0);
+    }
+    try {
+      sum(e).backward();
+      FAIL() << "expected ValueError";
+    } catch (const ValueError& err) {
+      EXPECT_NE(std::string(err.what()).find("ExpBackward"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("modified in place"), std::string::npos) << err.what();
+    }
+  }
+}
+
+TEST(AutogradEngine, HooksAndRetainGrad) {
+  for (Device d : devices()) {
+    Array x = from_data(std::vector<double>{1, 2}, Shape{2}, d).set_requires_grad();
+    int ready = 0;
+    x.register_post_accumulate_grad_hook([&](const Array& leaf) {
+      ++ready;
+      EXPECT_TRUE(leaf.grad().defined());
+    });
+    Array h = x * 2.0;
+    h.retain_grad();
+    h.register_hook([](const Array& g) { return g * 10.0; });  // scales what flows on
+    Array y = sum(h * h);                                      // dy/dh = 2h = (4, 8); hook: (40, 80); dh/dx = 2
+    y.backward();
+    EXPECT_EQ(ready, 1);
+    EXPECT_EQ(h.grad().to_vector<double>(), (std::vector<double>{40, 80}));
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{80, 160}));
+  }
+}
+
+TEST(AutogradEngine, FusedFunctionsRecordOpByOp) {
+  auto softmax = fuse([](auto z) {
+    auto e = exp(z - max(z, -1, true));
+    return e / sum(e, -1, true);
+  });
+  for (Device d : devices()) {
+    const Array x = values({3, 4}, -1, 1, 1, d);
+    expect_gradcheck([&](auto& v) { return softmax(v[0]); }, {x}, "fused softmax", d);
+    Array p = x.copy().set_requires_grad();
+    EXPECT_THROW(softmax.out({empty({3, 4}, float64, d)}, p), ValueError);
+  }
+}
+
+TEST(AutogradEngine, GradcheckCatchesAWrongGradient) {
+  // A function whose recorded graph differs from what it computes: detach() hides a term from autograd.
+  const GradcheckResult r = gradcheck([](auto& v) { return v[0] * v[0].detach(); }, {values({3}, 0.5, 1, 1, cpu())});
+  EXPECT_FALSE(r.passed);
+  EXPECT_GT(r.max_abs_error, 0.1);
+  EXPECT_NE(r.report.find("numeric"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
