@@ -9,6 +9,7 @@
 #include <cctype>
 #include <string>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
 #include "core/reduce.hpp"
@@ -419,10 +420,21 @@ Array ElementwiseKernel::single_output(std::vector<Array> outputs) const {
   return outputs.empty() ? Array() : outputs.front();
 }
 
+namespace {
+/// User kernels have no gradient: an array argument that requires grad is refused (never a silently dropped gradient).
+void reject_grad_args(const std::vector<KernelArg>& args, const std::string& kernel) {
+  for (const KernelArg& a : args)
+    if (a.is_array())
+      detail::reject_grad({&a.array()}, ("user kernel " + kernel).c_str(),
+                          "user kernels are not differentiable: compute the op with kiln's ops to get its gradient");
+}
+}  // namespace
+
 std::vector<Array> ElementwiseKernel::call(const std::vector<KernelArg>& args, std::optional<int64_t> size) const {
   using namespace detail;
   const ElementwiseKernelDef& def = *def_;
   const std::string& kernel = def.name;
+  reject_grad_args(args, kernel);
   BoundTypes bound = bind_types(def, args);
   const std::vector<DType>& dtypes = bound.dtypes;
   UserElementwiseCall call;
@@ -546,6 +558,7 @@ std::vector<Array> ReductionKernel::call(const std::vector<KernelArg>& args, Axe
   using namespace detail;
   const ReductionKernelDef& def = *def_;
   const std::string& kernel = def.name;
+  reject_grad_args(args, kernel);
   BoundTypes bound = bind_types(def, args);
   const std::vector<DType>& dtypes = bound.dtypes;
   UserReductionCall call;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "kiln/kiln.hpp"
 
@@ -141,6 +142,7 @@ int lapack_int(int64_t v, const char* op) {
 }  // namespace
 
 Array solve(const Array& a, const Array& b) {
+  detail::reject_grad({&a, &b}, "linalg::solve", "it has no gradient yet");
   const Operands checked = check_operands(a, b, "linalg::solve", true);
   if (!checked.device.is_cpu() && checked.n > 0 && checked.k > 0) {
     const DeviceOperands d = device_operands(checked, a, b);
@@ -160,6 +162,7 @@ Array solve(const Array& a, const Array& b) {
 }
 
 LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {
+  detail::reject_grad({&a, &b}, "linalg::lstsq", "it has no gradient yet");
   const char* op = "linalg::lstsq";
   const Operands checked = check_operands(a, b, op, false);
   if (!checked.device.is_cpu() && checked.m > 0 && checked.n > 0 && checked.k > 0) {
