@@ -5,7 +5,7 @@
 #
 # Includes inside src/ are written "core/x.hpp", "cpu/x.hpp", "cuda/x.hpp". A layer's include root
 # is ${PROJECT_BINARY_DIR}/layers/<layer>/, with a symbolic link per folder the layer may see:
-#   core: core     cpu: core cpu     cuda: core cuda     autograd: core autograd     glue (src/backends.cpp): core
+#   core: core     cpu: core cpu     cuda: core cuda     autograd: core autograd     nn: (public API only)     glue (src/backends.cpp): core
 # New .cpp files in a folder are picked up by the globs (CONFIGURE_DEPENDS).
 
 # Compile flags of every layer, kept out of kiln's exported interface.
@@ -63,7 +63,9 @@ if(KILN_LIBMVEC)
 endif()
 # Autograd sits above core: it sees core's headers (the hook it implements); core never sees it.
 kiln_layer(autograd core autograd)
-set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd)
+# nn (modules, losses, optimizers) is written with the public API only: its include root holds nothing of src/.
+kiln_layer(nn)
+set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd kiln_nn)
 if(KILN_CUDA)
   kiln_layer(cuda core cuda)
   # Headers only: the CUDA libraries are linked once, by `kiln`.

@@ -1,0 +1,243 @@
+// Neural-network modules, initialisation and losses (as torch.nn / LibTorch), built on autograd.
+//
+//   auto model = std::make_shared<nn::Sequential>();
+//   model->push_back(std::make_shared<nn::Linear>(784, 100));
+//   model->push_back(std::make_shared<nn::ReLU>());
+//   model->push_back(std::make_shared<nn::Linear>(100, 10));
+//   model->to(gpu());                       // before making the optimizer: parameters move to new arrays
+//   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+//   Array loss = nn::cross_entropy((*model)(x), labels);
+//   opt.zero_grad(); loss.backward(); opt.step();
+//
+// Parameters are leaves that require grad, registered by name; a module's registry is the one place that
+// holds them (accessors such as Linear::weight() return the registry's entry), so to(device)/to(dtype) and
+// load_state_dict update what forward() reads. Initialisation draws from kiln's Philox generator: the same
+// seed gives bit-identical models on the CPU and on a GPU.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/array.hpp"
+
+namespace kiln::nn {
+
+/// An ordered list of (name, array), as PyTorch's state_dict: "0.weight", "0.bias", "2.running_mean", ...
+class StateDict {
+ public:
+  void insert(std::string name, Array value);
+  /// The entry named `name`, or nullptr.
+  const Array* find(const std::string& name) const;
+  const Array& at(const std::string& name) const;  ///< ValueError naming the missing key
+  const std::vector<std::pair<std::string, Array>>& items() const { return items_; }
+  size_t size() const { return items_.size(); }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+
+ private:
+  std::vector<std::pair<std::string, Array>> items_;
+};
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  virtual ~Module() = default;
+  /// The module's computation (one input, one output; Sequential chains them).
+  virtual Array forward(const Array& x) = 0;
+  Array operator()(const Array& x) { return forward(x); }
+  /// A short description, e.g. "Linear(in_features=784, out_features=100, bias=true)".
+  virtual std::string name() const = 0;
+
+  /// Parameters of this module and (recurse) its children, in registration order.
+  std::vector<Array> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Array>> named_parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Array>> named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+
+  /// Moves every parameter and buffer to `device` / converts the floating ones to `dtype` (parameters stay
+  /// leaves that require grad; their gradients move with them). Returns *this.
+  Module& to(Device device);
+  Module& to(DType dtype);
+  /// Training mode (the default) or evaluation mode (dropout off), for this module and its children.
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+  /// Clears every parameter's gradient (set_grad(Array())).
+  void zero_grad();
+  /// Parameters then buffers, by dotted name.
+  StateDict state_dict() const;
+  /// Copies each entry into the parameter or buffer of that name (converted to its dtype and device).
+  /// ValueError listing missing and unexpected keys (strict), ShapeError naming a mis-shaped entry.
+  void load_state_dict(const StateDict& state, bool strict = true);
+  /// The registered parameter / buffer `name` of this module (ValueError if none).
+  Array& parameter(const std::string& name);
+  Array& buffer(const std::string& name);
+
+ protected:
+  /// Registers `value` as a parameter (a leaf that requires grad) and returns the registry's entry.
+  Array& register_parameter(std::string name, Array value);
+  Array& register_buffer(std::string name, Array value);
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+
+ private:
+  void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
+  std::vector<std::pair<std::string, Array>> parameters_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+/// Children applied in order; parameters are named "<index>.<name>".
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
+  void push_back(std::shared_ptr<Module> module);
+  Array forward(const Array& x) override;
+  std::string name() const override { return "Sequential"; }
+  size_t size() const { return modules_.size(); }
+  Module& operator[](size_t i) { return *modules_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+/// y = x W^T + b; W (out, in) and b (out,) start as PyTorch's: uniform(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform
+/// with a = sqrt(5)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = float32,
+         std::optional<Device> device = {});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+  Array& weight() { return parameter("weight"); }
+  Array& bias() { return parameter("bias"); }
+
+ private:
+  int64_t in_, out_;
+  bool has_bias_;
+};
+
+/// Elementwise activations.
+class ReLU : public Module {
+ public:
+  Array forward(const Array& x) override;
+  std::string name() const override { return "ReLU"; }
+};
+class GELU : public Module {
+ public:
+  /// approximate = "none" (erf) or "tanh", as torch.nn.GELU.
+  explicit GELU(std::string approximate = "none");
+  Array forward(const Array& x) override;
+  std::string name() const override { return "GELU(approximate=" + approximate_ + ")"; }
+
+ private:
+  std::string approximate_;
+};
+class Sigmoid : public Module {
+ public:
+  Array forward(const Array& x) override;
+  std::string name() const override { return "Sigmoid"; }
+};
+class Tanh : public Module {
+ public:
+  Array forward(const Array& x) override;
+  std::string name() const override { return "Tanh"; }
+};
+
+/// Zeroes each element with probability p in training mode and scales the rest by 1/(1-p); identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  double p_;
+};
+
+/// Flattens axes start_dim..end_dim into one (default: everything after the batch axis).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
+  Array forward(const Array& x) override;
+  std::string name() const override { return "Flatten"; }
+
+ private:
+  int64_t start_, end_;
+};
+
+/// Rows of a (num_embeddings, dim) table picked by integer indices; weight ~ normal(0, 1) as PyTorch.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = float32, std::optional<Device> device = {});
+  Array forward(const Array& indices) override;
+  std::string name() const override;
+  Array& weight() { return parameter("weight"); }
+
+ private:
+  int64_t num_, dim_;
+};
+
+/// Normalises over the last len(normalized_shape) axes: (x - mean) / sqrt(var + eps) * weight + bias.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, DType dtype = float32,
+                     std::optional<Device> device = {});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  Shape shape_;
+  double eps_;
+  bool affine_;
+};
+
+// ---------------------------------------------------------------- initialisation (in place, unrecorded)
+namespace init {
+/// fan_in and fan_out of a weight (dim 1 and dim 0 times the receptive field, as PyTorch).
+std::pair<int64_t, int64_t> fans(const Array& weight);
+void uniform(Array& w, double low, double high);
+void normal(Array& w, double mean, double std);
+void constant(Array& w, double value);
+void zeros(Array& w);
+void ones(Array& w);
+/// uniform(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)).
+void xavier_uniform(Array& w, double gain = 1.0);
+/// normal(0, gain * sqrt(2 / (fan_in + fan_out))).
+void xavier_normal(Array& w, double gain = 1.0);
+/// uniform(-b, b), b = sqrt(3) * gain / sqrt(fan), gain = sqrt(2 / (1 + a^2)) (leaky_relu), fan = fan_in.
+void kaiming_uniform(Array& w, double a = 0.0, bool fan_in = true);
+/// normal(0, gain / sqrt(fan)), gain = sqrt(2 / (1 + a^2)).
+void kaiming_normal(Array& w, double a = 0.0, bool fan_in = true);
+}  // namespace init
+
+// ---------------------------------------------------------------- functions and losses
+/// Reductions of the losses: mean over the batch (the default), sum, or none (per element / per sample).
+enum class Reduction { Mean, Sum, None };
+
+/// softmax / log_softmax along `axis`, max-shifted (exp(x - logsumexp(x))).
+Array softmax(const Array& x, int64_t axis = -1);
+Array log_softmax(const Array& x, int64_t axis = -1);
+/// Cross entropy of logits (N, C) (or (C,)) with integer class labels (N,) (int64/int32/...; out-of-range
+/// labels throw), or with class probabilities of the logits' shape; label_smoothing mixes the target with the
+/// uniform distribution, as torch.nn.functional.cross_entropy.
+Array cross_entropy(const Array& logits, const Array& target, Reduction reduction = Reduction::Mean,
+                    double label_smoothing = 0.0);
+/// Negative log likelihood of log-probabilities (N, C) at integer labels (N,).
+Array nll_loss(const Array& log_probs, const Array& labels, Reduction reduction = Reduction::Mean);
+/// (x - y)^2, reduced.
+Array mse_loss(const Array& x, const Array& y, Reduction reduction = Reduction::Mean);
+/// max(x, 0) - x y + log(1 + exp(-|x|)), the stable binary cross entropy of logits x with targets y in [0, 1].
+Array binary_cross_entropy_with_logits(const Array& x, const Array& y, Reduction reduction = Reduction::Mean);
+/// The fraction (float32, 0-d, on the logits' device; no synchronisation) of rows whose argmax is the label.
+Array accuracy(const Array& logits, const Array& labels);
+
+}  // namespace kiln::nn

@@ -1,0 +1,149 @@
+// Optimizers and learning-rate schedules (as torch.optim), over the parameters of an nn::Module.
+//
+//   optim::Adam opt(model->parameters(), {.lr = 1e-3});
+//   opt.zero_grad(); loss.backward(); optim::clip_grad_norm(model->parameters(), 1.0); opt.step();
+//
+// Make the optimizer after moving the model (Module::to makes new parameter arrays). Each step updates a
+// parameter and its state in place with one fused kernel on a GPU (kiln::fuse with out=), unrecorded; no
+// synchronisation. Parameters without a gradient are skipped. The update formulas are PyTorch's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/array.hpp"
+#include "kiln/nn.hpp"
+
+namespace kiln::optim {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Array> parameters, double lr);
+  virtual ~Optimizer() = default;
+  /// One update of every parameter that has a gradient.
+  virtual void step() = 0;
+  /// Clears every parameter's gradient.
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  const std::vector<Array>& parameters() const { return parameters_; }
+  /// The optimizer's state ("lr", "step", per-parameter buffers such as "exp_avg.3"), saved with the model.
+  virtual nn::StateDict state_dict() const;
+  /// Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes.
+  virtual void load_state_dict(const nn::StateDict& state);
+
+ protected:
+  /// Buffer `name` of parameter i from a state (shape-checked), for load_state_dict.
+  Array load_buffer(const nn::StateDict& state, const std::string& name, size_t i) const;
+  std::vector<Array> parameters_;
+  double lr_;
+  int64_t step_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+/// Stochastic gradient descent with momentum (PyTorch's: the buffer starts as the first gradient), Nesterov
+/// momentum and L2 weight decay.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Array> parameters, SGDOptions options = {});
+  void step() override;
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& state) override;
+  const SGDOptions& options() const { return options_; }
+
+ private:
+  SGDOptions options_;
+  std::vector<Array> momentum_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+/// Adam (weight decay added to the gradient, L2) and, with decoupled = true, AdamW (the parameter shrinks by
+/// lr * weight_decay before the Adam step).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Array> parameters, AdamOptions options = {}, bool decoupled = false);
+  void step() override;
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& state) override;
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+  std::vector<Array> exp_avg_, exp_avg_sq_;
+};
+
+/// AdamW: Adam with decoupled weight decay (default 0.01, as PyTorch).
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Array> parameters, AdamOptions options = {.weight_decay = 0.01});
+};
+
+/// Scales the gradients so that their joint 2-norm is at most max_norm (in place); returns that norm before
+/// clipping (0-d float32 on the first parameter's device; no synchronisation).
+Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm);
+
+/// A learning-rate schedule: step() (once per epoch or per iteration, as you choose) sets the optimizer's lr
+/// to the schedule's value at the next count.
+class LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& optimizer) : optimizer_(&optimizer), base_lr_(optimizer.lr()) {}
+  virtual ~LRScheduler() = default;
+  void step();
+  int64_t count() const { return count_; }
+  /// The lr after `count` steps.
+  virtual double lr_at(int64_t count) const = 0;
+
+ protected:
+  Optimizer* optimizer_;
+  double base_lr_;
+  int64_t count_ = 0;
+};
+
+/// lr = base * gamma^(count / step_size).
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t count) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+/// lr = eta_min + (base - eta_min) (1 + cos(pi count / t_max)) / 2.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0.0);
+  double lr_at(int64_t count) const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+/// Linear warm-up from base * start_factor to base over `warmup` steps, then constant.
+class LinearWarmupLR : public LRScheduler {
+ public:
+  LinearWarmupLR(Optimizer& optimizer, int64_t warmup, double start_factor = 1.0 / 3.0);
+  double lr_at(int64_t count) const override;
+
+ private:
+  int64_t warmup_;
+  double start_factor_;
+};
+
+}  // namespace kiln::optim

@@ -1,0 +1,311 @@
+// nn::Module (parameter/buffer registries, device and dtype moves, state dicts) and the layers.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/autograd.hpp"
+#include "kiln/indexing.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/random.hpp"
+
+namespace kiln::nn {
+
+// ---------------------------------------------------------------- StateDict
+void StateDict::insert(std::string name, Array value) {
+  for (auto& [key, v] : items_)
+    if (key == name) {
+      v = std::move(value);
+      return;
+    }
+  items_.emplace_back(std::move(name), std::move(value));
+}
+
+const Array* StateDict::find(const std::string& name) const {
+  for (const auto& [key, v] : items_)
+    if (key == name) return &v;
+  return nullptr;
+}
+
+const Array& StateDict::at(const std::string& name) const {
+  if (const Array* v = find(name)) return *v;
+  throw ValueError("StateDict: no entry named \"" + name + "\" (it has " + std::to_string(items_.size()) +
+                   " entries); check the key, or the model the state came from");
+}
+
+// ---------------------------------------------------------------- Module
+Array& Module::register_parameter(std::string name, Array value) {
+  if (!value.defined()) throw ValueError("register_parameter(\"" + name + "\"): the array is undefined");
+  for (const auto& [key, v] : parameters_)
+    if (key == name) throw ValueError("register_parameter: \"" + name + "\" is already registered");
+  value = value.detach();
+  value.set_requires_grad();
+  parameters_.emplace_back(std::move(name), std::move(value));
+  return parameters_.back().second;
+}
+
+Array& Module::register_buffer(std::string name, Array value) {
+  buffers_.emplace_back(std::move(name), value.detach());
+  return buffers_.back().second;
+}
+
+Array& Module::parameter(const std::string& name) {
+  for (auto& [key, v] : parameters_)
+    if (key == name) return v;
+  throw ValueError(this->name() + ": no parameter named \"" + name + "\"");
+}
+
+Array& Module::buffer(const std::string& name) {
+  for (auto& [key, v] : buffers_)
+    if (key == name) return v;
+  throw ValueError(this->name() + ": no buffer named \"" + name + "\"");
+}
+
+void Module::visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f) {
+  f(prefix, *this);
+  for (auto& [name, child] : children_) child->visit(prefix + name + ".", f);
+}
+
+std::vector<std::pair<std::string, Array>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Array>> out;
+  auto* self = const_cast<Module*>(this);
+  auto collect = [&](const std::string& prefix, Module& m) {
+    for (const auto& [name, p] : m.parameters_) out.emplace_back(prefix + name, p);
+  };
+  if (recurse)
+    self->visit("", collect);
+  else
+    collect("", *self);
+  return out;
+}
+
+std::vector<std::pair<std::string, Array>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Array>> out;
+  auto* self = const_cast<Module*>(this);
+  auto collect = [&](const std::string& prefix, Module& m) {
+    for (const auto& [name, b] : m.buffers_) out.emplace_back(prefix + name, b);
+  };
+  if (recurse)
+    self->visit("", collect);
+  else
+    collect("", *self);
+  return out;
+}
+
+std::vector<Array> Module::parameters(bool recurse) const {
+  std::vector<Array> out;
+  for (auto& [name, p] : named_parameters(recurse)) out.push_back(p);
+  return out;
+}
+
+namespace {
+/// A parameter moved or converted: a new leaf that requires grad, its gradient converted alike.
+Array moved_parameter(const Array& p, const std::function<Array(const Array&)>& convert) {
+  NoGradGuard no_grad;
+  Array moved = convert(p.detach());
+  if (moved.shares_storage(p) && moved.dtype() == p.dtype()) return p;  // already there
+  Array grad = p.grad();
+  moved = moved.detach();
+  moved.set_requires_grad();
+  if (grad.defined()) moved.set_grad(convert(grad));
+  return moved;
+}
+}  // namespace
+
+Module& Module::to(Device device) {
+  visit("", [&](const std::string&, Module& m) {
+    for (auto& [name, p] : m.parameters_) p = moved_parameter(p, [&](const Array& a) { return a.to(device); });
+    for (auto& [name, b] : m.buffers_) b = b.to(device);
+  });
+  return *this;
+}
+
+Module& Module::to(DType dtype) {
+  if (!is_floating(dtype))
+    throw DTypeError("Module::to: parameters must stay floating, got dtype " + std::string(dtype_name(dtype)));
+  visit("", [&](const std::string&, Module& m) {
+    for (auto& [name, p] : m.parameters_) p = moved_parameter(p, [&](const Array& a) { return a.astype(dtype); });
+    for (auto& [name, b] : m.buffers_)
+      if (is_floating(b.dtype())) b = b.astype(dtype);
+  });
+  return *this;
+}
+
+Module& Module::train(bool on) {
+  visit("", [&](const std::string&, Module& m) { m.training_ = on; });
+  return *this;
+}
+
+void Module::zero_grad() {
+  visit("", [&](const std::string&, Module& m) {
+    for (auto& [name, p] : m.parameters_) p.set_grad(Array());
+  });
+}
+
+StateDict Module::state_dict() const {
+  StateDict state;
+  for (auto& [name, p] : named_parameters()) state.insert(name, p.detach());
+  for (auto& [name, b] : named_buffers()) state.insert(name, b);
+  return state;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  std::vector<std::string> missing, seen;
+  NoGradGuard no_grad;
+  auto load = [&](const std::string& key, Array& target) {
+    const Array* value = state.find(key);
+    if (!value) {
+      missing.push_back(key);
+      return;
+    }
+    seen.push_back(key);
+    if (!(value->shape() == target.shape()))
+      throw ShapeError("load_state_dict: \"" + key + "\" has shape " + shape_str(value->shape()) +
+                       " in the state but " + shape_str(target.shape()) + " in the model (" + name() +
+                       "); load a state saved from a model of the same architecture");
+    target.assign(value->to(target.device()));
+  };
+  visit("", [&](const std::string& prefix, Module& m) {
+    for (auto& [n, p] : m.parameters_) load(prefix + n, p);
+    for (auto& [n, b] : m.buffers_) load(prefix + n, b);
+  });
+  if (!strict) return;
+  std::vector<std::string> unexpected;
+  for (const auto& [key, v] : state)
+    if (std::find(seen.begin(), seen.end(), key) == seen.end()) unexpected.push_back(key);
+  if (missing.empty() && unexpected.empty()) return;
+  auto join = [](const std::vector<std::string>& keys) {
+    std::string s;
+    for (const std::string& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
+    return s.empty() ? std::string("none") : s;
+  };
+  throw ValueError("load_state_dict: missing keys: " + join(missing) + "; unexpected keys: " + join(unexpected) +
+                   "; pass strict=false to load the matching entries only");
+}
+
+// ---------------------------------------------------------------- layers
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+
+void Sequential::push_back(std::shared_ptr<Module> module) {
+  if (!module) throw ValueError("Sequential::push_back: a null module");
+  register_module(std::to_string(modules_.size()), module);
+  modules_.push_back(std::move(module));
+}
+
+Array Sequential::forward(const Array& x) {
+  Array y = x;
+  for (auto& m : modules_) y = m->forward(y);
+  return y;
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype, std::optional<Device> device)
+    : in_(in_features), out_(out_features), has_bias_(bias) {
+  if (in_features <= 0 || out_features <= 0)
+    throw ValueError("Linear: in_features and out_features must be positive, got " + std::to_string(in_features) +
+                     " and " + std::to_string(out_features));
+  Array& w = register_parameter("weight", empty({out_features, in_features}, dtype, device));
+  init::kaiming_uniform(w, std::sqrt(5.0));
+  if (bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    init::uniform(register_parameter("bias", empty({out_features}, dtype, device)), -bound, bound);
+  }
+}
+
+Array Linear::forward(const Array& x) {
+  if (x.ndim() == 0 || x.shape(-1) != in_)
+    throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axis must have " +
+                     std::to_string(in_) + " features");
+  Array y = matmul(x, parameter("weight").T());
+  return has_bias_ ? y + parameter("bias") : y;
+}
+
+std::string Linear::name() const {
+  return "Linear(in_features=" + std::to_string(in_) + ", out_features=" + std::to_string(out_) +
+         ", bias=" + (has_bias_ ? "true" : "false") + ")";
+}
+
+Array ReLU::forward(const Array& x) { return relu(x); }
+Array Sigmoid::forward(const Array& x) { return sigmoid(x); }
+Array Tanh::forward(const Array& x) { return tanh(x); }
+
+GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
+  if (approximate_ != "none" && approximate_ != "tanh")
+    throw ValueError("GELU: approximate must be \"none\" or \"tanh\", got \"" + approximate_ + "\"");
+}
+Array GELU::forward(const Array& x) { return approximate_ == "tanh" ? gelu_tanh(x) : gelu(x); }
+
+Dropout::Dropout(double p) : p_(p) {
+  if (!(p >= 0.0 && p <= 1.0)) throw ValueError("Dropout: p must be in [0, 1], got " + std::to_string(p));
+}
+
+Array Dropout::forward(const Array& x) {
+  if (!is_training() || p_ == 0.0) return x;
+  if (p_ == 1.0) return x * 0.0;
+  const Array keep = random::uniform(x.shape(), 0.0, 1.0, float32, x.device()) >= p_;
+  return where(keep, x * (1.0 / (1.0 - p_)), 0.0);
+}
+
+std::string Dropout::name() const { return "Dropout(p=" + std::to_string(p_) + ")"; }
+
+Array Flatten::forward(const Array& x) {
+  if (x.ndim() == 0) return x.reshape({1});
+  const int64_t first = normalize_axis(start_, x.ndim(), "Flatten"), last = normalize_axis(end_, x.ndim(), "Flatten");
+  if (first > last) return x;
+  Shape shape;
+  int64_t merged = 1;
+  for (int64_t d = 0; d < x.ndim(); ++d) {
+    if (d < first || d > last) {
+      if (d == last + 1) shape.push_back(merged);
+      shape.push_back(x.shape(d));
+    } else {
+      merged *= x.shape(d);
+    }
+  }
+  if (last == x.ndim() - 1) shape.push_back(merged);
+  return x.reshape(shape);
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype, std::optional<Device> device)
+    : num_(num_embeddings), dim_(embedding_dim) {
+  init::normal(register_parameter("weight", empty({num_embeddings, embedding_dim}, dtype, device)), 0.0, 1.0);
+}
+
+Array Embedding::forward(const Array& indices) {
+  if (is_floating(indices.dtype()) || indices.dtype() == bool_)
+    throw DTypeError(name() + ": indices must be integers, got " + std::string(dtype_name(indices.dtype())));
+  return take(parameter("weight"), indices, 0);
+}
+
+std::string Embedding::name() const { return "Embedding(" + std::to_string(num_) + ", " + std::to_string(dim_) + ")"; }
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, DType dtype,
+                     std::optional<Device> device)
+    : shape_(std::move(normalized_shape)), eps_(eps), affine_(elementwise_affine) {
+  if (affine_) {
+    register_parameter("weight", ones(shape_, dtype, device));
+    register_parameter("bias", zeros(shape_, dtype, device));
+  }
+}
+
+Array LayerNorm::forward(const Array& x) {
+  const int64_t k = static_cast<int64_t>(shape_.size());
+  bool fits = x.ndim() >= k;
+  for (int64_t i = 0; fits && i < k; ++i) fits = x.shape(x.ndim() - k + i) == shape_[static_cast<size_t>(i)];
+  if (!fits)
+    throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axes must be " +
+                     shape_str(shape_));
+  Shape axes;
+  for (int64_t d = x.ndim() - k; d < x.ndim(); ++d) axes.push_back(d);
+  const Array mu = mean(x, axes, true);
+  const Array centred = x - mu;
+  const Array y = centred / sqrt(mean(square(centred), axes, true) + eps_);
+  return affine_ ? y * parameter("weight") + parameter("bias") : y;
+}
+
+std::string LayerNorm::name() const { return "LayerNorm(" + shape_str(shape_) + ")"; }
+
+}  // namespace kiln::nn

@@ -1,0 +1,234 @@
+// Optimizers (each parameter's update is one fused function with out=: one kernel on a GPU), gradient
+// clipping and learning-rate schedules.
+#include "kiln/optim.hpp"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <tuple>
+
+#include "kiln/autograd.hpp"
+#include "kiln/fuse.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln::optim {
+
+// ---------------------------------------------------------------- Optimizer
+Optimizer::Optimizer(std::vector<Array> parameters, double lr) : parameters_(std::move(parameters)), lr_(lr) {
+  if (!(lr >= 0.0)) throw ValueError("optimizer: lr must be non-negative, got " + std::to_string(lr));
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (!parameters_[i].requires_grad())
+      throw ValueError("optimizer: parameter " + std::to_string(i) + " (shape " + shape_str(parameters_[i].shape()) +
+                       ") does not require grad; pass module->parameters() or arrays marked with set_requires_grad()");
+}
+
+void Optimizer::zero_grad() {
+  for (Array& p : parameters_) p.set_grad(Array());
+}
+
+nn::StateDict Optimizer::state_dict() const {
+  nn::StateDict state;
+  state.insert("lr", scalar_array(lr_, float64, cpu()));
+  state.insert("step", scalar_array(step_, int64, cpu()));
+  return state;
+}
+
+void Optimizer::load_state_dict(const nn::StateDict& state) {
+  lr_ = state.at("lr").item<double>();
+  step_ = state.at("step").item<int64_t>();
+}
+
+Array Optimizer::load_buffer(const nn::StateDict& state, const std::string& name, size_t i) const {
+  const std::string key = name + "." + std::to_string(i);
+  const Array* value = state.find(key);
+  if (!value) return Array();
+  const Array& p = parameters_[i];
+  if (!(value->shape() == p.shape()))
+    throw ShapeError("optimizer load_state_dict: \"" + key + "\" has shape " + shape_str(value->shape()) +
+                     " but parameter " + std::to_string(i) + " has shape " + shape_str(p.shape()) +
+                     "; load the state of an optimizer over the same parameters");
+  return value->to(p.device()).astype(p.dtype()).copy();
+}
+
+// ---------------------------------------------------------------- SGD
+SGD::SGD(std::vector<Array> parameters, SGDOptions options)
+    : Optimizer(std::move(parameters), options.lr), options_(options), momentum_(parameters_.size()) {
+  if (options.momentum < 0 || options.weight_decay < 0)
+    throw ValueError("SGD: momentum and weight_decay must be non-negative");
+  if (options.nesterov && (options.momentum <= 0 || options.dampening != 0))
+    throw ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening 0");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  static const auto plain = fuse([](auto p, auto g, auto lr, auto wd) { return p - (g + p * wd) * lr; }, "sgd");
+  static const auto heavy_ball = fuse(
+      [](auto p, auto g, auto v, auto lr, auto m, auto keep, auto wd) {
+        auto v2 = v * m + (g + p * wd) * keep;
+        return std::tuple{p - v2 * lr, v2};
+      },
+      "sgd_momentum");
+  static const auto nesterov = fuse(
+      [](auto p, auto g, auto v, auto lr, auto m, auto keep, auto wd) {
+        auto d = g + p * wd;
+        auto v2 = v * m + d * keep;
+        return std::tuple{p - (d + v2 * m) * lr, v2};
+      },
+      "sgd_nesterov");
+  const SGDOptions& o = options_;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    Array& p = parameters_[i];
+    const Array g = p.grad();
+    if (!g.defined()) continue;
+    if (o.momentum == 0) {
+      plain.out({p}, p, g, lr_, o.weight_decay);
+      continue;
+    }
+    Array& v = momentum_[i];
+    if (!v.defined()) {  // the buffer starts as the first gradient (PyTorch)
+      v = o.weight_decay != 0 ? g + p * o.weight_decay : g.copy();
+      p -= (o.nesterov ? v + v * o.momentum : v) * lr_;
+      continue;
+    }
+    if (o.nesterov)
+      nesterov.out({p, v}, p, g, v, lr_, o.momentum, 1.0 - o.dampening, o.weight_decay);
+    else
+      heavy_ball.out({p, v}, p, g, v, lr_, o.momentum, 1.0 - o.dampening, o.weight_decay);
+  }
+  ++step_;
+}
+
+nn::StateDict SGD::state_dict() const {
+  nn::StateDict state = Optimizer::state_dict();
+  for (size_t i = 0; i < momentum_.size(); ++i)
+    if (momentum_[i].defined()) state.insert("momentum_buffer." + std::to_string(i), momentum_[i]);
+  return state;
+}
+
+void SGD::load_state_dict(const nn::StateDict& state) {
+  Optimizer::load_state_dict(state);
+  for (size_t i = 0; i < parameters_.size(); ++i) momentum_[i] = load_buffer(state, "momentum_buffer", i);
+}
+
+// ---------------------------------------------------------------- Adam, AdamW
+Adam::Adam(std::vector<Array> parameters, AdamOptions options, bool decoupled)
+    : Optimizer(std::move(parameters), options.lr),
+      options_(options),
+      decoupled_(decoupled),
+      exp_avg_(parameters_.size()),
+      exp_avg_sq_(parameters_.size()) {
+  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1))
+    throw ValueError("Adam: betas must be in [0, 1), got " + std::to_string(options.beta1) + " and " +
+                     std::to_string(options.beta2));
+  if (!(options.eps >= 0) || !(options.weight_decay >= 0))
+    throw ValueError("Adam: eps and weight_decay must be non-negative");
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  static const auto update = fuse(
+      [](auto p, auto g, auto m, auto v, auto b1, auto one_minus_b1, auto b2, auto one_minus_b2, auto step_size,
+         auto bc2_sqrt, auto eps, auto wd, auto decay) {
+        auto d = g + p * wd;
+        auto m2 = m * b1 + d * one_minus_b1;
+        auto v2 = v * b2 + d * d * one_minus_b2;
+        return std::tuple{p * decay - m2 / (sqrt(v2) / bc2_sqrt + eps) * step_size, m2, v2};
+      },
+      "adam");
+  ++step_;
+  const AdamOptions& o = options_;
+  const double t = static_cast<double>(step_);
+  const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
+  const double l2 = decoupled_ ? 0.0 : o.weight_decay;
+  const double decay = decoupled_ ? 1.0 - lr_ * o.weight_decay : 1.0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    Array& p = parameters_[i];
+    const Array g = p.grad();
+    if (!g.defined()) continue;
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = zeros_like(p);
+      exp_avg_sq_[i] = zeros_like(p);
+    }
+    update.out({p, exp_avg_[i], exp_avg_sq_[i]}, p, g, exp_avg_[i], exp_avg_sq_[i], o.beta1, 1.0 - o.beta1, o.beta2,
+               1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
+  }
+}
+
+nn::StateDict Adam::state_dict() const {
+  nn::StateDict state = Optimizer::state_dict();
+  for (size_t i = 0; i < exp_avg_.size(); ++i)
+    if (exp_avg_[i].defined()) {
+      state.insert("exp_avg." + std::to_string(i), exp_avg_[i]);
+      state.insert("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
+    }
+  return state;
+}
+
+void Adam::load_state_dict(const nn::StateDict& state) {
+  Optimizer::load_state_dict(state);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    exp_avg_[i] = load_buffer(state, "exp_avg", i);
+    exp_avg_sq_[i] = load_buffer(state, "exp_avg_sq", i);
+  }
+}
+
+AdamW::AdamW(std::vector<Array> parameters, AdamOptions options) : Adam(std::move(parameters), options, true) {}
+
+// ---------------------------------------------------------------- clipping
+Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
+  NoGradGuard no_grad;
+  Array total;
+  for (const Array& p : parameters) {
+    const Array g = p.grad();
+    if (!g.defined()) continue;
+    Array squares = sum(square(g.astype(float32)));
+    if (total.defined()) squares = squares.to(total.device());
+    total = total.defined() ? total + squares : squares;
+  }
+  if (!total.defined())
+    return parameters.empty() ? zeros({}, float32, cpu()) : zeros({}, float32, parameters[0].device());
+  total = sqrt(total);
+  const Array scale = minimum(divide(max_norm, total + 1e-6), 1.0);
+  for (const Array& p : parameters) {
+    Array g = p.grad();
+    if (!g.defined()) continue;
+    g *= scale.to(g.device()).astype(g.dtype());
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------- schedules
+void LRScheduler::step() {
+  ++count_;
+  optimizer_->set_lr(lr_at(count_));
+}
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  if (step_size <= 0) throw ValueError("StepLR: step_size must be positive, got " + std::to_string(step_size));
+}
+double StepLR::lr_at(int64_t count) const {
+  return base_lr_ * std::pow(gamma_, static_cast<double>(count / step_size_));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
+  if (t_max <= 0) throw ValueError("CosineAnnealingLR: t_max must be positive, got " + std::to_string(t_max));
+}
+double CosineAnnealingLR::lr_at(int64_t count) const {
+  const double c = static_cast<double>(std::min(count, t_max_));
+  return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(std::numbers::pi * c / static_cast<double>(t_max_))) / 2;
+}
+
+LinearWarmupLR::LinearWarmupLR(Optimizer& optimizer, int64_t warmup, double start_factor)
+    : LRScheduler(optimizer), warmup_(warmup), start_factor_(start_factor) {
+  if (warmup <= 0) throw ValueError("LinearWarmupLR: warmup must be positive, got " + std::to_string(warmup));
+  optimizer.set_lr(lr_at(0));
+}
+double LinearWarmupLR::lr_at(int64_t count) const {
+  if (count >= warmup_) return base_lr_;
+  const double f = start_factor_ + (1.0 - start_factor_) * static_cast<double>(count) / static_cast<double>(warmup_);
+  return base_lr_ * f;
+}
+
+}  // namespace kiln::optim
