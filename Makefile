@@ -1,7 +1,9 @@
 # kiln: `make demo` and `make test` install what is missing, configure, build and run.
 # Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references).
 
-APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev
+# The demo trains on Fashion-MNIST: Debian's dataset-fashion-mnist puts it in /usr/share/datasets/fashion-mnist.
+DEMO_PACKAGES := dataset-fashion-mnist
 JOBS ?= $(shell nproc)
 HAVE_CUDA := $(shell test -x /usr/local/cuda/bin/nvcc -o -f /usr/local/cuda/include/cuda_runtime.h && echo 1)
 PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)
@@ -19,6 +21,8 @@ deps:
 	fi
 	@python3 -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) < 2)' 2>/dev/null || \
 	  python3 -m pip install -q "numpy>=2" || python3 -m pip install -q --break-system-packages "numpy>=2"
+	@python3 -c 'import safetensors' 2>/dev/null || \
+	  python3 -m pip install -q safetensors || python3 -m pip install -q --break-system-packages safetensors
 
 build: deps
 	@for p in $(PRESETS); do \

@@ -65,6 +65,10 @@ endif()
 kiln_layer(autograd core autograd)
 # nn (modules, losses, optimizers) is written with the public API only: its include root holds nothing of src/.
 kiln_layer(nn)
+# nlohmann/json (header only) parses safetensors headers: Debian's nlohmann-json3-dev, or headers carried in
+# .deps/include on machines without apt.
+find_path(KILN_JSON_INCLUDE nlohmann/json.hpp PATHS ${PROJECT_SOURCE_DIR}/.deps/include REQUIRED)
+target_include_directories(kiln_nn SYSTEM PRIVATE ${KILN_JSON_INCLUDE})
 set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd kiln_nn)
 if(KILN_CUDA)
   kiln_layer(cuda core cuda)

@@ -38,6 +38,10 @@ class StateDict {
   size_t size() const { return items_.size(); }
   auto begin() const { return items_.begin(); }
   auto end() const { return items_.end(); }
+  /// The entries with `prefix` put before each name (to save a model and its optimizer in one file).
+  StateDict prefixed(const std::string& prefix) const;
+  /// The entries whose name starts with `prefix`, with the prefix removed.
+  StateDict strip_prefix(const std::string& prefix) const;
 
  private:
   std::vector<std::pair<std::string, Array>> items_;
@@ -199,6 +203,18 @@ class LayerNorm : public Module {
   double eps_;
   bool affine_;
 };
+
+// ---------------------------------------------------------------- checkpoints
+/// Writes `state` to `path` in the safetensors format (an 8-byte little-endian header size, a JSON header of
+/// dtype/shape/data_offsets per name, then the data, C order, little endian), which the Python `safetensors`
+/// package and PyTorch read. GPU arrays are copied to the host. `metadata`: string pairs for "__metadata__".
+/// Throws ValueError when the file cannot be written.
+void save_safetensors(const std::string& path, const StateDict& state,
+                      const std::vector<std::pair<std::string, std::string>>& metadata = {});
+/// Reads a safetensors file (entries in the file's order) onto `device` (default: the CPU). A truncated or
+/// corrupt file (header size past the end, bad JSON, unknown dtype, offsets outside the data or not matching
+/// the shape) is a ValueError naming the file and the fault; nothing is allocated beyond the file's size.
+StateDict load_safetensors(const std::string& path, std::optional<Device> device = {});
 
 // ---------------------------------------------------------------- initialisation (in place, unrecorded)
 namespace init {
