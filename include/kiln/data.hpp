@@ -1,0 +1,112 @@
+// Data: IDX files (MNIST, Fashion-MNIST), and a DataLoader that feeds a training loop on any device.
+//
+//   auto train = data::fashion_mnist(true);             // images (60000, 784) float32 in [0, 1], labels int64
+//   data::DataLoader loader(train.images, train.labels, {.batch_size = 100, .shuffle = true, .device = gpu()});
+//   for (int epoch = 0; epoch < 20; ++epoch)
+//     for (const data::Batch& b : loader) { ... b.x, b.y are on the GPU ... }
+//
+// Worker threads gather each batch's rows into pinned host buffers and copy them to the GPU on their own
+// side stream, `prefetch` batches ahead; handing a batch out makes the current stream wait for its copy (an
+// event, no host synchronisation), so the training loop does not wait for copies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kiln/array.hpp"
+
+namespace kiln::data {
+
+/// Reads an IDX file (the MNIST format: magic, dimensions, big-endian data), gzip-compressed when the name ends
+/// in .gz. uint8/int8/int16/int32/float32/float64 data keep their dtype (as host arrays). Throws ValueError for
+/// a missing, truncated or malformed file.
+Array read_idx(const std::string& path);
+
+/// Where Debian's dataset-fashion-mnist package puts the files.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct Dataset {
+  Array images;  ///< (N, 784) float32 in [0, 1] (the pixels / 255), host memory
+  Array labels;  ///< (N,) int64 in [0, 10)
+};
+/// The training (60000) or test (10000) split of Fashion-MNIST (or MNIST: same file names) from `dir`. A
+/// missing file is a ValueError that names the package providing it.
+Dataset fashion_mnist(bool train, const std::string& dir = kFashionMnistDir);
+
+/// Writes an IDX file (uncompressed) of a host array: for tests and small data sets.
+void write_idx(const std::string& path, const Array& a);
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = false;
+  bool drop_last = false;        ///< drop a last batch smaller than batch_size
+  uint64_t seed = 0;             ///< the shuffle of epoch e is a function of (seed, e)
+  int workers = 2;               ///< threads assembling batches
+  int prefetch = 2;              ///< batches each worker prepares ahead
+  std::optional<Device> device;  ///< where batches go (default: the CPU)
+};
+
+struct Batch {
+  Array x, y;
+  int64_t index = 0;  ///< the batch's position in its epoch
+};
+
+/// Mini-batches of (inputs[i], targets[i]) pairs: the first axis of both is the sample axis.
+class DataLoader {
+ public:
+  DataLoader(Array inputs, Array targets, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t num_samples() const { return n_; }
+  int64_t num_batches() const;
+  int64_t epochs_started() const { return epoch_; }
+
+  class Epoch;
+  /// Starts the next epoch (reshuffled when shuffle): its workers start assembling batches at once.
+  std::unique_ptr<Epoch> epoch();
+
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    explicit Iterator(std::shared_ptr<Epoch> epoch);
+    const Batch& operator*() const { return batch_; }
+    const Batch* operator->() const { return &batch_; }
+    Iterator& operator++();
+    bool operator==(const Iterator& o) const { return done_ == o.done_; }
+
+   private:
+    std::shared_ptr<Epoch> epoch_;
+    Batch batch_;
+    bool done_ = true;
+  };
+  /// begin() starts a new epoch; range-for runs one epoch.
+  Iterator begin();
+  Iterator end() { return Iterator(); }
+
+ private:
+  Array inputs_, targets_;
+  DataLoaderOptions options_;
+  int64_t n_ = 0;
+  int64_t epoch_ = 0;
+};
+
+/// One epoch's batches in order; workers assemble them ahead. next() returns nullopt after the last one.
+class DataLoader::Epoch {
+ public:
+  ~Epoch();
+  std::optional<Batch> next();
+
+ private:
+  friend class DataLoader;
+  struct State;
+  explicit Epoch(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace kiln::data

@@ -1,0 +1,322 @@
+// IDX files (zlib for .gz) and the DataLoader: worker threads gather batches into pinned host buffers and
+// copy them to the device on side streams; the consumer's stream waits on an event per batch.
+#include "kiln/data.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/autograd.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/stream.hpp"
+
+namespace kiln::data {
+
+namespace {
+
+/// The whole file, inflated when it is gzip-compressed (.gz).
+std::string read_file(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw ValueError("read_idx: no such file " + path);
+  std::string out;
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (!f) throw ValueError("read_idx: cannot open " + path);
+    char buffer[1 << 16];
+    int got = 0;
+    while ((got = gzread(f, buffer, sizeof buffer)) > 0) out.append(buffer, static_cast<size_t>(got));
+    int err = 0;
+    const char* message = gzerror(f, &err);
+    const bool failed = got < 0 || (err != Z_OK && err != Z_STREAM_END);
+    const std::string why = failed ? message : "";
+    gzclose(f);
+    if (failed) throw ValueError("read_idx: " + path + " is not a valid gzip file (" + why + ")");
+    return out;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError("read_idx: cannot open " + path);
+  out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return out;
+}
+
+DType idx_dtype(unsigned code, const std::string& path) {
+  switch (code) {
+    case 0x08:
+      return uint8;
+    case 0x09:
+      return int8;
+    case 0x0B:
+      return int16;
+    case 0x0C:
+      return int32;
+    case 0x0D:
+      return float32;
+    case 0x0E:
+      return float64;
+    default:
+      break;
+  }
+  throw ValueError("read_idx: " + path + " has data type code 0x" + std::to_string(code) +
+                   ", not one of IDX's (0x08, 0x09, 0x0B-0x0E)");
+}
+
+unsigned idx_code(DType t) {
+  if (t == uint8) return 0x08;
+  if (t == int8) return 0x09;
+  if (t == int16) return 0x0B;
+  if (t == int32) return 0x0C;
+  if (t == float32) return 0x0D;
+  if (t == float64) return 0x0E;
+  throw DTypeError("write_idx: IDX has no " + std::string(dtype_name(t)) + " type; convert to int32 or float32");
+}
+
+}  // namespace
+
+Array read_idx(const std::string& path) {
+  const std::string bytes = read_file(path);
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  if (bytes.size() < 4 || byte(0) != 0 || byte(1) != 0)
+    throw ValueError("read_idx: " + path + " does not start with an IDX magic number (0, 0, type, rank)");
+  const DType dtype = idx_dtype(byte(2), path);
+  const size_t rank = byte(3);
+  if (bytes.size() < 4 + 4 * rank) throw ValueError("read_idx: " + path + " is truncated inside its dimensions");
+  Shape shape;
+  uint64_t count = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    const uint64_t e = (uint64_t{byte(4 + 4 * d)} << 24) | (uint64_t{byte(5 + 4 * d)} << 16) |
+                       (uint64_t{byte(6 + 4 * d)} << 8) | uint64_t{byte(7 + 4 * d)};
+    shape.push_back(static_cast<int64_t>(e));
+    count *= e;
+  }
+  const size_t header = 4 + 4 * rank, item = static_cast<size_t>(itemsize(dtype));
+  if (bytes.size() - header != count * item)
+    throw ValueError("read_idx: " + path + " holds " + std::to_string(bytes.size() - header) +
+                     " data bytes but its shape " + shape_str(shape) + " needs " + std::to_string(count * item) +
+                     "; the file is truncated or corrupt");
+  Array out = empty(shape, dtype, cpu());
+  auto* dst = static_cast<unsigned char*>(out.data_ptr());
+  for (size_t i = 0; i < count; ++i)  // big-endian elements
+    for (size_t b = 0; b < item; ++b) dst[i * item + b] = byte(header + i * item + (item - 1 - b));
+  return out;
+}
+
+void write_idx(const std::string& path, const Array& a) {
+  const Array h = a.detach().to(cpu()).contiguous();
+  const unsigned code = idx_code(h.dtype());
+  std::string bytes = {0, 0, static_cast<char>(code), static_cast<char>(h.ndim())};
+  for (int64_t e : h.shape())
+    for (int s = 24; s >= 0; s -= 8) bytes += static_cast<char>((e >> s) & 0xFF);
+  const size_t item = static_cast<size_t>(itemsize(h.dtype()));
+  const auto* src = static_cast<const unsigned char*>(h.data_ptr());
+  for (int64_t i = 0; i < h.size(); ++i)
+    for (size_t b = 0; b < item; ++b) bytes += static_cast<char>(src[static_cast<size_t>(i) * item + (item - 1 - b)]);
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw ValueError("write_idx: cannot write " + path);
+}
+
+Dataset fashion_mnist(bool train, const std::string& dir) {
+  const std::string stem = train ? "train" : "t10k";
+  auto find = [&](const std::string& name) {
+    for (const std::string& candidate : {dir + "/" + name + ".gz", dir + "/" + name})
+      if (std::filesystem::exists(candidate)) return candidate;
+    throw ValueError(
+        "fashion_mnist: " + dir + "/" + name +
+        "(.gz) not found; install Debian's dataset-fashion-mnist "
+        "(apt-get install dataset-fashion-mnist, as make demo does) or pass the folder holding the IDX files");
+  };
+  const Array images = read_idx(find(stem + "-images-idx3-ubyte"));
+  const Array labels = read_idx(find(stem + "-labels-idx1-ubyte"));
+  if (images.ndim() != 3 || labels.ndim() != 1 || images.shape(0) != labels.shape(0))
+    throw ValueError("fashion_mnist: images of shape " + shape_str(images.shape()) + " and labels of shape " +
+                     shape_str(labels.shape()) + " in " + dir + " do not pair up");
+  return {images.reshape({images.shape(0), images.shape(1) * images.shape(2)}).astype(float32) / 255.0f,
+          labels.astype(int64)};
+}
+
+// ---------------------------------------------------------------- DataLoader
+struct DataLoader::Epoch::State {
+  struct Item {
+    Batch batch;
+    std::optional<Event> ready;  // the copy to the device, on the worker's side stream
+  };
+  struct Worker {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<Item> items;
+    std::thread thread;
+  };
+  Array inputs, targets;  // host, contiguous
+  DataLoaderOptions options;
+  std::vector<int64_t> order;
+  int64_t batches = 0;
+  int64_t next = 0;
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  std::vector<std::unique_ptr<Worker>> workers;
+
+  int64_t rows_of(int64_t k) const {
+    return std::min(options.batch_size, static_cast<int64_t>(order.size()) - k * options.batch_size);
+  }
+
+  /// The rows of batch k gathered into (pinned, for a GPU) host memory.
+  Array gather(const Array& source, int64_t k, bool pinned) const {
+    const int64_t rows = rows_of(k);
+    Shape shape = source.shape();
+    shape[0] = rows;
+    Array out = empty(shape, source.dtype(), cpu(), ArrayOptions{.pinned = pinned});
+    const size_t row_bytes = static_cast<size_t>(source.nbytes() / std::max<int64_t>(source.shape(0), 1));
+    const auto* src = static_cast<const char*>(source.data_ptr());
+    auto* dst = static_cast<char*>(out.data_ptr());
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                  src + static_cast<size_t>(order[static_cast<size_t>(k * options.batch_size + r)]) * row_bytes,
+                  row_bytes);
+    return out;
+  }
+
+  void run(size_t w) {
+    try {
+      const Device device = options.device.value_or(cpu());
+      const bool gpu = device.is_cuda();
+      std::optional<Stream> side;
+      std::optional<DeviceGuard> guard;
+      if (gpu) {
+        guard.emplace(device);
+        side = Stream::create(device);
+      }
+      Worker& me = *workers[w];
+      for (int64_t k = static_cast<int64_t>(w); k < batches; k += static_cast<int64_t>(workers.size())) {
+        {
+          std::unique_lock lock(me.mutex);
+          me.changed.wait(lock, [&] { return stop || static_cast<int>(me.items.size()) < options.prefetch; });
+          if (stop) return;
+        }
+        Item item;
+        item.batch.index = k;
+        Array x = gather(inputs, k, gpu), y = gather(targets, k, gpu);
+        if (gpu) {
+          StreamGuard on_side(*side);
+          item.batch.x = x.to(device, *side, {.non_blocking = true});
+          item.batch.y = y.to(device, *side, {.non_blocking = true});
+          item.ready = Event::create(device, false);
+          item.ready->record(*side);
+        } else {
+          item.batch.x = x;
+          item.batch.y = y;
+        }
+        std::lock_guard lock(me.mutex);
+        me.items.push_back(std::move(item));
+        me.changed.notify_all();
+      }
+    } catch (...) {
+      Worker& me = *workers[w];
+      std::lock_guard lock(me.mutex);
+      error = std::current_exception();
+      me.changed.notify_all();
+    }
+  }
+};
+
+DataLoader::DataLoader(Array inputs, Array targets, DataLoaderOptions options)
+    : inputs_(inputs.detach().to(cpu()).contiguous()),
+      targets_(targets.detach().to(cpu()).contiguous()),
+      options_(options) {
+  if (inputs_.ndim() == 0 || targets_.ndim() == 0 || inputs_.shape(0) != targets_.shape(0))
+    throw ShapeError("DataLoader: inputs of shape " + shape_str(inputs_.shape()) + " and targets of shape " +
+                     shape_str(targets_.shape()) + " need the same number of samples on axis 0");
+  if (options_.batch_size <= 0) throw ValueError("DataLoader: batch_size must be positive");
+  if (options_.workers <= 0 || options_.prefetch <= 0)
+    throw ValueError("DataLoader: workers and prefetch must be positive");
+  n_ = inputs_.shape(0);
+}
+
+DataLoader::~DataLoader() = default;
+
+int64_t DataLoader::num_batches() const {
+  return options_.drop_last ? n_ / options_.batch_size : (n_ + options_.batch_size - 1) / options_.batch_size;
+}
+
+std::unique_ptr<DataLoader::Epoch> DataLoader::epoch() {
+  auto state = std::make_shared<Epoch::State>();
+  state->inputs = inputs_;
+  state->targets = targets_;
+  state->options = options_;
+  state->order.resize(static_cast<size_t>(n_));
+  std::iota(state->order.begin(), state->order.end(), int64_t{0});
+  if (options_.shuffle) {
+    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch_));
+    std::shuffle(state->order.begin(), state->order.end(), rng);
+  }
+  ++epoch_;
+  state->batches = num_batches();
+  const size_t workers = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(options_.workers, state->batches)));
+  for (size_t w = 0; w < workers; ++w) state->workers.push_back(std::make_unique<Epoch::State::Worker>());
+  for (size_t w = 0; w < workers; ++w) state->workers[w]->thread = std::thread([s = state.get(), w] { s->run(w); });
+  return std::unique_ptr<Epoch>(new Epoch(std::move(state)));
+}
+
+DataLoader::Epoch::Epoch(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+DataLoader::Epoch::~Epoch() {
+  state_->stop = true;
+  for (auto& w : state_->workers) {
+    {
+      std::lock_guard lock(w->mutex);
+      w->changed.notify_all();
+    }
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+std::optional<Batch> DataLoader::Epoch::next() {
+  State& s = *state_;
+  if (s.next >= s.batches) return std::nullopt;
+  State::Worker& w = *s.workers[static_cast<size_t>(s.next % static_cast<int64_t>(s.workers.size()))];
+  State::Item item;
+  {
+    std::unique_lock lock(w.mutex);
+    w.changed.wait(lock, [&] { return !w.items.empty() || s.error; });
+    if (w.items.empty()) std::rethrow_exception(s.error);
+    item = std::move(w.items.front());
+    w.items.pop_front();
+    w.changed.notify_all();
+  }
+  ++s.next;
+  if (item.ready) {  // the consumer's stream waits for the copy; the allocator learns the arrays are used there
+    const Stream current = Stream::current(item.batch.x.device());
+    item.ready->wait(current);
+    item.batch.x.record_stream(current);
+    item.batch.y.record_stream(current);
+  }
+  return std::move(item.batch);
+}
+
+DataLoader::Iterator::Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)), done_(false) { ++*this; }
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  std::optional<Batch> b = epoch_->next();
+  if (!b) {
+    done_ = true;
+    epoch_.reset();
+  } else {
+    batch_ = std::move(*b);
+  }
+  return *this;
+}
+
+DataLoader::Iterator DataLoader::begin() { return Iterator(std::shared_ptr<Epoch>(epoch())); }
+
+}  // namespace kiln::data
