@@ -43,7 +43,13 @@ test: build-test
 # The last preset built is the most capable one (cuda when the toolkit is there); `kiln bench` picks the
 # best device present (cuda:0, else the CPU, where the GPU cases say why they are skipped).
 demo: build
-	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); ./build/$$p/tools/kiln/kiln info && ./build/$$p/tools/kiln/kiln bench --quick
+	@missing=""; for p in $(DEMO_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); ./build/$$p/tools/kiln/kiln info && \
+	  ./build/$$p/tools/kiln/kiln train mlp --epochs 3 && ./build/$$p/tools/kiln/kiln bench --quick
 
 bench: build
 	./scripts/bench-cpu

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness/op_harness.hpp"
 #include "kiln/kiln.hpp"
+#include "kiln/train.hpp"
 
 namespace kiln {
 namespace {
@@ -444,6 +448,48 @@ TEST(NnTraining, AnMlpSeparatesThreeBlobs) {
     model->eval();
     NoGradGuard no_grad;
     EXPECT_GT(nn::accuracy((*model)(x), labels).item<double>(), 0.9) << d.str();
+  }
+}
+
+TEST(NnTraining, FitLogsEveryEpochAndStopsWhenACallbackSays) {
+  for (Device d : devices()) {
+    random::seed(13);
+    const Array x = random::normal({200, 4}, 0.0, 1.0, float32, d);
+    const Array y = (x.index({Slice(), 0}) > 0).astype(int64);
+    data::DataLoader train(x, y, {.batch_size = 32, .shuffle = true, .device = d});
+    data::DataLoader test(x, y, {.batch_size = 100, .device = d});
+    auto model = mlp(d);
+    optim::Adam opt(model->parameters(), {.lr = 0.02});
+    const std::string log =
+        (std::filesystem::temp_directory_path() / ("kiln_fit_" + std::to_string(::getpid()) + ".jsonl")).string();
+    std::filesystem::remove(log);
+    std::ostringstream out;
+    int calls = 0;
+    const auto history =
+        train::fit(*model, opt, train, &test,
+                   {.epochs = 10, .log_path = log, .out = &out, .on_epoch_end = {[&](const train::EpochMetrics& m) {
+                                                                  ++calls;
+                                                                  return m.epoch < 4;
+                                                                }}});
+    EXPECT_EQ(history.size(), 4u);  // the callback stopped it after epoch 4
+    EXPECT_EQ(calls, 4);
+    EXPECT_LT(history.back().train_loss, history.front().train_loss);
+    EXPECT_GT(history.back().test_accuracy, 0.75);  // 28 steps on a linearly separable rule
+    EXPECT_TRUE(model->is_training());
+    std::ifstream in(log);
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      ++lines;
+      EXPECT_NE(line.find("\"epoch\": " + std::to_string(lines)), std::string::npos) << line;
+      EXPECT_NE(line.find("\"test_accuracy\""), std::string::npos) << line;
+    }
+    EXPECT_EQ(lines, 4);
+    EXPECT_NE(out.str().find("epoch   4"), std::string::npos) << out.str();
+    std::filesystem::remove(log);
+    const auto [loss, acc] = train::evaluate(*model, test);
+    EXPECT_NEAR(loss, history.back().test_loss, 1e-6);
+    EXPECT_NEAR(acc, history.back().test_accuracy, 1e-12);
   }
 }
 

@@ -1,0 +1,137 @@
+// train::fit: the loop, device-side metrics, progress output and the JSON-lines log.
+#include "kiln/train.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "kiln/autograd.hpp"
+#include "kiln/json.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Array default_loss(const Array& output, const Array& target) { return nn::cross_entropy(output, target); }
+
+/// Sums of the loss (times the batch size) and of correct predictions, kept on the device.
+struct Totals {
+  Array loss, correct;
+  int64_t samples = 0;
+  void add(const Array& batch_loss, const Array& output, const Array& target, bool accuracy) {
+    const int64_t rows = output.ndim() > 0 ? output.shape(0) : 1;
+    const Array l = batch_loss.detach().astype(float64) * static_cast<double>(rows);
+    loss = loss.defined() ? loss + l : l;
+    if (accuracy) {
+      const Array c = sum(equal(argmax(output.detach(), -1), target.reshape({rows}).astype(int64)));
+      correct = correct.defined() ? correct + c : c;
+    }
+    samples += rows;
+  }
+  double mean_loss() const { return samples ? loss.item<double>() / static_cast<double>(samples) : 0.0; }
+  double accuracy() const {
+    return samples && correct.defined() ? static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples)
+                                        : -1.0;
+  }
+};
+
+std::string number(double v) { return json_number(v); }
+
+}  // namespace
+
+std::string EpochMetrics::json() const {
+  std::string s = "{\"epoch\": " + std::to_string(epoch) + ", \"train_loss\": " + number(train_loss);
+  if (train_accuracy >= 0) s += ", \"train_accuracy\": " + number(train_accuracy);
+  if (test_loss >= 0) s += ", \"test_loss\": " + number(test_loss);
+  if (test_accuracy >= 0) s += ", \"test_accuracy\": " + number(test_accuracy);
+  s += ", \"seconds\": " + number(seconds) + ", \"samples_per_second\": " + number(samples_per_second) +
+       ", \"lr\": " + number(lr) + "}";
+  return s;
+}
+
+std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader, const LossFn& loss, bool accuracy) {
+  const LossFn& fn = loss ? loss : LossFn(default_loss);
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  Totals totals;
+  for (const data::Batch& b : loader) {
+    const Array out = model(b.x);
+    totals.add(fn(out, b.y), out, b.y, accuracy);
+  }
+  model.train(was_training);
+  return {totals.mean_loss(), totals.accuracy()};
+}
+
+std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& train,
+                              data::DataLoader* test, const FitOptions& options) {
+  std::ostream& out = options.out ? *options.out : std::cout;
+  const bool terminal = options.progress && (&out == &std::cout) && isatty(fileno(stdout));
+  const LossFn loss_fn = options.loss ? options.loss : LossFn(default_loss);
+  std::ofstream log;
+  if (!options.log_path.empty()) {
+    log.open(options.log_path, std::ios::app);
+    if (!log) throw ValueError("train::fit: cannot open the log " + options.log_path + " for appending");
+  }
+  std::vector<EpochMetrics> history;
+  const int64_t batches = train.num_batches();
+  for (int64_t e = 1; e <= options.epochs; ++e) {
+    model.train();
+    Totals totals;
+    const auto start = Clock::now();
+    for (const data::Batch& b : train) {
+      const Array output = model(b.x);
+      const Array loss = loss_fn(output, b.y);
+      optimizer.zero_grad();
+      loss.backward();
+      optimizer.step();
+      totals.add(loss, output, b.y, options.accuracy);
+      if (terminal && (b.index % 20 == 0 || b.index + 1 == batches)) {
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        const double rate = static_cast<double>(b.index + 1) / std::max(elapsed, 1e-9);
+        const int done = static_cast<int>(30 * (b.index + 1) / batches);
+        out << "\repoch " << e << "/" << options.epochs << " [" << std::string(static_cast<size_t>(done), '#')
+            << std::string(static_cast<size_t>(30 - done), '.') << "] " << (b.index + 1) << "/" << batches << " "
+            << static_cast<int64_t>(rate) << " batches/s, ETA "
+            << static_cast<int64_t>(static_cast<double>(batches - b.index - 1) / rate) << " s" << std::flush;
+      }
+    }
+    EpochMetrics m;
+    m.epoch = e;
+    m.train_loss = totals.mean_loss();  // the one read of the epoch's metrics (synchronises)
+    m.train_accuracy = totals.accuracy();
+    m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    m.samples_per_second = static_cast<double>(totals.samples) / std::max(m.seconds, 1e-12);
+    m.lr = optimizer.lr();
+    if (test) std::tie(m.test_loss, m.test_accuracy) = evaluate(model, *test, loss_fn, options.accuracy);
+    history.push_back(m);
+    if (log) log << m.json() << "\n" << std::flush;
+    if (options.progress) {
+      char line[256];
+      std::snprintf(line, sizeof line, "epoch %3lld  loss %.4f", static_cast<long long>(e), m.train_loss);
+      std::string text = line;
+      if (m.train_accuracy >= 0) text += "  acc " + std::to_string(m.train_accuracy).substr(0, 6);
+      if (m.test_loss >= 0) {
+        std::snprintf(line, sizeof line, "  test loss %.4f", m.test_loss);
+        text += line;
+      }
+      if (m.test_accuracy >= 0) text += "  test acc " + std::to_string(m.test_accuracy).substr(0, 6);
+      std::snprintf(line, sizeof line, "  %.2f s  %.0f samples/s", m.seconds, m.samples_per_second);
+      text += line;
+      out << (terminal ? "\r\033[K" : "") << text << "\n" << std::flush;
+    }
+    bool go_on = true;
+    for (const auto& callback : options.on_epoch_end) go_on = callback(m) && go_on;
+    if (!go_on) break;
+  }
+  return history;
+}
+
+}  // namespace kiln::train
