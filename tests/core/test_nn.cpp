@@ -336,6 +336,7 @@ TEST(NnOptim, AdamAndAdamWFollowPyTorchsFormulas) {
           return std::make_unique<optim::Adam>(ps, o);
         },
         [&](auto& p, auto& g, int t) {
+          if (t == 1) m.assign(3, 0.0), v.assign(3, 0.0);  // a fresh optimizer on each device
           for (size_t i = 0; i < 3; ++i) {
             double d = g[i];
             if (decoupled)
