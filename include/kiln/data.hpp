@@ -41,11 +41,11 @@ void write_idx(const std::string& path, const Array& a);
 struct DataLoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = false;
-  bool drop_last = false;        ///< drop a last batch smaller than batch_size
-  uint64_t seed = 0;             ///< the shuffle of epoch e is a function of (seed, e)
-  int workers = 2;               ///< threads assembling batches
-  int prefetch = 2;              ///< batches each worker prepares ahead
-  std::optional<Device> device;  ///< where batches go (default: the CPU)
+  bool drop_last = false;          ///< drop a last batch smaller than batch_size
+  uint64_t seed = 0;               ///< the shuffle of epoch e is a function of (seed, e)
+  int workers = 2;                 ///< threads assembling batches
+  int prefetch = 2;                ///< batches each worker prepares ahead
+  std::optional<Device> device{};  ///< where batches go (default: the CPU)
 };
 
 struct Batch {

@@ -22,4 +22,5 @@
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"
 #include "kiln/stream.hpp"
+#include "kiln/train.hpp"
 #include "kiln/version.hpp"

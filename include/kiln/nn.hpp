@@ -92,8 +92,10 @@ class Module : public std::enable_shared_from_this<Module> {
   }
 
  private:
+  using Entries = std::vector<std::pair<std::string, Array>>;
   void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
-  std::vector<std::pair<std::string, Array>> parameters_, buffers_;
+  Entries collect(bool recurse, Entries Module::*which) const;
+  Entries parameters_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

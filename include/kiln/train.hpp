@@ -40,16 +40,16 @@ using LossFn = std::function<Array(const Array& output, const Array& target)>;
 struct FitOptions {
   int64_t epochs = 1;
   /// Default: nn::cross_entropy.
-  LossFn loss;
+  LossFn loss{};
   /// Also count correct argmax predictions (classification).
   bool accuracy = true;
   /// JSON lines, one per epoch (appended); empty: none.
-  std::string log_path;
+  std::string log_path{};
   /// Print progress: a line updated in place on a terminal, one line per epoch otherwise.
   bool progress = true;
   std::ostream* out = nullptr;  ///< default std::cout
   /// Called after each epoch's metrics are known (schedulers, checkpoints, early stopping: return false to stop).
-  std::vector<std::function<bool(const EpochMetrics&)>> on_epoch_end;
+  std::vector<std::function<bool(const EpochMetrics&)>> on_epoch_end{};
 };
 
 /// Trains `model` with `optimizer` for options.epochs epochs (train mode), evaluating on `test` after each

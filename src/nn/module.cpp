@@ -68,30 +68,25 @@ void Module::visit(const std::string& prefix, const std::function<void(const std
   for (auto& [name, child] : children_) child->visit(prefix + name + ".", f);
 }
 
-std::vector<std::pair<std::string, Array>> Module::named_parameters(bool recurse) const {
+std::vector<std::pair<std::string, Array>> Module::collect(bool recurse, Entries Module::*which) const {
   std::vector<std::pair<std::string, Array>> out;
   auto* self = const_cast<Module*>(this);
-  auto collect = [&](const std::string& prefix, Module& m) {
-    for (const auto& [name, p] : m.parameters_) out.emplace_back(prefix + name, p);
+  auto add = [&](const std::string& prefix, Module& m) {
+    for (const auto& [name, a] : m.*which) out.emplace_back(prefix + name, a);
   };
   if (recurse)
-    self->visit("", collect);
+    self->visit("", add);
   else
-    collect("", *self);
+    add("", *self);
   return out;
 }
 
+std::vector<std::pair<std::string, Array>> Module::named_parameters(bool recurse) const {
+  return collect(recurse, &Module::parameters_);
+}
+
 std::vector<std::pair<std::string, Array>> Module::named_buffers(bool recurse) const {
-  std::vector<std::pair<std::string, Array>> out;
-  auto* self = const_cast<Module*>(this);
-  auto collect = [&](const std::string& prefix, Module& m) {
-    for (const auto& [name, b] : m.buffers_) out.emplace_back(prefix + name, b);
-  };
-  if (recurse)
-    self->visit("", collect);
-  else
-    collect("", *self);
-  return out;
+  return collect(recurse, &Module::buffers_);
 }
 
 std::vector<Array> Module::parameters(bool recurse) const {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.hpp"
+#include "kiln/train.hpp"
 
 using namespace kiln;
 
@@ -52,4 +53,20 @@ TEST(ReadmeOptions, kernel_and_module_options_in_the_readme_form) {
   const LaunchOptions launch = {.shared_mem = 64 << 10};
   EXPECT_EQ(launch.shared_mem, size_t{64} << 10);
   EXPECT_FALSE(launch.stream.has_value());
+}
+
+TEST(ReadmeOptions, nn_options_in_the_readme_form_keep_the_other_defaults) {
+  const optim::SGDOptions sgd = {.lr = 0.1, .momentum = 0.9};
+  EXPECT_EQ(sgd.weight_decay, 0.0);
+  EXPECT_FALSE(sgd.nesterov);
+  const optim::AdamOptions adam = {.lr = 1e-3};
+  EXPECT_EQ(adam.beta2, 0.999);
+  const data::DataLoaderOptions loader = {.batch_size = 100, .shuffle = true, .device = cpu()};
+  EXPECT_FALSE(loader.drop_last);
+  EXPECT_EQ(loader.workers, 2);
+  const train::FitOptions fit = {.epochs = 20, .log_path = "log.jsonl"};
+  EXPECT_TRUE(fit.accuracy);
+  EXPECT_TRUE(fit.on_epoch_end.empty());
+  const GradcheckOptions check = {.eps = 1e-6};
+  EXPECT_EQ(check.rtol, 1e-3);
 }
