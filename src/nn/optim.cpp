@@ -2,7 +2,10 @@
 // clipping and learning-rate schedules.
 #include "kiln/optim.hpp"
 
+#include <array>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <numbers>
 #include <string>
 #include <tuple>
@@ -10,8 +13,134 @@
 #include "kiln/autograd.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/raw_module.hpp"
 
 namespace kiln::optim {
+
+// ---------------------------------------------------------------- multi-tensor kernels (GPU, float32)
+// As PyTorch's foreach/fused paths: one launch updates up to kTensors parameters, each block one chunk of one
+// tensor, the pointer table passed by value as a kernel parameter (no copy to the device). The arithmetic is
+// the per-parameter fused functions' in the same order, float32, no contraction (--fmad=false), so both paths
+// give the same bits.
+namespace {
+
+constexpr int kTensors = 36, kBlocks = 320;
+constexpr int64_t kChunk = 8192;  // elements per block: 32 per thread, enough blocks to fill a GPU
+struct MultiList {
+  void* ptr[4][kTensors];
+  int64_t n[kTensors];
+  uint8_t tensor[kBlocks];
+  int32_t chunk[kBlocks];
+};
+static_assert(sizeof(MultiList) <= 4000, "CUDA kernel parameters are limited to 4 KB");
+
+constexpr const char* kMultiSource = R"(
+#define TENSORS 36
+#define BLOCKS 320
+#define CHUNK 8192LL
+struct MultiList { void* ptr[4][TENSORS]; long long n[TENSORS]; unsigned char tensor[BLOCKS]; int chunk[BLOCKS]; };
+extern "C" __global__ void sgd_multi(MultiList l, int mode, float lr, float m, float keep, float wd) {
+  const int t = l.tensor[blockIdx.x];
+  float* p = (float*)l.ptr[0][t];
+  const float* g = (const float*)l.ptr[1][t];
+  float* v = (float*)l.ptr[2][t];
+  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
+  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const float pi = p[i];
+    const float d = g[i] + pi * wd;
+    if (mode == 0) {
+      p[i] = pi - d * lr;
+    } else {
+      const float v2 = v[i] * m + d * keep;
+      v[i] = v2;
+      p[i] = mode == 1 ? pi - v2 * lr : pi - (d + v2 * m) * lr;
+    }
+  }
+}
+extern "C" __global__ void adam_multi(MultiList l, float b1, float omb1, float b2, float omb2, float step_size,
+                                      float bc2_sqrt, float eps, float wd, float decay) {
+  const int t = l.tensor[blockIdx.x];
+  float* p = (float*)l.ptr[0][t];
+  const float* g = (const float*)l.ptr[1][t];
+  float* mm = (float*)l.ptr[2][t];
+  float* vv = (float*)l.ptr[3][t];
+  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
+  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const float pi = p[i];
+    const float d = g[i] + pi * wd;
+    const float m2 = mm[i] * b1 + d * omb1;
+    const float v2 = vv[i] * b2 + d * d * omb2;
+    mm[i] = m2;
+    vv[i] = v2;
+    p[i] = pi * decay - m2 / (sqrtf(v2) / bc2_sqrt + eps) * step_size;
+  }
+}
+)";
+
+const RawModule& multi_module(Device d) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<RawModule>> modules;
+  std::lock_guard lock(mutex);
+  auto& m = modules[d.index];
+  if (!m)
+    m = std::make_unique<RawModule>(kMultiSource,
+                                    RawModuleOptions{.options = {"--fmad=false"}, .device = d, .name = "optim_multi"});
+  return *m;
+}
+
+/// Whether a parameter goes through the multi-tensor kernels: float32 on a GPU, its gradient and state
+/// contiguous arrays of its shape and dtype.
+bool multi_ok(const Array& p, std::initializer_list<const Array*> others) {
+  if (!p.device().is_cuda() || p.dtype() != float32 || !p.is_contiguous()) return false;
+  for (const Array* a : others)
+    if (!a->defined() || a->dtype() != float32 || !a->is_contiguous() || !(a->shape() == p.shape()) ||
+        a->device() != p.device())
+      return false;
+  return true;
+}
+
+/// Launches `kernel` over `tensors` (each: the arrays of one parameter, in the kernel's order), in as few
+/// launches as the table sizes allow.
+template <class... Scalars>
+void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<std::vector<Array>>& tensors,
+                        Scalars... scalars) {
+  const RawKernel k = multi_module(d).function(kernel);
+  MultiList list{};
+  int count = 0, blocks = 0;
+  auto flush = [&] {
+    if (blocks > 0) k.launch(Dim3(blocks), Dim3(256), list, scalars...);
+    list = MultiList{};
+    count = blocks = 0;
+  };
+  for (const std::vector<Array>& arrays : tensors) {
+    const int64_t n = arrays[0].size();
+    if (n == 0) continue;
+    if (count == kTensors) flush();
+    for (size_t j = 0; j < arrays.size(); ++j) {
+      list.ptr[j][count] = arrays[j].data_ptr();
+      if (j != 1) arrays[j].storage()->bump_version();  // written in place (the gradient, j = 1, is only read)
+    }
+    list.n[count] = n;
+    for (int64_t c = 0; c * kChunk < n; ++c) {
+      if (blocks == kBlocks) {  // the table is full: launch, then carry this tensor over
+        const int t = count;
+        std::array<void*, 4> ptrs{};
+        for (size_t j = 0; j < 4; ++j) ptrs[j] = list.ptr[j][t];
+        flush();
+        for (size_t j = 0; j < 4; ++j) list.ptr[j][0] = ptrs[j];
+        list.n[0] = n;
+        count = 0;
+      }
+      list.tensor[blocks] = static_cast<uint8_t>(count);
+      list.chunk[blocks] = static_cast<int32_t>(c);
+      ++blocks;
+    }
+    ++count;
+  }
+  flush();
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------- Optimizer
 Optimizer::Optimizer(std::vector<Array> parameters, double lr) : parameters_(std::move(parameters)), lr_(lr) {
@@ -76,10 +205,16 @@ void SGD::step() {
       },
       "sgd_nesterov");
   const SGDOptions& o = options_;
+  std::map<int, std::vector<std::vector<Array>>> multi;  // by GPU
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Array& p = parameters_[i];
     const Array g = p.grad();
     if (!g.defined()) continue;
+    if (o.momentum == 0 ? multi_ok(p, {&g}) : multi_ok(p, {&g, &momentum_[i]})) {
+      multi[p.device().index].push_back(o.momentum == 0 ? std::vector<Array>{p, g}
+                                                        : std::vector<Array>{p, g, momentum_[i]});
+      continue;
+    }
     if (o.momentum == 0) {
       plain.out({p}, p, g, lr_, o.weight_decay);
       continue;
@@ -95,6 +230,11 @@ void SGD::step() {
     else
       heavy_ball.out({p, v}, p, g, v, lr_, o.momentum, 1.0 - o.dampening, o.weight_decay);
   }
+  const int mode = o.momentum == 0 ? 0 : o.nesterov ? 2 : 1;
+  for (const auto& [index, tensors] : multi)
+    multi_tensor_apply("sgd_multi", gpu(index), tensors, int32_t(mode), static_cast<float>(lr_),
+                       static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening),
+                       static_cast<float>(o.weight_decay));
   ++step_;
 }
 
@@ -141,6 +281,7 @@ void Adam::step() {
   const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
   const double l2 = decoupled_ ? 0.0 : o.weight_decay;
   const double decay = decoupled_ ? 1.0 - lr_ * o.weight_decay : 1.0;
+  std::map<int, std::vector<std::vector<Array>>> multi;  // by GPU
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Array& p = parameters_[i];
     const Array g = p.grad();
@@ -149,9 +290,17 @@ void Adam::step() {
       exp_avg_[i] = zeros_like(p);
       exp_avg_sq_[i] = zeros_like(p);
     }
+    if (multi_ok(p, {&g, &exp_avg_[i], &exp_avg_sq_[i]})) {
+      multi[p.device().index].push_back({p, g, exp_avg_[i], exp_avg_sq_[i]});
+      continue;
+    }
     update.out({p, exp_avg_[i], exp_avg_sq_[i]}, p, g, exp_avg_[i], exp_avg_sq_[i], o.beta1, 1.0 - o.beta1, o.beta2,
                1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
   }
+  auto f = [](double v) { return static_cast<float>(v); };
+  for (const auto& [index, tensors] : multi)
+    multi_tensor_apply("adam_multi", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2), f(1.0 - o.beta2),
+                       f(lr_ / bc1), f(std::sqrt(bc2)), f(o.eps), f(l2), f(decay));
 }
 
 nn::StateDict Adam::state_dict() const {
