@@ -3,9 +3,11 @@
 //   optim::Adam opt(model->parameters(), {.lr = 1e-3});
 //   opt.zero_grad(); loss.backward(); optim::clip_grad_norm(model->parameters(), 1.0); opt.step();
 //
-// Make the optimizer after moving the model (Module::to makes new parameter arrays). Each step updates a
-// parameter and its state in place with one fused kernel on a GPU (kiln::fuse with out=), unrecorded; no
-// synchronisation. Parameters without a gradient are skipped. The update formulas are PyTorch's.
+// Make the optimizer after moving the model (Module::to makes new parameter arrays). A step updates the
+// parameters and their state in place, unrecorded, without synchronising: float32 parameters on a GPU through
+// multi-tensor kernels (one launch for up to 36 parameters), others with one fused kernel per parameter
+// (kiln::fuse with out=); both give the CPU's bits. Parameters without a gradient are skipped. The update
+// formulas are PyTorch's.
 #pragma once
 
 #include <cstdint>
