@@ -13,7 +13,8 @@
 // Differentiable: every floating elementwise op (broadcasting reduced back to each input's shape; weak C++
 // scalars get no gradient), where and clip, sum/prod/mean/max/min/var/std/logsumexp/linalg::norm, cumsum,
 // matmul/dot, every view (reshape, transpose/permute, slicing and basic indexing, broadcast_to/expand_dims,
-// squeeze, split, as_strided), concatenate/stack, take (the gradient is scattered back with additions),
+// squeeze, split, as_strided), concatenate/stack, take and take_along_axis (the gradient is scattered back with
+// additions),
 // copy/contiguous/astype and to(device) (the gradient goes back to the input's dtype and device). Index and
 // bool results (argmax, comparisons, all/any) carry no gradient. Ops without one throw DTypeError when an input
 // requires grad (sort, cumprod, indexing with index arrays or masks): never a silently missing gradient.

@@ -18,6 +18,11 @@ namespace kiln {
 /// shape a.shape[:axis] + indices.shape + a.shape[axis+1:]. Negative indices count from the end.
 /// Syncs once (bounds check); throws ShapeError for an out-of-range index, DTypeError for non-integer indices.
 Array take(const Array& a, const Array& indices, std::optional<int64_t> axis = {});
+/// out[i..., j, k...] = a[i..., indices[i..., j, k...], k...] along `axis`, as np.take_along_axis (a gather:
+/// picks class scores, an embedding's rows per position): `indices` has a's rank and broadcasts with a on the
+/// other axes. Differentiable (the gradient is scattered back with additions). Syncs once (bounds check);
+/// ShapeError for a rank mismatch or an out-of-range index, DTypeError for non-integer indices.
+Array take_along_axis(const Array& a, const Array& indices, int64_t axis);
 /// Writes `values` (broadcast to indices' shape, cast) into `a` at flat (C-order) `indices`, as np.put.
 /// Syncs once (bounds check); throws as take.
 void put(const Array& a, const Array& indices, const Array& values);

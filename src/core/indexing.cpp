@@ -195,8 +195,8 @@ Array multi_offsets(const SplitIndex& split, const char* op) {
       const std::vector<Array> parts = mask_indices(*entry);
       for (size_t k = 0; k < parts.size(); ++k) adv.emplace_back(axis + static_cast<int64_t>(k), parts[k]);
     } else {
-      adv.emplace_back(axis, normalize_indices(*entry, v.shape(axis), std::string(op) + " (axis " +
-                                                                          std::to_string(axis) + ")"));
+      adv.emplace_back(
+          axis, normalize_indices(*entry, v.shape(axis), std::string(op) + " (axis " + std::to_string(axis) + ")"));
     }
   }
   Shape b;
@@ -283,7 +283,8 @@ Array values_for(const Array& a, const Array& values, const Shape& shape, const 
 }  // namespace
 
 Array detail::advanced_index(const Array& a, const Index* first, const Index* last) {
-  detail::reject_grad({&a}, "index with index arrays or masks", "use take(a, indices, axis) for a gather with a gradient");
+  detail::reject_grad({&a}, "index with index arrays or masks",
+                      "use take(a, indices, axis) for a gather with a gradient");
   const SplitIndex split = split_index(a, first, last, "index");
   return gather_flat(split.view, target_offsets(split, "index"));
 }
@@ -344,6 +345,35 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   Array out = gather_flat(a, detail::take_offsets(a, indices, axis));
   if (record) detail::autograd_hook().record_take(a, indices, axis, out);
   return out;
+}
+
+Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
+  require_defined(a, "take_along_axis", "the array");
+  require_defined(indices, "take_along_axis", "the index array");
+  require_same_device(a, indices, "take_along_axis", "the index array");
+  if (indices.ndim() != a.ndim())
+    throw ShapeError("take_along_axis: the indices have shape " + shape_str(indices.shape()) + " but the array has " +
+                     std::to_string(a.ndim()) + " axes (shape " + shape_str(a.shape()) +
+                     "); give the indices the array's rank (expand_dims them)");
+  const int64_t ax = normalize_axis(axis, a.ndim(), "take_along_axis");
+  // The output's shape: indices and a broadcast on every axis but `axis`, which comes from the indices.
+  Shape other_a = a.shape(), other_i = indices.shape();
+  other_a[static_cast<size_t>(ax)] = 1;
+  other_i[static_cast<size_t>(ax)] = 1;
+  Shape shape = broadcast_shapes(other_a, other_i, "take_along_axis");
+  shape[static_cast<size_t>(ax)] = indices.shape(ax);
+  const Array idx = normalize_indices(indices, a.shape(ax), "take_along_axis");
+  // Flat C-order positions in a contiguous copy of `a`: the index on `axis`, the output's coordinate elsewhere.
+  const Shape strides = contiguous_strides(a.shape());
+  Array flat = idx * strides[static_cast<size_t>(ax)];
+  for (int64_t d = 0; d < a.ndim(); ++d) {
+    if (d == ax || a.shape(d) == 1) continue;
+    Shape column;
+    for (int64_t k = 0; k < a.ndim(); ++k) column.push_back(k == d ? shape[static_cast<size_t>(d)] : 1);
+    flat = flat +
+           arange(shape[static_cast<size_t>(d)], int64, a.device()).reshape(column) * strides[static_cast<size_t>(d)];
+  }
+  return take(a.contiguous().reshape({a.size()}), flat.broadcast_to(shape));
 }
 
 void put(const Array& a, const Array& indices, const Array& values) {

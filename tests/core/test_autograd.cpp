@@ -263,6 +263,11 @@ TEST(AutogradViews, EveryViewAndJoinPassesGradcheck) {
          {x}},
         {"take along an axis (repeats)", [idx](auto& v) { return take(v[0], idx, 1); }, {x}},
         {"take flattened", [idx](auto& v) { return take(v[0], idx * 5); }, {x}},
+        {"take_along_axis",
+         [d](auto& v) {
+           return take_along_axis(v[0], from_data(std::vector<int64_t>{3, 0, 3, -1, 2, 1}, Shape{2, 1, 3}, d), 2);
+         },
+         {x}},
         {"contiguous copy of a transpose", [](auto& v) { return v[0].T().contiguous() * 1.0; }, {x}},
         {"dot (matmul)",
          [](auto& v) {
@@ -271,6 +276,21 @@ TEST(AutogradViews, EveryViewAndJoinPassesGradcheck) {
          {x}},
     };
     for (const Case& c : cases) expect_gradcheck(c.f, c.in, c.name, d);
+  }
+}
+
+TEST(AutogradViews, TakeAlongAxisPicksAsNumPyAndRefusesBadIndices) {
+  for (Device d : devices()) {
+    const Array a = from_data(std::vector<double>{10, 11, 12, 20, 21, 22}, Shape{2, 3}, d);
+    const Array picked = take_along_axis(a, from_data(std::vector<int64_t>{2, 0}, Shape{2, 1}, d), 1);
+    EXPECT_EQ(picked.shape(), (Shape{2, 1}));
+    EXPECT_EQ(picked.to_vector<double>(), (std::vector<double>{12, 20}));
+    // Along axis 0 with a broadcast index row: out[i, j] = a[idx[i, j], j].
+    const Array rows = take_along_axis(a, from_data(std::vector<int64_t>{1, 0, -1}, Shape{1, 3}, d), 0);
+    EXPECT_EQ(rows.to_vector<double>(), (std::vector<double>{20, 11, 22}));
+    EXPECT_THROW(take_along_axis(a, from_data(std::vector<int64_t>{3, 0}, Shape{2, 1}, d), 1), ShapeError);
+    EXPECT_THROW(take_along_axis(a, from_data(std::vector<int64_t>{1, 0}, Shape{2}, d), 1), ShapeError);
+    EXPECT_THROW(take_along_axis(a, ones({2, 1}, float32, d), 1), DTypeError);
   }
 }
 
