@@ -23,6 +23,12 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis = {
 /// other axes. Differentiable (the gradient is scattered back with additions). Syncs once (bounds check);
 /// ShapeError for a rank mismatch or an out-of-range index, DTypeError for non-integer indices.
 Array take_along_axis(const Array& a, const Array& indices, int64_t axis);
+/// A copy of `a` with src[i..., j, k...] added at [i..., indices[i..., j, k...], k...] along `axis`, as
+/// torch.scatter_add (the adjoint of take_along_axis: repeated indices add up; on a GPU in no fixed order).
+/// `indices` and `src` have the same shape: a's, except on `axis`. Floating a (the
+/// sums are made in float32, float64 for float64 arrays); differentiable in a and src. Syncs once (bounds
+/// check); ShapeError / DTypeError as take_along_axis.
+Array scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src);
 /// Writes `values` (broadcast to indices' shape, cast) into `a` at flat (C-order) `indices`, as np.put.
 /// Syncs once (bounds check); throws as take.
 void put(const Array& a, const Array& indices, const Array& values);

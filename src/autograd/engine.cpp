@@ -11,6 +11,7 @@
 #include "core/indexing.hpp"
 #include "core/reduce.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/indexing.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln::autograd {
@@ -389,6 +390,22 @@ struct TakeNode : Node {
   std::optional<int64_t> axis;
 };
 
+struct ScatterAddNode : Node {
+  std::string name() const override { return "ScatterAddBackward"; }
+  std::vector<Array> apply(const Array& g) override {
+    std::vector<Array> r(2);
+    if (next[0].node) r[0] = g;
+    if (next[1].node) r[1] = take_along_axis(g, indices.get(*this), axis);
+    return r;
+  }
+  void release() override {
+    indices.reset();
+    released = true;
+  }
+  Saved indices;
+  int64_t axis = 0;
+};
+
 [[noreturn]] void not_differentiable(const std::string& op, const char* fix) {
   throw DTypeError(op + ": has no gradient, and an input requires grad; " + fix +
                    " (or detach() the input, or run it under a NoGradGuard)");
@@ -539,6 +556,15 @@ class Engine final : public detail::AutogradHook {
   void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, Array& out) override {
     auto node = std::make_shared<TakeNode>();
     add_input(*node, &a);
+    node->indices = Saved(indices);
+    node->axis = axis;
+    attach(out, node);
+  }
+
+  void record_scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src, Array& out) override {
+    auto node = std::make_shared<ScatterAddNode>();
+    add_input(*node, &a);
+    add_input(*node, &src);
     node->indices = Saved(indices);
     node->axis = axis;
     attach(out, node);

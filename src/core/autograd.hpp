@@ -135,6 +135,9 @@ class AutogradHook {
   virtual void record_concatenate(const std::vector<Array>& inputs, int64_t axis, Array& out) = 0;
   /// out = take(a, indices, axis) (flattened a when axis is absent).
   virtual void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, Array& out) = 0;
+  /// out = scatter_add(a, axis, indices, src).
+  virtual void record_scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src,
+                                  Array& out) = 0;
   /// Runs backward from `root` (Array::backward).
   virtual void backward(const Array& root, const Array& gradient, bool retain_graph) = 0;
 };

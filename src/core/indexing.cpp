@@ -347,23 +347,25 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   return out;
 }
 
-Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
-  require_defined(a, "take_along_axis", "the array");
-  require_defined(indices, "take_along_axis", "the index array");
-  require_same_device(a, indices, "take_along_axis", "the index array");
+namespace {
+/// Flat C-order positions, in an array of a's shape, that take_along_axis(a, indices, axis) reads (and
+/// scatter_add writes), of the broadcast output shape; checks ranks and bounds (one synchronisation).
+Array along_axis_offsets(const Array& a, const Array& indices, int64_t ax, const char* op) {
+  require_defined(a, op, "the array");
+  require_defined(indices, op, "the index array");
+  require_same_device(a, indices, op, "the index array");
   if (indices.ndim() != a.ndim())
-    throw ShapeError("take_along_axis: the indices have shape " + shape_str(indices.shape()) + " but the array has " +
-                     std::to_string(a.ndim()) + " axes (shape " + shape_str(a.shape()) +
+    throw ShapeError(std::string(op) + ": the indices have shape " + shape_str(indices.shape()) +
+                     " but the array has " + std::to_string(a.ndim()) + " axes (shape " + shape_str(a.shape()) +
                      "); give the indices the array's rank (expand_dims them)");
-  const int64_t ax = normalize_axis(axis, a.ndim(), "take_along_axis");
-  // The output's shape: indices and a broadcast on every axis but `axis`, which comes from the indices.
+  // The output's shape: indices and a broadcast on every axis but `ax`, which comes from the indices.
   Shape other_a = a.shape(), other_i = indices.shape();
   other_a[static_cast<size_t>(ax)] = 1;
   other_i[static_cast<size_t>(ax)] = 1;
-  Shape shape = broadcast_shapes(other_a, other_i, "take_along_axis");
+  Shape shape = broadcast_shapes(other_a, other_i, op);
   shape[static_cast<size_t>(ax)] = indices.shape(ax);
-  const Array idx = normalize_indices(indices, a.shape(ax), "take_along_axis");
-  // Flat C-order positions in a contiguous copy of `a`: the index on `axis`, the output's coordinate elsewhere.
+  const Array idx = normalize_indices(indices, a.shape(ax), op);
+  // The index on `ax`, the output's coordinate elsewhere.
   const Shape strides = contiguous_strides(a.shape());
   Array flat = idx * strides[static_cast<size_t>(ax)];
   for (int64_t d = 0; d < a.ndim(); ++d) {
@@ -373,7 +375,41 @@ Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
     flat = flat +
            arange(shape[static_cast<size_t>(d)], int64, a.device()).reshape(column) * strides[static_cast<size_t>(d)];
   }
-  return take(a.contiguous().reshape({a.size()}), flat.broadcast_to(shape));
+  return flat.broadcast_to(shape);
+}
+}  // namespace
+
+Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
+  require_defined(a, "take_along_axis", "the array");
+  const int64_t ax = normalize_axis(axis, a.ndim(), "take_along_axis");
+  const Array flat = along_axis_offsets(a, indices, ax, "take_along_axis");
+  return take(a.contiguous().reshape({a.size()}), flat);
+}
+
+Array scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src) {
+  require_defined(a, "scatter_add", "the array");
+  require_defined(src, "scatter_add", "the source array");
+  require_same_device(a, src, "scatter_add", "the source array");
+  if (!is_floating(a.dtype()))
+    throw DTypeError("scatter_add: the array must be floating, got " + std::string(dtype_name(a.dtype())) +
+                     "; convert it with astype(float32)");
+  const int64_t ax = normalize_axis(axis, a.ndim(), "scatter_add");
+  if (!(src.shape() == indices.shape()))
+    throw ShapeError("scatter_add: src has shape " + shape_str(src.shape()) + " but the indices have shape " +
+                     shape_str(indices.shape()) + "; give them the same shape");
+  for (int64_t d = 0; d < a.ndim() && d < indices.ndim(); ++d)
+    if (d != ax && indices.shape(d) != a.shape(d))
+      throw ShapeError("scatter_add: the indices have shape " + shape_str(indices.shape()) +
+                       " but the array has shape " + shape_str(a.shape()) + "; they must match on every axis but " +
+                       std::to_string(ax));
+  detail::GradRecorder record({&a, &src});
+  const Array flat = along_axis_offsets(a, indices, ax, "scatter_add");
+  const DType acc = a.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+  Array sums = a.astype(acc).copy();
+  if (flat.size() > 0) detail::scatter_add_flat(sums, flat.contiguous(), src.astype(acc).contiguous());
+  Array out = sums.dtype() == a.dtype() ? sums : sums.astype(a.dtype());
+  if (record) detail::autograd_hook().record_scatter_add(a, ax, indices, src, out);
+  return out;
 }
 
 void put(const Array& a, const Array& indices, const Array& values) {

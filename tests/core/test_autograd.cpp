@@ -294,6 +294,25 @@ TEST(AutogradViews, TakeAlongAxisPicksAsNumPyAndRefusesBadIndices) {
   }
 }
 
+TEST(AutogradViews, ScatterAddIsTheAdjointOfTakeAlongAxis) {
+  for (Device d : devices()) {
+    const Array a = from_data(std::vector<double>{1, 2, 3, 4, 5, 6}, Shape{2, 3}, d);
+    const Array idx = from_data(std::vector<int64_t>{2, 2, 0, 1, -1, 1, 0, 0}, Shape{2, 4}, d);
+    const Array src = from_data(std::vector<double>{10, 20, 30, 40, 50, 60, 70, 80}, Shape{2, 4}, d);
+    // Row 0: +10 +20 at 2, +30 at 0, +40 at 1; row 1: +50 at 2, +60 at 1, +70 +80 at 0.
+    EXPECT_EQ(scatter_add(a, 1, idx, src).to_vector<double>(), (std::vector<double>{31, 42, 33, 154, 65, 56}));
+    expect_gradcheck([&](auto& v) { return scatter_add(v[0], 1, idx, v[1]) * arange(3, float64, d); }, {a, src},
+                     "scatter_add", d);
+    // <take_along_axis(x, i), y> == <x, scatter_add(0, i, y)>
+    const Array x = values({2, 3}, -1, 1, 1, d), y = values({2, 4}, -1, 1, 2, d);
+    EXPECT_NEAR(sum(take_along_axis(x, idx, 1) * y).item<double>(),
+                sum(x * scatter_add(zeros_like(x), 1, idx, y)).item<double>(), 1e-12);
+    EXPECT_THROW(scatter_add(a, 1, idx, src.index({Slice(), Slice(0, 3)})), ShapeError);
+    EXPECT_THROW(scatter_add(a.astype(int64), 1, idx, src), DTypeError);
+    EXPECT_THROW(scatter_add(a, 1, idx * 5, src), ShapeError);
+  }
+}
+
 TEST(AutogradViews, MatmulShapesPassGradcheck) {
   for (Device d : devices()) {
     struct Case {
