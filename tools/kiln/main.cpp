@@ -13,8 +13,8 @@
 #include <system_error>
 
 #include "bench_common.hpp"
-#include "train.hpp"
 #include "kiln/kiln.hpp"
+#include "train.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
 #endif
@@ -181,26 +181,34 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--quick", quick, "smaller sizes and fewer repeats (about a minute)");
   auto* train_cmd = app.add_subcommand("train", "train a walkthrough's model on Fashion-MNIST (mlp)");
   kiln_cli::TrainArgs train;
-  train_cmd->add_option("MODEL", train.model, "mlp: the Chainer MNIST walkthrough's 784-100-100-10 MLP")
+  std::string hidden;
+  train_cmd->add_option("MODEL", train.model, "mlp: the Chainer MNIST walkthrough's MLP")
       ->check(CLI::IsMember({"mlp"}));
   train_cmd->add_option("--device", train.device, "cpu or cuda:N (default: the best device present)");
-  train_cmd->add_option("--data", train.data, "folder of the Fashion-MNIST IDX files (dataset-fashion-mnist)");
+  train_cmd->add_option("--data", train.data,
+                        "fashion-mnist (Debian's dataset-fashion-mnist) or a folder of Fashion-MNIST/MNIST IDX files");
   train_cmd->add_option("--epochs", train.epochs, "epochs (20)");
   train_cmd->add_option("--batch", train.batch, "batch size (100)");
-  train_cmd->add_option("--units", train.units, "hidden units (100)");
+  train_cmd->add_option("--hidden", hidden, "hidden layer widths, e.g. 100,100 (the default) or 1000,1000");
+  train_cmd->add_option("--units", train.units, "width of both hidden layers (same as --hidden N,N)");
   train_cmd->add_option("--dropout", train.dropout, "dropout after each hidden layer (0.5)");
-  train_cmd->add_option("--optimizer", train.optimizer, "sgd or adam (sgd)");
+  train_cmd->add_option("--opt,--optimizer", train.optimizer, "sgd or adam (sgd)");
   train_cmd->add_option("--lr", train.lr, "learning rate (0.01)");
   train_cmd->add_option("--momentum", train.momentum, "SGD momentum (0)");
   train_cmd->add_option("--seed", train.seed, "seed of the initialisation, dropout and shuffles (0)");
-  train_cmd->add_option("--log", train.log, "append one JSON line per epoch to this file");
-  train_cmd->add_option("--checkpoint", train.checkpoint, "save the trained model here (safetensors)");
+  train_cmd->add_option("--log", train.log,
+                        "append one JSON line per epoch to this file (scripts/plot-training draws it)");
+  train_cmd->add_option("--save,--checkpoint", train.checkpoint, "save the trained model here (safetensors)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
     if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
-    if (train_cmd->parsed()) return kiln_cli::train_mlp(train);
+    if (train_cmd->parsed()) {
+      if (!hidden.empty()) train.hidden = kiln_cli::parse_widths(hidden);
+      if (train.data == "fashion-mnist") train.data = kiln_cli::TrainArgs{}.data;
+      return kiln_cli::train_mlp(train);
+    }
   } catch (const std::exception& e) {  // kiln::Error and anything else: a message, not a crash
     std::cerr << "kiln: " << e.what() << "\n";
     return 1;

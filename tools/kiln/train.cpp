@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/kiln.hpp"
@@ -20,14 +21,16 @@ int train_mlp(const TrainArgs& a) {
   random::seed(a.seed);
   const data::Dataset train_set = data::fashion_mnist(true, a.data);
   const data::Dataset test_set = data::fashion_mnist(false, a.data);
+  const std::vector<int64_t> hidden = a.hidden.empty() ? std::vector<int64_t>{a.units, a.units} : a.hidden;
   auto model = std::make_shared<nn::Sequential>();
-  model->push_back(std::make_shared<nn::Linear>(784, a.units, true, float32, device));
-  model->push_back(std::make_shared<nn::ReLU>());
-  if (a.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(a.dropout));
-  model->push_back(std::make_shared<nn::Linear>(a.units, a.units, true, float32, device));
-  model->push_back(std::make_shared<nn::ReLU>());
-  if (a.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(a.dropout));
-  model->push_back(std::make_shared<nn::Linear>(a.units, 10, true, float32, device));
+  int64_t width = 784;
+  for (int64_t h : hidden) {
+    model->push_back(std::make_shared<nn::Linear>(width, h, true, float32, device));
+    model->push_back(std::make_shared<nn::ReLU>());
+    if (a.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(a.dropout));
+    width = h;
+  }
+  model->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, device));
   std::unique_ptr<optim::Optimizer> opt;
   if (a.optimizer == "adam")
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = a.lr});
@@ -56,6 +59,29 @@ int train_mlp(const TrainArgs& a) {
     fmt::print("wrote {}\n", a.checkpoint);
   }
   return 0;
+}
+
+std::vector<int64_t> parse_widths(const std::string& text) {
+  std::vector<int64_t> widths;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t used = 0;
+    int64_t w = 0;
+    try {
+      w = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || w <= 0)
+      throw ValueError("kiln train: --hidden takes positive widths separated by commas (100,100), got \"" + text +
+                       "\"");
+    widths.push_back(w);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return widths;
 }
 
 }  // namespace kiln_cli

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln_cli {
 
@@ -13,6 +14,7 @@ struct TrainArgs {
   int64_t epochs = 20;
   int64_t batch = 100;
   int64_t units = 100;
+  std::vector<int64_t> hidden;  ///< widths of the hidden layers (empty: two of `units`)
   double dropout = 0.5;
   std::string optimizer = "sgd";
   double lr = 0.01;
@@ -23,5 +25,7 @@ struct TrainArgs {
 };
 
 int train_mlp(const TrainArgs& args);
+/// "100,100" -> {100, 100}; throws kiln::ValueError for anything else than positive integers.
+std::vector<int64_t> parse_widths(const std::string& text);
 
 }  // namespace kiln_cli
