@@ -379,14 +379,20 @@ struct TakeNode : Node {
   std::vector<Array> apply(const Array& g) override {
     const DType acc = g.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
     Array grad = zeros(inputs[0].shape, acc, g.device());
-    detail::scatter_add_flat(grad, detail::take_offsets(grad, indices.get(*this), axis), g.astype(acc));
+    // A contiguous input: the forward's checked storage offsets, shifted, are the positions in `grad` (no
+    // second bounds check, no synchronisation); any other layout: the positions recomputed for `grad`.
+    const Array positions =
+        offsets.defined() ? offsets.get(*this) - base : detail::take_offsets(grad, indices.get(*this), axis);
+    detail::scatter_add_flat(grad, positions, g.astype(acc));
     return {grad};
   }
   void release() override {
     indices.reset();
+    offsets.reset();
     released = true;
   }
-  Saved indices;
+  Saved indices, offsets;
+  int64_t base = 0;
   std::optional<int64_t> axis;
 };
 
@@ -553,11 +559,17 @@ class Engine final : public detail::AutogradHook {
     attach(out, node);
   }
 
-  void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, Array& out) override {
+  void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, const Array& offsets,
+                   Array& out) override {
     auto node = std::make_shared<TakeNode>();
     add_input(*node, &a);
-    node->indices = Saved(indices);
-    node->axis = axis;
+    if (a.is_contiguous()) {
+      node->offsets = Saved(offsets);
+      node->base = a.offset();
+    } else {
+      node->indices = Saved(indices);
+      node->axis = axis;
+    }
     attach(out, node);
   }
 

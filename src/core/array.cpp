@@ -132,6 +132,7 @@ Array& Array::assign(const Array& src) {
   require_defined("assign");
   detail::reject_grad({&src}, "assign (writing an array into another in place)",
                       "build the result out of place (where, concatenate, stack)");
+  detail::note_inplace_write(*this, "assign");  // copy()/astype() write fresh arrays: only assign writes in place
   detail::copy_into(src, *this, "assign");
   return *this;
 }

@@ -34,8 +34,7 @@ namespace kiln::detail {
 struct Node;
 struct AutogradMeta;
 
-/// Where a gradient goes: input `input_nr` of `node` (every kiln node has one output, so input_nr is the
-/// position among the node's inputs only for bookkeeping of messages).
+/// Where a gradient goes: the node that made an input (every kiln node has one output; null: no gradient).
 struct Edge {
   std::shared_ptr<Node> node;
 };
@@ -133,11 +132,12 @@ class AutogradHook {
   virtual void record_convert(const Array& in, Array& out, const char* op) = 0;
   virtual void record_matmul(const Array& a, const Array& b, Array& out) = 0;
   virtual void record_concatenate(const std::vector<Array>& inputs, int64_t axis, Array& out) = 0;
-  /// out = take(a, indices, axis) (flattened a when axis is absent).
-  virtual void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, Array& out) = 0;
+  /// out = take(a, indices, axis) (flattened a when axis is absent); `offsets` are the storage offsets the
+  /// forward read (take_offsets: already bounds-checked).
+  virtual void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, const Array& offsets,
+                           Array& out) = 0;
   /// out = scatter_add(a, axis, indices, src).
-  virtual void record_scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src,
-                                  Array& out) = 0;
+  virtual void record_scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src, Array& out) = 0;
   /// Runs backward from `root` (Array::backward).
   virtual void backward(const Array& root, const Array& gradient, bool retain_graph) = 0;
 };

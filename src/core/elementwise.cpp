@@ -283,7 +283,6 @@ void copy_into(const Array& src, const Array& dst, const char* op) {
   if (!(joint == dst.shape()))
     throw ShapeError(std::string(op) + ": cannot write an array of shape " + shape_str(src.shape()) +
                      " into one of shape " + shape_str(dst.shape()) + "; the source must broadcast to the destination");
-  note_inplace_write(dst, op);
   ElementwiseCall call;
   call.op = OpCode::Identity;
   call.compute = dst.dtype();

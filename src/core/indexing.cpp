@@ -342,8 +342,9 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   require_defined(indices, "take", "the index array");
   require_same_device(a, indices, "take", "the index array");
   detail::GradRecorder record({&a});
-  Array out = gather_flat(a, detail::take_offsets(a, indices, axis));
-  if (record) detail::autograd_hook().record_take(a, indices, axis, out);
+  const Array offsets = detail::take_offsets(a, indices, axis);
+  Array out = gather_flat(a, offsets);
+  if (record) detail::autograd_hook().record_take(a, indices, axis, offsets, out);
   return out;
 }
 

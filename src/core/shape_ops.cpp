@@ -9,16 +9,15 @@
 #include <variant>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/indexing.hpp"
 #include "kiln/array.hpp"
-#include "core/autograd.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln {
 namespace {
 
-/// A view of `a`'s storage with new geometry.
 /// A view of `a`'s storage with new geometry (recorded for autograd: every view op ends here).
 Array make_view(const Array& a, Shape shape, Shape strides, int64_t offset) {
   Array out(a.storage(), std::move(shape), std::move(strides), offset, a.dtype());

@@ -263,6 +263,8 @@ TEST(AutogradViews, EveryViewAndJoinPassesGradcheck) {
          {x}},
         {"take along an axis (repeats)", [idx](auto& v) { return take(v[0], idx, 1); }, {x}},
         {"take flattened", [idx](auto& v) { return take(v[0], idx * 5); }, {x}},
+        {"take of a transposed view (recomputed positions)", [idx](auto& v) { return take(v[0].T(), idx, 0); }, {x}},
+        {"take of a sliced contiguous view (offset)", [idx](auto& v) { return take(v[0][1], idx, 0); }, {x}},
         {"take_along_axis",
          [d](auto& v) {
            return take_along_axis(v[0], from_data(std::vector<int64_t>{3, 0, 3, -1, 2, 1}, Shape{2, 1, 3}, d), 2);
