@@ -16,7 +16,16 @@ import sys
 import time
 
 WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-             "fusion", "alloc", "multigpu"]
+             "fusion", "alloc", "multigpu", "train"]
+
+# The train workload (kiln bench train): seconds per epoch of Chainer's MNIST MLP (784-100-100-10, dropout 0.5)
+# and of 784-1000-1000-10 with Adam on Fashion-MNIST's 60000 images, batch 100, as ../shared/anchors/peers_nn.py
+# runs them: hostbatches = each batch gathered on the host and copied at the step; device = the set on the GPU,
+# batches gathered there; graph = the whole step captured in a CUDA graph, batches copied into its static inputs;
+# cpu_ = the same on the CPU (all cores), host batches.
+TRAIN_CASES = ["mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device", "mlp1000_adam_graph",
+               "cpu_mlp100_sgd", "cpu_mlp1000_adam"]
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
 # metric -> (unit, higher_is_better)
 METRICS = {
@@ -77,6 +86,7 @@ def plan(sizes):
              ("fusion", "fused", "x_floor")]
     rows += [("alloc", "alloc_free_1MB", "us")]
     rows += [("multigpu", "one_gpu", "seconds"), ("multigpu", "two_gpus", "seconds"), ("multigpu", "two_gpus", "speedup")]
+    rows += [("train", c, "seconds") for c in TRAIN_CASES]
     return rows
 
 
@@ -92,6 +102,9 @@ def parse_args(tool, argv=None):
     p.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
                    help="comma-separated workloads to run (default: all): " + " ".join(WORKLOADS))
     p.add_argument("--dry-run", action="store_true", help="list the cases that would be measured, measure nothing")
+    p.add_argument("--data", metavar="DIR", default=os.environ.get("KILN_FASHION_MNIST", FASHION_MNIST_DIR),
+                   help="Fashion-MNIST's .gz files for the train workload (default: $KILN_FASHION_MNIST, else "
+                        f"{FASHION_MNIST_DIR}); without them it trains on random data of the same shape")
     args = p.parse_args(argv)
     args.sizes = Sizes("smoke" if args.smoke else "quick" if args.quick else "full")
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -327,3 +340,29 @@ def run_workloads(rec, args, table):
             reason = failure_reason(e)
             print(f"  {name} failed: {reason}", file=sys.stderr, flush=True)
             rec.skip_workload(name, reason)
+
+
+def read_idx(path):
+    """(shape, bytes) of an IDX file (gzip or not): its dimensions and its unsigned-byte payload."""
+    import gzip
+    import struct
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return shape, data[4 + 4 * ndim:]
+
+
+def fashion_mnist_files(directory):
+    """The training images' and labels' paths in `directory` (.gz or not), or None when either is missing."""
+    found = []
+    for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        path = next((os.path.join(directory, stem + ext) for ext in (".gz", "")
+                     if os.path.exists(os.path.join(directory, stem + ext))), None)
+        if path is None:
+            return None
+        found.append(path)
+    return found

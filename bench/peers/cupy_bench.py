@@ -343,6 +343,10 @@ class CupyBench:
 
         common.multigpu(self.rec, sync_all, one_gpu, two_gpus)
 
+    # ------------------------------------------------------------------ train
+    def train(self):
+        self.rec.skip_workload("train", "CuPy has no autograd, layers or optimizers: PyTorch is the train peer")
+
 
 if __name__ == "__main__":
     sys.exit(main())

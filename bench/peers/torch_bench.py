@@ -10,7 +10,9 @@ TF32 off. Without PyTorch or a GPU it prints why and exits 0. See bench/README.m
 """
 
 import os
+import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -322,6 +324,122 @@ class TorchBench:
                 a1 @ b1
 
         common.multigpu(self.rec, sync_all, one_gpu, two_gpus)
+
+    # ------------------------------------------------------------------ train
+    def train(self):
+        """kiln bench train's cases, as ../shared/anchors/peers_nn.py trains them (common.TRAIN_CASES)."""
+        import numpy as np
+        torch, F = self.torch, self.torch.nn.functional
+        files = common.fashion_mnist_files(self.args.data)
+        if files:
+            (n, rows, cols), images = common.read_idx(files[0])
+            _, labels = common.read_idx(files[1])
+            x = np.frombuffer(images, dtype=np.uint8).reshape(n, rows * cols).astype(np.float32) / 255.0
+            y = np.frombuffer(labels, dtype=np.uint8).astype(np.int64)
+            note = "Fashion-MNIST"
+        else:
+            rng = np.random.default_rng(0)
+            x = rng.random((60000, 784), dtype=np.float32)
+            y = rng.integers(0, 10, 60000).astype(np.int64)
+            note = f"random data of Fashion-MNIST's shape (no data set in {self.args.data})"
+        if self.sizes.mode != "full":  # kiln bench train --quick trains on the first 12000 images too
+            keep = 2000 if self.sizes.mode == "smoke" else 12000
+            x, y = x[:keep], y[:keep]
+        epochs = 3 if self.sizes.mode == "full" else 2
+
+        def mlp(units, dropout, dev):
+            torch.manual_seed(0)
+            layers = [torch.nn.Linear(784, units), torch.nn.ReLU()]
+            if dropout:
+                layers.append(torch.nn.Dropout(0.5))
+            layers += [torch.nn.Linear(units, units), torch.nn.ReLU()]
+            if dropout:
+                layers.append(torch.nn.Dropout(0.5))
+            layers.append(torch.nn.Linear(units, 10))
+            return torch.nn.Sequential(*layers).to(dev)
+
+        def sync(dev):
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+
+        def epoch_times(model, opt, dev, host_batches):
+            n = len(x)
+            if not host_batches:
+                xd, yd = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+            rng = np.random.default_rng(0)
+            times, last = [], None
+            for _ in range(epochs):
+                sync(dev)
+                t0 = time.perf_counter()
+                perm = rng.permutation(n)
+                if not host_batches:
+                    permd = torch.from_numpy(perm).to(dev)
+                for i in range(0, n, 100):
+                    if host_batches:
+                        idx = perm[i:i + 100]
+                        xb, yb = torch.from_numpy(x[idx]).to(dev), torch.from_numpy(y[idx]).to(dev)
+                    else:
+                        idx = permd[i:i + 100]
+                        xb, yb = xd[idx], yd[idx]
+                    opt.zero_grad(set_to_none=True)
+                    loss = F.cross_entropy(model(xb), yb)
+                    loss.backward()
+                    opt.step()
+                    last = loss
+                sync(dev)
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times[1:]), float(last)
+
+        def graphed(model, opt, dev):
+            xd, yd = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+            sx, sy = xd[:100].clone(), yd[:100].clone()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    opt.zero_grad(set_to_none=True)
+                    F.cross_entropy(model(sx), sy).backward()
+                    opt.step()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(g):
+                loss = F.cross_entropy(model(sx), sy)
+                loss.backward()
+                opt.step()
+            times = []
+            for _ in range(epochs):
+                perm = torch.randperm(len(xd), device=dev)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for i in range(0, len(xd), 100):
+                    idx = perm[i:i + 100]
+                    sx.copy_(xd[idx])
+                    sy.copy_(yd[idx])
+                    g.replay()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times[1:]), float(loss)
+
+        def record(case, seconds, loss):
+            ok = np.isfinite(loss)
+            self.rec.add("train", case, "seconds", seconds, note=f"{note}; seconds per epoch, median after the first",
+                         check=common.check_text(ok, f"final loss {loss}"))
+
+        gpu, cpu = self.dev, torch.device("cpu")
+        m = mlp(100, True, gpu)
+        record("mlp100_sgd_hostbatches", *epoch_times(m, torch.optim.SGD(m.parameters(), lr=0.01), gpu, True))
+        m = mlp(100, True, gpu)
+        record("mlp100_sgdm_device",
+               *epoch_times(m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), gpu, False))
+        m = mlp(1000, False, gpu)
+        record("mlp1000_adam_device", *epoch_times(m, torch.optim.Adam(m.parameters()), gpu, False))
+        m = mlp(1000, False, gpu)
+        record("mlp1000_adam_graph", *graphed(m, torch.optim.Adam(m.parameters(), capturable=True), gpu))
+        m = mlp(100, True, cpu)
+        record("cpu_mlp100_sgd", *epoch_times(m, torch.optim.SGD(m.parameters(), lr=0.01), cpu, True))
+        m = mlp(1000, False, cpu)
+        record("cpu_mlp1000_adam", *epoch_times(m, torch.optim.Adam(m.parameters()), cpu, True))
 
 
 if __name__ == "__main__":

@@ -68,6 +68,35 @@ class EnableGradGuard {
   bool previous_;
 };
 
+/// A differentiable op given by its forward and backward, as torch.autograd.Function: for fused kernels (a
+/// loss, a layer) whose gradient is known in closed form and cheaper than the recorded ops'.
+///
+///   AutogradFunction square_fn{
+///       "SquareBackward",
+///       [](const std::vector<Array>& in, std::vector<Array>& saved) { saved = {in[0]}; return in[0] * in[0]; },
+///       [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+///         return std::vector<Array>{g * saved[0] * 2.0};
+///       }};
+///   Array y = apply(square_fn, {x});
+struct AutogradFunction {
+  /// The node's name, in error messages.
+  std::string name;
+  /// The result (computed with grad mode off: nothing inside is recorded); it may add arrays the backward
+  /// needs to `saved` (an in-place change to one of them before backward makes backward throw, as for
+  /// built-in ops).
+  std::function<Array(const std::vector<Array>& inputs, std::vector<Array>& saved)> forward;
+  /// One gradient per input from the result's gradient (undefined for an input that gets none); each is summed
+  /// to its input's shape and cast to its dtype and device, like the built-in ops' gradients. needs_input_grad[i]
+  /// says whether input i wants one (ctx.needs_input_grad in PyTorch): skip the work for the others.
+  std::function<std::vector<Array>(const Array& grad, const std::vector<Array>& saved,
+                                   const std::vector<bool>& needs_input_grad)>
+      backward;
+};
+
+/// Runs `f` on `inputs`, recording one node when grad mode is on and an input requires grad. Throws ValueError
+/// when backward returns another number of gradients than there are inputs.
+Array apply(const AutogradFunction& f, const std::vector<Array>& inputs);
+
 struct GradcheckOptions {
   double eps = 1e-6;   ///< central-difference step (inputs are float64)
   double atol = 1e-5;  ///< |numeric - analytic| <= atol + rtol * |numeric| for every element

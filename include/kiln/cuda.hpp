@@ -177,6 +177,11 @@ class Graph {
   std::unique_ptr<Impl> impl_;
 };
 
+/// True when this thread's current stream on `device` is being captured into a graph (false for the CPU).
+/// Code that must behave differently inside a capture (an optimizer whose step count would be frozen) asks
+/// this; one atomic load when nothing is captured.
+bool is_capturing(Device device);
+
 /// RAII capture scope (like `with torch.cuda.graph(g, stream=s)`): capture_begin at construction,
 /// capture_end at the end of the scope. When the scope is left by an exception the capture is discarded
 /// quietly; otherwise capture_end's errors are thrown from the destructor (which is noexcept(false)).

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kiln/array.hpp"
+#include "kiln/stream.hpp"
 
 namespace kiln::data {
 
@@ -51,6 +52,9 @@ struct DataLoaderOptions {
 struct Batch {
   Array x, y;
   int64_t index = 0;  ///< the batch's position in its epoch
+  /// GPU batches: the event recorded after the batch's copy on the loader's side stream. The consumer's current
+  /// stream already waits for it (next() queues the wait); query it to see whether the copy is done.
+  std::optional<Event> ready{};
 };
 
 /// Mini-batches of (inputs[i], targets[i]) pairs: the first axis of both is the sample axis.

@@ -29,6 +29,14 @@ Array take_along_axis(const Array& a, const Array& indices, int64_t axis);
 /// sums are made in float32, float64 for float64 arrays); differentiable in a and src. Syncs once (bounds
 /// check); ShapeError / DTypeError as take_along_axis.
 Array scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src);
+
+/// Checks that every value of integer array `values` lies in [lo, hi) without a host synchronisation
+/// (class labels, indices computed on the device). CPU arrays are checked at once. For a GPU array a check
+/// kernel is queued and a failure is thrown at the next synchronisation with that GPU (item(), to(cpu()),
+/// synchronize(), a stream or event wait), as torch._assert_async but recoverable: the error is cleared once
+/// thrown. Throws ValueError with `message`, "{value}" in it replaced by the first offending value;
+/// DTypeError for a floating or bool `values`. take, index and the losses check their indices this way.
+void check_in_range(const Array& values, int64_t lo, int64_t hi, const std::string& message);
 /// Writes `values` (broadcast to indices' shape, cast) into `a` at flat (C-order) `indices`, as np.put.
 /// Syncs once (bounds check); throws as take.
 void put(const Array& a, const Array& indices, const Array& values);

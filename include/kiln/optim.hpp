@@ -8,9 +8,14 @@
 // multi-tensor kernels (one launch for up to 36 parameters), others with one fused kernel per parameter
 // (kiln::fuse with out=); both give the CPU's bits. Parameters without a gradient are skipped. The update
 // formulas are PyTorch's.
+//
+// A step can be captured in a CUDA graph (train::TrainStep does it) once an eager step has created the
+// optimizer's state; Adam needs AdamOptions::capturable for its step count. A captured step keeps the lr of
+// the capture.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "kiln/array.hpp"
@@ -37,6 +42,11 @@ class Optimizer {
  protected:
   /// Buffer `name` of parameter i from a state (shape-checked), for load_state_dict.
   Array load_buffer(const nn::StateDict& state, const std::string& name, size_t i) const;
+  /// Throws ValueError naming `what` when a step is being captured in a CUDA graph on a parameter's GPU and
+  /// `ready` is false (state that the first step creates must exist before a capture).
+  void require_ready_for_capture(bool ready, const char* what) const;
+  /// True when a parameter's GPU is capturing a CUDA graph on this thread.
+  bool capturing() const;
   std::vector<Array> parameters_;
   double lr_;
   int64_t step_ = 0;
@@ -71,6 +81,10 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  /// Keep the step count on the GPU (bias corrections computed there), so that a step captured in a CUDA graph
+  /// advances at every replay (torch.optim.Adam(capturable=True)); one more small kernel per step and GPU.
+  /// Adam::step throws inside a capture without it. The lr stays the one of the capture.
+  bool capturable = false;
 };
 
 /// Adam (weight decay added to the gradient, L2) and, with decoupled = true, AdamW (the parameter shrinks by
@@ -86,6 +100,12 @@ class Adam : public Optimizer {
   AdamOptions options_;
   bool decoupled_;
   std::vector<Array> exp_avg_, exp_avg_sq_;
+  /// capturable: per GPU, the step count, the bias-corrected step size and sqrt(1 - beta2^t) (float64; and
+  /// float32 for the multi-tensor kernels), all 0-d arrays on that GPU.
+  struct DeviceStep {
+    Array count, step_size, bc2_sqrt, step_size32, bc2_sqrt32;
+  };
+  std::map<int, DeviceStep> device_steps_;
 };
 
 /// AdamW: Adam with decoupled weight decay (default 0.01, as PyTorch).

@@ -6,12 +6,14 @@
 //   std::vector<train::EpochMetrics> history = train::fit(*model, opt, train_loader, &test_loader, options);
 //
 // Metrics stay on the device during an epoch (sums of losses and of correct predictions as 0-d arrays) and are
-// read once at its end, so the loop never waits for the GPU between steps (beyond what the ops themselves do).
+// read once at its end, so the loop never waits for the GPU between steps (tests prove a step makes no
+// synchronisation with SyncDebugGuard). FitOptions::graph replays each step from a CUDA graph (TrainStep).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,8 +50,60 @@ struct FitOptions {
   /// Print progress: a line updated in place on a terminal, one line per epoch otherwise.
   bool progress = true;
   std::ostream* out = nullptr;  ///< default std::cout
+  /// Capture each step in a CUDA graph (see TrainStep) after `graph_warmup` eager steps; ignored on the CPU.
+  bool graph = false;
+  int graph_warmup = 3;
   /// Called after each epoch's metrics are known (schedulers, checkpoints, early stopping: return false to stop).
   std::vector<std::function<bool(const EpochMetrics&)>> on_epoch_end{};
+};
+
+struct StepOptions {
+  /// Default: nn::cross_entropy.
+  LossFn loss{};
+  /// Also count correct argmax predictions (classification).
+  bool accuracy = true;
+  /// On a GPU: capture the step in a CUDA graph after `warmup` eager steps and replay it from then on.
+  bool graph = false;
+  /// Eager steps before the capture (>= 1: they create the optimizer's state and compile the kernels).
+  int warmup = 3;
+};
+
+/// One training step (zero_grad, forward, loss, backward, optimizer.step()) and the running sums of the loss
+/// and of correct predictions, kept on the device and updated in place: a step makes no host synchronisation.
+///
+/// With StepOptions::graph on a GPU (torch.cuda.graphs' whole-network capture): the first `warmup` steps run
+/// eagerly, the next is captured in a cuda::Graph together with the metric updates, and each later step copies
+/// its batch into the graph's static inputs (a device copy, or an asynchronous copy from pinned host memory)
+/// and replays the graph: one launch. Dropout draws new numbers at every replay, and index checks still report
+/// (at the next synchronisation). A batch of another shape than the captured one (a last partial batch) runs
+/// eagerly. The optimizer must be capturable (Adam: AdamOptions::capturable); the lr stays the capture's.
+///
+///   train::TrainStep step(*model, opt, {.graph = true});
+///   for (const data::Batch& b : loader) step(b.x, b.y);
+///   double loss = step.mean_loss();  // reads the sums (synchronises)
+class TrainStep {
+ public:
+  TrainStep(nn::Module& model, optim::Optimizer& optimizer, StepOptions options = {});
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+  /// One step on inputs `x` and targets `y`.
+  void operator()(const Array& x, const Array& y);
+  /// Mean loss per sample and accuracy (-1 without StepOptions::accuracy) since reset_metrics (synchronises).
+  double mean_loss() const;
+  double accuracy() const;
+  /// Samples seen since reset_metrics.
+  int64_t samples() const;
+  /// Zeroes the sums (in place; asynchronous).
+  void reset_metrics();
+  /// True once a graph has been captured; the number of its nodes and of replays so far.
+  bool graphed() const;
+  size_t graph_nodes() const;
+  int64_t replays() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Trains `model` with `optimizer` for options.epochs epochs (train mode), evaluating on `test` after each

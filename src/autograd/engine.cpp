@@ -412,6 +412,30 @@ struct ScatterAddNode : Node {
   int64_t axis = 0;
 };
 
+/// A custom function's node (kiln::apply).
+struct FunctionNode : Node {
+  std::string name() const override { return label; }
+  std::vector<Array> apply(const Array& g) override {
+    std::vector<Array> arrays;
+    arrays.reserve(saved.size());
+    for (const Saved& s : saved) arrays.push_back(s.get(*this));
+    std::vector<bool> needs(next.size());
+    for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i].node != nullptr;
+    std::vector<Array> r = backward(g, arrays, needs);
+    if (r.size() != next.size())
+      throw ValueError(label + ": backward returned " + std::to_string(r.size()) + " gradients for " +
+                       std::to_string(next.size()) + " inputs; return one per input (an undefined Array for none)");
+    return r;
+  }
+  void release() override {
+    saved.clear();
+    released = true;
+  }
+  std::string label;
+  std::function<std::vector<Array>(const Array&, const std::vector<Array>&, const std::vector<bool>&)> backward;
+  std::vector<Saved> saved;
+};
+
 [[noreturn]] void not_differentiable(const std::string& op, const char* fix) {
   throw DTypeError(op + ": has no gradient, and an input requires grad; " + fix +
                    " (or detach() the input, or run it under a NoGradGuard)");
@@ -579,6 +603,16 @@ class Engine final : public detail::AutogradHook {
     add_input(*node, &src);
     node->indices = Saved(indices);
     node->axis = axis;
+    attach(out, node);
+  }
+
+  void record_function(const AutogradFunction& f, const std::vector<Array>& inputs, const std::vector<Array>& saved,
+                       Array& out) override {
+    auto node = std::make_shared<FunctionNode>();
+    for (const Array& a : inputs) add_input(*node, &a);
+    node->label = f.name;
+    node->backward = f.backward;
+    for (const Array& a : saved) node->saved.emplace_back(a);
     attach(out, node);
   }
 

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kiln/autograd.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln::detail {
@@ -121,6 +122,20 @@ void Array::backward(const Array& gradient, bool retain_graph) const {
 Array Array::detach() const {
   Array out = *this;
   out.autograd_.reset();
+  return out;
+}
+
+Array apply(const AutogradFunction& f, const std::vector<Array>& inputs) {
+  if (!f.forward || !f.backward)
+    throw ValueError("apply(" + f.name + "): the function needs both a forward and a backward");
+  detail::GradRecorder recorder(inputs);
+  std::vector<Array> saved;
+  Array out = f.forward(inputs, saved);
+  if (!out.defined()) throw ValueError("apply(" + f.name + "): forward returned an undefined array");
+  if (recorder) {
+    out = out.detach();  // a fresh handle: the node attaches to it, never to an input forward returned
+    detail::autograd_hook().record_function(f, inputs, saved, out);
+  }
   return out;
 }
 

@@ -27,6 +27,7 @@
 
 namespace kiln {
 class Operand;
+struct AutogradFunction;
 }
 
 namespace kiln::detail {
@@ -138,6 +139,9 @@ class AutogradHook {
                            Array& out) = 0;
   /// out = scatter_add(a, axis, indices, src).
   virtual void record_scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src, Array& out) = 0;
+  /// out = f.forward(inputs) of a custom function (kiln::apply), with the arrays its forward saved.
+  virtual void record_function(const AutogradFunction& f, const std::vector<Array>& inputs,
+                               const std::vector<Array>& saved, Array& out) = 0;
   /// Runs backward from `root` (Array::backward).
   virtual void backward(const Array& root, const Array& gradient, bool retain_graph) = 0;
 };

@@ -198,6 +198,12 @@ class Backend {
 
   /// Compiler and launcher of user modules (RawModule), or nullptr when this backend runs none.
   virtual RawKernelBackend* raw_kernels() { return nullptr; }
+  /// Queues a check that every value of contiguous int64 `values` lies in [lo, hi); a failure is thrown
+  /// (message `code` of core/device_check.hpp) at the next synchronisation with the device. False when the
+  /// backend has no check kernels (the caller then reads the values back).
+  virtual bool check_range(const Array& /*values*/, int64_t /*lo*/, int64_t /*hi*/, int32_t /*code*/) {
+    return false;
+  }
 };
 
 /// The backend that runs ops for `device`; throws DeviceError when none is built in.

@@ -13,6 +13,7 @@
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
+#include "core/device_check.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/kernels.hpp"
 
@@ -99,20 +100,22 @@ Array element_offsets(const Array& a) {
   return offsets_with_index(a, 0, arange(a.shape(0), int64, a.device()));
 }
 
-/// `idx` as int64 in [0, n): negative values count from the end. Syncs once; throws ShapeError out of range.
+/// `idx` as int64 in [0, n): negative values count from the end. Out-of-range values throw ShapeError: at once
+/// for CPU indices, at the next synchronisation for GPU indices (a check kernel; no synchronisation here).
 Array normalize_indices(const Array& idx, int64_t n, const std::string& what) {
   if (!is_integral(idx.dtype()))
     throw DTypeError(what + ": indices must be an integer array, got " + std::string(dtype_name(idx.dtype())) +
                      "; convert with astype(int64) (a bool array is a mask: use it in index())");
   const Array i = idx.astype(int64);
-  Array norm = where(i < 0, i + n, i);
-  if (norm.size() > 0 && any(logical_or(norm < 0, norm >= n)).item<bool>()) {
-    for (int64_t v : i.to_vector<int64_t>())
-      if (v < -n || v >= n)
-        throw ShapeError(what + ": index " + std::to_string(v) + " is out of bounds for size " + std::to_string(n) +
-                         "; indices must lie in [" + std::to_string(-n) + ", " + std::to_string(n) + ")");
-  }
-  return norm;
+  if (n == 0 && i.size() > 0 && !i.device().is_cpu())
+    throw ShapeError(what + ": an index into an axis of size 0 is always out of bounds; select nothing instead");
+  detail::check_range(i, -n, n, detail::CheckError::Shape,
+                      what + ": index {value} is out of bounds for size " + std::to_string(n) +
+                          "; indices must lie in [" + std::to_string(-n) + ", " + std::to_string(n) + ")");
+  if (i.device().is_cpu()) return where(i < 0, i + n, i);
+  // Python's modulo maps [-n, n) as above and keeps out-of-range values (reported later) inside the array, so
+  // the gather that follows never reads outside its storage.
+  return n > 0 ? remainder(i, n) : i;
 }
 
 /// The basic part of an index with one Array entry: the view it selects, the view's axis where the
@@ -385,6 +388,13 @@ Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
   const int64_t ax = normalize_axis(axis, a.ndim(), "take_along_axis");
   const Array flat = along_axis_offsets(a, indices, ax, "take_along_axis");
   return take(a.contiguous().reshape({a.size()}), flat);
+}
+
+void check_in_range(const Array& values, int64_t lo, int64_t hi, const std::string& message) {
+  if (!is_integral(values.dtype()) || values.dtype() == bool_)
+    throw DTypeError("check_in_range: values must be an integer array, got " +
+                     std::string(dtype_name(values.dtype())) + "; convert with astype(int64)");
+  detail::check_range(values, lo, hi, detail::CheckError::Value, message);
 }
 
 Array scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src) {

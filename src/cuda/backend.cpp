@@ -264,6 +264,7 @@ class CudaBackend final : public detail::Backend {
       throw_during_capture("synchronize(" + device.str() + ") cannot wait for the device", device.index, s);
     set_device(device.index);
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    raise_device_errors(device.index);
   }
   int device_count() override { return cuda_impl::device_count(); }
   DeviceProperties properties(Device device) override;
@@ -277,6 +278,7 @@ class CudaBackend final : public detail::Backend {
   void stream_synchronize(Device device, void* stream) override {
     refuse_during_capture("Stream::synchronize cannot synchronise", device.index, static_cast<cudaStream_t>(stream));
     sync_stream(device.index, static_cast<cudaStream_t>(stream));
+    raise_device_errors(device.index);
   }
   bool stream_query(Device device, void* stream) override {
     refuse_during_capture("Stream::query cannot query a stream", device.index, static_cast<cudaStream_t>(stream));
@@ -310,6 +312,7 @@ class CudaBackend final : public detail::Backend {
     refuse_on_capturing_thread("Event::synchronize cannot wait for an event", device.index);
     set_device(device.index);
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    raise_device_errors(device.index);
   }
   bool event_query(Device device, void* event) override {
     refuse_on_capturing_thread("Event::query cannot query an event", device.index);
@@ -334,7 +337,12 @@ class CudaBackend final : public detail::Backend {
                        "Event::create(device, /*timing=*/true) and record them on streams of that device");
     }
     if (err != cudaSuccess) throw_cuda_error(err, "cudaEventElapsedTime", __FILE__, __LINE__);
+    raise_device_errors(device.index);
     return ms;
+  }
+  bool check_range(const Array& values, int64_t lo, int64_t hi, int32_t code) override {
+    detail::note_gpu_work(values.device().index);
+    return cuda_check_range(values, lo, hi, code);
   }
   void record_stream(const Array& a, void* stream) override {
     cuda_impl::record_stream(*a.storage(), static_cast<cudaStream_t>(stream));
@@ -529,7 +537,10 @@ void CudaBackend::copy_host_to_device(const Array& src, const Array& dst, size_t
     // From pageable memory the driver returns once the source has been staged: it may be reused.
     KILN_CUDA_CHECK(cudaMemcpyAsync(out, in, n, cudaMemcpyHostToDevice, stream));
   }
-  if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!non_blocking) {
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    raise_device_errors(device);
+  }
 }
 
 void CudaBackend::copy_device_to_host(const Array& src, const Array& dst, size_t n, const Stream* given,
@@ -551,12 +562,17 @@ void CudaBackend::copy_device_to_host(const Array& src, const Array& dst, size_t
   if (dst.is_pinned()) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(out, in, n, cudaMemcpyDeviceToHost, stream));
     PinnedPool::instance().record_use(dst.storage()->data(), device, stream);
-    if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (!non_blocking) {
+      KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+      raise_device_errors(device);
+    }
   } else if (use_staging(n, /*to_device=*/false)) {
     staged_device_to_host(out, in, n, stream, device);  // complete on return
+    raise_device_errors(device);
   } else {
     KILN_CUDA_CHECK(cudaMemcpyAsync(out, in, n, cudaMemcpyDeviceToHost, stream));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // a pageable destination is only valid once done
+    raise_device_errors(device);
   }
 }
 

@@ -318,6 +318,11 @@ void Graph::reset() {
   g.release();
 }
 
+bool is_capturing(Device device) {
+  if (!device.is_cuda() || !cuda_impl::any_capture()) return false;
+  return cuda_impl::stream_is_capturing(device.index, cuda_impl::current_stream(device.index));
+}
+
 bool Graph::is_capturing() const { return impl_ && impl_->capturing; }
 bool Graph::is_ready() const { return impl_ && impl_->exec != nullptr; }
 size_t Graph::num_nodes() const { return impl_ ? impl_->nodes : 0; }

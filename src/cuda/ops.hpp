@@ -34,4 +34,10 @@ std::string scan_source(detail::ReduceOp op, DType in, DType out);
 void cuda_user_elementwise(const detail::UserElementwiseCall& call);
 void cuda_user_reduction(const detail::UserReductionCall& call);
 
+/// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
+bool cuda_check_range(const Array& values, int64_t lo, int64_t hi, int32_t code);
+/// Throws the error a check kernel recorded on `device` (and clears it); call after each synchronisation with
+/// the device. One host load when nothing failed.
+void raise_device_errors(int device);
+
 }  // namespace kiln::cuda_impl

@@ -195,7 +195,9 @@ struct DataLoader::Epoch::State {
       std::optional<DeviceGuard> guard;
       if (gpu) {
         guard.emplace(device);
-        side = Stream::create(device);
+        // Non-blocking: a stream that synchronised with the legacy default stream (the training loop's unless it
+        // chose another) would wait for the compute queued there, and the prefetch would overlap nothing.
+        side = Stream::create(device, {.non_blocking = true});
       }
       Worker& me = *workers[w];
       for (int64_t k = static_cast<int64_t>(w); k < batches; k += static_cast<int64_t>(workers.size())) {
@@ -300,6 +302,7 @@ std::optional<Batch> DataLoader::Epoch::next() {
     item.ready->wait(current);
     item.batch.x.record_stream(current);
     item.batch.y.record_stream(current);
+    item.batch.ready = std::move(item.ready);
   }
   return std::move(item.batch);
 }

@@ -1,8 +1,13 @@
 // nn::init (PyTorch's initialisers, drawn from kiln's Philox generator) and the losses.
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "kiln/autograd.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
@@ -79,7 +84,7 @@ Array reduce(const Array& per_item, Reduction reduction) {
   return per_item;
 }
 
-/// Logits as (N, C) and integer labels as (N,) int64, checked (one synchronisation for the label range).
+/// Logits as (N, C) and integer labels as (N,) int64, checked (on a GPU by a kernel: no synchronisation).
 void check_labels(const Array& labels, int64_t n, int64_t classes, const char* op) {
   if (is_floating(labels.dtype()) || labels.dtype() == bool_)
     throw DTypeError(std::string(op) + ": class labels must be integers, got " +
@@ -87,8 +92,8 @@ void check_labels(const Array& labels, int64_t n, int64_t classes, const char* o
   if (labels.size() != n)
     throw ShapeError(std::string(op) + ": " + std::to_string(n) + " rows of scores but labels of shape " +
                      shape_str(labels.shape()) + "; pass one label per row");
-  if (n > 0 && any((labels < 0) | (labels >= classes)).item<bool>())
-    throw ValueError(std::string(op) + ": a label is outside [0, " + std::to_string(classes) + ") for scores of " +
+  check_in_range(labels, 0, classes,
+                 std::string(op) + ": label {value} is outside [0, " + std::to_string(classes) + ") for scores of " +
                      std::to_string(classes) + " classes");
 }
 
@@ -97,6 +102,49 @@ Array pick(const Array& log_probs, const Array& labels) {
   const int64_t n = log_probs.shape(0), classes = log_probs.shape(1);
   const Array flat = arange(n, int64, log_probs.device()) * classes + labels.reshape({n}).astype(int64);
   return take(log_probs.reshape({n * classes}), flat);
+}
+
+/// arange(classes) as a (1, classes) int64 row on `d`, made once per (device, classes) and kept.
+const Array& class_ids(int64_t classes, Device d) {
+  static std::mutex mutex;
+  static auto* cache = new std::map<std::pair<std::string, int64_t>, Array>;  // leaked: GPU arrays outlive main
+  std::lock_guard lock(mutex);
+  Array& ids = (*cache)[{d.str(), classes}];
+  if (!ids.defined()) ids = arange(classes, int64, d).reshape({1, classes});
+  return ids;
+}
+
+/// Cross entropy of (N, C) logits against integer labels with label smoothing `ls`, per row, as one function
+/// whose forward is one fused kernel (each row's logsumexp, its label's score and its mean) and whose gradient
+/// is another, (softmax - smoothed one-hot) * g, instead of the ~20 kernels of the composed ops.
+Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
+  static const auto forward = fuse(
+      [](auto x, auto ids, auto label, auto keep, auto ls) {
+        auto lse = logsumexp(x, 1);
+        return std::tuple{lse - sum(where(ids == label, x, 0.0), 1) * keep - mean(x, 1) * ls, lse};
+      },
+      "cross_entropy");
+  static const auto backward = fuse(
+      [](auto x, auto lse, auto ids, auto label, auto g, auto keep, auto ls_over_c) {
+        auto e = exp(x - lse);
+        return (where(ids == label, e - keep, e) - ls_over_c) * g;
+      },
+      "cross_entropy_backward");
+  const int64_t n = rows.shape(0), classes = rows.shape(1);
+  const Array& ids = class_ids(classes, rows.device());
+  const Array label = labels.reshape({n, 1}).astype(int64);
+  AutogradFunction f{
+      "CrossEntropyBackward",
+      [&](const std::vector<Array>& in, std::vector<Array>& saved) {
+        auto [loss, lse] = forward(in[0], ids, label, 1.0 - ls, ls);
+        saved = {in[0], lse};
+        return loss;
+      },
+      [ids, label, ls, n, classes](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+        return std::vector<Array>{backward(saved[0], saved[1].reshape({n, 1}), ids, label, g.reshape({n, 1}), 1.0 - ls,
+                                           ls / static_cast<double>(classes))};
+      }};
+  return apply(f, {rows});
 }
 
 Array as_rows(const Array& x, const char* op) {
@@ -125,9 +173,9 @@ Array cross_entropy(const Array& logits, const Array& target, Reduction reductio
     throw DTypeError("cross_entropy: logits must be floating, got " + std::string(dtype_name(logits.dtype())));
   const Array rows = as_rows(logits, "cross_entropy");
   const int64_t classes = rows.shape(1);
-  const Array logp = log_softmax(rows, 1);
   Array per_row;
   if (is_floating(target.dtype())) {  // class probabilities
+    const Array logp = log_softmax(rows, 1);
     if (!(target.shape() == logits.shape()))
       throw ShapeError("cross_entropy: probability targets must have the logits' shape " + shape_str(logits.shape()) +
                        ", got " + shape_str(target.shape()));
@@ -136,8 +184,7 @@ Array cross_entropy(const Array& logits, const Array& target, Reduction reductio
     per_row = -sum(p * logp, 1);
   } else {
     check_labels(target, rows.shape(0), classes, "cross_entropy");
-    per_row = -pick(logp, target);
-    if (label_smoothing > 0) per_row = per_row * (1.0 - label_smoothing) - mean(logp, 1) * label_smoothing;
+    per_row = cross_entropy_rows(rows, target, label_smoothing);
   }
   if (logits.ndim() == 1) per_row = per_row.reshape(Shape{});
   return reduce(per_row, reduction);

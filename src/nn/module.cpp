@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/autograd.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
@@ -214,8 +215,27 @@ Array Linear::forward(const Array& x) {
   if (x.ndim() == 0 || x.shape(-1) != in_)
     throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axis must have " +
                      std::to_string(in_) + " features");
-  Array y = matmul(x, parameter("weight").T());
-  return has_bias_ ? y + parameter("bias") : y;
+  // One node with PyTorch's addmm backward: the weight's gradient is g^T x, made in the weight's own layout (the
+  // recorded matmul of W.T() would make it transposed and copy it back), and no work for inputs without a gradient
+  // (the first layer's x).
+  static const AutogradFunction linear{
+      "LinearBackward",
+      [](const std::vector<Array>& in, std::vector<Array>& saved) {
+        saved = {in[0], in[1]};
+        const Array y = matmul(in[0], in[1].T());
+        return in.size() > 2 ? y + in[2] : y;
+      },
+      [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
+        const Array &x = saved[0], &w = saved[1];
+        std::vector<Array> grads(needs.size());
+        if (needs[0]) grads[0] = matmul(g, w);
+        const Array g2 = g.reshape({-1, w.shape(0)});
+        if (needs[1]) grads[1] = matmul(g2.T(), x.reshape({-1, w.shape(1)}));
+        if (needs.size() > 2 && needs[2]) grads[2] = sum(g2, 0);
+        return grads;
+      }};
+  return has_bias_ ? apply(linear, {x, parameter("weight"), parameter("bias")})
+                   : apply(linear, {x, parameter("weight")});
 }
 
 std::string Linear::name() const {
@@ -240,8 +260,13 @@ Dropout::Dropout(double p) : p_(p) {
 Array Dropout::forward(const Array& x) {
   if (!is_training() || p_ == 0.0) return x;
   if (p_ == 1.0) return x * 0.0;
-  const Array keep = random::uniform(x.shape(), 0.0, 1.0, float32, x.device()) >= p_;
-  return where(keep, x * (1.0 / (1.0 - p_)), 0.0);
+  // The kept elements' scale, or 0, in one fused kernel after the draw; x * mask records one multiply, whose
+  // gradient is g * mask (PyTorch's formulation: a NaN or infinity in a dropped element stays NaN).
+  static const auto mask_of = fuse([](auto u, auto p, auto scale) { return (u >= p).astype(float32) * scale; },
+                                   "dropout_mask");
+  Array mask = mask_of(random::uniform(x.shape(), 0.0, 1.0, float32, x.device()), p_, 1.0 / (1.0 - p_));
+  if (mask.dtype() != x.dtype()) mask = mask.astype(x.dtype());
+  return x * mask;
 }
 
 std::string Dropout::name() const { return "Dropout(p=" + std::to_string(p_) + ")"; }

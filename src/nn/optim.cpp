@@ -11,6 +11,9 @@
 #include <tuple>
 
 #include "kiln/autograd.hpp"
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda.hpp"
+#endif
 #include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/raw_module.hpp"
@@ -59,6 +62,27 @@ extern "C" __global__ void sgd_multi(MultiList l, int mode, float lr, float m, f
 }
 extern "C" __global__ void adam_multi(MultiList l, float b1, float omb1, float b2, float omb2, float step_size,
                                       float bc2_sqrt, float eps, float wd, float decay) {
+  const int t = l.tensor[blockIdx.x];
+  float* p = (float*)l.ptr[0][t];
+  const float* g = (const float*)l.ptr[1][t];
+  float* mm = (float*)l.ptr[2][t];
+  float* vv = (float*)l.ptr[3][t];
+  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
+  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const float pi = p[i];
+    const float d = g[i] + pi * wd;
+    const float m2 = mm[i] * b1 + d * omb1;
+    const float v2 = vv[i] * b2 + d * d * omb2;
+    mm[i] = m2;
+    vv[i] = v2;
+    p[i] = pi * decay - m2 / (sqrtf(v2) / bc2_sqrt + eps) * step_size;
+  }
+}
+// capturable Adam: the step size and sqrt(1 - beta2^t) are read from the device (0-d float32 arrays)
+extern "C" __global__ void adam_multi_dev(MultiList l, float b1, float omb1, float b2, float omb2,
+                                          const float* step_size_p, const float* bc2_sqrt_p, float eps, float wd,
+                                          float decay) {
+  const float step_size = *step_size_p, bc2_sqrt = *bc2_sqrt_p;
   const int t = l.tensor[blockIdx.x];
   float* p = (float*)l.ptr[0][t];
   const float* g = (const float*)l.ptr[1][t];
@@ -140,6 +164,65 @@ void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<s
   flush();
 }
 
+// ---------------------------------------------------------------- the CPU's loops
+// The same arithmetic as the multi-tensor kernels, element by element in one pass (the per-parameter fused
+// functions run op by op on the CPU: a dozen passes over each parameter). float32 and float64, contiguous;
+// compiled without contraction (-ffp-contract=off), so the bits are the kernels' and the fused functions'.
+
+/// Whether a parameter goes through the CPU loops: float32/float64 on the CPU, its gradient and state
+/// contiguous arrays of its shape and dtype.
+bool cpu_loop_ok(const Array& p, std::initializer_list<const Array*> others) {
+  if (!p.device().is_cpu() || (p.dtype() != float32 && p.dtype() != float64) || !p.is_contiguous()) return false;
+  for (const Array* a : others)
+    if (!a->defined() || a->dtype() != p.dtype() || !a->is_contiguous() || !(a->shape() == p.shape()) ||
+        !a->device().is_cpu())
+      return false;
+  return true;
+}
+
+
+template <class T>
+void sgd_loop(T* p, const T* g, T* v, int64_t n, int mode, T lr, T m, T keep, T wd) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T d = g[i] + pi * wd;
+    if (mode == 0) {
+      p[i] = pi - d * lr;
+    } else {
+      const T v2 = v[i] * m + d * keep;
+      v[i] = v2;
+      p[i] = mode == 1 ? pi - v2 * lr : pi - (d + v2 * m) * lr;
+    }
+  }
+}
+
+template <class T>
+void adam_loop(T* p, const T* g, T* mm, T* vv, int64_t n, T b1, T omb1, T b2, T omb2, T step_size, T bc2_sqrt, T eps,
+               T wd, T decay) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T d = g[i] + pi * wd;
+    const T m2 = mm[i] * b1 + d * omb1;
+    const T v2 = vv[i] * b2 + d * d * omb2;
+    mm[i] = m2;
+    vv[i] = v2;
+    p[i] = pi * decay - m2 / (std::sqrt(v2) / bc2_sqrt + eps) * step_size;
+  }
+}
+
+/// Runs `loop` on float or double pointers of `arrays` (the first written arrays bumped: all but index 1).
+template <class Loop>
+void cpu_update(const std::vector<Array>& arrays, Loop loop) {
+  for (size_t j = 0; j < arrays.size(); ++j)
+    if (j != 1) arrays[j].storage()->bump_version();
+  if (arrays[0].dtype() == float32)
+    loop(float{});
+  else
+    loop(double{});
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Optimizer
@@ -149,6 +232,22 @@ Optimizer::Optimizer(std::vector<Array> parameters, double lr) : parameters_(std
     if (!parameters_[i].requires_grad())
       throw ValueError("optimizer: parameter " + std::to_string(i) + " (shape " + shape_str(parameters_[i].shape()) +
                        ") does not require grad; pass module->parameters() or arrays marked with set_requires_grad()");
+}
+
+bool Optimizer::capturing() const {
+#ifdef KILN_WITH_CUDA
+  for (const Array& p : parameters_)
+    if (p.device().is_cuda() && cuda::is_capturing(p.device())) return true;
+#endif
+  return false;
+}
+
+void Optimizer::require_ready_for_capture(bool ready, const char* what) const {
+  if (!ready && capturing())
+    throw ValueError(std::string(what) +
+                     " inside a CUDA graph capture, before an eager step created the optimizer's state (which a "
+                     "replay would create anew each time); run one step eagerly first, as torch.cuda.graphs' warm-up "
+                     "does (train::TrainStep does it)");
 }
 
 void Optimizer::zero_grad() {
@@ -210,9 +309,23 @@ void SGD::step() {
     Array& p = parameters_[i];
     const Array g = p.grad();
     if (!g.defined()) continue;
+    if (o.momentum != 0) require_ready_for_capture(momentum_[i].defined(), "SGD::step with momentum");
     if (o.momentum == 0 ? multi_ok(p, {&g}) : multi_ok(p, {&g, &momentum_[i]})) {
       multi[p.device().index].push_back(o.momentum == 0 ? std::vector<Array>{p, g}
                                                         : std::vector<Array>{p, g, momentum_[i]});
+      continue;
+    }
+    if (o.momentum == 0 ? cpu_loop_ok(p, {&g}) : cpu_loop_ok(p, {&g, &momentum_[i]})) {
+      const int mode = o.momentum == 0 ? 0 : o.nesterov ? 2 : 1;
+      const std::vector<Array> arrays =
+          o.momentum == 0 ? std::vector<Array>{p, g} : std::vector<Array>{p, g, momentum_[i]};
+      cpu_update(arrays, [&](auto zero) {
+        using T = decltype(zero);
+        sgd_loop<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(g.data_ptr()),
+                    o.momentum == 0 ? nullptr : static_cast<T*>(momentum_[i].data_ptr()), p.size(), mode,
+                    static_cast<T>(lr_), static_cast<T>(o.momentum), static_cast<T>(1.0 - o.dampening),
+                    static_cast<T>(o.weight_decay));
+      });
       continue;
     }
     if (o.momentum == 0) {
@@ -275,18 +388,51 @@ void Adam::step() {
         return std::tuple{p * decay - m2 / (sqrt(v2) / bc2_sqrt + eps) * step_size, m2, v2};
       },
       "adam");
-  ++step_;
+  // capturable: t += 1 and the bias corrections, on the device (float64, then float32 as the host path rounds)
+  static const auto corrections = fuse(
+      [](auto t, auto b1, auto b2, auto lr) {
+        auto t2 = t + 1.0;
+        auto step_size = lr / (1.0 - power(b1, t2));
+        auto bc2_sqrt = sqrt(1.0 - power(b2, t2));
+        return std::tuple{t2, step_size, bc2_sqrt, step_size.astype(float32), bc2_sqrt.astype(float32)};
+      },
+      "adam_corrections");
   const AdamOptions& o = options_;
+  if (!o.capturable && capturing())
+    throw ValueError(
+        "Adam::step inside a CUDA graph capture: the bias corrections would keep the step count of the capture at "
+        "every replay; construct the optimizer with AdamOptions{.capturable = true} (torch.optim.Adam's "
+        "capturable=True), which keeps the step count on the GPU");
+  ++step_;
   const double t = static_cast<double>(step_);
   const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
   const double l2 = decoupled_ ? 0.0 : o.weight_decay;
   const double decay = decoupled_ ? 1.0 - lr_ * o.weight_decay : 1.0;
+  std::map<int, bool> corrected;  // GPUs whose device step advanced in this call
+  auto device_step = [&](int index) -> const DeviceStep& {
+    DeviceStep& s = device_steps_[index];
+    if (!corrected[index]) {
+      if (!s.count.defined()) {
+        require_ready_for_capture(false, "Adam::step (capturable, its first step)");
+        s.count = full({}, t - 1.0, float64, gpu(index));
+        s.step_size = empty({}, float64, gpu(index));
+        s.bc2_sqrt = empty({}, float64, gpu(index));
+        s.step_size32 = empty({}, float32, gpu(index));
+        s.bc2_sqrt32 = empty({}, float32, gpu(index));
+      }
+      corrections.out({s.count, s.step_size, s.bc2_sqrt, s.step_size32, s.bc2_sqrt32}, s.count, o.beta1, o.beta2,
+                      lr_);
+      corrected[index] = true;
+    }
+    return s;
+  };
   std::map<int, std::vector<std::vector<Array>>> multi;  // by GPU
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Array& p = parameters_[i];
     const Array g = p.grad();
     if (!g.defined()) continue;
     if (!exp_avg_[i].defined()) {
+      require_ready_for_capture(false, "Adam::step (its first step)");
       exp_avg_[i] = zeros_like(p);
       exp_avg_sq_[i] = zeros_like(p);
     }
@@ -294,17 +440,48 @@ void Adam::step() {
       multi[p.device().index].push_back({p, g, exp_avg_[i], exp_avg_sq_[i]});
       continue;
     }
+    if (cpu_loop_ok(p, {&g, &exp_avg_[i], &exp_avg_sq_[i]})) {
+      cpu_update({p, g, exp_avg_[i], exp_avg_sq_[i]}, [&](auto zero) {
+        using T = decltype(zero);
+        auto c = [](double v) { return static_cast<T>(v); };
+        adam_loop<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(g.data_ptr()),
+                     static_cast<T*>(exp_avg_[i].data_ptr()), static_cast<T*>(exp_avg_sq_[i].data_ptr()), p.size(),
+                     c(o.beta1), c(1.0 - o.beta1), c(o.beta2), c(1.0 - o.beta2), c(lr_ / bc1), c(std::sqrt(bc2)),
+                     c(o.eps), c(l2), c(decay));
+      });
+      continue;
+    }
+    if (o.capturable && p.device().is_cuda()) {
+      const DeviceStep& s = device_step(p.device().index);
+      update.out({p, exp_avg_[i], exp_avg_sq_[i]}, p, g, exp_avg_[i], exp_avg_sq_[i], o.beta1, 1.0 - o.beta1,
+                 o.beta2, 1.0 - o.beta2, s.step_size, s.bc2_sqrt, o.eps, l2, decay);
+      continue;
+    }
     update.out({p, exp_avg_[i], exp_avg_sq_[i]}, p, g, exp_avg_[i], exp_avg_sq_[i], o.beta1, 1.0 - o.beta1, o.beta2,
                1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
   }
   auto f = [](double v) { return static_cast<float>(v); };
-  for (const auto& [index, tensors] : multi)
+  for (const auto& [index, tensors] : multi) {
+    if (o.capturable) {
+      const DeviceStep& s = device_step(index);
+      multi_tensor_apply("adam_multi_dev", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2),
+                         f(1.0 - o.beta2), static_cast<const float*>(s.step_size32.data_ptr()),
+                         static_cast<const float*>(s.bc2_sqrt32.data_ptr()), f(o.eps), f(l2), f(decay));
+      continue;
+    }
     multi_tensor_apply("adam_multi", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2), f(1.0 - o.beta2),
                        f(lr_ / bc1), f(std::sqrt(bc2)), f(o.eps), f(l2), f(decay));
+  }
 }
 
 nn::StateDict Adam::state_dict() const {
   nn::StateDict state = Optimizer::state_dict();
+  // capturable: graph replays advance the device count, not step_ (all GPUs' counts agree; read one)
+  for (const auto& [index, s] : device_steps_)
+    if (s.count.defined()) {
+      state.insert("step", scalar_array(static_cast<int64_t>(s.count.item<double>()), int64, cpu()));
+      break;
+    }
   for (size_t i = 0; i < exp_avg_.size(); ++i)
     if (exp_avg_[i].defined()) {
       state.insert("exp_avg." + std::to_string(i), exp_avg_[i]);
@@ -315,6 +492,7 @@ nn::StateDict Adam::state_dict() const {
 
 void Adam::load_state_dict(const nn::StateDict& state) {
   Optimizer::load_state_dict(state);
+  device_steps_.clear();  // made again from step_ at the next step
   for (size_t i = 0; i < parameters_.size(); ++i) {
     exp_avg_[i] = load_buffer(state, "exp_avg", i);
     exp_avg_sq_[i] = load_buffer(state, "exp_avg_sq", i);

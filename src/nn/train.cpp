@@ -10,6 +10,10 @@
 #include <string>
 
 #include "kiln/autograd.hpp"
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda.hpp"
+#endif
+#include "kiln/fuse.hpp"
 #include "kiln/json.hpp"
 #include "kiln/ops.hpp"
 
@@ -45,6 +49,143 @@ struct Totals {
 std::string number(double v) { return json_number(v); }
 
 }  // namespace
+
+// ---------------------------------------------------------------- TrainStep
+struct TrainStep::Impl {
+  nn::Module* model;
+  optim::Optimizer* optimizer;
+  StepOptions options;
+  LossFn loss_fn;
+  Array loss_sum, correct;  // 0-d float64 / int64 on the output's device, updated in place
+  int64_t samples = 0, steps = 0, replays = 0;
+#ifdef KILN_WITH_CUDA
+  std::unique_ptr<cuda::Graph> graph;
+  Array static_x, static_y;
+#endif
+
+  /// forward, loss, backward, optimizer step and the metric updates (no zero_grad: the caller clears).
+  void body(const Array& x, const Array& y) {
+    const Array output = (*model)(x);
+    const Array loss = loss_fn(output, y);
+    loss.backward();
+    optimizer->step();
+    NoGradGuard no_grad;
+    const int64_t rows = output.ndim() > 0 ? output.shape(0) : 1;
+    if (!loss_sum.defined()) {  // the first (eager) step makes the sums on the output's device
+      loss_sum = zeros({}, float64, output.device());
+      correct = zeros({}, int64, output.device());
+    }
+    static const auto add_loss =
+        fuse([](auto acc, auto l, auto n) { return acc + l.astype(float64) * n; }, "train_loss_sum");
+    static const auto count_equal = fuse([](auto a, auto b) { return sum(equal(a, b)); }, "count_equal");
+    add_loss.out({loss_sum}, loss_sum, loss.detach(), static_cast<double>(rows));
+    if (options.accuracy)
+      correct += count_equal(argmax(output.detach(), -1), y.reshape({rows}).astype(int64));
+  }
+
+#ifdef KILN_WITH_CUDA
+  void capture(const Array& x, const Array& y) {
+    const Device d = x.device();
+    static_x = empty(x.shape(), x.dtype(), d);
+    static_y = empty(y.shape(), y.dtype(), d);
+    static_x.copy_from(x);
+    static_y.copy_from(y);
+    const Stream side = Stream::create(d, {.non_blocking = true});
+    Event ready = Event::create(d, false);
+    ready.record();  // the capture stream starts after the work queued so far
+    ready.wait(side);
+    optimizer->zero_grad();  // the captured backward makes the gradients in the graph's pool
+    graph = std::make_unique<cuda::Graph>();
+    {
+      cuda::GraphCapture scope(*graph, side);
+      body(static_x, static_y);
+    }
+    graph->replay(Stream::current(d));
+    ++replays;
+  }
+#endif
+
+  void step(const Array& x, const Array& y) {
+    const int64_t rows = x.ndim() > 0 ? x.shape(0) : 1;
+#ifdef KILN_WITH_CUDA
+    if (options.graph && x.device().is_cuda()) {
+      if (graph && x.shape() == static_x.shape() && y.shape() == static_y.shape() && x.dtype() == static_x.dtype() &&
+          y.dtype() == static_y.dtype() && x.device() == static_x.device() && y.device() == static_y.device()) {
+        static_x.copy_from(x, {.non_blocking = true});
+        static_y.copy_from(y, {.non_blocking = true});
+        graph->replay(Stream::current(x.device()));
+        ++replays;
+        samples += rows;
+        ++steps;
+        return;
+      }
+      if (!graph && steps >= options.warmup) {
+        capture(x, y);
+        samples += rows;
+        ++steps;
+        return;
+      }
+    }
+#endif
+    optimizer->zero_grad();
+    body(x, y);
+    samples += rows;
+    ++steps;
+  }
+};
+
+TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, StepOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (options.graph && options.warmup < 1)
+    throw ValueError("TrainStep: a graph-captured step needs warmup >= 1 eager steps (they create the optimizer's "
+                     "state and the metric sums), got " +
+                     std::to_string(options.warmup));
+  impl_->model = &model;
+  impl_->optimizer = &optimizer;
+  impl_->loss_fn = options.loss ? options.loss : LossFn(default_loss);
+  impl_->options = std::move(options);
+}
+
+TrainStep::~TrainStep() = default;
+
+void TrainStep::operator()(const Array& x, const Array& y) { impl_->step(x, y); }
+
+double TrainStep::mean_loss() const {
+  return impl_->samples ? impl_->loss_sum.item<double>() / static_cast<double>(impl_->samples) : 0.0;
+}
+
+double TrainStep::accuracy() const {
+  if (!impl_->options.accuracy || !impl_->samples) return -1.0;
+  return static_cast<double>(impl_->correct.item<int64_t>()) / static_cast<double>(impl_->samples);
+}
+
+int64_t TrainStep::samples() const { return impl_->samples; }
+
+void TrainStep::reset_metrics() {
+  if (impl_->loss_sum.defined()) {
+    impl_->loss_sum.fill(0);
+    impl_->correct.fill(0);
+  }
+  impl_->samples = 0;
+}
+
+bool TrainStep::graphed() const {
+#ifdef KILN_WITH_CUDA
+  return impl_->graph != nullptr;
+#else
+  return false;
+#endif
+}
+
+size_t TrainStep::graph_nodes() const {
+#ifdef KILN_WITH_CUDA
+  return impl_->graph ? impl_->graph->num_nodes() : 0;
+#else
+  return 0;
+#endif
+}
+
+int64_t TrainStep::replays() const { return impl_->replays; }
 
 std::string EpochMetrics::json() const {
   std::string s = "{\"epoch\": " + std::to_string(epoch) + ", \"train_loss\": " + number(train_loss);
@@ -82,17 +223,14 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
   }
   std::vector<EpochMetrics> history;
   const int64_t batches = train.num_batches();
+  TrainStep step(model, optimizer,
+                 {.loss = loss_fn, .accuracy = options.accuracy, .graph = options.graph, .warmup = options.graph_warmup});
   for (int64_t e = 1; e <= options.epochs; ++e) {
     model.train();
-    Totals totals;
+    step.reset_metrics();
     const auto start = Clock::now();
     for (const data::Batch& b : train) {
-      const Array output = model(b.x);
-      const Array loss = loss_fn(output, b.y);
-      optimizer.zero_grad();
-      loss.backward();
-      optimizer.step();
-      totals.add(loss, output, b.y, options.accuracy);
+      step(b.x, b.y);
       if (terminal && (b.index % 20 == 0 || b.index + 1 == batches)) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
         const double rate = static_cast<double>(b.index + 1) / std::max(elapsed, 1e-9);
@@ -105,10 +243,10 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
     }
     EpochMetrics m;
     m.epoch = e;
-    m.train_loss = totals.mean_loss();  // the one read of the epoch's metrics (synchronises)
-    m.train_accuracy = totals.accuracy();
+    m.train_loss = step.mean_loss();  // the one read of the epoch's metrics (synchronises)
+    m.train_accuracy = step.accuracy();
     m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    m.samples_per_second = static_cast<double>(totals.samples) / std::max(m.seconds, 1e-12);
+    m.samples_per_second = static_cast<double>(step.samples()) / std::max(m.seconds, 1e-12);
     m.lr = optimizer.lr();
     if (test) std::tie(m.test_loss, m.test_accuracy) = evaluate(model, *test, loss_fn, options.accuracy);
     history.push_back(m);

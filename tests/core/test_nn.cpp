@@ -13,6 +13,7 @@
 #include "harness/op_harness.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/train.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -64,6 +65,25 @@ TEST(NnModule, LinearForwardAndBackwardMatchHandValues) {
     EXPECT_EQ(host(layer.weight().grad()), (std::vector<double>{7, 3, -1, 10, 4, -2}));
     EXPECT_EQ(host(layer.bias().grad()), (std::vector<double>{4, 6}));
     EXPECT_THROW(layer(ones({2, 4}, float64, d)), ShapeError);
+    EXPECT_EQ(y.grad_fn_name(), "LinearBackward");
+    // Gradients of every input (x, weight, bias), for 1-, 2- and 3-d inputs, with and without a bias.
+    for (bool bias : {true, false}) {
+      nn::Linear l(3, 2, bias, float64, d);
+      for (const Shape& shape : {Shape{3}, Shape{4, 3}, Shape{2, 2, 3}}) {
+        const Array xin = random::normal(shape, 0.0, 1.0, float64, d);
+        std::vector<Array> inputs = {xin, l.weight().detach()};
+        if (bias) inputs.push_back(l.bias().detach());
+        const GradcheckResult r = gradcheck(
+            [&](const std::vector<Array>& in) {
+              nn::Linear f(3, 2, bias, float64, d);
+              f.weight() = in[1];
+              if (bias) f.bias() = in[2];
+              return f(in[0]);
+            },
+            inputs);
+        EXPECT_TRUE(r.passed) << d.str() << " bias " << bias << " shape " << shape_str(shape) << ": " << r.report;
+      }
+    }
   }
 }
 
@@ -243,8 +263,14 @@ TEST(NnLoss, CrossEntropyNllMseAndBceMatchHandValues) {
     expect_near_all(host(sum(nn::softmax(logits), 1)), {1, 1}, 1e-12, "softmax rows");
     EXPECT_NEAR(nn::accuracy(logits, y).item<double>(), 1.0, 0);
     EXPECT_NEAR(nn::accuracy(logits, from_data(std::vector<int64_t>{0, 0}, Shape{2}, d)).item<double>(), 0.5, 0);
-    EXPECT_THROW(nn::cross_entropy(logits, from_data(std::vector<int64_t>{3, 0}, Shape{2}, d)), ValueError);
-    EXPECT_THROW(nn::cross_entropy(logits, from_data(std::vector<int64_t>{-1, 0}, Shape{2}, d)), ValueError);
+    // A bad label throws on the CPU at once, on a GPU at the next synchronisation (item() here).
+    kiln_test::expect_error<ValueError>(
+        [&] { (void)nn::cross_entropy(logits, from_data(std::vector<int64_t>{3, 0}, Shape{2}, d)).item<double>(); },
+        {"cross_entropy", "label 3", "[0, 3)"});
+    kiln_test::expect_error<ValueError>(
+        [&] { (void)nn::cross_entropy(logits, from_data(std::vector<int64_t>{-1, 0}, Shape{2}, d)).item<double>(); },
+        {"cross_entropy", "label -1"});
+    EXPECT_NEAR(nn::cross_entropy(logits, y).item<double>(), (nll[0] + nll[1]) / 2, 1e-12) << "usable afterwards";
     EXPECT_THROW(nn::cross_entropy(logits, zeros({2, 2}, float64, d)), ShapeError);
 
     const Array a = from_data(std::vector<double>{1, -2, 3}, Shape{3}, d);
@@ -255,6 +281,9 @@ TEST(NnLoss, CrossEntropyNllMseAndBceMatchHandValues) {
     for (int i = 0; i < 3; ++i)
       bce += -(ts[i] * std::log(1 / (1 + std::exp(-xs[i]))) + (1 - ts[i]) * std::log(1 - 1 / (1 + std::exp(-xs[i]))));
     EXPECT_NEAR(nn::binary_cross_entropy_with_logits(a, b, nn::Reduction::Sum).item<double>(), bce, 1e-12);
+
+    EXPECT_EQ(nn::cross_entropy(logits.astype(float32), y).dtype(), float32) << "float32 logits, float32 loss";
+    EXPECT_NEAR(nn::cross_entropy(logits.astype(float32), y).item<double>(), (nll[0] + nll[1]) / 2, 1e-6);
 
     // Gradients of every loss with respect to its scores.
     auto check = [&](const std::string& what, const std::function<Array(const std::vector<Array>&)>& f) {
@@ -449,6 +478,44 @@ TEST(NnTraining, AnMlpSeparatesThreeBlobs) {
     model->eval();
     NoGradGuard no_grad;
     EXPECT_GT(nn::accuracy((*model)(x), labels).item<double>(), 0.9) << d.str();
+  }
+}
+
+TEST(NnTraining, TrainStepKeepsTheEpochsMetricsOnTheDevice) {
+  for (Device d : devices()) {
+    random::seed(14);
+    const Array x = random::normal({64, 4}, 0.0, 1.0, float32, d);
+    const Array y = (x.index({Slice(), 1}) > 0).astype(int64);
+    auto model = mlp(d);
+    auto reference = mlp(d);
+    reference->load_state_dict(model->state_dict());
+    optim::SGD opt(model->parameters(), {.lr = 0.1}), ref_opt(reference->parameters(), {.lr = 0.1});
+    model->eval();  // no dropout: the reference below must draw nothing
+    reference->eval();
+    // graph is ignored on the CPU; on a GPU these two steps are the warm-up (eager).
+    train::TrainStep step(*model, opt, {.graph = true, .warmup = 5});
+    double loss_sum = 0, correct = 0;
+    for (int64_t start : {0, 32}) {
+      const Array xb = x.slice(0, start, start + 32), yb = y.slice(0, start, start + 32);
+      {
+        NoGradGuard no_grad;
+        const Array out = (*reference)(xb);
+        loss_sum += nn::cross_entropy(out, yb).item<double>() * 32;
+        correct += nn::accuracy(out, yb).item<double>() * 32;
+      }
+      ref_opt.zero_grad();
+      nn::cross_entropy((*reference)(xb), yb).backward();
+      ref_opt.step();
+      step(xb, yb);
+    }
+    EXPECT_FALSE(step.graphed());
+    EXPECT_EQ(step.samples(), 64);
+    EXPECT_NEAR(step.mean_loss(), loss_sum / 64, 1e-6) << d.str();
+    EXPECT_NEAR(step.accuracy(), correct / 64, 1e-12) << d.str();
+    step.reset_metrics();
+    EXPECT_EQ(step.samples(), 0);
+    EXPECT_EQ(step.mean_loss(), 0.0);
+    EXPECT_THROW(train::TrainStep(*model, opt, {.graph = true, .warmup = 0}), ValueError);
   }
 }
 

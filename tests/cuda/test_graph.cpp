@@ -542,6 +542,40 @@ TEST(CudaGraph, replay_on_another_stream_of_the_same_gpu) {
   expect_error<DeviceError>([&] { g.replay(Stream::create(cpu())); }, {"Graph::replay", "cpu"});
 }
 
+Array gpu_ints(const std::vector<int64_t>& v, Device d) {
+  return from_data(v, Shape{static_cast<int64_t>(v.size())}, d);
+}
+
+TEST(CudaGraph, index_checks_run_at_every_replay_and_report_at_the_next_synchronisation) {
+  KILN_REQUIRE_GPU();
+  {
+    const Device d = gpu(0);
+    const Array a = arange(10, float32, d);
+    Array idx = gpu_ints({1, 2}, d);
+    (void)take(a, idx);  // compile outside the capture
+    const Stream s = Stream::create(d);
+    synchronize(d);  // the capture stream reads what the current stream wrote
+    cuda::Graph g;
+    Array out;
+    {
+      cuda::GraphCapture capture(g, s);
+      out = take(a, idx);
+    }
+    g.replay();
+    s.synchronize();
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1, 2}));
+    idx.copy_from(gpu_ints({4, 10}, d));
+    Stream::current(d).synchronize();
+    g.replay();
+    expect_error<ShapeError>([&] { s.synchronize(); }, {"take", "index 10", "size 10"});
+    idx.copy_from(gpu_ints({-1, 3}, d));
+    Stream::current(d).synchronize();
+    g.replay();
+    s.synchronize();
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{9, 3})) << "a replay after the error works";
+  }
+}
+
 }  // namespace
 
 #endif  // KILN_WITH_CUDA

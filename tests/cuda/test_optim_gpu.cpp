@@ -69,7 +69,7 @@ TEST(OptimGpu, AStepOfManyParametersIsAFewKernels) {
   std::vector<int64_t> sizes;
   for (int i = 0; i < 30; ++i) sizes.push_back(1000 + i);
   std::vector<Array> ps = params_with_grads(d, sizes, 4);
-  optim::Adam adam(ps, {.lr = 0.01});
+  optim::Adam adam(ps, {.lr = 0.01, .capturable = true});
   adam.step();  // creates the state; compiles
   synchronize(d);
   Stream s = Stream::create(d);
@@ -78,9 +78,100 @@ TEST(OptimGpu, AStepOfManyParametersIsAFewKernels) {
     cuda::GraphCapture capture(graph, s);
     adam.step();
   }
-  EXPECT_EQ(graph.num_nodes(), 1u);  // 30 parameters, one launch
+  EXPECT_EQ(graph.num_nodes(), 2u);  // the step count and bias corrections, then 30 parameters in one launch
   graph.replay(s);
   s.synchronize();
+  optim::SGD sgd(ps, {.lr = 0.01});
+  cuda::Graph sgd_graph;
+  {
+    cuda::GraphCapture capture(sgd_graph, s);
+    sgd.step();
+  }
+  EXPECT_EQ(sgd_graph.num_nodes(), 1u);
+}
+
+TEST(OptimGpu, CapturableAdamGivesTheSameBitsAndAdvancesInReplays) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  const std::vector<int64_t> sizes = {5, 8193, 40000};
+  std::vector<Array> plain = params_with_grads(d, sizes, 5), eager = params_with_grads(d, sizes, 5),
+                     graphed = params_with_grads(d, sizes, 5);
+  plain.push_back(random::normal({6}, 0.0, 1.0, float64, d).set_requires_grad());  // a fused (non-multi) parameter
+  plain.back().set_grad(ones({6}, float64, d));
+  for (auto* set : {&eager, &graphed}) {
+    set->push_back(plain.back().detach().copy().set_requires_grad());
+    set->back().set_grad(ones({6}, float64, d));
+  }
+  optim::Adam a(plain, {.lr = 0.01, .weight_decay = 0.1});
+  optim::Adam b(eager, {.lr = 0.01, .weight_decay = 0.1, .capturable = true});
+  optim::Adam c(graphed, {.lr = 0.01, .weight_decay = 0.1, .capturable = true});
+  c.step();  // the eager first step creates the state
+  Stream s = Stream::create(d);
+  synchronize(d);
+  cuda::Graph graph;
+  {
+    cuda::GraphCapture capture(graph, s);
+    c.step();
+  }
+  for (int step = 0; step < 6; ++step) {
+    a.step();
+    b.step();
+    if (step > 0) graph.replay(s);  // step 0 was c's eager step
+  }
+  s.synchronize();
+  for (size_t i = 0; i < plain.size(); ++i) {
+    if (plain[i].dtype() == float32) {
+      EXPECT_EQ(plain[i].to_vector<float>(), eager[i].to_vector<float>()) << "tensor " << i;
+      EXPECT_EQ(plain[i].to_vector<float>(), graphed[i].to_vector<float>()) << "tensor " << i;
+    } else {
+      const std::vector<double> want = plain[i].to_vector<double>(), e = eager[i].to_vector<double>(),
+                                g = graphed[i].to_vector<double>();
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_NEAR(e[k], want[k], 1e-12) << "float64 parameter, capturable, element " << k;
+        EXPECT_NEAR(g[k], want[k], 1e-12) << "float64 parameter, replayed, element " << k;
+      }
+    }
+  }
+  EXPECT_EQ(c.state_dict().at("step").item<int64_t>(), 6) << "the replays advanced the saved step count";
+}
+
+TEST(OptimGpu, CapturingAStepThatWouldFreezeItsStateThrows) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  std::vector<Array> ps = params_with_grads(d, {10}, 6);
+  Stream s = Stream::create(d);
+  synchronize(d);
+  optim::Adam adam(ps, {.lr = 0.01});
+  adam.step();
+  {
+    cuda::Graph graph;
+    kiln_test::expect_error<ValueError>(
+        [&] {
+          cuda::GraphCapture capture(graph, s);
+          adam.step();
+        },
+        {"Adam::step", "capturable = true"});
+  }
+  optim::Adam fresh(ps, {.lr = 0.01, .capturable = true});
+  {
+    cuda::Graph graph;
+    kiln_test::expect_error<ValueError>(
+        [&] {
+          cuda::GraphCapture capture(graph, s);
+          fresh.step();
+        },
+        {"Adam::step", "first step", "eagerly first"});
+  }
+  optim::SGD sgd(ps, {.lr = 0.01, .momentum = 0.9});
+  {
+    cuda::Graph graph;
+    kiln_test::expect_error<ValueError>(
+        [&] {
+          cuda::GraphCapture capture(graph, s);
+          sgd.step();
+        },
+        {"SGD::step with momentum", "eagerly first"});
+  }
 }
 
 TEST(OptimGpu, AMultiTensorStepBumpsTheVersionOfParametersSavedForBackward) {

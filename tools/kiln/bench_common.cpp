@@ -138,6 +138,7 @@ const std::vector<Workload>& workloads() {
       {"fusion", "the chain tanh(x*1.5+0.3)*x - exp(-x*x)*0.5", run_fusion},
       {"alloc", "caching allocator latency", run_alloc},
       {"multigpu", "two matmuls on two GPUs at once vs one after the other", run_multigpu},
+      {"train", "seconds per epoch of two MLPs on Fashion-MNIST (eager, graph, CPU)", run_train},
   };
   return list;
 }

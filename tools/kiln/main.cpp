@@ -199,6 +199,8 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--log", train.log,
                         "append one JSON line per epoch to this file (scripts/plot-training draws it)");
   train_cmd->add_option("--save,--checkpoint", train.checkpoint, "save the trained model here (safetensors)");
+  train_cmd->add_flag("--graph", train.graph,
+                      "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (info_cmd->parsed()) return info();

@@ -33,7 +33,7 @@ int train_mlp(const TrainArgs& a) {
   model->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, device));
   std::unique_ptr<optim::Optimizer> opt;
   if (a.optimizer == "adam")
-    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = a.lr});
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = a.lr, .capturable = a.graph});
   else if (a.optimizer == "sgd")
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = a.lr, .momentum = a.momentum});
   else
@@ -41,14 +41,17 @@ int train_mlp(const TrainArgs& a) {
   data::DataLoader train_loader(train_set.images, train_set.labels,
                                 {.batch_size = a.batch, .shuffle = true, .seed = a.seed, .device = device});
   data::DataLoader test_loader(test_set.images, test_set.labels, {.batch_size = 1000, .device = device});
+  std::string widths = "784";
+  for (int64_t h : hidden) widths += fmt::format("-{}", h);
   fmt::print(
-      "kiln train mlp on {}: 784-{}-{}-10, dropout {}, {} (lr {}{}), batch {}, {} epochs, {} training / {} test "
+      "kiln train mlp on {}: {}-10, dropout {}, {} (lr {}{}), batch {}, {} epochs{}, {} training / {} test "
       "images\n",
-      device.str(), a.units, a.units, a.dropout, a.optimizer, a.lr,
+      device.str(), widths, a.dropout, a.optimizer, a.lr,
       a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch, a.epochs,
-      train_set.labels.size(), test_set.labels.size());
-  const std::vector<train::EpochMetrics> history =
-      train::fit(*model, *opt, train_loader, &test_loader, {.epochs = a.epochs, .log_path = a.log});
+      a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
+      test_set.labels.size());
+  const std::vector<train::EpochMetrics> history = train::fit(
+      *model, *opt, train_loader, &test_loader, {.epochs = a.epochs, .log_path = a.log, .graph = a.graph});
   std::vector<double> seconds;
   for (const auto& m : history) seconds.push_back(m.seconds);
   std::sort(seconds.begin(), seconds.end());

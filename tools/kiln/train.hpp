@@ -22,6 +22,7 @@ struct TrainArgs {
   uint64_t seed = 0;
   std::string log;         ///< JSON-lines log
   std::string checkpoint;  ///< safetensors file written at the end
+  bool graph = false;  ///< capture each step in a CUDA graph (GPU only)
 };
 
 int train_mlp(const TrainArgs& args);
