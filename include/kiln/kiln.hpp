@@ -18,6 +18,7 @@
 #include "kiln/ops.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/random.hpp"
+#include "kiln/parallel.hpp"
 #include "kiln/raw_module.hpp"
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"

@@ -3,6 +3,7 @@
 // purpose: no joins during static destruction).
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cpu/parallel.hpp"
+#include "kiln/parallel.hpp"
 
 namespace kiln::cpu_impl {
 
@@ -111,3 +113,11 @@ void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
 }
 
 }  // namespace kiln::cpu_impl
+
+namespace kiln {
+
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+  cpu_impl::parallel_for(n, [&](int64_t begin, int64_t end) { fn(begin, end); }, std::max<int64_t>(grain, 1));
+}
+
+}  // namespace kiln

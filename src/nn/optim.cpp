@@ -2,6 +2,7 @@
 // clipping and learning-rate schedules.
 #include "kiln/optim.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -16,6 +17,7 @@
 #endif
 #include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/parallel.hpp"
 #include "kiln/raw_module.hpp"
 
 namespace kiln::optim {
@@ -181,6 +183,8 @@ bool cpu_loop_ok(const Array& p, std::initializer_list<const Array*> others) {
 }
 
 
+constexpr int64_t kCpuGrain = 1 << 16;  // elements per range of kiln::parallel_for
+
 template <class T>
 void sgd_loop(T* p, const T* g, T* v, int64_t n, int mode, T lr, T m, T keep, T wd) {
 #pragma omp simd
@@ -321,10 +325,17 @@ void SGD::step() {
           o.momentum == 0 ? std::vector<Array>{p, g} : std::vector<Array>{p, g, momentum_[i]};
       cpu_update(arrays, [&](auto zero) {
         using T = decltype(zero);
-        sgd_loop<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(g.data_ptr()),
-                    o.momentum == 0 ? nullptr : static_cast<T*>(momentum_[i].data_ptr()), p.size(), mode,
-                    static_cast<T>(lr_), static_cast<T>(o.momentum), static_cast<T>(1.0 - o.dampening),
-                    static_cast<T>(o.weight_decay));
+        T* pp = static_cast<T*>(p.data_ptr());
+        const T* gp = static_cast<const T*>(g.data_ptr());
+        T* vp = o.momentum == 0 ? nullptr : static_cast<T*>(momentum_[i].data_ptr());
+        parallel_for(
+            p.size(),
+            [&](int64_t b, int64_t e) {
+              sgd_loop<T>(pp + b, gp + b, vp ? vp + b : nullptr, e - b, mode, static_cast<T>(lr_),
+                          static_cast<T>(o.momentum), static_cast<T>(1.0 - o.dampening),
+                          static_cast<T>(o.weight_decay));
+            },
+            kCpuGrain);
       });
       continue;
     }
@@ -444,10 +455,17 @@ void Adam::step() {
       cpu_update({p, g, exp_avg_[i], exp_avg_sq_[i]}, [&](auto zero) {
         using T = decltype(zero);
         auto c = [](double v) { return static_cast<T>(v); };
-        adam_loop<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(g.data_ptr()),
-                     static_cast<T*>(exp_avg_[i].data_ptr()), static_cast<T*>(exp_avg_sq_[i].data_ptr()), p.size(),
-                     c(o.beta1), c(1.0 - o.beta1), c(o.beta2), c(1.0 - o.beta2), c(lr_ / bc1), c(std::sqrt(bc2)),
-                     c(o.eps), c(l2), c(decay));
+        T* pp = static_cast<T*>(p.data_ptr());
+        const T* gp = static_cast<const T*>(g.data_ptr());
+        T* mp = static_cast<T*>(exp_avg_[i].data_ptr());
+        T* vp = static_cast<T*>(exp_avg_sq_[i].data_ptr());
+        parallel_for(
+            p.size(),
+            [&](int64_t b, int64_t e) {
+              adam_loop<T>(pp + b, gp + b, mp + b, vp + b, e - b, c(o.beta1), c(1.0 - o.beta1), c(o.beta2),
+                           c(1.0 - o.beta2), c(lr_ / bc1), c(std::sqrt(bc2)), c(o.eps), c(l2), c(decay));
+            },
+            kCpuGrain);
       });
       continue;
     }
