@@ -2,13 +2,14 @@
 // [lo, hi) and, at the first failure it sees, stores the value and the message code in an error word of
 // mapped pinned host memory (one per GPU). Each synchronisation with the GPU reads the word (a host load: no
 // CUDA call) and throws the recorded error, clearing the word.
+#include "core/device_check.hpp"
+
 #include <cuda_runtime.h>
 
 #include <array>
 #include <mutex>
 #include <string>
 
-#include "core/device_check.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/elementwise_layout.hpp"
 #include "cuda/launch.hpp"

@@ -62,29 +62,14 @@ extern "C" __global__ void sgd_multi(MultiList l, int mode, float lr, float m, f
     }
   }
 }
+// step_size_p / bc2_sqrt_p: capturable Adam reads these two from the device (0-d float32 arrays); else null
 extern "C" __global__ void adam_multi(MultiList l, float b1, float omb1, float b2, float omb2, float step_size,
-                                      float bc2_sqrt, float eps, float wd, float decay) {
-  const int t = l.tensor[blockIdx.x];
-  float* p = (float*)l.ptr[0][t];
-  const float* g = (const float*)l.ptr[1][t];
-  float* mm = (float*)l.ptr[2][t];
-  float* vv = (float*)l.ptr[3][t];
-  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    const float pi = p[i];
-    const float d = g[i] + pi * wd;
-    const float m2 = mm[i] * b1 + d * omb1;
-    const float v2 = vv[i] * b2 + d * d * omb2;
-    mm[i] = m2;
-    vv[i] = v2;
-    p[i] = pi * decay - m2 / (sqrtf(v2) / bc2_sqrt + eps) * step_size;
+                                      float bc2_sqrt, const float* step_size_p, const float* bc2_sqrt_p, float eps,
+                                      float wd, float decay) {
+  if (step_size_p) {
+    step_size = *step_size_p;
+    bc2_sqrt = *bc2_sqrt_p;
   }
-}
-// capturable Adam: the step size and sqrt(1 - beta2^t) are read from the device (0-d float32 arrays)
-extern "C" __global__ void adam_multi_dev(MultiList l, float b1, float omb1, float b2, float omb2,
-                                          const float* step_size_p, const float* bc2_sqrt_p, float eps, float wd,
-                                          float decay) {
-  const float step_size = *step_size_p, bc2_sqrt = *bc2_sqrt_p;
   const int t = l.tensor[blockIdx.x];
   float* p = (float*)l.ptr[0][t];
   const float* g = (const float*)l.ptr[1][t];
@@ -482,13 +467,14 @@ void Adam::step() {
   for (const auto& [index, tensors] : multi) {
     if (o.capturable) {
       const DeviceStep& s = device_step(index);
-      multi_tensor_apply("adam_multi_dev", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2),
-                         f(1.0 - o.beta2), static_cast<const float*>(s.step_size32.data_ptr()),
+      multi_tensor_apply("adam_multi", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2),
+                         f(1.0 - o.beta2), 0.0f, 0.0f, static_cast<const float*>(s.step_size32.data_ptr()),
                          static_cast<const float*>(s.bc2_sqrt32.data_ptr()), f(o.eps), f(l2), f(decay));
       continue;
     }
+    const float* none = nullptr;
     multi_tensor_apply("adam_multi", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2), f(1.0 - o.beta2),
-                       f(lr_ / bc1), f(std::sqrt(bc2)), f(o.eps), f(l2), f(decay));
+                       f(lr_ / bc1), f(std::sqrt(bc2)), none, none, f(o.eps), f(l2), f(decay));
   }
 }
 

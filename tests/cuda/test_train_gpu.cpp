@@ -137,8 +137,7 @@ TEST(DataLoaderGpu, PrefetchCopiesRunWhileTheComputeStreamIsBusy) {
   KILN_REQUIRE_GPU();
   const Device d = gpu(0);
   // A kernel that holds the compute stream until the host sets a flag in pinned memory (UVA: the device reads it).
-  const RawModule m(R"(extern "C" __global__ void hold(volatile int* flag) { while (*flag == 0) {} })",
-                    {.device = d});
+  const RawModule m(R"(extern "C" __global__ void hold(volatile int* flag) { while (*flag == 0) {} })", {.device = d});
   const Array flag = zeros({1}, int32, cpu(), {.pinned = true});
   auto* host_flag = static_cast<volatile int32_t*>(flag.data_ptr());
   const int64_t rows = 256, cols = 4096;  // 4 MiB batches

@@ -69,8 +69,7 @@ struct EpochResult {
   double loss = 0;     // mean training loss of the last epoch
 };
 
-EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& opt, Device d, Feed feed,
-                   int count) {
+EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& opt, Device d, Feed feed, int count) {
   train::TrainStep step(model, opt, {.accuracy = false, .graph = feed == Feed::Graph});
   const int64_t n = data.y.size(), batch = 100;
   Array xd, yd;
