@@ -79,9 +79,10 @@ void throw_deferred_check(int32_t code, int64_t value, Device device) {
 void check_range(const Array& values, int64_t lo, int64_t hi, CheckError kind, const std::string& message) {
   if (values.size() == 0) return;
   if (values.device().is_cpu()) {
-    const Array v = values.astype(int64);
-    for (int64_t x : v.to_vector<int64_t>())
-      if (x < lo || x >= hi) raise(kind, filled(message, x));
+    const Array v = values.astype(int64).contiguous();
+    const auto* p = static_cast<const int64_t*>(v.data_ptr());
+    for (int64_t i = 0, n = v.size(); i < n; ++i)
+      if (p[i] < lo || p[i] >= hi) raise(kind, filled(message, p[i]));
     return;
   }
   const Array v = values.astype(int64).contiguous();
