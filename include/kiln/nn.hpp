@@ -180,6 +180,18 @@ class Flatten : public Module {
   int64_t start_, end_;
 };
 
+/// Splits axis `dim` into `sizes` (torch.nn.Unflatten): Unflatten(1, {1, 28, 28}) makes (N, 784) images.
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, Shape sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  Array forward(const Array& x) override;
+  std::string name() const override { return "Unflatten(" + std::to_string(dim_) + ", " + shape_str(sizes_) + ")"; }
+
+ private:
+  int64_t dim_;
+  Shape sizes_;
+};
+
 /// Rows of a (num_embeddings, dim) table picked by integer indices; weight ~ normal(0, 1) as PyTorch.
 class Embedding : public Module {
  public:
@@ -240,6 +252,101 @@ void kaiming_normal(Array& w, double a = 0.0, bool fan_in = true);
 // ---------------------------------------------------------------- functions and losses
 /// Reductions of the losses: mean over the batch (the default), sum, or none (per element / per sample).
 enum class Reduction { Mean, Sum, None };
+
+// ---------------------------------------------------------------- convolutional layers (NCHW)
+// Reference implementations on every backend: conv2d gathers input windows with a strided view (im2col) and
+// multiplies them by the weights with BLAS / cuBLAS; its gradient scatters window gradients back (col2im);
+// pooling likewise. cuDNN / oneDNN engines are to replace them for speed (not yet). Pairs are (height, width).
+
+/// y[n, o] = sum over the window of x * weight[o] (+ bias[o]), as torch.nn.functional.conv2d: weight
+/// (out_channels, in_channels / groups, KH, KW), bias (out_channels,) or undefined. Differentiable in x, weight
+/// and bias. Throws ShapeError for shapes that do not fit (naming them), ValueError for non-positive sizes.
+Array conv2d(const Array& x, const Array& weight, const Array& bias = {}, std::pair<int64_t, int64_t> stride = {1, 1},
+             std::pair<int64_t, int64_t> padding = {0, 0}, std::pair<int64_t, int64_t> dilation = {1, 1},
+             int64_t groups = 1);
+/// The maximum of each window (padding counts as -inf; the first maximum gets the gradient, as PyTorch).
+Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel,
+                 std::optional<std::pair<int64_t, int64_t>> stride = {}, std::pair<int64_t, int64_t> padding = {0, 0},
+                 std::pair<int64_t, int64_t> dilation = {1, 1});
+/// The mean of each window (padding counts as zeros: PyTorch's count_include_pad).
+Array avg_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel,
+                 std::optional<std::pair<int64_t, int64_t>> stride = {}, std::pair<int64_t, int64_t> padding = {0, 0});
+/// Averages to output_size; the size must divide the input's (ValueError otherwise: uneven windows not yet).
+Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_size);
+/// Normalises each channel of (N, C, H, W) x: with the batch's statistics when training (and updates the running
+/// ones, when defined, in place: running = (1 - momentum) running + momentum batch, the variance unbiased), else
+/// with the running ones; then * weight + bias (each (C,) or undefined). As torch's batch_norm.
+Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight = {},
+                   const Array& bias = {}, bool training = true, double momentum = 0.1, double eps = 1e-5);
+
+struct Conv2dOptions {
+  std::pair<int64_t, int64_t> stride{1, 1};
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// torch.nn.Conv2d: weight kaiming-uniform(a = sqrt(5)), bias uniform(+-1/sqrt(fan_in)), as PyTorch.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,
+         Conv2dOptions options = {}, DType dtype = float32, std::optional<Device> device = {});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+  Array& weight() { return parameter("weight"); }
+
+ private:
+  int64_t in_, out_;
+  std::pair<int64_t, int64_t> kernel_;
+  Conv2dOptions options_;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride = {},
+                     std::pair<int64_t, int64_t> padding = {0, 0});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  std::pair<int64_t, int64_t> kernel_, stride_, padding_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride = {},
+                     std::pair<int64_t, int64_t> padding = {0, 0});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  std::pair<int64_t, int64_t> kernel_, stride_, padding_;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(std::pair<int64_t, int64_t> output_size);
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  std::pair<int64_t, int64_t> size_;
+};
+
+/// torch.nn.BatchNorm2d: weight 1, bias 0, buffers running_mean (0), running_var (1), num_batches_tracked.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       DType dtype = float32, std::optional<Device> device = {});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  int64_t features_;
+  double eps_, momentum_;
+  bool affine_;
+};
 
 /// softmax / log_softmax along `axis`, max-shifted (exp(x - logsumexp(x))).
 Array softmax(const Array& x, int64_t axis = -1);

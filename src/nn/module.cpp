@@ -271,6 +271,24 @@ Array Dropout::forward(const Array& x) {
 
 std::string Dropout::name() const { return "Dropout(p=" + std::to_string(p_) + ")"; }
 
+Array Unflatten::forward(const Array& x) {
+  const int64_t axis = normalize_axis(dim_, x.ndim(), "Unflatten");
+  int64_t product = 1;
+  for (int64_t s : sizes_) product *= s;
+  if (product != x.shape(axis))
+    throw ShapeError(name() + ": axis " + std::to_string(axis) + " of the input has " + std::to_string(x.shape(axis)) +
+                     " elements, the sizes make " + std::to_string(product));
+  Shape shape;
+  for (int64_t d = 0; d < x.ndim(); ++d) {
+    if (d != axis) {
+      shape.push_back(x.shape(d));
+      continue;
+    }
+    for (int64_t s : sizes_) shape.push_back(s);
+  }
+  return x.reshape(shape);
+}
+
 Array Flatten::forward(const Array& x) {
   if (x.ndim() == 0) return x.reshape({1});
   const int64_t first = normalize_axis(start_, x.ndim(), "Flatten"), last = normalize_axis(end_, x.ndim(), "Flatten");

@@ -179,11 +179,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--device", device, "cpu or cuda:N (default: the best device present)");
   bench_cmd->add_option("--json", json, "write the records to this file");
   bench_cmd->add_flag("--quick", quick, "smaller sizes and fewer repeats (about a minute)");
-  auto* train_cmd = app.add_subcommand("train", "train a walkthrough's model on Fashion-MNIST (mlp)");
+  auto* train_cmd = app.add_subcommand("train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn)");
   kiln_cli::TrainArgs train;
   std::string hidden;
-  train_cmd->add_option("MODEL", train.model, "mlp: the Chainer MNIST walkthrough's MLP")
-      ->check(CLI::IsMember({"mlp"}));
+  train_cmd->add_option("MODEL", train.model,
+                        "mlp: the Chainer MNIST walkthrough's MLP; cnn: two conv/batch-norm/pool blocks and an MLP head")
+      ->check(CLI::IsMember({"mlp", "cnn"}));
   train_cmd->add_option("--device", train.device, "cpu or cuda:N (default: the best device present)");
   train_cmd->add_option("--data", train.data,
                         "fashion-mnist (Debian's dataset-fashion-mnist) or a folder of Fashion-MNIST/MNIST IDX files");

@@ -23,14 +23,37 @@ int train_mlp(const TrainArgs& a) {
   const data::Dataset test_set = data::fashion_mnist(false, a.data);
   const std::vector<int64_t> hidden = a.hidden.empty() ? std::vector<int64_t>{a.units, a.units} : a.hidden;
   auto model = std::make_shared<nn::Sequential>();
-  int64_t width = 784;
-  for (int64_t h : hidden) {
-    model->push_back(std::make_shared<nn::Linear>(width, h, true, float32, device));
+  std::string widths = "784";
+  if (a.model == "cnn") {
+    // Two 3x3 convolutions with batch norm, ReLU and 2x2 max pooling (28 -> 14 -> 7), then 128 hidden units.
+    using P = std::pair<int64_t, int64_t>;
+    model->push_back(std::make_shared<nn::Unflatten>(1, Shape{1, 28, 28}));
+    int64_t channels = 1;
+    for (int64_t out : {32, 64}) {
+      model->push_back(std::make_shared<nn::Conv2d>(channels, out, P{3, 3}, nn::Conv2dOptions{.padding = {1, 1}},
+                                                    float32, device));
+      model->push_back(std::make_shared<nn::BatchNorm2d>(out, 1e-5, 0.1, true, float32, device));
+      model->push_back(std::make_shared<nn::ReLU>());
+      model->push_back(std::make_shared<nn::MaxPool2d>(P{2, 2}));
+      channels = out;
+    }
+    model->push_back(std::make_shared<nn::Flatten>());
+    model->push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 128, true, float32, device));
     model->push_back(std::make_shared<nn::ReLU>());
     if (a.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(a.dropout));
-    width = h;
+    model->push_back(std::make_shared<nn::Linear>(128, 10, true, float32, device));
+    widths = "conv3x3(32)-bn-relu-pool-conv3x3(64)-bn-relu-pool-128";
+  } else {
+    int64_t width = 784;
+    for (int64_t h : hidden) {
+      model->push_back(std::make_shared<nn::Linear>(width, h, true, float32, device));
+      model->push_back(std::make_shared<nn::ReLU>());
+      if (a.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(a.dropout));
+      width = h;
+    }
+    model->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, device));
+    for (int64_t h : hidden) widths += fmt::format("-{}", h);
   }
-  model->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, device));
   std::unique_ptr<optim::Optimizer> opt;
   if (a.optimizer == "adam")
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = a.lr, .capturable = a.graph});
@@ -41,12 +64,10 @@ int train_mlp(const TrainArgs& a) {
   data::DataLoader train_loader(train_set.images, train_set.labels,
                                 {.batch_size = a.batch, .shuffle = true, .seed = a.seed, .device = device});
   data::DataLoader test_loader(test_set.images, test_set.labels, {.batch_size = 1000, .device = device});
-  std::string widths = "784";
-  for (int64_t h : hidden) widths += fmt::format("-{}", h);
   fmt::print(
-      "kiln train mlp on {}: {}-10, dropout {}, {} (lr {}{}), batch {}, {} epochs{}, {} training / {} test "
+      "kiln train {} on {}: {}-10, dropout {}, {} (lr {}{}), batch {}, {} epochs{}, {} training / {} test "
       "images\n",
-      device.str(), widths, a.dropout, a.optimizer, a.lr,
+      a.model, device.str(), widths, a.dropout, a.optimizer, a.lr,
       a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch, a.epochs,
       a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
       test_set.labels.size());
@@ -58,7 +79,7 @@ int train_mlp(const TrainArgs& a) {
   fmt::print("test accuracy {:.4f} after {} epochs; median epoch {:.3f} s\n", history.back().test_accuracy,
              history.size(), seconds[seconds.size() / 2]);
   if (!a.checkpoint.empty()) {
-    nn::save_safetensors(a.checkpoint, model->state_dict(), {{"model", "mlp"}});
+    nn::save_safetensors(a.checkpoint, model->state_dict(), {{"model", a.model}});
     fmt::print("wrote {}\n", a.checkpoint);
   }
   return 0;

@@ -1,0 +1,221 @@
+// Convolution, pooling and batch normalisation (NCHW) on every backend: forwards against direct float64 loops
+// written here, gradients by gradcheck (central differences in float64), running statistics by hand, errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "harness/op_harness.hpp"
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+namespace kiln {
+namespace {
+
+using P = std::pair<int64_t, int64_t>;
+
+std::vector<Device> devices() { return harness::backends(); }
+
+/// at(v, shape, i...) for a row-major vector.
+double at4(const std::vector<double>& v, const Shape& s, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return v[static_cast<size_t>(((a * s[1] + b) * s[2] + c) * s[3] + d)];
+}
+
+/// conv2d by its definition, in float64.
+std::vector<double> conv_reference(const std::vector<double>& x, const Shape& xs, const std::vector<double>& w,
+                                   const Shape& ws, const std::vector<double>& b, P st, P pad, P dil, int64_t groups,
+                                   Shape& out_shape) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
+  const int64_t oh = (h + 2 * pad.first - dil.first * (kh - 1) - 1) / st.first + 1;
+  const int64_t ow = (wd + 2 * pad.second - dil.second * (kw - 1) - 1) / st.second + 1;
+  out_shape = {n, o, oh, ow};
+  std::vector<double> y(static_cast<size_t>(n * o * oh * ow));
+  const int64_t cg = c / groups, og = o / groups;
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t io = 0; io < o; ++io)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double acc = b.empty() ? 0.0 : b[static_cast<size_t>(io)];
+          const int64_t grp = io / og;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t p = 0; p < kh; ++p)
+              for (int64_t q = 0; q < kw; ++q) {
+                const int64_t r = i * st.first - pad.first + p * dil.first;
+                const int64_t s = j * st.second - pad.second + q * dil.second;
+                if (r < 0 || r >= h || s < 0 || s >= wd) continue;
+                acc += at4(x, xs, in, grp * cg + ic, r, s) * at4(w, ws, io, ic, p, q);
+              }
+          y[static_cast<size_t>(((in * o + io) * oh + i) * ow + j)] = acc;
+        }
+  return y;
+}
+
+Array values(const Shape& s, uint64_t seed, Device d) {
+  random::seed(seed);
+  return random::normal(s, 0.0, 1.0, float64, cpu()).to(d);
+}
+
+TEST(NnConv, Conv2dMatchesItsDefinition) {
+  struct Case {
+    Shape xs, ws;
+    P stride, padding, dilation;
+    int64_t groups;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+      {{2, 4, 7, 6}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2, true},
+      {{1, 4, 5, 5}, {4, 1, 3, 3}, {1, 2}, {1, 1}, {2, 1}, 4, false},  // depthwise
+      {{3, 2, 4, 4}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // 1x1
+  };
+  for (Device d : devices())
+    for (const Case& c : cases) {
+      const Array x = values(c.xs, 1, d), w = values(c.ws, 2, d), b = c.bias ? values({c.ws[0]}, 3, d) : Array();
+      Shape out_shape;
+      const std::vector<double> want =
+          conv_reference(x.to_vector<double>(), c.xs, w.to_vector<double>(), c.ws,
+                         c.bias ? b.to_vector<double>() : std::vector<double>{}, c.stride, c.padding, c.dilation,
+                         c.groups, out_shape);
+      const Array y = nn::conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+      ASSERT_EQ(y.shape(), out_shape) << d.str();
+      const std::vector<double> got = y.to_vector<double>();
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << d.str() << " element " << i;
+      // float32 agrees with the float64 reference to float32 rounding
+      const std::vector<float> y32 =
+          nn::conv2d(x.astype(float32), w.astype(float32), c.bias ? b.astype(float32) : Array(), c.stride, c.padding,
+                     c.dilation, c.groups)
+              .to_vector<float>();
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y32[i], want[i], 1e-4) << d.str() << " float32 " << i;
+    }
+}
+
+TEST(NnConv, Conv2dGradientsPassGradcheck) {
+  for (Device d : devices()) {
+    for (const auto& [groups, dil] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 2}}) {
+      const Array x = values({2, 4, 6, 5}, 4, d), w = values({4, 4 / groups, 3, 2}, 5, d), b = values({4}, 6, d);
+      const GradcheckResult r = gradcheck(
+          [&](const std::vector<Array>& in) { return nn::conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {dil, 1}, groups); },
+          {x, w, b});
+      EXPECT_TRUE(r.passed) << d.str() << " groups " << groups << ": " << r.report;
+    }
+  }
+}
+
+TEST(NnConv, PoolingMatchesLoopsAndPassesGradcheck) {
+  for (Device d : devices()) {
+    const Shape xs{2, 3, 7, 6};
+    const Array x = values(xs, 7, d);
+    const std::vector<double> xv = x.to_vector<double>();
+    // max_pool2d 3x3, stride 2, padding 1; avg_pool2d 2x2 stride 2 padding 1 (padding counts as zeros)
+    const Array m = nn::max_pool2d(x, {3, 3}, P{2, 2}, {1, 1});
+    const Array a = nn::avg_pool2d(x, {2, 2}, P{2, 2}, {1, 1});
+    ASSERT_EQ(m.shape(), (Shape{2, 3, 4, 3}));
+    ASSERT_EQ(a.shape(), (Shape{2, 3, 4, 4}));
+    const std::vector<double> mv = m.to_vector<double>(), av = a.to_vector<double>();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 3; ++c) {
+        for (int64_t i = 0; i < 4; ++i)
+          for (int64_t j = 0; j < 3; ++j) {
+            double best = -std::numeric_limits<double>::infinity();
+            for (int64_t p = 0; p < 3; ++p)
+              for (int64_t q = 0; q < 3; ++q) {
+                const int64_t r = 2 * i - 1 + p, s = 2 * j - 1 + q;
+                if (r >= 0 && r < 7 && s >= 0 && s < 6) best = std::max(best, at4(xv, xs, n, c, r, s));
+              }
+            EXPECT_EQ(mv[static_cast<size_t>(((n * 3 + c) * 4 + i) * 3 + j)], best) << d.str();
+          }
+        for (int64_t i = 0; i < 4; ++i)
+          for (int64_t j = 0; j < 4; ++j) {
+            double total = 0;
+            for (int64_t p = 0; p < 2; ++p)
+              for (int64_t q = 0; q < 2; ++q) {
+                const int64_t r = 2 * i - 1 + p, s = 2 * j - 1 + q;
+                if (r >= 0 && r < 7 && s >= 0 && s < 6) total += at4(xv, xs, n, c, r, s);
+              }
+            EXPECT_NEAR(av[static_cast<size_t>(((n * 3 + c) * 4 + i) * 4 + j)], total / 4, 1e-12) << d.str();
+          }
+      }
+    const Array small = values({1, 2, 5, 5}, 8, d);
+    for (const auto& [what, f] : std::vector<std::pair<std::string, std::function<Array(const std::vector<Array>&)>>>{
+             {"max_pool2d", [](auto& in) { return nn::max_pool2d(in[0], {3, 3}, P{2, 2}, {1, 1}); }},
+             {"max_pool2d overlapping", [](auto& in) { return nn::max_pool2d(in[0], {2, 2}, P{1, 1}); }},
+             {"avg_pool2d", [](auto& in) { return nn::avg_pool2d(in[0], {3, 3}, P{2, 2}, {1, 1}); }},
+             {"adaptive_avg_pool2d 1x1", [](auto& in) { return nn::adaptive_avg_pool2d(in[0], {1, 1}); }}}) {
+      const GradcheckResult r = gradcheck(f, {small});
+      EXPECT_TRUE(r.passed) << what << " on " << d.str() << ": " << r.report;
+    }
+    EXPECT_EQ(nn::adaptive_avg_pool2d(values({1, 1, 4, 6}, 9, d), {2, 3}).shape(), (Shape{1, 1, 2, 3}));
+    EXPECT_THROW(nn::adaptive_avg_pool2d(small, {2, 2}), ValueError);  // 5 is not divisible by 2
+    EXPECT_THROW(nn::max_pool2d(small, {2, 2}, {}, {2, 2}), ValueError);
+    EXPECT_THROW(nn::max_pool2d(small.reshape({2, 5, 5}), {2, 2}), ShapeError);
+  }
+}
+
+TEST(NnConv, BatchNormNormalisesTracksAndPassesGradcheck) {
+  for (Device d : devices()) {
+    const Array x = values({4, 3, 2, 5}, 10, d) * 2.0 + 1.0;
+    nn::BatchNorm2d bn(3, 1e-5, 0.1, true, float64, d);
+    const Array y = bn(x);
+    // Each channel of the output has mean 0 and (biased) variance ~1.
+    const std::vector<double> means = mean(y, {0, 2, 3}).to_vector<double>();
+    const std::vector<double> vars = var(y, {0, 2, 3}).to_vector<double>();
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_NEAR(means[static_cast<size_t>(c)], 0.0, 1e-12) << d.str();
+      EXPECT_NEAR(vars[static_cast<size_t>(c)], 1.0, 1e-4) << d.str();
+    }
+    // running = 0.9 * init + 0.1 * batch statistics (the variance unbiased, n = 40)
+    const std::vector<double> bm = mean(x, {0, 2, 3}).to_vector<double>(), bv = var(x, {0, 2, 3}, 1).to_vector<double>();
+    const std::vector<double> rm = bn.buffer("running_mean").to_vector<double>();
+    const std::vector<double> rv = bn.buffer("running_var").to_vector<double>();
+    for (size_t c = 0; c < 3; ++c) {
+      EXPECT_NEAR(rm[c], 0.1 * bm[c], 1e-12) << d.str();
+      EXPECT_NEAR(rv[c], 0.9 + 0.1 * bv[c], 1e-12) << d.str();
+    }
+    EXPECT_EQ(bn.buffer("num_batches_tracked").item<int64_t>(), 1);
+    bn.eval();
+    const std::vector<double> ye = bn(x).to_vector<double>(), xv = x.to_vector<double>();
+    EXPECT_NEAR(ye[0], (xv[0] - rm[0]) / std::sqrt(rv[0] + 1e-5), 1e-12) << "eval uses the running statistics";
+    const Array w = values({3}, 11, d), b = values({3}, 12, d);
+    const GradcheckResult r = gradcheck(
+        [&](const std::vector<Array>& in) {
+          Array none_mean, none_var;
+          return nn::batch_norm2d(in[0], none_mean, none_var, in[1], in[2], true);
+        },
+        {values({2, 3, 2, 2}, 13, d), w, b});
+    EXPECT_TRUE(r.passed) << d.str() << ": " << r.report;
+  }
+}
+
+TEST(NnConv, ModulesAndErrors) {
+  for (Device d : devices()) {
+    random::seed(1);
+    nn::Conv2d conv(4, 6, {3, 3}, {.padding = {1, 1}, .groups = 2}, float32, d);
+    EXPECT_EQ(conv.weight().shape(), (Shape{6, 2, 3, 3}));
+    const double bound = 1.0 / std::sqrt(18.0);  // PyTorch's default: 1/sqrt(fan_in) for both
+    EXPECT_LE(max(abs(conv.weight())).item<double>(), bound + 1e-7);
+    EXPECT_LE(max(abs(conv.parameter("bias"))).item<double>(), bound + 1e-7);
+    const Array x = random::normal({2, 4, 5, 5}, 0.0, 1.0, float32, d);
+    EXPECT_EQ(conv(x).shape(), (Shape{2, 6, 5, 5}));
+    nn::Sequential net;
+    net.push_back(std::make_shared<nn::Conv2d>(4, 8, P{3, 3}, nn::Conv2dOptions{.stride = {2, 2}}, float32, d));
+    net.push_back(std::make_shared<nn::BatchNorm2d>(8, 1e-5, 0.1, true, float32, d));
+    net.push_back(std::make_shared<nn::ReLU>());
+    net.push_back(std::make_shared<nn::MaxPool2d>(P{2, 2}));
+    net.push_back(std::make_shared<nn::AdaptiveAvgPool2d>(P{1, 1}));
+    net.push_back(std::make_shared<nn::Flatten>());
+    const Array out = net(random::normal({3, 4, 9, 9}, 0.0, 1.0, float32, d));
+    EXPECT_EQ(out.shape(), (Shape{3, 8}));
+    sum(out).backward();
+    EXPECT_TRUE(net.named_parameters().front().second.grad().defined());
+    kiln_test::expect_error<ShapeError>([&] { (void)conv(random::normal({2, 3, 5, 5}, 0.0, 1.0, float32, d)); },
+                                        {"conv2d", "3 input channels", "(6, 2, 3, 3)", "groups 2"});
+    kiln_test::expect_error<ShapeError>([&] { (void)nn::conv2d(x, ones({6, 4, 7, 7}, float32, d)); },
+                                        {"conv2d", "smaller than the dilated kernel"});
+    EXPECT_THROW(nn::Conv2d(4, 6, {3, 3}, {.groups = 4}), ValueError);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
