@@ -78,17 +78,14 @@ void throw_deferred_check(int32_t code, int64_t value, Device device) {
 
 void check_range(const Array& values, int64_t lo, int64_t hi, CheckError kind, const std::string& message) {
   if (values.size() == 0) return;
-  if (values.device().is_cpu()) {
-    const Array v = values.astype(int64).contiguous();
-    const auto* p = static_cast<const int64_t*>(v.data_ptr());
-    for (int64_t i = 0, n = v.size(); i < n; ++i)
-      if (p[i] < lo || p[i] >= hi) raise(kind, filled(message, p[i]));
-    return;
-  }
   const Array v = values.astype(int64).contiguous();
-  if (!backend_for(v.device()).check_range(v, lo, hi, deferred_check_code(kind, message)))
-    for (int64_t x : v.to_vector<int64_t>())  // a backend without check kernels: read the values back
-      if (x < lo || x >= hi) raise(kind, filled(message, x));
+  if (!v.device().is_cpu() && backend_for(v.device()).check_range(v, lo, hi, deferred_check_code(kind, message)))
+    return;
+  // The CPU, or a backend without check kernels (its values read back): checked here, now.
+  const Array host = v.device().is_cpu() ? v : v.to(cpu());
+  const auto* p = static_cast<const int64_t*>(host.data_ptr());
+  for (int64_t i = 0, n = host.size(); i < n; ++i)
+    if (p[i] < lo || p[i] >= hi) raise(kind, filled(message, p[i]));
 }
 
 }  // namespace kiln::detail

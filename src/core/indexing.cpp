@@ -353,7 +353,7 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
 
 namespace {
 /// Flat C-order positions, in an array of a's shape, that take_along_axis(a, indices, axis) reads (and
-/// scatter_add writes), of the broadcast output shape; checks ranks and bounds (one synchronisation).
+/// scatter_add writes), of the broadcast output shape; checks ranks, and bounds (normalize_indices).
 Array along_axis_offsets(const Array& a, const Array& indices, int64_t ax, const char* op) {
   require_defined(a, op, "the array");
   require_defined(indices, op, "the index array");
@@ -391,7 +391,7 @@ Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
 }
 
 void check_in_range(const Array& values, int64_t lo, int64_t hi, const std::string& message) {
-  if (!is_integral(values.dtype()) || values.dtype() == bool_)
+  if (!is_integral(values.dtype()))  // bool excluded
     throw DTypeError("check_in_range: values must be an integer array, got " +
                      std::string(dtype_name(values.dtype())) + "; convert with astype(int64)");
   detail::check_range(values, lo, hi, detail::CheckError::Value, message);

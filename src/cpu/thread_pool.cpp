@@ -117,7 +117,7 @@ void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
 namespace kiln {
 
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
-  cpu_impl::parallel_for(n, [&](int64_t begin, int64_t end) { fn(begin, end); }, std::max<int64_t>(grain, 1));
+  cpu_impl::parallel_for(n, fn, std::max<int64_t>(grain, 1));
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -47,8 +48,8 @@ extern "C" __global__ void kiln_check_range(const long long* v, long long n, lon
 
 struct DeviceChecks {
   std::once_flag once;
-  ErrorWord* host = nullptr;    // mapped pinned memory
-  ErrorWord* device = nullptr;  // its device address
+  std::atomic<ErrorWord*> host{nullptr};  // mapped pinned memory; read by every synchronisation, on any thread
+  ErrorWord* device = nullptr;            // its device address
   KernelTable::Entry kernel;
 };
 
@@ -63,14 +64,13 @@ DeviceChecks& ready(int device) {
     RelaxedCaptureMode relaxed;  // the first check may come inside a capture
     void* p = nullptr;
     KILN_CUDA_CHECK(cudaHostAlloc(&p, sizeof(ErrorWord), cudaHostAllocMapped | cudaHostAllocPortable));
-    c.host = static_cast<ErrorWord*>(p);
-    *c.host = ErrorWord{};
+    *static_cast<ErrorWord*>(p) = ErrorWord{};
     void* d = nullptr;
     KILN_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
     c.device = static_cast<ErrorWord*>(d);
     c.kernel = compile_kernel_entry(device, kCheckSource, "kiln_check_range");
-  });
-  if (!c.host) throw ValueError("device checks on cuda:" + std::to_string(device) + " failed to start earlier");
+    c.host.store(static_cast<ErrorWord*>(p), std::memory_order_release);  // last: the word is ready
+  });  // a throw leaves the flag unset: the next check tries again
   return c;
 }
 
@@ -92,7 +92,7 @@ bool cuda_check_range(const Array& values, int64_t lo, int64_t hi, int32_t code)
 
 void raise_device_errors(int device) {
   if (device < 0 || device >= kMaxDevices) return;
-  ErrorWord* w = checks()[static_cast<size_t>(device)].host;
+  ErrorWord* w = checks()[static_cast<size_t>(device)].host.load(std::memory_order_acquire);
   if (!w) return;
   const int32_t code = *static_cast<volatile int32_t*>(&w->code);
   if (code == 0) return;

@@ -19,12 +19,12 @@ namespace kiln::nn {
 namespace {
 
 struct Geometry {
-  int64_t n, c, h, w;   // input
-  int64_t kh, kw;       // window
-  int64_t sh, sw;       // stride
-  int64_t ph, pw;       // padding
-  int64_t dh, dw;       // dilation
-  int64_t oh, ow;       // output
+  int64_t n, c, h, w;  // input
+  int64_t kh, kw;      // window
+  int64_t sh, sw;      // stride
+  int64_t ph, pw;      // padding
+  int64_t dh, dw;      // dilation
+  int64_t oh, ow;      // output
   int64_t hp() const { return h + 2 * ph; }
   int64_t wp() const { return w + 2 * pw; }
 };
@@ -37,15 +37,39 @@ Geometry geometry(const Array& x, std::pair<int64_t, int64_t> kernel, std::pair<
   if (kernel.first <= 0 || kernel.second <= 0 || stride.first <= 0 || stride.second <= 0 || dilation.first <= 0 ||
       dilation.second <= 0 || padding.first < 0 || padding.second < 0)
     throw ValueError(std::string(op) + ": kernel, stride and dilation must be positive and padding non-negative");
-  Geometry g{x.shape(0),     x.shape(1),     x.shape(2),   x.shape(3),    kernel.first, kernel.second,
-             stride.first,   stride.second,  padding.first, padding.second, dilation.first, dilation.second,
-             0,              0};
+  Geometry g{x.shape(0),
+             x.shape(1),
+             x.shape(2),
+             x.shape(3),
+             kernel.first,
+             kernel.second,
+             stride.first,
+             stride.second,
+             padding.first,
+             padding.second,
+             dilation.first,
+             dilation.second,
+             0,
+             0};
   g.oh = (g.hp() - g.dh * (g.kh - 1) - 1) / g.sh + 1;
   g.ow = (g.wp() - g.dw * (g.kw - 1) - 1) / g.sw + 1;
   if (g.hp() < g.dh * (g.kh - 1) + 1 || g.wp() < g.dw * (g.kw - 1) + 1)
     throw ShapeError(std::string(op) + ": the padded input " + std::to_string(g.hp()) + "x" + std::to_string(g.wp()) +
                      " is smaller than the dilated kernel " + std::to_string(g.dh * (g.kh - 1) + 1) + "x" +
                      std::to_string(g.dw * (g.kw - 1) + 1));
+  return g;
+}
+
+/// A pooling's geometry, with PyTorch's rules: a floating input, padding at most half the kernel.
+Geometry pool_geometry(const Array& x, std::pair<int64_t, int64_t> kernel, std::pair<int64_t, int64_t> stride,
+                       std::pair<int64_t, int64_t> padding, std::pair<int64_t, int64_t> dilation, const char* op) {
+  const Geometry g = geometry(x, kernel, stride, padding, dilation, op);
+  if (2 * g.ph > g.kh || 2 * g.pw > g.kw)
+    throw ValueError(std::string(op) + ": padding must be at most half the kernel (PyTorch's rule), got padding " +
+                     std::to_string(g.ph) + "x" + std::to_string(g.pw) + " for a " + std::to_string(g.kh) + "x" +
+                     std::to_string(g.kw) + " kernel");
+  if (!is_floating(x.dtype()))
+    throw DTypeError(std::string(op) + ": the input must be floating, got " + std::string(dtype_name(x.dtype())));
   return g;
 }
 
@@ -103,8 +127,8 @@ Array conv2d(const Array& x, const Array& weight, const Array& bias, std::pair<i
       "Conv2dBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
         saved = {in[0], in[1]};
-        Array out = matmul(in[1].reshape({groups, out_c / groups, ckk}), cols_of(in[0]))
-                        .reshape({g.n, out_c, g.oh, g.ow});
+        Array out =
+            matmul(in[1].reshape({groups, out_c / groups, ckk}), cols_of(in[0])).reshape({g.n, out_c, g.oh, g.ow});
         if (in.size() > 2) out = out + in[2].reshape({1, out_c, 1, 1});
         return out;
       },
@@ -126,19 +150,13 @@ Array conv2d(const Array& x, const Array& weight, const Array& bias, std::pair<i
 
 Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride,
                  std::pair<int64_t, int64_t> padding, std::pair<int64_t, int64_t> dilation) {
-  const Geometry g = geometry(x, kernel, stride.value_or(kernel), padding, dilation, "max_pool2d");
-  if (2 * g.ph > g.kh || 2 * g.pw > g.kw)
-    throw ValueError("max_pool2d: padding must be at most half the kernel (PyTorch's rule), got padding " +
-                     std::to_string(g.ph) + "x" + std::to_string(g.pw) + " for a " + std::to_string(g.kh) + "x" +
-                     std::to_string(g.kw) + " kernel");
-  if (!is_floating(x.dtype())) throw DTypeError("max_pool2d: the input must be floating, got " +
-                                                std::string(dtype_name(x.dtype())));
+  const Geometry g = pool_geometry(x, kernel, stride.value_or(kernel), padding, dilation, "max_pool2d");
   const int64_t k = g.kh * g.kw;
   const AutogradFunction f{
       "MaxPool2dBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
-        const Array win = windows(padded(in[0], g, -std::numeric_limits<double>::infinity()), g)
-                              .reshape({g.n, g.c, k, g.oh, g.ow});
+        const Array win =
+            windows(padded(in[0], g, -std::numeric_limits<double>::infinity()), g).reshape({g.n, g.c, k, g.oh, g.ow});
         const Array where_max = argmax(win, 2, true);  // the first maximum of each window, as PyTorch
         saved = {where_max};
         return take_along_axis(win, where_max, 2).reshape({g.n, g.c, g.oh, g.ow});
@@ -153,11 +171,7 @@ Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::option
 
 Array avg_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride,
                  std::pair<int64_t, int64_t> padding) {
-  const Geometry g = geometry(x, kernel, stride.value_or(kernel), padding, {1, 1}, "avg_pool2d");
-  if (2 * g.ph > g.kh || 2 * g.pw > g.kw)
-    throw ValueError("avg_pool2d: padding must be at most half the kernel (PyTorch's rule)");
-  if (!is_floating(x.dtype())) throw DTypeError("avg_pool2d: the input must be floating, got " +
-                                                std::string(dtype_name(x.dtype())));
+  const Geometry g = pool_geometry(x, kernel, stride.value_or(kernel), padding, {1, 1}, "avg_pool2d");
   const double scale = 1.0 / static_cast<double>(g.kh * g.kw);  // padding counts (count_include_pad)
   const AutogradFunction f{
       "AvgPool2dBackward",
@@ -165,16 +179,16 @@ Array avg_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::option
         return windows(padded(in[0], g, 0.0), g).reshape({g.n, g.c, g.kh * g.kw, g.oh, g.ow}).mean(2);
       },
       [g, scale](const Array& grad, const std::vector<Array>&, const std::vector<bool>&) {
-        const Array dwin = broadcast_to((grad * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}),
-                                        {g.n, g.c, g.kh, g.kw, g.oh, g.ow});
+        const Array dwin =
+            broadcast_to((grad * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}), {g.n, g.c, g.kh, g.kw, g.oh, g.ow});
         return std::vector<Array>{from_windows(dwin, g)};
       }};
   return apply(f, {x});
 }
 
 Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_size) {
-  if (x.ndim() != 4) throw ShapeError("adaptive_avg_pool2d: the input must be (N, C, H, W), got shape " +
-                                      shape_str(x.shape()));
+  if (x.ndim() != 4)
+    throw ShapeError("adaptive_avg_pool2d: the input must be (N, C, H, W), got shape " + shape_str(x.shape()));
   const auto [oh, ow] = output_size;
   if (oh <= 0 || ow <= 0 || x.shape(2) % oh != 0 || x.shape(3) % ow != 0)
     throw ValueError("adaptive_avg_pool2d: output size " + std::to_string(oh) + "x" + std::to_string(ow) +
@@ -187,8 +201,8 @@ Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_siz
 
 Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight, const Array& bias,
                    bool training, double momentum, double eps) {
-  if (x.ndim() != 4) throw ShapeError("batch_norm2d: the input must be (N, C, H, W), got shape " +
-                                      shape_str(x.shape()));
+  if (x.ndim() != 4)
+    throw ShapeError("batch_norm2d: the input must be (N, C, H, W), got shape " + shape_str(x.shape()));
   const int64_t c = x.shape(1);
   const Shape per_channel{1, c, 1, 1};
   Array mean_c, var_c;
@@ -227,27 +241,27 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int
                      std::to_string(in_channels) + " -> " + std::to_string(out_channels) + ", groups " +
                      std::to_string(options.groups));
   Array& w = register_parameter(
-      "weight", empty({out_channels, in_channels / options.groups, kernel_size.first, kernel_size.second}, dtype,
-                      device));
+      "weight",
+      empty({out_channels, in_channels / options.groups, kernel_size.first, kernel_size.second}, dtype, device));
   init::kaiming_uniform(w, std::sqrt(5.0));  // PyTorch's default
   if (options.bias) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels / options.groups * kernel_size.first *
-                                                            kernel_size.second));
+    const double bound =
+        1.0 / std::sqrt(static_cast<double>(in_channels / options.groups * kernel_size.first * kernel_size.second));
     init::uniform(register_parameter("bias", empty({out_channels}, dtype, device)), -bound, bound);
   }
 }
 
 Array Conv2d::forward(const Array& x) {
-  return conv2d(x, parameter("weight"), options_.bias ? parameter("bias") : Array(), options_.stride,
-                options_.padding, options_.dilation, options_.groups);
+  return conv2d(x, parameter("weight"), options_.bias ? parameter("bias") : Array(), options_.stride, options_.padding,
+                options_.dilation, options_.groups);
 }
 
 std::string Conv2d::name() const {
   return "Conv2d(" + std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=(" +
          std::to_string(kernel_.first) + ", " + std::to_string(kernel_.second) + "), stride=(" +
          std::to_string(options_.stride.first) + ", " + std::to_string(options_.stride.second) + "), padding=(" +
-         std::to_string(options_.padding.first) + ", " + std::to_string(options_.padding.second) + "), groups=" +
-         std::to_string(options_.groups) + ")";
+         std::to_string(options_.padding.first) + ", " + std::to_string(options_.padding.second) +
+         "), groups=" + std::to_string(options_.groups) + ")";
 }
 
 MaxPool2d::MaxPool2d(std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride,

@@ -107,9 +107,10 @@ Array pick(const Array& log_probs, const Array& labels) {
 /// arange(classes) as a (1, classes) int64 row on `d`, made once per (device, classes) and kept.
 const Array& class_ids(int64_t classes, Device d) {
   static std::mutex mutex;
-  static auto* cache = new std::map<std::pair<std::string, int64_t>, Array>;  // leaked: GPU arrays outlive main
+  // leaked: GPU arrays outlive main. Keyed by (device type, index, classes): no string built per call.
+  static auto* cache = new std::map<std::tuple<int, int, int64_t>, Array>;
   std::lock_guard lock(mutex);
-  Array& ids = (*cache)[{d.str(), classes}];
+  Array& ids = (*cache)[{static_cast<int>(d.type), d.index, classes}];
   if (!ids.defined()) ids = arange(classes, int64, d).reshape({1, classes});
   return ids;
 }

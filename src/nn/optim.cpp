@@ -99,15 +99,26 @@ const RawModule& multi_module(Device d) {
   return *m;
 }
 
-/// Whether a parameter goes through the multi-tensor kernels: float32 on a GPU, its gradient and state
-/// contiguous arrays of its shape and dtype.
-bool multi_ok(const Array& p, std::initializer_list<const Array*> others) {
-  if (!p.device().is_cuda() || p.dtype() != float32 || !p.is_contiguous()) return false;
-  for (const Array* a : others)
-    if (!a->defined() || a->dtype() != float32 || !a->is_contiguous() || !(a->shape() == p.shape()) ||
-        a->device() != p.device())
+/// Whether `arrays` (a parameter, its gradient, its state) are all defined, contiguous, of the parameter's
+/// shape, dtype and device: what the multi-tensor kernels and the CPU loops read.
+bool same_layout(const std::vector<Array>& arrays) {
+  const Array& p = arrays[0];
+  for (const Array& a : arrays)
+    if (!a.defined() || !a.is_contiguous() || a.dtype() != p.dtype() || !(a.shape() == p.shape()) ||
+        a.device() != p.device())
       return false;
   return true;
+}
+
+/// Whether a parameter goes through the multi-tensor kernels: float32 on a GPU (arrays as same_layout).
+bool multi_ok(const std::vector<Array>& arrays) {
+  return arrays[0].device().is_cuda() && arrays[0].dtype() == float32 && same_layout(arrays);
+}
+
+/// The arrays an update writes: all but the gradient (index 1), whose versions it bumps.
+void bump_written(const std::vector<Array>& arrays) {
+  for (size_t j = 0; j < arrays.size(); ++j)
+    if (j != 1) arrays[j].storage()->bump_version();
 }
 
 /// Launches `kernel` over `tensors` (each: the arrays of one parameter, in the kernel's order), in as few
@@ -127,10 +138,8 @@ void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<s
     const int64_t n = arrays[0].size();
     if (n == 0) continue;
     if (count == kTensors) flush();
-    for (size_t j = 0; j < arrays.size(); ++j) {
-      list.ptr[j][count] = arrays[j].data_ptr();
-      if (j != 1) arrays[j].storage()->bump_version();  // written in place (the gradient, j = 1, is only read)
-    }
+    bump_written(arrays);
+    for (size_t j = 0; j < arrays.size(); ++j) list.ptr[j][count] = arrays[j].data_ptr();
     list.n[count] = n;
     for (int64_t c = 0; c * kChunk < n; ++c) {
       if (blocks == kBlocks) {  // the table is full: launch, then carry this tensor over
@@ -156,17 +165,11 @@ void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<s
 // functions run op by op on the CPU: a dozen passes over each parameter). float32 and float64, contiguous;
 // compiled without contraction (-ffp-contract=off), so the bits are the kernels' and the fused functions'.
 
-/// Whether a parameter goes through the CPU loops: float32/float64 on the CPU, its gradient and state
-/// contiguous arrays of its shape and dtype.
-bool cpu_loop_ok(const Array& p, std::initializer_list<const Array*> others) {
-  if (!p.device().is_cpu() || (p.dtype() != float32 && p.dtype() != float64) || !p.is_contiguous()) return false;
-  for (const Array* a : others)
-    if (!a->defined() || a->dtype() != p.dtype() || !a->is_contiguous() || !(a->shape() == p.shape()) ||
-        !a->device().is_cpu())
-      return false;
-  return true;
+/// Whether a parameter goes through the CPU loops: float32/float64 on the CPU (arrays as same_layout).
+bool cpu_loop_ok(const std::vector<Array>& arrays) {
+  const Array& p = arrays[0];
+  return p.device().is_cpu() && (p.dtype() == float32 || p.dtype() == float64) && same_layout(arrays);
 }
-
 
 constexpr int64_t kCpuGrain = 1 << 16;  // elements per range of kiln::parallel_for
 
@@ -201,11 +204,10 @@ void adam_loop(T* p, const T* g, T* mm, T* vv, int64_t n, T b1, T omb1, T b2, T 
   }
 }
 
-/// Runs `loop` on float or double pointers of `arrays` (the first written arrays bumped: all but index 1).
+/// Bumps the written arrays' versions, then calls loop(float{}) or loop(double{}) by the parameter's dtype.
 template <class Loop>
 void cpu_update(const std::vector<Array>& arrays, Loop loop) {
-  for (size_t j = 0; j < arrays.size(); ++j)
-    if (j != 1) arrays[j].storage()->bump_version();
+  bump_written(arrays);
   if (arrays[0].dtype() == float32)
     loop(float{});
   else
@@ -293,21 +295,20 @@ void SGD::step() {
       },
       "sgd_nesterov");
   const SGDOptions& o = options_;
-  std::map<int, std::vector<std::vector<Array>>> multi;  // by GPU
+  const int mode = o.momentum == 0 ? 0 : o.nesterov ? 2 : 1;  // the kernels' and loops' update rule
+  std::map<int, std::vector<std::vector<Array>>> multi;       // by GPU
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Array& p = parameters_[i];
     const Array g = p.grad();
     if (!g.defined()) continue;
     if (o.momentum != 0) require_ready_for_capture(momentum_[i].defined(), "SGD::step with momentum");
-    if (o.momentum == 0 ? multi_ok(p, {&g}) : multi_ok(p, {&g, &momentum_[i]})) {
-      multi[p.device().index].push_back(o.momentum == 0 ? std::vector<Array>{p, g}
-                                                        : std::vector<Array>{p, g, momentum_[i]});
+    const std::vector<Array> arrays =
+        o.momentum == 0 ? std::vector<Array>{p, g} : std::vector<Array>{p, g, momentum_[i]};
+    if (multi_ok(arrays)) {
+      multi[p.device().index].push_back(arrays);
       continue;
     }
-    if (o.momentum == 0 ? cpu_loop_ok(p, {&g}) : cpu_loop_ok(p, {&g, &momentum_[i]})) {
-      const int mode = o.momentum == 0 ? 0 : o.nesterov ? 2 : 1;
-      const std::vector<Array> arrays =
-          o.momentum == 0 ? std::vector<Array>{p, g} : std::vector<Array>{p, g, momentum_[i]};
+    if (cpu_loop_ok(arrays)) {
       cpu_update(arrays, [&](auto zero) {
         using T = decltype(zero);
         T* pp = static_cast<T*>(p.data_ptr());
@@ -339,7 +340,6 @@ void SGD::step() {
     else
       heavy_ball.out({p, v}, p, g, v, lr_, o.momentum, 1.0 - o.dampening, o.weight_decay);
   }
-  const int mode = o.momentum == 0 ? 0 : o.nesterov ? 2 : 1;
   for (const auto& [index, tensors] : multi)
     multi_tensor_apply("sgd_multi", gpu(index), tensors, int32_t(mode), static_cast<float>(lr_),
                        static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening),
@@ -432,12 +432,13 @@ void Adam::step() {
       exp_avg_[i] = zeros_like(p);
       exp_avg_sq_[i] = zeros_like(p);
     }
-    if (multi_ok(p, {&g, &exp_avg_[i], &exp_avg_sq_[i]})) {
-      multi[p.device().index].push_back({p, g, exp_avg_[i], exp_avg_sq_[i]});
+    const std::vector<Array> arrays{p, g, exp_avg_[i], exp_avg_sq_[i]};
+    if (multi_ok(arrays)) {
+      multi[p.device().index].push_back(arrays);
       continue;
     }
-    if (cpu_loop_ok(p, {&g, &exp_avg_[i], &exp_avg_sq_[i]})) {
-      cpu_update({p, g, exp_avg_[i], exp_avg_sq_[i]}, [&](auto zero) {
+    if (cpu_loop_ok(arrays)) {
+      cpu_update(arrays, [&](auto zero) {
         using T = decltype(zero);
         auto c = [](double v) { return static_cast<T>(v); };
         T* pp = static_cast<T*>(p.data_ptr());

@@ -25,26 +25,39 @@ using Clock = std::chrono::steady_clock;
 
 Array default_loss(const Array& output, const Array& target) { return nn::cross_entropy(output, target); }
 
-/// Sums of the loss (times the batch size) and of correct predictions, kept on the device.
+/// Sums of the loss (times the batch size) and of correct predictions: 0-d arrays on the output's device, made
+/// at the first add and updated in place (two small kernels, no allocation; captured in a graph, they go on
+/// summing at each replay). `samples` is counted on the host by the caller of add.
 struct Totals {
   Array loss, correct;
   int64_t samples = 0;
   void add(const Array& batch_loss, const Array& output, const Array& target, bool accuracy) {
+    NoGradGuard no_grad;
+    static const auto add_loss =
+        fuse([](auto acc, auto l, auto n) { return acc + l.astype(float64) * n; }, "train_loss_sum");
+    static const auto count_equal = fuse([](auto a, auto b) { return sum(equal(a, b)); }, "count_equal");
     const int64_t rows = output.ndim() > 0 ? output.shape(0) : 1;
-    const Array l = batch_loss.detach().astype(float64) * static_cast<double>(rows);
-    loss = loss.defined() ? loss + l : l;
-    if (accuracy) {
-      const Array c = sum(equal(argmax(output.detach(), -1), target.reshape({rows}).astype(int64)));
-      correct = correct.defined() ? correct + c : c;
+    if (!loss.defined()) {
+      loss = zeros({}, float64, output.device());
+      correct = zeros({}, int64, output.device());
     }
-    samples += rows;
+    add_loss.out({loss}, loss, batch_loss.detach(), static_cast<double>(rows));
+    if (accuracy) correct += count_equal(argmax(output.detach(), -1), target.reshape({rows}).astype(int64));
+  }
+  void reset() {
+    if (loss.defined()) {
+      loss.fill(0);
+      correct.fill(0);
+    }
+    samples = 0;
   }
   double mean_loss() const { return samples ? loss.item<double>() / static_cast<double>(samples) : 0.0; }
-  double accuracy() const {
-    return samples && correct.defined() ? static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples)
-                                        : -1.0;
+  double accuracy(bool counted) const {
+    return counted && samples ? static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples) : -1.0;
   }
 };
+
+int64_t rows_of(const Array& x) { return x.ndim() > 0 ? x.shape(0) : 1; }
 
 std::string number(double v) { return json_number(v); }
 
@@ -56,8 +69,8 @@ struct TrainStep::Impl {
   optim::Optimizer* optimizer;
   StepOptions options;
   LossFn loss_fn;
-  Array loss_sum, correct;  // 0-d float64 / int64 on the output's device, updated in place
-  int64_t samples = 0, steps = 0, replays = 0;
+  Totals totals;  // samples counts every step, eager or replayed
+  int64_t steps = 0, replays = 0;
 #ifdef KILN_WITH_CUDA
   std::unique_ptr<cuda::Graph> graph;
   Array static_x, static_y;
@@ -69,18 +82,7 @@ struct TrainStep::Impl {
     const Array loss = loss_fn(output, y);
     loss.backward();
     optimizer->step();
-    NoGradGuard no_grad;
-    const int64_t rows = output.ndim() > 0 ? output.shape(0) : 1;
-    if (!loss_sum.defined()) {  // the first (eager) step makes the sums on the output's device
-      loss_sum = zeros({}, float64, output.device());
-      correct = zeros({}, int64, output.device());
-    }
-    static const auto add_loss =
-        fuse([](auto acc, auto l, auto n) { return acc + l.astype(float64) * n; }, "train_loss_sum");
-    static const auto count_equal = fuse([](auto a, auto b) { return sum(equal(a, b)); }, "count_equal");
-    add_loss.out({loss_sum}, loss_sum, loss.detach(), static_cast<double>(rows));
-    if (options.accuracy)
-      correct += count_equal(argmax(output.detach(), -1), y.reshape({rows}).astype(int64));
+    totals.add(loss, output, y, options.accuracy);  // the first (eager) step makes the sums
   }
 
 #ifdef KILN_WITH_CUDA
@@ -106,31 +108,29 @@ struct TrainStep::Impl {
 #endif
 
   void step(const Array& x, const Array& y) {
-    const int64_t rows = x.ndim() > 0 ? x.shape(0) : 1;
+    run(x, y);
+    totals.samples += rows_of(x);
+    ++steps;
+  }
+
+  void run(const Array& x, const Array& y) {
 #ifdef KILN_WITH_CUDA
     if (options.graph && x.device().is_cuda()) {
-      if (graph && x.shape() == static_x.shape() && y.shape() == static_y.shape() && x.dtype() == static_x.dtype() &&
-          y.dtype() == static_y.dtype() && x.device() == static_x.device() && y.device() == static_y.device()) {
+      auto fits = [](const Array& a, const Array& slot) {
+        return a.shape() == slot.shape() && a.dtype() == slot.dtype() && a.device() == slot.device();
+      };
+      if (graph && fits(x, static_x) && fits(y, static_y)) {
         static_x.copy_from(x, {.non_blocking = true});
         static_y.copy_from(y, {.non_blocking = true});
         graph->replay(Stream::current(x.device()));
         ++replays;
-        samples += rows;
-        ++steps;
         return;
       }
-      if (!graph && steps >= options.warmup) {
-        capture(x, y);
-        samples += rows;
-        ++steps;
-        return;
-      }
+      if (!graph && steps >= options.warmup) return capture(x, y);
     }
 #endif
     optimizer->zero_grad();
     body(x, y);
-    samples += rows;
-    ++steps;
   }
 };
 
@@ -150,24 +150,10 @@ TrainStep::~TrainStep() = default;
 
 void TrainStep::operator()(const Array& x, const Array& y) { impl_->step(x, y); }
 
-double TrainStep::mean_loss() const {
-  return impl_->samples ? impl_->loss_sum.item<double>() / static_cast<double>(impl_->samples) : 0.0;
-}
-
-double TrainStep::accuracy() const {
-  if (!impl_->options.accuracy || !impl_->samples) return -1.0;
-  return static_cast<double>(impl_->correct.item<int64_t>()) / static_cast<double>(impl_->samples);
-}
-
-int64_t TrainStep::samples() const { return impl_->samples; }
-
-void TrainStep::reset_metrics() {
-  if (impl_->loss_sum.defined()) {
-    impl_->loss_sum.fill(0);
-    impl_->correct.fill(0);
-  }
-  impl_->samples = 0;
-}
+double TrainStep::mean_loss() const { return impl_->totals.mean_loss(); }
+double TrainStep::accuracy() const { return impl_->totals.accuracy(impl_->options.accuracy); }
+int64_t TrainStep::samples() const { return impl_->totals.samples; }
+void TrainStep::reset_metrics() { impl_->totals.reset(); }
 
 bool TrainStep::graphed() const {
 #ifdef KILN_WITH_CUDA
@@ -206,9 +192,10 @@ std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader, 
   for (const data::Batch& b : loader) {
     const Array out = model(b.x);
     totals.add(fn(out, b.y), out, b.y, accuracy);
+    totals.samples += rows_of(out);
   }
   model.train(was_training);
-  return {totals.mean_loss(), totals.accuracy()};
+  return {totals.mean_loss(), totals.accuracy(accuracy)};
 }
 
 std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& train,

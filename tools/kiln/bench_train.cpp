@@ -18,6 +18,7 @@
 
 #include "bench_common.hpp"
 #include "kiln/train.hpp"
+#include "train.hpp"
 
 namespace kiln_cli {
 
@@ -46,20 +47,6 @@ TrainData train_data(bool quick, bool smoke) {
   const int64_t keep = smoke ? 2000 : quick ? 12000 : d.y.size();  // --quick: a fifth of the set
   d = {d.x.slice(0, 0, keep), d.y.slice(0, 0, keep), d.source};
   return d;
-}
-
-std::shared_ptr<nn::Sequential> mlp(int64_t units, bool dropout, Device d) {
-  random::seed(0);
-  auto m = std::make_shared<nn::Sequential>();
-  int64_t width = 784;
-  for (int layer = 0; layer < 2; ++layer) {
-    m->push_back(std::make_shared<nn::Linear>(width, units, true, float32, d));
-    m->push_back(std::make_shared<nn::ReLU>());
-    if (dropout) m->push_back(std::make_shared<nn::Dropout>(0.5));
-    width = units;
-  }
-  m->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, d));
-  return m;
 }
 
 enum class Feed { Host, Device, Graph };
@@ -136,7 +123,8 @@ void run_train(BenchContext& ctx) {
       continue;
     }
     const Device d = c.on_gpu ? ctx.device : cpu();
-    auto model = mlp(c.units, c.dropout, d);
+    random::seed(0);
+    auto model = mlp_model({c.units, c.units}, c.dropout ? 0.5 : 0.0, d);
     std::unique_ptr<optim::Optimizer> opt;
     if (c.adam)
       opt = std::make_unique<optim::Adam>(model->parameters(),

@@ -16,15 +16,29 @@ namespace kiln_cli {
 
 using namespace kiln;
 
+std::shared_ptr<nn::Sequential> mlp_model(const std::vector<int64_t>& hidden, double dropout, Device device) {
+  auto model = std::make_shared<nn::Sequential>();
+  int64_t width = 784;
+  for (int64_t h : hidden) {
+    model->push_back(std::make_shared<nn::Linear>(width, h, true, float32, device));
+    model->push_back(std::make_shared<nn::ReLU>());
+    if (dropout > 0) model->push_back(std::make_shared<nn::Dropout>(dropout));
+    width = h;
+  }
+  model->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, device));
+  return model;
+}
+
 int train_mlp(const TrainArgs& a) {
   const Device device = a.device.empty() ? try_gpu() : parse_device(a.device);
   random::seed(a.seed);
   const data::Dataset train_set = data::fashion_mnist(true, a.data);
   const data::Dataset test_set = data::fashion_mnist(false, a.data);
   const std::vector<int64_t> hidden = a.hidden.empty() ? std::vector<int64_t>{a.units, a.units} : a.hidden;
-  auto model = std::make_shared<nn::Sequential>();
+  std::shared_ptr<nn::Sequential> model;
   std::string widths = "784";
   if (a.model == "cnn") {
+    model = std::make_shared<nn::Sequential>();
     // Two 3x3 convolutions with batch norm, ReLU and 2x2 max pooling (28 -> 14 -> 7), then 128 hidden units.
     using P = std::pair<int64_t, int64_t>;
     model->push_back(std::make_shared<nn::Unflatten>(1, Shape{1, 28, 28}));
@@ -44,14 +58,7 @@ int train_mlp(const TrainArgs& a) {
     model->push_back(std::make_shared<nn::Linear>(128, 10, true, float32, device));
     widths = "conv3x3(32)-bn-relu-pool-conv3x3(64)-bn-relu-pool-128";
   } else {
-    int64_t width = 784;
-    for (int64_t h : hidden) {
-      model->push_back(std::make_shared<nn::Linear>(width, h, true, float32, device));
-      model->push_back(std::make_shared<nn::ReLU>());
-      if (a.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(a.dropout));
-      width = h;
-    }
-    model->push_back(std::make_shared<nn::Linear>(width, 10, true, float32, device));
+    model = mlp_model(hidden, a.dropout, device);
     for (int64_t h : hidden) widths += fmt::format("-{}", h);
   }
   std::unique_ptr<optim::Optimizer> opt;

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kiln/nn.hpp"
 
 namespace kiln_cli {
 
@@ -22,10 +25,14 @@ struct TrainArgs {
   uint64_t seed = 0;
   std::string log;         ///< JSON-lines log
   std::string checkpoint;  ///< safetensors file written at the end
-  bool graph = false;  ///< capture each step in a CUDA graph (GPU only)
+  bool graph = false;      ///< capture each step in a CUDA graph (GPU only)
 };
 
 int train_mlp(const TrainArgs& args);
+/// 784 -> hidden... -> 10 with ReLU (and Dropout(dropout) when positive) after each hidden layer, float32 on
+/// `device`: the walkthrough's MLP, for `kiln train` and `kiln bench train`.
+std::shared_ptr<kiln::nn::Sequential> mlp_model(const std::vector<int64_t>& hidden, double dropout,
+                                                kiln::Device device);
 /// "100,100" -> {100, 100}; throws kiln::ValueError for anything else than positive integers.
 std::vector<int64_t> parse_widths(const std::string& text);
 
