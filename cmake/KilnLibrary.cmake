@@ -81,6 +81,11 @@ if(KILN_CUDA)
   foreach(lib cudart nvrtc cublas cublasLt cusolver)
     target_include_directories(kiln_cuda PRIVATE $<TARGET_PROPERTY:CUDA::${lib},INTERFACE_INCLUDE_DIRECTORIES>)
   endforeach()
+  # cuDNN 9: in the CUDA toolkit's folders on some machines, in the system's (Debian/Ubuntu multiarch) on others.
+  find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES x86_64-linux-gnu
+            aarch64-linux-gnu REQUIRED)
+  find_library(KILN_CUDNN NAMES cudnn libcudnn.so.9 HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+  target_include_directories(kiln_cuda SYSTEM PRIVATE ${KILN_CUDNN_INCLUDE})
   list(APPEND KILN_LAYERS kiln_cuda)
 endif()
 
@@ -107,7 +112,7 @@ endif()
 target_link_libraries(kiln PRIVATE ${KILN_ZLIB})
 if(KILN_CUDA)
   target_compile_definitions(kiln PUBLIC KILN_WITH_CUDA=1)
-  target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::nvrtc CUDA::cublas CUDA::cublasLt CUDA::cusolver)
+  target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::nvrtc CUDA::cublas CUDA::cublasLt CUDA::cusolver ${KILN_CUDNN})
 endif()
 
 # kiln's own tests and lab benchmarks reach into the layers (src/ as the include root, cblas.h).

@@ -4,6 +4,7 @@
 #include "kiln/array.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/bench.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/data.hpp"
 #include "kiln/debug.hpp"
 #include "kiln/device.hpp"

@@ -111,6 +111,43 @@ struct MatmulCall {
   Array out;
 };
 
+/// A 2-d convolution step on operands of one floating dtype, each NCHW-contiguous or channels-last (all in one
+/// of the two layouts; the core lays them out). Forward: out = conv(x, w). BackwardInput: out (x's shape) =
+/// the input's gradient from dy and w. BackwardWeight: out (w's shape) = the weight's gradient from dy and x.
+/// `out` is allocated by the core in the operands' layout. A backend that cannot run it returns false (the core
+/// then runs its reference).
+enum class ConvKind { Forward, BackwardInput, BackwardWeight };
+struct ConvCall {
+  ConvKind kind = ConvKind::Forward;
+  const Array* x = nullptr;   ///< Forward, BackwardWeight
+  const Array* w = nullptr;   ///< Forward, BackwardInput
+  const Array* dy = nullptr;  ///< BackwardInput, BackwardWeight
+  Array out;
+  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  int64_t groups = 1;
+  bool channels_last = false;  ///< every operand (the filter too) in NHWC memory, else NCHW
+};
+
+/// Batch normalisation of x (N, C, H, W) (NCHW-contiguous or channels-last; y and dx in x's layout), all per-channel
+/// operands (C,) contiguous in the statistics dtype (float32 for float16/bfloat16 x, else x's), weight and bias
+/// defined (the core fills 1 and 0). Forward training: y, mean, invstd from the batch, and the running statistics
+/// (when defined) updated in place. Forward evaluation: y from the running statistics. Backward: dx, dweight,
+/// dbias from dy and the saved mean and invstd. A backend that cannot run it returns false.
+enum class BatchNormKind { Training, Evaluation, Backward };
+struct BatchNormCall {
+  BatchNormKind kind = BatchNormKind::Training;
+  const Array* x = nullptr;
+  const Array* weight = nullptr;
+  const Array* bias = nullptr;
+  const Array* running_mean = nullptr;  ///< may be undefined in training
+  const Array* running_var = nullptr;
+  const Array* dy = nullptr;  ///< Backward
+  double momentum = 0.1, eps = 1e-5;
+  bool channels_last = false;  ///< x, dy, y and dx in NHWC memory, else NCHW
+  Array y, mean, invstd;                  ///< Training (Evaluation: y only); mean and invstd are inputs of Backward
+  Array dx, dweight, dbias;               ///< Backward
+};
+
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
 struct RandomCall {
   RandomDistribution distribution;
@@ -195,6 +232,10 @@ class Backend {
   virtual float event_elapsed_ms(Device, void* /*start*/, void* /*end*/) { return 0.0f; }
   /// Marks `a`'s memory as used by `stream`, so the allocator does not reuse it before that stream's work is done.
   virtual void record_stream(const Array&, void* /*stream*/) {}
+
+  /// Convolution and batch normalisation engines (cuDNN); false: the core runs its reference.
+  virtual bool convolution(const ConvCall& /*call*/) { return false; }
+  virtual bool batch_norm(BatchNormCall& /*call*/) { return false; }
 
   /// Compiler and launcher of user modules (RawModule), or nullptr when this backend runs none.
   virtual RawKernelBackend* raw_kernels() { return nullptr; }

@@ -233,6 +233,16 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.out.device().index);
     cuda_matmul(call);
   }
+  bool convolution(const detail::ConvCall& call) override {
+    set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
+    return cuda_convolution(call);
+  }
+  bool batch_norm(detail::BatchNormCall& call) override {
+    set_device(call.x->device().index);
+    detail::note_gpu_work(call.x->device().index);
+    return cuda_batch_norm(call);
+  }
   int linalg_solve(const detail::SolveCall& call) override {
     detail::note_gpu_work(call.a->device().index);
     return cuda_solve(call);

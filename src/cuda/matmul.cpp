@@ -42,6 +42,7 @@
 #include "cuda/codegen.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/device_functions.hpp"
+#include "cuda/handle_pool.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
@@ -90,66 +91,24 @@ struct HandleState {
   std::vector<std::pair<cudaStream_t, std::shared_ptr<Storage>>> workspaces;
 };
 
-/// Idle handles per device. The single owner of cuBLAS handles; leaked on purpose (see the top).
-class HandlePool {
- public:
-  static HandlePool& instance() {
-    static HandlePool* pool = new HandlePool;
-    return *pool;
+/// A new handle, reductions kept in the compute type.
+HandleState* create_handle() {
+  auto state = std::make_unique<HandleState>();
+  KILN_CUBLAS_CHECK(cublasCreate(&state->handle));
+  // Reductions in the compute type (float32) even for float16/bfloat16 outputs: results closer to the CPU's.
+  cublasStatus_t status = cublasSetMathMode(
+      state->handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    (void)cublasDestroy(state->handle);
+    throw_cublas_error(status, "cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)",
+                       __FILE__, __LINE__);
   }
-  /// An idle handle of `device` (the current device), or a new one.
-  HandleState* acquire(int device) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::vector<HandleState*>& idle = idle_[static_cast<size_t>(device)];
-      if (!idle.empty()) {
-        HandleState* state = idle.back();
-        idle.pop_back();
-        return state;
-      }
-    }
-    auto state = std::make_unique<HandleState>();
-    RelaxedCaptureMode relaxed;  // a first matmul during a graph capture: cublasCreate allocates
-    KILN_CUBLAS_CHECK(cublasCreate(&state->handle));
-    // Reductions in the compute type (float32) even for float16/bfloat16 outputs: results closer to the CPU's.
-    cublasStatus_t status = cublasSetMathMode(
-        state->handle,
-        static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      (void)cublasDestroy(state->handle);
-      throw_cublas_error(status, "cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)",
-                         __FILE__, __LINE__);
-    }
-    return state.release();
-  }
-  /// Takes back a handle of a thread that exits. Never throws (a handle that cannot be stored is leaked).
-  void release(int device, HandleState* state) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mutex_);
-      idle_[static_cast<size_t>(device)].push_back(state);
-    } catch (...) {
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::array<std::vector<HandleState*>, kMaxDevices> idle_;
-};
-
-/// This thread's handles, one slot per device, given back to the pool when the thread exits.
-struct ThreadHandles {
-  std::array<HandleState*, kMaxDevices> states{};
-  ~ThreadHandles() {
-    for (size_t d = 0; d < states.size(); ++d)
-      if (states[d]) HandlePool::instance().release(static_cast<int>(d), states[d]);
-  }
-};
+  return state.release();
+}
 
 /// This thread's handle for `device` (the current device), bound to `stream` and to that stream's workspace.
 cublasHandle_t bound_handle(int device, cudaStream_t stream) {
-  thread_local ThreadHandles handles;
-  HandleState*& state = handles.states[static_cast<size_t>(device)];
-  if (!state) state = HandlePool::instance().acquire(device);
+  HandleState* state = thread_handle<HandleState>(device, create_handle);
   // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace is set after it, every call.
   KILN_CUBLAS_CHECK(cublasSetStream(state->handle, stream));
   Storage* workspace = nullptr;

@@ -34,6 +34,11 @@ std::string scan_source(detail::ReduceOp op, DType in, DType out);
 void cuda_user_elementwise(const detail::UserElementwiseCall& call);
 void cuda_user_reduction(const detail::UserReductionCall& call);
 
+/// Runs a convolution step / batch normalisation in cuDNN on the operands' device and current stream
+/// (cudnn.cpp); false when cuDNN cannot (the core then runs its reference).
+bool cuda_convolution(const detail::ConvCall& call);
+bool cuda_batch_norm(detail::BatchNormCall& call);
+
 /// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
 bool cuda_check_range(const Array& values, int64_t lo, int64_t hi, int32_t code);
 /// Throws the error a check kernel recorded on `device` (and clears it); call after each synchronisation with

@@ -18,6 +18,13 @@ using P = std::pair<int64_t, int64_t>;
 
 std::vector<Device> devices() { return harness::backends(); }
 
+/// Float32 convolutions in full float32 for the scope (cuDNN may use TF32 by default, as PyTorch).
+struct NoTf32 {
+  bool was = cudnn::allow_tf32();
+  NoTf32() { cudnn::set_allow_tf32(false); }
+  ~NoTf32() { cudnn::set_allow_tf32(was); }
+};
+
 /// at(v, shape, i...) for a row-major vector.
 double at4(const std::vector<double>& v, const Shape& s, int64_t a, int64_t b, int64_t c, int64_t d) {
   return v[static_cast<size_t>(((a * s[1] + b) * s[2] + c) * s[3] + d)];
@@ -58,6 +65,7 @@ Array values(const Shape& s, uint64_t seed, Device d) {
 }
 
 TEST(NnConv, Conv2dMatchesItsDefinition) {
+  const NoTf32 exact;
   struct Case {
     Shape xs, ws;
     P stride, padding, dilation;
@@ -188,6 +196,101 @@ TEST(NnConv, BatchNormNormalisesTracksAndPassesGradcheck) {
   }
 }
 
+TEST(NnConv, ChannelsLastGivesTheSameValuesAndKeepsItsLayout) {
+  const NoTf32 exact;
+  for (Device d : devices())
+    for (const bool benchmark : {false, true}) {
+      const bool was = cudnn::benchmark();
+      cudnn::set_benchmark(benchmark);
+      const Array x = values({2, 6, 7, 5}, 20, d).astype(float32), w = values({4, 3, 3, 3}, 21, d).astype(float32);
+      const Array b = values({4}, 22, d).astype(float32);
+      const Array xc = to_channels_last(x);
+      ASSERT_TRUE(is_channels_last(xc));
+      ASSERT_FALSE(xc.is_contiguous());
+      ASSERT_EQ(xc.shape(), x.shape());
+      const Array y = nn::conv2d(x, w, b, {2, 1}, {1, 1}, {1, 1}, 2);
+      const Array yc = nn::conv2d(xc, w, b, {2, 1}, {1, 1}, {1, 1}, 2);
+      EXPECT_TRUE(is_channels_last(yc)) << d.str() << ": a channels-last input gives a channels-last output";
+      EXPECT_TRUE(allclose(yc, y, 1e-5, 1e-5)) << d.str() << " benchmark " << benchmark;
+      // the gradients through both layouts agree
+      auto grads = [&](const Array& input) {
+        Array xi = input.detach(), wi = w.detach();
+        xi.set_requires_grad(true);
+        wi.set_requires_grad(true);
+        Array out = nn::conv2d(xi, wi, Array(), {1, 1}, {1, 1}, {1, 1}, 2);
+        sum(out * out).backward();
+        return std::pair<Array, Array>{xi.grad(), wi.grad()};
+      };
+      const auto [gx, gw] = grads(x);
+      const auto [gxc, gwc] = grads(xc);
+      EXPECT_TRUE(allclose(gxc, gx, 1e-4, 1e-4)) << d.str();
+      EXPECT_TRUE(allclose(gwc, gw, 1e-4, 1e-4)) << d.str();
+      // batch normalisation keeps the layout too
+      Array rm = zeros({6}, float32, d), rv = ones({6}, float32, d);
+      Array rmc = zeros({6}, float32, d), rvc = ones({6}, float32, d);
+      const Array bn = nn::batch_norm2d(x, rm, rv, Array(), Array(), true);
+      const Array bnc = nn::batch_norm2d(xc, rmc, rvc, Array(), Array(), true);
+      EXPECT_TRUE(is_channels_last(bnc)) << d.str();
+      EXPECT_TRUE(allclose(bnc, bn, 1e-5, 1e-5)) << d.str();
+      EXPECT_TRUE(allclose(rmc, rm, 1e-6, 1e-6)) << d.str();
+      EXPECT_TRUE(allclose(rvc, rv, 1e-6, 1e-6)) << d.str();
+      cudnn::set_benchmark(was);
+    }
+}
+
+TEST(NnConv, LowPrecisionAndTf32StayCloseToFloat64) {
+  for (Device d : devices()) {
+    const Array x = values({2, 8, 9, 9}, 30, d), w = values({16, 8, 3, 3}, 31, d) * 0.2;
+    const Array want = conv2d_forward(x, w, {.padding = {1, 1}});
+    const double scale = max(abs(want)).item<double>();
+    std::vector<DType> dtypes{float32, float16};
+    dtypes.push_back(bfloat16);  // Ampere and newer GPUs (the lent H100/H200)
+    for (DType t : dtypes) {
+      const Array got = conv2d_forward(x.astype(t), w.astype(t), {.padding = {1, 1}});
+      ASSERT_EQ(got.dtype(), t);
+      const double err = max(abs(got.astype(float64) - want)).item<double>() / scale;
+      const double tol = t == float32 ? 2e-3 : t == float16 ? 5e-3 : 3e-2;  // TF32 / half / bfloat16 rounding
+      EXPECT_LT(err, tol) << d.str() << " " << dtype_name(t);
+    }
+    // batch statistics of a float16 input are float32, as the running ones
+    Array rm = zeros({8}, float32, d), rv = ones({8}, float32, d);
+    const BatchNormOutput r = batch_norm_forward(x.astype(float16), Array(), Array(), rm, rv, true, 0.1, 1e-5);
+    EXPECT_EQ(r.y.dtype(), float16);
+    EXPECT_EQ(r.mean.dtype(), float32);
+    EXPECT_TRUE(allclose(r.mean, mean(x, {0, 2, 3}).astype(float32), 1e-3, 1e-3)) << d.str();
+    kiln_test::expect_error<DTypeError>(
+        [&] { (void)batch_norm_forward(x.astype(float16), Array(), Array(), rm.astype(float16), rv, true, 0.1, 1e-5); },
+        {"batch_norm", "running mean", "float32"});
+  }
+}
+
+TEST(NnConv, BatchNormEvaluationPassesGradcheck) {
+  for (Device d : devices()) {
+    Array rm = values({3}, 40, d) * 0.1, rv = values({3}, 41, d) * 0.1 + 1.0;
+    const GradcheckResult r = gradcheck(
+        [&](const std::vector<Array>& in) { return nn::batch_norm2d(in[0], rm, rv, in[1], in[2], false); },
+        {values({2, 3, 2, 2}, 42, d), values({3}, 43, d), values({3}, 44, d)});
+    EXPECT_TRUE(r.passed) << d.str() << ": " << r.report;
+  }
+}
+
+TEST(NnConv, PrimitivesRefuseBadOperands) {
+  for (Device d : devices()) {
+    const Array x = values({1, 2, 4, 4}, 50, d), w = values({3, 2, 3, 3}, 51, d);
+    kiln_test::expect_error<DTypeError>([&] { (void)conv2d_forward(x.astype(int32), w.astype(int32)); },
+                                        {"conv2d_forward", "floating", "int32", "astype(float32)"});
+    kiln_test::expect_error<DTypeError>([&] { (void)conv2d_forward(x, w.astype(float32)); },
+                                        {"conv2d_forward", "float64", "float32"});
+    Array xg = x.detach();
+    xg.set_requires_grad(true);
+    kiln_test::expect_error<DTypeError>([&] { (void)conv2d_forward(xg, w); }, {"conv2d_forward", "nn::conv2d"});
+    kiln_test::expect_error<ShapeError>([&] { (void)conv2d_backward_input(values({1, 3, 3, 3}, 52, d), w, {1, 2, 4, 4}); },
+                                        {"conv2d_backward_input", "output gradient", "(1, 3, 2, 2)"});
+    kiln_test::expect_error<ShapeError>([&] { (void)to_channels_last(values({2, 3, 4}, 53, d)); },
+                                        {"to_channels_last", "(N, C, H, W)"});
+  }
+}
+
 TEST(NnConv, ModulesAndErrors) {
   for (Device d : devices()) {
     random::seed(1);
@@ -210,7 +313,7 @@ TEST(NnConv, ModulesAndErrors) {
     sum(out).backward();
     EXPECT_TRUE(net.named_parameters().front().second.grad().defined());
     kiln_test::expect_error<ShapeError>([&] { (void)conv(random::normal({2, 3, 5, 5}, 0.0, 1.0, float32, d)); },
-                                        {"conv2d", "3 input channels", "(6, 2, 3, 3)", "groups 2"});
+                                        {"conv2d", "an input of shape (2, 3, 5, 5)", "(6, 2, 3, 3)", "groups 2"});
     kiln_test::expect_error<ShapeError>([&] { (void)nn::conv2d(x, ones({6, 4, 7, 7}, float32, d)); },
                                         {"conv2d", "smaller than the dilated kernel"});
     EXPECT_THROW(nn::Conv2d(4, 6, {3, 3}, {.groups = 4}), ValueError);

@@ -1,0 +1,426 @@
+// Convolution, pooling and batch normalisation primitives (kiln/conv.hpp): argument checks, layouts, the
+// backend's engine (Backend::convolution / batch_norm: cuDNN on a GPU) and the reference every backend can run.
+// The reference convolution gathers each output's input window with a strided view of the padded input
+// (im2col without a copy until the product), multiplies by the weights (BLAS / cuBLAS), and scatters window
+// gradients back with one strided add per kernel offset (col2im). Pooling is the same window view reduced.
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/autograd.hpp"
+#include "core/backend.hpp"
+#include "kiln/conv.hpp"
+#include "kiln/indexing.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln {
+
+namespace cudnn {
+namespace {
+std::atomic<bool> g_benchmark{false};
+std::atomic<bool> g_allow_tf32{true};
+}  // namespace
+void set_benchmark(bool on) { g_benchmark.store(on, std::memory_order_relaxed); }
+bool benchmark() { return g_benchmark.load(std::memory_order_relaxed); }
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+}  // namespace cudnn
+
+namespace {
+
+using Pair = std::pair<int64_t, int64_t>;
+
+std::string pair_str(Pair p) { return std::to_string(p.first) + "x" + std::to_string(p.second); }
+
+struct Geometry {
+  int64_t n, c, h, w;  // input
+  int64_t kh, kw;      // window
+  int64_t sh, sw;      // stride
+  int64_t ph, pw;      // padding
+  int64_t dh, dw;      // dilation
+  int64_t oh, ow;      // output
+  int64_t hp() const { return h + 2 * ph; }
+  int64_t wp() const { return w + 2 * pw; }
+};
+
+Geometry geometry(const Shape& x, Pair kernel, Pair stride, Pair padding, Pair dilation, const char* op) {
+  if (x.size() != 4)
+    throw ShapeError(std::string(op) + ": the input must be (N, C, H, W), got shape " + shape_str(x) +
+                     "; add a batch axis with reshape");
+  if (kernel.first <= 0 || kernel.second <= 0 || stride.first <= 0 || stride.second <= 0 || dilation.first <= 0 ||
+      dilation.second <= 0 || padding.first < 0 || padding.second < 0)
+    throw ValueError(std::string(op) + ": kernel, stride and dilation must be positive and padding non-negative, got " +
+                     "kernel " + pair_str(kernel) + ", stride " + pair_str(stride) + ", padding " + pair_str(padding) +
+                     ", dilation " + pair_str(dilation));
+  Geometry g{x[0],          x[1],          x[2],         x[3],          kernel.first,   kernel.second, stride.first,
+             stride.second, padding.first, padding.second, dilation.first, dilation.second, 0,             0};
+  if (g.hp() < g.dh * (g.kh - 1) + 1 || g.wp() < g.dw * (g.kw - 1) + 1)
+    throw ShapeError(std::string(op) + ": the padded input " + std::to_string(g.hp()) + "x" + std::to_string(g.wp()) +
+                     " is smaller than the dilated kernel " + std::to_string(g.dh * (g.kh - 1) + 1) + "x" +
+                     std::to_string(g.dw * (g.kw - 1) + 1) + "; pad the input or use a smaller kernel");
+  g.oh = (g.hp() - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.ow = (g.wp() - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  return g;
+}
+
+Geometry conv_geometry(const Shape& x, const Shape& w, const ConvParams& p, const char* op) {
+  if (w.size() != 4)
+    throw ShapeError(std::string(op) + ": the weight must be (out_channels, in_channels / groups, KH, KW), got shape " +
+                     shape_str(w));
+  const Geometry g = geometry(x, {w[2], w[3]}, p.stride, p.padding, p.dilation, op);
+  if (p.groups <= 0 || g.c % p.groups != 0 || w[0] % p.groups != 0 || w[1] * p.groups != g.c)
+    throw ShapeError(std::string(op) + ": an input of shape " + shape_str(x) + ", a weight of shape " + shape_str(w) +
+                     " and groups " + std::to_string(p.groups) +
+                     " do not fit: in_channels and out_channels must divide by groups and the weight's second axis "
+                     "must be in_channels / groups");
+  return g;
+}
+
+Geometry pool_geometry(const Shape& x, const PoolParams& p, const char* op) {
+  const Geometry g = geometry(x, p.kernel, p.stride, p.padding, p.dilation, op);
+  if (2 * g.ph > g.kh || 2 * g.pw > g.kw)
+    throw ValueError(std::string(op) + ": padding must be at most half the kernel (PyTorch's rule), got padding " +
+                     pair_str(p.padding) + " for a " + pair_str(p.kernel) + " kernel");
+  return g;
+}
+
+void require_floating(const Array& a, const char* op, const char* what) {
+  if (!a.defined())
+    throw ValueError(std::string(op) + ": the " + what + " is undefined (default-constructed)");
+  if (!is_floating(a.dtype()))
+    throw DTypeError(std::string(op) + ": the " + what + " must be floating (float16, bfloat16, float32, float64), got " +
+                     std::string(dtype_name(a.dtype())) + "; convert it with astype(float32)");
+}
+
+void require_pair(const Array& a, const Array& b, const char* op, const char* what_a, const char* what_b) {
+  require_floating(a, op, what_a);
+  require_floating(b, op, what_b);
+  if (a.device() != b.device())
+    throw DeviceError(std::string(op) + ": the " + what_a + " is on " + a.device().str() + " and the " + what_b +
+                      " on " + b.device().str() + "; move one with .to(...) first");
+  if (a.dtype() != b.dtype())
+    throw DTypeError(std::string(op) + ": the " + what_a + " is " + std::string(dtype_name(a.dtype())) + " and the " +
+                     what_b + " " + std::string(dtype_name(b.dtype())) + "; convert one with astype first");
+  detail::reject_grad({&a, &b}, op, "use nn::conv2d / nn::batch_norm2d / nn::max_pool2d, which record gradients");
+}
+
+void require_shape(const Array& a, const Shape& want, const char* op, const char* what) {
+  if (!(a.shape() == want))
+    throw ShapeError(std::string(op) + ": the " + what + " must have shape " + shape_str(want) + ", got " +
+                     shape_str(a.shape()));
+}
+
+/// Channels-last and not also NCHW-contiguous (a 1-channel or 1x1 array is both: it counts as NCHW).
+bool strictly_channels_last(const Array& a) { return is_channels_last(a) && !a.is_contiguous(); }
+
+Array in_layout(const Array& a, bool channels_last) { return channels_last ? to_channels_last(a) : a.contiguous(); }
+
+Array empty_in_layout(const Shape& s, DType dtype, Device device, bool channels_last) {
+  if (!channels_last) return detail::make_array(s, dtype, device);
+  return detail::make_array({s[0], s[2], s[3], s[1]}, dtype, device).permute({0, 3, 1, 2});
+}
+
+/// x padded with `fill`, NCHW-contiguous.
+Array padded(const Array& x, const Geometry& g, double fill) {
+  if (g.ph == 0 && g.pw == 0) return x.contiguous();
+  Array out = full({g.n, g.c, g.hp(), g.wp()}, fill, x.dtype(), x.device());
+  out.slice(2, g.ph, g.ph + g.h).slice(3, g.pw, g.pw + g.w).assign(x);
+  return out;
+}
+
+/// The (N, C, KH, KW, OH, OW) view of every output's window in a padded, contiguous input.
+Array windows(const Array& xp, const Geometry& g) {
+  const Shape& s = xp.strides();
+  return as_strided(xp, {g.n, g.c, g.kh, g.kw, g.oh, g.ow},
+                    {s[0], s[1], s[2] * g.dh, s[3] * g.dw, s[2] * g.sh, s[3] * g.sw}, xp.offset());
+}
+
+/// col2im: the gradient of the input from the gradient of its windows (N, C, KH, KW, OH, OW), cropped.
+Array from_windows(const Array& dwin, const Geometry& g) {
+  Array dxp = zeros({g.n, g.c, g.hp(), g.wp()}, dwin.dtype(), dwin.device());
+  const Shape s = dxp.strides();
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      Array target = as_strided(dxp, {g.n, g.c, g.oh, g.ow}, {s[0], s[1], s[2] * g.sh, s[3] * g.sw},
+                                dxp.offset() + i * g.dh * s[2] + j * g.dw * s[3]);
+      target += dwin.index({Slice(), Slice(), i, j});
+    }
+  return dxp.slice(2, g.ph, g.ph + g.h).slice(3, g.pw, g.pw + g.w);
+}
+
+/// The input's windows as (N, G, C/G * KH * KW, OH * OW) columns.
+Array columns(const Array& x, const Geometry& g, int64_t groups) {
+  return windows(padded(x, g, 0.0), g).reshape({g.n, groups, g.c / groups * g.kh * g.kw, g.oh * g.ow});
+}
+
+detail::ConvCall conv_call(detail::ConvKind kind, const ConvParams& p) {
+  detail::ConvCall call;
+  call.kind = kind;
+  call.stride[0] = p.stride.first, call.stride[1] = p.stride.second;
+  call.padding[0] = p.padding.first, call.padding[1] = p.padding.second;
+  call.dilation[0] = p.dilation.first, call.dilation[1] = p.dilation.second;
+  call.groups = p.groups;
+  return call;
+}
+
+/// Runs `call` (its operands set) in the backend's engine; false when it has none for it or a size is zero.
+bool run_engine(detail::ConvCall& call, const Shape& out_shape, DType dtype, Device device, bool channels_last,
+                bool any_empty) {
+  if (any_empty) return false;
+  call.channels_last = channels_last;
+  call.out = empty_in_layout(out_shape, dtype, device, channels_last);
+  return detail::backend_for(device).convolution(call);
+}
+
+}  // namespace
+
+bool is_channels_last(const Array& x) {
+  if (x.ndim() != 4) return false;
+  const Shape& s = x.shape();
+  const Shape& st = x.strides();
+  // Expected strides of (N, H, W, C) memory; axes of size 1 may have any stride.
+  const int64_t want_c = 1, want_w = s[1], want_h = s[3] * s[1], want_n = s[2] * s[3] * s[1];
+  return (s[1] == 1 || st[1] == want_c) && (s[3] == 1 || st[3] == want_w) && (s[2] == 1 || st[2] == want_h) &&
+         (s[0] == 1 || st[0] == want_n);
+}
+
+Array to_channels_last(const Array& x) {
+  if (x.ndim() != 4)
+    throw ShapeError("to_channels_last: the array must be (N, C, H, W), got shape " + shape_str(x.shape()));
+  if (is_channels_last(x)) return x;
+  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+
+Shape conv2d_output_shape(const Shape& input, const Shape& weight, const ConvParams& params) {
+  const Geometry g = conv_geometry(input, weight, params, "conv2d");
+  return {g.n, weight[0], g.oh, g.ow};
+}
+
+Array conv2d_forward(const Array& x, const Array& weight, const ConvParams& p) {
+  const char* op = "conv2d_forward";
+  require_pair(x, weight, op, "input", "weight");
+  const Geometry g = conv_geometry(x.shape(), weight.shape(), p, op);
+  const int64_t out_c = weight.shape(0), ckk = g.c / p.groups * g.kh * g.kw;
+  const bool cl = strictly_channels_last(x) || strictly_channels_last(weight);
+  const Array xs = in_layout(x, cl), ws = in_layout(weight, cl);
+  detail::ConvCall call = conv_call(detail::ConvKind::Forward, p);
+  call.x = &xs, call.w = &ws;
+  const Shape out_shape{g.n, out_c, g.oh, g.ow};
+  if (run_engine(call, out_shape, x.dtype(), x.device(), cl, x.size() == 0 || weight.size() == 0))
+    return call.out;
+  const Array out = matmul(ws.reshape({p.groups, out_c / p.groups, ckk}), columns(xs, g, p.groups)).reshape(out_shape);
+  return cl ? to_channels_last(out) : out;
+}
+
+Array conv2d_backward_input(const Array& grad_out, const Array& weight, const Shape& input_shape,
+                            const ConvParams& p) {
+  const char* op = "conv2d_backward_input";
+  require_pair(grad_out, weight, op, "output gradient", "weight");
+  const Geometry g = conv_geometry(input_shape, weight.shape(), p, op);
+  const int64_t out_c = weight.shape(0), ckk = g.c / p.groups * g.kh * g.kw;
+  require_shape(grad_out, {g.n, out_c, g.oh, g.ow}, op, "output gradient");
+  const bool cl = strictly_channels_last(grad_out) || strictly_channels_last(weight);
+  const Array dys = in_layout(grad_out, cl), ws = in_layout(weight, cl);
+  detail::ConvCall call = conv_call(detail::ConvKind::BackwardInput, p);
+  call.dy = &dys, call.w = &ws;
+  if (run_engine(call, input_shape, weight.dtype(), weight.device(), cl, grad_out.size() == 0 || weight.size() == 0))
+    return call.out;
+  if (grad_out.size() == 0 || weight.size() == 0) return zeros(input_shape, weight.dtype(), weight.device());
+  const Array dcols = matmul(swapaxes(ws.reshape({p.groups, out_c / p.groups, ckk}), -1, -2),
+                             dys.reshape({g.n, p.groups, out_c / p.groups, g.oh * g.ow}));
+  const Array dx = from_windows(dcols.reshape({g.n, g.c, g.kh, g.kw, g.oh, g.ow}), g);
+  return cl ? to_channels_last(dx) : dx.contiguous();
+}
+
+Array conv2d_backward_weight(const Array& grad_out, const Array& x, const Shape& weight_shape, const ConvParams& p) {
+  const char* op = "conv2d_backward_weight";
+  require_pair(grad_out, x, op, "output gradient", "input");
+  const Geometry g = conv_geometry(x.shape(), weight_shape, p, op);
+  const int64_t out_c = weight_shape[0];
+  require_shape(grad_out, {g.n, out_c, g.oh, g.ow}, op, "output gradient");
+  const bool cl = strictly_channels_last(grad_out) || strictly_channels_last(x);
+  const Array dys = in_layout(grad_out, cl), xs = in_layout(x, cl);
+  detail::ConvCall call = conv_call(detail::ConvKind::BackwardWeight, p);
+  call.dy = &dys, call.x = &xs;
+  if (run_engine(call, weight_shape, x.dtype(), x.device(), cl, x.size() == 0 || grad_out.size() == 0))
+    return call.out;
+  if (x.size() == 0 || grad_out.size() == 0) return zeros(weight_shape, x.dtype(), x.device());
+  const Array g4 = dys.reshape({g.n, p.groups, out_c / p.groups, g.oh * g.ow});
+  const Array dw = sum(matmul(g4, swapaxes(columns(xs, g, p.groups), -1, -2)), 0).reshape(weight_shape);
+  return cl ? to_channels_last(dw) : dw;
+}
+
+// ---------------------------------------------------------------- pooling
+MaxPoolOutput max_pool2d_forward(const Array& x, const PoolParams& p) {
+  const char* op = "max_pool2d";
+  require_floating(x, op, "input");
+  detail::reject_grad({&x}, op, "use nn::max_pool2d, which records the gradient");
+  const Geometry g = pool_geometry(x.shape(), p, op);
+  const int64_t k = g.kh * g.kw;
+  const Array win =
+      windows(padded(x, g, -std::numeric_limits<double>::infinity()), g).reshape({g.n, g.c, k, g.oh, g.ow});
+  Array where_max = argmax(win, 2, true);  // the first maximum of each window, as PyTorch
+  Array y = take_along_axis(win, where_max, 2).reshape({g.n, g.c, g.oh, g.ow});
+  return {std::move(y), where_max.reshape({g.n, g.c, g.oh, g.ow})};
+}
+
+Array max_pool2d_backward(const Array& grad_out, const Array& indices, const Shape& input_shape,
+                          const PoolParams& p) {
+  const char* op = "max_pool2d_backward";
+  require_floating(grad_out, op, "output gradient");
+  const Geometry g = pool_geometry(input_shape, p, op);
+  const Shape out_shape{g.n, g.c, g.oh, g.ow};
+  require_shape(grad_out, out_shape, op, "output gradient");
+  require_shape(indices, out_shape, op, "indices");
+  const int64_t k = g.kh * g.kw;
+  const Array dwin = scatter_add(zeros({g.n, g.c, k, g.oh, g.ow}, grad_out.dtype(), grad_out.device()), 2,
+                                 indices.reshape({g.n, g.c, 1, g.oh, g.ow}), grad_out.reshape({g.n, g.c, 1, g.oh, g.ow}));
+  return from_windows(dwin.reshape({g.n, g.c, g.kh, g.kw, g.oh, g.ow}), g).contiguous();
+}
+
+Array avg_pool2d_forward(const Array& x, const PoolParams& p) {
+  const char* op = "avg_pool2d";
+  require_floating(x, op, "input");
+  detail::reject_grad({&x}, op, "use nn::avg_pool2d, which records the gradient");
+  const Geometry g = pool_geometry(x.shape(), p, op);
+  return windows(padded(x, g, 0.0), g).reshape({g.n, g.c, g.kh * g.kw, g.oh, g.ow}).mean(2);
+}
+
+Array avg_pool2d_backward(const Array& grad_out, const Shape& input_shape, const PoolParams& p) {
+  const char* op = "avg_pool2d_backward";
+  require_floating(grad_out, op, "output gradient");
+  const Geometry g = pool_geometry(input_shape, p, op);
+  require_shape(grad_out, {g.n, g.c, g.oh, g.ow}, op, "output gradient");
+  const double scale = 1.0 / static_cast<double>(g.kh * g.kw);  // padding counts (count_include_pad)
+  const Array dwin = broadcast_to((grad_out * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}),
+                                  {g.n, g.c, g.kh, g.kw, g.oh, g.ow});
+  return from_windows(dwin, g).contiguous();
+}
+
+// ---------------------------------------------------------------- batch normalisation
+namespace {
+
+DType stats_dtype(DType x) { return x == DType::Float16 || x == DType::BFloat16 ? DType::Float32 : x; }
+
+/// A per-channel operand in the statistics dtype, contiguous; `fill` when undefined.
+Array per_channel(const Array& a, int64_t c, DType dtype, Device device, double fill, const char* op,
+                  const char* what) {
+  if (!a.defined()) return full({c}, fill, dtype, device);
+  require_shape(a, {c}, op, what);
+  if (a.device() != device)
+    throw DeviceError(std::string(op) + ": the " + what + " is on " + a.device().str() + ", the input on " +
+                      device.str() + "; move it with .to(" + device.str() + ")");
+  return a.astype(dtype).contiguous();
+}
+
+void check_running(const Array& a, int64_t c, DType dtype, Device device, const char* op, const char* what) {
+  if (!a.defined()) return;
+  require_shape(a, {c}, op, what);
+  if (a.device() != device || a.dtype() != dtype || !a.is_contiguous())
+    throw DTypeError(std::string(op) + ": the " + what + " must be a contiguous " + std::string(dtype_name(dtype)) +
+                     " array on " + device.str() + " (it is updated in place), got " +
+                     std::string(dtype_name(a.dtype())) + " on " + a.device().str());
+}
+
+Array channel_view(const Array& a) { return a.reshape({1, a.shape(0), 1, 1}); }
+
+/// y in x's dtype and layout.
+Array like_input(const Array& y, const Array& x) {
+  Array out = y.astype(x.dtype());
+  return strictly_channels_last(x) ? to_channels_last(out) : out.contiguous();
+}
+
+}  // namespace
+
+BatchNormOutput batch_norm_forward(const Array& x, const Array& weight, const Array& bias, const Array& running_mean,
+                                   const Array& running_var, bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  require_floating(x, op, "input");
+  detail::reject_grad({&x, &weight, &bias}, op, "use nn::batch_norm2d, which records the gradient");
+  if (x.ndim() != 4) throw ShapeError("batch_norm: the input must be (N, C, H, W), got shape " + shape_str(x.shape()));
+  if (!(eps > 0.0)) throw ValueError("batch_norm: eps must be positive, got " + std::to_string(eps));
+  const int64_t c = x.shape(1), count = x.shape(0) * x.shape(2) * x.shape(3);
+  const DType sd = stats_dtype(x.dtype());
+  const Array w = per_channel(weight, c, sd, x.device(), 1.0, op, "weight");
+  const Array b = per_channel(bias, c, sd, x.device(), 0.0, op, "bias");
+  check_running(running_mean, c, sd, x.device(), op, "running mean");
+  check_running(running_var, c, sd, x.device(), op, "running variance");
+  if (running_mean.defined() != running_var.defined())
+    throw ValueError("batch_norm: give both running statistics or neither");
+  if (training && count <= 1)
+    throw ValueError("batch_norm: training needs more than one value per channel, got input shape " +
+                     shape_str(x.shape()));
+  if (!training && !running_mean.defined())
+    throw ValueError("batch_norm: evaluation needs running statistics (track_running_stats)");
+  if (training && running_mean.defined()) {
+    detail::note_inplace_write(running_mean, op);
+    detail::note_inplace_write(running_var, op);
+  }
+  const bool cl = strictly_channels_last(x);
+  const Array xs = in_layout(x, cl);
+  detail::BatchNormCall call;
+  call.kind = training ? detail::BatchNormKind::Training : detail::BatchNormKind::Evaluation;
+  call.x = &xs, call.weight = &w, call.bias = &b, call.running_mean = &running_mean, call.running_var = &running_var;
+  call.momentum = momentum, call.eps = eps, call.channels_last = cl;
+  if (x.size() > 0) {
+    call.y = empty_in_layout(x.shape(), x.dtype(), x.device(), cl);
+    if (training) call.mean = detail::make_array({c}, sd, x.device()), call.invstd = detail::make_array({c}, sd, x.device());
+    if (detail::backend_for(x.device()).batch_norm(call)) return {call.y, call.mean, call.invstd};
+  }
+  // The reference, in the statistics dtype.
+  const Array xf = xs.astype(sd);
+  if (!training) {
+    const Array scale = w / sqrt(running_var + eps);
+    const Array shift = b - running_mean * scale;
+    return {like_input(xf * channel_view(scale) + channel_view(shift), x), Array(), Array()};
+  }
+  const Array mean_c = mean(xf, {0, 2, 3});
+  const Array centred = xf - channel_view(mean_c);
+  const Array var_c = mean(square(centred), {0, 2, 3});  // biased, for normalising (as PyTorch)
+  const Array invstd = 1.0 / sqrt(var_c + eps);
+  if (running_mean.defined()) {
+    const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+    Array rm = running_mean, rv = running_var;  // handles on the same storage, written in place
+    rm.assign(running_mean * (1.0 - momentum) + mean_c * momentum);
+    rv.assign(running_var * (1.0 - momentum) + var_c * (momentum * unbias));
+  }
+  const Array y = centred * channel_view(invstd * w) + channel_view(b);
+  return {like_input(y, x), mean_c, invstd};
+}
+
+BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean_c,
+                                   const Array& invstd, double eps) {
+  const char* op = "batch_norm_backward";
+  require_pair(grad_y, x, op, "output gradient", "input");
+  if (x.ndim() != 4) throw ShapeError("batch_norm_backward: the input must be (N, C, H, W), got " + shape_str(x.shape()));
+  require_shape(grad_y, x.shape(), op, "output gradient");
+  const int64_t c = x.shape(1), count = x.shape(0) * x.shape(2) * x.shape(3);
+  const DType sd = stats_dtype(x.dtype());
+  const Array w = per_channel(weight, c, sd, x.device(), 1.0, op, "weight");
+  const Array m = per_channel(mean_c, c, sd, x.device(), 0.0, op, "saved mean");
+  const Array is = per_channel(invstd, c, sd, x.device(), 1.0, op, "saved invstd");
+  const bool cl = strictly_channels_last(x);
+  const Array xs = in_layout(x, cl), dys = in_layout(grad_y, cl);
+  detail::BatchNormCall call;
+  call.kind = detail::BatchNormKind::Backward;
+  call.x = &xs, call.dy = &dys, call.weight = &w, call.mean = m, call.invstd = is, call.eps = eps;
+  call.channels_last = cl;
+  const Array none;
+  call.running_mean = &none, call.running_var = &none, call.bias = &none;
+  if (x.size() > 0) {
+    call.dx = empty_in_layout(x.shape(), x.dtype(), x.device(), cl);
+    call.dweight = detail::make_array({c}, sd, x.device());
+    call.dbias = detail::make_array({c}, sd, x.device());
+    if (detail::backend_for(x.device()).batch_norm(call)) return {call.dx, call.dweight, call.dbias};
+  }
+  const Array dy = dys.astype(sd);
+  const Array xhat = (xs.astype(sd) - channel_view(m)) * channel_view(is);
+  const Array db = sum(dy, {0, 2, 3});
+  const Array dw = sum(dy * xhat, {0, 2, 3});
+  const double inv_count = 1.0 / static_cast<double>(count);
+  const Array dx = (dy - channel_view(db * inv_count) - xhat * channel_view(dw * inv_count)) * channel_view(w * is);
+  return {like_input(dx, x), dw, db};
+}
+
+}  // namespace kiln

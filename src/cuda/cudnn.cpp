@@ -1,0 +1,419 @@
+// cuDNN engines of Backend::convolution and Backend::batch_norm (core/backend.hpp), through cuDNN's
+// descriptor API (cudnnConvolutionForward / BackwardData / BackwardFilter, cudnnBatchNormalization*).
+//
+// Algorithms: by default cuDNN's heuristics rank the algorithms for a problem (cudnnGet*Algorithm_v7) and the
+// first that runs with a workspace kiln can allocate is taken; with kiln::cudnn::set_benchmark(true) every
+// algorithm is timed once on the real operands (cudnnFind*AlgorithmEx) and the fastest kept, as
+// torch.backends.cudnn.benchmark. Either choice is cached per (device, step, dtype, layout, shapes, geometry,
+// math mode); a capture into a CUDA graph never benchmarks (timing synchronises) and uses the heuristics.
+// Workspaces come from kiln's caching allocator on the current stream, per call. Float32 may use TF32 tensor
+// cores unless kiln::cudnn::set_allow_tf32(false) (then CUDNN_FMA_MATH, as PyTorch); float16/bfloat16 use
+// tensor cores and accumulate in float32; float64 runs in float64.
+//
+// Operands come laid out by the core: NCHW-contiguous, or all channels-last (NHWC memory; the filter then
+// in NHWC too). Problems past cuDNN's 32-bit sizes, and batch normalisation with eps below
+// CUDNN_BN_MIN_EPSILON, return false: the core runs its reference.
+#include <cudnn.h>
+
+#include <array>
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/kernel_memo.hpp"
+#include "cuda/handle_pool.hpp"
+#include "cuda/ops.hpp"
+#include "cuda/runtime.hpp"
+#include "kiln/conv.hpp"
+
+namespace kiln::cuda_impl {
+namespace {
+
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* expr, const char* file, int line) {
+  throw DeviceError(std::string("cuDNN: ") + cudnnGetErrorString(status) + " in " + expr + " (" + file + ":" +
+                    std::to_string(line) +
+                    "); CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr in the environment prints cuDNN's reason");
+}
+
+#define KILN_CUDNN_CHECK(expr)                                                       \
+  do {                                                                               \
+    cudnnStatus_t kiln_status_ = (expr);                                             \
+    if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                        \
+      ::kiln::cuda_impl::throw_cudnn_error(kiln_status_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+struct CudnnState {
+  cudnnHandle_t handle = nullptr;
+};
+
+CudnnState* create_state() {
+  auto state = std::make_unique<CudnnState>();
+  KILN_CUDNN_CHECK(cudnnCreate(&state->handle));
+  return state.release();
+}
+
+/// This thread's handle of `device` (the current device), bound to `stream`.
+cudnnHandle_t bound_handle(int device, cudaStream_t stream) {
+  CudnnState* state = thread_handle<CudnnState>(device, create_state);
+  KILN_CUDNN_CHECK(cudnnSetStream(state->handle, stream));
+  return state->handle;
+}
+
+template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class Descriptor {
+ public:
+  Descriptor() { KILN_CUDNN_CHECK(Create(&desc_)); }
+  ~Descriptor() { (void)Destroy(desc_); }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  operator T() const { return desc_; }
+
+ private:
+  T desc_ = nullptr;
+};
+using TensorDesc = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDesc =
+    Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+
+std::optional<cudnnDataType_t> data_type(DType t) {
+  switch (t) {
+    case DType::Float32: return CUDNN_DATA_FLOAT;
+    case DType::Float64: return CUDNN_DATA_DOUBLE;
+    case DType::Float16: return CUDNN_DATA_HALF;
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    default: return std::nullopt;
+  }
+}
+
+/// Whether every size of a 4-d array fits cuDNN's int (elements included).
+bool fits_int(const Array& a) {
+  return a.size() < INT_MAX && a.shape(0) < INT_MAX && a.shape(1) < INT_MAX && a.shape(2) < INT_MAX &&
+         a.shape(3) < INT_MAX;
+}
+
+/// The packed strides of (N, C, H, W) `shape` in NCHW or NHWC memory (the core lays operands out so).
+void set_tensor(const TensorDesc& desc, const Shape& s, cudnnDataType_t type, bool channels_last) {
+  const int n = static_cast<int>(s[0]), c = static_cast<int>(s[1]), h = static_cast<int>(s[2]),
+            w = static_cast<int>(s[3]);
+  const int dims[4] = {n, c, h, w};
+  const int nchw[4] = {c * h * w, h * w, w, 1};
+  const int nhwc[4] = {h * w * c, 1, w * c, c};
+  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, type, 4, dims, channels_last ? nhwc : nchw));
+}
+
+/// Scaling factors: double for float64 data, float otherwise.
+struct Scale {
+  float f1 = 1.0f, f0 = 0.0f;
+  double d1 = 1.0, d0 = 0.0;
+  bool dbl = false;
+  const void* one() const { return dbl ? static_cast<const void*>(&d1) : static_cast<const void*>(&f1); }
+  const void* zero() const { return dbl ? static_cast<const void*>(&d0) : static_cast<const void*>(&f0); }
+};
+
+// ---------------------------------------------------------------- convolution algorithms
+
+struct ConvKey {
+  int device = 0;
+  detail::ConvKind kind = detail::ConvKind::Forward;
+  DType dtype = DType::Float32;
+  bool channels_last = false;
+  bool tf32 = false;
+  bool benchmark = false;
+  std::array<int64_t, 4> x{}, w{};
+  std::array<int64_t, 2> stride{}, padding{}, dilation{};
+  int64_t groups = 1;
+  bool operator==(const ConvKey&) const = default;
+};
+
+}  // namespace
+}  // namespace kiln::cuda_impl
+
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ConvKey, device, kind, dtype, channels_last, tf32, benchmark, x, w, stride,
+                      padding, dilation, groups);
+
+namespace kiln::cuda_impl {
+namespace {
+
+struct AlgoChoice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace = 0;
+};
+
+class AlgoCache {
+ public:
+  static AlgoCache& instance() {
+    static AlgoCache* cache = new AlgoCache;  // leaked: used until the process ends
+    return *cache;
+  }
+  std::optional<AlgoChoice> find(const ConvKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+  void insert(const ConvKey& key, const AlgoChoice& choice) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    map_.emplace(key, choice);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<ConvKey, AlgoChoice> map_;
+};
+
+/// Everything one convolution step needs: descriptors, pointers, the handle.
+struct ConvProblem {
+  cudnnHandle_t handle = nullptr;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  TensorDesc x, y;  // y: the output side (dy for the backward steps)
+  FilterDesc w;
+  ConvDesc conv;
+  const void* x_ptr = nullptr;  // Forward, BackwardWeight: x; BackwardInput: dy
+  const void* w_ptr = nullptr;  // Forward, BackwardInput: w; BackwardWeight: dy
+  void* out_ptr = nullptr;
+  bool float32_no_tf32 = false;
+};
+
+/// The algorithm lists of one step kind, in cuDNN's perf-result form (algo, status, time, memory, mathType).
+struct Candidate {
+  int algo;
+  cudnnStatus_t status;
+  size_t memory;
+  cudnnMathType_t math;
+};
+
+template <class Perf>
+std::vector<Candidate> candidates(const Perf* perf, int count) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < count; ++i)
+    out.push_back({static_cast<int>(perf[i].algo), perf[i].status, perf[i].memory, perf[i].mathType});
+  return out;
+}
+
+std::vector<Candidate> heuristics(detail::ConvKind kind, const ConvProblem& p) {
+  switch (kind) {
+    case detail::ConvKind::Forward: {
+      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
+      int n = 0;
+      KILN_CUDNN_CHECK(
+          cudnnGetConvolutionForwardAlgorithm_v7(p.handle, p.x, p.w, p.conv, p.y, static_cast<int>(perf.size()), &n,
+                                                 perf.data()));
+      return candidates(perf.data(), n);
+    }
+    case detail::ConvKind::BackwardInput: {
+      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
+      int n = 0;
+      // here p.x describes dx (the output) and p.y dy
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(p.handle, p.w, p.y, p.conv, p.x,
+                                                                   static_cast<int>(perf.size()), &n, perf.data()));
+      return candidates(perf.data(), n);
+    }
+    case detail::ConvKind::BackwardWeight: {
+      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
+      int n = 0;
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(p.handle, p.x, p.y, p.conv, p.w,
+                                                                     static_cast<int>(perf.size()), &n, perf.data()));
+      return candidates(perf.data(), n);
+    }
+  }
+  return {};
+}
+
+/// Times every algorithm on the problem's operands (its output is overwritten), fastest first.
+std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, const void* dy_or_unused, void* workspace,
+                             size_t bytes) {
+  switch (kind) {
+    case detail::ConvKind::Forward: {
+      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
+      int n = 0;
+      KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(p.handle, p.x, p.x_ptr, p.w, p.w_ptr, p.conv, p.y,
+                                                              p.out_ptr, static_cast<int>(perf.size()), &n,
+                                                              perf.data(), workspace, bytes));
+      return candidates(perf.data(), n);
+    }
+    case detail::ConvKind::BackwardInput: {
+      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
+      int n = 0;
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(p.handle, p.w, p.w_ptr, p.y, dy_or_unused, p.conv,
+                                                                   p.x, p.out_ptr, static_cast<int>(perf.size()), &n,
+                                                                   perf.data(), workspace, bytes));
+      return candidates(perf.data(), n);
+    }
+    case detail::ConvKind::BackwardWeight: {
+      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
+      int n = 0;
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(p.handle, p.x, p.x_ptr, p.y, dy_or_unused,
+                                                                     p.conv, p.w, p.out_ptr,
+                                                                     static_cast<int>(perf.size()), &n, perf.data(),
+                                                                     workspace, bytes));
+      return candidates(perf.data(), n);
+    }
+  }
+  return {};
+}
+
+/// Workspace memory from the caching allocator, or null when it cannot be had (the next algorithm is tried).
+std::shared_ptr<Storage> try_workspace(int device, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return nullptr;
+  try {
+    return device_alloc(device, bytes, stream);
+  } catch (const OutOfMemoryError&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+bool cuda_convolution(const detail::ConvCall& call) {
+  using detail::ConvKind;
+  const Array& out = call.out;
+  const DType dtype = out.dtype();
+  const std::optional<cudnnDataType_t> type = data_type(dtype);
+  if (!type) return false;
+  const Array& x_side = call.kind == ConvKind::BackwardInput ? out : *call.x;
+  const Array& w_side = call.kind == ConvKind::BackwardWeight ? out : *call.w;
+  const Array& y_side = call.kind == ConvKind::Forward ? out : *call.dy;
+  if (!fits_int(x_side) || !fits_int(w_side) || !fits_int(y_side)) return false;
+  const bool cl = call.channels_last;
+  const int device = out.device().index;
+
+  ConvProblem p;
+  p.device = device;
+  p.stream = current_stream(device);
+  p.handle = bound_handle(device, p.stream);
+  set_tensor(p.x, x_side.shape(), *type, cl);
+  set_tensor(p.y, y_side.shape(), *type, cl);
+  KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, *type, cl ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                              static_cast<int>(w_side.shape(0)), static_cast<int>(w_side.shape(1)),
+                                              static_cast<int>(w_side.shape(2)), static_cast<int>(w_side.shape(3))));
+  KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      p.conv, static_cast<int>(call.padding[0]), static_cast<int>(call.padding[1]), static_cast<int>(call.stride[0]),
+      static_cast<int>(call.stride[1]), static_cast<int>(call.dilation[0]), static_cast<int>(call.dilation[1]),
+      CUDNN_CROSS_CORRELATION, dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+  KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, static_cast<int>(call.groups)));
+  const bool tf32 = dtype == DType::Float32 && kiln::cudnn::allow_tf32();
+  p.float32_no_tf32 = dtype == DType::Float32 && !tf32;
+  const cudnnMathType_t base_math =
+      p.float32_no_tf32 ? CUDNN_FMA_MATH
+                        : (dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH);
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math));
+
+  const void* dy_ptr = call.dy ? call.dy->data_ptr() : nullptr;
+  switch (call.kind) {
+    case ConvKind::Forward: p.x_ptr = call.x->data_ptr(), p.w_ptr = call.w->data_ptr(); break;
+    case ConvKind::BackwardInput: p.x_ptr = dy_ptr, p.w_ptr = call.w->data_ptr(); break;
+    case ConvKind::BackwardWeight: p.x_ptr = call.x->data_ptr(), p.w_ptr = dy_ptr; break;
+  }
+  p.out_ptr = out.data_ptr();
+
+  const bool benchmark = kiln::cudnn::benchmark() && thread_captures() == 0;
+  ConvKey key;
+  key.device = device, key.kind = call.kind, key.dtype = dtype, key.channels_last = cl, key.tf32 = tf32;
+  key.benchmark = benchmark;
+  for (int i = 0; i < 4; ++i) key.x[i] = x_side.shape(i), key.w[i] = w_side.shape(i);
+  for (int i = 0; i < 2; ++i)
+    key.stride[i] = call.stride[i], key.padding[i] = call.padding[i], key.dilation[i] = call.dilation[i];
+  key.groups = call.groups;
+
+  auto math_of = [&](const Candidate& c) { return p.float32_no_tf32 ? CUDNN_FMA_MATH : c.math; };
+  std::shared_ptr<Storage> workspace;
+  std::optional<AlgoChoice> choice = AlgoCache::instance().find(key);
+  if (choice) {
+    workspace = try_workspace(device, choice->workspace, p.stream);
+    if (choice->workspace > 0 && !workspace)
+      throw OutOfMemoryError("conv2d: cuDNN's algorithm for this shape needs " + std::to_string(choice->workspace) +
+                             " bytes of workspace and the GPU has no room; free memory or use a smaller batch");
+  } else {
+    std::vector<Candidate> ranked = heuristics(call.kind, p);
+    if (benchmark) {
+      size_t most = 0;
+      for (const Candidate& c : ranked)
+        if (c.status == CUDNN_STATUS_SUCCESS) most = std::max(most, c.memory);
+      std::shared_ptr<Storage> scratch = try_workspace(device, most, p.stream);
+      if (!scratch) most = 0;
+      // The timing runs on the handle's stream; it reads the inputs, which the stream orders after their writes.
+      ranked = timed(call.kind, p, dy_ptr, scratch ? scratch->data() : nullptr, most);
+    }
+    for (const Candidate& c : ranked) {
+      if (c.status != CUDNN_STATUS_SUCCESS) continue;
+      std::shared_ptr<Storage> ws = try_workspace(device, c.memory, p.stream);
+      if (c.memory > 0 && !ws) continue;
+      choice = AlgoChoice{c.algo, math_of(c), c.memory};
+      workspace = std::move(ws);
+      break;
+    }
+    if (!choice) return false;  // nothing cuDNN offers runs this problem: the reference does
+    AlgoCache::instance().insert(key, *choice);
+  }
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, choice->math));
+  Scale s;
+  s.dbl = dtype == DType::Float64;
+  void* ws = workspace ? workspace->data() : nullptr;
+  switch (call.kind) {
+    case ConvKind::Forward:
+      KILN_CUDNN_CHECK(cudnnConvolutionForward(p.handle, s.one(), p.x, p.x_ptr, p.w, p.w_ptr, p.conv,
+                                               static_cast<cudnnConvolutionFwdAlgo_t>(choice->algo), ws,
+                                               choice->workspace, s.zero(), p.y, p.out_ptr));
+      break;
+    case ConvKind::BackwardInput:
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(p.handle, s.one(), p.w, p.w_ptr, p.y, dy_ptr, p.conv,
+                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algo), ws,
+                                                    choice->workspace, s.zero(), p.x, p.out_ptr));
+      break;
+    case ConvKind::BackwardWeight:
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p.handle, s.one(), p.x, p.x_ptr, p.y, dy_ptr, p.conv,
+                                                      static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), ws,
+                                                      choice->workspace, s.zero(), p.w, p.out_ptr));
+      break;
+  }
+  return true;
+}
+
+bool cuda_batch_norm(detail::BatchNormCall& call) {
+  using detail::BatchNormKind;
+  const Array& x = *call.x;
+  const std::optional<cudnnDataType_t> type = data_type(x.dtype());
+  if (!type || call.eps < CUDNN_BN_MIN_EPSILON || !fits_int(x)) return false;
+  const bool cl = call.channels_last;
+  const int device = x.device().index;
+  const cudaStream_t stream = current_stream(device);
+  cudnnHandle_t handle = bound_handle(device, stream);
+  // Channels-last training uses the persistent kernels (as PyTorch); backward must use the forward's mode.
+  const cudnnBatchNormMode_t mode =
+      cl && call.kind != BatchNormKind::Evaluation ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+  TensorDesc xd, bnd;
+  set_tensor(xd, x.shape(), *type, cl);
+  KILN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, mode));
+  Scale s;
+  s.dbl = x.dtype() == DType::Float64;
+  const bool running = call.running_mean->defined();
+  switch (call.kind) {
+    case BatchNormKind::Training:
+      KILN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+          handle, mode, s.one(), s.zero(), xd, x.data_ptr(), xd, call.y.data_ptr(), bnd, call.weight->data_ptr(),
+          call.bias->data_ptr(), call.momentum, running ? call.running_mean->data_ptr() : nullptr,
+          running ? call.running_var->data_ptr() : nullptr, call.eps, call.mean.data_ptr(), call.invstd.data_ptr()));
+      break;
+    case BatchNormKind::Evaluation:
+      KILN_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+          handle, mode, s.one(), s.zero(), xd, x.data_ptr(), xd, call.y.data_ptr(), bnd, call.weight->data_ptr(),
+          call.bias->data_ptr(), call.running_mean->data_ptr(), call.running_var->data_ptr(), call.eps));
+      break;
+    case BatchNormKind::Backward:
+      KILN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+          handle, mode, s.one(), s.zero(), s.one(), s.zero(), xd, x.data_ptr(), xd, call.dy->data_ptr(), xd,
+          call.dx.data_ptr(), bnd, call.weight->data_ptr(), call.dweight.data_ptr(), call.dbias.data_ptr(), call.eps,
+          call.mean.data_ptr(), call.invstd.data_ptr()));
+      break;
+  }
+  return true;
+}
+
+}  // namespace kiln::cuda_impl
