@@ -15,6 +15,7 @@
 #include "kiln/io.hpp"
 #include "kiln/kernels.hpp"
 #include "kiln/linalg.hpp"
+#include "kiln/models.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/optim.hpp"

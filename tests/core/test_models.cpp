@@ -1,0 +1,73 @@
+// models::resnet*: torchvision's parameter names and counts, shapes, training and evaluation on every backend,
+// CPU and GPU agreement from the same seed, and a state_dict round trip.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "harness/op_harness.hpp"
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+namespace kiln {
+namespace {
+
+int64_t count(const nn::Module& m) {
+  int64_t n = 0;
+  for (const Array& p : m.parameters()) n += p.size();
+  return n;
+}
+
+TEST(Models, ResNetsHaveTorchvisionsNamesAndSizes) {
+  // torchvision.models.resnetXX(): sum(p.numel() for p in m.parameters()) and len(m.state_dict())
+  struct Case {
+    std::shared_ptr<models::ResNet> (*make)(int64_t, DType, std::optional<Device>);
+    int64_t parameters;
+    size_t entries;
+    const char* name;
+  };
+  for (const Case& c : {Case{models::resnet18, 11689512, 122, "ResNet18"}, Case{models::resnet34, 21797672, 218, "ResNet34"},
+                        Case{models::resnet50, 25557032, 320, "ResNet50"},
+                        Case{models::resnet101, 44549160, 626, "ResNet101"}}) {
+    const auto m = c.make(1000, float32, cpu());
+    EXPECT_EQ(count(*m), c.parameters) << c.name;
+    EXPECT_EQ(m->state_dict().size(), c.entries) << c.name;
+    EXPECT_EQ(m->name(), c.name);
+  }
+  const nn::StateDict sd = models::resnet50(1000, float32, cpu())->state_dict();
+  for (const char* key : {"conv1.weight", "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv3.weight",
+                          "layer1.0.downsample.0.weight", "layer1.0.downsample.1.bias", "layer4.2.bn3.weight",
+                          "fc.weight", "fc.bias"})
+    EXPECT_NE(sd.find(key), nullptr) << key;
+  EXPECT_EQ(sd.at("layer2.0.conv2.weight").shape(), (Shape{128, 128, 3, 3}));
+  EXPECT_EQ(sd.at("fc.weight").shape(), (Shape{1000, 2048}));
+  EXPECT_EQ(models::resnet18(1000, float32, cpu())->state_dict().find("layer1.0.downsample.0.weight"), nullptr);
+  EXPECT_THROW(models::ResNet({2, 2, 2}, false), ValueError);
+}
+
+TEST(Models, ResNet18TrainsAndEvaluatesOnEveryBackendAlike) {
+  // float64, so the devices' results agree to rounding; a small input (32x32 -> 1x1 before the pool).
+  Array cpu_logits;
+  for (Device d : harness::backends()) {
+    random::seed(3);
+    auto m = models::resnet18(10, float64, d);
+    random::seed(4);
+    const Array x = random::normal({2, 3, 32, 32}, 0.0, 1.0, float64, d);
+    const Array logits = (*m)(x);
+    ASSERT_EQ(logits.shape(), (Shape{2, 10})) << d.str();
+    const Array loss = nn::cross_entropy(logits, from_data(std::vector<int64_t>{1, 7}, Shape{2}, d));
+    loss.backward();
+    for (const auto& [name, p] : m->named_parameters())
+      ASSERT_TRUE(p.grad().defined()) << d.str() << " " << name;
+    EXPECT_EQ(m->state_dict().at("layer3.1.bn2.num_batches_tracked").item<int64_t>(), 1) << d.str();
+    m->eval();
+    const Array eval_logits = (*m)(x);
+    if (d.is_cpu())
+      cpu_logits = eval_logits;
+    else
+      EXPECT_TRUE(allclose(eval_logits.to(cpu()), cpu_logits, 1e-9, 1e-9)) << d.str();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
