@@ -16,7 +16,7 @@ import sys
 import time
 
 WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-             "fusion", "alloc", "multigpu", "train"]
+             "fusion", "alloc", "multigpu", "train", "resnet50"]
 
 # The train workload (kiln bench train): seconds per epoch of Chainer's MNIST MLP (784-100-100-10, dropout 0.5)
 # and of 784-1000-1000-10 with Adam on Fashion-MNIST's 60000 images, batch 100, as ../shared/anchors/peers_nn.py
@@ -26,6 +26,17 @@ WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise"
 TRAIN_CASES = ["mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device", "mlp1000_adam_graph",
                "cpu_mlp100_sgd", "cpu_mlp1000_adam"]
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+
+# The resnet50 workload (kiln bench resnet50): torchvision's ResNet-50 at 224x224, float32, random weights;
+# infer_fp32 = batch-128 inference on the GPU (eval, no grad), train_fp32 = one SGD-momentum training step at
+# batch 128 on the GPU, cpu_infer_b16 = batch-16 inference on the CPU (all cores). cuDNN benchmark mode on and
+# TF32 convolutions allowed (PyTorch's defaults), float32 matmul without TF32. --quick: batches 32 and 4.
+RESNET_CASES = ["infer_fp32", "train_fp32", "cpu_infer_b16"]
+
+
+def resnet_sizes(mode):
+    """(image side, GPU batch, CPU batch) of the resnet50 workload for a size mode."""
+    return {"full": (224, 128, 16), "quick": (224, 32, 4), "smoke": (64, 2, 1)}[mode]
 
 # metric -> (unit, higher_is_better)
 METRICS = {
@@ -87,6 +98,7 @@ def plan(sizes):
     rows += [("alloc", "alloc_free_1MB", "us")]
     rows += [("multigpu", "one_gpu", "seconds"), ("multigpu", "two_gpus", "seconds"), ("multigpu", "two_gpus", "speedup")]
     rows += [("train", c, "seconds") for c in TRAIN_CASES]
+    rows += [("resnet50", c, "seconds") for c in RESNET_CASES]
     return rows
 
 

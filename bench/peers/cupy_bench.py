@@ -347,6 +347,9 @@ class CupyBench:
     def train(self):
         self.rec.skip_workload("train", "CuPy has no autograd, layers or optimizers: PyTorch is the train peer")
 
+    def resnet50(self):
+        self.rec.skip_workload("resnet50", "CuPy has no autograd, layers or optimizers: PyTorch is the resnet50 peer")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -325,6 +325,47 @@ class TorchBench:
 
         common.multigpu(self.rec, sync_all, one_gpu, two_gpus)
 
+    # ------------------------------------------------------------------ resnet50
+    def resnet50(self):
+        """kiln bench resnet50's cases (common.RESNET_CASES), as ../shared/anchors/peers_nn.py runs ResNet-50."""
+        torch, F = self.torch, self.torch.nn.functional
+        import torchvision
+        side, gpu_batch, cpu_batch = common.resnet_sizes(self.sizes.mode)
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions (kiln's too)
+        try:
+            torch.manual_seed(0)
+            net = torchvision.models.resnet50().to(self.dev).eval()
+            x = torch.randn(gpu_batch, 3, side, side, device=self.dev)
+            y = torch.randint(0, 1000, (gpu_batch,), device=self.dev)
+            with torch.no_grad():
+                ok = bool(torch.isfinite(net(x)).all())
+                seconds = self.timer.events(lambda: net(x), warm=3, rep=10)
+            self.rec.add("resnet50", "infer_fp32", "seconds", seconds, check="ok" if ok else "the logits are not finite")
+            net.train()
+            opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+            last = []
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(net(x), y)
+                loss.backward()
+                opt.step()
+                last[:] = [loss]
+            seconds = self.timer.events(step, warm=3, rep=10)
+            ok = bool(torch.isfinite(last[0]))
+            self.rec.add("resnet50", "train_fp32", "seconds", seconds, check="ok" if ok else "the loss is not finite")
+            del net, opt, last
+            cpu_net = torchvision.models.resnet50().eval()
+            xc = torch.randn(cpu_batch, 3, side, side)
+            with torch.no_grad():
+                seconds, out = common.host_median(lambda: cpu_net(xc), 1, 3)
+            self.rec.add("resnet50", "cpu_infer_b16", "seconds", seconds,
+                         note=f"batch {cpu_batch}", check="ok" if bool(torch.isfinite(out).all()) else "not finite")
+        finally:
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cudnn.benchmark = False
+
     # ------------------------------------------------------------------ train
     def train(self):
         """kiln bench train's cases, as ../shared/anchors/peers_nn.py trains them (common.TRAIN_CASES)."""

@@ -2,6 +2,8 @@
 // CPU and GPU agreement from the same seed, and a state_dict round trip.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 
@@ -67,6 +69,33 @@ TEST(Models, ResNet18TrainsAndEvaluatesOnEveryBackendAlike) {
     else
       EXPECT_TRUE(allclose(eval_logits.to(cpu()), cpu_logits, 1e-9, 1e-9)) << d.str();
   }
+}
+
+// PyTorch's logits for the same weights and images: scripts/resnet-reference.py writes them where torch and
+// torchvision are installed (scripts/gpu-check --parts resnet does, on the GPU machine) and names the folder in
+// KILN_RESNET_REFERENCE; without it the comparison cannot run and the test says so.
+TEST(Models, ResNet50MatchesPyTorchsLogits) {
+  const char* dir = std::getenv("KILN_RESNET_REFERENCE");
+  if (!dir || !*dir) GTEST_SKIP() << "KILN_RESNET_REFERENCE is not set (scripts/resnet-reference.py writes it)";
+  const std::string base = dir;
+  const Array x = load(base + "/input.npy");
+  const Array want = load(base + "/logits.npy").astype(float64);
+  const double scale = max(abs(want)).item<double>();
+  const bool tf32 = cudnn::allow_tf32();
+  cudnn::set_allow_tf32(false);  // the reference is plain float32
+  for (Device d : harness::backends()) {
+    auto m = models::resnet50(1000, float32, d);
+    m->load_state_dict(nn::load_safetensors(base + "/resnet50.safetensors", d));
+    m->eval();
+    NoGradGuard no_grad;
+    const Array got = (*m)(x.to(d)).to(cpu()).astype(float64);
+    ASSERT_EQ(got.shape(), want.shape());
+    const double err = max(abs(got - want)).item<double>() / scale;
+    EXPECT_LE(err, 1e-3) << d.str() << ": max |kiln - PyTorch| / max |PyTorch| over the logits";
+    EXPECT_TRUE(array_equal(argmax(got, 1), argmax(want, 1))) << d.str() << ": top-1 classes differ";
+    std::printf("[ resnet50 ] %s: relative error of the logits vs PyTorch %.3g\n", d.str().c_str(), err);
+  }
+  cudnn::set_allow_tf32(tf32);
 }
 
 }  // namespace

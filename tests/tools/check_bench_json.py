@@ -26,7 +26,7 @@ def main():
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
     workloads = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-                 "fusion", "alloc", "multigpu", "train"]
+                 "fusion", "alloc", "multigpu", "train", "resnet50"]
     for name in workloads:
         if f"== {name}:" not in run.stdout:
             fail(f"workload {name} printed no title")
@@ -69,6 +69,7 @@ def main():
              ("alloc", "alloc_free_1MB", "us")]
     need += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out")]
     need += [("train", c, "seconds") for c in ("cpu_mlp100_sgd", "cpu_mlp1000_adam")]
+    need += [("resnet50", "cpu_infer_b16", "seconds")]
     if gpu:
         need += [("matmul", f"gpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
         need += [("matmul", f"speedup_{n}", "x") for n in (1024, 4096)]
@@ -78,12 +79,14 @@ def main():
         need += [("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
         need += [("train", c, "seconds")
                  for c in ("mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device", "mlp1000_adam_graph")]
+        need += [("resnet50", c, "seconds") for c in ("infer_fp32", "train_fp32")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")
     # The workloads that check what they timed say so in the record (compare flags a failed check "(!)").
     checked = [("reduction", "sum", "gbps"), ("fusion", "fused", "ms"), ("logging", "copy_every_step", "seconds"),
-               ("logging", "on_device", "seconds"), ("train", "cpu_mlp100_sgd", "seconds")]
+               ("logging", "on_device", "seconds"), ("train", "cpu_mlp100_sgd", "seconds"),
+               ("resnet50", "cpu_infer_b16", "seconds")]
     if gpu:
         checked += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds")]
     unchecked = [k for k in checked if keys.get(k, {}).get("check") != "ok"]
@@ -91,7 +94,7 @@ def main():
         fail(f"records without check \"ok\": {unchecked}")
     skipped = {s["what"]: s["reason"] for s in doc.get("skipped", [])}
     if not gpu:
-        for what in ("transfer", "overlap", "multigpu", "matmul gpu_N", "train mlp1000_adam_graph"):
+        for what in ("transfer", "overlap", "multigpu", "matmul gpu_N", "train mlp1000_adam_graph", "resnet50 train_fp32"):
             if not skipped.get(what):
                 fail(f"{what} should be listed as skipped with a reason on the CPU")
         if keys[("logging", "copy_every_step", "syncs")]["value"] != 0:
