@@ -66,15 +66,18 @@ struct PoolParams {
   std::pair<int64_t, int64_t> padding{0, 0};
   std::pair<int64_t, int64_t> dilation{1, 1};
 };
-/// max_pool2d_forward's results: the maximum of each window (padding counts as -inf) and where it lies in its
-/// window (int64, row-major over the KH x KW window; the first maximum, as PyTorch).
+/// max_pool2d_forward's results: the maximum of each window (padding counts as -inf), and where it lies in its
+/// window (int64, row-major over the KH x KW window; the first maximum, as PyTorch) when kiln's reference
+/// computed it (undefined when cuDNN did: its backward reads x and y instead).
 struct MaxPoolOutput {
   Array y, indices;
 };
 /// Pooling of a floating x (N, C, H, W); padding at most half the kernel (PyTorch's rule; ValueError otherwise).
+/// The result is channels-last when x is.
 MaxPoolOutput max_pool2d_forward(const Array& x, const PoolParams& params);
-/// The input's gradient (shape `input_shape`) from the output's and max_pool2d_forward's indices.
-Array max_pool2d_backward(const Array& grad_out, const Array& indices, const Shape& input_shape,
+/// The input's gradient from the output's, given the forward's input x, output y and indices (may be undefined).
+/// Where windows tie, cuDNN may route the gradient to another of the tied maxima than the reference does.
+Array max_pool2d_backward(const Array& grad_out, const Array& x, const Array& y, const Array& indices,
                           const PoolParams& params);
 /// The mean of each window, padding counted as zeros (count_include_pad), and its gradient.
 Array avg_pool2d_forward(const Array& x, const PoolParams& params);

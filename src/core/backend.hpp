@@ -128,6 +128,20 @@ struct ConvCall {
   bool channels_last = false;  ///< every operand (the filter too) in NHWC memory, else NCHW
 };
 
+/// 2-d pooling of x (N, C, H, W) (NCHW-contiguous or channels-last, every operand in that layout): max or
+/// average (padding counted, count_include_pad) forward into `out` (y), or backward: the input's gradient into
+/// `out` from dy and, for max, the forward's x and y. A backend that cannot run it returns false.
+enum class PoolKind { MaxForward, MaxBackward, AvgForward, AvgBackward };
+struct PoolCall {
+  PoolKind kind = PoolKind::MaxForward;
+  const Array* x = nullptr;   ///< forwards, MaxBackward
+  const Array* y = nullptr;   ///< MaxBackward
+  const Array* dy = nullptr;  ///< backwards
+  Array out;
+  int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  bool channels_last = false;
+};
+
 /// Batch normalisation of x (N, C, H, W) (NCHW-contiguous or channels-last; y and dx in x's layout), all per-channel
 /// operands (C,) contiguous in the statistics dtype (float32 for float16/bfloat16 x, else x's), weight and bias
 /// defined (the core fills 1 and 0). Forward training: y, mean, invstd from the batch, and the running statistics
@@ -236,6 +250,7 @@ class Backend {
   /// Convolution and batch normalisation engines (cuDNN); false: the core runs its reference.
   virtual bool convolution(const ConvCall& /*call*/) { return false; }
   virtual bool batch_norm(BatchNormCall& /*call*/) { return false; }
+  virtual bool pooling(const PoolCall& /*call*/) { return false; }
 
   /// Compiler and launcher of user modules (RawModule), or nullptr when this backend runs none.
   virtual RawKernelBackend* raw_kernels() { return nullptr; }

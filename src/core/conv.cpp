@@ -252,11 +252,28 @@ Array conv2d_backward_weight(const Array& grad_out, const Array& x, const Shape&
 }
 
 // ---------------------------------------------------------------- pooling
-MaxPoolOutput max_pool2d_forward(const Array& x, const PoolParams& p) {
-  const char* op = "max_pool2d";
-  require_floating(x, op, "input");
-  detail::reject_grad({&x}, op, "use nn::max_pool2d, which records the gradient");
-  const Geometry g = pool_geometry(x.shape(), p, op);
+namespace {
+
+detail::PoolCall pool_call(detail::PoolKind kind, const PoolParams& p, bool channels_last) {
+  detail::PoolCall call;
+  call.kind = kind;
+  call.kernel[0] = p.kernel.first, call.kernel[1] = p.kernel.second;
+  call.stride[0] = p.stride.first, call.stride[1] = p.stride.second;
+  call.padding[0] = p.padding.first, call.padding[1] = p.padding.second;
+  call.dilation[0] = p.dilation.first, call.dilation[1] = p.dilation.second;
+  call.channels_last = channels_last;
+  return call;
+}
+
+/// Runs `call` (operands set) into a new array of `shape` in the backend's engine; undefined when it has none.
+Array run_pool(detail::PoolCall& call, const Shape& shape, DType dtype, Device device, bool empty) {
+  if (empty) return Array();
+  call.out = empty_in_layout(shape, dtype, device, call.channels_last);
+  return detail::backend_for(device).pooling(call) ? call.out : Array();
+}
+
+/// The reference max pooling: the windows of x padded with -inf, their first maxima and the values there.
+MaxPoolOutput max_pool_reference(const Array& x, const Geometry& g) {
   const int64_t k = g.kh * g.kw;
   const Array win =
       windows(padded(x, g, -std::numeric_limits<double>::infinity()), g).reshape({g.n, g.c, k, g.oh, g.ow});
@@ -265,18 +282,48 @@ MaxPoolOutput max_pool2d_forward(const Array& x, const PoolParams& p) {
   return {std::move(y), where_max.reshape({g.n, g.c, g.oh, g.ow})};
 }
 
-Array max_pool2d_backward(const Array& grad_out, const Array& indices, const Shape& input_shape,
+}  // namespace
+
+MaxPoolOutput max_pool2d_forward(const Array& x, const PoolParams& p) {
+  const char* op = "max_pool2d";
+  require_floating(x, op, "input");
+  detail::reject_grad({&x}, op, "use nn::max_pool2d, which records the gradient");
+  const Geometry g = pool_geometry(x.shape(), p, op);
+  const bool cl = strictly_channels_last(x);
+  detail::PoolCall call = pool_call(detail::PoolKind::MaxForward, p, cl);
+  const Array xs = in_layout(x, cl);
+  call.x = &xs;
+  const Array y = run_pool(call, {g.n, g.c, g.oh, g.ow}, x.dtype(), x.device(), x.size() == 0);
+  if (y.defined()) return {y, Array()};
+  MaxPoolOutput r = max_pool_reference(xs, g);
+  if (cl) r.y = to_channels_last(r.y);
+  return r;
+}
+
+Array max_pool2d_backward(const Array& grad_out, const Array& x, const Array& y, const Array& indices,
                           const PoolParams& p) {
   const char* op = "max_pool2d_backward";
-  require_floating(grad_out, op, "output gradient");
-  const Geometry g = pool_geometry(input_shape, p, op);
+  require_pair(grad_out, x, op, "output gradient", "input");
+  const Geometry g = pool_geometry(x.shape(), p, op);
   const Shape out_shape{g.n, g.c, g.oh, g.ow};
   require_shape(grad_out, out_shape, op, "output gradient");
-  require_shape(indices, out_shape, op, "indices");
+  const bool cl = strictly_channels_last(x);
+  if (y.defined()) {
+    require_shape(y, out_shape, op, "forward's output");
+    const Array xs = in_layout(x, cl), ys = in_layout(y, cl), dys = in_layout(grad_out, cl);
+    detail::PoolCall call = pool_call(detail::PoolKind::MaxBackward, p, cl);
+    call.x = &xs, call.y = &ys, call.dy = &dys;
+    const Array dx = run_pool(call, x.shape(), x.dtype(), x.device(), x.size() == 0);
+    if (dx.defined()) return dx;
+  }
+  const Array where_max = indices.defined() ? indices : max_pool_reference(x, g).indices;
+  require_shape(where_max, out_shape, op, "indices");
   const int64_t k = g.kh * g.kw;
-  const Array dwin = scatter_add(zeros({g.n, g.c, k, g.oh, g.ow}, grad_out.dtype(), grad_out.device()), 2,
-                                 indices.reshape({g.n, g.c, 1, g.oh, g.ow}), grad_out.reshape({g.n, g.c, 1, g.oh, g.ow}));
-  return from_windows(dwin.reshape({g.n, g.c, g.kh, g.kw, g.oh, g.ow}), g).contiguous();
+  const Array dwin =
+      scatter_add(zeros({g.n, g.c, k, g.oh, g.ow}, grad_out.dtype(), grad_out.device()), 2,
+                  where_max.reshape({g.n, g.c, 1, g.oh, g.ow}), grad_out.reshape({g.n, g.c, 1, g.oh, g.ow}));
+  const Array dx = from_windows(dwin.reshape({g.n, g.c, g.kh, g.kw, g.oh, g.ow}), g);
+  return cl ? to_channels_last(dx) : dx.contiguous();
 }
 
 Array avg_pool2d_forward(const Array& x, const PoolParams& p) {
@@ -284,7 +331,14 @@ Array avg_pool2d_forward(const Array& x, const PoolParams& p) {
   require_floating(x, op, "input");
   detail::reject_grad({&x}, op, "use nn::avg_pool2d, which records the gradient");
   const Geometry g = pool_geometry(x.shape(), p, op);
-  return windows(padded(x, g, 0.0), g).reshape({g.n, g.c, g.kh * g.kw, g.oh, g.ow}).mean(2);
+  const bool cl = strictly_channels_last(x);
+  detail::PoolCall call = pool_call(detail::PoolKind::AvgForward, p, cl);
+  const Array xs = in_layout(x, cl);
+  call.x = &xs;
+  const Array y = run_pool(call, {g.n, g.c, g.oh, g.ow}, x.dtype(), x.device(), x.size() == 0);
+  if (y.defined()) return y;
+  const Array out = windows(padded(xs, g, 0.0), g).reshape({g.n, g.c, g.kh * g.kw, g.oh, g.ow}).mean(2);
+  return cl ? to_channels_last(out) : out;
 }
 
 Array avg_pool2d_backward(const Array& grad_out, const Shape& input_shape, const PoolParams& p) {
@@ -292,10 +346,17 @@ Array avg_pool2d_backward(const Array& grad_out, const Shape& input_shape, const
   require_floating(grad_out, op, "output gradient");
   const Geometry g = pool_geometry(input_shape, p, op);
   require_shape(grad_out, {g.n, g.c, g.oh, g.ow}, op, "output gradient");
+  const bool cl = strictly_channels_last(grad_out);
+  const Array dys = in_layout(grad_out, cl);
+  detail::PoolCall call = pool_call(detail::PoolKind::AvgBackward, p, cl);
+  call.dy = &dys;
+  const Array dx = run_pool(call, input_shape, grad_out.dtype(), grad_out.device(), grad_out.size() == 0);
+  if (dx.defined()) return dx;
   const double scale = 1.0 / static_cast<double>(g.kh * g.kw);  // padding counts (count_include_pad)
-  const Array dwin = broadcast_to((grad_out * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}),
+  const Array dwin = broadcast_to((dys * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}),
                                   {g.n, g.c, g.kh, g.kw, g.oh, g.ow});
-  return from_windows(dwin, g).contiguous();
+  const Array out = from_windows(dwin, g);
+  return cl ? to_channels_last(out) : out.contiguous();
 }
 
 // ---------------------------------------------------------------- batch normalisation

@@ -243,6 +243,11 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.x->device().index);
     return cuda_batch_norm(call);
   }
+  bool pooling(const detail::PoolCall& call) override {
+    set_device(call.out.device().index);
+    detail::note_gpu_work(call.out.device().index);
+    return cuda_pooling(call);
+  }
   int linalg_solve(const detail::SolveCall& call) override {
     detail::note_gpu_work(call.a->device().index);
     return cuda_solve(call);

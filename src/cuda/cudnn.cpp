@@ -77,6 +77,7 @@ class Descriptor {
 };
 using TensorDesc = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
 using FilterDesc = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using PoolDesc = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 using ConvDesc =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 
@@ -372,6 +373,40 @@ bool cuda_convolution(const detail::ConvCall& call) {
                                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), ws,
                                                       choice->workspace, s.zero(), p.w, p.out_ptr));
       break;
+  }
+  return true;
+}
+
+bool cuda_pooling(const detail::PoolCall& call) {
+  using detail::PoolKind;
+  const bool max = call.kind == PoolKind::MaxForward || call.kind == PoolKind::MaxBackward;
+  const bool forward = call.kind == PoolKind::MaxForward || call.kind == PoolKind::AvgForward;
+  const Array& in = forward ? *call.x : call.out;    // the input side (x, or dx)
+  const Array& out = forward ? call.out : *call.dy;  // the output side (y, or dy)
+  const std::optional<cudnnDataType_t> type = data_type(in.dtype());
+  if (!type || call.dilation[0] != 1 || call.dilation[1] != 1 || !fits_int(in) || !fits_int(out)) return false;
+  const int device = call.out.device().index;
+  cudnnHandle_t handle = bound_handle(device, current_stream(device));
+  TensorDesc xd, yd;
+  set_tensor(xd, in.shape(), *type, call.channels_last);
+  set_tensor(yd, out.shape(), *type, call.channels_last);
+  PoolDesc pd;
+  // Max: padding never wins (cuDNN ignores padded positions); average: padding counts (count_include_pad).
+  KILN_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+      pd, max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN,
+      static_cast<int>(call.kernel[0]), static_cast<int>(call.kernel[1]), static_cast<int>(call.padding[0]),
+      static_cast<int>(call.padding[1]), static_cast<int>(call.stride[0]), static_cast<int>(call.stride[1])));
+  Scale s;
+  s.dbl = in.dtype() == DType::Float64;
+  if (forward) {
+    KILN_CUDNN_CHECK(
+        cudnnPoolingForward(handle, pd, s.one(), xd, call.x->data_ptr(), s.zero(), yd, call.out.data_ptr()));
+  } else {
+    // Average pooling's backward reads neither x nor y; cuDNN still takes the pointers (dy and dx stand in).
+    const void* y = max ? call.y->data_ptr() : call.dy->data_ptr();
+    const void* x = max ? call.x->data_ptr() : call.out.data_ptr();
+    KILN_CUDNN_CHECK(cudnnPoolingBackward(handle, pd, s.one(), yd, y, yd, call.dy->data_ptr(), xd, x, s.zero(), xd,
+                                          call.out.data_ptr()));
   }
   return true;
 }

@@ -41,15 +41,14 @@ Array conv2d(const Array& x, const Array& weight, const Array& bias, std::pair<i
 Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride,
                  std::pair<int64_t, int64_t> padding, std::pair<int64_t, int64_t> dilation) {
   const PoolParams p{kernel, stride.value_or(kernel), padding, dilation};
-  const Shape in_shape = x.shape();
   const AutogradFunction f{"MaxPool2dBackward",
                            [&](const std::vector<Array>& in, std::vector<Array>& saved) {
                              MaxPoolOutput r = max_pool2d_forward(in[0], p);
-                             saved = {r.indices};
+                             saved = {in[0], r.y, r.indices};
                              return r.y;
                            },
-                           [p, in_shape](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>&) {
-                             return std::vector<Array>{max_pool2d_backward(grad, saved[0], in_shape, p)};
+                           [p](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>&) {
+                             return std::vector<Array>{max_pool2d_backward(grad, saved[0], saved[1], saved[2], p)};
                            }};
   return apply(f, {x});
 }
@@ -87,13 +86,16 @@ Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, cons
   if (weight.defined()) inputs.push_back(weight);
   if (bias.defined()) inputs.push_back(bias);
   const bool has_weight = weight.defined(), has_bias = bias.defined();
+  bool records = false;  // whether apply records a node (then the backward needs the statistics)
+  if (is_grad_enabled())
+    for (const Array& a : inputs) records = records || a.requires_grad();
   const AutogradFunction f{
       training ? "BatchNormBackward" : "BatchNormEvalBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
         const Array w = has_weight ? in[1] : Array();
         const Array b = has_bias ? in[has_weight ? 2 : 1] : Array();
         BatchNormOutput r = batch_norm_forward(in[0], w, b, running_mean, running_var, training, momentum, eps);
-        if (!training) {  // the running statistics as of this call: later training steps update them in place
+        if (!training && records) {  // the running statistics as of this call: training updates them in place
           r.mean = running_mean.copy();
           r.invstd = 1.0 / sqrt(running_var + eps);
         }
