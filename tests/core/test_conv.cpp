@@ -145,6 +145,13 @@ TEST(NnConv, PoolingMatchesLoopsAndPassesGradcheck) {
             EXPECT_NEAR(av[static_cast<size_t>(((n * 3 + c) * 4 + i) * 4 + j)], total / 4, 1e-12) << d.str();
           }
       }
+    // the backward without indices (after cuDNN's forward, which computes none) recomputes them
+    const PoolParams pp{{3, 3}, {2, 2}, {1, 1}, {1, 1}};
+    const MaxPoolOutput r = max_pool2d_forward(x, pp);
+    const Array g = values(r.y.shape(), 14, d);
+    EXPECT_TRUE(allclose(max_pool2d_backward(g, x, r.y, Array(), pp),
+                         max_pool2d_backward(g, x, r.y, max_pool2d_forward(x.to(cpu()), pp).indices.to(d), pp), 0, 0))
+        << d.str();
     const Array small = values({1, 2, 5, 5}, 8, d);
     for (const auto& [what, f] : std::vector<std::pair<std::string, std::function<Array(const std::vector<Array>&)>>>{
              {"max_pool2d", [](auto& in) { return nn::max_pool2d(in[0], {3, 3}, P{2, 2}, {1, 1}); }},
