@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/array.hpp"
+#include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/bench.hpp"
 #include "kiln/conv.hpp"

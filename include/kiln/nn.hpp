@@ -66,6 +66,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// leaves that require grad; their gradients move with them). Returns *this.
   Module& to(Device device);
   Module& to(DType dtype);
+  /// Lays every 4-d parameter (convolution weights) out channels-last (torch.channels_last; values, gradients
+  /// and requires-grad kept), as model.to(memory_format=torch.channels_last). With channels-last inputs the
+  /// network's activations stay channels-last end to end. Make the optimizer after it. Returns *this.
+  Module& to_channels_last();
   /// Training mode (the default) or evaluation mode (dropout off), for this module and its children.
   Module& train(bool on = true);
   Module& eval() { return train(false); }

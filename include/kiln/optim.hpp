@@ -118,6 +118,47 @@ class AdamW : public Adam {
 /// clipping (0-d float32 on the first parameter's device; no synchronisation).
 Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm);
 
+/// torch.amp.GradScaler's options: the loss scale starts at init_scale, is multiplied by backoff_factor after a
+/// step whose gradients hold an inf or a NaN (that step is skipped), and by growth_factor after growth_interval
+/// steps in a row without one. enabled = false makes every call a pass-through (scale(loss) is loss).
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled = true;
+};
+
+/// Loss scaling for float16 training (torch.amp.GradScaler): small gradients that would underflow in float16
+/// are computed from a scaled loss, unscaled before the optimizer reads them, and a step with overflowed
+/// gradients is skipped.
+///
+///   scaler.scale(loss).backward(); scaler.step(opt); scaler.update();
+///
+/// step() reads whether any gradient overflowed with one synchronisation (as PyTorch's step does).
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+  /// loss * scale (loss as is when disabled).
+  Array scale(const Array& loss) const;
+  /// Divides the optimizer's gradients by the scale in place (once per step; step() calls it when you did
+  /// not, e.g. before clip_grad_norm) and notes whether any is inf or NaN.
+  void unscale(Optimizer& optimizer);
+  /// optimizer.step() unless a gradient overflowed; returns whether it stepped.
+  bool step(Optimizer& optimizer);
+  /// Adjusts the scale for the next iteration (call once per iteration, after step()).
+  void update();
+  double get_scale() const { return scale_; }
+  /// Whether this iteration's unscale() found an inf or a NaN (reset by update()).
+  bool found_inf() const { return found_inf_; }
+
+ private:
+  GradScalerOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  bool unscaled_ = false, found_inf_ = false;
+};
+
 /// A learning-rate schedule: step() (once per epoch or per iteration, as you choose) sets the optimizer's lr
 /// to the schedule's value at the next count.
 class LRScheduler {

@@ -10,6 +10,7 @@
 #include "core/autograd.hpp"
 #include "core/indexing.hpp"
 #include "core/reduce.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/ops.hpp"
@@ -64,9 +65,10 @@ struct AccumulateGrad : Node {
       if (Array replaced = hook(g); replaced.defined()) g = replaced;
     if (!meta.grad.defined()) {
       // Own the gradient: it is accumulated into in place later, so it must alias nothing else.
-      const bool owned = g.storage().use_count() <= 2 && g.is_contiguous() && g.offset() == 0 &&
+      const bool owned = g.storage().use_count() <= 2 && (g.is_contiguous() || is_channels_last(g)) && g.offset() == 0 &&
                          g.nbytes() == static_cast<int64_t>(g.storage()->nbytes());
-      meta.grad = owned ? g.detach() : g.copy();
+      const bool channels_last = is_channels_last(g) && !g.is_contiguous();  // keep a channels-last weight's layout
+      meta.grad = owned ? g.detach() : channels_last ? to_channels_last(g.copy()) : g.copy();
     } else {
       add(meta.grad, g, meta.grad);
     }

@@ -67,7 +67,7 @@ Array Array::astype(DType t) const {
   require_defined("astype");
   if (t == dtype_) return *this;
   detail::GradRecorder record({this});
-  Array out = detail::make_array(shape_, t, device());
+  Array out = detail::make_array_following(shape_, t, device(), {this});
   detail::copy_into(*this, out, "astype");
   if (record) detail::autograd_hook().record_convert(*this, out, "astype");
   return out;

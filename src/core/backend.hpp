@@ -275,5 +275,10 @@ Backend* builtin_backend(DeviceType type);
 
 /// Allocates a new C-contiguous array.
 Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOptions& options = {});
+/// Allocates a new array of a 4-d `shape` laid out channels-last when one of `inputs` of that shape is (and not
+/// also C-contiguous), else C-contiguous: results of elementwise ops and casts keep torch.channels_last, as
+/// PyTorch's memory-format propagation does (conv.cpp).
+Array make_array_following(const Shape& shape, DType dtype, Device device,
+                           std::initializer_list<const Array*> inputs);
 
 }  // namespace kiln::detail

@@ -175,6 +175,16 @@ bool run_engine(detail::ConvCall& call, const Shape& out_shape, DType dtype, Dev
 
 }  // namespace
 
+namespace detail {
+Array make_array_following(const Shape& shape, DType dtype, Device device,
+                           std::initializer_list<const Array*> inputs) {
+  bool cl = false;
+  if (shape.size() == 4)
+    for (const Array* a : inputs) cl = cl || (a && a->defined() && a->shape() == shape && strictly_channels_last(*a));
+  return empty_in_layout(shape, dtype, device, cl);
+}
+}  // namespace detail
+
 bool is_channels_last(const Array& x) {
   if (x.ndim() != 4) return false;
   const Shape& s = x.shape();

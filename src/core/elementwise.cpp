@@ -241,7 +241,11 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
   } else if (const Array* donor = record ? nullptr : usable_donor(operands, shape, types.out)) {
     call.out = *donor;  // same layout as the operand it replaces: an exact in-place update
   } else {
-    call.out = make_array(shape, types.out, device);
+    const Array* arrays[3] = {nullptr, nullptr, nullptr};
+    int k = 0;
+    for (const Operand* o : operands)
+      if (o->is_array() && k < 3) arrays[k++] = &o->array();
+    call.out = make_array_following(shape, types.out, device, {arrays[0], arrays[1], arrays[2]});
   }
 
   // Inputs broadcast to the output's shape; an input that overlaps the output in a

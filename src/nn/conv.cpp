@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/conv.hpp"
 #include "kiln/nn.hpp"
@@ -11,8 +12,9 @@
 
 namespace kiln::nn {
 
-Array conv2d(const Array& x, const Array& weight, const Array& bias, std::pair<int64_t, int64_t> stride,
+Array conv2d(const Array& x_in, const Array& weight_in, const Array& bias_in, std::pair<int64_t, int64_t> stride,
              std::pair<int64_t, int64_t> padding, std::pair<int64_t, int64_t> dilation, int64_t groups) {
+  const Array x = autocast_low(x_in), weight = autocast_low(weight_in), bias = autocast_low(bias_in);
   const ConvParams p{stride, padding, dilation, groups};
   const Shape out_shape = conv2d_output_shape(x.shape(), weight.shape(), p);  // checks the shapes
   const int64_t out_c = out_shape[1];

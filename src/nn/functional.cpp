@@ -9,6 +9,7 @@
 #include "kiln/autograd.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
+#include "kiln/autocast.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -157,17 +158,21 @@ Array as_rows(const Array& x, const char* op) {
 
 }  // namespace
 
-Array log_softmax(const Array& x, int64_t axis) { return x - logsumexp(x, axis, true); }
+Array log_softmax(const Array& x_in, int64_t axis) {
+  const Array x = autocast_float32(x_in);
+  return x - logsumexp(x, axis, true);
+}
 
 Array softmax(const Array& x, int64_t axis) { return exp(log_softmax(x, axis)); }
 
 Array nll_loss(const Array& log_probs, const Array& labels, Reduction reduction) {
-  const Array rows = as_rows(log_probs, "nll_loss");
+  const Array rows = as_rows(autocast_float32(log_probs), "nll_loss");
   check_labels(labels, rows.shape(0), rows.shape(1), "nll_loss");
   return reduce(-pick(rows, labels), reduction);
 }
 
-Array cross_entropy(const Array& logits, const Array& target, Reduction reduction, double label_smoothing) {
+Array cross_entropy(const Array& logits_in, const Array& target, Reduction reduction, double label_smoothing) {
+  const Array logits = autocast_float32(logits_in);
   if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
     throw ValueError("cross_entropy: label_smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
   if (!is_floating(logits.dtype()))
@@ -191,9 +196,12 @@ Array cross_entropy(const Array& logits, const Array& target, Reduction reductio
   return reduce(per_row, reduction);
 }
 
-Array mse_loss(const Array& x, const Array& y, Reduction reduction) { return reduce(square(x - y), reduction); }
+Array mse_loss(const Array& x, const Array& y, Reduction reduction) {
+  return reduce(square(autocast_float32(x) - autocast_float32(y)), reduction);
+}
 
-Array binary_cross_entropy_with_logits(const Array& x, const Array& y, Reduction reduction) {
+Array binary_cross_entropy_with_logits(const Array& x_in, const Array& y_in, Reduction reduction) {
+  const Array x = autocast_float32(x_in), y = autocast_float32(y_in);
   return reduce(maximum(x, 0.0) - x * y + log1p(exp(-abs(x))), reduction);
 }
 

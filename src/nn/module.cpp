@@ -8,6 +8,8 @@
 #include "kiln/autograd.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
+#include "kiln/autocast.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -129,6 +131,14 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to_channels_last() {
+  visit("", [&](const std::string&, Module& m) {
+    for (auto& [name, p] : m.parameters_)
+      if (p.ndim() == 4) p = moved_parameter(p, [](const Array& a) { return kiln::to_channels_last(a); });
+  });
+  return *this;
+}
+
 Module& Module::train(bool on) {
   visit("", [&](const std::string&, Module& m) { m.training_ = on; });
   return *this;
@@ -234,8 +244,8 @@ Array Linear::forward(const Array& x) {
         if (needs.size() > 2 && needs[2]) grads[2] = sum(g2, 0);
         return grads;
       }};
-  return has_bias_ ? apply(linear, {x, parameter("weight"), parameter("bias")})
-                   : apply(linear, {x, parameter("weight")});
+  return has_bias_ ? apply(linear, {autocast_low(x), autocast_low(parameter("weight")), autocast_low(parameter("bias"))})
+                   : apply(linear, {autocast_low(x), autocast_low(parameter("weight"))});
 }
 
 std::string Linear::name() const {
@@ -329,7 +339,8 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
   }
 }
 
-Array LayerNorm::forward(const Array& x) {
+Array LayerNorm::forward(const Array& x_in) {
+  const Array x = autocast_float32(x_in);
   const int64_t k = static_cast<int64_t>(shape_.size());
   bool fits = x.ndim() >= k;
   for (int64_t i = 0; fits && i < k; ++i) fits = x.shape(x.ndim() - k + i) == shape_[static_cast<size_t>(i)];

@@ -529,6 +529,58 @@ Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
   return total;
 }
 
+// ---------------------------------------------------------------- loss scaling
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  if (!(options.init_scale > 0) || !(options.growth_factor > 1) || !(options.backoff_factor > 0) ||
+      !(options.backoff_factor < 1) || options.growth_interval <= 0)
+    throw ValueError("GradScaler: init_scale must be positive, growth_factor above 1, backoff_factor in (0, 1) and "
+                     "growth_interval positive");
+}
+
+Array GradScaler::scale(const Array& loss) const { return options_.enabled ? loss * scale_ : loss; }
+
+void GradScaler::unscale(Optimizer& optimizer) {
+  if (!options_.enabled || unscaled_) return;
+  NoGradGuard no_grad;
+  std::map<std::string, Array> bad;  // per device: how many gradient values are inf or NaN
+  const double inverse = 1.0 / scale_;
+  for (const Array& p : optimizer.parameters()) {
+    Array g = p.grad();
+    if (!g.defined()) continue;
+    const Array count = sum(logical_not(isfinite(g)).astype(int64));
+    Array& total = bad[g.device().str()];
+    total = total.defined() ? total + count : count;
+    g *= inverse;
+  }
+  found_inf_ = false;
+  for (const auto& [device, total] : bad) found_inf_ = found_inf_ || total.item<int64_t>() > 0;
+  unscaled_ = true;
+}
+
+bool GradScaler::step(Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
+  unscale(optimizer);
+  if (found_inf_) return false;
+  optimizer.step();
+  return true;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  if (found_inf_) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+  unscaled_ = false;
+  found_inf_ = false;
+}
+
 // ---------------------------------------------------------------- schedules
 void LRScheduler::step() {
   ++count_;

@@ -1,0 +1,41 @@
+// Automatic mixed precision, as torch.autocast: inside an AutocastGuard(bfloat16 | float16) scope, nn's
+// matrix products and convolutions (nn::conv2d, nn::Conv2d, nn::Linear) run in the low precision (their
+// float32 inputs cast, differentiably, so parameters stay float32 and get float32 gradients), while losses and
+// normalisations that need the range (cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits,
+// softmax, log_softmax, LayerNorm) compute in float32; batch normalisation keeps its input's dtype and computes
+// its statistics in float32. Ops outside those lists run in their inputs' dtypes. The scope is per thread;
+// guards nest (the innermost wins; AutocastGuard(std::nullopt) turns autocasting off inside).
+//
+//   { AutocastGuard amp(bfloat16);
+//     loss = nn::cross_entropy((*net)(x), y); }   // convolutions in bfloat16, the loss in float32
+//   loss.backward();                              // float32 gradients for the float32 parameters
+//
+// float16 training needs optim::GradScaler (its gradients underflow otherwise); bfloat16 does not.
+#pragma once
+
+#include <optional>
+
+#include "kiln/array.hpp"
+
+namespace kiln {
+
+class AutocastGuard {
+ public:
+  /// Autocasts to `dtype` (float16 or bfloat16; ValueError otherwise), or off for std::nullopt.
+  explicit AutocastGuard(std::optional<DType> dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+
+/// This thread's autocast dtype, or nullopt outside any scope.
+std::optional<DType> autocast_dtype();
+/// x cast to the autocast dtype when a scope is on and x is float32 (a low-precision op's input), else x.
+Array autocast_low(const Array& x);
+/// x cast to float32 when a scope is on and x is float16/bfloat16 (a float32 op's input), else x.
+Array autocast_float32(const Array& x);
+
+}  // namespace kiln

@@ -1,0 +1,115 @@
+// Mixed precision: AutocastGuard's op lists (low precision for convolutions and products, float32 for losses),
+// float32 gradients for float32 parameters, nesting; GradScaler's unscaling, skipped steps and scale updates;
+// a channels-last bfloat16 network end to end. Every backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "harness/op_harness.hpp"
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+namespace kiln {
+namespace {
+
+TEST(Amp, AutocastRunsConvolutionsLowAndLossesInFloat32) {
+  for (Device d : harness::backends())
+    for (DType low : {bfloat16, float16}) {
+      random::seed(1);
+      nn::Conv2d conv(3, 4, {3, 3}, {.padding = {1, 1}}, float32, d);
+      nn::Linear fc(4, 5, true, float32, d);
+      const Array x = random::normal({2, 3, 6, 6}, 0.0, 1.0, float32, d);
+      const Array labels = from_data(std::vector<int64_t>{1, 3}, Shape{2}, d);
+      Array loss, y;
+      {
+        AutocastGuard amp(low);
+        ASSERT_EQ(autocast_dtype(), low);
+        y = conv(x);
+        EXPECT_EQ(y.dtype(), low) << d.str();
+        const Array logits = fc(mean(y, {2, 3}));
+        EXPECT_EQ(logits.dtype(), low) << d.str();
+        loss = nn::cross_entropy(logits, labels);
+        EXPECT_EQ(loss.dtype(), float32) << d.str() << ": losses run in float32";
+        {
+          AutocastGuard off(std::nullopt);
+          EXPECT_FALSE(autocast_dtype().has_value());
+          EXPECT_EQ(conv(x).dtype(), float32);
+        }
+        EXPECT_EQ(autocast_dtype(), low);
+      }
+      EXPECT_FALSE(autocast_dtype().has_value());
+      loss.backward();
+      EXPECT_EQ(conv.weight().grad().dtype(), float32) << d.str() << ": float32 parameters get float32 gradients";
+      EXPECT_EQ(fc.weight().grad().dtype(), float32);
+      // the low-precision forward stays close to the float32 one
+      const Array exact = conv(x);
+      const double err = max(abs(y.astype(float32) - exact)).item<double>() / max(abs(exact)).item<double>();
+      EXPECT_LT(err, low == bfloat16 ? 2e-2 : 2e-3) << d.str() << " " << dtype_name(low);
+    }
+  kiln_test::expect_error<ValueError>([] { AutocastGuard bad(float64); }, {"AutocastGuard", "float64"});
+}
+
+TEST(Amp, GradScalerUnscalesSkipsOverflowsAndAdaptsTheScale) {
+  for (Device d : harness::backends()) {
+    Array w = from_data(std::vector<float>{1.0f, -2.0f}, Shape{2}, d);
+    w.set_requires_grad(true);
+    optim::SGD opt({w}, {.lr = 0.5});
+    optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+    // loss = sum(w^2): gradient 2w, scaled by 1024 in backward, unscaled before the step
+    scaler.scale(sum(w * w)).backward();
+    EXPECT_TRUE(allclose(w.grad(), from_data(std::vector<float>{2048.0f, -4096.0f}, Shape{2}, d)));
+    EXPECT_TRUE(scaler.step(opt));
+    EXPECT_TRUE(allclose(w.detach(), from_data(std::vector<float>{0.0f, 0.0f}, Shape{2}, d), 0, 1e-6)) << d.str();
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 1024.0);
+    // an overflowed gradient: the step is skipped, the scale halves
+    opt.zero_grad();
+    scaler.scale(sum(w * std::numeric_limits<float>::infinity())).backward();
+    const std::vector<float> before = w.to_vector<float>();
+    EXPECT_FALSE(scaler.step(opt));
+    EXPECT_TRUE(scaler.found_inf());
+    EXPECT_EQ(w.to_vector<float>(), before) << d.str();
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 512.0);
+    // two clean steps in a row: the scale doubles
+    for (int i = 0; i < 2; ++i) {
+      opt.zero_grad();
+      scaler.scale(sum(w * w)).backward();
+      EXPECT_TRUE(scaler.step(opt));
+      scaler.update();
+    }
+    EXPECT_EQ(scaler.get_scale(), 1024.0) << d.str();
+  }
+  EXPECT_THROW(optim::GradScaler({.growth_factor = 0.5}), ValueError);
+}
+
+TEST(Amp, ChannelsLastBfloat16ResNetTrainsWithFloat32Master) {
+  for (Device d : harness::backends()) {
+    random::seed(2);
+    auto net = models::resnet18(10, float32, d);
+    net->to_channels_last();
+    auto param = [&](const std::string& name) {
+      for (const auto& [key, p] : net->named_parameters())
+        if (key == name) return p;
+      return Array();
+    };
+    EXPECT_TRUE(is_channels_last(param("conv1.weight")));
+    EXPECT_FALSE(param("conv1.weight").is_contiguous());
+    const Array x = to_channels_last(random::normal({2, 3, 32, 32}, 0.0, 1.0, float32, d));
+    const Array labels = from_data(std::vector<int64_t>{4, 9}, Shape{2}, d);
+    Array loss;
+    {
+      AutocastGuard amp(bfloat16);
+      loss = nn::cross_entropy((*net)(x), labels);
+    }
+    ASSERT_TRUE(std::isfinite(loss.item<double>())) << d.str();
+    loss.backward();
+    const Array g = param("layer2.0.conv1.weight").grad();
+    EXPECT_EQ(g.dtype(), float32) << d.str();
+    EXPECT_TRUE(is_channels_last(g)) << d.str() << ": a channels-last weight gets a channels-last gradient";
+  }
+}
+
+}  // namespace
+}  // namespace kiln
