@@ -334,28 +334,37 @@ class TorchBench:
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions (kiln's too)
         try:
-            torch.manual_seed(0)
-            net = torchvision.models.resnet50().to(self.dev).eval()
             x = torch.randn(gpu_batch, 3, side, side, device=self.dev)
             y = torch.randint(0, 1000, (gpu_batch,), device=self.dev)
-            with torch.no_grad():
-                ok = bool(torch.isfinite(net(x)).all())
-                seconds = self.timer.events(lambda: net(x), warm=3, rep=10)
-            self.rec.add("resnet50", "infer_fp32", "seconds", seconds, check="ok" if ok else "the logits are not finite")
-            net.train()
-            opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-            last = []
+            for amp in (False, True):
+                suffix = "_bf16_cl" if amp else "_fp32"
+                torch.manual_seed(0)
+                net = torchvision.models.resnet50().to(self.dev).eval()
+                inp = x
+                if amp:
+                    net = net.to(memory_format=torch.channels_last)
+                    inp = x.to(memory_format=torch.channels_last)
+                with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=amp):
+                    ok = bool(torch.isfinite(net(inp)).all())
+                    seconds = self.timer.events(lambda: net(inp), warm=3, rep=10)
+                self.rec.add("resnet50", "infer" + suffix, "seconds", seconds,
+                             check="ok" if ok else "the logits are not finite")
+                net.train()
+                opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+                last = []
 
-            def step():
-                opt.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(net(x), y)
-                loss.backward()
-                opt.step()
-                last[:] = [loss]
-            seconds = self.timer.events(step, warm=3, rep=10)
-            ok = bool(torch.isfinite(last[0]))
-            self.rec.add("resnet50", "train_fp32", "seconds", seconds, check="ok" if ok else "the loss is not finite")
-            del net, opt, last
+                def step():
+                    opt.zero_grad(set_to_none=True)
+                    with torch.autocast("cuda", torch.bfloat16, enabled=amp):
+                        loss = F.cross_entropy(net(inp), y)
+                    loss.backward()
+                    opt.step()
+                    last[:] = [loss]
+                seconds = self.timer.events(step, warm=3, rep=10)
+                ok = bool(torch.isfinite(last[0]))
+                self.rec.add("resnet50", "train" + suffix, "seconds", seconds,
+                             check="ok" if ok else "the loss is not finite")
+                del net, opt, last
             cpu_net = torchvision.models.resnet50().eval()
             xc = torch.randn(cpu_batch, 3, side, side)
             with torch.no_grad():

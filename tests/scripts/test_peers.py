@@ -40,7 +40,8 @@ REQUIRED_FULL |= {("overlap", "serial", "seconds"), ("overlap", "overlapped", "s
                   ("multigpu", "two_gpus", "speedup")}
 REQUIRED_FULL |= {("train", c, "seconds") for c in ("mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device",
                                                     "mlp1000_adam_graph", "cpu_mlp100_sgd", "cpu_mlp1000_adam")}
-REQUIRED_FULL |= {("resnet50", c, "seconds") for c in ("infer_fp32", "train_fp32", "cpu_infer_b16")}
+REQUIRED_FULL |= {("resnet50", c, "seconds")
+                  for c in ("infer_fp32", "train_fp32", "infer_bf16_cl", "train_bf16_cl", "cpu_infer_b16")}
 
 
 def script(tool):

@@ -1,15 +1,20 @@
 // `kiln bench resnet50`: torchvision's ResNet-50 (models::resnet50, random weights) at 224x224, as
 // ../shared/anchors/peers_nn.py and bench/peers/torch_bench.py --workloads resnet50 run it: batch-128
 // inference (evaluation mode, no gradient) and a training step (zero_grad, forward, cross_entropy, backward,
-// SGD with momentum 0.9 and weight decay 1e-4) on the GPU, float32, timed with events (median); batch-16
+// SGD with momentum 0.9 and weight decay 1e-4) on the GPU, in float32 (NCHW) and with bfloat16 autocast
+// (network and images channels-last), timed with events (median); batch-16
 // inference on the CPU, timed with the host clock. cuDNN's benchmark mode is on (the peer sets
 // torch.backends.cudnn.benchmark too); float32 convolutions may use TF32 as PyTorch's do by default.
 // --quick: batch 32 on the GPU, 4 on the CPU.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "bench_common.hpp"
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda.hpp"
+#endif
 #include "kiln/models.hpp"
 
 namespace kiln_cli {
@@ -30,44 +35,63 @@ void run_resnet50(BenchContext& ctx) {
   const int64_t side = smoke ? 64 : 224;
   const int64_t gpu_batch = smoke ? 2 : ctx.quick ? 32 : 128;
   const int64_t cpu_batch = smoke ? 1 : ctx.quick ? 4 : 16;
-  title("resnet50", fmt::format("ResNet-50, {}x{} images, float32: GPU batch {} inference and training step, CPU "
-                                "batch {} inference",
+  title("resnet50", fmt::format("ResNet-50, {}x{} images: GPU batch {} inference and training step (float32, "
+                                "bfloat16 channels-last), CPU batch {} float32 inference",
                                 side, side, gpu_batch, cpu_batch));
   const bool was_benchmark = cudnn::benchmark();
   cudnn::set_benchmark(true);
   Table table({"case", "device", "batch", "median", "check"});
+  std::string peak;
   if (ctx.gpu()) {
-    random::seed(0);
-    auto net = models::resnet50(1000, float32, ctx.device);
+#ifdef KILN_WITH_CUDA
+    cuda::reset_peak_memory_stats(ctx.device);
+#endif
     const Array x = random::normal({gpu_batch, 3, side, side}, 0.0, 1.0, float32, ctx.device);
     const Array labels = random::randint(0, 1000, {gpu_batch}, int64, ctx.device);
-    net->eval();
-    std::string check;
-    {
-      NoGradGuard no_grad;
-      check = finite_check((*net)(x));
-      const BenchResult r = bench("infer_fp32", [&] { (void)(*net)(x); }, ctx.options(3, 10, 20));
-      ctx.record("resnet50", "infer_fp32", "seconds", "s", ctx.seconds(r), false, check);
-      table.row({"infer_fp32", ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
+    // float32 NCHW, then bfloat16 autocast with the network and the images channels-last (peers_nn.py's cases)
+    for (const bool amp : {false, true}) {
+      const std::string suffix = amp ? "_bf16_cl" : "_fp32";
+      random::seed(0);
+      auto net = models::resnet50(1000, float32, ctx.device);
+      if (amp) net->to_channels_last();
+      const Array input = amp ? to_channels_last(x) : x;
+      const std::optional<DType> cast = amp ? std::optional<DType>(bfloat16) : std::nullopt;
+      net->eval();
+      {
+        NoGradGuard no_grad;
+        AutocastGuard autocast(cast);
+        const std::string check = finite_check((*net)(input));
+        const BenchResult r = bench("infer" + suffix, [&] { (void)(*net)(input); }, ctx.options(3, 10, 20));
+        ctx.record("resnet50", "infer" + suffix, "seconds", "s", ctx.seconds(r), false, check);
+        table.row({"infer" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)),
+                   check});
+      }
+      net->train();
+      optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
+      Array loss;
+      const BenchResult r = bench(
+          "train" + suffix,
+          [&] {
+            opt.zero_grad();
+            {
+              AutocastGuard autocast(cast);
+              loss = nn::cross_entropy((*net)(input), labels);
+            }
+            loss.backward();
+            opt.step();
+          },
+          ctx.options(3, 10, 30));
+      const std::string check = std::isfinite(loss.item<double>()) ? "ok" : "the loss is not finite";
+      ctx.record("resnet50", "train" + suffix, "seconds", "s", ctx.seconds(r), false, check);
+      table.row({"train" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
     }
-    net->train();
-    optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
-    Array loss;
-    const BenchResult r = bench(
-        "train_fp32",
-        [&] {
-          opt.zero_grad();
-          loss = nn::cross_entropy((*net)(x), labels);
-          loss.backward();
-          opt.step();
-        },
-        ctx.options(3, 10, 30));
-    check = std::isfinite(loss.item<double>()) ? "ok" : "the loss is not finite";
-    ctx.record("resnet50", "train_fp32", "seconds", "s", ctx.seconds(r), false, check);
-    table.row({"train_fp32", ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
+#ifdef KILN_WITH_CUDA
+    peak = fmt::format("; peak GPU memory allocated {:.2f} GiB (torch.cuda.max_memory_allocated's measure)",
+                       static_cast<double>(cuda::memory_stats(ctx.device).peak_allocated) / (1 << 30));
+#endif
   } else {
-    ctx.skip("resnet50 infer_fp32", ctx.no_gpu_reason());
-    ctx.skip("resnet50 train_fp32", ctx.no_gpu_reason());
+    for (const char* c : {"infer_fp32", "train_fp32", "infer_bf16_cl", "train_bf16_cl"})
+      ctx.skip(std::string("resnet50 ") + c, ctx.no_gpu_reason());
   }
   {
     random::seed(0);
@@ -84,7 +108,7 @@ void run_resnet50(BenchContext& ctx) {
   }
   cudnn::set_benchmark(was_benchmark);
   table.print();
-  verdict("compare with bench/peers/torch_bench.py --workloads resnet50 (scripts/compare joins the records)");
+  verdict("compare with bench/peers/torch_bench.py --workloads resnet50 (scripts/compare joins the records)" + peak);
 }
 
 }  // namespace kiln_cli
