@@ -17,6 +17,7 @@
 // is a headline figure). Strides are in elements.
 #pragma once
 
+#include <utility>
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -111,7 +112,16 @@ void plan_elementwise(ElementwiseIteration<M>& plan, const Shape& shape, const A
   plan.operands = operands;
   plan.ndim = 0;
   plan.numel = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
+  // Axes in the output's memory order (largest stride first; stable, so a C-ordered output keeps the logical
+  // order): a channels-last or transposed output then coalesces with inputs of its layout into one run.
+  size_t order[kMaxRank];
+  for (size_t d = 0; d < shape.size(); ++d) order[d] = d;
+  if (operands > 0)
+    for (size_t i = 1; i < shape.size(); ++i)
+      for (size_t j = i; j > 0 && arrays[0]->strides()[order[j]] > arrays[0]->strides()[order[j - 1]]; --j)
+        std::swap(order[j], order[j - 1]);
+  for (size_t o = 0; o < shape.size(); ++o) {
+    const size_t d = order[o];
     plan.numel *= shape[d];
     if (shape[d] == 1) continue;
     const int nd = plan.ndim;

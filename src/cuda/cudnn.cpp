@@ -420,9 +420,7 @@ bool cuda_batch_norm(detail::BatchNormCall& call) {
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);
   cudnnHandle_t handle = bound_handle(device, stream);
-  // Channels-last training uses the persistent kernels (as PyTorch); backward must use the forward's mode.
-  const cudnnBatchNormMode_t mode =
-      cl && call.kind != BatchNormKind::Evaluation ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+  const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
   TensorDesc xd, bnd;
   set_tensor(xd, x.shape(), *type, cl);
   KILN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, mode));
