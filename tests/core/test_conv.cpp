@@ -241,6 +241,18 @@ TEST(NnConv, ChannelsLastGivesTheSameValuesAndKeepsItsLayout) {
       EXPECT_TRUE(allclose(bnc, bn, 1e-5, 1e-5)) << d.str();
       EXPECT_TRUE(allclose(rmc, rm, 1e-6, 1e-6)) << d.str();
       EXPECT_TRUE(allclose(rvc, rv, 1e-6, 1e-6)) << d.str();
+      // and its gradients (input, weight, bias) agree across layouts
+      auto bn_grads = [&](const Array& input) {
+        Array xi = input.detach(), wi = values({6}, 23, d).astype(float32), bi = values({6}, 24, d).astype(float32);
+        for (Array* a : {&xi, &wi, &bi}) a->set_requires_grad(true);
+        Array m0 = zeros({6}, float32, d), v0 = ones({6}, float32, d);
+        Array out = nn::batch_norm2d(xi, m0, v0, wi, bi, true);
+        sum(out * out * x).backward();
+        return std::vector<Array>{xi.grad(), wi.grad(), bi.grad()};
+      };
+      const std::vector<Array> g_nchw = bn_grads(x), g_cl = bn_grads(xc);
+      EXPECT_TRUE(is_channels_last(g_cl[0])) << d.str();
+      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(allclose(g_cl[i], g_nchw[i], 1e-4, 1e-4)) << d.str() << " grad " << i;
       cudnn::set_benchmark(was);
     }
 }
@@ -265,6 +277,14 @@ TEST(NnConv, LowPrecisionAndTf32StayCloseToFloat64) {
     EXPECT_EQ(r.y.dtype(), float16);
     EXPECT_EQ(r.mean.dtype(), float32);
     EXPECT_TRUE(allclose(r.mean, mean(x, {0, 2, 3}).astype(float32), 1e-3, 1e-3)) << d.str();
+    // channels-last bfloat16 (the GPU's own kernels): the same statistics and normalised values
+    Array rm2 = zeros({8}, float32, d), rv2 = ones({8}, float32, d);
+    const BatchNormOutput rc =
+        batch_norm_forward(to_channels_last(x.astype(bfloat16)), Array(), Array(), rm2, rv2, true, 0.1, 1e-5);
+    EXPECT_TRUE(is_channels_last(rc.y));
+    EXPECT_TRUE(allclose(rc.mean, mean(x, {0, 2, 3}).astype(float32), 1e-2, 1e-2)) << d.str();
+    const Array xhat = (x - mean(x, {0, 2, 3}, true)) / sqrt(var(x, {0, 2, 3}, 0, true) + 1e-5);
+    EXPECT_LT(max(abs(rc.y.astype(float64) - xhat)).item<double>(), 5e-2) << d.str();
     kiln_test::expect_error<DTypeError>(
         [&] { (void)batch_norm_forward(x.astype(float16), Array(), Array(), rm.astype(float16), rv, true, 0.1, 1e-5); },
         {"batch_norm", "running mean", "float32"});
