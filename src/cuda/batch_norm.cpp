@@ -107,8 +107,12 @@ extern "C" __global__ void bn_finalize(const double* __restrict__ part, int slic
 extern "C" __global__ void __launch_bounds__(256) bn_apply(const IN* __restrict__ x, const IN* __restrict__ dy,
                                                           IN* __restrict__ out, const S* __restrict__ coef,
                                                           long long n, long long C) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const long long c = i % C;
+  // The channel of element i is i % C: one division per thread, then stepped (the stride's remainder added).
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long step = stride % C;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long c = i % C;
+  for (; i < n; i += stride, c = c + step >= C ? c + step - C : c + step) {
     const S v = (S)kd::widen(x[i]);
     S r;
     if (dy == nullptr) {
