@@ -73,8 +73,15 @@ TEST(TiledElementwise, no_tiles_when_nothing_is_transposed_or_axes_are_short) {
   EXPECT_EQ(choose_tiles(plan_of(shape, {empty(shape), values({64, 96}).index({Slice(), Slice(0, 48)})})).tiled, 0);
   const Shape thin{64, 3};  // the output's inner axis is too short for a 32-wide tile
   EXPECT_EQ(choose_tiles(plan_of(thin, {empty(thin), values({3, 64}).T()})).tiled, 0);
-  // Output transposed instead of the input: the output's innermost stride is not 1.
-  EXPECT_EQ(choose_tiles(plan_of(shape, {empty({48, 64}).T(), values(shape)})).tiled, 0);
+}
+
+TEST(TiledElementwise, a_transposed_output_is_walked_in_its_memory_order_and_tiled_along_the_input) {
+  // The plan orders axes by the output's strides, so a transposed output has unit stride innermost and the
+  // C-ordered input is the transposed side: the mirror of a transposed input, tiled the same way.
+  const Shape shape{64, 48};
+  const Plan p = plan_of(shape, {empty({48, 64}).T(), values(shape)});
+  EXPECT_EQ(p.strides[0][p.ndim - 1], 1);
+  EXPECT_EQ(choose_tiles(p).tiled, 2);
 }
 
 ElementwiseSpec tiled_spec(OpCode op, int num_inputs, DType in, DType out, int tiled, int ndim, bool index64) {
