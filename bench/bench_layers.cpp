@@ -23,9 +23,12 @@ int main(int argc, char** argv) {
   int64_t batch = 128;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--cpu")) use_cpu = true;
-    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    if (!std::strcmp(argv[i], "--cpu"))
+      use_cpu = true;
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc)
+      filter = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_layers [--cpu] [--batch N] [--filter SUBSTRING]\n");
       return 2;
@@ -58,20 +61,19 @@ int main(int argc, char** argv) {
       {"conv 3x3 64->64 @56 backward input",
        [&](DType t, bool cl) {
          Array g = input({batch, 64, 56, 56}, t, cl), w = input({64, 64, 3, 3}, t, cl);
-         return std::function<void()>(
-             [=] { (void)conv2d_backward_input(g, w, {batch, 64, 56, 56}, {.padding = {1, 1}}); });
+         return std::function<void()>([=] {
+           (void)conv2d_backward_input(g, w, {batch, 64, 56, 56}, {.padding = {1, 1}});
+         });
        }},
       {"conv 3x3 64->64 @56 backward weight",
        [&](DType t, bool cl) {
          Array g = input({batch, 64, 56, 56}, t, cl), x = input({batch, 64, 56, 56}, t, cl);
-         return std::function<void()>(
-             [=] { (void)conv2d_backward_weight(g, x, {64, 64, 3, 3}, {.padding = {1, 1}}); });
+         return std::function<void()>([=] { (void)conv2d_backward_weight(g, x, {64, 64, 3, 3}, {.padding = {1, 1}}); });
        }},
       {"conv 7x7/2 3->64 @224 forward",
        [&](DType t, bool cl) {
          Array x = input({batch, 3, 224, 224}, t, cl), w = input({64, 3, 7, 7}, t, cl);
-         return std::function<void()>(
-             [=] { (void)conv2d_forward(x, w, {.stride = {2, 2}, .padding = {3, 3}}); });
+         return std::function<void()>([=] { (void)conv2d_forward(x, w, {.stride = {2, 2}, .padding = {3, 3}}); });
        }},
       {"batch norm 256 @56 training",
        [&](DType t, bool cl) {

@@ -13,12 +13,11 @@
 //   4. CUDA events around the call measure the GPU's time without stalling the host between calls (right).
 // On the CPU the forward is done when it returns, so the ways agree there. The speed-up printed at the end
 // compares the right figures, per image.
-#include <kiln/kiln.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <kiln/kiln.hpp>
 #include <vector>
 
 using namespace kiln;
@@ -50,7 +49,7 @@ Timings time_inference(Device d, int64_t batch, int repeat) {
   auto t0 = Clock::now();
   logits = (*net)(x);
   synchronize(d);
-  t.first = since(t0);  // one-time costs included
+  t.first = since(t0);                             // one-time costs included
   for (int i = 0; i < 2; ++i) logits = (*net)(x);  // warm-up
   synchronize(d);
   std::vector<double> no_sync, with_sync, events;
@@ -112,8 +111,9 @@ int main(int argc, char** argv) {
   }
   const Timings gpu_t = time_inference(gpu(0), batch, 10);
   report(gpu(0).str().c_str(), gpu_t, batch);
-  std::printf("speed-up of the GPU over the CPU: %.0fx measured wrongly (no synchronize), %.1fx with synchronize, "
-              "%.1fx with events\n",
-              cpu_t.with_sync / gpu_t.no_sync, cpu_t.with_sync / gpu_t.with_sync, cpu_t.with_sync / gpu_t.events);
+  std::printf(
+      "speed-up of the GPU over the CPU: %.0fx measured wrongly (no synchronize), %.1fx with synchronize, "
+      "%.1fx with events\n",
+      cpu_t.with_sync / gpu_t.no_sync, cpu_t.with_sync / gpu_t.with_sync, cpu_t.with_sync / gpu_t.events);
   return 0;
 }

@@ -34,7 +34,6 @@ class ResNet : public nn::Module {
 std::shared_ptr<ResNet> resnet18(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
 std::shared_ptr<ResNet> resnet34(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
 std::shared_ptr<ResNet> resnet50(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
-std::shared_ptr<ResNet> resnet101(int64_t num_classes = 1000, DType dtype = float32,
-                                  std::optional<Device> device = {});
+std::shared_ptr<ResNet> resnet101(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
 
 }  // namespace kiln::models

@@ -3,6 +3,8 @@
 // The reference convolution gathers each output's input window with a strided view of the padded input
 // (im2col without a copy until the product), multiplies by the weights (BLAS / cuBLAS), and scatters window
 // gradients back with one strided add per kernel offset (col2im). Pooling is the same window view reduced.
+#include "kiln/conv.hpp"
+
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -10,7 +12,6 @@
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
-#include "kiln/conv.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/ops.hpp"
 
@@ -53,8 +54,20 @@ Geometry geometry(const Shape& x, Pair kernel, Pair stride, Pair padding, Pair d
     throw ValueError(std::string(op) + ": kernel, stride and dilation must be positive and padding non-negative, got " +
                      "kernel " + pair_str(kernel) + ", stride " + pair_str(stride) + ", padding " + pair_str(padding) +
                      ", dilation " + pair_str(dilation));
-  Geometry g{x[0],          x[1],          x[2],         x[3],          kernel.first,   kernel.second, stride.first,
-             stride.second, padding.first, padding.second, dilation.first, dilation.second, 0,             0};
+  Geometry g{x[0],
+             x[1],
+             x[2],
+             x[3],
+             kernel.first,
+             kernel.second,
+             stride.first,
+             stride.second,
+             padding.first,
+             padding.second,
+             dilation.first,
+             dilation.second,
+             0,
+             0};
   if (g.hp() < g.dh * (g.kh - 1) + 1 || g.wp() < g.dw * (g.kw - 1) + 1)
     throw ShapeError(std::string(op) + ": the padded input " + std::to_string(g.hp()) + "x" + std::to_string(g.wp()) +
                      " is smaller than the dilated kernel " + std::to_string(g.dh * (g.kh - 1) + 1) + "x" +
@@ -86,10 +99,10 @@ Geometry pool_geometry(const Shape& x, const PoolParams& p, const char* op) {
 }
 
 void require_floating(const Array& a, const char* op, const char* what) {
-  if (!a.defined())
-    throw ValueError(std::string(op) + ": the " + what + " is undefined (default-constructed)");
+  if (!a.defined()) throw ValueError(std::string(op) + ": the " + what + " is undefined (default-constructed)");
   if (!is_floating(a.dtype()))
-    throw DTypeError(std::string(op) + ": the " + what + " must be floating (float16, bfloat16, float32, float64), got " +
+    throw DTypeError(std::string(op) + ": the " + what +
+                     " must be floating (float16, bfloat16, float32, float64), got " +
                      std::string(dtype_name(a.dtype())) + "; convert it with astype(float32)");
 }
 
@@ -176,8 +189,7 @@ bool run_engine(detail::ConvCall& call, const Shape& out_shape, DType dtype, Dev
 }  // namespace
 
 namespace detail {
-Array make_array_following(const Shape& shape, DType dtype, Device device,
-                           std::initializer_list<const Array*> inputs) {
+Array make_array_following(const Shape& shape, DType dtype, Device device, std::initializer_list<const Array*> inputs) {
   bool cl = false;
   if (shape.size() == 4)
     for (const Array* a : inputs) cl = cl || (a && a->defined() && a->shape() == shape && strictly_channels_last(*a));
@@ -217,14 +229,12 @@ Array conv2d_forward(const Array& x, const Array& weight, const ConvParams& p) {
   detail::ConvCall call = conv_call(detail::ConvKind::Forward, p);
   call.x = &xs, call.w = &ws;
   const Shape out_shape{g.n, out_c, g.oh, g.ow};
-  if (run_engine(call, out_shape, x.dtype(), x.device(), cl, x.size() == 0 || weight.size() == 0))
-    return call.out;
+  if (run_engine(call, out_shape, x.dtype(), x.device(), cl, x.size() == 0 || weight.size() == 0)) return call.out;
   const Array out = matmul(ws.reshape({p.groups, out_c / p.groups, ckk}), columns(xs, g, p.groups)).reshape(out_shape);
   return cl ? to_channels_last(out) : out;
 }
 
-Array conv2d_backward_input(const Array& grad_out, const Array& weight, const Shape& input_shape,
-                            const ConvParams& p) {
+Array conv2d_backward_input(const Array& grad_out, const Array& weight, const Shape& input_shape, const ConvParams& p) {
   const char* op = "conv2d_backward_input";
   require_pair(grad_out, weight, op, "output gradient", "weight");
   const Geometry g = conv_geometry(input_shape, weight.shape(), p, op);
@@ -253,8 +263,7 @@ Array conv2d_backward_weight(const Array& grad_out, const Array& x, const Shape&
   const Array dys = in_layout(grad_out, cl), xs = in_layout(x, cl);
   detail::ConvCall call = conv_call(detail::ConvKind::BackwardWeight, p);
   call.dy = &dys, call.x = &xs;
-  if (run_engine(call, weight_shape, x.dtype(), x.device(), cl, x.size() == 0 || grad_out.size() == 0))
-    return call.out;
+  if (run_engine(call, weight_shape, x.dtype(), x.device(), cl, x.size() == 0 || grad_out.size() == 0)) return call.out;
   if (x.size() == 0 || grad_out.size() == 0) return zeros(weight_shape, x.dtype(), x.device());
   const Array g4 = dys.reshape({g.n, p.groups, out_c / p.groups, g.oh * g.ow});
   const Array dw = sum(matmul(g4, swapaxes(columns(xs, g, p.groups), -1, -2)), 0).reshape(weight_shape);
@@ -363,8 +372,8 @@ Array avg_pool2d_backward(const Array& grad_out, const Shape& input_shape, const
   const Array dx = run_pool(call, input_shape, grad_out.dtype(), grad_out.device(), grad_out.size() == 0);
   if (dx.defined()) return dx;
   const double scale = 1.0 / static_cast<double>(g.kh * g.kw);  // padding counts (count_include_pad)
-  const Array dwin = broadcast_to((dys * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}),
-                                  {g.n, g.c, g.kh, g.kw, g.oh, g.ow});
+  const Array dwin =
+      broadcast_to((dys * scale).reshape({g.n, g.c, 1, 1, g.oh, g.ow}), {g.n, g.c, g.kh, g.kw, g.oh, g.ow});
   const Array out = from_windows(dwin, g);
   return cl ? to_channels_last(out) : out.contiguous();
 }
@@ -436,7 +445,8 @@ BatchNormOutput batch_norm_forward(const Array& x, const Array& weight, const Ar
   call.momentum = momentum, call.eps = eps, call.channels_last = cl;
   if (x.size() > 0) {
     call.y = empty_in_layout(x.shape(), x.dtype(), x.device(), cl);
-    if (training) call.mean = detail::make_array({c}, sd, x.device()), call.invstd = detail::make_array({c}, sd, x.device());
+    if (training)
+      call.mean = detail::make_array({c}, sd, x.device()), call.invstd = detail::make_array({c}, sd, x.device());
     if (detail::backend_for(x.device()).batch_norm(call)) return {call.y, call.mean, call.invstd};
   }
   // The reference, in the statistics dtype.
@@ -464,7 +474,8 @@ BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Ar
                                    const Array& invstd, double eps) {
   const char* op = "batch_norm_backward";
   require_pair(grad_y, x, op, "output gradient", "input");
-  if (x.ndim() != 4) throw ShapeError("batch_norm_backward: the input must be (N, C, H, W), got " + shape_str(x.shape()));
+  if (x.ndim() != 4)
+    throw ShapeError("batch_norm_backward: the input must be (N, C, H, W), got " + shape_str(x.shape()));
   require_shape(grad_y, x.shape(), op, "output gradient");
   const int64_t c = x.shape(1), count = x.shape(0) * x.shape(2) * x.shape(3);
   const DType sd = stats_dtype(x.dtype());

@@ -185,17 +185,16 @@ bool cuda_batch_norm_nhwc(detail::BatchNormCall& call) {
     void* rv = running ? call.running_var->data_ptr() : nullptr;
     int is_backward = backward ? 1 : 0;
     double momentum = call.momentum, eps = call.eps;
-    void* args[] = {&partp, &slices, &C,  &rows,     &is_backward, &w,   &b,     &mean_in,
-                    &invstd_in, &out0, &out1, &rm, &rv, &momentum, &eps, &coefp};
-    launch(module->function("bn_finalize"), dim3(static_cast<unsigned>(ceil_div(C, 256))), dim3(256), 0, stream,
-           args, "bn_finalize");
+    void* args[] = {&partp,     &slices, &C,    &rows, &is_backward, &w,        &b,   &mean_in,
+                    &invstd_in, &out0,   &out1, &rm,   &rv,          &momentum, &eps, &coefp};
+    launch(module->function("bn_finalize"), dim3(static_cast<unsigned>(ceil_div(C, 256))), dim3(256), 0, stream, args,
+           "bn_finalize");
   }
   {
     void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
     void* args[] = {&xp, &dyp, &outp, &coefp, &n, &C};
     const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), sms * 16);
-    launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args,
-           "bn_apply");
+    launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");
   }
   return true;
 }

@@ -83,11 +83,16 @@ using ConvDesc =
 
 std::optional<cudnnDataType_t> data_type(DType t) {
   switch (t) {
-    case DType::Float32: return CUDNN_DATA_FLOAT;
-    case DType::Float64: return CUDNN_DATA_DOUBLE;
-    case DType::Float16: return CUDNN_DATA_HALF;
-    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
-    default: return std::nullopt;
+    case DType::Float32:
+      return CUDNN_DATA_FLOAT;
+    case DType::Float64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::Float16:
+      return CUDNN_DATA_HALF;
+    case DType::BFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -203,9 +208,8 @@ std::vector<Candidate> heuristics(detail::ConvKind kind, const ConvProblem& p) {
     case detail::ConvKind::Forward: {
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
       int n = 0;
-      KILN_CUDNN_CHECK(
-          cudnnGetConvolutionForwardAlgorithm_v7(p.handle, p.x, p.w, p.conv, p.y, static_cast<int>(perf.size()), &n,
-                                                 perf.data()));
+      KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(p.handle, p.x, p.w, p.conv, p.y,
+                                                              static_cast<int>(perf.size()), &n, perf.data()));
       return candidates(perf.data(), n);
     }
     case detail::ConvKind::BackwardInput: {
@@ -235,8 +239,8 @@ std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, const 
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
       int n = 0;
       KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(p.handle, p.x, p.x_ptr, p.w, p.w_ptr, p.conv, p.y,
-                                                              p.out_ptr, static_cast<int>(perf.size()), &n,
-                                                              perf.data(), workspace, bytes));
+                                                              p.out_ptr, static_cast<int>(perf.size()), &n, perf.data(),
+                                                              workspace, bytes));
       return candidates(perf.data(), n);
     }
     case detail::ConvKind::BackwardInput: {
@@ -250,10 +254,9 @@ std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, const 
     case detail::ConvKind::BackwardWeight: {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
       int n = 0;
-      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(p.handle, p.x, p.x_ptr, p.y, dy_or_unused,
-                                                                     p.conv, p.w, p.out_ptr,
-                                                                     static_cast<int>(perf.size()), &n, perf.data(),
-                                                                     workspace, bytes));
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(p.handle, p.x, p.x_ptr, p.y, dy_or_unused, p.conv,
+                                                                     p.w, p.out_ptr, static_cast<int>(perf.size()), &n,
+                                                                     perf.data(), workspace, bytes));
       return candidates(perf.data(), n);
     }
   }
@@ -302,15 +305,22 @@ bool cuda_convolution(const detail::ConvCall& call) {
   const bool tf32 = dtype == DType::Float32 && kiln::cudnn::allow_tf32();
   p.float32_no_tf32 = dtype == DType::Float32 && !tf32;
   const cudnnMathType_t base_math =
-      p.float32_no_tf32 ? CUDNN_FMA_MATH
-                        : (dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH);
+      p.float32_no_tf32
+          ? CUDNN_FMA_MATH
+          : (dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH);
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math));
 
   const void* dy_ptr = call.dy ? call.dy->data_ptr() : nullptr;
   switch (call.kind) {
-    case ConvKind::Forward: p.x_ptr = call.x->data_ptr(), p.w_ptr = call.w->data_ptr(); break;
-    case ConvKind::BackwardInput: p.x_ptr = dy_ptr, p.w_ptr = call.w->data_ptr(); break;
-    case ConvKind::BackwardWeight: p.x_ptr = call.x->data_ptr(), p.w_ptr = dy_ptr; break;
+    case ConvKind::Forward:
+      p.x_ptr = call.x->data_ptr(), p.w_ptr = call.w->data_ptr();
+      break;
+    case ConvKind::BackwardInput:
+      p.x_ptr = dy_ptr, p.w_ptr = call.w->data_ptr();
+      break;
+    case ConvKind::BackwardWeight:
+      p.x_ptr = call.x->data_ptr(), p.w_ptr = dy_ptr;
+      break;
   }
   p.out_ptr = out.data_ptr();
 

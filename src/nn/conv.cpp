@@ -1,12 +1,13 @@
 // Convolution, pooling and batch normalisation layers: custom autograd functions (kiln::apply) over the
 // primitives of kiln/conv.hpp, which run in cuDNN on a GPU and in kiln's reference (im2col + BLAS) elsewhere.
+#include "kiln/conv.hpp"
+
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
-#include "kiln/conv.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 
@@ -21,22 +22,21 @@ Array conv2d(const Array& x_in, const Array& weight_in, const Array& bias_in, st
   if (bias.defined() && !(bias.shape() == Shape{out_c}))
     throw ShapeError("conv2d: the bias must have shape (" + std::to_string(out_c) + ",), got " +
                      shape_str(bias.shape()));
-  const AutogradFunction f{
-      "Conv2dBackward",
-      [&](const std::vector<Array>& in, std::vector<Array>& saved) {
-        saved = {in[0], in[1]};
-        Array out = conv2d_forward(in[0], in[1], p);
-        if (in.size() > 2) out += in[2].reshape({1, out_c, 1, 1});
-        return out;
-      },
-      [p](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>& needs) {
-        const Array &xs = saved[0], &w = saved[1];
-        std::vector<Array> grads(needs.size());
-        if (needs[0]) grads[0] = conv2d_backward_input(grad, w, xs.shape(), p);
-        if (needs[1]) grads[1] = conv2d_backward_weight(grad, xs, w.shape(), p);
-        if (needs.size() > 2 && needs[2]) grads[2] = sum(grad, {0, 2, 3});
-        return grads;
-      }};
+  const AutogradFunction f{"Conv2dBackward",
+                           [&](const std::vector<Array>& in, std::vector<Array>& saved) {
+                             saved = {in[0], in[1]};
+                             Array out = conv2d_forward(in[0], in[1], p);
+                             if (in.size() > 2) out += in[2].reshape({1, out_c, 1, 1});
+                             return out;
+                           },
+                           [p](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>& needs) {
+                             const Array &xs = saved[0], &w = saved[1];
+                             std::vector<Array> grads(needs.size());
+                             if (needs[0]) grads[0] = conv2d_backward_input(grad, w, xs.shape(), p);
+                             if (needs[1]) grads[1] = conv2d_backward_weight(grad, xs, w.shape(), p);
+                             if (needs.size() > 2 && needs[2]) grads[2] = sum(grad, {0, 2, 3});
+                             return grads;
+                           }};
   return bias.defined() ? apply(f, {x, weight, bias}) : apply(f, {x, weight});
 }
 

@@ -16,9 +16,9 @@ struct Builder {
   std::optional<Device> device;
 
   std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) const {
-    auto c = std::make_shared<nn::Conv2d>(in, out, P{k, k},
-                                          nn::Conv2dOptions{.stride = {stride, stride}, .padding = {pad, pad}, .bias = false},
-                                          dtype, device);
+    auto c = std::make_shared<nn::Conv2d>(
+        in, out, P{k, k}, nn::Conv2dOptions{.stride = {stride, stride}, .padding = {pad, pad}, .bias = false}, dtype,
+        device);
     nn::init::kaiming_normal(c->weight(), 0.0, /*fan_in=*/false);  // torchvision: mode="fan_out", relu
     return c;
   }

@@ -82,10 +82,9 @@ TEST(NnConv, Conv2dMatchesItsDefinition) {
     for (const Case& c : cases) {
       const Array x = values(c.xs, 1, d), w = values(c.ws, 2, d), b = c.bias ? values({c.ws[0]}, 3, d) : Array();
       Shape out_shape;
-      const std::vector<double> want =
-          conv_reference(x.to_vector<double>(), c.xs, w.to_vector<double>(), c.ws,
-                         c.bias ? b.to_vector<double>() : std::vector<double>{}, c.stride, c.padding, c.dilation,
-                         c.groups, out_shape);
+      const std::vector<double> want = conv_reference(x.to_vector<double>(), c.xs, w.to_vector<double>(), c.ws,
+                                                      c.bias ? b.to_vector<double>() : std::vector<double>{}, c.stride,
+                                                      c.padding, c.dilation, c.groups, out_shape);
       const Array y = nn::conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
       ASSERT_EQ(y.shape(), out_shape) << d.str();
       const std::vector<double> got = y.to_vector<double>();
@@ -104,7 +103,9 @@ TEST(NnConv, Conv2dGradientsPassGradcheck) {
     for (const auto& [groups, dil] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 2}}) {
       const Array x = values({2, 4, 6, 5}, 4, d), w = values({4, 4 / groups, 3, 2}, 5, d), b = values({4}, 6, d);
       const GradcheckResult r = gradcheck(
-          [&](const std::vector<Array>& in) { return nn::conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {dil, 1}, groups); },
+          [&](const std::vector<Array>& in) {
+            return nn::conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {dil, 1}, groups);
+          },
           {x, w, b});
       EXPECT_TRUE(r.passed) << d.str() << " groups " << groups << ": " << r.report;
     }
@@ -154,10 +155,15 @@ TEST(NnConv, PoolingMatchesLoopsAndPassesGradcheck) {
         << d.str();
     const Array small = values({1, 2, 5, 5}, 8, d);
     for (const auto& [what, f] : std::vector<std::pair<std::string, std::function<Array(const std::vector<Array>&)>>>{
-             {"max_pool2d", [](auto& in) { return nn::max_pool2d(in[0], {3, 3}, P{2, 2}, {1, 1}); }},
+             {"max_pool2d",
+              [](auto& in) {
+                return nn::max_pool2d(in[0], {3, 3}, P{2, 2}, {1, 1});
+              }},
              {"max_pool2d overlapping", [](auto& in) { return nn::max_pool2d(in[0], {2, 2}, P{1, 1}); }},
              {"avg_pool2d", [](auto& in) { return nn::avg_pool2d(in[0], {3, 3}, P{2, 2}, {1, 1}); }},
-             {"adaptive_avg_pool2d 1x1", [](auto& in) { return nn::adaptive_avg_pool2d(in[0], {1, 1}); }}}) {
+             {"adaptive_avg_pool2d 1x1", [](auto& in) {
+                return nn::adaptive_avg_pool2d(in[0], {1, 1});
+              }}}) {
       const GradcheckResult r = gradcheck(f, {small});
       EXPECT_TRUE(r.passed) << what << " on " << d.str() << ": " << r.report;
     }
@@ -181,7 +187,8 @@ TEST(NnConv, BatchNormNormalisesTracksAndPassesGradcheck) {
       EXPECT_NEAR(vars[static_cast<size_t>(c)], 1.0, 1e-4) << d.str();
     }
     // running = 0.9 * init + 0.1 * batch statistics (the variance unbiased, n = 40)
-    const std::vector<double> bm = mean(x, {0, 2, 3}).to_vector<double>(), bv = var(x, {0, 2, 3}, 1).to_vector<double>();
+    const std::vector<double> bm = mean(x, {0, 2, 3}).to_vector<double>(),
+                              bv = var(x, {0, 2, 3}, 1).to_vector<double>();
     const std::vector<double> rm = bn.buffer("running_mean").to_vector<double>();
     const std::vector<double> rv = bn.buffer("running_var").to_vector<double>();
     for (size_t c = 0; c < 3; ++c) {
@@ -294,9 +301,9 @@ TEST(NnConv, LowPrecisionAndTf32StayCloseToFloat64) {
 TEST(NnConv, BatchNormEvaluationPassesGradcheck) {
   for (Device d : devices()) {
     Array rm = values({3}, 40, d) * 0.1, rv = values({3}, 41, d) * 0.1 + 1.0;
-    const GradcheckResult r = gradcheck(
-        [&](const std::vector<Array>& in) { return nn::batch_norm2d(in[0], rm, rv, in[1], in[2], false); },
-        {values({2, 3, 2, 2}, 42, d), values({3}, 43, d), values({3}, 44, d)});
+    const GradcheckResult r =
+        gradcheck([&](const std::vector<Array>& in) { return nn::batch_norm2d(in[0], rm, rv, in[1], in[2], false); },
+                  {values({2, 3, 2, 2}, 42, d), values({3}, 43, d), values({3}, 44, d)});
     EXPECT_TRUE(r.passed) << d.str() << ": " << r.report;
   }
 }
@@ -311,10 +318,16 @@ TEST(NnConv, PrimitivesRefuseBadOperands) {
     Array xg = x.detach();
     xg.set_requires_grad(true);
     kiln_test::expect_error<DTypeError>([&] { (void)conv2d_forward(xg, w); }, {"conv2d_forward", "nn::conv2d"});
-    kiln_test::expect_error<ShapeError>([&] { (void)conv2d_backward_input(values({1, 3, 3, 3}, 52, d), w, {1, 2, 4, 4}); },
-                                        {"conv2d_backward_input", "output gradient", "(1, 3, 2, 2)"});
-    kiln_test::expect_error<ShapeError>([&] { (void)to_channels_last(values({2, 3, 4}, 53, d)); },
-                                        {"to_channels_last", "(N, C, H, W)"});
+    kiln_test::expect_error<ShapeError>(
+        [&] {
+          (void)conv2d_backward_input(values({1, 3, 3, 3}, 52, d), w, {1, 2, 4, 4});
+        },
+        {"conv2d_backward_input", "output gradient", "(1, 3, 2, 2)"});
+    kiln_test::expect_error<ShapeError>(
+        [&] {
+          (void)to_channels_last(values({2, 3, 4}, 53, d));
+        },
+        {"to_channels_last", "(N, C, H, W)"});
   }
 }
 
@@ -339,10 +352,16 @@ TEST(NnConv, ModulesAndErrors) {
     EXPECT_EQ(out.shape(), (Shape{3, 8}));
     sum(out).backward();
     EXPECT_TRUE(net.named_parameters().front().second.grad().defined());
-    kiln_test::expect_error<ShapeError>([&] { (void)conv(random::normal({2, 3, 5, 5}, 0.0, 1.0, float32, d)); },
-                                        {"conv2d", "an input of shape (2, 3, 5, 5)", "(6, 2, 3, 3)", "groups 2"});
-    kiln_test::expect_error<ShapeError>([&] { (void)nn::conv2d(x, ones({6, 4, 7, 7}, float32, d)); },
-                                        {"conv2d", "smaller than the dilated kernel"});
+    kiln_test::expect_error<ShapeError>(
+        [&] {
+          (void)conv(random::normal({2, 3, 5, 5}, 0.0, 1.0, float32, d));
+        },
+        {"conv2d", "an input of shape (2, 3, 5, 5)", "(6, 2, 3, 3)", "groups 2"});
+    kiln_test::expect_error<ShapeError>(
+        [&] {
+          (void)nn::conv2d(x, ones({6, 4, 7, 7}, float32, d));
+        },
+        {"conv2d", "smaller than the dilated kernel"});
     EXPECT_THROW(nn::Conv2d(4, 6, {3, 3}, {.groups = 4}), ValueError);
   }
 }

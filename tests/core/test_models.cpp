@@ -28,18 +28,18 @@ TEST(Models, ResNetsHaveTorchvisionsNamesAndSizes) {
     size_t entries;
     const char* name;
   };
-  for (const Case& c : {Case{models::resnet18, 11689512, 122, "ResNet18"}, Case{models::resnet34, 21797672, 218, "ResNet34"},
-                        Case{models::resnet50, 25557032, 320, "ResNet50"},
-                        Case{models::resnet101, 44549160, 626, "ResNet101"}}) {
+  for (const Case& c :
+       {Case{models::resnet18, 11689512, 122, "ResNet18"}, Case{models::resnet34, 21797672, 218, "ResNet34"},
+        Case{models::resnet50, 25557032, 320, "ResNet50"}, Case{models::resnet101, 44549160, 626, "ResNet101"}}) {
     const auto m = c.make(1000, float32, cpu());
     EXPECT_EQ(count(*m), c.parameters) << c.name;
     EXPECT_EQ(m->state_dict().size(), c.entries) << c.name;
     EXPECT_EQ(m->name(), c.name);
   }
   const nn::StateDict sd = models::resnet50(1000, float32, cpu())->state_dict();
-  for (const char* key : {"conv1.weight", "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv3.weight",
-                          "layer1.0.downsample.0.weight", "layer1.0.downsample.1.bias", "layer4.2.bn3.weight",
-                          "fc.weight", "fc.bias"})
+  for (const char* key :
+       {"conv1.weight", "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv3.weight",
+        "layer1.0.downsample.0.weight", "layer1.0.downsample.1.bias", "layer4.2.bn3.weight", "fc.weight", "fc.bias"})
     EXPECT_NE(sd.find(key), nullptr) << key;
   EXPECT_EQ(sd.at("layer2.0.conv2.weight").shape(), (Shape{128, 128, 3, 3}));
   EXPECT_EQ(sd.at("fc.weight").shape(), (Shape{1000, 2048}));
@@ -59,8 +59,7 @@ TEST(Models, ResNet18TrainsAndEvaluatesOnEveryBackendAlike) {
     ASSERT_EQ(logits.shape(), (Shape{2, 10})) << d.str();
     const Array loss = nn::cross_entropy(logits, from_data(std::vector<int64_t>{1, 7}, Shape{2}, d));
     loss.backward();
-    for (const auto& [name, p] : m->named_parameters())
-      ASSERT_TRUE(p.grad().defined()) << d.str() << " " << name;
+    for (const auto& [name, p] : m->named_parameters()) ASSERT_TRUE(p.grad().defined()) << d.str() << " " << name;
     EXPECT_EQ(m->state_dict().at("layer3.1.bn2.num_batches_tracked").item<int64_t>(), 1) << d.str();
     m->eval();
     const Array eval_logits = (*m)(x);

@@ -75,15 +75,16 @@ void run_resnet50(BenchContext& ctx) {
           no_sync.push_back(now_s() - t0);  // WRONG ON PURPOSE: the work is only queued
           synchronize(ctx.device);
         }
-        table.row({"infer" + suffix + " first call", ctx.device.str(), std::to_string(gpu_batch),
-                   format_seconds(first), "one-time costs included"});
+        table.row({"infer" + suffix + " first call", ctx.device.str(), std::to_string(gpu_batch), format_seconds(first),
+                   "one-time costs included"});
         table.row({"infer" + suffix + " no sync", ctx.device.str(), std::to_string(gpu_batch),
                    format_seconds(summarize(no_sync).median), "WRONG: host clock, no synchronisation"});
-        const BenchResult r = bench("infer" + suffix, [&] { (void)(*net)(input); }, ctx.options(3, 10, 20));
+        const BenchResult r = bench(
+            "infer" + suffix, [&] { (void)(*net)(input); }, ctx.options(3, 10, 20));
         ctx.record("resnet50", "infer" + suffix, "seconds", "s", ctx.seconds(r), false, check);
         if (!amp) gpu_per_image = ctx.seconds(r) / static_cast<double>(gpu_batch);
-        table.row({"infer" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)),
-                   check});
+        table.row(
+            {"infer" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
       }
       net->train();
       optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
@@ -119,11 +120,12 @@ void run_resnet50(BenchContext& ctx) {
     const Array x = random::normal({cpu_batch, 3, side, side}, 0.0, 1.0, float32, cpu());
     NoGradGuard no_grad;
     const std::string check = finite_check((*net)(x));
-    const BenchResult r = bench("cpu_infer", [&] { (void)(*net)(x); },
-                                {.warmup = ctx.quick ? 0 : 1, .repeat = ctx.quick ? 2 : 3, .max_seconds = 60,
-                                 .devices = {cpu()}});
+    const BenchResult r =
+        bench("cpu_infer", [&] { (void)(*net)(x); },
+              {.warmup = ctx.quick ? 0 : 1, .repeat = ctx.quick ? 2 : 3, .max_seconds = 60, .devices = {cpu()}});
     ctx.record("resnet50", "cpu_infer_b16", "seconds", "s", summarize(r.host_seconds).median, false, check);
-    table.row({"cpu_infer_b16", "cpu", std::to_string(cpu_batch), format_seconds(summarize(r.host_seconds).median), check});
+    table.row(
+        {"cpu_infer_b16", "cpu", std::to_string(cpu_batch), format_seconds(summarize(r.host_seconds).median), check});
     if (gpu_per_image > 0)
       peak += fmt::format("; float32 inference per image: the GPU {:.0f}x the CPU ({} vs {})",
                           summarize(r.host_seconds).median / static_cast<double>(cpu_batch) / gpu_per_image,
