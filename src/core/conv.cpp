@@ -291,6 +291,24 @@ Array run_pool(detail::PoolCall& call, const Shape& shape, DType dtype, Device d
   return detail::backend_for(device).pooling(call) ? call.out : Array();
 }
 
+/// A pooling forward's checks, layout and engine attempt (y defined when the backend's engine ran).
+struct PoolForward {
+  Geometry g;
+  bool cl;
+  Array xs, y;
+};
+PoolForward pool_forward(const Array& x, const PoolParams& p, detail::PoolKind kind, const char* op,
+                         const char* layer) {
+  require_floating(x, op, "input");
+  detail::reject_grad({&x}, op, (std::string("use ") + layer + ", which records the gradient").c_str());
+  PoolForward f{pool_geometry(x.shape(), p, op), strictly_channels_last(x), Array(), Array()};
+  f.xs = in_layout(x, f.cl);
+  detail::PoolCall call = pool_call(kind, p, f.cl);
+  call.x = &f.xs;
+  f.y = run_pool(call, {f.g.n, f.g.c, f.g.oh, f.g.ow}, x.dtype(), x.device(), x.size() == 0);
+  return f;
+}
+
 /// The reference max pooling: the windows of x padded with -inf, their first maxima and the values there.
 MaxPoolOutput max_pool_reference(const Array& x, const Geometry& g) {
   const int64_t k = g.kh * g.kw;
@@ -304,18 +322,10 @@ MaxPoolOutput max_pool_reference(const Array& x, const Geometry& g) {
 }  // namespace
 
 MaxPoolOutput max_pool2d_forward(const Array& x, const PoolParams& p) {
-  const char* op = "max_pool2d";
-  require_floating(x, op, "input");
-  detail::reject_grad({&x}, op, "use nn::max_pool2d, which records the gradient");
-  const Geometry g = pool_geometry(x.shape(), p, op);
-  const bool cl = strictly_channels_last(x);
-  detail::PoolCall call = pool_call(detail::PoolKind::MaxForward, p, cl);
-  const Array xs = in_layout(x, cl);
-  call.x = &xs;
-  const Array y = run_pool(call, {g.n, g.c, g.oh, g.ow}, x.dtype(), x.device(), x.size() == 0);
-  if (y.defined()) return {y, Array()};
-  MaxPoolOutput r = max_pool_reference(xs, g);
-  if (cl) r.y = to_channels_last(r.y);
+  const PoolForward f = pool_forward(x, p, detail::PoolKind::MaxForward, "max_pool2d", "nn::max_pool2d");
+  if (f.y.defined()) return {f.y, Array()};
+  MaxPoolOutput r = max_pool_reference(f.xs, f.g);
+  if (f.cl) r.y = to_channels_last(r.y);
   return r;
 }
 
@@ -346,18 +356,11 @@ Array max_pool2d_backward(const Array& grad_out, const Array& x, const Array& y,
 }
 
 Array avg_pool2d_forward(const Array& x, const PoolParams& p) {
-  const char* op = "avg_pool2d";
-  require_floating(x, op, "input");
-  detail::reject_grad({&x}, op, "use nn::avg_pool2d, which records the gradient");
-  const Geometry g = pool_geometry(x.shape(), p, op);
-  const bool cl = strictly_channels_last(x);
-  detail::PoolCall call = pool_call(detail::PoolKind::AvgForward, p, cl);
-  const Array xs = in_layout(x, cl);
-  call.x = &xs;
-  const Array y = run_pool(call, {g.n, g.c, g.oh, g.ow}, x.dtype(), x.device(), x.size() == 0);
-  if (y.defined()) return y;
-  const Array out = windows(padded(xs, g, 0.0), g).reshape({g.n, g.c, g.kh * g.kw, g.oh, g.ow}).mean(2);
-  return cl ? to_channels_last(out) : out;
+  const PoolForward f = pool_forward(x, p, detail::PoolKind::AvgForward, "avg_pool2d", "nn::avg_pool2d");
+  if (f.y.defined()) return f.y;
+  const Geometry& g = f.g;
+  const Array out = windows(padded(f.xs, g, 0.0), g).reshape({g.n, g.c, g.kh * g.kw, g.oh, g.ow}).mean(2);
+  return f.cl ? to_channels_last(out) : out;
 }
 
 Array avg_pool2d_backward(const Array& grad_out, const Shape& input_shape, const PoolParams& p) {
