@@ -1,15 +1,19 @@
-// Batch normalisation of channels-last arrays on the GPU (training forward and backward), where cuDNN's
-// descriptor API is slow (cudnn.cpp says how slow). x is viewed as (rows = N*H*W, C) with C contiguous. Three
-// kernels per step, generated per (x dtype, statistics dtype) and compiled by NVRTC:
+// Batch normalisation on the GPU where cuDNN's descriptor API is slow (cudnn.cpp says how slow): training
+// forward and backward of channels-last arrays, and evaluation in either layout. A channels-last x is viewed as
+// (rows = N*H*W, C) with C contiguous. Up to three kernels per step, generated per (x dtype, statistics dtype)
+// and compiled by NVRTC:
 //  - bn_partials: a (32 channels x 8 rows) block per (channel tile, row slice) sums, in float64, x and x^2
 //    (forward) or dy and dy * (x - mean) (backward) over its rows; a warp reads 32 adjacent channels of a row;
 //  - bn_finalize: a thread per channel adds the slices' partial sums and writes the statistics (mean, invstd,
-//    the running averages with the unbiased variance; or dweight, dbias) and the per-channel coefficients;
+//    the running averages with the unbiased variance; or dweight, dbias) and the per-channel coefficients
+//    (evaluation: the coefficients from the running statistics, no partial sums);
 //  - bn_apply: y = x * scale + shift, or dx = (dy - dbias / M - (x - mean) * dweight * invstd / M) * weight *
-//    invstd, one element per thread, in the statistics dtype.
+//    invstd, one element per thread, in the statistics dtype (channels-last: the channel stepped along the
+//    grid-stride loop; NCHW evaluation: bn_apply_planes, a block per (n, c) plane, no division per element).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(256) bn_partials(const IN* __restri
 // Forward: stats = (mean, invstd) out, running averages updated, coef = (scale, shift).
 // Backward: stats = (dweight, dbias) out, coef = (a, b, cc, mean) with dx = (dy - b - (x - mean) * cc) * a.
 extern "C" __global__ void bn_finalize(const double* __restrict__ part, int slices, long long C, long long rows,
-                                       int backward, const S* __restrict__ weight, const S* __restrict__ bias,
+                                       int backward /* 0 forward, 1 backward, 2 evaluation */, const S* __restrict__ weight, const S* __restrict__ bias,
                                        const S* __restrict__ mean_in, const S* __restrict__ invstd_in,
                                        S* __restrict__ out0, S* __restrict__ out1, S* __restrict__ running_mean,
                                        S* __restrict__ running_var, double momentum, double eps,
@@ -74,12 +78,18 @@ extern "C" __global__ void bn_finalize(const double* __restrict__ part, int slic
   const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   double a = 0.0, b = 0.0;
-  for (int s = 0; s < slices; ++s) {
+  for (int s = 0; backward != 2 && s < slices; ++s) {
     a += part[((long long)s * 2) * C + c];
     b += part[((long long)s * 2 + 1) * C + c];
   }
   const double m = (double)rows;
   const double w = (double)weight[c];
+  if (backward == 2) {  // evaluation: the running statistics
+    const double inv = 1.0 / sqrt((double)running_var[c] + eps);
+    coef[c] = (S)(w * inv);
+    coef[C + c] = (S)((double)bias[c] - (double)running_mean[c] * w * inv);
+    return;
+  }
   if (!backward) {
     const double mu = a / m;
     const double var = fmax(b / m - mu * mu, 0.0);
@@ -123,6 +133,18 @@ extern "C" __global__ void __launch_bounds__(256) bn_apply(const IN* __restrict_
     out[i] = kd::from_wide<IN>(r);
   }
 }
+
+extern "C" __global__ void __launch_bounds__(256) bn_apply_planes(const IN* __restrict__ x, IN* __restrict__ out,
+                                                                 const S* __restrict__ coef, long long planes,
+                                                                 long long C, long long plane) {
+  for (long long p = blockIdx.x; p < planes; p += gridDim.x) {
+    const long long c = p % C;
+    const S scale = coef[c], shift = coef[C + c];
+    const long long base = p * plane;
+    for (long long j = threadIdx.x; j < plane; j += blockDim.x)
+      out[base + j] = kd::from_wide<IN>((S)kd::widen(x[base + j]) * scale + shift);
+  }
+}
 )KILN_BN";
 
 using ModuleKey = std::tuple<int, DType, DType>;
@@ -146,11 +168,12 @@ std::shared_ptr<Module> bn_module(int device, DType in, DType stats) {
 
 }  // namespace
 
-bool cuda_batch_norm_nhwc(detail::BatchNormCall& call) {
+bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
   using detail::BatchNormKind;
   const Array& x = *call.x;
   const DType stats = call.weight->dtype();
-  if (call.kind == BatchNormKind::Evaluation || (stats != DType::Float32 && stats != DType::Float64)) return false;
+  const bool evaluation = call.kind == BatchNormKind::Evaluation;
+  if ((!call.channels_last && !evaluation) || (stats != DType::Float32 && stats != DType::Float64)) return false;
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);
   std::shared_ptr<Module> module = bn_module(device, x.dtype(), stats);
@@ -161,16 +184,17 @@ bool cuda_batch_norm_nhwc(detail::BatchNormCall& call) {
   const int64_t tiles = ceil_div(C, 32);
   int slices = static_cast<int>(std::clamp<int64_t>(4 * sms / tiles, 1, std::min<int64_t>(ceil_div(rows, 64), 65535)));
   const bool backward = call.kind == BatchNormKind::Backward;
-  std::shared_ptr<Storage> part = device_alloc(device, sizeof(double) * 2 * static_cast<size_t>(slices * C), stream);
+  std::shared_ptr<Storage> part =
+      evaluation ? nullptr : device_alloc(device, sizeof(double) * 2 * static_cast<size_t>(slices * C), stream);
   std::shared_ptr<Storage> coef =
       device_alloc(device, static_cast<size_t>(itemsize(stats)) * 4 * static_cast<size_t>(C), stream);
   const void* xp = x.data_ptr();
   const void* dyp = backward ? call.dy->data_ptr() : nullptr;
   const void* mean_in = backward ? call.mean.data_ptr() : nullptr;
   const void* invstd_in = backward ? call.invstd.data_ptr() : nullptr;
-  void* partp = part->data();
+  void* partp = part ? part->data() : nullptr;
   void* coefp = coef->data();
-  {
+  if (!evaluation) {
     void* args[] = {&xp, &dyp, &mean_in, &partp, &rows, &C};
     launch(module->function("bn_partials"), dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
            dim3(32, 8), 0, stream, args, "bn_partials");
@@ -178,24 +202,30 @@ bool cuda_batch_norm_nhwc(detail::BatchNormCall& call) {
   {
     const void* w = call.weight->data_ptr();
     const void* b = call.bias->defined() ? call.bias->data_ptr() : nullptr;
-    void* out0 = backward ? call.dweight.data_ptr() : call.mean.data_ptr();
-    void* out1 = backward ? call.dbias.data_ptr() : call.invstd.data_ptr();
+    void* out0 = backward ? call.dweight.data_ptr() : evaluation ? nullptr : call.mean.data_ptr();
+    void* out1 = backward ? call.dbias.data_ptr() : evaluation ? nullptr : call.invstd.data_ptr();
     const bool running = !backward && call.running_mean->defined();
     void* rm = running ? call.running_mean->data_ptr() : nullptr;
     void* rv = running ? call.running_var->data_ptr() : nullptr;
-    int is_backward = backward ? 1 : 0;
+    int mode = evaluation ? 2 : backward ? 1 : 0;
     double momentum = call.momentum, eps = call.eps;
-    void* args[] = {&partp,     &slices, &C,    &rows, &is_backward, &w,        &b,   &mean_in,
-                    &invstd_in, &out0,   &out1, &rm,   &rv,          &momentum, &eps, &coefp};
-    launch(module->function("bn_finalize"), dim3(static_cast<unsigned>(ceil_div(C, 256))), dim3(256), 0, stream, args,
-           "bn_finalize");
+    void* args[] = {&partp, &slices, &C,  &rows, &mode, &w,  &b,        &mean_in,
+                    &invstd_in, &out0, &out1, &rm, &rv, &momentum, &eps, &coefp};
+    launch(module->function("bn_finalize"), dim3(static_cast<unsigned>(ceil_div(C, 256))), dim3(256), 0, stream,
+           args, "bn_finalize");
   }
-  {
-    void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
-    void* args[] = {&xp, &dyp, &outp, &coefp, &n, &C};
-    const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), sms * 16);
-    launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");
+  void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
+  if (!call.channels_last) {  // evaluation of an NCHW x: a block per (n, c) plane
+    long long planes = x.shape(0) * C, plane = x.shape(2) * x.shape(3);
+    void* args[] = {&xp, &outp, &coefp, &planes, &C, &plane};
+    const int64_t blocks = std::min<int64_t>(planes, INT32_MAX);
+    launch(module->function("bn_apply_planes"), dim3(static_cast<unsigned>(blocks)), dim3(plane >= 256 ? 256 : 64), 0,
+           stream, args, "bn_apply_planes");
+    return true;
   }
+  void* args[] = {&xp, &dyp, &outp, &coefp, &n, &C};
+  const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), sms * 16);
+  launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");
   return true;
 }
 

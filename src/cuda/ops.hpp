@@ -39,8 +39,9 @@ void cuda_user_reduction(const detail::UserReductionCall& call);
 bool cuda_convolution(const detail::ConvCall& call);
 bool cuda_batch_norm(detail::BatchNormCall& call);
 bool cuda_pooling(const detail::PoolCall& call);
-/// Channels-last batch normalisation, training forward and backward (batch_norm.cpp); false otherwise.
-bool cuda_batch_norm_nhwc(detail::BatchNormCall& call);
+/// kiln's batch-normalisation kernels (batch_norm.cpp): channels-last training forward and backward, and
+/// evaluation in either layout; false otherwise.
+bool cuda_batch_norm_kernels(detail::BatchNormCall& call);
 
 /// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
 bool cuda_check_range(const Array& values, int64_t lo, int64_t hi, int32_t code);
