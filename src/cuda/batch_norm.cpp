@@ -1,5 +1,5 @@
-// Batch normalisation on the GPU where cuDNN's descriptor API is slow (cudnn.cpp says how slow): training
-// forward and backward of channels-last arrays, and evaluation in either layout. A channels-last x is viewed as
+// Batch normalisation of channels-last arrays on the GPU (training forward and backward, evaluation), where
+// cuDNN's descriptor API is slow (cudnn.cpp says how slow). A channels-last x is viewed as
 // (rows = N*H*W, C) with C contiguous. Up to three kernels per step, generated per (x dtype, statistics dtype)
 // and compiled by NVRTC:
 //  - bn_partials: a (32 channels x 8 rows) block per (channel tile, row slice) sums, in float64, x and x^2
@@ -8,12 +8,11 @@
 //    the running averages with the unbiased variance; or dweight, dbias) and the per-channel coefficients
 //    (evaluation: the coefficients from the running statistics, no partial sums);
 //  - bn_apply: y = x * scale + shift, or dx = (dy - dbias / M - (x - mean) * dweight * invstd / M) * weight *
-//    invstd, one element per thread, in the statistics dtype (channels-last: the channel stepped along the
-//    grid-stride loop; NCHW evaluation: bn_apply_planes, a block per (n, c) plane, no division per element).
+//    invstd, one element per thread, in the statistics dtype (the channel stepped along the grid-stride loop,
+//    not divided out per element).
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -134,17 +133,6 @@ extern "C" __global__ void __launch_bounds__(256) bn_apply(const IN* __restrict_
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) bn_apply_planes(const IN* __restrict__ x, IN* __restrict__ out,
-                                                                 const S* __restrict__ coef, long long planes,
-                                                                 long long C, long long plane) {
-  for (long long p = blockIdx.x; p < planes; p += gridDim.x) {
-    const long long c = p % C;
-    const S scale = coef[c], shift = coef[C + c];
-    const long long base = p * plane;
-    for (long long j = threadIdx.x; j < plane; j += blockDim.x)
-      out[base + j] = kd::from_wide<IN>((S)kd::widen(x[base + j]) * scale + shift);
-  }
-}
 )KILN_BN";
 
 using ModuleKey = std::tuple<int, DType, DType>;
@@ -173,7 +161,7 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
   const Array& x = *call.x;
   const DType stats = call.weight->dtype();
   const bool evaluation = call.kind == BatchNormKind::Evaluation;
-  if ((!call.channels_last && !evaluation) || (stats != DType::Float32 && stats != DType::Float64)) return false;
+  if (!call.channels_last || (stats != DType::Float32 && stats != DType::Float64)) return false;
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);
   std::shared_ptr<Module> module = bn_module(device, x.dtype(), stats);
@@ -215,14 +203,6 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
            args, "bn_finalize");
   }
   void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
-  if (!call.channels_last) {  // evaluation of an NCHW x: a block per (n, c) plane
-    long long planes = x.shape(0) * C, plane = x.shape(2) * x.shape(3);
-    void* args[] = {&xp, &outp, &coefp, &planes, &C, &plane};
-    const int64_t blocks = std::min<int64_t>(planes, INT32_MAX);
-    launch(module->function("bn_apply_planes"), dim3(static_cast<unsigned>(blocks)), dim3(plane >= 256 ? 256 : 64), 0,
-           stream, args, "bn_apply_planes");
-    return true;
-  }
   void* args[] = {&xp, &dyp, &outp, &coefp, &n, &C};
   const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), sms * 16);
   launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");

@@ -430,9 +430,10 @@ bool cuda_batch_norm(detail::BatchNormCall& call) {
   // cuDNN's descriptor-API batch norm is slow on channels-last training (bench_layers, H200, batch 128, 256
   // channels at 56x56, bfloat16: 13 ms forward and 19 ms backward in either spatial mode, against 0.43 / 0.75 ms
   // for float32 NCHW): kiln's own kernels (batch_norm.cpp) serve those instead.
-  // Evaluation too: one pass from per-channel coefficients (cuDNN's: 295 us for float32 NCHW, 256 channels at
-  // 56x56, batch 128, where 170 us moves the bytes).
-  if ((cl || call.kind == BatchNormKind::Evaluation) && cuda_batch_norm_kernels(call)) return true;
+  // Channels-last evaluation too (bfloat16, 256 channels at 56x56: 200 us against cuDNN's 275 us). For NCHW
+  // evaluation cuDNN stays: a kernel of kiln's measured 276 us against its 295 us at 56x56 but lost overall on
+  // the small deep planes (ResNet-50 inference 18.3 ms against 17.8 ms).
+  if (cl && cuda_batch_norm_kernels(call)) return true;
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);
   cudnnHandle_t handle = bound_handle(device, stream);

@@ -39,8 +39,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call);
 bool cuda_convolution(const detail::ConvCall& call);
 bool cuda_batch_norm(detail::BatchNormCall& call);
 bool cuda_pooling(const detail::PoolCall& call);
-/// kiln's batch-normalisation kernels (batch_norm.cpp): channels-last training forward and backward, and
-/// evaluation in either layout; false otherwise.
+/// kiln's batch-normalisation kernels for channels-last arrays (batch_norm.cpp): training forward and backward,
+/// evaluation; false otherwise.
 bool cuda_batch_norm_kernels(detail::BatchNormCall& call);
 
 /// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
