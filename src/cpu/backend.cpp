@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/backend.hpp"
+#include "cpu/onednn.hpp"
 #include "cpu/elementwise.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/random.hpp"
@@ -100,6 +101,7 @@ class CpuBackend final : public detail::Backend {
   void reduce(const detail::ReduceCall& call) override { cpu_reduce(call); }
   void scan(const detail::ScanCall& call) override { cpu_scan(call); }
   void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
+  bool convolution(const detail::ConvCall& call) override { return onednn_convolution(call); }
   void random(const detail::RandomCall& call) override { cpu_random(call); }
   void synchronize(Device) override {}
   int device_count() override { return 1; }
