@@ -13,6 +13,7 @@
 
 #include "core/backend.hpp"
 #include "cpu/onednn.hpp"
+#include "cpu/pooling.hpp"
 #include "cpu/elementwise.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/random.hpp"
@@ -102,6 +103,7 @@ class CpuBackend final : public detail::Backend {
   void scan(const detail::ScanCall& call) override { cpu_scan(call); }
   void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
   bool convolution(const detail::ConvCall& call) override { return onednn_convolution(call); }
+  bool pooling(const detail::PoolCall& call) override { return cpu_pooling(call); }
   void random(const detail::RandomCall& call) override { cpu_random(call); }
   void synchronize(Device) override {}
   int device_count() override { return 1; }

@@ -7,9 +7,8 @@
 #include "cpu/onednn.hpp"
 
 #ifdef KILN_HAVE_ONEDNN
-#include <dnnl.hpp>
-
 #include <array>
+#include <dnnl.hpp>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -63,12 +62,13 @@ std::shared_ptr<const Entry> make_entry(const ConvKey& k, const memory::dims& y_
   const memory::dims pad_r{(y_dims[2] - 1) * k.stride[0] + (k.w[2] - 1) * k.dilation[0] + 1 - k.x[2] - k.padding[0],
                            (y_dims[3] - 1) * k.stride[1] + (k.w[3] - 1) * k.dilation[1] + 1 - k.x[3] - k.padding[1]};
   const auto f32 = memory::data_type::f32;
-  const dnnl::convolution_forward::desc d(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, memory::desc(x_dims, f32, tag::any),
-      memory::desc(w_dims, f32, tag::any), memory::desc(y_dims, f32, tag::any), strides, dilates, pad_l, pad_r);
+  const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                          memory::desc(x_dims, f32, tag::any), memory::desc(w_dims, f32, tag::any),
+                                          memory::desc(y_dims, f32, tag::any), strides, dilates, pad_l, pad_r);
   dnnl::convolution_forward::primitive_desc pd(d, engine());
   const tag act = k.channels_last ? tag::nhwc : tag::nchw;
-  const tag wt = k.groups == 1 ? (k.channels_last ? tag::ohwi : tag::oihw) : (k.channels_last ? tag::gohwi : tag::goihw);
+  const tag wt =
+      k.groups == 1 ? (k.channels_last ? tag::ohwi : tag::oihw) : (k.channels_last ? tag::gohwi : tag::goihw);
   return std::make_shared<const Entry>(Entry{pd, dnnl::convolution_forward(pd), memory::desc(x_dims, f32, act),
                                              memory::desc(w_dims, f32, wt), memory::desc(y_dims, f32, act)});
 }

@@ -1,0 +1,118 @@
+// 2-d pooling on the CPU (CpuBackend::pooling): direct loops over NCHW-contiguous float32/float64 planes,
+// one (n, c) plane per task on kiln's pool. Max pooling takes the first maximum of each window in row-major
+// window order, NaN winning (as the core's reference and PyTorch), padding never; its backward finds that
+// position again from x and adds dy there (a plane's windows are walked by one thread, so overlapping windows
+// never race). Average pooling counts padding (count_include_pad). Channels-last operands and other dtypes
+// return false: the core's reference runs them.
+#include "cpu/pooling.hpp"
+
+#include <cmath>
+
+#include "core/backend.hpp"
+#include "cpu/parallel.hpp"
+
+namespace kiln::cpu_impl {
+namespace {
+
+struct Window {
+  int64_t h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+/// The input offset (within a plane) of window (i, j)'s maximum, or -1 when the window holds no input.
+template <class T>
+int64_t argmax_at(const T* x, const Window& g, int64_t i, int64_t j) {
+  int64_t best = -1;
+  T value = T(0);
+  for (int64_t p = 0; p < g.kh; ++p) {
+    const int64_t r = i * g.sh - g.ph + p * g.dh;
+    if (r < 0 || r >= g.h) continue;
+    for (int64_t q = 0; q < g.kw; ++q) {
+      const int64_t s = j * g.sw - g.pw + q * g.dw;
+      if (s < 0 || s >= g.w) continue;
+      const T v = x[r * g.w + s];
+      if (best < 0 || (!std::isnan(value) && (v > value || std::isnan(v)))) best = r * g.w + s, value = v;
+    }
+  }
+  return best;
+}
+
+template <class T>
+void pool(const detail::PoolCall& call, const Window& g, int64_t planes) {
+  const bool max = call.kind == detail::PoolKind::MaxForward || call.kind == detail::PoolKind::MaxBackward;
+  const bool forward = call.kind == detail::PoolKind::MaxForward || call.kind == detail::PoolKind::AvgForward;
+  const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const T* x = call.x ? static_cast<const T*>(call.x->data_ptr()) : nullptr;
+  const T* dy = call.dy ? static_cast<const T*>(call.dy->data_ptr()) : nullptr;
+  T* out = static_cast<T*>(call.out.data_ptr());
+  const T scale = T(1) / static_cast<T>(g.kh * g.kw);
+  parallel_for(
+      planes,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t pl = begin; pl < end; ++pl) {
+          const T* xp = x ? x + pl * in_plane : nullptr;
+          if (forward) {
+            T* yp = out + pl * out_plane;
+            for (int64_t i = 0; i < g.oh; ++i)
+              for (int64_t j = 0; j < g.ow; ++j) {
+                if (max) {
+                  const int64_t at = argmax_at(xp, g, i, j);
+                  yp[i * g.ow + j] = at < 0 ? -INFINITY : xp[at];
+                  continue;
+                }
+                T total = T(0);
+                for (int64_t p = 0; p < g.kh; ++p) {
+                  const int64_t r = i * g.sh - g.ph + p;
+                  if (r < 0 || r >= g.h) continue;
+                  for (int64_t q = 0; q < g.kw; ++q) {
+                    const int64_t s = j * g.sw - g.pw + q;
+                    if (s >= 0 && s < g.w) total += xp[r * g.w + s];
+                  }
+                }
+                yp[i * g.ow + j] = total * scale;
+              }
+          } else {
+            T* dxp = out + pl * in_plane;
+            const T* dyp = dy + pl * out_plane;
+            for (int64_t k = 0; k < in_plane; ++k) dxp[k] = T(0);
+            for (int64_t i = 0; i < g.oh; ++i)
+              for (int64_t j = 0; j < g.ow; ++j) {
+                const T grad = dyp[i * g.ow + j];
+                if (max) {
+                  const int64_t at = argmax_at(xp, g, i, j);
+                  if (at >= 0) dxp[at] += grad;
+                  continue;
+                }
+                for (int64_t p = 0; p < g.kh; ++p) {
+                  const int64_t r = i * g.sh - g.ph + p;
+                  if (r < 0 || r >= g.h) continue;
+                  for (int64_t q = 0; q < g.kw; ++q) {
+                    const int64_t s = j * g.sw - g.pw + q;
+                    if (s >= 0 && s < g.w) dxp[r * g.w + s] += grad * scale;
+                  }
+                }
+              }
+          }
+        }
+      },
+      1);
+}
+
+}  // namespace
+
+bool cpu_pooling(const detail::PoolCall& call) {
+  const bool forward = call.kind == detail::PoolKind::MaxForward || call.kind == detail::PoolKind::AvgForward;
+  const Array& in = forward ? *call.x : call.out;    // (N, C, H, W) input side
+  const Array& out = forward ? call.out : *call.dy;  // output side
+  const DType t = call.out.dtype();
+  if (call.channels_last || (t != DType::Float32 && t != DType::Float64)) return false;
+  const Window g{in.shape(2),    in.shape(3),    out.shape(2),    out.shape(3),    call.kernel[0],   call.kernel[1],
+                 call.stride[0], call.stride[1], call.padding[0], call.padding[1], call.dilation[0], call.dilation[1]};
+  const int64_t planes = in.shape(0) * in.shape(1);
+  if (t == DType::Float32)
+    pool<float>(call, g, planes);
+  else
+    pool<double>(call, g, planes);
+  return true;
+}
+
+}  // namespace kiln::cpu_impl
