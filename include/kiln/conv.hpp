@@ -1,8 +1,9 @@
 // Convolution and batch normalisation primitives over (N, C, H, W) arrays, as ATen's convolution /
 // convolution_backward and native_batch_norm / native_batch_norm_backward: the engines under nn::conv2d and
-// nn::batch_norm2d. On a GPU they run in cuDNN (float32, float64, float16, bfloat16); on the CPU, and for
-// other dtypes, in kiln's reference implementation (im2col through a strided view and one matrix product;
-// batch statistics with kiln's reductions). They record no gradient (nn's functions do): an input that
+// nn::batch_norm2d. On a GPU they run in cuDNN (float32, float64, float16, bfloat16; channels-last batch norm
+// in kiln's own kernels); on the CPU float32 forward convolutions run in oneDNN where the build found it and
+// pooling in direct loops; everything else in kiln's reference implementation (im2col through a strided view and
+// one matrix product; batch statistics with kiln's reductions), which every backend can run. They record no gradient (nn's functions do): an input that
 // requires grad while grad mode is on is refused.
 //
 // Layouts: an array is NCHW-contiguous, or channels-last (its shape stays (N, C, H, W); its memory is
