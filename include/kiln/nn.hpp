@@ -275,7 +275,8 @@ Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel,
 /// The mean of each window (padding counts as zeros: PyTorch's count_include_pad).
 Array avg_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel,
                  std::optional<std::pair<int64_t, int64_t>> stride = {}, std::pair<int64_t, int64_t> padding = {0, 0});
-/// Averages to output_size; the size must divide the input's (ValueError otherwise: uneven windows not yet).
+/// Averages to output_size, as torch's adaptive_avg_pool2d: output (i, j) averages input rows floor(i*H/oh) to
+/// ceil((i+1)*H/oh) and likewise columns (one average pooling when the sizes divide; else one mean per output).
 Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_size);
 /// Normalises each channel of (N, C, H, W) x: with the batch's statistics when training (and updates the running
 /// ones, when defined, in place: running = (1 - momentum) running + momentum batch, the variance unbiased), else

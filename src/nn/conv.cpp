@@ -74,13 +74,28 @@ Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_siz
   if (x.ndim() != 4)
     throw ShapeError("adaptive_avg_pool2d: the input must be (N, C, H, W), got shape " + shape_str(x.shape()));
   const auto [oh, ow] = output_size;
-  if (oh <= 0 || ow <= 0 || x.shape(2) % oh != 0 || x.shape(3) % ow != 0)
-    throw ValueError("adaptive_avg_pool2d: output size " + std::to_string(oh) + "x" + std::to_string(ow) +
-                     " must divide the input's " + std::to_string(x.shape(2)) + "x" + std::to_string(x.shape(3)) +
-                     " (uneven windows are not implemented yet)");
+  const int64_t h = x.shape(2), w = x.shape(3);
+  if (oh <= 0 || ow <= 0)
+    throw ValueError("adaptive_avg_pool2d: the output size must be positive, got " + std::to_string(oh) + "x" +
+                     std::to_string(ow));
   if (oh == 1 && ow == 1) return mean(x, {2, 3}, true);
-  const int64_t kh = x.shape(2) / oh, kw = x.shape(3) / ow;
-  return avg_pool2d(x, {kh, kw}, std::pair<int64_t, int64_t>{kh, kw}, {0, 0});
+  if (h % oh == 0 && w % ow == 0) {  // even windows: one average pooling
+    const int64_t kh = h / oh, kw = w / ow;
+    return avg_pool2d(x, {kh, kw}, std::pair<int64_t, int64_t>{kh, kw}, {0, 0});
+  }
+  // Uneven windows, as PyTorch: output (i, j) averages rows floor(i*H/oh) .. ceil((i+1)*H/oh) and the same for
+  // columns (windows may overlap by one). One mean per output position, recorded, so the gradient follows.
+  std::vector<Array> rows;
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t r0 = i * h / oh, r1 = ((i + 1) * h + oh - 1) / oh;
+    std::vector<Array> cols;
+    for (int64_t j = 0; j < ow; ++j) {
+      const int64_t c0 = j * w / ow, c1 = ((j + 1) * w + ow - 1) / ow;
+      cols.push_back(mean(x.slice(2, r0, r1).slice(3, c0, c1), {2, 3}));
+    }
+    rows.push_back(stack(cols, -1));
+  }
+  return stack(rows, -2);
 }
 
 Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight, const Array& bias,

@@ -174,7 +174,28 @@ TEST(NnConv, PoolingMatchesLoopsAndPassesGradcheck) {
       EXPECT_TRUE(r.passed) << what << " on " << d.str() << ": " << r.report;
     }
     EXPECT_EQ(nn::adaptive_avg_pool2d(values({1, 1, 4, 6}, 9, d), {2, 3}).shape(), (Shape{1, 1, 2, 3}));
-    EXPECT_THROW(nn::adaptive_avg_pool2d(small, {2, 2}), ValueError);  // 5 is not divisible by 2
+    // uneven windows (5 -> 2: rows 0..2 and 2..4, overlapping at 2), against a loop, and their gradient
+    const Array uneven = nn::adaptive_avg_pool2d(small, {2, 3});
+    ASSERT_EQ(uneven.shape(), (Shape{1, 2, 2, 3}));
+    const std::vector<double> sv = small.to_vector<double>(), uv = uneven.to_vector<double>();
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j) {
+          const int64_t r0 = i * 5 / 2, r1 = ((i + 1) * 5 + 1) / 2, c0 = j * 5 / 3, c1 = ((j + 1) * 5 + 2) / 3;
+          double total = 0;
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t q = c0; q < c1; ++q) total += at4(sv, {1, 2, 5, 5}, 0, c, r, q);
+          EXPECT_NEAR(uv[static_cast<size_t>((c * 2 + i) * 3 + j)], total / static_cast<double>((r1 - r0) * (c1 - c0)),
+                      1e-12)
+              << d.str();
+        }
+    const GradcheckResult ru = gradcheck(
+        [](const std::vector<Array>& in) {
+          return nn::adaptive_avg_pool2d(in[0], {2, 3});
+        },
+        {small});
+    EXPECT_TRUE(ru.passed) << d.str() << ": " << ru.report;
+    EXPECT_THROW(nn::adaptive_avg_pool2d(small, {0, 2}), ValueError);
     EXPECT_THROW(nn::max_pool2d(small, {2, 2}, {}, {2, 2}), ValueError);
     EXPECT_THROW(nn::max_pool2d(small.reshape({2, 5, 5}), {2, 2}), ShapeError);
   }
