@@ -327,7 +327,8 @@ class TorchBench:
 
     # ------------------------------------------------------------------ resnet50
     def resnet50(self):
-        """kiln bench resnet50's cases (common.RESNET_CASES), as ../shared/anchors/peers_nn.py runs ResNet-50."""
+        """kiln bench resnet50's cases (common.RESNET_CASES): torchvision's ResNet-50, batch 128, float32 and
+        bfloat16 autocast channels-last, inference and an SGD training step; CPU inference at batch 16."""
         torch, F = self.torch, self.torch.nn.functional
         import torchvision
         side, gpu_batch, cpu_batch = common.resnet_sizes(self.sizes.mode)

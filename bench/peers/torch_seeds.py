@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Test accuracy of the 784-1000-1000-10 Adam model (batch 100, lr 1e-3, 5 epochs, Fashion-MNIST) over
-several seeds with PyTorch, as ../shared/anchors/peers_nn.py trains it for one seed: the spread that one
-accuracy figure sits in, beside `kiln train mlp --units 1000 --dropout 0 --optimizer adam --seed S`.
+several seeds with PyTorch (data /255, default Linear init, Adam defaults, per-epoch NumPy shuffles): the spread
+that a one-seed accuracy figure sits in, beside `kiln train mlp --units 1000 --dropout 0 --optimizer adam --seed S`.
 
     python3 bench/peers/torch_seeds.py --data DIR [--seeds 0,1,2,3,4] [--epochs 5] [--json FILE]
 

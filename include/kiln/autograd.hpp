@@ -83,7 +83,7 @@ struct AutogradFunction {
   std::string name;
   /// The result (computed with grad mode off: nothing inside is recorded); it may add arrays the backward
   /// needs to `saved` (an in-place change to one of them before backward makes backward throw, as for
-  /// built-in ops).
+  /// built-in ops; an undefined one comes back undefined).
   std::function<Array(const std::vector<Array>& inputs, std::vector<Array>& saved)> forward;
   /// One gradient per input from the result's gradient (undefined for an input that gets none); each is summed
   /// to its input's shape and cast to its dtype and device, like the built-in ops' gradients. needs_input_grad[i]

@@ -10,8 +10,8 @@
 #include "core/autograd.hpp"
 #include "core/indexing.hpp"
 #include "core/reduce.hpp"
-#include "kiln/conv.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/ops.hpp"
 
@@ -65,10 +65,11 @@ struct AccumulateGrad : Node {
       if (Array replaced = hook(g); replaced.defined()) g = replaced;
     if (!meta.grad.defined()) {
       // Own the gradient: it is accumulated into in place later, so it must alias nothing else.
-      const bool owned = g.storage().use_count() <= 2 && (g.is_contiguous() || is_channels_last(g)) && g.offset() == 0 &&
-                         g.nbytes() == static_cast<int64_t>(g.storage()->nbytes());
-      const bool channels_last = is_channels_last(g) && !g.is_contiguous();  // keep a channels-last weight's layout
-      meta.grad = owned ? g.detach() : channels_last ? to_channels_last(g.copy()) : g.copy();
+      const bool owned = g.storage().use_count() <= 2 && (g.is_contiguous() || is_channels_last(g)) &&
+                         g.offset() == 0 && g.nbytes() == static_cast<int64_t>(g.storage()->nbytes());
+      // A copy in g's layout (one pass): a channels-last weight keeps a channels-last gradient.
+      const bool channels_last = is_channels_last(g) && !g.is_contiguous();
+      meta.grad = owned ? g.detach() : channels_last ? g.permute({0, 2, 3, 1}).copy().permute({0, 3, 1, 2}) : g.copy();
     } else {
       add(meta.grad, g, meta.grad);
     }
@@ -420,7 +421,9 @@ struct FunctionNode : Node {
   std::vector<Array> apply(const Array& g) override {
     std::vector<Array> arrays;
     arrays.reserve(saved.size());
-    for (const Saved& s : saved) arrays.push_back(s.get(*this));
+    // An array saved undefined (an optional operand the forward did not have) comes back undefined; a released
+    // node never gets here (backward checks `released` first).
+    for (const Saved& s : saved) arrays.push_back(s.defined() ? s.get(*this) : Array());
     std::vector<bool> needs(next.size());
     for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i].node != nullptr;
     std::vector<Array> r = backward(g, arrays, needs);

@@ -176,15 +176,14 @@ class AlgoCache {
 /// Everything one convolution step needs: descriptors, pointers, the handle.
 struct ConvProblem {
   cudnnHandle_t handle = nullptr;
-  int device = 0;
   cudaStream_t stream = nullptr;
-  TensorDesc x, y;  // y: the output side (dy for the backward steps)
-  FilterDesc w;
+  TensorDesc x, y;  // the input side (x, or dx) and the output side (y, or dy)
+  FilterDesc w;     // w, or dw
   ConvDesc conv;
-  const void* x_ptr = nullptr;  // Forward, BackwardWeight: x; BackwardInput: dy
-  const void* w_ptr = nullptr;  // Forward, BackwardInput: w; BackwardWeight: dy
-  void* out_ptr = nullptr;
-  bool float32_no_tf32 = false;
+  const void* x_ptr = nullptr;   // Forward, BackwardWeight
+  const void* w_ptr = nullptr;   // Forward, BackwardInput
+  const void* dy_ptr = nullptr;  // BackwardInput, BackwardWeight
+  void* out_ptr = nullptr;       // y, dx or dw
 };
 
 /// The algorithm lists of one step kind, in cuDNN's perf-result form (algo, status, time, memory, mathType).
@@ -232,8 +231,7 @@ std::vector<Candidate> heuristics(detail::ConvKind kind, const ConvProblem& p) {
 }
 
 /// Times every algorithm on the problem's operands (its output is overwritten), fastest first.
-std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, const void* dy_or_unused, void* workspace,
-                             size_t bytes) {
+std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, void* workspace, size_t bytes) {
   switch (kind) {
     case detail::ConvKind::Forward: {
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
@@ -246,16 +244,16 @@ std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, const 
     case detail::ConvKind::BackwardInput: {
       std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
       int n = 0;
-      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(p.handle, p.w, p.w_ptr, p.y, dy_or_unused, p.conv,
-                                                                   p.x, p.out_ptr, static_cast<int>(perf.size()), &n,
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(p.handle, p.w, p.w_ptr, p.y, p.dy_ptr, p.conv, p.x,
+                                                                   p.out_ptr, static_cast<int>(perf.size()), &n,
                                                                    perf.data(), workspace, bytes));
       return candidates(perf.data(), n);
     }
     case detail::ConvKind::BackwardWeight: {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
       int n = 0;
-      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(p.handle, p.x, p.x_ptr, p.y, dy_or_unused, p.conv,
-                                                                     p.w, p.out_ptr, static_cast<int>(perf.size()), &n,
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(p.handle, p.x, p.x_ptr, p.y, p.dy_ptr, p.conv, p.w,
+                                                                     p.out_ptr, static_cast<int>(perf.size()), &n,
                                                                      perf.data(), workspace, bytes));
       return candidates(perf.data(), n);
     }
@@ -289,7 +287,6 @@ bool cuda_convolution(const detail::ConvCall& call) {
   const int device = out.device().index;
 
   ConvProblem p;
-  p.device = device;
   p.stream = current_stream(device);
   p.handle = bound_handle(device, p.stream);
   set_tensor(p.x, x_side.shape(), *type, cl);
@@ -303,25 +300,16 @@ bool cuda_convolution(const detail::ConvCall& call) {
       CUDNN_CROSS_CORRELATION, dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
   KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, static_cast<int>(call.groups)));
   const bool tf32 = dtype == DType::Float32 && kiln::cudnn::allow_tf32();
-  p.float32_no_tf32 = dtype == DType::Float32 && !tf32;
+  const bool float32_no_tf32 = dtype == DType::Float32 && !tf32;
   const cudnnMathType_t base_math =
-      p.float32_no_tf32
+      float32_no_tf32
           ? CUDNN_FMA_MATH
           : (dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH);
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math));
 
-  const void* dy_ptr = call.dy ? call.dy->data_ptr() : nullptr;
-  switch (call.kind) {
-    case ConvKind::Forward:
-      p.x_ptr = call.x->data_ptr(), p.w_ptr = call.w->data_ptr();
-      break;
-    case ConvKind::BackwardInput:
-      p.x_ptr = dy_ptr, p.w_ptr = call.w->data_ptr();
-      break;
-    case ConvKind::BackwardWeight:
-      p.x_ptr = call.x->data_ptr(), p.w_ptr = dy_ptr;
-      break;
-  }
+  p.x_ptr = call.x ? call.x->data_ptr() : nullptr;
+  p.w_ptr = call.w ? call.w->data_ptr() : nullptr;
+  p.dy_ptr = call.dy ? call.dy->data_ptr() : nullptr;
   p.out_ptr = out.data_ptr();
 
   const bool benchmark = kiln::cudnn::benchmark() && thread_captures() == 0;
@@ -333,7 +321,7 @@ bool cuda_convolution(const detail::ConvCall& call) {
     key.stride[i] = call.stride[i], key.padding[i] = call.padding[i], key.dilation[i] = call.dilation[i];
   key.groups = call.groups;
 
-  auto math_of = [&](const Candidate& c) { return p.float32_no_tf32 ? CUDNN_FMA_MATH : c.math; };
+  auto math_of = [&](const Candidate& c) { return float32_no_tf32 ? CUDNN_FMA_MATH : c.math; };
   std::shared_ptr<Storage> workspace;
   std::optional<AlgoChoice> choice = AlgoCache::instance().find(key);
   if (choice) {
@@ -350,7 +338,7 @@ bool cuda_convolution(const detail::ConvCall& call) {
       std::shared_ptr<Storage> scratch = try_workspace(device, most, p.stream);
       if (!scratch) most = 0;
       // The timing runs on the handle's stream; it reads the inputs, which the stream orders after their writes.
-      ranked = timed(call.kind, p, dy_ptr, scratch ? scratch->data() : nullptr, most);
+      ranked = timed(call.kind, p, scratch ? scratch->data() : nullptr, most);
     }
     for (const Candidate& c : ranked) {
       if (c.status != CUDNN_STATUS_SUCCESS) continue;
@@ -374,12 +362,12 @@ bool cuda_convolution(const detail::ConvCall& call) {
                                                choice->workspace, s.zero(), p.y, p.out_ptr));
       break;
     case ConvKind::BackwardInput:
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(p.handle, s.one(), p.w, p.w_ptr, p.y, dy_ptr, p.conv,
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(p.handle, s.one(), p.w, p.w_ptr, p.y, p.dy_ptr, p.conv,
                                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algo), ws,
                                                     choice->workspace, s.zero(), p.x, p.out_ptr));
       break;
     case ConvKind::BackwardWeight:
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p.handle, s.one(), p.x, p.x_ptr, p.y, dy_ptr, p.conv,
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p.handle, s.one(), p.x, p.x_ptr, p.y, p.dy_ptr, p.conv,
                                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), ws,
                                                       choice->workspace, s.zero(), p.w, p.out_ptr));
       break;
@@ -427,13 +415,6 @@ bool cuda_batch_norm(detail::BatchNormCall& call) {
   const std::optional<cudnnDataType_t> type = data_type(x.dtype());
   if (!type || call.eps < CUDNN_BN_MIN_EPSILON || !fits_int(x)) return false;
   const bool cl = call.channels_last;
-  // cuDNN's descriptor-API batch norm is slow on channels-last training (bench_layers, H200, batch 128, 256
-  // channels at 56x56, bfloat16: 13 ms forward and 19 ms backward in either spatial mode, against 0.43 / 0.75 ms
-  // for float32 NCHW): kiln's own kernels (batch_norm.cpp) serve those instead.
-  // Channels-last evaluation too (bfloat16, 256 channels at 56x56: 200 us against cuDNN's 275 us). For NCHW
-  // evaluation cuDNN stays: a kernel of kiln's measured 276 us against its 295 us at 56x56 but lost overall on
-  // the small deep planes (ResNet-50 inference 18.3 ms against 17.8 ms).
-  if (cl && cuda_batch_norm_kernels(call)) return true;
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);
   cudnnHandle_t handle = bound_handle(device, stream);

@@ -46,13 +46,11 @@ Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::option
   const AutogradFunction f{"MaxPool2dBackward",
                            [&](const std::vector<Array>& in, std::vector<Array>& saved) {
                              MaxPoolOutput r = max_pool2d_forward(in[0], p);
-                             saved = {in[0], r.y};  // and the indices where the reference computed them
-                             if (r.indices.defined()) saved.push_back(r.indices);
+                             saved = {in[0], r.y, r.indices};  // indices undefined when cuDNN pooled
                              return r.y;
                            },
                            [p](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>&) {
-                             const Array indices = saved.size() > 2 ? saved[2] : Array();
-                             return std::vector<Array>{max_pool2d_backward(grad, saved[0], saved[1], indices, p)};
+                             return std::vector<Array>{max_pool2d_backward(grad, saved[0], saved[1], saved[2], p)};
                            }};
   return apply(f, {x});
 }

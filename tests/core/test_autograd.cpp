@@ -401,6 +401,23 @@ TEST(AutogradEngine, CustomFunctionsRecordTheirOwnBackward) {
                                }};
     kiln_test::expect_error<ValueError>([&] { sum(apply(bad, {xg})).backward(); },
                                         {"BadBackward", "2 gradients for 1 inputs"});
+    // An undefined array saved for backward (an absent optional operand) comes back undefined; a second backward
+    // without retain_graph still says the saved arrays were freed.
+    const AutogradFunction optional{"OptionalBackward",
+                                    [](const std::vector<Array>& in, std::vector<Array>& saved) {
+                                      saved = {in[0], Array()};
+                                      return in[0] * 3.0;
+                                    },
+                                    [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+                                      EXPECT_TRUE(saved[0].defined());
+                                      EXPECT_FALSE(saved[1].defined());
+                                      return std::vector<Array>{g * 3.0};
+                                    }};
+    Array xo = x.copy().set_requires_grad();
+    const Array yo = sum(apply(optional, {xo}));
+    yo.backward();
+    EXPECT_TRUE(allclose(xo.grad(), full({3, 2}, 3.0, float64, d))) << d.str();
+    kiln_test::expect_error<ValueError>([&] { yo.backward(); }, {"freed", "retain_graph"});
   }
 }
 

@@ -335,6 +335,24 @@ TEST(NnConv, BatchNormEvaluationPassesGradcheck) {
   }
 }
 
+TEST(NnConv, BatchNormWithoutAffineParametersHasGradients) {
+  // BatchNorm2d(affine = false): no weight or bias; the input's gradient, training and evaluation.
+  for (Device d : devices()) {
+    const GradcheckResult train = gradcheck(
+        [&](const std::vector<Array>& in) {
+          Array none_mean, none_var;
+          return nn::batch_norm2d(in[0], none_mean, none_var, Array(), Array(), true);
+        },
+        {values({2, 3, 2, 2}, 45, d)});
+    EXPECT_TRUE(train.passed) << d.str() << ": " << train.report;
+    Array rm = values({3}, 46, d) * 0.1, rv = values({3}, 47, d) * 0.1 + 1.0;
+    const GradcheckResult eval = gradcheck(
+        [&](const std::vector<Array>& in) { return nn::batch_norm2d(in[0], rm, rv, Array(), Array(), false); },
+        {values({2, 3, 2, 2}, 48, d)});
+    EXPECT_TRUE(eval.passed) << d.str() << ": " << eval.report;
+  }
+}
+
 TEST(NnConv, PrimitivesRefuseBadOperands) {
   for (Device d : devices()) {
     const Array x = values({1, 2, 4, 4}, 50, d), w = values({3, 2, 3, 3}, 51, d);

@@ -1,5 +1,5 @@
-// `kiln bench resnet50`: torchvision's ResNet-50 (models::resnet50, random weights) at 224x224, as
-// ../shared/anchors/peers_nn.py and bench/peers/torch_bench.py --workloads resnet50 run it: batch-128
+// `kiln bench resnet50`: torchvision's ResNet-50 (models::resnet50, random weights) at 224x224, as its PyTorch
+// peer bench/peers/torch_bench.py --workloads resnet50 runs it (the same records): batch-128
 // inference (evaluation mode, no gradient) and a training step (zero_grad, forward, cross_entropy, backward,
 // SGD with momentum 0.9 and weight decay 1e-4) on the GPU, in float32 (NCHW) and with bfloat16 autocast
 // (network and images channels-last), timed with events (median); batch-16
