@@ -1,7 +1,7 @@
 # kiln: `make demo` and `make test` install what is missing, configure, build and run.
 # Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references).
 
-APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin
 # The demo trains on Fashion-MNIST: Debian's dataset-fashion-mnist puts it in /usr/share/datasets/fashion-mnist.
 DEMO_PACKAGES := dataset-fashion-mnist
 JOBS ?= $(shell nproc)

@@ -5,7 +5,8 @@
 #
 # Includes inside src/ are written "core/x.hpp", "cpu/x.hpp", "cuda/x.hpp". A layer's include root
 # is ${PROJECT_BINARY_DIR}/layers/<layer>/, with a symbolic link per folder the layer may see:
-#   core: core     cpu: core cpu     cuda: core cuda     autograd: core autograd     nn: (public API only)     glue (src/backends.cpp): core
+#   core: core     cpu: core cpu     cuda: core cuda     autograd: core autograd     nn: (public API only)
+#   dist: dist (and the public API)     glue (src/backends.cpp): core
 # New .cpp files in a folder are picked up by the globs (CONFIGURE_DEPENDS).
 
 # Compile flags of every layer, kept out of kiln's exported interface.
@@ -85,7 +86,30 @@ target_include_directories(kiln_nn SYSTEM PRIVATE ${KILN_JSON_INCLUDE})
 find_path(KILN_ZLIB_INCLUDE zlib.h PATHS ${PROJECT_SOURCE_DIR}/.deps/include REQUIRED)
 find_library(KILN_ZLIB NAMES z libz.so.1 REQUIRED)
 target_include_directories(kiln_nn SYSTEM PRIVATE ${KILN_ZLIB_INCLUDE})
-set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd kiln_nn)
+# dist (process groups, DDP, DataParallel) is written with the public API and its own folder; its engines are
+# MPI for CPU arrays (Debian's libopenmpi-dev) and NCCL for GPU arrays (with the CUDA toolkit, or the system's
+# nccl.h / libnccl). Both are linked by full path, like BLAS; without one, its calls throw DistError saying so.
+kiln_layer(dist dist)
+find_package(MPI COMPONENTS C QUIET)
+if(MPI_C_FOUND)
+  target_compile_definitions(kiln_dist PRIVATE KILN_HAVE_MPI=1)
+  target_include_directories(kiln_dist SYSTEM PRIVATE ${MPI_C_INCLUDE_DIRS})
+  message(STATUS "kiln: MPI ${MPI_C_LIBRARIES} moves CPU arrays between processes")
+else()
+  message(STATUS "kiln: no MPI (apt-get install libopenmpi-dev openmpi-bin): kiln::dist has no CPU engine")
+endif()
+if(KILN_CUDA)
+  find_path(KILN_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(KILN_NCCL NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(KILN_NCCL_INCLUDE AND KILN_NCCL)
+    target_compile_definitions(kiln_dist PRIVATE KILN_HAVE_NCCL=1)
+    target_include_directories(kiln_dist SYSTEM PRIVATE ${KILN_NCCL_INCLUDE} ${CUDAToolkit_INCLUDE_DIRS})
+    message(STATUS "kiln: NCCL ${KILN_NCCL} moves GPU arrays between processes and GPUs")
+  else()
+    message(STATUS "kiln: no NCCL found: kiln::dist has no GPU engine")
+  endif()
+endif()
+set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd kiln_nn kiln_dist)
 if(KILN_CUDA)
   kiln_layer(cuda core cuda)
   # Headers only: the CUDA libraries are linked once, by `kiln`.
@@ -123,6 +147,12 @@ endif()
 target_link_libraries(kiln PRIVATE ${KILN_ZLIB})
 if(KILN_ONEDNN_INCLUDE AND KILN_ONEDNN)
   target_link_libraries(kiln PRIVATE ${KILN_ONEDNN})
+endif()
+if(MPI_C_FOUND)
+  target_link_libraries(kiln PRIVATE ${MPI_C_LIBRARIES})
+endif()
+if(KILN_CUDA AND KILN_NCCL_INCLUDE AND KILN_NCCL)
+  target_link_libraries(kiln PRIVATE ${KILN_NCCL})
 endif()
 if(KILN_CUDA)
   target_compile_definitions(kiln PUBLIC KILN_WITH_CUDA=1)

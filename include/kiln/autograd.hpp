@@ -93,6 +93,12 @@ struct AutogradFunction {
       backward;
 };
 
+/// Queues `callback` to run once when the backward() now running has finished (every gradient accumulated),
+/// on the thread that called backward(), as torch's Variable._execution_engine.queue_callback. For hooks that
+/// start work during backward and must finish it before backward returns (DistributedDataParallel waits for
+/// its gradient all-reduces). ValueError when no backward is running on this thread.
+void queue_callback(std::function<void()> callback);
+
 /// Runs `f` on `inputs`, recording one node when grad mode is on and an input requires grad. Throws ValueError
 /// when backward returns another number of gradients than there are inputs.
 Array apply(const AutogradFunction& f, const std::vector<Array>& inputs);

@@ -39,6 +39,22 @@ Dataset fashion_mnist(bool train, const std::string& dir = kFashionMnistDir);
 /// Writes an IDX file (uncompressed) of a host array: for tests and small data sets.
 void write_idx(const std::string& path, const Array& a);
 
+/// One rank's share of the samples in data-parallel training (torch.utils.data.distributed.DistributedSampler).
+/// Each epoch's order (shuffled from (seed, epoch) when shuffle, the same on every rank) is padded by repeating
+/// its first indices up to a multiple of num_replicas (or cut to one when drop_last); rank r takes the indices
+/// r, r + num_replicas, r + 2 num_replicas, ... so the ranks' shares are disjoint and equally long.
+struct DistributedSampler {
+  int num_replicas = 1;  ///< dist::world_size()
+  int rank = 0;          ///< dist::rank()
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  /// The sample indices of this rank in epoch `epoch` of a data set of n samples (ValueError for a bad rank).
+  std::vector<int64_t> indices(int64_t n, int64_t epoch) const;
+  /// How many indices each rank gets per epoch.
+  int64_t num_samples(int64_t n) const;
+};
+
 struct DataLoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = false;
@@ -47,6 +63,8 @@ struct DataLoaderOptions {
   int workers = 2;                 ///< threads assembling batches
   int prefetch = 2;                ///< batches each worker prepares ahead
   std::optional<Device> device{};  ///< where batches go (default: the CPU)
+  /// Data-parallel training: this rank's share of each epoch (replaces shuffle, which must stay false).
+  std::optional<DistributedSampler> sampler{};
 };
 
 struct Batch {

@@ -49,6 +49,10 @@ class CompileError : public Error {
 class CudaError : public Error { public: using Error::Error; };
 /// A value is out of the range an op accepts (a negative size, a bad file, a bad argument).
 class ValueError : public Error { public: using Error::Error; };
+/// A collective or point-to-point operation of kiln::dist failed: a rank that died or never joined (the
+/// message names the operation, the ranks, the timeout and what to check), a communicator that was aborted,
+/// arrays whose shapes differ across ranks.
+class DistError : public Error { public: using Error::Error; };
 /// A linear-algebra routine failed on its input (a singular matrix), as numpy.linalg.LinAlgError.
 class LinAlgError : public ValueError { public: using ValueError::ValueError; };
 

@@ -9,6 +9,7 @@
 #include "kiln/data.hpp"
 #include "kiln/debug.hpp"
 #include "kiln/device.hpp"
+#include "kiln/dist.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
 #include "kiln/fuse.hpp"

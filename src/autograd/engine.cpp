@@ -624,6 +624,30 @@ class Engine final : public detail::AutogradHook {
   void backward(const Array& root, const Array& gradient, bool retain_graph) override;
 };
 
+// Callbacks queued during the backward running on this thread (queue_callback); a backward started inside a
+// hook gets its own list.
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+class CallbackScope {
+ public:
+  CallbackScope() : previous_(t_callbacks) { t_callbacks = &list_; }
+  ~CallbackScope() { t_callbacks = previous_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+  /// Runs the queued callbacks in order (one may queue another, which runs too).
+  void run() {
+    for (size_t i = 0; i < list_.size(); ++i) {
+      auto f = std::move(list_[i]);
+      f();
+    }
+    list_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>>* previous_;
+  std::vector<std::function<void()>> list_;
+};
+
 void Engine::backward(const Array& root, const Array& gradient, bool retain_graph) {
   if (!detail::requires_grad(root))
     throw ValueError(
@@ -646,6 +670,7 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
     seed = gradient.detach().astype(root.dtype());
   }
   NoGradGuard no_grad;  // formulas run unrecorded (no gradients of gradients)
+  CallbackScope callbacks;
   const Edge start = edge_of(root);
 
   // Dependencies: how many edges reach each node from the root.
@@ -697,11 +722,20 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
       if (--deps[child.get()] == 0) ready.push_back(child);
     }
   }
+  callbacks.run();
 }
 
 }  // namespace
 
 }  // namespace kiln::autograd
+
+namespace kiln {
+void queue_callback(std::function<void()> callback) {
+  if (!autograd::t_callbacks)
+    throw ValueError("queue_callback: no backward() is running on this thread; call it from a hook during backward");
+  autograd::t_callbacks->push_back(std::move(callback));
+}
+}  // namespace kiln
 
 namespace kiln::detail {
 AutogradHook& autograd_hook() {

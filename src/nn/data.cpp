@@ -242,13 +242,40 @@ DataLoader::DataLoader(Array inputs, Array targets, DataLoaderOptions options)
   if (options_.batch_size <= 0) throw ValueError("DataLoader: batch_size must be positive");
   if (options_.workers <= 0 || options_.prefetch <= 0)
     throw ValueError("DataLoader: workers and prefetch must be positive");
+  if (options_.sampler && options_.shuffle)
+    throw ValueError("DataLoader: shuffle and sampler are exclusive; shuffle with DistributedSampler::shuffle");
   n_ = inputs_.shape(0);
+  if (options_.sampler) (void)options_.sampler->num_samples(n_);  // checks rank and num_replicas
+}
+
+int64_t DistributedSampler::num_samples(int64_t n) const {
+  if (num_replicas < 1 || rank < 0 || rank >= num_replicas)
+    throw ValueError("DistributedSampler: rank " + std::to_string(rank) + " is out of range for " +
+                     std::to_string(num_replicas) + " replicas; use dist::rank() and dist::world_size()");
+  return drop_last ? n / num_replicas : (n + num_replicas - 1) / num_replicas;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t n, int64_t epoch) const {
+  const int64_t per_rank = num_samples(n);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (shuffle) {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  const int64_t total = per_rank * num_replicas;
+  for (int64_t i = n; i < total; ++i) order.push_back(order[static_cast<size_t>(n > 0 ? (i - n) % n : 0)]);
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank));
+  for (int64_t i = rank; i < total; i += num_replicas) mine.push_back(order[static_cast<size_t>(i)]);
+  return mine;
 }
 
 DataLoader::~DataLoader() = default;
 
 int64_t DataLoader::num_batches() const {
-  return options_.drop_last ? n_ / options_.batch_size : (n_ + options_.batch_size - 1) / options_.batch_size;
+  const int64_t n = options_.sampler ? options_.sampler->num_samples(n_) : n_;
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
 std::unique_ptr<DataLoader::Epoch> DataLoader::epoch() {
@@ -258,7 +285,9 @@ std::unique_ptr<DataLoader::Epoch> DataLoader::epoch() {
   state->options = options_;
   state->order.resize(static_cast<size_t>(n_));
   std::iota(state->order.begin(), state->order.end(), int64_t{0});
-  if (options_.shuffle) {
+  if (options_.sampler) {
+    state->order = options_.sampler->indices(n_, epoch_);
+  } else if (options_.shuffle) {
     std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch_));
     std::shuffle(state->order.begin(), state->order.end(), rng);
   }

@@ -14,6 +14,7 @@
 
 #include "bench_common.hpp"
 #include "kiln/kiln.hpp"
+#include "launch.hpp"
 #include "train.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
@@ -202,11 +203,28 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--save,--checkpoint", train.checkpoint, "save the trained model here (safetensors)");
   train_cmd->add_flag("--graph", train.graph,
                       "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only)");
+  train_cmd->add_option("--nproc", train.nproc,
+                         "data-parallel ranks (1): kiln launch starts them, one GPU each (NCCL) or CPU ranks (MPI)");
+  auto* launch_cmd = app.add_subcommand(
+      "launch", "start N ranks of a program (as torchrun): kiln launch --nproc 2 ./train args...");
+  kiln_cli::LaunchArgs launch_args;
+  launch_cmd->add_option("--nproc", launch_args.nproc, "ranks to start on this machine (1)");
+  launch_cmd->add_option("--backend", launch_args.backend,
+                         "auto (default), env (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, for NCCL), or mpi (mpirun)")
+      ->check(CLI::IsMember({"auto", "env", "mpi"}));
+  launch_cmd->add_option("--master-addr", launch_args.master_addr, "rank 0's address (127.0.0.1)");
+  launch_cmd->add_option("--master-port", launch_args.master_port, "rank 0's port (default: a free one)");
+  launch_cmd->prefix_command();  // the first positional argument and everything after it: the program
+  train.argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
     if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
+    if (launch_cmd->parsed()) {
+      launch_args.command = launch_cmd->remaining();
+      return kiln_cli::launch(launch_args);
+    }
     if (train_cmd->parsed()) {
       if (!hidden.empty()) train.hidden = kiln_cli::parse_widths(hidden);
       if (train.data == "fashion-mnist") train.data = kiln_cli::TrainArgs{}.data;

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dist.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/train.hpp"
+#include "launch.hpp"
 
 namespace kiln_cli {
 
@@ -30,7 +32,25 @@ std::shared_ptr<nn::Sequential> mlp_model(const std::vector<int64_t>& hidden, do
 }
 
 int train_mlp(const TrainArgs& a) {
-  const Device device = a.device.empty() ? try_gpu() : parse_device(a.device);
+  const dist::LaunchEnvironment env = dist::launch_environment();
+  const bool launched = env.world_size > 1;
+  if (a.nproc > 1 && !launched) {
+    // Start the ranks: the same command line under kiln launch (each rank sees RANK and trains its share).
+    LaunchArgs l;
+    l.nproc = a.nproc;
+    l.command = a.argv;
+    l.command.front() = "/proc/self/exe";
+    return launch(l);
+  }
+  if (launched && a.graph) throw ValueError("kiln train: --graph is not supported with --nproc (data parallel)");
+  Device device = a.device.empty() ? try_gpu() : parse_device(a.device);
+  if (launched) {
+    dist::InitOptions init;
+    if (device.is_cpu() || num_gpus() < env.world_size) init.device = cpu();
+    dist::init_process_group(init);
+    device = dist::default_group().device();
+  }
+  const bool chatty = dist::rank() == 0;
   random::seed(a.seed);
   const data::Dataset train_set = data::fashion_mnist(true, a.data);
   const data::Dataset test_set = data::fashion_mnist(false, a.data);
@@ -68,18 +88,30 @@ int train_mlp(const TrainArgs& a) {
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = a.lr, .momentum = a.momentum});
   else
     throw ValueError("kiln train: --optimizer must be sgd or adam, got " + a.optimizer);
-  data::DataLoader train_loader(train_set.images, train_set.labels,
-                                {.batch_size = a.batch, .shuffle = true, .seed = a.seed, .device = device});
+  std::shared_ptr<nn::Module> trained = model;
+  if (launched) trained = std::make_shared<dist::DistributedDataParallel>(model);
+  data::DataLoaderOptions loader{.batch_size = a.batch, .shuffle = !launched, .seed = a.seed, .device = device};
+  if (launched)
+    loader.sampler = data::DistributedSampler{.num_replicas = dist::world_size(), .rank = dist::rank(), .seed = a.seed};
+  data::DataLoader train_loader(train_set.images, train_set.labels, loader);
   data::DataLoader test_loader(test_set.images, test_set.labels, {.batch_size = 1000, .device = device});
-  fmt::print(
-      "kiln train {} on {}: {}-10, dropout {}, {} (lr {}{}), batch {}, {} epochs{}, {} training / {} test "
+  if (chatty)
+    fmt::print(
+      "kiln train {} on {}{}: {}-10, dropout {}, {} (lr {}{}), batch {}{}, {} epochs{}, {} training / {} test "
       "images\n",
-      a.model, device.str(), widths, a.dropout, a.optimizer, a.lr,
-      a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch, a.epochs,
+      a.model, device.str(), launched ? fmt::format(" and {} more rank(s)", dist::world_size() - 1) : "", widths, a.dropout, a.optimizer, a.lr,
+      a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch,
+      launched ? " per rank (DistributedDataParallel)" : "", a.epochs,
       a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
       test_set.labels.size());
-  const std::vector<train::EpochMetrics> history = train::fit(
-      *model, *opt, train_loader, &test_loader, {.epochs = a.epochs, .log_path = a.log, .graph = a.graph});
+  // Under data parallel every rank evaluates the whole test set (the models are identical); rank 0 reports.
+  const std::vector<train::EpochMetrics> history =
+      train::fit(*trained, *opt, train_loader, &test_loader,
+                 {.epochs = a.epochs, .log_path = chatty ? a.log : std::string(), .progress = chatty, .graph = a.graph});
+  if (!chatty) {
+    dist::destroy_process_group();
+    return 0;
+  }
   std::vector<double> seconds;
   for (const auto& m : history) seconds.push_back(m.seconds);
   std::sort(seconds.begin(), seconds.end());
@@ -89,6 +121,7 @@ int train_mlp(const TrainArgs& a) {
     nn::save_safetensors(a.checkpoint, model->state_dict(), {{"model", a.model}});
     fmt::print("wrote {}\n", a.checkpoint);
   }
+  if (launched) dist::destroy_process_group();
   return 0;
 }
 

@@ -26,6 +26,8 @@ struct TrainArgs {
   std::string log;         ///< JSON-lines log
   std::string checkpoint;  ///< safetensors file written at the end
   bool graph = false;      ///< capture each step in a CUDA graph (GPU only)
+  int nproc = 1;           ///< data-parallel ranks (kiln launch starts them; each trains on its share)
+  std::vector<std::string> argv;  ///< the command line, to start the ranks with
 };
 
 int train_mlp(const TrainArgs& args);

@@ -1,0 +1,37 @@
+// The rendezvous of processes started without mpirun (kiln launch, torchrun-style environments): rank 0
+// listens on MASTER_ADDR:MASTER_PORT, the others connect to it; small blobs (NCCL's unique id, parameter
+// signatures) are exchanged through it. It carries no array data: collectives run on NCCL or MPI.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace kiln::dist::detail {
+
+class Store {
+ public:
+  /// Connects the `size` ranks; DistError naming the missing ranks (rank 0) or the unreachable address
+  /// (the others) when the group is not complete within `timeout`.
+  Store(const std::string& addr, int port, int rank, int size, std::chrono::milliseconds timeout);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  /// Every rank's blob, in rank order, on every rank.
+  std::vector<std::string> all_gather(const std::string& blob, const char* what);
+  /// Rank `root`'s blob on every rank (root 0 only).
+  std::string broadcast(const std::string& blob, const char* what);
+  void barrier(const char* what) { (void)all_gather(std::string(), what); }
+
+ private:
+  void send_all(int fd, const std::string& data, int peer, const char* what);
+  std::string recv_message(int fd, int peer, const char* what);
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  std::string where_;
+  int listen_fd_ = -1;
+  std::vector<int> peers_;  // rank 0: fd of rank r (index r); others: peers_[0] = the connection to rank 0
+};
+
+}  // namespace kiln::dist::detail

@@ -1,0 +1,231 @@
+// kiln::dist pieces that one process can test: the rendezvous store (ranks as threads), a group of one,
+// DistributedDataParallel with world size 1, the backward callbacks it relies on, DistributedSampler, the
+// launch environment. The multi-process tests are tests/dist (mpirun, kiln launch).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "dist/store.hpp"
+#include "kiln/data.hpp"
+#include "kiln/dist.hpp"
+#include "kiln/kiln.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/optim.hpp"
+
+using namespace kiln;
+namespace dist = kiln::dist;
+
+namespace {
+
+/// A port unlikely to be in use, different per test (ctest runs tests in parallel).
+int test_port(int k) { return 20000 + static_cast<int>(getpid() % 20000) + k; }
+
+}  // namespace
+
+TEST(DistStore, ranks_as_threads_gather_and_broadcast_blobs) {
+  const int n = 3, port = test_port(1);
+  std::vector<std::vector<std::string>> gathered(n);
+  std::vector<std::string> broadcasted(n);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      dist::detail::Store s("127.0.0.1", port, r, n, std::chrono::seconds(10));
+      gathered[static_cast<size_t>(r)] = s.all_gather("blob of rank " + std::to_string(r), "test");
+      broadcasted[static_cast<size_t>(r)] = s.broadcast(r == 0 ? std::string(1000, 'x') : "ignored", "test");
+      s.barrier("test");
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(gathered[static_cast<size_t>(r)],
+              (std::vector<std::string>{"blob of rank 0", "blob of rank 1", "blob of rank 2"}));
+    EXPECT_EQ(broadcasted[static_cast<size_t>(r)], std::string(1000, 'x'));
+  }
+}
+
+TEST(DistStore, rank_zero_names_the_ranks_that_never_joined) {
+  const int port = test_port(2);
+  std::thread one([&] { dist::detail::Store s("127.0.0.1", port, 1, 3, std::chrono::seconds(5)); });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    dist::detail::Store s("127.0.0.1", port, 0, 3, std::chrono::milliseconds(400));
+    FAIL() << "expected DistError";
+  } catch (const DistError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank(s) 2 of 3 did not join"), std::string::npos) << m;
+    EXPECT_NE(m.find("MASTER_PORT"), std::string::npos) << m;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  one.join();
+}
+
+TEST(DistStore, a_rank_that_cannot_reach_rank_zero_says_where_it_looked) {
+  try {
+    dist::detail::Store s("127.0.0.1", test_port(3), 1, 2, std::chrono::milliseconds(200));
+    FAIL() << "expected DistError";
+  } catch (const DistError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("could not reach rank 0 at 127.0.0.1:"), std::string::npos) << m;
+  }
+}
+
+TEST(DistStore, a_peer_that_exits_is_reported_not_waited_for) {
+  const int port = test_port(4);
+  std::thread one([&] { dist::detail::Store s("127.0.0.1", port, 1, 2, std::chrono::seconds(5)); });  // leaves
+  dist::detail::Store s("127.0.0.1", port, 0, 2, std::chrono::seconds(5));
+  one.join();
+  try {
+    s.barrier("barrier");
+    FAIL() << "expected DistError";
+  } catch (const DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost its connection to rank 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DistLaunch, the_environment_is_read_as_torchrun_sets_it) {
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  auto e = dist::launch_environment();
+  EXPECT_TRUE(e.from_launcher);
+  EXPECT_EQ(e.rank, 2);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 0);
+  setenv("RANK", "two", 1);
+  EXPECT_THROW(dist::launch_environment(), ValueError);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("LOCAL_RANK");
+  e = dist::launch_environment();
+  EXPECT_FALSE(e.from_launcher);
+  EXPECT_EQ(e.world_size, 1);
+}
+
+TEST(DistGroup, a_group_of_one_reduces_to_the_identity) {
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = cpu()});
+  EXPECT_EQ(g.size(), 1);
+  Array x = arange(10, float32);
+  Array want = x.copy();
+  for (auto op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max, dist::ReduceOp::min}) {
+    g.all_reduce(x, op).wait();
+    EXPECT_TRUE(array_equal(x, want)) << dist::reduce_op_name(op);
+  }
+  Array out = empty({1, 10}, float32, cpu());
+  g.all_gather(out, x).wait();
+  EXPECT_TRUE(array_equal(out.reshape({10}), want));
+  Array rs = empty({10}, float32, cpu());
+  g.reduce_scatter(rs, out, dist::ReduceOp::sum).wait();
+  EXPECT_TRUE(array_equal(rs, want));
+  g.barrier();
+  EXPECT_THROW(g.send(x, 0), ValueError);
+  EXPECT_THROW(g.broadcast(x, 1), ValueError);
+}
+
+TEST(DistGroup, without_a_default_group_the_fix_is_named) {
+  ASSERT_FALSE(dist::is_initialized());
+  EXPECT_EQ(dist::rank(), 0);
+  EXPECT_EQ(dist::world_size(), 1);
+  Array x = zeros({2});
+  try {
+    dist::all_reduce(x);
+    FAIL() << "expected DistError";
+  } catch (const DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("init_process_group"), std::string::npos);
+  }
+  dist::init_process_group({.rank = 0, .world_size = 1, .device = cpu()});
+  EXPECT_THROW(dist::init_process_group({.rank = 0, .world_size = 1, .device = cpu()}), DistError);
+  dist::all_reduce(x);
+  dist::destroy_process_group();
+  EXPECT_FALSE(dist::is_initialized());
+}
+
+TEST(DistGroup, an_aborted_group_refuses_further_operations) {
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = cpu()});
+  g.abort("test");
+  EXPECT_TRUE(g.aborted());
+  Array x = zeros({2});
+  try {
+    g.all_reduce(x);
+    FAIL();
+  } catch (const DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Autograd, queued_callbacks_run_after_every_gradient_is_accumulated) {
+  Array w = ones({3}).set_requires_grad();
+  Array b = ones({3}).set_requires_grad();
+  std::vector<std::string> order;
+  w.register_post_accumulate_grad_hook([&](const Array&) {
+    order.push_back("w");
+    queue_callback([&] {
+      // Every leaf has its gradient by now.
+      order.push_back(b.grad().defined() && w.grad().defined() ? "callback: all ready" : "callback: too early");
+    });
+  });
+  b.register_post_accumulate_grad_hook([&](const Array&) { order.push_back("b"); });
+  sum(w * 2.0 + b).backward();
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order.back(), "callback: all ready");
+  EXPECT_THROW(queue_callback([] {}), ValueError);
+}
+
+TEST(DistDdp, world_size_one_leaves_gradients_as_one_process_computes_them) {
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = cpu()});
+  random::seed(3);
+  auto net = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::Tanh>(),
+                                               std::make_shared<nn::Linear>(7, 2)});
+  random::seed(3);
+  auto plain = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::Tanh>(),
+                                               std::make_shared<nn::Linear>(7, 2)});
+  dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = 0.00003}, &g);  // 31 bytes: a bucket per parameter
+  EXPECT_EQ(ddp.buckets().size(), 4u);
+  Array x = random::normal({6, 5});
+  for (int step = 0; step < 2; ++step) {  // the second backward accumulates onto the first's gradients
+    sum(ddp(x) * ddp(x)).backward();
+    sum((*plain)(x) * (*plain)(x)).backward();
+    const auto a = ddp.parameters(), b = plain->parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(allclose(a[k].grad(), b[k].grad(), 1e-6, 1e-7)) << k;
+  }
+  EXPECT_EQ(ddp.state_dict().begin()->first, "module.0.weight");
+}
+
+TEST(DistSampler, shares_are_disjoint_padded_and_reshuffled_per_epoch) {
+  const int64_t n = 10;
+  std::vector<int> seen(n, 0);
+  for (int r = 0; r < 3; ++r) {
+    data::DistributedSampler s{.num_replicas = 3, .rank = r, .shuffle = true, .seed = 9};
+    EXPECT_EQ(s.num_samples(n), 4);
+    for (int64_t i : s.indices(n, 0)) ++seen[static_cast<size_t>(i)];
+  }
+  int twice = 0;
+  for (int c : seen) {
+    EXPECT_GE(c, 1);
+    twice += c == 2;
+  }
+  EXPECT_EQ(twice, 2);  // 12 slots for 10 samples: two repeated
+  data::DistributedSampler s{.num_replicas = 3, .rank = 1, .shuffle = true, .seed = 9};
+  EXPECT_NE(s.indices(n, 0), s.indices(n, 1));
+  EXPECT_EQ(s.indices(n, 1), s.indices(n, 1));
+  data::DistributedSampler dropped{.num_replicas = 3, .rank = 2, .shuffle = false, .drop_last = true};
+  EXPECT_EQ(dropped.indices(n, 0), (std::vector<int64_t>{2, 5, 8}));
+  data::DistributedSampler bad{.num_replicas = 2, .rank = 2};
+  EXPECT_THROW(bad.indices(n, 0), ValueError);
+}
+
+TEST(DistSampler, a_data_loader_with_a_sampler_yields_only_its_rank_s_samples) {
+  Array x = arange(20, float32).reshape({20, 1});
+  Array y = arange(20, int64);
+  data::DistributedSampler s{.num_replicas = 2, .rank = 1, .shuffle = false};
+  data::DataLoader loader(x, y, {.batch_size = 4, .sampler = s});
+  EXPECT_EQ(loader.num_batches(), 3);
+  std::vector<int64_t> got;
+  for (const data::Batch& b : loader)
+    for (int64_t v : b.y.to_vector<int64_t>()) got.push_back(v);
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19}));
+  EXPECT_THROW(data::DataLoader(x, y, {.batch_size = 4, .shuffle = true, .sampler = s}), ValueError);
+}

@@ -1,0 +1,22 @@
+# cmake -DCOMMAND=a;b;c -DEXPECT_EXIT=<code|nonzero> [-DEXPECT_OUTPUT=line;line] -DWITHIN=<seconds> -P expect_run.cmake
+# Runs COMMAND and fails unless it ends within WITHIN seconds with the expected exit status and prints every
+# EXPECT_OUTPUT line (stdout and stderr together).
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${WITHIN})
+set(all "${out}${err}")
+message("${all}")
+if(rc MATCHES "timeout|Process terminated due to timeout")
+  message(FATAL_ERROR "the command did not end within ${WITHIN} s: it hangs")
+endif()
+if(EXPECT_EXIT STREQUAL "nonzero")
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "expected a failure exit status, got 0")
+  endif()
+elseif(NOT rc STREQUAL "${EXPECT_EXIT}")
+  message(FATAL_ERROR "expected exit status ${EXPECT_EXIT}, got '${rc}'")
+endif()
+foreach(line ${EXPECT_OUTPUT})
+  string(FIND "${all}" "${line}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the output lacks '${line}'")
+  endif()
+endforeach()

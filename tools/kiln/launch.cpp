@@ -1,0 +1,179 @@
+// `kiln launch --nproc N program args...`: starts N ranks of a program on this machine, as torchrun does, or
+// through mpirun (--backend mpi). Without mpirun the ranks find each other through RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; when one rank fails, the launcher stops the
+// others and returns that rank's exit status, so a job never hangs on a dead rank.
+#include "launch.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/device.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln_cli {
+namespace {
+
+/// A TCP port that is free now (the kernel's choice), for MASTER_PORT.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw kiln::Error("kiln launch: could not find a free port; pass --master-port");
+  }
+  const int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+bool on_path(const std::string& exe) {
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::string p = path;
+  size_t start = 0;
+  while (start <= p.size()) {
+    const size_t end = p.find(':', start);
+    const std::string dir = p.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty() && access((dir + "/" + exe).c_str(), X_OK) == 0) return true;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::vector<pid_t> g_children;  // for the signal handler: Ctrl-C reaches every rank
+
+void forward_signal(int sig) {
+  for (pid_t p : g_children)
+    if (p > 0) kill(p, sig);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int run_mpirun(const LaunchArgs& args) {
+  if (!on_path("mpirun"))
+    throw kiln::Error("kiln launch --backend mpi: mpirun is not on PATH; apt-get install openmpi-bin, or use "
+                      "--backend env");
+  std::vector<std::string> argv{"mpirun", "-np", std::to_string(args.nproc)};
+  for (const std::string& a : args.command) argv.push_back(a);
+  std::vector<char*> c;
+  for (std::string& a : argv) c.push_back(a.data());
+  c.push_back(nullptr);
+  std::cout.flush();
+  execvp("mpirun", c.data());
+  throw kiln::Error(std::string("kiln launch: could not start mpirun: ") + std::strerror(errno));
+}
+
+}  // namespace
+
+std::string choose_backend(const LaunchArgs& args) {
+  if (args.backend != "auto") return args.backend;
+  // One GPU per rank: NCCL through the environment; otherwise the CPU ranks need MPI.
+  if (kiln::num_gpus() >= args.nproc) return "env";
+  return on_path("mpirun") ? "mpi" : "env";
+}
+
+int launch(const LaunchArgs& args) {
+  if (args.nproc < 1) throw kiln::ValueError("kiln launch: --nproc must be at least 1");
+  if (args.command.empty()) throw kiln::ValueError("kiln launch: give the program to start (kiln launch --nproc 2 ./train)");
+  const std::string backend = choose_backend(args);
+  if (backend == "mpi") return run_mpirun(args);
+  if (backend != "env") throw kiln::ValueError("kiln launch: --backend is auto, env or mpi, got " + args.backend);
+
+  const int port = args.master_port > 0 ? args.master_port : free_port();
+  std::vector<std::string> cmd = args.command;
+  std::vector<char*> argv;
+  for (std::string& a : cmd) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  std::cerr.flush();
+  g_children.assign(static_cast<size_t>(args.nproc), 0);
+  for (int r = 0; r < args.nproc; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      forward_signal(SIGTERM);
+      throw kiln::Error(std::string("kiln launch: fork failed: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(args.nproc).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(args.nproc).c_str(), 1);
+      setenv("MASTER_ADDR", args.master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "kiln launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+      std::_Exit(127);
+    }
+    g_children[static_cast<size_t>(r)] = pid;
+  }
+  signal(SIGINT, forward_signal);
+  signal(SIGTERM, forward_signal);
+
+  int result = 0, running = args.nproc;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::now();
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, stopping ? WNOHANG : 0);
+    if (pid == 0) {  // stopping: the others have had SIGTERM; SIGKILL after a grace period
+      if (std::chrono::steady_clock::now() > stop_deadline) forward_signal(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    int rank = -1;
+    for (int r = 0; r < args.nproc; ++r)
+      if (g_children[static_cast<size_t>(r)] == pid) rank = r;
+    if (rank < 0) continue;
+    g_children[static_cast<size_t>(rank)] = 0;
+    --running;
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (failed && !stopping) {
+      std::cerr << "kiln launch: rank " << rank << " " << describe(status) << "; stopping the other " << running
+                << " rank(s)\n";
+      result = exit_code(status);
+      stopping = true;
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      forward_signal(SIGTERM);
+    } else if (failed && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL))) {
+      // Failed on its own while the others were being stopped (it may have been the first to fail: a rank
+      // that noticed the loss can exit before the launcher reaps the one that died).
+      std::cerr << "kiln launch: rank " << rank << " " << describe(status) << "\n";
+    }
+  }
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  return result;
+}
+
+}  // namespace kiln_cli
