@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""bench/bench_dist.cpp's workloads in PyTorch, under torchrun, written as the same JSON.
+
+    python3 -m torch.distributed.run --standalone --nproc_per_node=N bench/peers/torch_ddp.py [--quick] [--json FILE]
+
+allreduce: dist.all_reduce of 1 GiB float32 (NCCL), time and bus bandwidth; ddp_mlp: DistributedDataParallel
+steps of the 784-1000-1000-10 MLP at batch 100 per GPU (SGD); ddp_resnet50: torchvision's ResNet-50, batch 128
+per GPU, 224x224, float32, SGD momentum 0.9, cudnn.benchmark on. Timed with CUDA events on rank 0 after a
+barrier, as bench_dist. Without torch or a GPU it says why and exits 0.
+"""
+
+import json
+import os
+import sys
+
+
+def main():
+    quick = "--quick" in sys.argv
+    out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else ""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        print(f"torch_ddp: PyTorch is not installed ({e}); nothing measured")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_ddp: no CUDA GPU; nothing measured")
+        return 0
+    dist.init_process_group("nccl")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    records = []
+
+    def time_ms(fn, warmup, steps):
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        dist.barrier()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop)
+
+    elems = (1 << 24) if quick else (1 << 28)
+    x = torch.ones(elems, device=dev)
+    steps = 5 if quick else 20
+    ms = time_ms(lambda: dist.all_reduce(x), 5, steps) / steps
+    records.append({"workload": "allreduce", "metric": "seconds", "unit": "s", "value": ms / 1000})
+    if n > 1:
+        records.append({"workload": "allreduce", "metric": "busbw", "unit": "GB/s",
+                        "value": elems * 4 * 2 * (n - 1) / n / (ms / 1000) / 1e9})
+    del x
+
+    def throughput(model, shape, classes, warmup, steps, momentum):
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=momentum)
+        xb = torch.randn(*shape, device=dev)
+        yb = torch.randint(0, classes, (shape[0],), device=dev)
+
+        def step():
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
+            opt.step()
+        ms = time_ms(step, warmup, steps)
+        return shape[0] * n * steps / (ms / 1000)
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(784, 1000), torch.nn.ReLU(), torch.nn.Linear(1000, 1000),
+                              torch.nn.ReLU(), torch.nn.Linear(1000, 10)).to(dev)
+    records.append({"workload": "ddp_mlp", "metric": "throughput", "unit": "samples/s",
+                    "value": throughput(mlp, (100, 784), 10, 20, 50 if quick else 300, 0.0)})
+    if not quick:
+        try:
+            import torchvision
+            torch.backends.cudnn.benchmark = True
+            net = torchvision.models.resnet50().to(dev)
+            records.append({"workload": "ddp_resnet50", "metric": "throughput", "unit": "samples/s",
+                            "value": throughput(net, (128, 3, 224, 224), 1000, 5, 15, 0.9)})
+        except ImportError as e:
+            print(f"torch_ddp: no torchvision ({e}); ddp_resnet50 skipped")
+    if rank == 0:
+        print(f"torch_ddp: {n} rank(s), torch {torch.__version__}")
+        for r in records:
+            print(f"  {r['workload']:<14} {r['metric']:<11} {r['value']:>12.4g} {r['unit']}")
+        if out:
+            with open(out, "w") as f:
+                json.dump({"world_size": n, "tool": "torch", "version": torch.__version__,
+                           "gpu": torch.cuda.get_device_name(dev), "records": records}, f)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
