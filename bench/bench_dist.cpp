@@ -95,6 +95,24 @@ int main(int argc, char** argv) {
     random::seed(0);
     records.push_back({"ddp_mlp", "throughput", "samples/s",
                        train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0)});
+    {  // Where the MLP's time goes: the same step without DDP (each rank alone), and the all-reduce of its gradients.
+      auto plain = mlp(d);
+      optim::SGD opt(plain->parameters(), {.lr = 0.01});
+      Array x = random::normal({100, 784}, float32, d);
+      Array y = random::randint(0, 10, {100}, int64, d);
+      const int steps = quick ? 50 : 300;
+      const double ms = time_ms(d, 20, steps, [&] {
+        opt.zero_grad();
+        nn::cross_entropy((*plain)(x), y).backward();
+        opt.step();
+      });
+      records.push_back({"mlp_no_ddp", "step", "s", ms / steps / 1000.0});
+      int64_t numel = 0;
+      for (const Array& p : plain->parameters()) numel += p.size();
+      Array g = ones({numel}, float32, d);
+      const double ar = time_ms(d, 5, 50, [&] { dist::all_reduce(g, dist::ReduceOp::avg); }) / 50;
+      records.push_back({"allreduce_mlp_grads", "seconds", "s", ar / 1000.0});
+    }
     if (!quick) {
       auto net = models::resnet50();
       net->to(d);

@@ -51,8 +51,13 @@ struct InitOptions {
   /// How long joining, a collective or a point-to-point transfer may take before the group fails with
   /// DistError (default KILN_DIST_TIMEOUT seconds from the environment, else 300 s).
   std::optional<std::chrono::milliseconds> timeout{};
-  /// The GPU of this rank (default cuda:<local_rank mod GPUs> when there are GPUs; none on a CPU machine).
+  /// The GPU of this rank (default cuda:<local_rank> when the machine has that many GPUs, else the CPU).
   std::optional<Device> device{};
+  /// Before each collective, check that every rank calls the same one with the same shape, dtype and root
+  /// (one small all_gather and a host synchronisation per call: for debugging, as TORCH_DISTRIBUTED_DEBUG);
+  /// a mismatch throws ShapeError on every rank, naming the ranks and their operands, instead of a hang or a
+  /// wrong result. Default: on when the environment sets KILN_DIST_DEBUG.
+  std::optional<bool> check_calls{};
 };
 
 class Work {

@@ -1,5 +1,6 @@
 // Process groups: joining (from kiln launch's environment or mpirun), operand checks, dispatch to the engine
 // of the array's device (comm.hpp), and the default group.
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -78,6 +79,40 @@ struct ProcessGroup::Impl {
   std::unique_ptr<detail::Store> store;
   std::unique_ptr<detail::CommBackend> cpu_engine, gpu_engine;
   std::string aborted_reason;
+  bool check_calls = false;
+
+  /// KILN_DIST_DEBUG's check: every rank's (operation, dtype, shape, root) must equal rank 0's.
+  void check_same_call(detail::CommBackend& e, Device d, const char* op, int code, const Array& x, int root) {
+    if (!check_calls || size == 1) return;
+    constexpr int64_t kSlots = 12, kDims = 8;
+    std::vector<int64_t> sig(kSlots, -1);
+    sig[0] = code;
+    sig[1] = static_cast<int64_t>(x.dtype());
+    sig[2] = x.ndim();
+    for (int64_t i = 0; i < x.ndim(); ++i) {
+      const int64_t slot = 3 + std::min(i, kDims - 1);
+      sig[static_cast<size_t>(slot)] = i < kDims ? x.shape(i) : sig[static_cast<size_t>(slot)] * x.shape(i);
+    }
+    sig[kSlots - 1] = root;
+    Array mine = from_data(sig, Shape{kSlots}, d);
+    Array all = empty({size, kSlots}, int64, d);
+    e.all_gather(all, mine).synchronize();
+    const std::vector<int64_t> v = all.to_vector<int64_t>();
+    auto describe = [&](int r) {
+      const int64_t* p = v.data() + r * kSlots;
+      std::string shape = "(";
+      for (int64_t i = 0; i < std::min<int64_t>(p[2], kDims); ++i) shape += (i ? ", " : "") + std::to_string(p[3 + i]);
+      shape += p[2] == 1 ? ",)" : ")";
+      return "call #" + std::to_string(p[0]) + " on " + shape + " " + std::string(dtype_name(static_cast<DType>(p[1]))) +
+             (p[kSlots - 1] >= 0 ? " root " + std::to_string(p[kSlots - 1]) : "");
+    };
+    for (int r = 1; r < size; ++r)
+      if (!std::equal(v.begin(), v.begin() + kSlots, v.begin() + r * kSlots))
+        throw ShapeError(std::string(op) + " (KILN_DIST_DEBUG): rank " + std::to_string(r) + " made " + describe(r) +
+                         " but rank 0 made " + describe(0) +
+                         "; every rank must call the same collectives in the same order with the same shapes and "
+                         "dtypes (call numbers: 1 all_reduce, 2 broadcast, 3 all_gather, 4 reduce_scatter; +10 x op)");
+  }
 
   detail::CommBackend& engine(Device d, const char* op) {
     if (!aborted_reason.empty())
@@ -136,6 +171,7 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
     g.timeout = std::chrono::minutes(5);
   }
   if (g.timeout.count() <= 0) throw ValueError("init_process_group: the timeout must be positive");
+  g.check_calls = options.check_calls.value_or(std::getenv("KILN_DIST_DEBUG") != nullptr);
 
   // MPI: under mpirun (its world must be ours), or for a group of one (a singleton needs no launcher).
   if (detail::mpi_available() && (g.from_mpirun || g.size == 1)) {
@@ -149,8 +185,8 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
 
   if (options.device) {
     g.device = *options.device;
-  } else if (num_gpus() > 0) {
-    g.device = gpu(g.local_rank % num_gpus());
+  } else if (g.local_rank < num_gpus()) {
+    g.device = gpu(g.local_rank);  // one GPU per rank; ranks beyond the GPUs work on the CPU
   }
   if (g.device.is_cuda() && g.device.index >= num_gpus())
     throw DeviceError("init_process_group: " + g.device.str() + " does not exist (this machine has " +
@@ -191,13 +227,17 @@ Work ProcessGroup::all_reduce(Array& x, ReduceOp op) {
                      "; averaging needs a floating dtype: use sum and divide, or astype(float32)");
   if (op == ReduceOp::sum && x.dtype() == bool_)
     throw DTypeError("all_reduce(sum): x is bool; use max (any) or min (all), or astype(int32) to count");
-  return impl_->engine(x.device(), "all_reduce").all_reduce(x, op);
+  detail::CommBackend& e = impl_->engine(x.device(), "all_reduce");
+  impl_->check_same_call(e, x.device(), "all_reduce", 1 + 10 * static_cast<int>(op), x, -1);
+  return e.all_reduce(x, op);
 }
 
 Work ProcessGroup::broadcast(Array& x, int root) {
   require_contiguous(x, "broadcast", "x");
   require_peer(root, size(), "broadcast");
-  return impl_->engine(x.device(), "broadcast").broadcast(x, root);
+  detail::CommBackend& e = impl_->engine(x.device(), "broadcast");
+  impl_->check_same_call(e, x.device(), "broadcast", 2, x, root);
+  return e.broadcast(x, root);
 }
 
 Work ProcessGroup::all_gather(Array& out, const Array& in) {
@@ -209,7 +249,9 @@ Work ProcessGroup::all_gather(Array& out, const Array& in) {
     throw ShapeError("all_gather: out must be " + shape_str(want) + " " + std::string(dtype_name(in.dtype())) + " on " +
                      in.device().str() + " (world size, then in's shape), got " + shape_str(out.shape()) + " " +
                      std::string(dtype_name(out.dtype())) + " on " + out.device().str());
-  return impl_->engine(in.device(), "all_gather").all_gather(out, in);
+  detail::CommBackend& e = impl_->engine(in.device(), "all_gather");
+  impl_->check_same_call(e, in.device(), "all_gather", 3, in, -1);
+  return e.all_gather(out, in);
 }
 
 Work ProcessGroup::reduce_scatter(Array& out, const Array& in, ReduceOp op) {
@@ -227,7 +269,9 @@ Work ProcessGroup::reduce_scatter(Array& out, const Array& in, ReduceOp op) {
                      "; averaging needs a floating dtype");
   if (op == ReduceOp::sum && in.dtype() == bool_)
     throw DTypeError("reduce_scatter(sum): in is bool; use max or min, or astype(int32)");
-  return impl_->engine(in.device(), "reduce_scatter").reduce_scatter(out, in, op);
+  detail::CommBackend& e = impl_->engine(in.device(), "reduce_scatter");
+  impl_->check_same_call(e, in.device(), "reduce_scatter", 4 + 10 * static_cast<int>(op), out, -1);
+  return e.reduce_scatter(out, in, op);
 }
 
 Work ProcessGroup::send(const Array& x, int dst) {

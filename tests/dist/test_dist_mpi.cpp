@@ -338,6 +338,52 @@ TEST(DistMpi, a_rank_that_joins_too_late_makes_the_others_time_out_with_a_clear_
   }
 }
 
+TEST(DistMpi, kiln_dist_debug_reports_ranks_that_call_different_collectives) {
+  if (G().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (Device d : devices_to_test()) {
+    dist::ProcessGroup g({.device = d.is_cuda() ? d : cpu(), .check_calls = true});
+    Array x = zeros({G().rank() == 1 ? 5 : 4}, float32, d);
+    try {
+      g.all_reduce(x);
+      FAIL() << "expected ShapeError on every rank";
+    } catch (const ShapeError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank 1 made call #1 on (5,) float32"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 0 made call #1 on (4,) float32"), std::string::npos) << m;
+    }
+    Array y = ones({3}, float32, d);  // nothing was started: the next matching call works
+    g.all_reduce(y).synchronize();
+    EXPECT_EQ(y.to(cpu()).to_vector<float>()[0], static_cast<float>(G().size())) << d.str();
+  }
+}
+
+TEST(DistMpi, a_nccl_collective_that_a_rank_skips_is_aborted_by_the_watchdog) {
+  if (G().size() < 2 || !G().device().is_cuda()) GTEST_SKIP() << "needs a GPU per rank (NCCL)";
+  dist::ProcessGroup g({.timeout = std::chrono::milliseconds(500)});
+  Array x = ones({1 << 20}, float32, g.device());
+  const auto t0 = std::chrono::steady_clock::now();
+  if (g.rank() == 0) {
+    try {
+      g.all_reduce(x).synchronize();
+      FAIL() << "expected DistError";
+    } catch (const DistError& e) {
+      EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+    EXPECT_TRUE(g.aborted());
+    EXPECT_THROW(g.all_reduce(x), DistError);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Rank 0 has aborted: this rank's collective waits for nobody and its own watchdog ends it.
+    try {
+      g.all_reduce(x).synchronize();
+    } catch (const DistError&) {
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  }
+  synchronize(g.device());  // the aborted kernels have returned: the GPU is usable
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   // A GPU per rank, or the CPU only (several ranks on one GPU is not something NCCL allows).
