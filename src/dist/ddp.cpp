@@ -25,8 +25,10 @@ Reducer::Reducer(std::vector<Array> params, double bucket_cap_mb, AllReduce all_
       throw DTypeError("DistributedDataParallel: parameter " + std::to_string(k) + " is " + std::string(dtype_name(p.dtype())) +
                        "; only floating parameters have gradients to average");
     const int64_t bytes = p.size() * itemsize(p.dtype());
+    // The first bucket is at most 1 MB (as PyTorch's): its all-reduce starts early in backward.
+    const int64_t limit = buckets_.size() == 1 ? std::min<int64_t>(cap, 1 << 20) : cap;
     const bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() && buckets_.back().device == p.device() &&
-                      buckets_.back().bytes + bytes <= cap;
+                      buckets_.back().bytes + bytes <= limit;
     if (!fits) {
       buckets_.emplace_back();
       buckets_.back().dtype = p.dtype();
@@ -96,10 +98,11 @@ void Reducer::finish() {
       Array& p = params_[b.members[j]];
       Array slot = b.flat.slice(0, b.offsets[j], b.offsets[j] + p.size()).reshape(p.shape());
       Array g = p.grad();
-      if (g.defined())
-        g.assign(slot);
+      if (g.defined() && g.data_ptr() == slot.data_ptr()) continue;  // the gradient is the slot already
+      if (p.is_contiguous() && (!g.defined() || g.is_contiguous()))
+        p.set_grad(slot);  // the averaged gradient is a view of the bucket: no copy back
       else
-        p.set_grad(slot.copy());
+        g.assign(slot);  // a channels-last gradient keeps its layout
     }
     b.launched = false;
     b.ready = 0;

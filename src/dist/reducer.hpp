@@ -3,7 +3,10 @@
 // post-accumulate hook marks its gradient ready; a bucket whose gradients are all ready is copied into one flat
 // buffer and its averaging all-reduce starts at once (on the communication stream), while backward goes on.
 // A callback queued on the backward then starts the buckets that are left, orders the current stream after
-// every all-reduce and copies the averages back into the gradients.
+// every all-reduce and makes each gradient a view of its bucket's averages (a channels-last gradient is
+// copied back instead, keeping its layout). The first bucket holds at most 1 MB, so its all-reduce starts
+// early. The next backward writes into the buckets again: gradients kept from an earlier step (instead of
+// zero_grad()) are read before they are overwritten, as accumulation needs.
 #pragma once
 
 #include <functional>
