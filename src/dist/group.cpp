@@ -71,6 +71,45 @@ LaunchEnvironment launch_environment() {
   return e;
 }
 
+namespace detail {
+namespace {
+
+/// The CPU engine of a group of one process started without mpirun: every collective is complete at once
+/// (a sum over one rank is the array itself), so a single process needs no MPI.
+class SelfBackend : public CommBackend {
+ public:
+  const char* name() const override { return "self"; }
+  Work all_reduce(Array&, ReduceOp) override { return check(); }
+  Work broadcast(Array&, int) override { return check(); }
+  Work all_gather(Array& out, const Array& in) override {
+    check();
+    out.index({0}).assign(in);
+    return Work();
+  }
+  Work reduce_scatter(Array& out, const Array& in, ReduceOp) override {
+    check();
+    out.assign(in.index({0}));
+    return Work();
+  }
+  Work send(const Array&, int) override { return check(); }
+  Work recv(Array&, int) override { return check(); }
+  void barrier() override { check(); }
+  void abort(const std::string& reason) override {
+    if (failure_.empty()) failure_ = reason;
+  }
+  bool aborted() const override { return !failure_.empty(); }
+
+ private:
+  Work check() const {
+    if (!failure_.empty()) throw DistError("dist: the process group was aborted earlier (" + failure_ + ")");
+    return Work();
+  }
+  std::string failure_;
+};
+
+}  // namespace
+}  // namespace detail
+
 struct ProcessGroup::Impl {
   int rank = 0, size = 1, local_rank = 0;
   Device device = cpu();
@@ -173,8 +212,10 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
   if (g.timeout.count() <= 0) throw ValueError("init_process_group: the timeout must be positive");
   g.check_calls = options.check_calls.value_or(std::getenv("KILN_DIST_DEBUG") != nullptr);
 
-  // MPI: under mpirun (its world must be ours), or for a group of one (a singleton needs no launcher).
-  if (detail::mpi_available() && (g.from_mpirun || g.size == 1)) {
+  // MPI under mpirun (its world must be ours); a group of one started otherwise needs no engine for CPU arrays.
+  if (g.size == 1 && !g.from_mpirun) {
+    g.cpu_engine = std::make_unique<detail::SelfBackend>();
+  } else if (detail::mpi_available() && g.from_mpirun) {
     const detail::MpiWorld w = detail::mpi_init();
     if (w.size != g.size || w.rank != g.rank)
       throw DistError("init_process_group: mpirun started " + std::to_string(w.size) + " ranks (this is rank " +

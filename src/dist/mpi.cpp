@@ -167,6 +167,7 @@ class MpiBackend : public CommBackend {
       g_skip_finalize = true;
       return;
     }
+    state_->pending.clear();  // the works hold the state: break the cycle
     std::lock_guard<std::mutex> mlock(mpi_mutex());
     MPI_Comm_free(&state_->comm);
   }

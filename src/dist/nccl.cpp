@@ -226,6 +226,7 @@ class NcclBackend : public CommBackend {
       }
       state_->comm = nullptr;
     }
+    state_->pending.clear();  // the works hold the state: break the cycle
   }
 
   const char* name() const override { return "nccl"; }
