@@ -7,10 +7,11 @@
 //   ddp_resnet50   the same for ResNet-50, batch 128 per GPU, 224x224, float32, SGD momentum 0.9
 // Throughput is samples per second over all ranks. Each timing is CUDA events on rank 0's current stream
 // around a loop that ends with every rank's work queued (a barrier before the start event).
-// --quick: smaller sizes and fewer steps.
+// --quick: smaller sizes and fewer steps; --bucket-mb / --first-bucket-mb: DdpOptions' bucket sizes.
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -49,9 +50,11 @@ std::shared_ptr<nn::Module> mlp(Device d) {
   return m;
 }
 
+dist::DdpOptions g_ddp;  // --bucket-mb, --first-bucket-mb
+
 double train_throughput(const std::shared_ptr<nn::Module>& model, const Shape& input, int64_t classes, Device d,
                         int warmup, int steps, double momentum) {
-  dist::DistributedDataParallel ddp(model);
+  dist::DistributedDataParallel ddp(model, g_ddp);
   optim::SGD opt(ddp.parameters(), {.lr = 0.01, .momentum = momentum});
   Array x = random::normal(input, float32, d);
   Array y = random::randint(0, classes, {input[0]}, int64, d);
@@ -71,6 +74,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) g_ddp.bucket_cap_mb = std::atof(argv[++i]);
+    if (std::strcmp(argv[i], "--first-bucket-mb") == 0 && i + 1 < argc) g_ddp.first_bucket_mb = std::atof(argv[++i]);
   }
   try {
     if (num_gpus() == 0) {
@@ -93,8 +98,8 @@ int main(int argc, char** argv) {
       if (n > 1) records.push_back({"allreduce", "busbw", "GB/s", bytes * 2.0 * (n - 1) / n / (ms / 1000.0) / 1e9});
     }
     random::seed(0);
-    records.push_back({"ddp_mlp", "throughput", "samples/s",
-                       train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0)});
+    records.push_back(
+        {"ddp_mlp", "throughput", "samples/s", train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0)});
     {  // Where the MLP's time goes: the same step without DDP (each rank alone), and the all-reduce of its gradients.
       auto plain = mlp(d);
       optim::SGD opt(plain->parameters(), {.lr = 0.01});
@@ -117,18 +122,20 @@ int main(int argc, char** argv) {
       auto net = models::resnet50();
       net->to(d);
       cudnn::set_benchmark(true);
-      records.push_back({"ddp_resnet50", "throughput", "samples/s",
-                         train_throughput(net, {128, 3, 224, 224}, 1000, d, 5, 15, 0.9)});
+      records.push_back(
+          {"ddp_resnet50", "throughput", "samples/s", train_throughput(net, {128, 3, 224, 224}, 1000, d, 5, 15, 0.9)});
     }
     if (dist::rank() == 0) {
       fmt::print("bench_dist: {} rank(s), {} each\n", n, d.str());
-      for (const Record& r : records) fmt::print("  {:<14} {:<11} {:>12.4g} {}\n", r.workload, r.metric, r.value, r.unit);
+      for (const Record& r : records)
+        fmt::print("  {:<14} {:<11} {:>12.4g} {}\n", r.workload, r.metric, r.value, r.unit);
       if (!json.empty()) {
         std::ofstream f(json);
         f << "{\"world_size\": " << n << ", \"gpu\": \"" << device_properties(d).name << "\", \"records\": [";
         for (size_t i = 0; i < records.size(); ++i)
-          f << (i ? ", " : "") << "{\"workload\": \"" << records[i].workload << "\", \"metric\": \"" << records[i].metric
-            << "\", \"unit\": \"" << records[i].unit << "\", \"value\": " << records[i].value << "}";
+          f << (i ? ", " : "") << "{\"workload\": \"" << records[i].workload << "\", \"metric\": \""
+            << records[i].metric << "\", \"unit\": \"" << records[i].unit << "\", \"value\": " << records[i].value
+            << "}";
         f << "]}\n";
       }
     }

@@ -43,8 +43,8 @@ int main() {
   // The split model: layer 1 on the first device, layers 2-3 on the second.
   random::seed(0);
   auto head = layers({std::make_shared<nn::Linear>(784, 100), std::make_shared<nn::ReLU>()});
-  auto tail = layers({std::make_shared<nn::Linear>(100, 100), std::make_shared<nn::ReLU>(),
-                      std::make_shared<nn::Linear>(100, 10)});
+  auto tail = layers(
+      {std::make_shared<nn::Linear>(100, 100), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(100, 10)});
   head->to(first_device);
   tail->to(second_device);
   // The same model, the same initial values (the same draws), on one device.

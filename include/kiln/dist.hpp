@@ -143,7 +143,7 @@ void barrier();
 /// The environment variables a process started by `kiln launch`, torchrun or mpirun sees, as kiln reads them.
 struct LaunchEnvironment {
   int rank = 0, world_size = 1, local_rank = 0;
-  bool from_mpirun = false;  ///< OMPI_COMM_WORLD_* / PMI_* were set
+  bool from_mpirun = false;    ///< OMPI_COMM_WORLD_* / PMI_* were set
   bool from_launcher = false;  ///< RANK and WORLD_SIZE were set
 };
 LaunchEnvironment launch_environment();
@@ -152,6 +152,10 @@ struct DdpOptions {
   /// Gradients are all-reduced in buckets of about this size, in reverse registration order (the order
   /// backward produces them), each as soon as its last gradient is ready.
   double bucket_cap_mb = 25.0;
+  /// A smaller first bucket (the last layers' gradients) starts its all-reduce earlier (PyTorch uses 1 MB).
+  /// Default: bucket_cap_mb. Measured on two H200s: a 1 MB first bucket made the 784-1000-1000-10 MLP's step
+  /// ~20% slower (one more NCCL launch on a 0.35 ms step) and did not change ResNet-50's (1.94x either way).
+  std::optional<double> first_bucket_mb{};
   /// Broadcast buffers (batch-norm running statistics) from rank 0 before every forward, as PyTorch.
   bool broadcast_buffers = true;
 };

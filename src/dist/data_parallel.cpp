@@ -130,8 +130,8 @@ DataParallel::DataParallel(const ModelFactory& make_model, const OptimizerFactor
     r->to(devices[i]);
     m.optimizers.push_back(make_optimizer(*r));
     detail::CommBackend* comm = m.comms[i].get();
-    auto reducer = std::make_shared<detail::Reducer>(r->parameters(), 25.0,
-                                                     [comm](Array& flat) { return comm->all_reduce(flat, ReduceOp::avg); });
+    auto reducer = std::make_shared<detail::Reducer>(
+        r->parameters(), 25.0, 25.0, [comm](Array& flat) { return comm->all_reduce(flat, ReduceOp::avg); });
     reducer->attach(reducer);
     m.reducers.push_back(reducer);
     m.replicas.push_back(std::move(r));

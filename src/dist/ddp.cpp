@@ -14,19 +14,20 @@ namespace kiln::dist {
 
 namespace detail {
 
-Reducer::Reducer(std::vector<Array> params, double bucket_cap_mb, AllReduce all_reduce)
+Reducer::Reducer(std::vector<Array> params, double bucket_cap_mb, double first_bucket_mb, AllReduce all_reduce)
     : params_(std::move(params)), all_reduce_(std::move(all_reduce)) {
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_cap_mb * 1024.0 * 1024.0));
+  const int64_t first_cap = std::max<int64_t>(1, static_cast<int64_t>(first_bucket_mb * 1024.0 * 1024.0));
   bucket_of_.assign(params_.size(), 0);
   // Reverse registration order: backward produces the last layers' gradients first.
   for (size_t k = params_.size(); k-- > 0;) {
     const Array& p = params_[k];
     if (!is_floating(p.dtype()))
-      throw DTypeError("DistributedDataParallel: parameter " + std::to_string(k) + " is " + std::string(dtype_name(p.dtype())) +
-                       "; only floating parameters have gradients to average");
+      throw DTypeError("DistributedDataParallel: parameter " + std::to_string(k) + " is " +
+                       std::string(dtype_name(p.dtype())) + "; only floating parameters have gradients to average");
     const int64_t bytes = p.size() * itemsize(p.dtype());
-    // The first bucket is at most 1 MB (as PyTorch's): its all-reduce starts early in backward.
-    const int64_t limit = buckets_.size() == 1 ? std::min<int64_t>(cap, 1 << 20) : cap;
+    // The first bucket may be smaller (DdpOptions::first_bucket_mb): its all-reduce starts earlier in backward.
+    const int64_t limit = buckets_.size() == 1 ? std::min(cap, first_cap) : cap;
     const bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() && buckets_.back().device == p.device() &&
                       buckets_.back().bytes + bytes <= limit;
     if (!fits) {
@@ -193,7 +194,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   }
   ProcessGroup* pg = group_;
   reducer_ = std::make_shared<detail::Reducer>(params, options_.bucket_cap_mb,
-                                       [pg](Array& flat) { return pg->all_reduce(flat, ReduceOp::avg); });
+                                               options_.first_bucket_mb.value_or(options_.bucket_cap_mb),
+                                               [pg](Array& flat) { return pg->all_reduce(flat, ReduceOp::avg); });
   reducer_->attach(reducer_);
   register_module("module", module_);
 }
@@ -209,8 +211,9 @@ Array DistributedDataParallel::forward(const Array& x) {
 }
 
 std::string DistributedDataParallel::name() const {
-  return "DistributedDataParallel(rank=" + std::to_string(group_->rank()) + ", world_size=" +
-         std::to_string(group_->size()) + ", buckets=" + std::to_string(reducer_->buckets().size()) + ")";
+  return "DistributedDataParallel(rank=" + std::to_string(group_->rank()) +
+         ", world_size=" + std::to_string(group_->size()) + ", buckets=" + std::to_string(reducer_->buckets().size()) +
+         ")";
 }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::buckets() const { return reducer_->buckets(); }

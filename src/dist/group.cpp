@@ -14,10 +14,14 @@ namespace kiln::dist {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
   }
   return "?";
 }
@@ -38,7 +42,8 @@ std::optional<int> env_int(const char* name) {
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
   if (*end != '\0' || x < 0 || x > 1 << 20)
-    throw ValueError(std::string("dist: the environment variable ") + name + "=" + v + " is not a non-negative integer");
+    throw ValueError(std::string("dist: the environment variable ") + name + "=" + v +
+                     " is not a non-negative integer");
   return static_cast<int>(x);
 }
 
@@ -142,7 +147,8 @@ struct ProcessGroup::Impl {
       std::string shape = "(";
       for (int64_t i = 0; i < std::min<int64_t>(p[2], kDims); ++i) shape += (i ? ", " : "") + std::to_string(p[3 + i]);
       shape += p[2] == 1 ? ",)" : ")";
-      return "call #" + std::to_string(p[0]) + " on " + shape + " " + std::string(dtype_name(static_cast<DType>(p[1]))) +
+      return "call #" + std::to_string(p[0]) + " on " + shape + " " +
+             std::string(dtype_name(static_cast<DType>(p[1]))) +
              (p[kSlots - 1] >= 0 ? " root " + std::to_string(p[kSlots - 1]) : "");
     };
     for (int r = 1; r < size; ++r)
@@ -162,14 +168,16 @@ struct ProcessGroup::Impl {
       throw DistError(std::string(op) + ": CPU arrays are reduced over MPI, and " +
                       (detail::mpi_available() ? "this process was not started by mpirun"
                                                : "this kiln was built without MPI (apt-get install libopenmpi-dev)") +
-                      "; start the ranks with `mpirun -np " + std::to_string(size) + " ...` or `kiln launch --backend mpi`, "
+                      "; start the ranks with `mpirun -np " + std::to_string(size) +
+                      " ...` or `kiln launch --backend mpi`, "
                       "or move the array to the group's GPU");
     }
     if (d != device)
       throw DeviceError(std::string(op) + ": the array is on " + d.str() + " but rank " + std::to_string(rank) +
                         "'s GPU is " + device.str() + "; move it there (each rank uses one GPU)");
     if (gpu_engine) return *gpu_engine;
-    throw DistError(std::string(op) + ": GPU arrays are reduced over NCCL, which this kiln was built without "
+    throw DistError(std::string(op) +
+                    ": GPU arrays are reduced over NCCL, which this kiln was built without "
                     "(a CUDA build finds nccl.h and libnccl with CMake)");
   }
 };
@@ -301,9 +309,11 @@ Work ProcessGroup::reduce_scatter(Array& out, const Array& in, ReduceOp op) {
   Shape want{size()};
   for (int64_t e : out.shape()) want.push_back(e);
   if (!(in.shape() == want) || out.dtype() != in.dtype() || out.device() != in.device())
-    throw ShapeError("reduce_scatter: in must be " + shape_str(want) + " (world size, then out's shape) with out's "
-                     "dtype and device, got in " + shape_str(in.shape()) + " " + std::string(dtype_name(in.dtype())) + " on " +
-                     in.device().str() + ", out " + shape_str(out.shape()) + " " + std::string(dtype_name(out.dtype())) + " on " +
+    throw ShapeError("reduce_scatter: in must be " + shape_str(want) +
+                     " (world size, then out's shape) with out's "
+                     "dtype and device, got in " +
+                     shape_str(in.shape()) + " " + std::string(dtype_name(in.dtype())) + " on " + in.device().str() +
+                     ", out " + shape_str(out.shape()) + " " + std::string(dtype_name(out.dtype())) + " on " +
                      out.device().str());
   if (op == ReduceOp::avg && !is_floating(in.dtype()))
     throw DTypeError(std::string("reduce_scatter(avg): in is ") + std::string(dtype_name(in.dtype())) +
@@ -385,8 +395,9 @@ bool is_initialized() {
 ProcessGroup& default_group() {
   std::lock_guard<std::mutex> lock(g_default_mutex);
   if (!g_default)
-    throw DistError("dist: no default process group; call kiln::dist::init_process_group() first (under kiln launch "
-                    "or mpirun)");
+    throw DistError(
+        "dist: no default process group; call kiln::dist::init_process_group() first (under kiln launch "
+        "or mpirun)");
   return *g_default;
 }
 

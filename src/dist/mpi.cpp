@@ -48,16 +48,25 @@ void finalize_at_exit() {
 
 MPI_Datatype mpi_type(DType t, const char* op) {
   switch (t) {
-    case DType::Bool: return MPI_C_BOOL;
-    case DType::Int8: return MPI_INT8_T;
-    case DType::Int16: return MPI_INT16_T;
-    case DType::Int32: return MPI_INT32_T;
-    case DType::Int64: return MPI_INT64_T;
-    case DType::UInt8: return MPI_UINT8_T;
-    case DType::Float32: return MPI_FLOAT;
-    case DType::Float64: return MPI_DOUBLE;
+    case DType::Bool:
+      return MPI_C_BOOL;
+    case DType::Int8:
+      return MPI_INT8_T;
+    case DType::Int16:
+      return MPI_INT16_T;
+    case DType::Int32:
+      return MPI_INT32_T;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::UInt8:
+      return MPI_UINT8_T;
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
     case DType::Float16:
-    case DType::BFloat16: return MPI_UINT16_T;  // data movement only: reductions go through float32
+    case DType::BFloat16:
+      return MPI_UINT16_T;  // data movement only: reductions go through float32
   }
   throw DTypeError(std::string(op) + ": no MPI type for " + std::string(dtype_name(t)));
 }
@@ -66,9 +75,12 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   if (t == DType::Bool) return op == ReduceOp::min ? MPI_LAND : MPI_LOR;
   switch (op) {
     case ReduceOp::sum:
-    case ReduceOp::avg: return MPI_SUM;
-    case ReduceOp::max: return MPI_MAX;
-    case ReduceOp::min: return MPI_MIN;
+    case ReduceOp::avg:
+      return MPI_SUM;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
   }
   return MPI_SUM;
 }
@@ -88,7 +100,7 @@ struct MpiWork : Work::Impl {
   std::shared_ptr<MpiState> state;
   std::string op;
   MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<Array> keep;             // buffers MPI reads or writes until the request completes
+  std::vector<Array> keep;            // buffers MPI reads or writes until the request completes
   std::function<void()> on_complete;  // copy back / divide, run once on the thread that sees completion
   bool done = false;
 
@@ -154,7 +166,8 @@ class MpiBackend : public CommBackend {
     std::lock_guard<std::mutex> lock(state_->mutex);
     try {
       for (auto& w : state_->pending)
-        while (!w->test_locked() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        while (!w->test_locked() && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
     } catch (const std::exception&) {
     }
     bool stuck = false;

@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -25,34 +26,47 @@ namespace kiln::dist::detail {
 namespace {
 
 void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess)
-    throw DistError(std::string("NCCL setup: ") + call + " failed: " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw DistError(std::string("NCCL setup: ") + call + " failed: " + cudaGetErrorString(e));
 }
 
 ncclDataType_t nccl_type(DType t, bool reduce, const char* op) {
   switch (t) {
-    case DType::Int8: return ncclInt8;
-    case DType::UInt8: return ncclUint8;
-    case DType::Bool: return ncclUint8;  // max = any, min = all on 0/1 bytes
-    case DType::Int32: return ncclInt32;
-    case DType::Int64: return ncclInt64;
-    case DType::Float16: return ncclFloat16;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
+    case DType::Int8:
+      return ncclInt8;
+    case DType::UInt8:
+      return ncclUint8;
+    case DType::Bool:
+      return ncclUint8;  // max = any, min = all on 0/1 bytes
+    case DType::Int32:
+      return ncclInt32;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::Float16:
+      return ncclFloat16;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
     case DType::Int16:
       if (!reduce) return ncclFloat16;  // two bytes moved as they are
       break;
   }
-  throw DTypeError(std::string(op) + ": NCCL cannot reduce " + std::string(dtype_name(t)) + " arrays; astype(int32) first");
+  throw DTypeError(std::string(op) + ": NCCL cannot reduce " + std::string(dtype_name(t)) +
+                   " arrays; astype(int32) first");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::max: return ncclMax;
-    case ReduceOp::min: return ncclMin;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -89,8 +103,8 @@ struct NcclState {
     while (rc == ncclInProgress) {
       if (Clock::now() >= deadline) {
         abort_locked(what + " did not start within " + seconds_str(timeout));
-        throw DistError(what + ": rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                        " waited " + seconds_str(timeout) +
+        throw DistError(what + ": rank " + std::to_string(rank) + " of " + std::to_string(size) + " waited " +
+                        seconds_str(timeout) +
                         " for NCCL; another rank died or never joined (the communicator is aborted)");
       }
       std::this_thread::yield();
@@ -171,8 +185,8 @@ void watchdog_loop(NcclState* s) {
       if (s->comm) {
         ncclResult_t st = ncclSuccess;
         if (ncclCommGetAsyncError(s->comm, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
-          const std::string why = std::string("NCCL reported ") + ncclGetErrorString(st) + " (" +
-                                  ncclGetLastError(s->comm) + ")";
+          const std::string why =
+              std::string("NCCL reported ") + ncclGetErrorString(st) + " (" + ncclGetLastError(s->comm) + ")";
           std::fprintf(stderr, "kiln dist: rank %d: %s; aborting the communicator\n", s->rank, why.c_str());
           s->abort_locked(why);
         }
@@ -340,7 +354,9 @@ std::unique_ptr<CommBackend> make_nccl_backend(int rank, int size, Device device
   std::memcpy(&id, unique_id.data(), sizeof id);
   check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // init and calls return at once; settle_locked() bounds the wait by the timeout
+  // Nonblocking: init and calls return at once and settle_locked() bounds the wait by the timeout.
+  // KILN_NCCL_BLOCKING=1 makes blocking communicators (as PyTorch's default; init then cannot time out).
+  config.blocking = std::getenv("KILN_NCCL_BLOCKING") ? 1 : 0;
   {
     std::lock_guard<std::mutex> lock(s->mutex);
     ncclResult_t rc = ncclCommInitRankConfig(&s->comm, size, id, rank, &config);
@@ -368,8 +384,8 @@ std::vector<std::unique_ptr<CommBackend>> make_nccl_clique(const std::vector<Dev
   }
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   if (ncclResult_t rc = ncclCommInitAll(comms.data(), n, ids.data()); rc != ncclSuccess)
-    throw DistError(std::string("NCCL: ncclCommInitAll over ") + std::to_string(n) + " GPUs failed: " +
-                    ncclGetErrorString(rc));
+    throw DistError(std::string("NCCL: ncclCommInitAll over ") + std::to_string(n) +
+                    " GPUs failed: " + ncclGetErrorString(rc));
   std::vector<std::unique_ptr<CommBackend>> out;
   for (int i = 0; i < n; ++i) {
     auto s = new_state(i, n, devices[static_cast<size_t>(i)], timeout);

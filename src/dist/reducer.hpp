@@ -4,8 +4,8 @@
 // buffer and its averaging all-reduce starts at once (on the communication stream), while backward goes on.
 // A callback queued on the backward then starts the buckets that are left, orders the current stream after
 // every all-reduce and makes each gradient a view of its bucket's averages (a channels-last gradient is
-// copied back instead, keeping its layout). The first bucket holds at most 1 MB, so its all-reduce starts
-// early. The next backward writes into the buckets again: gradients kept from an earlier step (instead of
+// copied back instead, keeping its layout). The first bucket may be smaller, to start its all-reduce
+// earlier. The next backward writes into the buckets again: gradients kept from an earlier step (instead of
 // zero_grad()) are read before they are overwritten, as accumulation needs.
 #pragma once
 
@@ -21,7 +21,7 @@ class Reducer {
  public:
   /// all_reduce(flat) starts averaging `flat` over the replicas and returns its Work.
   using AllReduce = std::function<Work(Array& flat)>;
-  Reducer(std::vector<Array> params, double bucket_cap_mb, AllReduce all_reduce);
+  Reducer(std::vector<Array> params, double bucket_cap_mb, double first_bucket_mb, AllReduce all_reduce);
   /// Registers the hooks (holding `self` weakly: a destroyed reducer leaves harmless hooks behind).
   void attach(const std::shared_ptr<Reducer>& self);
   bool sync() const { return sync_; }

@@ -147,8 +147,9 @@ void Store::send_all(int fd, const std::string& data, int peer, const char* what
     const ssize_t k = ::send(fd, framed.data() + done, framed.size() - done, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0)
-      throw DistError(std::string("dist ") + what + ": rank " + std::to_string(rank_) + " lost its connection to rank " +
-                      std::to_string(peer) + " (" + std::strerror(errno) + "); that rank probably exited");
+      throw DistError(std::string("dist ") + what + ": rank " + std::to_string(rank_) +
+                      " lost its connection to rank " + std::to_string(peer) + " (" + std::strerror(errno) +
+                      "); that rank probably exited");
     done += static_cast<size_t>(k);
   }
 }
@@ -165,8 +166,9 @@ std::string Store::recv_message(int fd, int peer, const char* what) {
       const ssize_t k = ::recv(fd, dst + done, n - done, 0);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0)
-        throw DistError(std::string("dist ") + what + ": rank " + std::to_string(rank_) + " lost its connection to rank " +
-                        (peer < 0 ? std::string("?") : std::to_string(peer)) + "; that rank probably exited");
+        throw DistError(std::string("dist ") + what + ": rank " + std::to_string(rank_) +
+                        " lost its connection to rank " + (peer < 0 ? std::string("?") : std::to_string(peer)) +
+                        "; that rank probably exited");
       done += static_cast<size_t>(k);
     }
   };

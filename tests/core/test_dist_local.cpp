@@ -174,13 +174,11 @@ TEST(Autograd, queued_callbacks_run_after_every_gradient_is_accumulated) {
 TEST(DistDdp, world_size_one_leaves_gradients_as_one_process_computes_them) {
   dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = cpu()});
   random::seed(3);
-  auto net = std::make_shared<nn::Sequential>(
-      std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::Tanh>(),
-                                               std::make_shared<nn::Linear>(7, 2)});
+  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(7, 2)});
   random::seed(3);
-  auto plain = std::make_shared<nn::Sequential>(
-      std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::Tanh>(),
-                                               std::make_shared<nn::Linear>(7, 2)});
+  auto plain = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(7, 2)});
   dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = 0.00003}, &g);  // 31 bytes: a bucket per parameter
   EXPECT_EQ(ddp.buckets().size(), 4u);
   Array x = random::normal({6, 5});

@@ -100,11 +100,9 @@ TEST(DistGpu, ddp_with_world_size_one_matches_the_plain_model_on_the_gpu) {
 TEST(DistGpu, data_parallel_over_the_gpus_present_equals_one_model_on_the_whole_batch) {
   KILN_REQUIRE_GPU();
   const std::vector<Device> gpus = try_all_gpus();
-  dist::DataParallel dp([] { return small_mlp(11); },
-                        [](nn::Module& m) {
-                          return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.1});
-                        },
-                        gpus);
+  dist::DataParallel dp(
+      [] { return small_mlp(11); },
+      [](nn::Module& m) { return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.1}); }, gpus);
   auto reference = small_mlp(11, gpu(0));
   optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
   random::seed(77);

@@ -42,9 +42,12 @@ double reference(dist::ReduceOp op, int64_t i, DType t, int size) {
   for (int r = 0; r < size; ++r) {
     double v = contribution(r, i);
     if (!is_floating(t)) v = std::trunc(v);  // astype to an integer truncates the .5
-    if (op == dist::ReduceOp::max) acc = std::max(acc, v);
-    else if (op == dist::ReduceOp::min) acc = std::min(acc, v);
-    else acc += v;
+    if (op == dist::ReduceOp::max)
+      acc = std::max(acc, v);
+    else if (op == dist::ReduceOp::min)
+      acc = std::min(acc, v);
+    else
+      acc += v;
   }
   return op == dist::ReduceOp::avg ? acc / size : acc;
 }
@@ -86,8 +89,7 @@ TEST(DistMpi, bool_all_reduce_is_any_and_all) {
     G().all_reduce(any, dist::ReduceOp::max).wait();
     G().all_reduce(all, dist::ReduceOp::min).wait();
     EXPECT_EQ(any.astype(int32).to(cpu()).to_vector<int32_t>(), (std::vector<int32_t>{1, 1})) << d.str();
-    EXPECT_EQ(all.astype(int32).to(cpu()).to_vector<int32_t>(),
-              (std::vector<int32_t>{G().size() == 1 ? 1 : 0, 1}))
+    EXPECT_EQ(all.astype(int32).to(cpu()).to_vector<int32_t>(), (std::vector<int32_t>{G().size() == 1 ? 1 : 0, 1}))
         << d.str();
   }
 }

@@ -78,8 +78,9 @@ int exit_code(int status) {
 
 int run_mpirun(const LaunchArgs& args) {
   if (!on_path("mpirun"))
-    throw kiln::Error("kiln launch --backend mpi: mpirun is not on PATH; apt-get install openmpi-bin, or use "
-                      "--backend env");
+    throw kiln::Error(
+        "kiln launch --backend mpi: mpirun is not on PATH; apt-get install openmpi-bin, or use "
+        "--backend env");
   std::vector<std::string> argv{"mpirun", "-np", std::to_string(args.nproc)};
   for (const std::string& a : args.command) argv.push_back(a);
   std::vector<char*> c;
@@ -101,7 +102,8 @@ std::string choose_backend(const LaunchArgs& args) {
 
 int launch(const LaunchArgs& args) {
   if (args.nproc < 1) throw kiln::ValueError("kiln launch: --nproc must be at least 1");
-  if (args.command.empty()) throw kiln::ValueError("kiln launch: give the program to start (kiln launch --nproc 2 ./train)");
+  if (args.command.empty())
+    throw kiln::ValueError("kiln launch: give the program to start (kiln launch --nproc 2 ./train)");
   const std::string backend = choose_backend(args);
   if (backend == "mpi") return run_mpirun(args);
   if (backend != "env") throw kiln::ValueError("kiln launch: --backend is auto, env or mpi, got " + args.backend);

@@ -12,7 +12,7 @@ struct LaunchArgs {
   /// started here with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT; mpi: through `mpirun -np N`.
   std::string backend = "auto";
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                ///< 0: a free port
+  int master_port = 0;               ///< 0: a free port
   std::vector<std::string> command;  ///< the program and its arguments
 };
 
