@@ -81,6 +81,15 @@ int run_mpirun(const LaunchArgs& args) {
     throw kiln::Error(
         "kiln launch --backend mpi: mpirun is not on PATH; apt-get install openmpi-bin, or use "
         "--backend env");
+  if (args.nnodes > 1)
+    throw kiln::ValueError(
+        "kiln launch --backend mpi: for several machines run mpirun yourself (mpirun -np N -H "
+        "host1:K,host2:K program), see the README");
+  // Open MPI refuses to start as root unless told; the user asked for these ranks explicitly.
+  if (geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
   std::vector<std::string> argv{"mpirun", "-np", std::to_string(args.nproc)};
   for (const std::string& a : args.command) argv.push_back(a);
   std::vector<char*> c;
@@ -108,7 +117,14 @@ int launch(const LaunchArgs& args) {
   if (backend == "mpi") return run_mpirun(args);
   if (backend != "env") throw kiln::ValueError("kiln launch: --backend is auto, env or mpi, got " + args.backend);
 
+  if (args.nnodes < 1 || args.node_rank < 0 || args.node_rank >= args.nnodes)
+    throw kiln::ValueError("kiln launch: --node-rank " + std::to_string(args.node_rank) +
+                           " is out of range for --nnodes " + std::to_string(args.nnodes));
+  if (args.nnodes > 1 && args.master_port <= 0)
+    throw kiln::ValueError(
+        "kiln launch: with --nnodes > 1 give every machine the same --master-addr and --master-port");
   const int port = args.master_port > 0 ? args.master_port : free_port();
+  const int world = args.nnodes * args.nproc;
   std::vector<std::string> cmd = args.command;
   std::vector<char*> argv;
   for (std::string& a : cmd) argv.push_back(a.data());
@@ -123,8 +139,8 @@ int launch(const LaunchArgs& args) {
       throw kiln::Error(std::string("kiln launch: fork failed: ") + std::strerror(errno));
     }
     if (pid == 0) {
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(args.nproc).c_str(), 1);
+      setenv("RANK", std::to_string(args.node_rank * args.nproc + r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(args.nproc).c_str(), 1);
       setenv("MASTER_ADDR", args.master_addr.c_str(), 1);

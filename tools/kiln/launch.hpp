@@ -7,7 +7,11 @@
 namespace kiln_cli {
 
 struct LaunchArgs {
-  int nproc = 1;
+  int nproc = 1;  ///< ranks on this machine
+  /// Several machines with the env backend (as torchrun): every machine runs one launcher with the same
+  /// --nnodes, --master-addr and --master-port and its own --node-rank; ranks are node_rank * nproc + local.
+  int nnodes = 1;
+  int node_rank = 0;
   /// auto: env when the machine has a GPU per rank (NCCL), else mpi when mpirun exists; env: the ranks are
   /// started here with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT; mpi: through `mpirun -np N`.
   std::string backend = "auto";

@@ -212,6 +212,8 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--backend", launch_args.backend,
                          "auto (default), env (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, for NCCL), or mpi (mpirun)")
       ->check(CLI::IsMember({"auto", "env", "mpi"}));
+  launch_cmd->add_option("--nnodes", launch_args.nnodes, "machines, one launcher each (1; env backend)");
+  launch_cmd->add_option("--node-rank", launch_args.node_rank, "this machine's index in [0, nnodes) (0)");
   launch_cmd->add_option("--master-addr", launch_args.master_addr, "rank 0's address (127.0.0.1)");
   launch_cmd->add_option("--master-port", launch_args.master_port, "rank 0's port (default: a free one)");
   launch_cmd->prefix_command();  // the first positional argument and everything after it: the program

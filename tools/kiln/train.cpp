@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,7 +40,7 @@ int train_mlp(const TrainArgs& a) {
     LaunchArgs l;
     l.nproc = a.nproc;
     l.command = a.argv;
-    l.command.front() = "/proc/self/exe";
+    l.command.front() = std::filesystem::read_symlink("/proc/self/exe").string();  // this kiln, by its real path
     return launch(l);
   }
   if (launched && a.graph) throw ValueError("kiln train: --graph is not supported with --nproc (data parallel)");
