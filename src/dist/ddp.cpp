@@ -193,7 +193,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     for (auto& [name, b] : module_->named_buffers()) g.broadcast(b, 0).wait();
   }
   ProcessGroup* pg = group_;
-  reducer_ = std::make_shared<detail::Reducer>(params, options_.bucket_cap_mb,
+  std::vector<Array> trainable;  // frozen parameters (requires_grad false) are broadcast but not reduced
+  for (const Array& p : params)
+    if (p.requires_grad()) trainable.push_back(p);
+  reducer_ = std::make_shared<detail::Reducer>(trainable, options_.bucket_cap_mb,
                                                options_.first_bucket_mb.value_or(options_.bucket_cap_mb),
                                                [pg](Array& flat) { return pg->all_reduce(flat, ReduceOp::avg); });
   reducer_->attach(reducer_);

@@ -192,6 +192,18 @@ TEST(DistDdp, world_size_one_leaves_gradients_as_one_process_computes_them) {
   EXPECT_EQ(ddp.state_dict().begin()->first, "module.0.weight");
 }
 
+TEST(DistDdp, frozen_parameters_are_left_without_gradients) {
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = cpu()});
+  auto net = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::Linear>(4, 2)});
+  net->parameters()[0].set_requires_grad(false);  // the first layer's weight is frozen
+  dist::DistributedDataParallel ddp(net, {}, &g);
+  sum(ddp(random::normal({5, 3}))).backward();
+  const auto ps = ddp.parameters();
+  EXPECT_FALSE(ps[0].grad().defined());
+  for (size_t k = 1; k < ps.size(); ++k) EXPECT_TRUE(ps[k].grad().defined()) << k;
+}
+
 TEST(DistSampler, shares_are_disjoint_padded_and_reshuffled_per_epoch) {
   const int64_t n = 10;
   std::vector<int> seen(n, 0);
