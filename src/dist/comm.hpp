@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kiln/dist.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln::dist {
 
@@ -25,6 +26,12 @@ using Clock = std::chrono::steady_clock;
 
 /// "2.5 s" for messages.
 std::string seconds_str(std::chrono::milliseconds t);
+/// The error of operation `op` that rank `rank` of `size` waited `timeout` for in vain; `consequence` says what
+/// the engine did about it ("" when nothing).
+DistError timeout_error(const std::string& op, int rank, int size, std::chrono::milliseconds timeout,
+                        const std::string& consequence);
+/// Between two polls of an unfinished operation: yield the first thousand times, then sleep 50 us.
+void pause_between_polls(int& spins);
 
 class CommBackend {
  public:

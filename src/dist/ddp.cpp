@@ -61,6 +61,11 @@ std::vector<std::vector<size_t>> Reducer::buckets() const {
   return out;
 }
 
+Array Reducer::slot_of(const Bucket& b, size_t j) const {
+  const Array& p = params_[b.members[j]];
+  return b.flat.slice(0, b.offsets[j], b.offsets[j] + p.size()).reshape(p.shape());
+}
+
 void Reducer::gradient_ready(size_t k) {
   if (!sync_) return;
   if (!armed_) {
@@ -78,7 +83,7 @@ void Reducer::gradient_ready(size_t k) {
 void Reducer::launch(Bucket& b) {
   for (size_t j = 0; j < b.members.size(); ++j) {
     const Array& p = params_[b.members[j]];
-    Array slot = b.flat.slice(0, b.offsets[j], b.offsets[j] + p.size()).reshape(p.shape());
+    Array slot = slot_of(b, j);
     const Array g = p.grad();
     if (g.defined())
       slot.assign(g);
@@ -97,7 +102,7 @@ void Reducer::finish() {
     b.work.wait();
     for (size_t j = 0; j < b.members.size(); ++j) {
       Array& p = params_[b.members[j]];
-      Array slot = b.flat.slice(0, b.offsets[j], b.offsets[j] + p.size()).reshape(p.shape());
+      Array slot = slot_of(b, j);
       Array g = p.grad();
       if (g.defined() && g.data_ptr() == slot.data_ptr()) continue;  // the gradient is the slot already
       if (p.is_contiguous() && (!g.defined() || g.is_contiguous()))

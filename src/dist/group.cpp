@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "dist/comm.hpp"
 #include "dist/store.hpp"
@@ -31,6 +32,23 @@ std::string seconds_str(std::chrono::milliseconds t) {
   std::ostringstream s;
   s << static_cast<double>(t.count()) / 1000.0 << " s";
   return s.str();
+}
+
+DistError timeout_error(const std::string& op, int rank, int size, std::chrono::milliseconds timeout,
+                        const std::string& consequence) {
+  return DistError(op + ": rank " + std::to_string(rank) + " of " + std::to_string(size) + " waited " +
+                   seconds_str(timeout) +
+                   " and the operation did not complete: another rank died, hangs, or never "
+                   "called " +
+                   op + " (every rank must issue the same collectives in the same order)" + consequence +
+                   "; raise the timeout with KILN_DIST_TIMEOUT=seconds if a rank is merely slow");
+}
+
+void pause_between_polls(int& spins) {
+  if (++spins < 1000)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 }  // namespace detail
 
@@ -64,7 +82,10 @@ LaunchEnvironment launch_environment() {
     e.local_rank = env_int("LOCAL_RANK").value_or(*rank);
   }
   auto mpi_rank = env_int("OMPI_COMM_WORLD_RANK"), mpi_size = env_int("OMPI_COMM_WORLD_SIZE");
-  if (!mpi_rank) mpi_rank = env_int("PMI_RANK"), mpi_size = env_int("PMI_SIZE");
+  if (!mpi_rank) {  // MPICH and others
+    mpi_rank = env_int("PMI_RANK");
+    mpi_size = env_int("PMI_SIZE");
+  }
   if (mpi_rank && mpi_size) {
     e.from_mpirun = true;
     if (!e.from_launcher) {
@@ -159,10 +180,14 @@ struct ProcessGroup::Impl {
                          "dtypes (call numbers: 1 all_reduce, 2 broadcast, 3 all_gather, 4 reduce_scatter; +10 x op)");
   }
 
-  detail::CommBackend& engine(Device d, const char* op) {
+  void check_not_aborted(const char* op) const {
     if (!aborted_reason.empty())
       throw DistError(std::string(op) + ": the process group was aborted earlier (" + aborted_reason +
                       "); make a new group after fixing the cause");
+  }
+
+  detail::CommBackend& engine(Device d, const char* op) {
+    check_not_aborted(op);
     if (d.is_cpu()) {
       if (cpu_engine) return *cpu_engine;
       throw DistError(std::string(op) + ": CPU arrays are reduced over MPI, and " +
@@ -341,7 +366,7 @@ Work ProcessGroup::recv(Array& x, int src) {
 
 void ProcessGroup::barrier() {
   Impl& g = *impl_;
-  if (!g.aborted_reason.empty()) (void)g.engine(cpu(), "barrier");  // throws the abort's reason
+  g.check_not_aborted("barrier");
   if (g.cpu_engine) return g.cpu_engine->barrier();
   if (g.gpu_engine) return g.gpu_engine->barrier();
   if (g.store) g.store->barrier("barrier");

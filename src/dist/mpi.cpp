@@ -135,17 +135,10 @@ struct MpiWork : Work::Impl {
         if (Clock::now() >= deadline) {
           state->failure = op + " on rank " + std::to_string(state->rank) + " did not complete within " +
                            seconds_str(state->timeout);
-          throw DistError(op + ": rank " + std::to_string(state->rank) + " of " + std::to_string(state->size) +
-                          " waited " + seconds_str(state->timeout) +
-                          " and the operation did not complete: another rank died, hangs, or never called " + op +
-                          " (every rank must issue the same collectives in the same order); raise the timeout with "
-                          "KILN_DIST_TIMEOUT=seconds if a rank is merely slow");
+          throw timeout_error(op, state->rank, state->size, state->timeout, "");
         }
       }
-      if (++spins < 1000)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      pause_between_polls(spins);
     }
   }
 };

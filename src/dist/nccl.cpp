@@ -11,8 +11,8 @@
 #include <nccl.h>
 
 #include <condition_variable>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -29,7 +29,8 @@ void check_cuda(cudaError_t e, const char* call) {
   if (e != cudaSuccess) throw DistError(std::string("NCCL setup: ") + call + " failed: " + cudaGetErrorString(e));
 }
 
-ncclDataType_t nccl_type(DType t, bool reduce, const char* op) {
+/// NCCL's type for reducing `t` (moves of data go as bytes).
+ncclDataType_t nccl_reduce_type(DType t, const char* op) {
   switch (t) {
     case DType::Int8:
       return ncclInt8;
@@ -50,7 +51,6 @@ ncclDataType_t nccl_type(DType t, bool reduce, const char* op) {
     case DType::Float64:
       return ncclFloat64;
     case DType::Int16:
-      if (!reduce) return ncclFloat16;  // two bytes moved as they are
       break;
   }
   throw DTypeError(std::string(op) + ": NCCL cannot reduce " + std::string(dtype_name(t)) +
@@ -75,7 +75,6 @@ struct NcclWork;
 
 struct NcclState {
   ncclComm_t comm = nullptr;
-  bool owns_comm = true;
   int rank = 0, size = 1;
   Device device = cpu();
   std::chrono::milliseconds timeout{};
@@ -159,17 +158,10 @@ struct NcclWork : Work::Impl {
           const std::string why = op + " on rank " + std::to_string(state->rank) + " did not complete within " +
                                   seconds_str(state->timeout);
           state->abort_locked(why);
-          throw DistError(op + ": rank " + std::to_string(state->rank) + " of " + std::to_string(state->size) +
-                          " waited " + seconds_str(state->timeout) +
-                          " and the operation did not complete: another rank died, hangs, or never called " + op +
-                          " (every rank must issue the same collectives in the same order); the communicator is "
-                          "aborted. Raise the timeout with KILN_DIST_TIMEOUT=seconds if a rank is merely slow");
+          throw timeout_error(op, state->rank, state->size, state->timeout, "; the communicator is aborted");
         }
       }
-      if (++spins < 1000)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      pause_between_polls(spins);
     }
   }
 };
@@ -233,11 +225,10 @@ class NcclBackend : public CommBackend {
             stuck = true;
             break;
           }
-      if (stuck || !state_->owns_comm) {
-        if (stuck) ncclCommAbort(state_->comm);
-      } else {
+      if (stuck)
+        ncclCommAbort(state_->comm);
+      else
         ncclCommDestroy(state_->comm);
-      }
       state_->comm = nullptr;
     }
     state_->pending.clear();  // the works hold the state: break the cycle
@@ -246,7 +237,7 @@ class NcclBackend : public CommBackend {
   const char* name() const override { return "nccl"; }
 
   Work all_reduce(Array& x, ReduceOp op) override {
-    const ncclDataType_t t = nccl_type(x.dtype(), true, "all_reduce");
+    const ncclDataType_t t = nccl_reduce_type(x.dtype(), "all_reduce");
     return enqueue(std::string("all_reduce(") + reduce_op_name(op) + ")", {x}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclAllReduce(x.data_ptr(), x.data_ptr(), static_cast<size_t>(x.size()), t, nccl_op(op), c, s);
     });
@@ -262,7 +253,7 @@ class NcclBackend : public CommBackend {
     });
   }
   Work reduce_scatter(Array& out, const Array& in, ReduceOp op) override {
-    const ncclDataType_t t = nccl_type(in.dtype(), true, "reduce_scatter");
+    const ncclDataType_t t = nccl_reduce_type(in.dtype(), "reduce_scatter");
     return enqueue(std::string("reduce_scatter(") + reduce_op_name(op) + ")", {out, in},
                    [&](ncclComm_t c, cudaStream_t s) {
                      return ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.size()), t,

@@ -40,6 +40,8 @@ class Reducer {
     bool launched = false;
     Work work;
   };
+  /// Member j's place in b.flat, shaped as its parameter.
+  Array slot_of(const Bucket& b, size_t j) const;
   void gradient_ready(size_t k);
   void launch(Bucket& b);
   void finish();
