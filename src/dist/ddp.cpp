@@ -1,6 +1,10 @@
 // DistributedDataParallel and its gradient reducer (shared with DataParallel): buckets of gradients averaged
 // while backward runs.
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -9,10 +13,92 @@
 #include "kiln/autograd.hpp"
 #include "kiln/error.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/raw_module.hpp"
 
 namespace kiln::dist {
 
 namespace detail {
+
+namespace {
+
+// ---------------------------------------------------------------- one launch copies a bucket's gradients in
+// As the optimizers' multi-tensor kernels (PyTorch's _foreach_copy_): each block copies one chunk of one
+// gradient into its place in the bucket; the pointer table goes by value as a kernel parameter. A bucket of
+// ResNet-50's 161 parameters fills in 4 launches instead of 161 (and the MLP's 6 in one), which on a small
+// model is host time taken off every data-parallel step.
+constexpr int kCopyTensors = 48, kCopyBlocks = 384;
+constexpr int64_t kCopyChunk = 8192;
+struct CopyList {
+  void* dst[kCopyTensors];
+  const void* src[kCopyTensors];
+  int64_t n[kCopyTensors];
+  uint8_t tensor[kCopyBlocks];
+  int32_t chunk[kCopyBlocks];
+};
+static_assert(sizeof(CopyList) <= 4000, "CUDA kernel parameters are limited to 4 KB");
+
+constexpr const char* kCopySource = R"(
+#define TENSORS 48
+#define BLOCKS 384
+#define CHUNK 8192LL
+struct CopyList { void* dst[TENSORS]; const void* src[TENSORS]; long long n[TENSORS]; unsigned char tensor[BLOCKS];
+                  int chunk[BLOCKS]; };
+template <class T>
+__device__ void copy_chunk(const CopyList& l) {
+  const int t = l.tensor[blockIdx.x];
+  T* d = (T*)l.dst[t];
+  const T* s = (const T*)l.src[t];
+  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
+  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) d[i] = s[i];
+}
+extern "C" __global__ void copy_2(CopyList l) { copy_chunk<unsigned short>(l); }
+extern "C" __global__ void copy_4(CopyList l) { copy_chunk<unsigned int>(l); }
+extern "C" __global__ void copy_8(CopyList l) { copy_chunk<unsigned long long>(l); }
+)";
+
+RawKernel copy_kernel(Device d, int64_t itemsize) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<RawModule>> modules;
+  std::lock_guard lock(mutex);
+  auto& m = modules[d.index];
+  if (!m) m = std::make_unique<RawModule>(kCopySource, RawModuleOptions{.device = d, .name = "ddp_bucket_copy"});
+  return m->function("copy_" + std::to_string(itemsize));
+}
+
+/// dst[k].assign(src[k]) for every k in one launch per table (contiguous arrays of one GPU and one dtype of
+/// 2, 4 or 8 bytes, each pair of one shape).
+void copy_many(const std::vector<Array>& dst, const std::vector<Array>& src) {
+  if (dst.empty()) return;
+  const RawKernel k = copy_kernel(dst.front().device(), itemsize(dst.front().dtype()));
+  CopyList list{};
+  int count = 0, blocks = 0;
+  auto flush = [&] {
+    if (blocks > 0) k.launch(Dim3(blocks), Dim3(256), list);
+    list = CopyList{};
+    count = blocks = 0;
+  };
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const int64_t n = dst[i].size();
+    if (count == kCopyTensors) flush();
+    for (int64_t c = 0; c * kCopyChunk < n; ++c) {
+      if (blocks == kCopyBlocks) {  // the table is full: launch, then carry this tensor over
+        flush();
+      }
+      if (c == 0 || blocks == 0) {  // this tensor's entry (again, after a flush)
+        list.dst[count] = dst[i].data_ptr();
+        list.src[count] = src[i].data_ptr();
+        list.n[count] = n;
+        ++count;
+      }
+      list.tensor[blocks] = static_cast<uint8_t>(count - 1);
+      list.chunk[blocks] = static_cast<int32_t>(c);
+      ++blocks;
+    }
+  }
+  flush();
+}
+
+}  // namespace
 
 Reducer::Reducer(std::vector<Array> params, double bucket_cap_mb, double first_bucket_mb, AllReduce all_reduce)
     : params_(std::move(params)), all_reduce_(std::move(all_reduce)) {
@@ -42,7 +128,13 @@ Reducer::Reducer(std::vector<Array> params, double bucket_cap_mb, double first_b
     b.bytes += bytes;
     bucket_of_[k] = buckets_.size() - 1;
   }
-  for (Bucket& b : buckets_) b.flat = zeros({b.numel}, b.dtype, b.device);
+  for (Bucket& b : buckets_) {
+    b.flat = zeros({b.numel}, b.dtype, b.device);
+    for (size_t j = 0; j < b.members.size(); ++j) {
+      const Array& p = params_[b.members[j]];
+      b.slots.push_back(b.flat.slice(0, b.offsets[j], b.offsets[j] + p.size()).reshape(p.shape()));
+    }
+  }
   ready_.assign(params_.size(), false);
 }
 
@@ -61,11 +153,6 @@ std::vector<std::vector<size_t>> Reducer::buckets() const {
   return out;
 }
 
-Array Reducer::slot_of(const Bucket& b, size_t j) const {
-  const Array& p = params_[b.members[j]];
-  return b.flat.slice(0, b.offsets[j], b.offsets[j] + p.size()).reshape(p.shape());
-}
-
 void Reducer::gradient_ready(size_t k) {
   if (!sync_) return;
   if (!armed_) {
@@ -81,14 +168,27 @@ void Reducer::gradient_ready(size_t k) {
 }
 
 void Reducer::launch(Bucket& b) {
+  // Contiguous GPU gradients of the bucket's dtype are copied in by one launch; the rest one by one.
+  const bool batched =
+      b.device.is_cuda() && (itemsize(b.dtype) == 2 || itemsize(b.dtype) == 4 || itemsize(b.dtype) == 8);
+  std::vector<Array> dst, src;
   for (size_t j = 0; j < b.members.size(); ++j) {
-    const Array& p = params_[b.members[j]];
-    Array slot = slot_of(b, j);
-    const Array g = p.grad();
-    if (g.defined())
-      slot.assign(g);
-    else
+    Array& slot = b.slots[j];
+    const Array g = params_[b.members[j]].grad();
+    if (!g.defined()) {
       slot.fill(0);  // a parameter this backward did not reach contributes zeros (its grad becomes the average)
+    } else if (g.data_ptr() == slot.data_ptr()) {
+      continue;  // accumulated into the bucket already (the gradient is the slot)
+    } else if (batched && g.is_contiguous() && g.dtype() == b.dtype && g.device() == b.device) {
+      dst.push_back(slot);
+      src.push_back(g);
+    } else {
+      slot.assign(g);
+    }
+  }
+  if (!dst.empty()) {
+    copy_many(dst, src);
+    b.flat.storage()->bump_version();
   }
   b.work = all_reduce_(b.flat);
   b.launched = true;
@@ -102,7 +202,7 @@ void Reducer::finish() {
     b.work.wait();
     for (size_t j = 0; j < b.members.size(); ++j) {
       Array& p = params_[b.members[j]];
-      Array slot = slot_of(b, j);
+      const Array& slot = b.slots[j];
       Array g = p.grad();
       if (g.defined() && g.data_ptr() == slot.data_ptr()) continue;  // the gradient is the slot already
       if (p.is_contiguous() && (!g.defined() || g.is_contiguous()))

@@ -1,7 +1,7 @@
 // The gradient reducer of DistributedDataParallel and DataParallel: the parameters' gradients in buckets (in
 // reverse registration order, one dtype and device per bucket, about bucket_cap_mb each). Each parameter's
 // post-accumulate hook marks its gradient ready; a bucket whose gradients are all ready is copied into one flat
-// buffer and its averaging all-reduce starts at once (on the communication stream), while backward goes on.
+// buffer (one launch on a GPU) and its averaging all-reduce starts at once (on the communication stream), while backward goes on.
 // A callback queued on the backward then starts the buckets that are left, orders the current stream after
 // every all-reduce and makes each gradient a view of its bucket's averages (a channels-last gradient is
 // copied back instead, keeping its layout). The first bucket may be smaller, to start its all-reduce
@@ -36,12 +36,11 @@ class Reducer {
     DType dtype = float32;
     Device device = cpu();
     Array flat;
+    std::vector<Array> slots;  // member j's place in flat, shaped as its parameter
     size_t ready = 0;
     bool launched = false;
     Work work;
   };
-  /// Member j's place in b.flat, shaped as its parameter.
-  Array slot_of(const Bucket& b, size_t j) const;
   void gradient_ready(size_t k);
   void launch(Bucket& b);
   void finish();

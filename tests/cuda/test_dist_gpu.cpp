@@ -97,6 +97,38 @@ TEST(DistGpu, ddp_with_world_size_one_matches_the_plain_model_on_the_gpu) {
   expect_same_parameters(ddp.module(), *plain, 1e-6, "DDP world 1");
 }
 
+// The reducer copies a bucket's gradients in with one launch per table of 48 gradients / 384 chunks of 8192
+// elements: a bucket of 56 parameters, one of them 3.5M elements (433 chunks), fills two tables and carries a
+// gradient over; every dtype width (2, 4, 8 bytes). World size 1 averages over one rank: the gradients must be
+// the plain model's bit for bit.
+TEST(DistGpu, ddp_copies_a_bucket_of_many_and_large_gradients_exactly) {
+  KILN_REQUIRE_GPU();
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = gpu(0)});
+  auto build = [](DType t) {
+    random::seed(21);
+    std::vector<std::shared_ptr<nn::Module>> layers{std::make_shared<nn::Linear>(16, 1536),
+                                                    std::make_shared<nn::Linear>(1536, 2304),
+                                                    std::make_shared<nn::Linear>(2304, 8)};
+    for (int i = 0; i < 25; ++i) layers.push_back(std::make_shared<nn::Linear>(8, 8));
+    auto m = std::make_shared<nn::Sequential>(layers);
+    m->to(gpu(0));
+    m->to(t);
+    return m;
+  };
+  for (DType t : {float32, float64, bfloat16}) {
+    auto net = build(t), plain = build(t);
+    dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = 1000}, &g);
+    ASSERT_EQ(ddp.buckets().size(), 1u);
+    ASSERT_EQ(ddp.buckets()[0].size(), 56u);
+    Array x = random::normal({4, 16}, float32, gpu(0)).astype(t);
+    sum(ddp(x)).backward();
+    sum((*plain)(x)).backward();
+    const auto pa = ddp.module().parameters(), pb = plain->parameters();
+    for (size_t k = 0; k < pa.size(); ++k)
+      EXPECT_TRUE(array_equal(pa[k].grad(), pb[k].grad())) << dtype_name(t) << ": parameter " << k;
+  }
+}
+
 TEST(DistGpu, data_parallel_over_the_gpus_present_equals_one_model_on_the_whole_batch) {
   KILN_REQUIRE_GPU();
   const std::vector<Device> gpus = try_all_gpus();
