@@ -4,12 +4,16 @@
 //   allreduce      all_reduce(sum) of 1 GiB of float32 over NCCL: time and bus bandwidth (2 (n-1)/n bytes per
 //                  byte, NCCL's convention; the anchor is PyTorch's dist.all_reduce in the same call)
 //   ddp_mlp        DistributedDataParallel training steps of the 784-1000-1000-10 MLP, batch 100 per GPU, SGD
+//                  (the median of 5 windows of 300 steps)
 //   ddp_resnet50   the same for ResNet-50, batch 128 per GPU, 224x224, float32, SGD momentum 0.9
 // Throughput is samples per second over all ranks. Each timing is CUDA events on rank 0's current stream
 // around a loop that ends with every rank's work queued (a barrier before the start event).
-// --quick: smaller sizes and fewer steps; --bucket-mb / --first-bucket-mb: DdpOptions' bucket sizes.
+// --quick: smaller sizes and fewer steps; --bucket-mb / --first-bucket-mb: DdpOptions' bucket sizes;
+// --workloads allreduce,ddp_mlp,ddp_resnet50: a subset (default all).
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,15 +33,19 @@ struct Record {
 };
 
 /// Milliseconds of `steps` calls of f on the current stream, timed with events after `warmup` calls.
+/// host_ms (optional) gets the host's time to queue the calls: near the event time, the loop is bound by the
+/// host (or waits for the GPU inside a call); well below it, by the GPU.
 template <class F>
-double time_ms(Device d, int warmup, int steps, F&& f) {
+double time_ms(Device d, int warmup, int steps, F&& f, double* host_ms = nullptr) {
   for (int i = 0; i < warmup; ++i) f();
   synchronize(d);
   dist::barrier();
   Event start = Event::create(d), stop = Event::create(d);
+  const auto t0 = std::chrono::steady_clock::now();
   start.record();
   for (int i = 0; i < steps; ++i) f();
   stop.record();
+  if (host_ms) *host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   stop.synchronize();
   return start.elapsed_ms(stop);
 }
@@ -52,18 +60,57 @@ std::shared_ptr<nn::Module> mlp(Device d) {
 
 dist::DdpOptions g_ddp;  // --bucket-mb, --first-bucket-mb
 
+/// Host milliseconds per step spent queueing each phase of a training step (where a step's host time goes).
+struct Phases {
+  double forward = 0, backward = 0, update = 0;
+};
+
+/// Samples per second of DDP training steps over all ranks: the median of `windows` timings of `steps` steps
+/// each (a small model's sub-millisecond steps move with the host's jitter; the median of several windows is
+/// steadier than one). host_ms_per_step / phases get the host's time per step in the median window.
 double train_throughput(const std::shared_ptr<nn::Module>& model, const Shape& input, int64_t classes, Device d,
-                        int warmup, int steps, double momentum) {
+                        int warmup, int steps, double momentum, int windows = 1, double* host_ms_per_step = nullptr,
+                        Phases* phases = nullptr) {
   dist::DistributedDataParallel ddp(model, g_ddp);
   optim::SGD opt(ddp.parameters(), {.lr = 0.01, .momentum = momentum});
   Array x = random::normal(input, float32, d);
   Array y = random::randint(0, classes, {input[0]}, int64, d);
-  const double ms = time_ms(d, warmup, steps, [&] {
+  using Clock = std::chrono::steady_clock;
+  Phases sum;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  auto step = [&] {
+    auto t = Clock::now();
     opt.zero_grad();
-    nn::cross_entropy(ddp(x), y).backward();
+    Array loss = nn::cross_entropy(ddp(x), y);
+    sum.forward += ms_since(t);
+    t = Clock::now();
+    loss.backward();
+    sum.backward += ms_since(t);
+    t = Clock::now();
     opt.step();
-  });
-  return static_cast<double>(input[0] * dist::world_size() * steps) / (ms / 1000.0);
+    sum.update += ms_since(t);
+  };
+  struct Window {
+    double ms, host;
+    Phases phases;
+    bool operator<(const Window& o) const { return ms < o.ms; }
+  };
+  std::vector<Window> timings;
+  for (int w = 0; w < windows; ++w) {
+    if (w == 0)
+      for (int i = 0; i < warmup; ++i) step();
+    sum = {};
+    double host = 0;
+    const double ms = time_ms(d, 0, steps, step, &host);
+    timings.push_back({ms, host, {sum.forward / steps, sum.backward / steps, sum.update / steps}});
+  }
+  std::sort(timings.begin(), timings.end());
+  const Window& median = timings[timings.size() / 2];
+  if (host_ms_per_step) *host_ms_per_step = median.host / steps;
+  if (phases) *phases = median.phases;
+  return static_cast<double>(input[0] * dist::world_size() * steps) / (median.ms / 1000.0);
 }
 
 }  // namespace
@@ -71,9 +118,11 @@ double train_throughput(const std::shared_ptr<nn::Module>& model, const Shape& i
 int main(int argc, char** argv) {
   std::string json;
   bool quick = false;
+  std::string workloads = "allreduce,ddp_mlp,ddp_resnet50";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--workloads") == 0 && i + 1 < argc) workloads = argv[++i];
     if (std::strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) g_ddp.bucket_cap_mb = std::atof(argv[++i]);
     if (std::strcmp(argv[i], "--first-bucket-mb") == 0 && i + 1 < argc) g_ddp.first_bucket_mb = std::atof(argv[++i]);
   }
@@ -87,8 +136,15 @@ int main(int argc, char** argv) {
     set_current_device(d);
     const int n = dist::world_size();
     std::vector<Record> records;
+    std::vector<std::string> picked;
+    for (size_t at = 0; at <= workloads.size();) {
+      const size_t comma = std::min(workloads.find(',', at), workloads.size());
+      picked.push_back(workloads.substr(at, comma - at));
+      at = comma + 1;
+    }
+    auto wanted = [&](const std::string& w) { return std::find(picked.begin(), picked.end(), w) != picked.end(); };
 
-    {  // all-reduce
+    if (wanted("allreduce")) {
       const int64_t elems = quick ? (int64_t{1} << 24) : (int64_t{1} << 28);
       Array x = ones({elems}, float32, d);
       const int steps = quick ? 5 : 20;
@@ -98,27 +154,61 @@ int main(int argc, char** argv) {
       if (n > 1) records.push_back({"allreduce", "busbw", "GB/s", bytes * 2.0 * (n - 1) / n / (ms / 1000.0) / 1e9});
     }
     random::seed(0);
-    records.push_back(
-        {"ddp_mlp", "throughput", "samples/s", train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0)});
-    {  // Where the MLP's time goes: the same step without DDP (each rank alone), and the all-reduce of its gradients.
+    if (wanted("ddp_mlp")) {
+      double host = 0;
+      Phases ph;
+      records.push_back(
+          {"ddp_mlp", "throughput", "samples/s",
+           train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0, quick ? 1 : 5, &host, &ph)});
+      records.push_back({"ddp_mlp", "host_step", "s", host / 1000.0});
+      records.push_back({"ddp_mlp", "host_forward", "s", ph.forward / 1000.0});
+      records.push_back({"ddp_mlp", "host_backward", "s", ph.backward / 1000.0});
+      records.push_back({"ddp_mlp", "host_update", "s", ph.update / 1000.0});
+    }
+    if (wanted("ddp_mlp")) {  // Where the MLP's time goes: the same step without DDP (each rank alone), and the
+                              // all-reduce of its gradients.
       auto plain = mlp(d);
       optim::SGD opt(plain->parameters(), {.lr = 0.01});
       Array x = random::normal({100, 784}, float32, d);
       Array y = random::randint(0, 10, {100}, int64, d);
       const int steps = quick ? 50 : 300;
-      const double ms = time_ms(d, 20, steps, [&] {
-        opt.zero_grad();
-        nn::cross_entropy((*plain)(x), y).backward();
-        opt.step();
-      });
+      double host = 0;
+      const double ms = time_ms(
+          d, 20, steps,
+          [&] {
+            opt.zero_grad();
+            nn::cross_entropy((*plain)(x), y).backward();
+            opt.step();
+          },
+          &host);
       records.push_back({"mlp_no_ddp", "step", "s", ms / steps / 1000.0});
+      records.push_back({"mlp_no_ddp", "host_step", "s", host / steps / 1000.0});
+      // The host's cost of queueing 20 steps (too few to fill CUDA's launch queue: the host never waits), and
+      // the GPU's time for a step (captured in a CUDA graph and replayed: one launch a step).
+      double enqueue = 0;
+      time_ms(
+          d, 0, 20,
+          [&] {
+            opt.zero_grad();
+            nn::cross_entropy((*plain)(x), y).backward();
+            opt.step();
+          },
+          &enqueue);
+      records.push_back({"mlp_no_ddp", "host_enqueue", "s", enqueue / 20 / 1000.0});
+      {
+        Stream side = Stream::create(d);
+        StreamGuard on(side);
+        train::TrainStep graphed(*plain, opt, {.accuracy = false, .graph = true});
+        const double gms = time_ms(d, 10, steps, [&] { graphed(x, y); });
+        records.push_back({"mlp_no_ddp", "graph_step", "s", gms / steps / 1000.0});
+      }
       int64_t numel = 0;
       for (const Array& p : plain->parameters()) numel += p.size();
       Array g = ones({numel}, float32, d);
       const double ar = time_ms(d, 5, 50, [&] { dist::all_reduce(g, dist::ReduceOp::avg); }) / 50;
       records.push_back({"allreduce_mlp_grads", "seconds", "s", ar / 1000.0});
     }
-    if (!quick) {
+    if (!quick && wanted("ddp_resnet50")) {
       auto net = models::resnet50();
       net->to(d);
       cudnn::set_benchmark(true);

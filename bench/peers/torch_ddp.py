@@ -2,9 +2,10 @@
 """bench/bench_dist.cpp's workloads in PyTorch, under torchrun, written as the same JSON.
 
     python3 -m torch.distributed.run --standalone --nproc_per_node=N bench/peers/torch_ddp.py [--quick] [--json FILE]
+        [--workloads allreduce,ddp_mlp,ddp_resnet50]
 
 allreduce: dist.all_reduce of 1 GiB float32 (NCCL), time and bus bandwidth; ddp_mlp: DistributedDataParallel
-steps of the 784-1000-1000-10 MLP at batch 100 per GPU (SGD); ddp_resnet50: torchvision's ResNet-50, batch 128
+steps of the 784-1000-1000-10 MLP at batch 100 per GPU (SGD; the median of 5 windows of 300 steps); ddp_resnet50: torchvision's ResNet-50, batch 128
 per GPU, 224x224, float32, SGD momentum 0.9, cudnn.benchmark on. Timed with CUDA events on rank 0 after a
 barrier, as bench_dist. Without torch or a GPU it says why and exits 0.
 """
@@ -17,6 +18,8 @@ import sys
 def main():
     quick = "--quick" in sys.argv
     out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else ""
+    wanted = (sys.argv[sys.argv.index("--workloads") + 1] if "--workloads" in sys.argv
+              else "allreduce,ddp_mlp,ddp_resnet50").split(",")
     try:
         import torch
         import torch.distributed as dist
@@ -46,17 +49,18 @@ def main():
         stop.synchronize()
         return start.elapsed_time(stop)
 
-    elems = (1 << 24) if quick else (1 << 28)
-    x = torch.ones(elems, device=dev)
-    steps = 5 if quick else 20
-    ms = time_ms(lambda: dist.all_reduce(x), 5, steps) / steps
-    records.append({"workload": "allreduce", "metric": "seconds", "unit": "s", "value": ms / 1000})
-    if n > 1:
-        records.append({"workload": "allreduce", "metric": "busbw", "unit": "GB/s",
-                        "value": elems * 4 * 2 * (n - 1) / n / (ms / 1000) / 1e9})
-    del x
+    if "allreduce" in wanted:
+        elems = (1 << 24) if quick else (1 << 28)
+        x = torch.ones(elems, device=dev)
+        steps = 5 if quick else 20
+        ms = time_ms(lambda: dist.all_reduce(x), 5, steps) / steps
+        records.append({"workload": "allreduce", "metric": "seconds", "unit": "s", "value": ms / 1000})
+        if n > 1:
+            records.append({"workload": "allreduce", "metric": "busbw", "unit": "GB/s",
+                            "value": elems * 4 * 2 * (n - 1) / n / (ms / 1000) / 1e9})
+        del x
 
-    def throughput(model, shape, classes, warmup, steps, momentum):
+    def throughput(model, shape, classes, warmup, steps, momentum, windows=1):
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=momentum)
         xb = torch.randn(*shape, device=dev)
@@ -66,15 +70,17 @@ def main():
             opt.zero_grad()
             torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
             opt.step()
-        ms = time_ms(step, warmup, steps)
+        # The median of `windows` timings (as bench_dist: sub-millisecond steps move with the host's jitter).
+        ms = sorted(time_ms(step, warmup if w == 0 else 0, steps) for w in range(windows))[windows // 2]
         return shape[0] * n * steps / (ms / 1000)
 
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(784, 1000), torch.nn.ReLU(), torch.nn.Linear(1000, 1000),
                               torch.nn.ReLU(), torch.nn.Linear(1000, 10)).to(dev)
-    records.append({"workload": "ddp_mlp", "metric": "throughput", "unit": "samples/s",
-                    "value": throughput(mlp, (100, 784), 10, 20, 50 if quick else 300, 0.0)})
-    if not quick:
+    if "ddp_mlp" in wanted:
+        records.append({"workload": "ddp_mlp", "metric": "throughput", "unit": "samples/s",
+                        "value": throughput(mlp, (100, 784), 10, 20, 50 if quick else 300, 0.0, 1 if quick else 5)})
+    if not quick and "ddp_resnet50" in wanted:
         try:
             import torchvision
             torch.backends.cudnn.benchmark = True
