@@ -5,6 +5,9 @@
 
 Per workload: kiln and PyTorch at each world size, kiln/PyTorch (higher is better for kiln: bandwidth and
 throughput; for seconds PyTorch/kiln), and each library's scaling from 1 GPU to N (throughput ratio).
+Extra rounds (dist-kiln-N-rK.json, ...; gpu-check runs the MLP's again, alternating world sizes, since its
+sub-millisecond steps move with the host's jitter between processes) make a record the median of its runs;
+the runs are listed under the table.
 """
 import glob
 import json
@@ -14,11 +17,21 @@ import sys
 
 
 def load(out, tool):
-    runs = {}
-    for path in glob.glob(os.path.join(out, f"dist-{tool}-*.json")):
-        n = int(re.search(r"-(\d+)\.json$", path).group(1))
+    runs, values = {}, {}
+    for path in sorted(glob.glob(os.path.join(out, f"dist-{tool}-*.json"))):
+        m = re.search(r"-(\d+)(-r\d+)?\.json$", path)
+        if not m:
+            continue
+        n = int(m.group(1))
         with open(path) as f:
-            runs[n] = {(r["workload"], r["metric"]): r for r in json.load(f)["records"]}
+            for r in json.load(f)["records"]:
+                key = (r["workload"], r["metric"])
+                runs.setdefault(n, {}).setdefault(key, dict(r))
+                values.setdefault((n, key), []).append(r["value"])
+    for (n, key), vals in values.items():
+        if len(vals) > 1:
+            runs[n][key]["value"] = sorted(vals)[len(vals) // 2]
+            runs[n][key]["runs"] = vals
     return runs
 
 
@@ -41,6 +54,12 @@ def main():
                 ratio = f"{r:.2f}x"
             fmt = lambda r: f"{r['value']:.4g} {unit}" if r else "-"
             print(f"| {key[0]} | {key[1]} | {n} | {fmt(k)} | {fmt(t)} | {ratio} |")
+    notes = [f"- {name} {key[0]} {key[1]}, {n} GPU(s): median of {', '.join(f'{v:.4g}' for v in rec['runs'])}"
+             for name, runs in (("kiln", kiln), ("PyTorch", torch)) for n in sizes for key, rec in
+             sorted(runs.get(n, {}).items()) if "runs" in rec]
+    if notes:
+        print("\nRecords of several runs (separate processes, world sizes alternating):")
+        print("\n".join(notes))
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
         print(f"\nScaling from {lo} to {hi} GPUs (throughput ratio; the target is >= 1.9x for 2 GPUs):")
