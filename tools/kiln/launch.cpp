@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +77,14 @@ int exit_code(int status) {
   return 1;
 }
 
+void share_cpu_threads(int local_ranks) {
+  // Each rank's CPU work (OpenMP, OpenBLAS, kiln's pool) would use every core: N ranks on one machine would
+  // then run N times as many threads as cores. Give each rank its share unless the user chose (torchrun sets 1).
+  if (local_ranks < 2 || std::getenv("OMP_NUM_THREADS")) return;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  setenv("OMP_NUM_THREADS", std::to_string(std::max(1, cores / local_ranks)).c_str(), 1);
+}
+
 int run_mpirun(const LaunchArgs& args) {
   if (!on_path("mpirun"))
     throw kiln::Error(
@@ -90,6 +99,7 @@ int run_mpirun(const LaunchArgs& args) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
+  share_cpu_threads(args.nproc);
   std::vector<std::string> argv{"mpirun", "-np", std::to_string(args.nproc)};
   for (const std::string& a : args.command) argv.push_back(a);
   std::vector<char*> c;
@@ -125,6 +135,7 @@ int launch(const LaunchArgs& args) {
         "kiln launch: with --nnodes > 1 give every machine the same --master-addr and --master-port");
   const int port = args.master_port > 0 ? args.master_port : free_port();
   const int world = args.nnodes * args.nproc;
+  share_cpu_threads(args.nproc);
   std::vector<std::string> cmd = args.command;
   std::vector<char*> argv;
   for (std::string& a : cmd) argv.push_back(a.data());
