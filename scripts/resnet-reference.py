@@ -2,12 +2,14 @@
 """PyTorch's reference for kiln's ResNet-50 (run where torch and torchvision are installed, e.g. the GPU
 machine): torchvision's resnet50 with seeded random weights and randomised BatchNorm running statistics, its
 state_dict saved as safetensors (the file models::resnet50()->load_state_dict reads), a batch of images and
-PyTorch's float32 logits in evaluation mode (TF32 off), as .npy files:
+PyTorch's float32 logits in evaluation mode (TF32 off), and on a GPU its bfloat16 logits (torch.autocast with
+the model and images channels-last, as the walkthrough's bfloat16 inference), as .npy files:
 
     python3 scripts/resnet-reference.py OUT_DIR [--batch 4] [--device cuda]
     KILN_RESNET_REFERENCE=OUT_DIR build/cuda/tests/kiln_tests --gtest_filter='Models.ResNet50*'
 
-Writes OUT_DIR/resnet50.safetensors, input.npy (N, 3, 224, 224) and logits.npy (N, 1000).
+Writes OUT_DIR/resnet50.safetensors, input.npy (N, 3, 224, 224), logits.npy (N, 1000) and, on a GPU,
+logits_bf16.npy (N, 1000).
 """
 import argparse
 import os
@@ -41,6 +43,13 @@ def main():
     with torch.no_grad():
         logits = net(x.to(dev)).float().cpu()
     os.makedirs(args.out, exist_ok=True)
+    if dev.type == "cuda":
+        cl = net.to(memory_format=torch.channels_last)
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            low = cl(x.to(dev).to(memory_format=torch.channels_last)).float().cpu()
+        np.save(os.path.join(args.out, "logits_bf16.npy"), low.numpy())
+        agree = (low.argmax(1) == logits.argmax(1)).float().mean().item()
+        print(f"resnet-reference: PyTorch's bfloat16 top-1 agrees with its float32 top-1 on {agree:.0%} of the batch")
     save_file({k: v.contiguous().cpu() for k, v in net.state_dict().items()},
               os.path.join(args.out, "resnet50.safetensors"))
     np.save(os.path.join(args.out, "input.npy"), x.numpy())
