@@ -32,7 +32,8 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 # batch 128 on the GPU, *_bf16_cl = the same under bfloat16 autocast with network and images channels-last,
 # cpu_infer_b16 = batch-16 inference on the CPU (all cores). cuDNN benchmark mode on and
 # TF32 convolutions allowed (PyTorch's defaults), float32 matmul without TF32. --quick: batches 32 and 4.
-RESNET_CASES = ["infer_fp32", "train_fp32", "infer_bf16_cl", "train_bf16_cl", "cpu_infer_b16"]
+RESNET_CASES = ["infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
+                "cpu_infer_b16"]
 
 
 def resnet_sizes(mode):

@@ -328,7 +328,8 @@ class TorchBench:
     # ------------------------------------------------------------------ resnet50
     def resnet50(self):
         """kiln bench resnet50's cases (common.RESNET_CASES): torchvision's ResNet-50, batch 128, float32 and
-        bfloat16 autocast channels-last, inference and an SGD training step; CPU inference at batch 16."""
+        bfloat16 autocast channels-last, inference (also with torch.fx's conv/bn folding) and an SGD training step;
+        CPU inference at batch 16."""
         torch, F = self.torch, self.torch.nn.functional
         import torchvision
         side, gpu_batch, cpu_batch = common.resnet_sizes(self.sizes.mode)
@@ -350,6 +351,17 @@ class TorchBench:
                     seconds = self.timer.events(lambda: net(inp), warm=3, rep=10)
                 self.rec.add("resnet50", "infer" + suffix, "seconds", seconds,
                              check="ok" if ok else "the logits are not finite")
+                # PyTorch's own batch-norm folding for inference (torch.fx's conv/bn fusion), beside kiln's
+                from torch.fx.experimental.optimization import fuse as fx_fuse
+                folded = fx_fuse(net)
+                if amp:
+                    folded = folded.to(memory_format=torch.channels_last)
+                with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=amp):
+                    ok = bool(torch.isfinite(folded(inp)).all())
+                    seconds = self.timer.events(lambda: folded(inp), warm=3, rep=10)
+                self.rec.add("resnet50", "infer" + suffix + "_folded", "seconds", seconds,
+                             note="torch.fx.experimental.optimization.fuse", check="ok" if ok else "not finite")
+                del folded
                 net.train()
                 opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
                 last = []

@@ -94,6 +94,9 @@ class Module : public std::enable_shared_from_this<Module> {
     children_.emplace_back(std::move(name), module);
     return module;
   }
+  /// Puts `module` in place of the child registered as `name` (its parameters and buffers under that name from
+  /// then on); a null module removes the child. ValueError when there is no such child.
+  void replace_module(const std::string& name, std::shared_ptr<Module> module);
 
  private:
   using Entries = std::vector<std::pair<std::string, Array>>;
@@ -295,11 +298,15 @@ struct Conv2dOptions {
 /// torch.nn.Conv2d: weight kaiming-uniform(a = sqrt(5)), bias uniform(+-1/sqrt(fan_in)), as PyTorch.
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,
-         Conv2dOptions options = {}, DType dtype = float32, std::optional<Device> device = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size, Conv2dOptions options = {},
+         DType dtype = float32, std::optional<Device> device = {});
   Array forward(const Array& x) override;
   std::string name() const override;
   Array& weight() { return parameter("weight"); }
+  int64_t in_channels() const { return in_; }
+  int64_t out_channels() const { return out_; }
+  std::pair<int64_t, int64_t> kernel_size() const { return kernel_; }
+  const Conv2dOptions& options() const { return options_; }
 
  private:
   int64_t in_, out_;
@@ -346,12 +353,22 @@ class BatchNorm2d : public Module {
                        DType dtype = float32, std::optional<Device> device = {});
   Array forward(const Array& x) override;
   std::string name() const override;
+  int64_t num_features() const { return features_; }
+  double eps() const { return eps_; }
+  bool affine() const { return affine_; }
 
  private:
   int64_t features_;
   double eps_, momentum_;
   bool affine_;
 };
+
+/// torch.nn.utils.fusion.fuse_conv_bn_eval: a new Conv2d (with a bias) that computes bn(conv(x)) as `bn`
+/// evaluates, from the running statistics: weight * s and (bias - running_mean) * s + beta per output channel,
+/// s = gamma / sqrt(running_var + eps) (gamma 1 and beta 0 without affine parameters), computed in float64 and
+/// stored in the convolution's dtype, device and layout. For inference: training would need the batch's
+/// statistics. ShapeError when bn's features are not conv's output channels.
+std::shared_ptr<Conv2d> fuse_conv_bn_eval(Conv2d& conv, BatchNorm2d& bn);
 
 /// softmax / log_softmax along `axis`, max-shifted (exp(x - logsumexp(x))).
 Array softmax(const Array& x, int64_t axis = -1);

@@ -229,6 +229,29 @@ Array BatchNorm2d::forward(const Array& x) {
                       is_training(), momentum_, eps_);
 }
 
+std::shared_ptr<Conv2d> fuse_conv_bn_eval(Conv2d& conv, BatchNorm2d& bn) {
+  if (bn.num_features() != conv.out_channels())
+    throw ShapeError("fuse_conv_bn_eval: " + bn.name() + " has " + std::to_string(bn.num_features()) +
+                     " features but " + conv.name() + " has " + std::to_string(conv.out_channels()) +
+                     " output channels; fold a batch norm into the convolution that feeds it");
+  NoGradGuard no_grad;
+  Array& w = conv.weight();
+  const Device d = w.device();
+  const int64_t o = conv.out_channels();
+  const Array var = bn.buffer("running_var").astype(float64), mean = bn.buffer("running_mean").astype(float64);
+  const Array gamma = bn.affine() ? bn.parameter("weight").astype(float64) : ones({o}, float64, d);
+  const Array beta = bn.affine() ? bn.parameter("bias").astype(float64) : zeros({o}, float64, d);
+  const Array scale = gamma / sqrt(var + bn.eps());
+  const Array bias = conv.options().bias ? conv.parameter("bias").astype(float64) : zeros({o}, float64, d);
+  Conv2dOptions options = conv.options();
+  options.bias = true;
+  auto fused = std::make_shared<Conv2d>(conv.in_channels(), o, conv.kernel_size(), options, w.dtype(), d);
+  fused->weight().assign((w.astype(float64) * scale.reshape({o, 1, 1, 1})).astype(w.dtype()));
+  fused->parameter("bias").assign(((bias - mean) * scale + beta).astype(w.dtype()));
+  if (is_channels_last(w)) fused->to_channels_last();
+  return fused;
+}
+
 std::string BatchNorm2d::name() const {
   return "BatchNorm2d(" + std::to_string(features_) + ", eps=" + std::to_string(eps_) +
          ", momentum=" + std::to_string(momentum_) + ")";

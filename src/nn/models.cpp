@@ -1,9 +1,12 @@
 // torchvision's ResNet family from kiln::nn layers (include/kiln/models.hpp), with its parameter names.
 #include "kiln/models.hpp"
 
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "kiln/autograd.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln::models {
@@ -26,6 +29,38 @@ struct Builder {
     return std::make_shared<nn::BatchNorm2d>(c, 1e-5, 0.1, true, dtype, device);
   }
 };
+
+// The folded model's epilogues (ResNet::fold_batch_norm): one elementwise pass over a convolution's output v,
+// in place: + its bias (a (C, 1, 1) view of the float32 parameter: the sum is float32 and rounds once to v's
+// dtype, as cuDNN's fused epilogues do), + the residual (and a downsample's bias), then the ReLU.
+Array conv_epilogue(Array v, const Array& bias, const Array& residual = {}, const Array& residual_bias = {}) {
+  static auto bias_relu = fuse([](auto y, auto b) { return maximum(y + b, 0.0f).astype(y.dtype()); }, "conv_bias_relu");
+  static auto bias_add_relu =
+      fuse([](auto y, auto b, auto r) { return maximum(y + b + r, 0.0f).astype(y.dtype()); }, "conv_bias_add_relu");
+  static auto bias_down_relu =
+      fuse([](auto y, auto b, auto r, auto rb) { return maximum(y + b + (r + rb), 0.0f).astype(y.dtype()); },
+           "conv_bias_down_relu");
+  auto channels = [](const Array& b) { return b.reshape({b.size(), 1, 1}); };
+  if (residual_bias.defined())
+    bias_down_relu.out({v}, v, channels(bias), residual, channels(residual_bias));
+  else if (residual.defined())
+    bias_add_relu.out({v}, v, channels(bias), residual);
+  else
+    bias_relu.out({v}, v, channels(bias));
+  return v;
+}
+
+/// conv(x) of a folded convolution without its bias (nn::conv2d: autocast applies); the bias goes to the epilogue.
+Array conv_without_bias(nn::Conv2d& conv, const Array& x) {
+  const nn::Conv2dOptions& o = conv.options();
+  return nn::conv2d(x, conv.weight(), Array(), o.stride, o.padding, o.dilation, o.groups);
+}
+
+[[noreturn]] void folded_in_training(const std::string& who) {
+  throw ValueError(who +
+                   ": fold_batch_norm() made this model inference-only (its batch norms are folded into "
+                   "the convolutions); call eval(), or train a model that was not folded");
+}
 
 /// A residual block: BasicBlock (two 3x3) or Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x width).
 class Block : public nn::Module {
@@ -54,6 +89,7 @@ class Block : public nn::Module {
     }
   }
   Array forward(const Array& x) override {
+    if (folded_) return folded_forward(x);
     Array y = x;
     for (size_t i = 0; i < convs_.size(); ++i) {
       y = (*bns_[i])((*convs_[i])(y));
@@ -63,11 +99,54 @@ class Block : public nn::Module {
   }
   std::string name() const override { return bottleneck_ ? "Bottleneck" : "BasicBlock"; }
 
+  /// ResNet::fold_batch_norm's work on this block: each convN/bnN pair becomes one convN with a bias, and
+  /// downsample's pair one convolution whose bias joins the last convolution's epilogue.
+  void fold() {
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      const std::string n = std::to_string(i + 1);
+      auto fused = nn::fuse_conv_bn_eval(*convs_[i], *bns_[i]);
+      replace_module("conv" + n, fused);
+      replace_module("bn" + n, nullptr);
+      convs_[i] = fused;
+    }
+    bns_.clear();
+    if (downsample_) {
+      auto conv = std::dynamic_pointer_cast<nn::Conv2d>(downsample_->named_children().at(0).second);
+      auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>(downsample_->named_children().at(1).second);
+      down_ = nn::fuse_conv_bn_eval(*conv, *bn);
+      auto down = std::make_shared<nn::Sequential>();
+      down->push_back(down_);
+      down->train(false);
+      replace_module("downsample", down);
+      downsample_ = down;
+    }
+    folded_ = true;
+  }
+
  private:
+  Array folded_forward(const Array& x) {
+    if (is_training()) folded_in_training(name());
+    Array y = x;
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      Array v = conv_without_bias(*convs_[i], y);
+      const Array& b = convs_[i]->parameter("bias");
+      if (i + 1 < convs_.size()) {
+        y = conv_epilogue(v, b);
+      } else if (down_) {  // the residual: the downsample's convolution, its bias in this epilogue
+        y = conv_epilogue(v, b, conv_without_bias(*down_, x), down_->parameter("bias"));
+      } else {
+        y = conv_epilogue(v, b, x);
+      }
+    }
+    return y;
+  }
+
   bool bottleneck_;
+  bool folded_ = false;
   std::vector<std::shared_ptr<nn::Conv2d>> convs_;
   std::vector<std::shared_ptr<nn::BatchNorm2d>> bns_;
   std::shared_ptr<nn::Sequential> downsample_;
+  std::shared_ptr<nn::Conv2d> down_;  // the folded downsample convolution
 };
 
 }  // namespace
@@ -104,10 +183,41 @@ Array ResNet::forward(const Array& x) {
   if (x.ndim() != 4 || x.shape(1) != 3)
     throw ShapeError(name() + ": the input must be (N, 3, H, W) images, got shape " + shape_str(x.shape()));
   Array y = x;
-  for (auto& m : stem_) y = (*m)(y);
+  std::optional<NoGradGuard> no_grad;
+  if (folded_) {
+    if (is_training()) folded_in_training(name());
+    no_grad.emplace();  // an inference-only model records nothing (its epilogues write in place)
+    // stem_ is the folded conv1 (bn1 and relu in its epilogue), then maxpool
+    auto& conv = static_cast<nn::Conv2d&>(*stem_[0]);
+    y = conv_epilogue(conv_without_bias(conv, y), conv.parameter("bias"));
+    for (size_t i = 1; i < stem_.size(); ++i) y = (*stem_[i])(y);
+  } else {
+    for (auto& m : stem_) y = (*m)(y);
+  }
   for (auto& m : stages_) y = (*m)(y);
   for (auto& m : head_) y = (*m)(y);
   return y;
+}
+
+ResNet& ResNet::fold_batch_norm() {
+  if (folded_) return *this;
+  if (is_training())
+    throw ValueError(name() +
+                     ": fold_batch_norm() folds the running statistics, which only evaluation uses; call "
+                     "eval() first");
+  auto conv = std::static_pointer_cast<nn::Conv2d>(stem_[0]);
+  auto bn = std::static_pointer_cast<nn::BatchNorm2d>(stem_[1]);
+  NoGradGuard no_grad;
+  auto fused = nn::fuse_conv_bn_eval(*conv, *bn);
+  replace_module("conv1", fused);
+  replace_module("bn1", nullptr);
+  replace_module("relu", nullptr);
+  stem_ = {fused, stem_[3]};  // conv1 (bias and ReLU in its epilogue), maxpool
+  for (auto& stage : stages_)
+    for (auto& [name, block] : stage->named_children()) std::static_pointer_cast<Block>(block)->fold();
+  train(false);
+  folded_ = true;
+  return *this;
 }
 
 std::string ResNet::name() const {

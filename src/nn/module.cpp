@@ -5,11 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
-#include "kiln/autocast.hpp"
-#include "kiln/conv.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -52,6 +52,15 @@ Array& Module::register_parameter(std::string name, Array value) {
 Array& Module::register_buffer(std::string name, Array value) {
   buffers_.emplace_back(std::move(name), value.detach());
   return buffers_.back().second;
+}
+
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  auto it = std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  if (it == children_.end()) throw ValueError(this->name() + ": no child module named '" + name + "' to replace");
+  if (module)
+    it->second = std::move(module);
+  else
+    children_.erase(it);
 }
 
 Array& Module::parameter(const std::string& name) {
@@ -244,8 +253,9 @@ Array Linear::forward(const Array& x) {
         if (needs.size() > 2 && needs[2]) grads[2] = sum(g2, 0);
         return grads;
       }};
-  return has_bias_ ? apply(linear, {autocast_low(x), autocast_low(parameter("weight")), autocast_low(parameter("bias"))})
-                   : apply(linear, {autocast_low(x), autocast_low(parameter("weight"))});
+  return has_bias_
+             ? apply(linear, {autocast_low(x), autocast_low(parameter("weight")), autocast_low(parameter("bias"))})
+             : apply(linear, {autocast_low(x), autocast_low(parameter("weight"))});
 }
 
 std::string Linear::name() const {
@@ -272,8 +282,8 @@ Array Dropout::forward(const Array& x) {
   if (p_ == 1.0) return x * 0.0;
   // The kept elements' scale, or 0, in one fused kernel after the draw; x * mask records one multiply, whose
   // gradient is g * mask (PyTorch's formulation: a NaN or infinity in a dropped element stays NaN).
-  static const auto mask_of = fuse([](auto u, auto p, auto scale) { return (u >= p).astype(float32) * scale; },
-                                   "dropout_mask");
+  static const auto mask_of =
+      fuse([](auto u, auto p, auto scale) { return (u >= p).astype(float32) * scale; }, "dropout_mask");
   Array mask = mask_of(random::uniform(x.shape(), 0.0, 1.0, float32, x.device()), p_, 1.0 / (1.0 - p_));
   if (mask.dtype() != x.dtype()) mask = mask.astype(x.dtype());
   return x * mask;

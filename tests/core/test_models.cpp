@@ -71,6 +71,91 @@ TEST(Models, ResNet18TrainsAndEvaluatesOnEveryBackendAlike) {
   }
 }
 
+/// Batch norms away from their initial statistics (as scripts/resnet-reference.py does), so folding them matters.
+void randomise_batch_norms(nn::Module& m) {
+  NoGradGuard no_grad;
+  for (auto& [name, b] : m.named_buffers()) {
+    if (name.ends_with("running_mean")) b.assign(random::normal(b.shape(), 0.0, 0.1, b.dtype(), b.device()));
+    if (name.ends_with("running_var")) b.assign(random::uniform(b.shape(), 0.5, 1.5, b.dtype(), b.device()));
+  }
+  for (auto& [name, p] : m.named_parameters())
+    if (name.find("bn") != std::string::npos || name.ends_with("downsample.1.weight") ||
+        name.ends_with("downsample.1.bias"))
+      p.assign(name.ends_with("weight") ? random::uniform(p.shape(), 0.5, 1.5, p.dtype(), p.device())
+                                        : random::normal(p.shape(), 0.0, 0.1, p.dtype(), p.device()));
+}
+
+TEST(Models, FuseConvBnEvalComputesTheBatchNormOfTheConvolution) {
+  for (Device d : harness::backends()) {
+    random::seed(8);
+    for (const bool conv_bias : {false, true})
+      for (const bool affine : {true, false}) {
+        nn::Conv2d conv(3, 5, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .bias = conv_bias}, float64, d);
+        nn::BatchNorm2d bn(5, 1e-3, 0.1, affine, float64, d);
+        NoGradGuard setting;
+        bn.buffer("running_mean").assign(random::normal({5}, 0.0, 1.0, float64, d));
+        bn.buffer("running_var").assign(random::uniform({5}, 0.2, 2.0, float64, d));
+        if (affine) {
+          bn.parameter("weight").assign(random::uniform({5}, 0.5, 1.5, float64, d));
+          bn.parameter("bias").assign(random::normal({5}, 0.0, 0.5, float64, d));
+        }
+        bn.eval();
+        const Array x = random::normal({2, 3, 9, 9}, 0.0, 1.0, float64, d);
+        const auto fused = nn::fuse_conv_bn_eval(conv, bn);
+        NoGradGuard no_grad;
+        EXPECT_TRUE(allclose(fused->forward(x), bn(conv(x)), 1e-12, 1e-12))
+            << d.str() << " conv bias " << conv_bias << " affine " << affine;
+      }
+    nn::Conv2d conv(3, 5, {1, 1}, {}, float32, d);
+    nn::BatchNorm2d bn(4, 1e-5, 0.1, true, float32, d);
+    kiln_test::expect_error<ShapeError>([&] { nn::fuse_conv_bn_eval(conv, bn); }, {"fuse_conv_bn_eval", "4", "5"});
+  }
+}
+
+// ResNet::fold_batch_norm: the folded network computes what the unfolded one does in evaluation (float32 to
+// rounding; under bfloat16 autocast channels-last, loosely and with the same top-1 class), its state dict has
+// the folded names, and it refuses training.
+TEST(Models, FoldedResNetsComputeTheUnfoldedLogits) {
+  for (Device d : harness::backends()) {
+    for (auto make : {models::resnet18, models::resnet50}) {
+      random::seed(5);
+      auto m = make(10, float32, d);
+      randomise_batch_norms(*m);
+      m->eval();
+      random::seed(6);
+      const Array x = random::normal({3, 3, 64, 64}, 0.0, 1.0, float32, d);
+      NoGradGuard no_grad;
+      const Array want = (*m)(x).astype(float64);
+      Array want_low;
+      if (d.is_cuda()) {
+        m->to_channels_last();
+        AutocastGuard amp(bfloat16);
+        want_low = (*m)(to_channels_last(x)).astype(float64);
+      }
+      m->fold_batch_norm();
+      EXPECT_TRUE(m->folded());
+      const Array got = (*m)(x).astype(float64);
+      const double scale = max(abs(want)).item<double>();
+      EXPECT_LE(max(abs(got - want)).item<double>() / scale, 1e-4) << d.str() << " " << m->name();
+      if (d.is_cuda()) {
+        AutocastGuard amp(bfloat16);
+        const Array low = (*m)(to_channels_last(x)).astype(float64);
+        EXPECT_LE(max(abs(low - want_low)).item<double>() / scale, 3e-2) << d.str() << " " << m->name() << " bf16";
+        EXPECT_TRUE(array_equal(argmax(low, 1), argmax(want_low, 1))) << d.str() << " " << m->name() << " bf16";
+      }
+      const nn::StateDict sd = m->state_dict();
+      for (const char* key : {"conv1.weight", "conv1.bias", "layer1.0.conv1.bias", "layer2.0.downsample.0.bias"})
+        EXPECT_NE(sd.find(key), nullptr) << key;
+      for (const char* key : {"bn1.weight", "layer1.0.bn1.running_mean", "layer2.0.downsample.1.weight"})
+        EXPECT_EQ(sd.find(key), nullptr) << key;
+      m->train();
+      kiln_test::expect_error<ValueError>([&] { (*m)(x); }, {"fold_batch_norm", "inference-only", "eval()"});
+    }
+    auto training = models::resnet18(10, float32, d);
+    kiln_test::expect_error<ValueError>([&] { training->fold_batch_norm(); }, {"fold_batch_norm", "eval()"});
+  }
+}
+
 // PyTorch's logits for the same weights and images: scripts/resnet-reference.py writes them where torch and
 // torchvision are installed (scripts/gpu-check --parts resnet does, on the GPU machine) and names the folder in
 // KILN_RESNET_REFERENCE; without it the comparison cannot run and the test says so.

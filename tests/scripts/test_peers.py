@@ -41,7 +41,8 @@ REQUIRED_FULL |= {("overlap", "serial", "seconds"), ("overlap", "overlapped", "s
 REQUIRED_FULL |= {("train", c, "seconds") for c in ("mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device",
                                                     "mlp1000_adam_graph", "cpu_mlp100_sgd", "cpu_mlp1000_adam")}
 REQUIRED_FULL |= {("resnet50", c, "seconds")
-                  for c in ("infer_fp32", "train_fp32", "infer_bf16_cl", "train_bf16_cl", "cpu_infer_b16")}
+                  for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded",
+                            "train_bf16_cl", "cpu_infer_b16")}
 
 
 def script(tool):

@@ -79,7 +79,8 @@ def main():
         need += [("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
         need += [("train", c, "seconds")
                  for c in ("mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device", "mlp1000_adam_graph")]
-        need += [("resnet50", c, "seconds") for c in ("infer_fp32", "train_fp32", "infer_bf16_cl", "train_bf16_cl")]
+        need += [("resnet50", c, "seconds") for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl",
+                                                      "infer_bf16_cl_folded", "train_bf16_cl")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")

@@ -1,6 +1,7 @@
 // `kiln bench resnet50`: torchvision's ResNet-50 (models::resnet50, random weights) at 224x224, as its PyTorch
 // peer bench/peers/torch_bench.py --workloads resnet50 runs it (the same records): batch-128
-// inference (evaluation mode, no gradient) and a training step (zero_grad, forward, cross_entropy, backward,
+// inference (evaluation mode, no gradient; again with the batch norms folded, ResNet::fold_batch_norm) and a
+// training step (zero_grad, forward, cross_entropy, backward,
 // SGD with momentum 0.9 and weight decay 1e-4) on the GPU, in float32 (NCHW) and with bfloat16 autocast
 // (network and images channels-last), timed with events (median); batch-16
 // inference on the CPU, timed with the host clock. cuDNN's benchmark mode is on (the peer sets
@@ -86,6 +87,21 @@ void run_resnet50(BenchContext& ctx) {
         table.row(
             {"infer" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
       }
+      {  // the same inference with the batch norms folded into the convolutions (a copy: training goes on below)
+        random::seed(0);
+        auto folded = models::resnet50(1000, float32, ctx.device);
+        if (amp) folded->to_channels_last();
+        folded->eval();
+        folded->fold_batch_norm();
+        NoGradGuard no_grad;
+        AutocastGuard autocast(cast);
+        const std::string check = finite_check((*folded)(input));
+        const BenchResult r = bench(
+            "infer" + suffix + "_folded", [&] { (void)(*folded)(input); }, ctx.options(3, 10, 20));
+        ctx.record("resnet50", "infer" + suffix + "_folded", "seconds", "s", ctx.seconds(r), false, check);
+        table.row({"infer" + suffix + "_folded", ctx.device.str(), std::to_string(gpu_batch),
+                   format_seconds(ctx.seconds(r)), check});
+      }
       net->train();
       optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
       Array loss;
@@ -110,7 +126,8 @@ void run_resnet50(BenchContext& ctx) {
                        static_cast<double>(cuda::memory_stats(ctx.device).peak_allocated) / (1 << 30));
 #endif
   } else {
-    for (const char* c : {"infer_fp32", "train_fp32", "infer_bf16_cl", "train_bf16_cl"})
+    for (const char* c :
+         {"infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl"})
       ctx.skip(std::string("resnet50 ") + c, ctx.no_gpu_reason());
   }
   {
