@@ -4,7 +4,11 @@
 // normalisations that need the range (cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits,
 // softmax, log_softmax, LayerNorm) compute in float32; batch normalisation keeps its input's dtype and computes
 // its statistics in float32. Ops outside those lists run in their inputs' dtypes. The scope is per thread;
-// guards nest (the innermost wins; AutocastGuard(std::nullopt) turns autocasting off inside).
+// guards nest (the innermost wins; AutocastGuard(std::nullopt) turns autocasting off inside). As torch.autocast,
+// without gradients (NoGradGuard) the low-precision copy of a parameter (a leaf that requires grad) is cached for
+// the outermost enabled scope:
+// made once, reused by later casts in the scope (a loop of inferences casts each weight once), made again when
+// the parameter changes (its version moves: an optimizer step), dropped when the scope closes.
 //
 //   { AutocastGuard amp(bfloat16);
 //     loss = nn::cross_entropy((*net)(x), y); }   // convolutions in bfloat16, the loss in float32

@@ -111,5 +111,37 @@ TEST(Amp, ChannelsLastBfloat16ResNetTrainsWithFloat32Master) {
   }
 }
 
+// torch.autocast's weight cache, without gradients: a parameter's low-precision copy is made once per outermost
+// scope and made again when the parameter changes; nothing else is cached.
+TEST(Amp, AutocastCachesParameterCastsWithoutGradients) {
+  for (Device d : harness::backends()) {
+    Array w = full({4, 3}, 1.5f, float32, d);
+    w.set_requires_grad(true);
+    const Array plain = full({4, 3}, 2.5f, float32, d);
+    {
+      AutocastGuard amp(bfloat16);
+      NoGradGuard no_grad;
+      const Array a = autocast_low(w), b = autocast_low(w);
+      EXPECT_EQ(a.dtype(), bfloat16);
+      EXPECT_EQ(a.data_ptr(), b.data_ptr()) << d.str() << ": the second cast reuses the first";
+      {
+        AutocastGuard inner(std::nullopt);  // an inner scope that turns casting off keeps the cache
+        EXPECT_EQ(autocast_low(w).dtype(), float32);
+      }
+      EXPECT_EQ(autocast_low(w).data_ptr(), a.data_ptr());
+      w.fill(3.0f);  // the parameter changes: a new cast with its new values
+      const Array c = autocast_low(w);
+      EXPECT_EQ(c.astype(float32).to(cpu()).to_vector<float>()[0], 3.0f) << d.str();
+      EXPECT_NE(autocast_low(plain).data_ptr(), autocast_low(plain).data_ptr()) << d.str() << ": not a parameter";
+    }
+    {
+      AutocastGuard amp(bfloat16);  // with gradients: every cast is new (it carries its own autograd history)
+      const Array a = autocast_low(w), b = autocast_low(w);
+      EXPECT_NE(a.data_ptr(), b.data_ptr()) << d.str();
+      EXPECT_TRUE(a.requires_grad());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
