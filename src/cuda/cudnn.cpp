@@ -324,6 +324,13 @@ bool cuda_convolution(const detail::ConvCall& call) {
   auto math_of = [&](const Candidate& c) { return float32_no_tf32 ? CUDNN_FMA_MATH : c.math; };
   std::shared_ptr<Storage> workspace;
   std::optional<AlgoChoice> choice = AlgoCache::instance().find(key);
+  if (!choice && !benchmark && kiln::cudnn::benchmark()) {
+    // Capturing (nothing can be timed then): the algorithm a benchmark chose for this problem before the
+    // capture, when there was one (torch.cuda.graphs' warm-up rule), rather than the heuristics' first choice.
+    ConvKey timed_key = key;
+    timed_key.benchmark = true;
+    choice = AlgoCache::instance().find(timed_key);
+  }
   if (choice) {
     workspace = try_workspace(device, choice->workspace, p.stream);
     if (choice->workspace > 0 && !workspace)

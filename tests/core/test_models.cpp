@@ -9,6 +9,9 @@
 #include <string>
 
 #include "harness/op_harness.hpp"
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda.hpp"
+#endif
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -164,6 +167,41 @@ TEST(Models, FoldedResNetsComputeTheUnfoldedLogits) {
     kiln_test::expect_error<ValueError>([&] { training->fold_batch_norm(); }, {"fold_batch_norm", "eval()"});
   }
   cudnn::set_allow_tf32(tf32);
+}
+
+// A folded network's forward captured in a CUDA graph (kiln bench resnet50's "folded graph" row) replays to
+// what the eager forward computes for a new input written into the captured one; the capture reuses the
+// algorithms cuDNN's benchmark chose before it (nothing can be timed while capturing).
+TEST(Models, FoldedResNetForwardReplaysFromACudaGraph) {
+#ifdef KILN_WITH_CUDA
+  KILN_REQUIRE_GPU();
+  const bool was_benchmark = cudnn::benchmark();
+  cudnn::set_benchmark(true);
+  random::seed(5);
+  auto m = models::resnet18(10, float32, gpu(0));
+  randomise_batch_norms(*m);
+  m->eval();
+  m->fold_batch_norm();
+  NoGradGuard no_grad;
+  Array x = random::normal({2, 3, 64, 64}, 0.0, 1.0, float32, gpu(0));
+  const Array first = (*m)(x).to(cpu());  // chooses (times) the algorithms
+  Stream side = Stream::create(gpu(0));
+  cuda::Graph graph;
+  Array out;
+  {
+    cuda::GraphCapture capture(graph, side);
+    out = (*m)(x);
+  }
+  const Array next = random::normal({2, 3, 64, 64}, 0.0, 1.0, float32, gpu(0));
+  x.assign(next);
+  graph.replay(Stream::current(gpu(0)));
+  const Array want = (*m)(next);
+  EXPECT_TRUE(allclose(out.to(cpu()), want.to(cpu()), 1e-4, 1e-4));
+  EXPECT_FALSE(allclose(out.to(cpu()), first, 1e-4, 1e-4));  // the replay read the new input
+  cudnn::set_benchmark(was_benchmark);
+#else
+  GTEST_SKIP() << "a CUDA build";
+#endif
 }
 
 // PyTorch's logits for the same weights and images: scripts/resnet-reference.py writes them where torch and
