@@ -56,20 +56,30 @@ extern "C" __global__ void copy_4(CopyList l) { copy_chunk<unsigned int>(l); }
 extern "C" __global__ void copy_8(CopyList l) { copy_chunk<unsigned long long>(l); }
 )";
 
-RawKernel copy_kernel(Device d, int64_t itemsize) {
+/// The copy kernel for elements of `itemsize` bytes (2, 4 or 8), made once per GPU.
+const RawKernel& copy_kernel(Device d, int64_t itemsize) {
+  struct Kernels {
+    RawModule module;
+    RawKernel copy2, copy4, copy8;
+    explicit Kernels(Device d)
+        : module(kCopySource, RawModuleOptions{.device = d, .name = "ddp_bucket_copy"}),
+          copy2(module.function("copy_2")),
+          copy4(module.function("copy_4")),
+          copy8(module.function("copy_8")) {}
+  };
   static std::mutex mutex;
-  static std::map<int, std::unique_ptr<RawModule>> modules;
+  static std::map<int, std::unique_ptr<Kernels>> per_device;
   std::lock_guard lock(mutex);
-  auto& m = modules[d.index];
-  if (!m) m = std::make_unique<RawModule>(kCopySource, RawModuleOptions{.device = d, .name = "ddp_bucket_copy"});
-  return m->function("copy_" + std::to_string(itemsize));
+  auto& k = per_device[d.index];
+  if (!k) k = std::make_unique<Kernels>(d);
+  return itemsize == 2 ? k->copy2 : itemsize == 4 ? k->copy4 : k->copy8;
 }
 
 /// dst[k].assign(src[k]) for every k in one launch per table (contiguous arrays of one GPU and one dtype of
 /// 2, 4 or 8 bytes, each pair of one shape).
 void copy_many(const std::vector<Array>& dst, const std::vector<Array>& src) {
   if (dst.empty()) return;
-  const RawKernel k = copy_kernel(dst.front().device(), itemsize(dst.front().dtype()));
+  const RawKernel& k = copy_kernel(dst.front().device(), itemsize(dst.front().dtype()));
   CopyList list{};
   int count = 0, blocks = 0;
   auto flush = [&] {

@@ -10,6 +10,7 @@
 #include "kiln/autograd.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/random.hpp"
 
 namespace kiln::nn {
 
@@ -245,7 +246,11 @@ std::shared_ptr<Conv2d> fuse_conv_bn_eval(Conv2d& conv, BatchNorm2d& bn) {
   const Array bias = conv.options().bias ? conv.parameter("bias").astype(float64) : zeros({o}, float64, d);
   Conv2dOptions options = conv.options();
   options.bias = true;
+  // The new layer's initial values are overwritten below: its initialisation must not move the default
+  // generator (folding a model would otherwise change every later draw).
+  const random::GeneratorState rng = random::get_state();
   auto fused = std::make_shared<Conv2d>(conv.in_channels(), o, conv.kernel_size(), options, w.dtype(), d);
+  random::set_state(rng);
   fused->weight().assign((w.astype(float64) * scale.reshape({o, 1, 1, 1})).astype(w.dtype()));
   fused->parameter("bias").assign(((bias - mean) * scale + beta).astype(w.dtype()));
   if (is_channels_last(w)) fused->to_channels_last();

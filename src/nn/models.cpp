@@ -112,22 +112,31 @@ bool epilogue_kernel(Array& v, const Array& bias, const Array& residual, const A
     inner = 1;
   else
     return false;
+  // The module and its four kernels, made once per GPU (this runs after every folded convolution).
+  struct Kernels {
+    RawModule module;
+    RawKernel f32_v, f32_s, bf16_v, bf16_s;
+    explicit Kernels(Device d)
+        : module(kEpilogueSource, RawModuleOptions{.device = d, .name = "resnet_folded_epilogue"}),
+          f32_v(module.function("epilogue_f32_v")),
+          f32_s(module.function("epilogue_f32_s")),
+          bf16_v(module.function("epilogue_bf16_v")),
+          bf16_s(module.function("epilogue_bf16_s")) {}
+  };
   static std::mutex mutex;
-  static std::map<int, std::unique_ptr<RawModule>> modules;
-  const RawModule* module;
+  static std::map<int, std::unique_ptr<Kernels>> per_device;
+  const Kernels* kernels;
   {
     std::lock_guard lock(mutex);
-    auto& m = modules[v.device().index];
-    if (!m)
-      m = std::make_unique<RawModule>(kEpilogueSource,
-                                      RawModuleOptions{.device = v.device(), .name = "resnet_folded_epilogue"});
-    module = m.get();
+    auto& k = per_device[v.device().index];
+    if (!k) k = std::make_unique<Kernels>(v.device());
+    kernels = k.get();
   }
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = aligned(v.data_ptr()) && (!residual.defined() || aligned(residual.data_ptr()));
-  const int per = vec ? (v.dtype() == bfloat16 ? 8 : 4) : 1;
-  const std::string name = std::string(v.dtype() == bfloat16 ? "epilogue_bf16" : "epilogue_f32") + (vec ? "_v" : "_s");
-  const RawKernel k = module->function(name);
+  const bool bf16 = v.dtype() == bfloat16;
+  const int per = vec ? (bf16 ? 8 : 4) : 1;
+  const RawKernel& k = bf16 ? (vec ? kernels->bf16_v : kernels->bf16_s) : (vec ? kernels->f32_v : kernels->f32_s);
   const int64_t blocks = std::min<int64_t>((n / per + 255) / 256 + 1, 8192);
   const void* r = residual.defined() ? residual.data_ptr() : nullptr;
   const void* rb = residual_bias.defined() ? residual_bias.data_ptr() : nullptr;

@@ -104,7 +104,9 @@ TEST(Models, FuseConvBnEvalComputesTheBatchNormOfTheConvolution) {
         }
         bn.eval();
         const Array x = random::normal({2, 3, 9, 9}, 0.0, 1.0, float64, d);
+        const random::GeneratorState before = random::get_state();
         const auto fused = nn::fuse_conv_bn_eval(conv, bn);
+        EXPECT_EQ(random::get_state().offset, before.offset) << "folding must not draw from the default generator";
         NoGradGuard no_grad;
         EXPECT_TRUE(allclose(fused->forward(x), bn(conv(x)), 1e-12, 1e-12))
             << d.str() << " conv bias " << conv_bias << " affine " << affine;
