@@ -39,6 +39,15 @@ void cuda_user_reduction(const detail::UserReductionCall& call);
 bool cuda_convolution(const detail::ConvCall& call);
 bool cuda_batch_norm(detail::BatchNormCall& call);
 bool cuda_pooling(const detail::PoolCall& call);
+/// This thread's convolution problems on `device` so far (tests, diagnostics): those with a cached plan of
+/// cuDNN's backend API, and those the backend API had no plan for (the descriptor API ran them).
+struct CudnnPlanCounts {
+  int64_t plans = 0, without = 0;
+};
+CudnnPlanCounts cudnn_plan_counts(int device);
+/// Runs every convolution through cuDNN's descriptor API (as KILN_CUDNN_LEGACY=1 does) while on; tests
+/// compare the two paths.
+void cudnn_force_descriptor_api(bool on);
 /// kiln's batch-normalisation kernels for channels-last arrays (batch_norm.cpp): training forward and backward,
 /// evaluation; false otherwise.
 bool cuda_batch_norm_kernels(detail::BatchNormCall& call);
