@@ -79,6 +79,7 @@ struct CudnnState {
   /// Execution plans of the backend API made with this handle, per problem; a null plan: the backend API
   /// has none for the problem (the descriptor API runs it).
   std::unordered_map<ConvKey, std::shared_ptr<ConvPlan>> plans;
+  std::string refusal;  ///< why the last problem without a plan has none
 };
 
 CudnnState* create_state() {
@@ -488,7 +489,7 @@ float time_plan(cudnnHandle_t handle, int device, cudaStream_t stream, const Bac
 /// taken, or with benchmarking every such one (no run-time-compiled engines) is timed on the call's operands
 /// and the fastest kept. Null when none qualifies or cuDNN refuses the problem.
 std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, cudnnHandle_t handle,
-                                     cudaStream_t stream, const ConvPointers& pointers) {
+                                     cudaStream_t stream, const ConvPointers& pointers, std::string& refusal) {
   try {
     auto plan = std::make_shared<ConvPlan>();
     const bool dbl = key.dtype == DType::Float64;
@@ -561,9 +562,9 @@ std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, c
     std::optional<Made> best;
     float best_ms = 0.0f;
     std::shared_ptr<Storage> scratch;  // the benchmark's workspace, grown as needed
-    // The benchmark times the first kMaxTimed acceptable engines of the heuristics' ranking (the slow tail of
-    // fallback engines would cost seconds per shape); cuDNN's fallback list is tried when mode A has none.
-    constexpr int kMaxTimed = 8;
+    // The benchmark times the first kMaxTimed acceptable engines (10, as PyTorch) of the heuristics' ranking (the slow
+    // tail of fallback engines would cost seconds per shape); cuDNN's fallback list is tried when mode A has none.
+    constexpr int kMaxTimed = 10;  // torch.backends.cudnn.benchmark_limit's default
     for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       if (best) break;
       int timed_count = 0;
@@ -583,7 +584,12 @@ std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, c
           scratch = try_workspace(device, static_cast<size_t>(bytes), stream);
           if (!scratch) continue;
         }
-        const float ms = time_plan(handle, device, stream, *made, pointers, bytes > 0 ? scratch->data() : nullptr);
+        float ms = 0.0f;
+        try {
+          ms = time_plan(handle, device, stream, *made, pointers, bytes > 0 ? scratch->data() : nullptr);
+        } catch (const DeviceError&) {
+          continue;  // an engine that refuses to run these operands: the next one
+        }
         if (!best || ms < best_ms) {
           best_ms = ms;
           best = Made{std::move(config), std::move(made), bytes};
@@ -591,7 +597,10 @@ std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, c
         if (++timed_count == kMaxTimed) break;
       }
     }
-    if (!best) return nullptr;
+    if (!best) {
+      refusal = "no engine of cuDNN's heuristics qualifies";
+      return nullptr;
+    }
     plan->parts.push_back(std::move(conv));
     plan->parts.push_back(std::move(op));
     plan->parts.push_back(std::move(graph));
@@ -599,7 +608,8 @@ std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, c
     plan->plan = std::move(best->plan);
     plan->workspace = best->workspace;
     return plan;
-  } catch (const DeviceError&) {
+  } catch (const DeviceError& e) {
+    refusal = e.what();
     return nullptr;  // cuDNN refused a descriptor: the descriptor API runs the problem
   }
 }
@@ -622,7 +632,7 @@ bool run_backend(CudnnState& state, const ConvKey& key, cudnnDataType_t type, cu
       if (timed_it == state.plans.end() || !timed_it->second) return false;
       plan = timed_it->second;
     } else {
-      plan = build_plan(key, type, state.handle, stream, pointers);
+      plan = build_plan(key, type, state.handle, stream, pointers, state.refusal);
       state.plans.emplace(key, plan);
     }
   }
@@ -692,7 +702,28 @@ bool cuda_convolution(const detail::ConvCall& call) {
   p.out_ptr = out.data_ptr();
 
   auto math_of = [&](const Candidate& c) { return float32_no_tf32 ? CUDNN_FMA_MATH : c.math; };
-  std::shared_ptr<Storage> workspace;
+  Scale s;
+  s.dbl = dtype == DType::Float64;
+  // Runs the step with `choice`; cuDNN's status (a check fails before anything is queued).
+  auto run = [&](const AlgoChoice& choice, const std::shared_ptr<Storage>& workspace) {
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, choice.math));
+    void* ws = workspace ? workspace->data() : nullptr;
+    switch (call.kind) {
+      case ConvKind::Forward:
+        return cudnnConvolutionForward(p.handle, s.one(), p.x, p.x_ptr, p.w, p.w_ptr, p.conv,
+                                       static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), ws, choice.workspace,
+                                       s.zero(), p.y, p.out_ptr);
+      case ConvKind::BackwardInput:
+        return cudnnConvolutionBackwardData(p.handle, s.one(), p.w, p.w_ptr, p.y, p.dy_ptr, p.conv,
+                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo), ws,
+                                            choice.workspace, s.zero(), p.x, p.out_ptr);
+      case ConvKind::BackwardWeight:
+        return cudnnConvolutionBackwardFilter(p.handle, s.one(), p.x, p.x_ptr, p.y, p.dy_ptr, p.conv,
+                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algo), ws,
+                                              choice.workspace, s.zero(), p.w, p.out_ptr);
+    }
+    return CUDNN_STATUS_BAD_PARAM;
+  };
   std::optional<AlgoChoice> choice = AlgoCache::instance().find(key);
   if (!choice && !benchmark && kiln::cudnn::benchmark()) {
     // Capturing (nothing can be timed then): the algorithm a benchmark chose for this problem before the
@@ -702,60 +733,47 @@ bool cuda_convolution(const detail::ConvCall& call) {
     choice = AlgoCache::instance().find(timed_key);
   }
   if (choice) {
-    workspace = try_workspace(device, choice->workspace, p.stream);
+    std::shared_ptr<Storage> workspace = try_workspace(device, choice->workspace, p.stream);
     if (choice->workspace > 0 && !workspace)
       throw OutOfMemoryError("conv2d: cuDNN's algorithm for this shape needs " + std::to_string(choice->workspace) +
                              " bytes of workspace and the GPU has no room; free memory or use a smaller batch");
-  } else {
-    std::vector<Candidate> ranked = heuristics(call.kind, p);
-    if (benchmark) {
-      size_t most = 0;
-      for (const Candidate& c : ranked)
-        if (c.status == CUDNN_STATUS_SUCCESS) most = std::max(most, c.memory);
-      std::shared_ptr<Storage> scratch = try_workspace(device, most, p.stream);
-      if (!scratch) most = 0;
-      // The timing runs on the handle's stream; it reads the inputs, which the stream orders after their writes.
-      ranked = timed(call.kind, p, scratch ? scratch->data() : nullptr, most);
-    }
-    for (const Candidate& c : ranked) {
-      if (c.status != CUDNN_STATUS_SUCCESS) continue;
-      std::shared_ptr<Storage> ws = try_workspace(device, c.memory, p.stream);
-      if (c.memory > 0 && !ws) continue;
-      choice = AlgoChoice{c.algo, math_of(c), c.memory};
-      workspace = std::move(ws);
-      break;
-    }
-    if (!choice) return false;  // nothing cuDNN offers runs this problem: the reference does
-    AlgoCache::instance().insert(key, *choice);
+    const cudnnStatus_t status = run(*choice, workspace);
+    if (status != CUDNN_STATUS_SUCCESS)
+      throw_cudnn_error(status, "the convolution's cached algorithm", __FILE__, __LINE__);
+    return true;
   }
-  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, choice->math));
-  Scale s;
-  s.dbl = dtype == DType::Float64;
-  void* ws = workspace ? workspace->data() : nullptr;
-  switch (call.kind) {
-    case ConvKind::Forward:
-      KILN_CUDNN_CHECK(cudnnConvolutionForward(p.handle, s.one(), p.x, p.x_ptr, p.w, p.w_ptr, p.conv,
-                                               static_cast<cudnnConvolutionFwdAlgo_t>(choice->algo), ws,
-                                               choice->workspace, s.zero(), p.y, p.out_ptr));
-      break;
-    case ConvKind::BackwardInput:
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(p.handle, s.one(), p.w, p.w_ptr, p.y, p.dy_ptr, p.conv,
-                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algo), ws,
-                                                    choice->workspace, s.zero(), p.x, p.out_ptr));
-      break;
-    case ConvKind::BackwardWeight:
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p.handle, s.one(), p.x, p.x_ptr, p.y, p.dy_ptr, p.conv,
-                                                      static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), ws,
-                                                      choice->workspace, s.zero(), p.w, p.out_ptr));
-      break;
+  std::vector<Candidate> ranked = heuristics(call.kind, p);
+  if (benchmark) {
+    size_t most = 0;
+    for (const Candidate& c : ranked)
+      if (c.status == CUDNN_STATUS_SUCCESS) most = std::max(most, c.memory);
+    std::shared_ptr<Storage> scratch = try_workspace(device, most, p.stream);
+    if (!scratch) most = 0;
+    // The timing runs on the handle's stream; it reads the inputs, which the stream orders after their writes.
+    ranked = timed(call.kind, p, scratch ? scratch->data() : nullptr, most);
   }
-  return true;
+  // The first candidate that runs: cuDNN 9's heuristics may rank first an algorithm its own checks then refuse
+  // (BAD_PARAM for a float16 channels-last depthwise input gradient on an H200), so a refusal tries the next.
+  for (const Candidate& c : ranked) {
+    if (c.status != CUDNN_STATUS_SUCCESS) continue;
+    std::shared_ptr<Storage> ws = try_workspace(device, c.memory, p.stream);
+    if (c.memory > 0 && !ws) continue;
+    const AlgoChoice candidate{c.algo, math_of(c), c.memory};
+    const cudnnStatus_t status = run(candidate, ws);
+    const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(status));
+    if (category == CUDNN_STATUS_BAD_PARAM || category == CUDNN_STATUS_NOT_SUPPORTED) continue;
+    if (status != CUDNN_STATUS_SUCCESS) throw_cudnn_error(status, "the convolution", __FILE__, __LINE__);
+    AlgoCache::instance().insert(key, candidate);
+    return true;
+  }
+  return false;  // nothing cuDNN offers runs this problem: the reference does
 }
 
 CudnnPlanCounts cudnn_plan_counts(int device) {
   CudnnPlanCounts counts;
   const CudnnState* state = thread_handle<CudnnState>(device, create_state);
   for (const auto& [key, plan] : state->plans) ++(plan ? counts.plans : counts.without);
+  counts.refusal = state->refusal;
   return counts;
 }
 

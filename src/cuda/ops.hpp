@@ -43,6 +43,7 @@ bool cuda_pooling(const detail::PoolCall& call);
 /// cuDNN's backend API, and those the backend API had no plan for (the descriptor API ran them).
 struct CudnnPlanCounts {
   int64_t plans = 0, without = 0;
+  std::string refusal;  ///< why the last problem without a plan has none
 };
 CudnnPlanCounts cudnn_plan_counts(int device);
 /// Runs every convolution through cuDNN's descriptor API (as KILN_CUDNN_LEGACY=1 does) while on; tests

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""bench/bench_layers.cpp's table in PyTorch: ResNet-50's layers one at a time, float32 NCHW against
+bfloat16 channels-last, so a layer where kiln trails shows up by name beside bench_layers' output.
+
+    python3 bench/peers/torch_layers.py [--batch N] [--filter SUBSTRING]
+
+cudnn.benchmark on (as bench_layers sets kiln's); float32 convolutions may use TF32 (PyTorch's default for
+cuDNN, kiln's too). Each case: 3 untimed calls, then the median of 10 calls, each between two CUDA events.
+Without PyTorch or a GPU it prints why and exits 0.
+"""
+
+import argparse
+import statistics
+import sys
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--filter", default="")
+    args = p.parse_args(argv)
+    try:
+        import torch
+        import torchvision  # noqa: F401  (the bottleneck block)
+    except ImportError as e:
+        print(f"torch_layers: PyTorch/torchvision is not installed ({e}); nothing measured.")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_layers: PyTorch sees no CUDA GPU; nothing measured.")
+        return 0
+    torch.backends.cudnn.benchmark = True
+    F = torch.nn.functional
+    dev = torch.device("cuda:0")
+    n = args.batch
+
+    def inp(shape, dtype, cl, grad=False):
+        a = torch.randn(shape, device=dev).to(dtype)
+        if cl:
+            a = a.contiguous(memory_format=torch.channels_last)
+        return a.requires_grad_(grad)
+
+    def conv_fwd(dtype, cl):
+        x, w = inp((n, 64, 56, 56), dtype, cl), inp((64, 64, 3, 3), dtype, cl)
+        return lambda: F.conv2d(x, w, padding=1)
+
+    def conv1x1(dtype, cl):
+        x, w = inp((n, 256, 56, 56), dtype, cl), inp((64, 256, 1, 1), dtype, cl)
+        return lambda: F.conv2d(x, w)
+
+    def conv_bwd_input(dtype, cl):
+        g, w = inp((n, 64, 56, 56), dtype, cl), inp((64, 64, 3, 3), dtype, cl)
+        return lambda: torch.nn.grad.conv2d_input((n, 64, 56, 56), w, g, padding=1)
+
+    def conv_bwd_weight(dtype, cl):
+        g, x = inp((n, 64, 56, 56), dtype, cl), inp((n, 64, 56, 56), dtype, cl)
+        return lambda: torch.nn.grad.conv2d_weight(x, (64, 64, 3, 3), g, padding=1)
+
+    def stem(dtype, cl):
+        x, w = inp((n, 3, 224, 224), dtype, cl), inp((64, 3, 7, 7), dtype, cl)
+        return lambda: F.conv2d(x, w, stride=2, padding=3)
+
+    def bn_train(dtype, cl):
+        x = inp((n, 256, 56, 56), dtype, cl)
+        rm, rv = torch.zeros(256, device=dev), torch.ones(256, device=dev)
+        return lambda: F.batch_norm(x, rm, rv, training=True)
+
+    def bn_eval(dtype, cl):
+        x = inp((n, 256, 56, 56), dtype, cl)
+        rm, rv = torch.zeros(256, device=dev), torch.ones(256, device=dev)
+        return lambda: F.batch_norm(x, rm, rv, training=False)
+
+    def bn_backward(dtype, cl):
+        # the batch norm's backward alone: autograd.grad of a kept forward with retain_graph
+        x = inp((n, 256, 56, 56), dtype, cl, grad=True)
+        w = torch.ones(256, device=dev, requires_grad=True)
+        b = torch.zeros(256, device=dev, requires_grad=True)
+        rm, rv = torch.zeros(256, device=dev), torch.ones(256, device=dev)
+        y = F.batch_norm(x, rm, rv, w, b, training=True)
+        g = inp((n, 256, 56, 56), dtype, cl)
+        return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
+
+    def relu(dtype, cl):
+        x = inp((n, 256, 56, 56), dtype, cl)
+        return lambda: F.relu(x)
+
+    def add(dtype, cl):
+        x, y = inp((n, 256, 56, 56), dtype, cl), inp((n, 256, 56, 56), dtype, cl)
+        return lambda: x + y
+
+    def max_pool(dtype, cl):
+        x = inp((n, 64, 112, 112), dtype, cl)
+        return lambda: F.max_pool2d(x, 3, 2, 1)
+
+    def bottleneck(dtype, cl):
+        import torchvision
+        torch.manual_seed(0)
+        net = torchvision.models.resnet50().to(dev)
+        if cl:
+            net = net.to(memory_format=torch.channels_last)
+        block = net.layer1[1]
+        x = inp((n, 256, 56, 56), torch.float32, cl)
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                y = block(x)
+            y.float().sum().backward()
+        return step
+
+    cases = [
+        ("conv 3x3 64->64 @56 forward", conv_fwd),
+        ("conv 1x1 256->64 @56 forward", conv1x1),
+        ("conv 3x3 64->64 @56 backward input", conv_bwd_input),
+        ("conv 3x3 64->64 @56 backward weight", conv_bwd_weight),
+        ("conv 7x7/2 3->64 @224 forward", stem),
+        ("batch norm 256 @56 training", bn_train),
+        ("batch norm 256 @56 evaluation", bn_eval),
+        ("batch norm 256 @56 backward", bn_backward),
+        ("relu 256 @56", relu),
+        ("residual add 256 @56", add),
+        ("max pool 3x3/2 64 @112", max_pool),
+        ("bottleneck 256 @56 forward+backward", bottleneck),
+    ]
+    print(f"torch_layers on {torch.cuda.get_device_name(0)}, batch {n}, torch {torch.__version__}: "
+          "ResNet-50's layers, float32 NCHW vs bfloat16 channels-last")
+    print(f"{'layer':<34} {'fp32 NCHW':>14} {'bf16 NHWC':>14}")
+    for name, make in cases:
+        if args.filter and args.filter not in name:
+            continue
+        cells = []
+        for dtype, cl in ((torch.float32, False), (torch.bfloat16, True)):
+            try:
+                fn = make(dtype, cl)
+                for _ in range(3):
+                    fn()
+                times = []
+                for _ in range(10):
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    fn()
+                    b.record()
+                    b.synchronize()
+                    times.append(a.elapsed_time(b) / 1e3)
+                s = statistics.median(times)
+                cells.append(f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us")
+            except Exception as e:  # a case PyTorch cannot run: say so in its cell
+                cells.append(f"error: {e}"[:40])
+        print(f"{name:<34} {cells[0]:>14} {cells[1]:>14}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
