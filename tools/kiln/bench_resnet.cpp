@@ -122,18 +122,28 @@ void run_resnet50(BenchContext& ctx) {
       net->train();
       optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
       Array loss;
-      const BenchResult r = bench(
-          "train" + suffix,
-          [&] {
-            opt.zero_grad();
-            {
-              AutocastGuard autocast(cast);
-              loss = nn::cross_entropy((*net)(input), labels);
-            }
-            loss.backward();
-            opt.step();
-          },
-          ctx.options(3, 10, 30));
+      auto step = [&] {
+        opt.zero_grad();
+        {
+          AutocastGuard autocast(cast);
+          loss = nn::cross_entropy((*net)(input), labels);
+        }
+        loss.backward();
+        opt.step();
+      };
+      const BenchResult r = bench("train" + suffix, step, ctx.options(3, 10, 30));
+      {  // the host's time to queue one step (the GPU idles when it exceeds the step's GPU time)
+        std::vector<double> queue;
+        for (int i = 0; i < 5; ++i) {
+          synchronize(ctx.device);
+          const double t0 = now_s();
+          step();
+          queue.push_back(now_s() - t0);
+        }
+        synchronize(ctx.device);
+        table.row({"train" + suffix + " host queue", ctx.device.str(), std::to_string(gpu_batch),
+                   format_seconds(summarize(queue).median), "host time to queue a step (no synchronisation)"});
+      }
       const std::string check = std::isfinite(loss.item<double>()) ? "ok" : "the loss is not finite";
       ctx.record("resnet50", "train" + suffix, "seconds", "s", ctx.seconds(r), false, check);
       table.row({"train" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
