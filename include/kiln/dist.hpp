@@ -51,7 +51,8 @@ struct InitOptions {
   /// How long joining, a collective or a point-to-point transfer may take before the group fails with
   /// DistError (default KILN_DIST_TIMEOUT seconds from the environment, else 300 s).
   std::optional<std::chrono::milliseconds> timeout{};
-  /// The GPU of this rank (default cuda:<local_rank> when the machine has that many GPUs, else the CPU).
+  /// The GPU of this rank (default cuda:<local_rank> when the machine has a GPU for every local rank, else the
+  /// CPU for every rank: a group mixing GPU and CPU ranks would disagree on its engines and hang).
   std::optional<Device> device{};
   /// Before each collective, check that every rank calls the same one with the same shape, dtype and root
   /// (one small all_gather and a host synchronisation per call: for debugging, as TORCH_DISTRIBUTED_DEBUG);
@@ -143,6 +144,7 @@ void barrier();
 /// The environment variables a process started by `kiln launch`, torchrun or mpirun sees, as kiln reads them.
 struct LaunchEnvironment {
   int rank = 0, world_size = 1, local_rank = 0;
+  int local_world_size = 0;  ///< ranks on this machine (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE); 0: unknown
   bool from_mpirun = false;    ///< OMPI_COMM_WORLD_* / PMI_* were set
   bool from_launcher = false;  ///< RANK and WORLD_SIZE were set
 };

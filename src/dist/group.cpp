@@ -80,6 +80,7 @@ LaunchEnvironment launch_environment() {
     e.rank = *rank;
     e.world_size = *world;
     e.local_rank = env_int("LOCAL_RANK").value_or(*rank);
+    e.local_world_size = env_int("LOCAL_WORLD_SIZE").value_or(0);
   }
   auto mpi_rank = env_int("OMPI_COMM_WORLD_RANK"), mpi_size = env_int("OMPI_COMM_WORLD_SIZE");
   if (!mpi_rank) {  // MPICH and others
@@ -92,6 +93,7 @@ LaunchEnvironment launch_environment() {
       e.rank = *mpi_rank;
       e.world_size = *mpi_size;
       e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK").value_or(env_int("MPI_LOCALRANKID").value_or(*mpi_rank));
+      e.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(env_int("MPI_LOCALNRANKS").value_or(0));
     }
   }
   return e;
@@ -259,8 +261,10 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
 
   if (options.device) {
     g.device = *options.device;
-  } else if (g.local_rank < num_gpus()) {
-    g.device = gpu(g.local_rank);  // one GPU per rank; ranks beyond the GPUs work on the CPU
+  } else if (g.local_rank < num_gpus() && env.local_world_size <= num_gpus()) {
+    // One GPU per rank. With fewer GPUs than local ranks every rank works on the CPU: ranks on GPUs would set up
+    // NCCL (a collective the CPU ranks never join) and the group would hang.
+    g.device = gpu(g.local_rank);
   }
   if (g.device.is_cuda() && g.device.index >= num_gpus())
     throw DeviceError("init_process_group: " + g.device.str() + " does not exist (this machine has " +

@@ -92,6 +92,10 @@ TEST(DistLaunch, the_environment_is_read_as_torchrun_sets_it) {
   EXPECT_EQ(e.rank, 2);
   EXPECT_EQ(e.world_size, 4);
   EXPECT_EQ(e.local_rank, 0);
+  EXPECT_EQ(e.local_world_size, 0);  // torchrun sets it; unset here
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(dist::launch_environment().local_world_size, 2);
+  unsetenv("LOCAL_WORLD_SIZE");
   setenv("RANK", "two", 1);
   EXPECT_THROW(dist::launch_environment(), ValueError);
   unsetenv("RANK");
@@ -100,6 +104,18 @@ TEST(DistLaunch, the_environment_is_read_as_torchrun_sets_it) {
   e = dist::launch_environment();
   EXPECT_FALSE(e.from_launcher);
   EXPECT_EQ(e.world_size, 1);
+}
+
+TEST(DistGroup, ranks_work_on_the_cpu_when_the_machine_has_fewer_gpus_than_local_ranks) {
+  // A group mixing GPU and CPU ranks would disagree on its engines (NCCL on some ranks only) and hang.
+  setenv("LOCAL_WORLD_SIZE", std::to_string(num_gpus() + 1).c_str(), 1);
+  {
+    dist::ProcessGroup g({.rank = 0, .world_size = 1});
+    EXPECT_EQ(g.device(), cpu());
+  }
+  unsetenv("LOCAL_WORLD_SIZE");
+  dist::ProcessGroup g({.rank = 0, .world_size = 1});
+  EXPECT_EQ(g.device(), num_gpus() > 0 ? gpu(0) : cpu());  // a GPU per local rank: rank 0 takes cuda:0
 }
 
 TEST(DistGroup, a_group_of_one_reduces_to_the_identity) {
