@@ -108,12 +108,14 @@ TEST(DistLaunch, the_environment_is_read_as_torchrun_sets_it) {
 
 TEST(DistGroup, ranks_work_on_the_cpu_when_the_machine_has_fewer_gpus_than_local_ranks) {
   // A group mixing GPU and CPU ranks would disagree on its engines (NCCL on some ranks only) and hang.
+  setenv("RANK", "0", 1);  // as a launcher sets them
+  setenv("WORLD_SIZE", "1", 1);
   setenv("LOCAL_WORLD_SIZE", std::to_string(num_gpus() + 1).c_str(), 1);
   {
-    dist::ProcessGroup g({.rank = 0, .world_size = 1});
+    dist::ProcessGroup g;
     EXPECT_EQ(g.device(), cpu());
   }
-  unsetenv("LOCAL_WORLD_SIZE");
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}) unsetenv(name);
   dist::ProcessGroup g({.rank = 0, .world_size = 1});
   EXPECT_EQ(g.device(), num_gpus() > 0 ? gpu(0) : cpu());  // a GPU per local rank: rank 0 takes cuda:0
 }
