@@ -52,8 +52,7 @@ void cudnn_force_descriptor_api(bool on);
 /// kiln's batch-normalisation kernels for channels-last arrays (batch_norm.cpp): training forward and backward,
 /// evaluation; false otherwise.
 bool cuda_batch_norm_kernels(detail::BatchNormCall& call);
-/// Their NVRTC source for channels-last `in` arrays with `stats` statistics (bn_partials, bn_finalize, bn_apply,
-/// bn_apply_vec).
+/// Their NVRTC source for channels-last `in` arrays with `stats` statistics (bn_partials, bn_finalize, bn_apply).
 std::string batch_norm_source(DType in, DType stats);
 
 /// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
