@@ -2,20 +2,23 @@
 """bench/bench_layers.cpp's table in PyTorch: ResNet-50's layers one at a time, float32 NCHW against
 bfloat16 channels-last, so a layer where kiln trails shows up by name beside bench_layers' output.
 
-    python3 bench/peers/torch_layers.py [--batch N] [--filter SUBSTRING]
+    python3 bench/peers/torch_layers.py [--cpu] [--batch N] [--filter SUBSTRING]
 
 cudnn.benchmark on (as bench_layers sets kiln's); float32 convolutions may use TF32 (PyTorch's default for
-cuDNN, kiln's too). Each case: 3 untimed calls, then the median of 10 calls, each between two CUDA events.
-Without PyTorch or a GPU it prints why and exits 0.
+cuDNN, kiln's too). Each case: 3 untimed calls, then the median of 10 calls, each between two CUDA events
+(--cpu: on the CPU, timed by the host clock, as bench_layers --cpu). Without PyTorch or a GPU it prints why
+and exits 0.
 """
 
 import argparse
 import statistics
 import sys
+import time
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cpu", action="store_true", help="run on the CPU (host clock)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--filter", default="")
     args = p.parse_args(argv)
@@ -25,12 +28,12 @@ def main(argv=None):
     except ImportError as e:
         print(f"torch_layers: PyTorch/torchvision is not installed ({e}); nothing measured.")
         return 0
-    if not torch.cuda.is_available():
-        print("torch_layers: PyTorch sees no CUDA GPU; nothing measured.")
+    if not args.cpu and not torch.cuda.is_available():
+        print("torch_layers: PyTorch sees no CUDA GPU (--cpu runs on the CPU); nothing measured.")
         return 0
     torch.backends.cudnn.benchmark = True
     F = torch.nn.functional
-    dev = torch.device("cuda:0")
+    dev = torch.device("cpu" if args.cpu else "cuda:0")
     n = args.batch
 
     def inp(shape, dtype, cl, grad=False):
@@ -101,7 +104,7 @@ def main(argv=None):
         x = inp((n, 256, 56, 56), torch.float32, cl)
 
         def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
                 y = block(x)
             y.float().sum().backward()
         return step
@@ -120,7 +123,8 @@ def main(argv=None):
         ("max pool 3x3/2 64 @112", max_pool),
         ("bottleneck 256 @56 forward+backward", bottleneck),
     ]
-    print(f"torch_layers on {torch.cuda.get_device_name(0)}, batch {n}, torch {torch.__version__}: "
+    name = f"cpu ({torch.get_num_threads()} threads)" if args.cpu else torch.cuda.get_device_name(0)
+    print(f"torch_layers on {name}, batch {n}, torch {torch.__version__}: "
           "ResNet-50's layers, float32 NCHW vs bfloat16 channels-last")
     print(f"{'layer':<34} {'fp32 NCHW':>14} {'bf16 NHWC':>14}")
     for name, make in cases:
@@ -134,6 +138,11 @@ def main(argv=None):
                     fn()
                 times = []
                 for _ in range(10):
+                    if args.cpu:
+                        t0 = time.perf_counter()
+                        fn()
+                        times.append(time.perf_counter() - t0)
+                        continue
                     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     a.record()
                     fn()

@@ -1,7 +1,7 @@
 // The CPU's convolution engine (CpuBackend::convolution): oneDNN (Debian's libdnnl-dev) for float32 forward
 // convolutions. oneDNN picks its own blocked layouts for the problem (format_tag::any, e.g. nChw16c with
 // AVX-512), kiln's NCHW or channels-last operands are reordered in and out around the primitive, as PyTorch's
-// mkldnn_convolution does for plain tensors. Primitives are made once per (shapes, geometry, layout) and cached
+// mkldnn_convolution does for plain tensors; 1x1 kernels run on the plain layouts (no reorders). Primitives are made once per (shapes, geometry, layout) and cached
 // (making one costs milliseconds). Other dtypes and the backward steps return false: the core's reference
 // (im2col + BLAS) runs them. Built only when CMake finds oneDNN (KILN_HAVE_ONEDNN).
 #include "cpu/onednn.hpp"
@@ -62,11 +62,16 @@ std::shared_ptr<const Entry> make_entry(const ConvKey& k, const memory::dims& y_
   const memory::dims pad_r{(y_dims[2] - 1) * k.stride[0] + (k.w[2] - 1) * k.dilation[0] + 1 - k.x[2] - k.padding[0],
                            (y_dims[3] - 1) * k.stride[1] + (k.w[3] - 1) * k.dilation[1] + 1 - k.x[3] - k.padding[1]};
   const auto f32 = memory::data_type::f32;
-  const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                          memory::desc(x_dims, f32, tag::any), memory::desc(w_dims, f32, tag::any),
-                                          memory::desc(y_dims, f32, tag::any), strides, dilates, pad_l, pad_r);
-  dnnl::convolution_forward::primitive_desc pd(d, engine());
   const tag act = k.channels_last ? tag::nhwc : tag::nchw;
+  // 1x1 kernels read and write the user's plain layout (oneDNN then runs them as matrix products, no reorders):
+  // ResNet-50's 256->64 at 56x56, batch 8, on 2 cores: 3.7 ms against 14.9 ms with blocked layouts and their
+  // reorders. Larger kernels keep the blocked layouts (3x3 64->64: 9.2 ms blocked, 13.1 ms plain).
+  const bool one_by_one = k.w[2] == 1 && k.w[3] == 1;
+  const tag io = one_by_one ? act : tag::any;
+  const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                          memory::desc(x_dims, f32, io), memory::desc(w_dims, f32, tag::any),
+                                          memory::desc(y_dims, f32, io), strides, dilates, pad_l, pad_r);
+  dnnl::convolution_forward::primitive_desc pd(d, engine());
   const tag wt =
       k.groups == 1 ? (k.channels_last ? tag::ohwi : tag::oihw) : (k.channels_last ? tag::gohwi : tag::goihw);
   return std::make_shared<const Entry>(Entry{pd, dnnl::convolution_forward(pd), memory::desc(x_dims, f32, act),

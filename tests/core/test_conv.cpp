@@ -77,6 +77,7 @@ TEST(NnConv, Conv2dMatchesItsDefinition) {
       {{2, 4, 7, 6}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2, true},
       {{1, 4, 5, 5}, {4, 1, 3, 3}, {1, 2}, {1, 1}, {2, 1}, 4, false},  // depthwise
       {{3, 2, 4, 4}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // 1x1
+      {{2, 6, 7, 5}, {4, 6, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false},  // 1x1 stride 2 (ResNet's downsample)
   };
   for (Device d : devices())
     for (const Case& c : cases) {
@@ -95,6 +96,13 @@ TEST(NnConv, Conv2dMatchesItsDefinition) {
                      c.dilation, c.groups)
               .to_vector<float>();
       for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y32[i], want[i], 1e-4) << d.str() << " float32 " << i;
+      // and from channels-last operands (the CPU's oneDNN runs 1x1 kernels on the plain layout, others blocked)
+      const Array ycl = nn::conv2d(to_channels_last(x.astype(float32)), to_channels_last(w.astype(float32)),
+                                   c.bias ? b.astype(float32) : Array(), c.stride, c.padding, c.dilation, c.groups);
+      EXPECT_TRUE(is_channels_last(ycl) || ycl.shape(2) * ycl.shape(3) == 1) << d.str();
+      const std::vector<float> ycl_v = ycl.to_vector<float>();
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(ycl_v[i], want[i], 1e-4) << d.str() << " float32 channels-last " << i;
     }
 }
 
