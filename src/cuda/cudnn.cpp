@@ -517,43 +517,36 @@ std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, c
     const cudnnBackendAttributeType_t scale_type = dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
     const void* one = dbl ? static_cast<const void*>(&d1) : static_cast<const void*>(&f1);
     const void* zero = dbl ? static_cast<const void*>(&d0) : static_cast<const void*>(&f0);
-    // The operation of the step: its descriptor type and the attribute names of its x side, filter side, y
-    // side, convolution, alpha and beta.
-    struct OpAttributes {
-      cudnnBackendDescriptorType_t type;
-      cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
-    };
-    static constexpr OpAttributes kForward{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-                                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-                                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-                                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
-    static constexpr OpAttributes kBackwardData{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-                                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-                                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-                                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
-                                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-                                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
-    static constexpr OpAttributes kBackwardFilter{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-                                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-                                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
-                                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-                                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
-    const OpAttributes& a = key.kind == detail::ConvKind::Forward         ? kForward
-                            : key.kind == detail::ConvKind::BackwardInput ? kBackwardData
-                                                                          : kBackwardFilter;
-    auto op = std::make_unique<BackendDesc>(a.type);
-    op->set_desc(a.x, xd);
-    op->set_desc(a.w, wd);
-    op->set_desc(a.y, yd);
-    op->set_desc(a.conv, *conv);
-    op->set(a.alpha, scale_type, 1, one);
-    op->set(a.beta, scale_type, 1, zero);
+    std::unique_ptr<BackendDesc> op;
+    switch (key.kind) {
+      case detail::ConvKind::Forward:
+        op = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, xd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, wd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, yd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, *conv);
+        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, scale_type, 1, one);
+        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, scale_type, 1, zero);
+        break;
+      case detail::ConvKind::BackwardInput:
+        op = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, xd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, wd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, yd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, *conv);
+        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, scale_type, 1, one);
+        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, scale_type, 1, zero);
+        break;
+      case detail::ConvKind::BackwardWeight:
+        op = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, xd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, wd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, yd);
+        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, *conv);
+        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, scale_type, 1, one);
+        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, scale_type, 1, zero);
+        break;
+    }
     op->finalize();
     auto graph = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     cudnnBackendDescriptor_t raw_op = op->get();
