@@ -9,7 +9,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <string>
 #include <type_traits>
@@ -49,21 +48,38 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
   return false;
 }
 
-/// Sets OpenBLAS's thread count for an (m, n, k) product: about one thread per 2^20 multiply-adds, at most
-/// OpenMP's count. OpenBLAS itself runs everything above 2^18 multiply-adds on every core, and on 16 cores a
-/// 100x784x100 product (a small MLP's layer) then spends more time waking and joining threads than computing.
-/// OpenBLAS's setting is process-wide: it is changed only when the wanted count differs from the last one set.
-void set_blas_threads(int64_t m, int64_t n, int64_t k) {
-  static std::atomic<int> current{-1};
-  const int64_t work = m * n * k;
-  const int want = static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, max_threads())));
-  if (current.exchange(want, std::memory_order_relaxed) != want) openblas_set_num_threads(want);
-}
+/// OpenBLAS's thread count for an (m, n, k) product, for the product only: about one thread per 2^20
+/// multiply-adds, at most OpenMP's count. OpenBLAS itself runs everything above 2^18 multiply-adds on every
+/// core, and on 16 cores a 100x784x100 product (a small MLP's layer) then spends more time waking and joining
+/// threads than computing. OpenBLAS's OpenMP build sets OpenMP's thread count along with its own (and follows
+/// OpenMP's on every call), so the count is restored after the product: before, the first small product left
+/// the calling thread at one OpenMP thread for good, and with it every later product, kiln's parallel loops and
+/// oneDNN's convolutions.
+class BlasThreads {
+ public:
+  BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
+    const int64_t work = m * n * k;
+    const int want = static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
+    if (want != full_ && !in_parallel()) {
+      openblas_set_num_threads(want);
+      changed_ = true;
+    }
+  }
+  ~BlasThreads() {
+    if (changed_) openblas_set_num_threads(full_);
+  }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int full_;
+  bool changed_ = false;
+};
 
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
           int ldc) {
-  set_blas_threads(m, n, k);
+  const BlasThreads threads(m, n, k);
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   else

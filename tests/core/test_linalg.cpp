@@ -3,8 +3,7 @@
 // transposed / step-2 / negative-stride operands, mixed dtypes, dot's rules),
 // float64 references for the BLAS paths, hand-computed values, and errors.
 #include <gtest/gtest.h>
-
-#include "test_util.hpp"
+#include <omp.h>
 
 #include <cmath>
 #include <fstream>
@@ -15,6 +14,7 @@
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -102,6 +102,21 @@ TEST(Matmul, float32_blas_product_matches_float64_reference) {
   Array bt = from_data(b, Shape{k, n}).transpose().contiguous().astype(float32).transpose();
   got = matmul(at, bt).to_vector<double>();
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+TEST(Matmul, a_small_product_leaves_openmps_thread_count_alone) {
+  // OpenBLAS's OpenMP build sets OpenMP's thread count with its own; kiln runs small products on fewer threads
+  // and must restore the count, or every later product, parallel loop and oneDNN call runs on one thread.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(4);
+  const Array a = random::normal({100, 100}, float32), b = random::normal({100, 10}, float32);
+  const Array c = matmul(a, b);  // 10^5 multiply-adds: one BLAS thread
+  EXPECT_EQ(omp_get_max_threads(), 4);
+  const Array big = random::normal({256, 256}, float32);
+  (void)matmul(big, big);
+  EXPECT_EQ(omp_get_max_threads(), 4);
+  EXPECT_TRUE(allclose(c.astype(float64), matmul(a.astype(float64), b.astype(float64)), 1e-4, 1e-4));
+  omp_set_num_threads(saved);
 }
 
 TEST(Matmul, float64_batched_product_with_broadcast_batch_matches_reference) {
