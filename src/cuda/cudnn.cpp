@@ -1,5 +1,7 @@
-// cuDNN engines of Backend::convolution and Backend::batch_norm (core/backend.hpp), through cuDNN's
-// descriptor API (cudnnConvolutionForward / BackwardData / BackwardFilter, cudnnBatchNormalization*).
+// cuDNN engines of Backend::convolution and Backend::batch_norm (core/backend.hpp). Convolutions run first
+// through the backend API's cached execution plans (cudnn_plans.cpp); a problem without a plan, and pooling and
+// batch normalisation, go through cuDNN's descriptor API here (cudnnConvolutionForward / BackwardData /
+// BackwardFilter, cudnnPooling*, cudnnBatchNormalization*).
 //
 // Algorithms: by default cuDNN's heuristics rank the algorithms for a problem (cudnnGet*Algorithm_v7) and the
 // first that runs with a workspace kiln can allocate is taken; with kiln::cudnn::set_benchmark(true) every
@@ -16,10 +18,8 @@
 #include <cudnn.h>
 
 #include <array>
-#include <atomic>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,14 +27,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/kernel_memo.hpp"
+#include "cuda/cudnn_common.hpp"
 #include "cuda/handle_pool.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/conv.hpp"
 
 namespace kiln::cuda_impl {
-namespace {
 
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* expr, const char* file, int line) {
   throw DeviceError(std::string("cuDNN: ") + cudnnGetErrorString(status) + " in " + expr + " (" + file + ":" +
@@ -42,45 +41,7 @@ namespace {
                     "); CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr in the environment prints cuDNN's reason");
 }
 
-#define KILN_CUDNN_CHECK(expr)                                                       \
-  do {                                                                               \
-    cudnnStatus_t kiln_status_ = (expr);                                             \
-    if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                        \
-      ::kiln::cuda_impl::throw_cudnn_error(kiln_status_, #expr, __FILE__, __LINE__); \
-  } while (0)
-
-struct ConvKey {
-  int device = 0;
-  detail::ConvKind kind = detail::ConvKind::Forward;
-  DType dtype = DType::Float32;
-  bool channels_last = false;
-  bool tf32 = false;
-  bool benchmark = false;
-  std::array<int64_t, 4> x{}, w{}, y{};  // the input side (x or dx), the filter (w or dw), the output side
-  std::array<int64_t, 2> stride{}, padding{}, dilation{};
-  int64_t groups = 1;
-  int64_t alignment = 16;  ///< the operands' common byte alignment (a backend plan assumes it), at most 16
-  bool operator==(const ConvKey&) const = default;
-};
-
-}  // namespace
-}  // namespace kiln::cuda_impl
-
-KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ConvKey, device, kind, dtype, channels_last, tf32, benchmark, x, w, y, stride,
-                      padding, dilation, groups, alignment);
-
-namespace kiln::cuda_impl {
 namespace {
-
-struct ConvPlan;
-
-struct CudnnState {
-  cudnnHandle_t handle = nullptr;
-  /// Execution plans of the backend API made with this handle, per problem; a null plan: the backend API
-  /// has none for the problem (the descriptor API runs it).
-  std::unordered_map<ConvKey, std::shared_ptr<ConvPlan>> plans;
-  std::string refusal;  ///< why the last problem without a plan has none
-};
 
 CudnnState* create_state() {
   auto state = std::make_unique<CudnnState>();
@@ -88,12 +49,28 @@ CudnnState* create_state() {
   return state.release();
 }
 
-/// This thread's cuDNN state of `device` (the current device), its handle bound to `stream`.
+}  // namespace
+
+CudnnState* thread_state(int device) { return thread_handle<CudnnState>(device, create_state); }
+
 CudnnState* bound_state(int device, cudaStream_t stream) {
-  CudnnState* state = thread_handle<CudnnState>(device, create_state);
+  CudnnState* state = thread_state(device);
   KILN_CUDNN_CHECK(cudnnSetStream(state->handle, stream));
   return state;
 }
+
+/// Workspace memory from the caching allocator, or null when it cannot be had (the next algorithm is tried).
+std::shared_ptr<Storage> try_workspace(int device, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return nullptr;
+  try {
+    return device_alloc(device, bytes, stream);
+  } catch (const OutOfMemoryError&) {
+    return nullptr;
+  }
+}
+
+namespace {
+
 cudnnHandle_t bound_handle(int device, cudaStream_t stream) { return bound_state(device, stream)->handle; }
 
 template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
@@ -272,380 +249,6 @@ std::vector<Candidate> timed(detail::ConvKind kind, const ConvProblem& p, void* 
   return {};
 }
 
-/// Workspace memory from the caching allocator, or null when it cannot be had (the next algorithm is tried).
-std::shared_ptr<Storage> try_workspace(int device, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return nullptr;
-  try {
-    return device_alloc(device, bytes, stream);
-  } catch (const OutOfMemoryError&) {
-    return nullptr;
-  }
-}
-
-// ---------------------------------------------------------------- the backend (graph) API's plans
-//
-// cuDNN 9 implements the descriptor API on its backend API and keeps one execution plan, the previous call's:
-// a network of many convolution shapes builds a plan on every call (tens to hundreds of microseconds of host
-// time each). kiln builds one plan per problem through the backend API and keeps it (per thread and device,
-// with the handle it was made with), so a repeated convolution costs a lookup, a variant pack and
-// cudnnBackendExecute, as PyTorch's cuDNN frontend path. A problem the backend API has no plan for (or any
-// failure while building one) runs through the descriptor API above; KILN_CUDNN_LEGACY=1 forces that path.
-
-std::atomic<bool>& legacy_flag() {
-  static std::atomic<bool> legacy = [] {
-    const char* v = std::getenv("KILN_CUDNN_LEGACY");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
-  return legacy;
-}
-bool legacy_only() { return legacy_flag().load(std::memory_order_relaxed); }
-
-/// One backend descriptor, destroyed with its owner. Setters throw DeviceError (caught by plan building).
-class BackendDesc {
- public:
-  explicit BackendDesc(cudnnBackendDescriptorType_t type) { KILN_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
-  ~BackendDesc() {
-    if (d_ != nullptr) (void)cudnnBackendDestroyDescriptor(d_);
-  }
-  BackendDesc(const BackendDesc&) = delete;
-  BackendDesc& operator=(const BackendDesc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
-    KILN_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
-  }
-  void set_desc(cudnnBackendAttributeName_t name, const BackendDesc& value) {
-    cudnnBackendDescriptor_t raw = value.get();
-    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
-  }
-  void set_int(cudnnBackendAttributeName_t name, int64_t value) { set(name, CUDNN_TYPE_INT64, 1, &value); }
-  void set_ints(cudnnBackendAttributeName_t name, const int64_t* values, int64_t count) {
-    set(name, CUDNN_TYPE_INT64, count, values);
-  }
-  void finalize() { KILN_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-// The handle attributes are deprecated in cuDNN 9.19 (execution takes the handle) and required before it.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
-constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
-#pragma GCC diagnostic pop
-
-constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
-
-/// A finalized execution plan and the descriptors it was made from (kept alive with it).
-struct ConvPlan {
-  std::vector<std::unique_ptr<BackendDesc>> parts;  // tensors, convolution, operation, graph, engine config
-  std::unique_ptr<BackendDesc> plan;
-  int64_t workspace = 0;
-};
-
-/// The operands' uids in variant-pack order and their pointers for one call.
-struct ConvPointers {
-  std::array<int64_t, 3> uids{};
-  std::array<void*, 3> ptrs{};
-};
-
-ConvPointers conv_pointers(const detail::ConvCall& call) {
-  const auto ptr = [](const void* p) { return const_cast<void*>(p); };
-  switch (call.kind) {
-    case detail::ConvKind::Forward:
-      return {{kUidX, kUidW, kUidY}, {ptr(call.x->data_ptr()), ptr(call.w->data_ptr()), call.out.data_ptr()}};
-    case detail::ConvKind::BackwardInput:
-      return {{kUidX, kUidW, kUidY}, {call.out.data_ptr(), ptr(call.w->data_ptr()), ptr(call.dy->data_ptr())}};
-    case detail::ConvKind::BackwardWeight:
-      return {{kUidX, kUidW, kUidY}, {ptr(call.x->data_ptr()), call.out.data_ptr(), ptr(call.dy->data_ptr())}};
-  }
-  return {};
-}
-
-/// The largest power of two up to 16 that divides every operand's address.
-int64_t common_alignment(const ConvPointers& p) {
-  int64_t align = 16;
-  for (void* ptr : p.ptrs)
-    while (align > 1 && reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(align) != 0) align /= 2;
-  return align;
-}
-
-std::unique_ptr<BackendDesc> backend_tensor(int64_t uid, const std::array<int64_t, 4>& dims, cudnnDataType_t type,
-                                            bool channels_last, int64_t alignment) {
-  auto t = std::make_unique<BackendDesc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const int64_t c = dims[1], h = dims[2], w = dims[3];
-  const int64_t nchw[4] = {c * h * w, h * w, w, 1};
-  const int64_t nhwc[4] = {h * w * c, 1, w * c, c};
-  t->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
-  t->set_ints(CUDNN_ATTR_TENSOR_DIMENSIONS, dims.data(), 4);
-  t->set_ints(CUDNN_ATTR_TENSOR_STRIDES, channels_last ? nhwc : nchw, 4);
-  t->set_int(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid);
-  t->set_int(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, alignment);
-  t->finalize();
-  return t;
-}
-
-/// The engine configurations cuDNN's heuristics (`mode`) rank for `graph`, best first.
-std::vector<std::unique_ptr<BackendDesc>> heuristic_configs(const BackendDesc& graph, cudnnBackendHeurMode_t mode) {
-  BackendDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  heur.finalize();
-  int64_t count = 0;
-  KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                            &count, nullptr));
-  std::vector<std::unique_ptr<BackendDesc>> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.push_back(std::make_unique<BackendDesc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    raw.push_back(configs.back()->get());
-  }
-  int64_t got = 0;
-  if (count > 0)
-    KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                              count, &got, raw.data()));
-  configs.resize(static_cast<size_t>(std::min(got, count)));
-  return configs;
-}
-
-/// Whether an engine configuration computes as kiln promises: no TF32 for float32 when it is off, never
-/// inputs converted down (as PyTorch filters), and (when `compiled_ok` is false) no engine compiled at run time.
-bool acceptable(const BackendDesc& config, DType dtype, bool tf32, bool compiled_ok) {
-  BackendDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  cudnnBackendDescriptor_t raw = engine.get();
-  int64_t n = 0;
-  KILN_CUDNN_CHECK(
-      cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw));
-  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
-  n = 0;
-  KILN_CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                            static_cast<int64_t>(notes.size()), &n, notes.data()));
-  for (int64_t i = 0; i < n; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && dtype == DType::Float32 && !tf32) return false;
-  }
-  if (!compiled_ok) {
-    std::array<cudnnBackendBehaviorNote_t, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT> behavior{};
-    n = 0;
-    KILN_CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                                              static_cast<int64_t>(behavior.size()), &n, behavior.data()));
-    for (int64_t i = 0; i < n; ++i)
-      if (behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
-  }
-  return true;
-}
-
-/// A finalized plan of `config`, or null when cuDNN cannot make one.
-std::unique_ptr<BackendDesc> finalize_plan(cudnnHandle_t handle, const BackendDesc& config) {
-  auto plan = std::make_unique<BackendDesc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-  plan->set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
-  plan->set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-  if (cudnnBackendFinalize(plan->get()) != CUDNN_STATUS_SUCCESS) return nullptr;
-  return plan;
-}
-
-int64_t plan_workspace(const BackendDesc& plan) {
-  int64_t bytes = 0, n = 0;
-  KILN_CUDNN_CHECK(
-      cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &bytes));
-  return bytes;
-}
-
-void execute_plan(cudnnHandle_t handle, const BackendDesc& plan, const ConvPointers& p, void* workspace) {
-  BackendDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set_ints(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, p.uids.data(), 3);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, p.ptrs.data());
-  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  pack.finalize();
-  KILN_CUDNN_CHECK(cudnnBackendExecute(handle, plan.get(), pack.get()));
-}
-
-/// Mean GPU time of `plan` over a few runs on the call's operands (after one untimed run).
-float time_plan(cudnnHandle_t handle, int device, cudaStream_t stream, const BackendDesc& plan, const ConvPointers& p,
-                void* workspace) {
-  execute_plan(handle, plan, p, workspace);
-  struct Events {  // timing events (the runtime's pool has none: its events skip timing)
-    cudaEvent_t start = nullptr, stop = nullptr;
-    ~Events() {
-      if (start != nullptr) (void)cudaEventDestroy(start);
-      if (stop != nullptr) (void)cudaEventDestroy(stop);
-    }
-  } ev;
-  set_device(device);
-  KILN_CUDA_CHECK(cudaEventCreate(&ev.start));
-  KILN_CUDA_CHECK(cudaEventCreate(&ev.stop));
-  constexpr int kRuns = 3;
-  KILN_CUDA_CHECK(cudaEventRecord(ev.start, stream));
-  for (int i = 0; i < kRuns; ++i) execute_plan(handle, plan, p, workspace);
-  KILN_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
-  KILN_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-  float ms = 0.0f;
-  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-  return ms / kRuns;
-}
-
-/// Builds the backend API's plan for `key`: cuDNN's heuristics (mode A, then its fallback list) rank the
-/// engine configurations; the first acceptable one that finalizes and whose workspace kiln can allocate is
-/// taken, or with benchmarking every such one (no run-time-compiled engines) is timed on the call's operands
-/// and the fastest kept. Null when none qualifies or cuDNN refuses the problem.
-std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, cudnnHandle_t handle,
-                                     cudaStream_t stream, const ConvPointers& pointers, std::string& refusal) {
-  try {
-    auto plan = std::make_shared<ConvPlan>();
-    const bool dbl = key.dtype == DType::Float64;
-    plan->parts.push_back(backend_tensor(kUidX, key.x, type, key.channels_last, key.alignment));
-    plan->parts.push_back(backend_tensor(kUidW, key.w, type, key.channels_last, key.alignment));
-    plan->parts.push_back(backend_tensor(kUidY, key.y, type, key.channels_last, key.alignment));
-    const BackendDesc& xd = *plan->parts[0];
-    const BackendDesc& wd = *plan->parts[1];
-    const BackendDesc& yd = *plan->parts[2];
-
-    auto conv = std::make_unique<BackendDesc>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-    const cudnnDataType_t compute = dbl ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    conv->set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
-    conv->set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
-    conv->set_int(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, 2);
-    conv->set_ints(CUDNN_ATTR_CONVOLUTION_DILATIONS, key.dilation.data(), 2);
-    conv->set_ints(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, key.stride.data(), 2);
-    conv->set_ints(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, key.padding.data(), 2);
-    conv->set_ints(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, key.padding.data(), 2);
-    conv->finalize();
-
-    const float f1 = 1.0f, f0 = 0.0f;
-    const double d1 = 1.0, d0 = 0.0;
-    const cudnnBackendAttributeType_t scale_type = dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
-    const void* one = dbl ? static_cast<const void*>(&d1) : static_cast<const void*>(&f1);
-    const void* zero = dbl ? static_cast<const void*>(&d0) : static_cast<const void*>(&f0);
-    std::unique_ptr<BackendDesc> op;
-    switch (key.kind) {
-      case detail::ConvKind::Forward:
-        op = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, xd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, wd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, yd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, *conv);
-        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, scale_type, 1, one);
-        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, scale_type, 1, zero);
-        break;
-      case detail::ConvKind::BackwardInput:
-        op = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, xd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, wd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, yd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, *conv);
-        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, scale_type, 1, one);
-        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, scale_type, 1, zero);
-        break;
-      case detail::ConvKind::BackwardWeight:
-        op = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, xd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, wd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, yd);
-        op->set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, *conv);
-        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, scale_type, 1, one);
-        op->set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, scale_type, 1, zero);
-        break;
-    }
-    op->finalize();
-    auto graph = std::make_unique<BackendDesc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    cudnnBackendDescriptor_t raw_op = op->get();
-    graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw_op);
-    graph->set(kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle);
-    graph->finalize();
-
-    const int device = key.device;
-    struct Made {
-      std::unique_ptr<BackendDesc> config, plan;
-      int64_t workspace;
-    };
-    std::optional<Made> best;
-    float best_ms = 0.0f;
-    std::shared_ptr<Storage> scratch;  // the benchmark's workspace, grown as needed
-    // The benchmark times the first kMaxTimed acceptable engines (10, as PyTorch) of the heuristics' ranking (the slow
-    // tail of fallback engines would cost seconds per shape); cuDNN's fallback list is tried when mode A has none.
-    constexpr int kMaxTimed = 10;  // torch.backends.cudnn.benchmark_limit's default
-    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      if (best) break;
-      int timed_count = 0;
-      for (auto& config : heuristic_configs(*graph, mode)) {
-        if (!acceptable(*config, key.dtype, key.tf32, !key.benchmark)) continue;
-        std::unique_ptr<BackendDesc> made = finalize_plan(handle, *config);
-        if (!made) continue;
-        const int64_t bytes = plan_workspace(*made);
-        if (!key.benchmark) {
-          std::shared_ptr<Storage> ws = try_workspace(device, static_cast<size_t>(bytes), stream);
-          if (bytes > 0 && !ws) continue;
-          best = Made{std::move(config), std::move(made), bytes};
-          break;
-        }
-        if (bytes > 0 && (!scratch || scratch->nbytes() < static_cast<size_t>(bytes))) {
-          scratch.reset();
-          scratch = try_workspace(device, static_cast<size_t>(bytes), stream);
-          if (!scratch) continue;
-        }
-        float ms = 0.0f;
-        try {
-          ms = time_plan(handle, device, stream, *made, pointers, bytes > 0 ? scratch->data() : nullptr);
-        } catch (const DeviceError&) {
-          continue;  // an engine that refuses to run these operands: the next one
-        }
-        if (!best || ms < best_ms) {
-          best_ms = ms;
-          best = Made{std::move(config), std::move(made), bytes};
-        }
-        if (++timed_count == kMaxTimed) break;
-      }
-    }
-    if (!best) {
-      refusal = "no engine of cuDNN's heuristics qualifies";
-      return nullptr;
-    }
-    plan->parts.push_back(std::move(conv));
-    plan->parts.push_back(std::move(op));
-    plan->parts.push_back(std::move(graph));
-    plan->parts.push_back(std::move(best->config));
-    plan->plan = std::move(best->plan);
-    plan->workspace = best->workspace;
-    return plan;
-  } catch (const DeviceError& e) {
-    refusal = e.what();
-    return nullptr;  // cuDNN refused a descriptor: the descriptor API runs the problem
-  }
-}
-
-/// Runs the call through the backend API's cached plan; false when there is none (the descriptor API runs it).
-bool run_backend(CudnnState& state, const ConvKey& key, cudnnDataType_t type, cudaStream_t stream,
-                 const ConvPointers& pointers) {
-  auto it = state.plans.find(key);
-  std::shared_ptr<ConvPlan> plan;
-  if (it != state.plans.end()) {
-    plan = it->second;
-  } else {
-    if (thread_captures() > 0) {
-      // A capture builds no plan (building may load modules and time engines): the plan a benchmark chose
-      // before the capture, or the descriptor API.
-      if (!kiln::cudnn::benchmark()) return false;
-      ConvKey timed_key = key;
-      timed_key.benchmark = true;
-      auto timed_it = state.plans.find(timed_key);
-      if (timed_it == state.plans.end() || !timed_it->second) return false;
-      plan = timed_it->second;
-    } else {
-      plan = build_plan(key, type, state.handle, stream, pointers, state.refusal);
-      state.plans.emplace(key, plan);
-    }
-  }
-  if (!plan) return false;
-  const int device = key.device;
-  std::shared_ptr<Storage> workspace = try_workspace(device, static_cast<size_t>(plan->workspace), stream);
-  if (plan->workspace > 0 && !workspace)
-    throw OutOfMemoryError("conv2d: cuDNN's plan for this shape needs " + std::to_string(plan->workspace) +
-                           " bytes of workspace and the GPU has no room; free memory or use a smaller batch");
-  execute_plan(state.handle, *plan->plan, pointers, workspace ? workspace->data() : nullptr);
-  return true;
-}
-
 }  // namespace
 
 bool cuda_convolution(const detail::ConvCall& call) {
@@ -673,12 +276,13 @@ bool cuda_convolution(const detail::ConvCall& call) {
   key.groups = call.groups;
   key.alignment = common_alignment(pointers);
 
-  ConvProblem p;
-  p.stream = current_stream(device);
-  CudnnState* state = bound_state(device, p.stream);
-  if (!legacy_only() && run_backend(*state, key, *type, p.stream, pointers)) return true;
+  const cudaStream_t stream = current_stream(device);
+  CudnnState* state = bound_state(device, stream);
+  if (!legacy_only() && run_backend(*state, key, *type, stream, pointers)) return true;
 
-  // The descriptor API.
+  // The descriptor API (its descriptors are made only here: the plans' path above needs none).
+  ConvProblem p;
+  p.stream = stream;
   p.handle = state->handle;
   set_tensor(p.x, x_side.shape(), *type, cl);
   set_tensor(p.y, y_side.shape(), *type, cl);
@@ -768,16 +372,6 @@ bool cuda_convolution(const detail::ConvCall& call) {
   }
   return false;  // nothing cuDNN offers runs this problem: the reference does
 }
-
-CudnnPlanCounts cudnn_plan_counts(int device) {
-  CudnnPlanCounts counts;
-  const CudnnState* state = thread_handle<CudnnState>(device, create_state);
-  for (const auto& [key, plan] : state->plans) ++(plan ? counts.plans : counts.without);
-  counts.refusal = state->refusal;
-  return counts;
-}
-
-void cudnn_force_descriptor_api(bool on) { legacy_flag().store(on, std::memory_order_relaxed); }
 
 bool cuda_pooling(const detail::PoolCall& call) {
   using detail::PoolKind;

@@ -1,0 +1,81 @@
+// What cudnn.cpp (the descriptor API, pooling, batch norm) and cudnn_plans.cpp (convolutions through the backend
+// API's cached execution plans) share: the error check, the convolution problem's key, the per-thread cuDNN state.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/backend.hpp"
+#include "core/kernel_memo.hpp"
+#include "cuda/runtime.hpp"
+
+namespace kiln::cuda_impl {
+
+/// Throws DeviceError naming the call, file:line and cuDNN's message (KILN_CUDNN_CHECK's failure).
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* expr, const char* file, int line);
+
+#define KILN_CUDNN_CHECK(expr)                                                       \
+  do {                                                                               \
+    cudnnStatus_t kiln_status_ = (expr);                                             \
+    if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                        \
+      ::kiln::cuda_impl::throw_cudnn_error(kiln_status_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+/// One convolution problem: what an algorithm choice or an execution plan is made for.
+struct ConvKey {
+  int device = 0;
+  detail::ConvKind kind = detail::ConvKind::Forward;
+  DType dtype = DType::Float32;
+  bool channels_last = false;
+  bool tf32 = false;
+  bool benchmark = false;
+  std::array<int64_t, 4> x{}, w{}, y{};  // the input side (x or dx), the filter (w or dw), the output side
+  std::array<int64_t, 2> stride{}, padding{}, dilation{};
+  int64_t groups = 1;
+  int64_t alignment = 16;  ///< the operands' common byte alignment (a backend plan assumes it), at most 16
+  bool operator==(const ConvKey&) const = default;
+};
+
+}  // namespace kiln::cuda_impl
+
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ConvKey, device, kind, dtype, channels_last, tf32, benchmark, x, w, y, stride,
+                      padding, dilation, groups, alignment);
+
+namespace kiln::cuda_impl {
+
+struct ConvPlan;
+
+struct CudnnState {
+  cudnnHandle_t handle = nullptr;
+  /// Execution plans of the backend API made with this handle, per problem; a null plan: the backend API
+  /// has none for the problem (the descriptor API runs it).
+  std::unordered_map<ConvKey, std::shared_ptr<ConvPlan>> plans;
+  std::string refusal;  ///< why the last problem without a plan has none
+};
+
+/// This thread's cuDNN state of `device` (the current device); bound_state also binds its handle to `stream`.
+CudnnState* thread_state(int device);
+CudnnState* bound_state(int device, cudaStream_t stream);
+
+/// Workspace memory from the caching allocator, or null when it cannot be had (the next algorithm is tried).
+std::shared_ptr<Storage> try_workspace(int device, size_t bytes, cudaStream_t stream);
+
+/// A convolution call's operands: the x side (x or dx), the filter side (w or dw), the y side (y or dy).
+using ConvPointers = std::array<void*, 3>;
+ConvPointers conv_pointers(const detail::ConvCall& call);
+/// The largest power of two up to 16 that divides every operand's address.
+int64_t common_alignment(const ConvPointers& p);
+
+/// Whether every convolution goes through the descriptor API (KILN_CUDNN_LEGACY=1, cudnn_force_descriptor_api).
+bool legacy_only();
+/// Runs the call through the backend API's plan for `key` (built on first use, outside graph captures); false
+/// when there is none (the descriptor API runs it).
+bool run_backend(CudnnState& state, const ConvKey& key, cudnnDataType_t type, cudaStream_t stream,
+                 const ConvPointers& pointers);
+
+}  // namespace kiln::cuda_impl
