@@ -27,7 +27,7 @@ constexpr size_t kAlignment = 64;
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeThreshold = size_t{4} << 20;
 constexpr size_t kCacheMin = size_t{256} << 10;   // blocks below this go straight back to malloc
-constexpr size_t kCacheLimit = size_t{256} << 20; // most bytes kept for reuse
+constexpr size_t kCacheLimit = size_t{4096} << 20; // most bytes kept for reuse
 
 /// Host memory for arrays. Large blocks (>= 256 KiB) freed by arrays are kept, up to 256 MiB in
 /// all, and handed out again for a request of the same rounded size: a loop that makes a new

@@ -6,6 +6,7 @@
 // return false: the core's reference runs them.
 #include "cpu/pooling.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend.hpp"
@@ -36,6 +37,47 @@ int64_t argmax_at(const T* x, const Window& g, int64_t i, int64_t j) {
   return best;
 }
 
+/// Max pooling forward of one plane by value: the windows that lie inside the plane's columns take every
+/// element unchecked, a row of outputs at a time (the loop over outputs vectorises), combined in row-major window
+/// order as argmax_at would pick them (the first maximum; the first NaN wins); the edge columns use argmax_at.
+template <class T>
+void max_plane(const T* xp, T* yp, const Window& g) {
+  // Interior output columns [j0, j1): every window column in [0, w).
+  const int64_t j0 = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);
+  const int64_t last = g.w - 1 - (g.kw - 1) * g.dw + g.pw;  // j * sw <= last
+  const int64_t j1 = last < 0 ? j0 : std::max(j0, std::min(g.ow, last / g.sw + 1));
+  for (int64_t i = 0; i < g.oh; ++i) {
+    T* yr = yp + i * g.ow;
+    for (int64_t j = 0; j < g.ow; ++j) {
+      if (j == j0) j = j1;
+      if (j >= g.ow) break;
+      const int64_t at = argmax_at(xp, g, i, j);
+      yr[j] = at < 0 ? -INFINITY : xp[at];
+    }
+    if (j1 <= j0) continue;
+    bool first = true;
+    for (int64_t p = 0; p < g.kh; ++p) {
+      const int64_t r = i * g.sh - g.ph + p * g.dh;
+      if (r < 0 || r >= g.h) continue;
+      for (int64_t q = 0; q < g.kw; ++q) {
+        const T* src = xp + r * g.w + (j0 * g.sw - g.pw + q * g.dw);
+        const int64_t sw = g.sw;
+        if (first) {
+          for (int64_t j = j0; j < j1; ++j) yr[j] = src[(j - j0) * sw];
+          first = false;
+          continue;
+        }
+        for (int64_t j = j0; j < j1; ++j) {
+          const T v = src[(j - j0) * sw], m = yr[j];
+          yr[j] = (m != m) ? m : (v > m || v != v) ? v : m;
+        }
+      }
+    }
+    if (first)  // every window row in the padding: no input
+      for (int64_t j = j0; j < j1; ++j) yr[j] = -INFINITY;
+  }
+}
+
 template <class T>
 void pool(const detail::PoolCall& call, const Window& g, int64_t planes) {
   const bool max = call.kind == detail::PoolKind::MaxForward || call.kind == detail::PoolKind::MaxBackward;
@@ -50,15 +92,12 @@ void pool(const detail::PoolCall& call, const Window& g, int64_t planes) {
       [&](int64_t begin, int64_t end) {
         for (int64_t pl = begin; pl < end; ++pl) {
           const T* xp = x ? x + pl * in_plane : nullptr;
-          if (forward) {
+          if (forward && max) {
+            max_plane(xp, out + pl * out_plane, g);
+          } else if (forward) {
             T* yp = out + pl * out_plane;
             for (int64_t i = 0; i < g.oh; ++i)
               for (int64_t j = 0; j < g.ow; ++j) {
-                if (max) {
-                  const int64_t at = argmax_at(xp, g, i, j);
-                  yp[i * g.ow + j] = at < 0 ? -INFINITY : xp[at];
-                  continue;
-                }
                 T total = T(0);
                 for (int64_t p = 0; p < g.kh; ++p) {
                   const int64_t r = i * g.sh - g.ph + p;

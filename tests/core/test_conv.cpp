@@ -120,6 +120,27 @@ TEST(NnConv, Conv2dGradientsPassGradcheck) {
   }
 }
 
+// The CPU's NCHW max pooling kernel (interior columns a row at a time, edges by index) against the core's
+// reference (which channels-last operands run on the CPU): padding, strides, dilation, windows past the edge,
+// NaNs (the first NaN of a window wins), in float32 and float64.
+TEST(NnConv, CpuMaxPoolKernelAgreesWithTheReference) {
+  const std::vector<PoolParams> cases = {{{3, 3}, {2, 2}, {1, 1}, {1, 1}}, {{2, 2}, {1, 1}, {0, 0}, {1, 1}},
+                                         {{3, 2}, {1, 3}, {1, 1}, {2, 3}}, {{5, 5}, {2, 2}, {2, 2}, {1, 1}},
+                                         {{2, 3}, {3, 1}, {1, 0}, {1, 1}}, {{3, 3}, {1, 1}, {1, 1}, {3, 4}}};
+  for (DType t : {float32, float64})
+    for (const PoolParams& pp : cases) {
+      Array x = values({2, 3, 11, 13}, 21, cpu()).astype(t);
+      x.slice(2, 4, 5).slice(3, 5, 6).fill(std::nan(""));  // one NaN inside several windows
+      x.slice(2, 0, 1).slice(3, 0, 1).fill(std::nan(""));   // and one in a corner
+      const Array y = max_pool2d_forward(x, pp).y;
+      const Array want = max_pool2d_forward(to_channels_last(x), pp).y;
+      ASSERT_EQ(y.shape(), want.shape());
+      EXPECT_TRUE(array_equal(y, want, true)) << dtype_name(t) << " kernel " << pp.kernel.first << "x" << pp.kernel.second
+                                              << " stride " << pp.stride.first << "," << pp.stride.second;
+      EXPECT_TRUE(any(isnan(y)).item<bool>()) << dtype_name(t) << " kernel " << pp.kernel.first << " stride " << pp.stride.first;
+    }
+}
+
 TEST(NnConv, PoolingMatchesLoopsAndPassesGradcheck) {
   for (Device d : devices()) {
     const Shape xs{2, 3, 7, 6};
