@@ -226,15 +226,21 @@ bool plan_outputs(const FusionGraph& g, const std::vector<Shape>& shapes, const 
         return false;
     }
   }
+  const Array* follow[3] = {nullptr, nullptr, nullptr};  // the first array arguments of the full shape
+  size_t followed = 0;
+  for (const Array* a : call.arrays)
+    if (a && followed < 3 && a->shape() == shape) follow[followed++] = a;
   for (size_t k = 0; k < g.outputs.size(); ++k) {
     const bool full = out_shapes[k] == shape;
     if (!full && !(g.staged && is_reduced_shape(out_shapes[k], shape, call.axes))) return false;
     call.full.push_back(full);
   }
   for (size_t k = 0; k < g.outputs.size(); ++k) {
-    Array base = results[k].defined()
-                     ? results[k]
-                     : make_array(out_shapes[k], g.nodes[static_cast<size_t>(g.outputs[k])].dtype, device);
+    const DType dtype = g.nodes[static_cast<size_t>(g.outputs[k])].dtype;
+    // A full-shape result keeps the arguments' channels-last layout, as the unfused ops' results do.
+    Array base = results[k].defined() ? results[k]
+                 : call.full[k] ? make_array_following(out_shapes[k], dtype, device, {follow[0], follow[1], follow[2]})
+                                : make_array(out_shapes[k], dtype, device);
     if (call.full[k]) {
       call.outs.push_back(base);
     } else {
@@ -258,7 +264,8 @@ static bool fusion_records_gradients(const std::vector<FusionArgument>& args, co
   bool records = false;
   for (const FusionArgument& a : args) records |= a.array && requires_grad(*a.array);
   if (records && has_out)
-    throw ValueError("fuse(" + name + "): out= arrays while an argument requires grad; autograd does not record "
+    throw ValueError("fuse(" + name +
+                     "): out= arrays while an argument requires grad; autograd does not record "
                      "in-place writes: call it without out=, or under a NoGradGuard (optimizer steps)");
   return records;
 }

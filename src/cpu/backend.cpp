@@ -1,21 +1,23 @@
 // The CPU backend: 64-byte aligned allocation with a cache of large blocks, and the glue from the backend
 // interface to the CPU kernels (elementwise, reduce, matmul, random).
-#include <cstdlib>
-#include <map>
-#include <mutex>
-#include <cstring>
-#include <new>
-#include <string>
-#include <thread>
+#include "core/backend.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/backend.hpp"
-#include "cpu/onednn.hpp"
-#include "cpu/pooling.hpp"
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
 #include "cpu/elementwise.hpp"
 #include "cpu/matmul.hpp"
+#include "cpu/onednn.hpp"
+#include "cpu/pooling.hpp"
 #include "cpu/random.hpp"
 #include "cpu/reduce.hpp"
 
@@ -26,14 +28,26 @@ namespace {
 constexpr size_t kAlignment = 64;
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeThreshold = size_t{4} << 20;
-constexpr size_t kCacheMin = size_t{256} << 10;   // blocks below this go straight back to malloc
-constexpr size_t kCacheLimit = size_t{4096} << 20; // most bytes kept for reuse
+constexpr size_t kCacheMin = size_t{256} << 10;     // blocks below this go straight back to malloc
+constexpr size_t kCacheLimit = size_t{4096} << 20;  // most bytes kept for reuse (less on a small machine)
 
-/// Host memory for arrays. Large blocks (>= 256 KiB) freed by arrays are kept, up to 256 MiB in
-/// all, and handed out again for a request of the same rounded size: a loop that makes a new
+/// Bytes the cache may keep: 4 GiB, or an eighth of the machine's memory when that is less.
+size_t cache_limit() {
+  static const size_t limit = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return kCacheLimit;
+    return std::min(kCacheLimit, static_cast<size_t>(pages) / 8 * static_cast<size_t>(page));
+  }();
+  return limit;
+}
+
+/// Host memory for arrays. Large blocks (>= 256 KiB) freed by arrays are kept, up to cache_limit()
+/// in all, and handed out again for a request of the same rounded size: a loop that makes a new
 /// 4 MiB temporary each step then pays no page faults after the first (NumPy relies on glibc's
-/// heap for this; aligned huge blocks bypass it). Blocks >= 4 MiB are 2 MiB aligned and advised
-/// as transparent huge pages, as NumPy does. Thread-safe; the cache is the only state.
+/// heap for this; aligned huge blocks bypass it). A network's forward frees and makes the same
+/// activations every call: with 256 MiB kept, a batch-16 ResNet-50 forward faulted in its
+/// activations' pages on every call (1.01 s on 2 cores; 0.87 s with them kept). Blocks >= 4 MiB are 2 MiB aligned and
+/// advised as transparent huge pages, as NumPy does. Thread-safe; the cache is the only state.
 class HostAllocator {
  public:
   static size_t rounded(size_t nbytes) {
@@ -60,7 +74,7 @@ class HostAllocator {
   void release(void* p, size_t size) {
     if (size >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (cached_ + size <= kCacheLimit) {
+      if (cached_ + size <= cache_limit()) {
         free_.emplace(size, p);
         cached_ += size;
         return;
@@ -80,9 +94,7 @@ HostAllocator& host_allocator() {
   return *a;
 }
 
-void free_host(void* context, void* data) {
-  host_allocator().release(data, reinterpret_cast<size_t>(context));
-}
+void free_host(void* context, void* data) { host_allocator().release(data, reinterpret_cast<size_t>(context)); }
 
 class CpuBackend final : public detail::Backend {
  public:
@@ -92,8 +104,7 @@ class CpuBackend final : public detail::Backend {
     if (!p)
       throw OutOfMemoryError("cpu allocator: failed to allocate " + std::to_string(nbytes) +
                              " bytes of host memory; free some arrays or use smaller ones");
-    return std::make_shared<Storage>(p, static_cast<size_t>(nbytes), device, &free_host,
-                                     reinterpret_cast<void*>(size));
+    return std::make_shared<Storage>(p, static_cast<size_t>(nbytes), device, &free_host, reinterpret_cast<void*>(size));
   }
   void transfer(const Array& src, const Array& dst, const Stream*, bool) override {
     if (src.nbytes() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(src.nbytes()));

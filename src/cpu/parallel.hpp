@@ -1,13 +1,14 @@
-// Parallel loops for the CPU backend: a small work-claiming thread pool, used
-// above a size threshold so small arrays stay cheap.
+// Parallel loops for the CPU backend: chunks of work claimed from an atomic counter by the
+// threads of an OpenMP team, used above a size threshold so small arrays stay cheap.
 //
-// Why not `#pragma omp parallel for`: an OpenMP team ends in a barrier that waits
-// for every thread, so on a busy machine (2 cores, a compiler running) one
-// descheduled thread stalls the whole op for a scheduler time slice (~8 ms for a
-// 60 us sum). Here the caller works too and claims chunks from an atomic counter;
-// a worker that wakes late finds nothing left, and the caller only waits for
-// chunks that running workers have already claimed. The thread count follows
-// OpenMP's setting (OMP_NUM_THREADS, omp_set_num_threads), which OpenBLAS shares.
+// Why OpenMP's team: oneDNN (convolutions) and OpenBLAS (matrix products) run on it, and
+// its threads keep spinning for a while after each call. kiln's loops had their own pool
+// of threads, which then competed with those spinning threads for the cores: on 16 cores
+// a batch-16 ResNet-50 forward took 0.45 s, and 0.24 s with OMP_WAIT_POLICY=PASSIVE (no
+// spinning). On one team, the threads that just ran a convolution run the next ReLU.
+// Chunks are claimed, not assigned, so a thread that starts late finds less work; the
+// region's end still waits for every thread of the team. The thread count is OpenMP's
+// (OMP_NUM_THREADS, omp_set_num_threads), which OpenBLAS shares.
 #pragma once
 
 #include <algorithm>

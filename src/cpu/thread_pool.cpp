@@ -1,16 +1,11 @@
-// The CPU backend's thread pool (see parallel.hpp for why it is not an OpenMP team).
-// One process-wide pool, created on first use, workers never destroyed (leaked on
-// purpose: no joins during static destruction).
+// The CPU backend's parallel loops: chunks claimed from an atomic counter by the threads of
+// an OpenMP team, the team oneDNN and OpenBLAS use too (see parallel.hpp for why).
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <exception>
-#include <memory>
 #include <mutex>
-#include <thread>
-#include <vector>
 
 #include "cpu/parallel.hpp"
 #include "kiln/parallel.hpp"
@@ -23,7 +18,6 @@ struct Job {
   const std::function<void(int64_t)>* fn = nullptr;
   int64_t chunks = 0;
   std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
   std::mutex error_mutex;
   std::exception_ptr error;
 };
@@ -39,63 +33,8 @@ void work_on(Job& job) {
       std::lock_guard<std::mutex> lock(job.error_mutex);
       if (!job.error) job.error = std::current_exception();
     }
-    job.done.fetch_add(1, std::memory_order_acq_rel);
   }
   t_in_parallel = false;
-}
-
-class Pool {
- public:
-  explicit Pool(int workers) {
-    for (int i = 0; i < workers; ++i) std::thread([this] { loop(); }).detach();
-  }
-  int workers() const { return workers_; }
-
-  void run(int64_t chunks, const std::function<void(int64_t)>& fn) {
-    auto job = std::make_shared<Job>();
-    job->fn = &fn;
-    job->chunks = chunks;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      current_ = job;
-      ++generation_;
-    }
-    cv_.notify_all();
-    work_on(*job);
-    // Only chunks already claimed by running workers remain: wait for those.
-    while (job->done.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (current_ == job) current_.reset();
-    }
-    if (job->error) std::rethrow_exception(job->error);
-  }
-
- private:
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        job = current_;
-      }
-      if (job) work_on(*job);
-    }
-  }
-
-  int workers_ = 0;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  uint64_t generation_ = 0;
-  std::shared_ptr<Job> current_;
-};
-
-Pool& pool() {
-  static Pool* p = new Pool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
-  return *p;
 }
 
 }  // namespace
@@ -109,7 +48,14 @@ void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
     return;
   }
-  pool().run(chunks, fn);
+  Job job;
+  job.fn = &fn;
+  job.chunks = chunks;
+  const int team = static_cast<int>(std::min<int64_t>(chunks, omp_get_max_threads()));
+  // Every thread of the team claims chunks until none is left; a thread that starts late finds none.
+#pragma omp parallel num_threads(team)
+  work_on(job);
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 }  // namespace kiln::cpu_impl

@@ -12,6 +12,7 @@
 #include "core/fuse_test_util.hpp"
 #include "core/fusion.hpp"
 #include "kiln/kiln.hpp"
+#include "harness/op_harness.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -166,4 +167,26 @@ TEST(FuseStages, ElementwiseAfterReductionsAndReducedShapeOutputs) {
             })(a)
                 .to_vector<float>(),
             (std::vector<float>{0, 2, 4, 6, 8, 10}));
+}
+
+// A fused result keeps its arguments' channels-last layout, as the unfused ops' results do (on a GPU it was
+// C-contiguous: a transposing kernel, and a copy wherever the next op wanted channels-last); a broadcast operand
+// does not count, and C-contiguous arguments give a C-contiguous result.
+TEST(FuseOutputs, ResultFollowsChannelsLastArguments) {
+  auto f = fuse([](auto o, auto g, auto b) { return where(o > 0, g, 0.0) + b; }, "relu_grad_bias");
+  for (Device d : harness::backends()) {
+    const Array o = random::normal({2, 3, 4, 5}, 0.0, 1.0, float32, d),
+                g = random::normal({2, 3, 4, 5}, 0.0, 1.0, float32, d);
+    const Array b = random::normal({1, 3, 1, 1}, 0.0, 1.0, float32, d);
+    const Array want = where(o > 0, g, 0.0) + b;
+    const Array cl = f(to_channels_last(o), to_channels_last(g), b);
+    EXPECT_TRUE(is_channels_last(cl) && !cl.is_contiguous()) << d.str();
+    EXPECT_TRUE(array_equal(cl, want)) << d.str();
+    const Array plain = f(o, g, b);
+    EXPECT_TRUE(plain.is_contiguous()) << d.str();
+    EXPECT_TRUE(array_equal(plain, want)) << d.str();
+    const Array mixed = f(o, to_channels_last(g), b);  // as the unfused ops: channels-last when any operand is
+    EXPECT_EQ(is_channels_last(mixed), is_channels_last(where(o > 0, to_channels_last(g), 0.0) + b)) << d.str();
+    EXPECT_TRUE(array_equal(mixed, want)) << d.str();
+  }
 }
