@@ -1,6 +1,7 @@
-// Parallel loops on kiln's CPU thread pool (as at::parallel_for): the pool the CPU kernels use, sized by
-// OpenMP's thread count (OMP_NUM_THREADS, omp_set_num_threads). The caller works too and claims ranges from a
-// shared counter, so a descheduled worker never stalls the loop (no OpenMP team barrier).
+// Parallel loops on the threads kiln's CPU kernels use (as at::parallel_for), sized by OpenMP's thread count
+// (OMP_NUM_THREADS, omp_set_num_threads): OpenMP's team, the one oneDNN and OpenBLAS's OpenMP build run on, or
+// kiln's own pool when the linked OpenBLAS keeps threads of its own (its pthreads build; KILN_CPU_POOL=openmp or
+// =kiln overrides the choice). Threads claim ranges from a shared counter, the caller's too.
 #pragma once
 
 #include <cstdint>

@@ -76,6 +76,12 @@ class BlasThreads {
   bool changed_ = false;
 };
 
+}  // namespace
+
+bool blas_has_own_threads() { return openblas_get_parallel() == 1; }  // 0 sequential, 1 pthreads, 2 OpenMP
+
+namespace {
+
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
           int ldc) {

@@ -11,4 +11,8 @@ namespace kiln::cpu_impl {
 /// (wrapping), float16/bfloat16 in float, bool as or-of-ands.
 void cpu_matmul(const detail::MatmulCall& call);
 
+/// True when the BLAS kiln links runs products on threads of its own (OpenBLAS's pthreads build), not on
+/// OpenMP's team (its OpenMP build) or the calling thread.
+bool blas_has_own_threads();
+
 }  // namespace kiln::cpu_impl

@@ -1,13 +1,16 @@
-// Parallel loops for the CPU backend: chunks of work claimed from an atomic counter by the
-// threads of an OpenMP team, used above a size threshold so small arrays stay cheap.
+// Parallel loops for the CPU backend: chunks of work claimed from an atomic counter by a
+// team of threads, used above a size threshold so small arrays stay cheap.
 //
-// Why OpenMP's team: oneDNN (convolutions) and OpenBLAS (matrix products) run on it, and
-// its threads keep spinning for a while after each call. kiln's loops had their own pool
-// of threads, which then competed with those spinning threads for the cores: on 16 cores
-// a batch-16 ResNet-50 forward took 0.45 s, and 0.24 s with OMP_WAIT_POLICY=PASSIVE (no
-// spinning). On one team, the threads that just ran a convolution run the next ReLU.
-// Chunks are claimed, not assigned, so a thread that starts late finds less work; the
-// region's end still waits for every thread of the team. The thread count is OpenMP's
+// Which team: OpenMP's, the one oneDNN (convolutions) and OpenBLAS's OpenMP build (matrix
+// products) run on, whose threads keep spinning for a while after each call. A pool of
+// kiln's own then competed with those spinning threads for the cores: on 16 cores a
+// batch-16 ResNet-50 forward took 0.45 s, and 0.24 s with OMP_WAIT_POLICY=PASSIVE (no
+// spinning); on one team, the threads that just ran a convolution run the next ReLU.
+// With OpenBLAS's pthreads build (its own spinning threads) kiln keeps its own pool
+// instead: an OpenMP region ends when every thread of its team has, so a thread kept off
+// its core by OpenBLAS's stalls the op for a time slice (the 784-1000-1000-10 Adam MLP's
+// CPU epoch on 16 cores: 22 s on OpenMP's team, 3.7 s on the pool, whose caller works too
+// and whose late workers find nothing left to claim). The thread count is OpenMP's
 // (OMP_NUM_THREADS, omp_set_num_threads), which OpenBLAS shares.
 #pragma once
 
@@ -19,6 +22,11 @@ namespace kiln::cpu_impl {
 
 /// Elements below which kernels stay on the calling thread.
 inline constexpr int64_t kParallelThreshold = 1 << 15;
+
+/// Whether loops run on OpenMP's team (else kiln's pool): chosen once, from KILN_CPU_POOL or the BLAS.
+bool on_openmp_team();
+/// Tests: run later loops on OpenMP's team (true) or kiln's pool (false).
+void set_openmp_team(bool openmp);
 
 /// Threads a parallel loop may use now (OpenMP's max threads; 1 inside a parallel loop).
 int max_threads();

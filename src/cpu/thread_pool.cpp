@@ -1,12 +1,19 @@
 // The CPU backend's parallel loops: chunks claimed from an atomic counter by the threads of
-// an OpenMP team, the team oneDNN and OpenBLAS use too (see parallel.hpp for why).
+// an OpenMP team (the team oneDNN and an OpenMP OpenBLAS use too), or of kiln's own pool when
+// OpenBLAS keeps threads of its own (see parallel.hpp for why).
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <thread>
 
+#include "cpu/matmul.hpp"
 #include "cpu/parallel.hpp"
 #include "kiln/parallel.hpp"
 
@@ -18,6 +25,7 @@ struct Job {
   const std::function<void(int64_t)>* fn = nullptr;
   int64_t chunks = 0;
   std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
   std::mutex error_mutex;
   std::exception_ptr error;
 };
@@ -33,11 +41,82 @@ void work_on(Job& job) {
       std::lock_guard<std::mutex> lock(job.error_mutex);
       if (!job.error) job.error = std::current_exception();
     }
+    job.done.fetch_add(1, std::memory_order_acq_rel);
   }
   t_in_parallel = false;
 }
 
+class Pool {
+ public:
+  explicit Pool(int workers) {
+    for (int i = 0; i < workers; ++i) std::thread([this] { loop(); }).detach();
+  }
+  int workers() const { return workers_; }
+
+  void run(int64_t chunks, const std::function<void(int64_t)>& fn) {
+    auto job = std::make_shared<Job>();
+    job->fn = &fn;
+    job->chunks = chunks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      current_ = job;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work_on(*job);
+    // Only chunks already claimed by running workers remain: wait for those.
+    while (job->done.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (current_ == job) current_.reset();
+    }
+    if (job->error) std::rethrow_exception(job->error);
+  }
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        job = current_;
+      }
+      if (job) work_on(*job);
+    }
+  }
+
+  int workers_ = 0;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;
+  std::shared_ptr<Job> current_;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  return *p;
+}
+
+/// 1: OpenMP's team, 0: kiln's pool, -1: not chosen yet.
+std::atomic<int> g_openmp_team{-1};
+
 }  // namespace
+
+/// KILN_CPU_POOL=openmp or =kiln overrides the choice (for measuring one against the other).
+bool on_openmp_team() {
+  int v = g_openmp_team.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_CPU_POOL");
+    v = env && std::strcmp(env, "openmp") == 0 ? 1 : env && std::strcmp(env, "kiln") == 0 ? 0 : !blas_has_own_threads();
+    g_openmp_team.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_openmp_team(bool openmp) { g_openmp_team.store(openmp ? 1 : 0, std::memory_order_relaxed); }
 
 int max_threads() { return t_in_parallel ? 1 : omp_get_max_threads(); }
 
@@ -46,6 +125,10 @@ bool in_parallel() { return t_in_parallel; }
 void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
   if (chunks <= 1 || t_in_parallel) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
+    return;
+  }
+  if (!on_openmp_team()) {
+    pool().run(chunks, fn);
     return;
   }
   Job job;

@@ -1,0 +1,83 @@
+// kiln::parallel_for on both of the CPU's thread teams (OpenMP's and kiln's own pool): every index once, the
+// first exception rethrown, nested loops serial, and the CPU kernels that run on it giving the same bits.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/parallel.hpp"
+#include "kiln/kiln.hpp"
+
+using namespace kiln;
+
+namespace {
+
+/// Runs the test body on OpenMP's team, then on kiln's pool, then restores the process's choice.
+template <class F>
+void on_both_teams(F body) {
+  const bool was = cpu_impl::on_openmp_team();
+  for (bool openmp : {true, false}) {
+    cpu_impl::set_openmp_team(openmp);
+    SCOPED_TRACE(openmp ? "OpenMP team" : "kiln's pool");
+    body();
+  }
+  cpu_impl::set_openmp_team(was);
+}
+
+}  // namespace
+
+TEST(ParallelFor, CoversEveryIndexOnceOnBothTeams) {
+  on_both_teams([] {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{1} << 20}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> ranges{0};
+      parallel_for(
+          n,
+          [&](int64_t b, int64_t e) {
+            ++ranges;
+            for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+          },
+          1024);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " i " << i;
+      if (n >= 2 * 1024 && omp_get_max_threads() > 1) {
+        EXPECT_GT(ranges.load(), 1) << n;
+      }
+    }
+  });
+}
+
+TEST(ParallelFor, RethrowsAndRunsNestedLoopsSerially) {
+  on_both_teams([] {
+    EXPECT_THROW(parallel_for(
+                     1 << 16,
+                     [](int64_t b, int64_t) {
+                       if (b == 0) throw std::runtime_error("range 0");
+                     },
+                     1024),
+                 std::runtime_error);
+    std::atomic<int64_t> total{0};
+    parallel_for(
+        1 << 14,
+        [&](int64_t b, int64_t e) {
+          EXPECT_TRUE(cpu_impl::in_parallel());
+          parallel_for(
+              e - b, [&](int64_t ib, int64_t ie) { total += ie - ib; }, 1);  // one range: serial
+        },
+        1024);
+    EXPECT_EQ(total.load(), 1 << 14);
+    EXPECT_FALSE(cpu_impl::in_parallel());
+  });
+}
+
+TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
+  random::seed(3);
+  const Array x = random::normal({257, 1031}, 0.0, 1.0, float32, cpu());
+  std::vector<Array> got;
+  on_both_teams([&] {
+    got.push_back(stack({exp(x) * 2.0f, sum(x, {1}).reshape({257, 1}).broadcast_to({257, 1031})}));
+  });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(array_equal(got[0], got[1]));
+}
