@@ -90,6 +90,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* 
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   else
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  note_blas_call();
 }
 
 template <class T>
@@ -98,6 +99,7 @@ void gemv(CBLAS_TRANSPOSE trans, int rows, int cols, const T* a, int lda, const 
     cblas_sgemv(CblasRowMajor, trans, rows, cols, 1.0f, a, lda, x, incx, 0.0f, y, 1);
   else
     cblas_dgemv(CblasRowMajor, trans, rows, cols, 1.0, a, lda, x, incx, 0.0, y, 1);
+  note_blas_call();
 }
 
 /// One (m, k) x (k, n) product through BLAS; the operands are in BLAS form (checked by the caller).

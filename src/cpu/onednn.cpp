@@ -1,10 +1,12 @@
 // The CPU's convolution engine (CpuBackend::convolution): oneDNN (Debian's libdnnl-dev) for float32 forward
 // convolutions. oneDNN picks its own blocked layouts for the problem (format_tag::any, e.g. nChw16c with
 // AVX-512), kiln's NCHW or channels-last operands are reordered in and out around the primitive, as PyTorch's
-// mkldnn_convolution does for plain tensors; 1x1 kernels run on the plain layouts (no reorders). Primitives are made once per (shapes, geometry, layout) and cached
-// (making one costs milliseconds). Other dtypes and the backward steps return false: the core's reference
-// (im2col + BLAS) runs them. Built only when CMake finds oneDNN (KILN_HAVE_ONEDNN).
+// mkldnn_convolution does for plain tensors; 1x1 kernels run on the plain layouts (no reorders). Primitives are made
+// once per (shapes, geometry, layout) and cached (making one costs milliseconds). Other dtypes and the backward steps
+// return false: the core's reference (im2col + BLAS) runs them. Built only when CMake finds oneDNN (KILN_HAVE_ONEDNN).
 #include "cpu/onednn.hpp"
+
+#include "cpu/parallel.hpp"
 
 #ifdef KILN_HAVE_ONEDNN
 #include <array>
@@ -122,6 +124,7 @@ bool onednn_convolution(const detail::ConvCall& call) {
     e->prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my}});
     if (!direct_out) dnnl::reorder(my, uy).execute(s, my, uy);
     s.wait();
+    note_openmp_library_call();
   } catch (const dnnl::error&) {
     return false;  // a problem oneDNN does not implement: the reference runs it
   }

@@ -1,16 +1,17 @@
 // Parallel loops for the CPU backend: chunks of work claimed from an atomic counter by a
 // team of threads, used above a size threshold so small arrays stay cheap.
 //
-// Which team: OpenMP's, the one oneDNN (convolutions) and OpenBLAS's OpenMP build (matrix
-// products) run on, whose threads keep spinning for a while after each call. A pool of
-// kiln's own then competed with those spinning threads for the cores: on 16 cores a
-// batch-16 ResNet-50 forward took 0.45 s, and 0.24 s with OMP_WAIT_POLICY=PASSIVE (no
-// spinning); on one team, the threads that just ran a convolution run the next ReLU.
-// With OpenBLAS's pthreads build (its own spinning threads) kiln keeps its own pool
-// instead: an OpenMP region ends when every thread of its team has, so a thread kept off
-// its core by OpenBLAS's stalls the op for a time slice (the 784-1000-1000-10 Adam MLP's
-// CPU epoch on 16 cores: 22 s on OpenMP's team, 3.7 s on the pool, whose caller works too
-// and whose late workers find nothing left to claim). The thread count is OpenMP's
+// Which team: the one whose threads are spinning from the last heavy library call. oneDNN
+// (convolutions) and OpenBLAS's OpenMP build run on OpenMP's team, whose threads keep
+// spinning for a while after each call; a pool of kiln's own then competed with them for
+// the cores (16 cores, a batch-16 ResNet-50 forward: 0.45 s, 0.24 s with
+// OMP_WAIT_POLICY=PASSIVE). On one team, the threads that just ran a convolution run the
+// next ReLU. OpenBLAS's pthreads build spins threads of its own, and an OpenMP region ends
+// only when every thread of its team has, so a team thread kept off its core stalls the op
+// for a time slice (the 784-1000-1000-10 Adam MLP's CPU epoch on 16 cores: 24 s on OpenMP's
+// team, 4.5 s on kiln's pool): after a product on those threads loops run on kiln's pool,
+// whose caller works too and whose late workers find nothing left to claim.
+// KILN_CPU_POOL=openmp or =kiln fixes the choice. The thread count is OpenMP's
 // (OMP_NUM_THREADS, omp_set_num_threads), which OpenBLAS shares.
 #pragma once
 
@@ -23,10 +24,14 @@ namespace kiln::cpu_impl {
 /// Elements below which kernels stay on the calling thread.
 inline constexpr int64_t kParallelThreshold = 1 << 15;
 
-/// Whether loops run on OpenMP's team (else kiln's pool): chosen once, from KILN_CPU_POOL or the BLAS.
+/// Whether loops run on OpenMP's team now (else kiln's pool).
 bool on_openmp_team();
-/// Tests: run later loops on OpenMP's team (true) or kiln's pool (false).
-void set_openmp_team(bool openmp);
+/// Tests: 1 runs later loops on OpenMP's team, 0 on kiln's pool, -1 chooses again as at start-up.
+void set_team_for_testing(int team);
+/// Library calls that leave threads spinning: a product on OpenBLAS (its own threads with the pthreads
+/// build), a oneDNN primitive (OpenMP's team).
+void note_blas_call();
+void note_openmp_library_call();
 
 /// Threads a parallel loop may use now (OpenMP's max threads; 1 inside a parallel loop).
 int max_threads();

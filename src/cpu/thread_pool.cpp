@@ -1,6 +1,6 @@
 // The CPU backend's parallel loops: chunks claimed from an atomic counter by the threads of
-// an OpenMP team (the team oneDNN and an OpenMP OpenBLAS use too), or of kiln's own pool when
-// OpenBLAS keeps threads of its own (see parallel.hpp for why).
+// an OpenMP team (the team oneDNN and an OpenMP OpenBLAS use too), or of kiln's own pool after
+// a product on OpenBLAS's own threads (see parallel.hpp for why).
 #include <omp.h>
 
 #include <algorithm>
@@ -100,23 +100,36 @@ Pool& pool() {
   return *p;
 }
 
-/// 1: OpenMP's team, 0: kiln's pool, -1: not chosen yet.
-std::atomic<int> g_openmp_team{-1};
+/// 1: OpenMP's team, 0: kiln's pool, 2: whichever ran the last heavy library call, -1: not chosen yet.
+std::atomic<int> g_team{-1};
+/// Whether the last heavy library call was a product on OpenBLAS's own threads.
+std::atomic<bool> g_blas_last{false};
 
 }  // namespace
 
 /// KILN_CPU_POOL=openmp or =kiln overrides the choice (for measuring one against the other).
 bool on_openmp_team() {
-  int v = g_openmp_team.load(std::memory_order_relaxed);
+  int v = g_team.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* env = std::getenv("KILN_CPU_POOL");
-    v = env && std::strcmp(env, "openmp") == 0 ? 1 : env && std::strcmp(env, "kiln") == 0 ? 0 : !blas_has_own_threads();
-    g_openmp_team.store(v, std::memory_order_relaxed);
+    v = env && std::strcmp(env, "openmp") == 0 ? 1
+        : env && std::strcmp(env, "kiln") == 0 ? 0
+        : blas_has_own_threads()               ? 2
+                                               : 1;
+    g_team.store(v, std::memory_order_relaxed);
   }
-  return v == 1;
+  return v == 2 ? !g_blas_last.load(std::memory_order_relaxed) : v == 1;
 }
 
-void set_openmp_team(bool openmp) { g_openmp_team.store(openmp ? 1 : 0, std::memory_order_relaxed); }
+void set_team_for_testing(int team) { g_team.store(team, std::memory_order_relaxed); }
+
+void note_blas_call() {
+  if (!g_blas_last.load(std::memory_order_relaxed)) g_blas_last.store(true, std::memory_order_relaxed);
+}
+
+void note_openmp_library_call() {
+  if (g_blas_last.load(std::memory_order_relaxed)) g_blas_last.store(false, std::memory_order_relaxed);
+}
 
 int max_threads() { return t_in_parallel ? 1 : omp_get_max_threads(); }
 

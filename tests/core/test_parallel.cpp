@@ -14,16 +14,15 @@ using namespace kiln;
 
 namespace {
 
-/// Runs the test body on OpenMP's team, then on kiln's pool, then restores the process's choice.
+/// Runs the test body on OpenMP's team, then on kiln's pool, then lets the process choose again.
 template <class F>
 void on_both_teams(F body) {
-  const bool was = cpu_impl::on_openmp_team();
-  for (bool openmp : {true, false}) {
-    cpu_impl::set_openmp_team(openmp);
+  for (int openmp : {1, 0}) {
+    cpu_impl::set_team_for_testing(openmp);
     SCOPED_TRACE(openmp ? "OpenMP team" : "kiln's pool");
     body();
   }
-  cpu_impl::set_openmp_team(was);
+  cpu_impl::set_team_for_testing(-1);
 }
 
 }  // namespace
@@ -80,4 +79,24 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
   });
   ASSERT_EQ(got.size(), 2u);
   EXPECT_TRUE(array_equal(got[0], got[1]));
+}
+
+// With OpenBLAS's pthreads build, loops follow the last heavy library call: kiln's pool after a product on
+// OpenBLAS's own threads, OpenMP's team after a oneDNN convolution (mode 2, forced here: this machine's BLAS may
+// be the OpenMP build, which always uses the team).
+TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
+  cpu_impl::set_team_for_testing(2);
+  cpu_impl::note_blas_call();
+  EXPECT_FALSE(cpu_impl::on_openmp_team());
+  cpu_impl::note_openmp_library_call();
+  EXPECT_TRUE(cpu_impl::on_openmp_team());
+  const Array a = random::normal({300, 300}, 0.0, 1.0, float32, cpu());
+  (void)matmul(a, a);
+  EXPECT_FALSE(cpu_impl::on_openmp_team());
+  (void)nn::conv2d(random::normal({1, 2, 9, 9}, 0.0, 1.0, float32, cpu()),
+                   random::normal({3, 2, 3, 3}, 0.0, 1.0, float32, cpu()));
+#ifdef KILN_HAVE_ONEDNN
+  EXPECT_TRUE(cpu_impl::on_openmp_team());
+#endif
+  cpu_impl::set_team_for_testing(-1);
 }
