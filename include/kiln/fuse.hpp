@@ -9,6 +9,8 @@
 //   auto sgd = kiln::fuse([](auto p, auto g, auto v, auto lr) { auto v2 = v * 0.9f + g; return std::tuple{p - lr * v2,
 //   v2}; }); sgd.out({p, v}, p, g, v, 0.1f);  // updates p and v in place: one kernel
 //
+// Layout: a new result of the full shape is channels-last when an array argument of that shape is (as the unfused
+// ops' results), else C-contiguous.
 // Several outputs: return a std::tuple (or std::pair) of values; the call returns a std::tuple of Arrays.
 // Fused::out(outputs, args...) writes into existing arrays instead (an undefined Array entry: allocate it).
 // Aliasing rule: an output array may be the very array (same view: data, shape, strides) of an input that
