@@ -115,6 +115,7 @@ class CpuBackend final : public detail::Backend {
   void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
   bool convolution(const detail::ConvCall& call) override { return onednn_convolution(call); }
   bool pooling(const detail::PoolCall& call) override { return cpu_pooling(call); }
+  bool batch_norm(detail::BatchNormCall& call) override { return cpu_batch_norm(call); }
   void random(const detail::RandomCall& call) override { cpu_random(call); }
   void synchronize(Device) override {}
   int device_count() override { return 1; }

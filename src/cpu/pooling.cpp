@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/backend.hpp"
 #include "cpu/parallel.hpp"
@@ -137,6 +138,80 @@ void pool(const detail::PoolCall& call, const Window& g, int64_t planes) {
 }
 
 }  // namespace
+
+namespace {
+
+/// scale = w / sqrt(var + eps), shift = b - mean * scale, rounded to T at each step as the core's reference
+/// (kiln's elementwise ops, eps a weak scalar) computes them; then y = x * scale + shift, two roundings
+/// (-ffp-contract=off: no fused multiply-add).
+template <class T>
+void batch_norm_eval(detail::BatchNormCall& call) {
+  const Array& x = *call.x;
+  const int64_t n = x.shape(0), c = x.shape(1), hw = x.shape(2) * x.shape(3);
+  std::vector<T> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+  const T* w = static_cast<const T*>(call.weight->data_ptr());
+  const T* b = static_cast<const T*>(call.bias->data_ptr());
+  const T* mean = static_cast<const T*>(call.running_mean->data_ptr());
+  const T* var = static_cast<const T*>(call.running_var->data_ptr());
+  const T eps = static_cast<T>(call.eps);
+  for (int64_t k = 0; k < c; ++k) {
+    const T s = w[k] / std::sqrt(var[k] + eps);
+    const T m = mean[k] * s;
+    scale[static_cast<size_t>(k)] = s;
+    shift[static_cast<size_t>(k)] = b[k] - m;
+  }
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* yp = static_cast<T*>(call.y.data_ptr());
+  const T* sp = scale.data();
+  const T* hp = shift.data();
+  if (call.channels_last) {  // rows of c channels
+    parallel_for(
+        n * hw,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const T* xr = xp + r * c;
+            T* yr = yp + r * c;
+            for (int64_t k = 0; k < c; ++k) {
+              const T v = xr[k] * sp[k];
+              yr[k] = v + hp[k];
+            }
+          }
+        },
+        std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(c, 1)));
+    return;
+  }
+  parallel_for(
+      n * c,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const T s = sp[p % c], h = hp[p % c];
+          const T* xr = xp + p * hw;
+          T* yr = yp + p * hw;
+          for (int64_t i = 0; i < hw; ++i) {
+            const T v = xr[i] * s;
+            yr[i] = v + h;
+          }
+        }
+      },
+      std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(hw, 1)));
+}
+
+}  // namespace
+
+bool cpu_batch_norm(detail::BatchNormCall& call) {
+  if (call.kind != detail::BatchNormKind::Evaluation) return false;
+  const DType t = call.x->dtype();
+  if (t != DType::Float32 && t != DType::Float64) return false;
+  for (const Array* a : {call.x, call.weight, call.bias, call.running_mean, call.running_var})
+    if (!a || !a->defined() || a->dtype() != t) return false;
+  if (!call.weight->is_contiguous() || !call.bias->is_contiguous()) return false;
+  if (!call.channels_last && !call.x->is_contiguous()) return false;
+  if (t == DType::Float32)
+    batch_norm_eval<float>(call);
+  else
+    batch_norm_eval<double>(call);
+  return true;
+}
 
 bool cpu_pooling(const detail::PoolCall& call) {
   const bool forward = call.kind == detail::PoolKind::MaxForward || call.kind == detail::PoolKind::AvgForward;

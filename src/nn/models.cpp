@@ -176,6 +176,15 @@ Array conv_without_bias(nn::Conv2d& conv, const Array& x) {
 }
 
 /// A residual block: BasicBlock (two 3x3) or Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x width).
+/// ReLU of an array the block just made (a batch norm's or the residual add's result): in place when nothing
+/// records its gradient, as torchvision's ReLU(inplace=True) (no new activation to allocate and fault in); a new
+/// array otherwise (the gradient needs the result, and the input belongs to the graph).
+Array relu_of_temporary(Array y) {
+  if (is_grad_enabled() && y.requires_grad()) return relu(y);
+  relu(y, y);
+  return y;
+}
+
 class Block : public nn::Module {
  public:
   Block(const Builder& b, int64_t in, int64_t width, int64_t stride, bool bottleneck) : bottleneck_(bottleneck) {
@@ -206,9 +215,9 @@ class Block : public nn::Module {
     Array y = x;
     for (size_t i = 0; i < convs_.size(); ++i) {
       y = (*bns_[i])((*convs_[i])(y));
-      if (i + 1 < convs_.size()) y = relu(y);
+      if (i + 1 < convs_.size()) y = relu_of_temporary(y);
     }
-    return relu(y + (downsample_ ? (*downsample_)(x) : x));
+    return relu_of_temporary(y + (downsample_ ? (*downsample_)(x) : x));
   }
   std::string name() const override { return bottleneck_ ? "Bottleneck" : "BasicBlock"; }
 

@@ -131,14 +131,38 @@ TEST(NnConv, CpuMaxPoolKernelAgreesWithTheReference) {
     for (const PoolParams& pp : cases) {
       Array x = values({2, 3, 11, 13}, 21, cpu()).astype(t);
       x.slice(2, 4, 5).slice(3, 5, 6).fill(std::nan(""));  // one NaN inside several windows
-      x.slice(2, 0, 1).slice(3, 0, 1).fill(std::nan(""));   // and one in a corner
+      x.slice(2, 0, 1).slice(3, 0, 1).fill(std::nan(""));  // and one in a corner
       const Array y = max_pool2d_forward(x, pp).y;
       const Array want = max_pool2d_forward(to_channels_last(x), pp).y;
       ASSERT_EQ(y.shape(), want.shape());
-      EXPECT_TRUE(array_equal(y, want, true)) << dtype_name(t) << " kernel " << pp.kernel.first << "x" << pp.kernel.second
-                                              << " stride " << pp.stride.first << "," << pp.stride.second;
-      EXPECT_TRUE(any(isnan(y)).item<bool>()) << dtype_name(t) << " kernel " << pp.kernel.first << " stride " << pp.stride.first;
+      EXPECT_TRUE(array_equal(y, want, true))
+          << dtype_name(t) << " kernel " << pp.kernel.first << "x" << pp.kernel.second << " stride " << pp.stride.first
+          << "," << pp.stride.second;
+      EXPECT_TRUE(any(isnan(y)).item<bool>())
+          << dtype_name(t) << " kernel " << pp.kernel.first << " stride " << pp.stride.first;
     }
+}
+
+// Batch-norm evaluation: the CPU's one-pass kernel gives the bits of the core's reference formula (kiln's ops,
+// the same roundings), NCHW and channels-last, float32 and float64; a float16 input (the reference) stays close.
+TEST(NnConv, CpuBatchNormEvaluationGivesTheReferenceBits) {
+  for (DType t : {float32, float64})
+    for (bool cl : {false, true}) {
+      const Array x0 = values({3, 5, 7, 6}, 31, cpu()).astype(t), w = values({5}, 32, cpu()).astype(t);
+      const Array b = values({5}, 33, cpu()).astype(t), rm = values({5}, 34, cpu()).astype(t);
+      const Array rv = abs(values({5}, 35, cpu())).astype(t) + 0.5;
+      const Array x = cl ? to_channels_last(x0) : x0;
+      const BatchNormOutput r = batch_norm_forward(x, w, b, rm, rv, false, 0.1, 1e-5);
+      const Array scale = w / sqrt(rv + 1e-5), shift = b - rm * scale;
+      const Array want = x0 * scale.reshape({1, 5, 1, 1}) + shift.reshape({1, 5, 1, 1});
+      EXPECT_TRUE(array_equal(r.y, want)) << dtype_name(t) << (cl ? " channels-last" : " NCHW");
+      EXPECT_EQ(is_channels_last(r.y) && !r.y.is_contiguous(), cl);
+    }
+  const Array h = values({2, 3, 4, 4}, 36, cpu()).astype(float16);
+  const Array rm = zeros({3}, float32, cpu()), rv = ones({3}, float32, cpu());
+  const Array y = batch_norm_forward(h, Array(), Array(), rm, rv, false, 0.1, 1e-5).y;
+  EXPECT_EQ(y.dtype(), float16);
+  EXPECT_TRUE(allclose(y.astype(float32), h.astype(float32), 1e-3, 1e-3));
 }
 
 TEST(NnConv, PoolingMatchesLoopsAndPassesGradcheck) {
