@@ -3,13 +3,20 @@
 // convolutions (forward, and backward for input and weight), batch normalisation (training, evaluation,
 // backward), ReLU, the residual add, max pooling, and one Bottleneck block forward and backward.
 // GPU times are CUDA-event medians (kiln::bench); on the CPU, host medians.
+// --network (with --cpu): instead, one float32 ResNet-50 inference forward walked module by module, the host
+// time of each kind of layer summed over the network (median of 3 passes): where a CPU forward spends its time.
+// bench/peers/torch_layers.py --cpu --network walks torchvision's model the same way.
 //
-// Usage: bench_layers [--cpu] [--batch N] [--filter SUBSTRING]
+// Usage: bench_layers [--cpu] [--batch N] [--filter SUBSTRING] [--network]
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,21 +25,105 @@
 
 using namespace kiln;
 
+namespace {
+
+std::shared_ptr<nn::Module> child(nn::Module& m, const std::string& name) {
+  for (auto& [k, c] : m.named_children())
+    if (k == name) return c;
+  throw ValueError("bench_layers --network: ResNet-50 has no child '" + name + "'");
+}
+
+/// One forward of `net` (eval, no grad) re-walked as ResNet::forward and Block::forward do it (ReLU out of place),
+/// adding each kind of layer's host time to `acc`.
+Array walk_resnet(nn::Module& net, const Array& x, std::map<std::string, double>& acc) {
+  auto timed = [&](const std::string& kind, const std::function<Array()>& f) {
+    const auto t = std::chrono::steady_clock::now();
+    Array y = f();
+    acc[kind] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    return y;
+  };
+  auto conv = [&](nn::Module& m, const Array& in) {
+    const Array& w = m.named_parameters()[0].second;
+    return timed("conv " + std::to_string(w.shape(2)) + "x" + std::to_string(w.shape(3)), [&] { return m(in); });
+  };
+  auto bn = [&](nn::Module& m, const Array& in) { return timed("batch norm", [&] { return m(in); }); };
+  Array y = bn(*child(net, "bn1"), conv(*child(net, "conv1"), x));
+  y = timed("relu", [&] { return relu(y); });
+  y = timed("max pool", [&] { return (*child(net, "maxpool"))(y); });
+  for (const char* stage : {"layer1", "layer2", "layer3", "layer4"})
+    for (auto& [name, block] : child(net, stage)->named_children()) {
+      Array z = y;
+      for (int i = 1; i <= 3; ++i) {
+        z = bn(*child(*block, "bn" + std::to_string(i)), conv(*child(*block, "conv" + std::to_string(i)), z));
+        if (i < 3) z = timed("relu", [&] { return relu(z); });
+      }
+      Array r = y;
+      for (auto& [k, d] : block->named_children())
+        if (k == "downsample") r = bn(*d->named_children()[1].second, conv(*d->named_children()[0].second, y));
+      y = timed("add", [&] { return z + r; });
+      y = timed("relu", [&] { return relu(y); });
+    }
+  y = timed("avg pool", [&] { return (*child(net, "avgpool"))(y); });
+  return timed("linear", [&] { return (*child(net, "fc"))(y.reshape({y.shape(0), -1})); });
+}
+
+int network(int64_t batch) {
+  random::seed(0);
+  auto net = models::resnet50(1000, float32, cpu());
+  net->eval();
+  const Array x = random::normal({batch, 3, 224, 224}, 0.0, 1.0, float32, cpu());
+  NoGradGuard no_grad;
+  std::map<std::string, double> acc;
+  const Array want = (*net)(x), got = walk_resnet(*net, x, acc);
+  if (!array_equal(want, got)) throw ValueError("bench_layers --network: the walk does not reproduce the forward");
+  std::map<std::string, std::vector<double>> passes;
+  std::vector<double> totals;
+  for (int pass = 0; pass < 3; ++pass) {
+    acc.clear();
+    (void)walk_resnet(*net, x, acc);
+    double total = 0;
+    for (auto& [k, v] : acc) passes[k].push_back(v), total += v;
+    totals.push_back(total);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  fmt::print("bench_layers --network on cpu, batch {}: ResNet-50 float32 inference, host time per kind of layer\n",
+             batch);
+  fmt::print("{:<12} {:>12}\n", "layer", "ms per pass");
+  for (auto& [k, v] : passes) fmt::print("{:<12} {:>12.1f}\n", k, 1e3 * median(v));
+  fmt::print("{:<12} {:>12.1f}\n", "total", 1e3 * median(totals));
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   bool use_cpu = false;
   int64_t batch = 128;
   std::string filter;
+  bool walk = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--cpu"))
       use_cpu = true;
+    else if (!std::strcmp(argv[i], "--network"))
+      walk = true;
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
       batch = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc)
       filter = argv[++i];
     else {
-      std::fprintf(stderr, "usage: bench_layers [--cpu] [--batch N] [--filter SUBSTRING]\n");
+      std::fprintf(stderr, "usage: bench_layers [--cpu] [--batch N] [--filter SUBSTRING] [--network]\n");
       return 2;
     }
+  }
+  if (walk) {
+    if (!use_cpu) {
+      std::fprintf(stderr, "bench_layers: --network times the CPU's layers by the host clock; add --cpu\n");
+      return 2;
+    }
+    return network(batch);
   }
   const Device d = use_cpu ? cpu() : try_gpu(0);
   cudnn::set_benchmark(true);

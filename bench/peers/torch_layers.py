@@ -2,12 +2,13 @@
 """bench/bench_layers.cpp's table in PyTorch: ResNet-50's layers one at a time, float32 NCHW against
 bfloat16 channels-last, so a layer where kiln trails shows up by name beside bench_layers' output.
 
-    python3 bench/peers/torch_layers.py [--cpu] [--batch N] [--filter SUBSTRING]
+    python3 bench/peers/torch_layers.py [--cpu] [--batch N] [--filter SUBSTRING] [--network]
 
 cudnn.benchmark on (as bench_layers sets kiln's); float32 convolutions may use TF32 (PyTorch's default for
 cuDNN, kiln's too). Each case: 3 untimed calls, then the median of 10 calls, each between two CUDA events
 (--cpu: on the CPU, timed by the host clock, as bench_layers --cpu). Without PyTorch or a GPU it prints why
-and exits 0.
+and exits 0. --network (with --cpu): as bench_layers --cpu --network, torchvision's ResNet-50 inference forward
+walked module by module (out-of-place ReLU, as kiln's walk), the host time per kind of layer, median of 3 passes.
 """
 
 import argparse
@@ -16,11 +17,73 @@ import sys
 import time
 
 
+def network(torch, batch):
+    import torchvision
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet50().eval()
+    x = torch.randn(batch, 3, 224, 224)
+
+    def walk(acc):
+        def timed(kind, f):
+            t = time.perf_counter()
+            y = f()
+            acc[kind] = acc.get(kind, 0.0) + time.perf_counter() - t
+            return y
+
+        def conv(m, a):
+            return timed(f"conv {m.kernel_size[0]}x{m.kernel_size[1]}", lambda: m(a))
+
+        def bn(m, a):
+            return timed("batch norm", lambda: m(a))
+
+        relu = torch.relu
+        y = bn(net.bn1, conv(net.conv1, x))
+        y = timed("relu", lambda: relu(y))
+        y = timed("max pool", lambda: net.maxpool(y))
+        for stage in (net.layer1, net.layer2, net.layer3, net.layer4):
+            for block in stage:
+                z = y
+                for i in (1, 2, 3):
+                    z = bn(getattr(block, f"bn{i}"), conv(getattr(block, f"conv{i}"), z))
+                    if i < 3:
+                        z = timed("relu", lambda: relu(z))
+                r = y
+                if block.downsample is not None:
+                    r = bn(block.downsample[1], conv(block.downsample[0], y))
+                y = timed("add", lambda: z + r)
+                y = timed("relu", lambda: relu(y))
+        y = timed("avg pool", lambda: net.avgpool(y))
+        return timed("linear", lambda: net.fc(torch.flatten(y, 1)))
+
+    with torch.no_grad():
+        want = net(x)
+        got = walk({})
+        if not torch.allclose(want, got, rtol=1e-5, atol=1e-5):
+            print("torch_layers: the walk does not reproduce the forward", file=sys.stderr)
+            return 1
+        passes, totals = {}, []
+        for _ in range(3):
+            acc = {}
+            walk(acc)
+            for k, v in acc.items():
+                passes.setdefault(k, []).append(v)
+            totals.append(sum(acc.values()))
+    print(f"torch_layers --network on cpu, batch {batch}: ResNet-50 float32 inference, host time per kind of layer "
+          f"(PyTorch {torch.__version__}, {torch.get_num_threads()} threads)")
+    print(f"{'layer':<12} {'ms per pass':>12}")
+    for k in sorted(passes):
+        print(f"{k:<12} {1e3 * statistics.median(passes[k]):>12.1f}")
+    print(f"{'total':<12} {1e3 * statistics.median(totals):>12.1f}")
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cpu", action="store_true", help="run on the CPU (host clock)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--filter", default="")
+    p.add_argument("--network", action="store_true", help="per kind of layer over a ResNet-50 forward (with --cpu)")
     args = p.parse_args(argv)
     try:
         import torch
@@ -31,6 +94,11 @@ def main(argv=None):
     if not args.cpu and not torch.cuda.is_available():
         print("torch_layers: PyTorch sees no CUDA GPU (--cpu runs on the CPU); nothing measured.")
         return 0
+    if args.network:
+        if not args.cpu:
+            print("torch_layers: --network times the CPU's layers by the host clock; add --cpu", file=sys.stderr)
+            return 2
+        return network(torch, args.batch)
     torch.backends.cudnn.benchmark = True
     F = torch.nn.functional
     dev = torch.device("cpu" if args.cpu else "cuda:0")
