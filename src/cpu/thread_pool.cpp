@@ -11,10 +11,12 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "cpu/matmul.hpp"
 #include "cpu/parallel.hpp"
+#include "kiln/error.hpp"
 #include "kiln/parallel.hpp"
 
 namespace kiln::cpu_impl {
@@ -112,6 +114,9 @@ bool on_openmp_team() {
   int v = g_team.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* env = std::getenv("KILN_CPU_POOL");
+    if (env && *env && std::strcmp(env, "openmp") != 0 && std::strcmp(env, "kiln") != 0)
+      throw ValueError(std::string("KILN_CPU_POOL is '") + env +
+                       "': set it to openmp (OpenMP's team) or kiln (kiln's pool), or unset it to let kiln choose");
     v = env && std::strcmp(env, "openmp") == 0 ? 1
         : env && std::strcmp(env, "kiln") == 0 ? 0
         : blas_has_own_threads()               ? 2

@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cpu/parallel.hpp"
@@ -98,5 +100,28 @@ TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
 #ifdef KILN_HAVE_ONEDNN
   EXPECT_TRUE(cpu_impl::on_openmp_team());
 #endif
+  cpu_impl::set_team_for_testing(-1);
+}
+
+// KILN_CPU_POOL takes openmp or kiln; another value is a ValueError naming the variable and both values.
+TEST(ParallelFor, AnUnknownKilnCpuPoolIsAValueError) {
+  const char* old = std::getenv("KILN_CPU_POOL");
+  const std::string saved = old ? old : "";
+  setenv("KILN_CPU_POOL", "omp", 1);
+  cpu_impl::set_team_for_testing(-1);
+  try {
+    (void)cpu_impl::on_openmp_team();
+    ADD_FAILURE() << "no error for KILN_CPU_POOL=omp";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_CPU_POOL is 'omp'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("openmp"), std::string::npos) << e.what();
+  }
+  setenv("KILN_CPU_POOL", "kiln", 1);
+  cpu_impl::set_team_for_testing(-1);
+  EXPECT_FALSE(cpu_impl::on_openmp_team());
+  if (old)
+    setenv("KILN_CPU_POOL", saved.c_str(), 1);
+  else
+    unsetenv("KILN_CPU_POOL");
   cpu_impl::set_team_for_testing(-1);
 }
