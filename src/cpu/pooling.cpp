@@ -1,9 +1,10 @@
 // 2-d pooling on the CPU (CpuBackend::pooling): direct loops over NCHW-contiguous float32/float64 planes,
-// one (n, c) plane per task on kiln's pool. Max pooling takes the first maximum of each window in row-major
+// one (n, c) plane per task on the CPU's threads. Max pooling takes the first maximum of each window in row-major
 // window order, NaN winning (as the core's reference and PyTorch), padding never; its backward finds that
 // position again from x and adds dy there (a plane's windows are walked by one thread, so overlapping windows
 // never race). Average pooling counts padding (count_include_pad). Channels-last operands and other dtypes
-// return false: the core's reference runs them.
+// return false: the core's reference runs them. Also batch-norm evaluation (CpuBackend::batch_norm) in one
+// pass per plane or row of channels, with the reference's scale, shift and roundings.
 #include "cpu/pooling.hpp"
 
 #include <algorithm>
@@ -136,10 +137,6 @@ void pool(const detail::PoolCall& call, const Window& g, int64_t planes) {
       },
       1);
 }
-
-}  // namespace
-
-namespace {
 
 /// scale = w / sqrt(var + eps), shift = b - mean * scale, rounded to T at each step as the core's reference
 /// (kiln's elementwise ops, eps a weak scalar) computes them; then y = x * scale + shift, two roundings

@@ -175,16 +175,16 @@ Array conv_without_bias(nn::Conv2d& conv, const Array& x) {
                    "the convolutions); call eval(), or train a model that was not folded");
 }
 
-/// A residual block: BasicBlock (two 3x3) or Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x width).
-/// ReLU of an array the block just made (a batch norm's or the residual add's result): in place when nothing
-/// records its gradient, as torchvision's ReLU(inplace=True) (no new activation to allocate and fault in); a new
-/// array otherwise (the gradient needs the result, and the input belongs to the graph).
+/// ReLU of an array the block just made (a batch norm's or the residual add's result, never its input: the block's
+/// children are its own Conv2d and BatchNorm2d): in place when nothing records its gradient, as torchvision's
+/// ReLU(inplace=True) (no new activation to allocate and fault in); a new array otherwise.
 Array relu_of_temporary(Array y) {
   if (is_grad_enabled() && y.requires_grad()) return relu(y);
   relu(y, y);
   return y;
 }
 
+/// A residual block: BasicBlock (two 3x3) or Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x width).
 class Block : public nn::Module {
  public:
   Block(const Builder& b, int64_t in, int64_t width, int64_t stride, bool bottleneck) : bottleneck_(bottleneck) {
