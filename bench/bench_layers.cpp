@@ -185,6 +185,33 @@ int main(int argc, char** argv) {
          const BatchNormOutput r = batch_norm_forward(x, {}, {}, rm, rv, true, 0.1, 1e-5);
          return std::function<void()>([=] { (void)batch_norm_backward(g, x, {}, r.mean, r.invstd, 1e-5); });
        }},
+      {"batch norm+relu 64 @56 training",
+       [&](DType t, bool cl) {
+         Array x = input({batch, 64, 56, 56}, t, cl);
+         Array rm = zeros({64}, float32, d), rv = ones({64}, float32, d);
+         return std::function<void()>([=] { (void)batch_norm_forward(x, {}, {}, rm, rv, true, 0.1, 1e-5, true); });
+       }},
+      {"batch norm+relu 64 @56 backward",
+       [&](DType t, bool cl) {
+         Array x = input({batch, 64, 56, 56}, t, cl), g = input({batch, 64, 56, 56}, t, cl);
+         Array rm = zeros({64}, float32, d), rv = ones({64}, float32, d);
+         const BatchNormOutput r = batch_norm_forward(x, {}, {}, rm, rv, true, 0.1, 1e-5, true);
+         return std::function<void()>(
+             [=] { (void)batch_norm_relu_backward(g, x, r.y, {}, r.mean, r.invstd, r.scale_shift, 1e-5); });
+       }},
+      {"batch norm 2048 @7 training",
+       [&](DType t, bool cl) {
+         Array x = input({batch, 2048, 7, 7}, t, cl);
+         Array rm = zeros({2048}, float32, d), rv = ones({2048}, float32, d);
+         return std::function<void()>([=] { (void)batch_norm_forward(x, {}, {}, rm, rv, true, 0.1, 1e-5); });
+       }},
+      {"batch norm 2048 @7 backward",
+       [&](DType t, bool cl) {
+         Array x = input({batch, 2048, 7, 7}, t, cl), g = input({batch, 2048, 7, 7}, t, cl);
+         Array rm = zeros({2048}, float32, d), rv = ones({2048}, float32, d);
+         const BatchNormOutput r = batch_norm_forward(x, {}, {}, rm, rv, true, 0.1, 1e-5);
+         return std::function<void()>([=] { (void)batch_norm_backward(g, x, {}, r.mean, r.invstd, 1e-5); });
+       }},
       {"relu 256 @56",
        [&](DType t, bool cl) {
          Array x = input({batch, 256, 56, 56}, t, cl);
@@ -194,6 +221,12 @@ int main(int argc, char** argv) {
        [&](DType t, bool cl) {
          Array x = input({batch, 256, 56, 56}, t, cl), y = input({batch, 256, 56, 56}, t, cl);
          return std::function<void()>([=] { (void)(x + y); });
+       }},
+      {"residual add+relu 256 @56",
+       [&](DType t, bool cl) {
+         static const auto add_relu = fuse([](auto p, auto q) { return relu(p + q); }, "bench_add_relu");
+         Array x = input({batch, 256, 56, 56}, t, cl), y = input({batch, 256, 56, 56}, t, cl);
+         return std::function<void()>([=] { (void)add_relu(x, y); });
        }},
       {"max pool 3x3/2 64 @112",
        [&](DType t, bool cl) {

@@ -150,6 +150,38 @@ def main(argv=None):
         g = inp((n, 256, 56, 56), dtype, cl)
         return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
 
+    def bn_relu_train(dtype, cl):
+        x = inp((n, 64, 56, 56), dtype, cl)
+        rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+        return lambda: F.relu(F.batch_norm(x, rm, rv, training=True))
+
+    def bn_relu_backward(dtype, cl):
+        x = inp((n, 64, 56, 56), dtype, cl, grad=True)
+        w = torch.ones(64, device=dev, requires_grad=True)
+        b = torch.zeros(64, device=dev, requires_grad=True)
+        rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+        y = F.relu(F.batch_norm(x, rm, rv, w, b, training=True))
+        g = inp((n, 64, 56, 56), dtype, cl)
+        return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
+
+    def bn_small_train(dtype, cl):
+        x = inp((n, 2048, 7, 7), dtype, cl)
+        rm, rv = torch.zeros(2048, device=dev), torch.ones(2048, device=dev)
+        return lambda: F.batch_norm(x, rm, rv, training=True)
+
+    def bn_small_backward(dtype, cl):
+        x = inp((n, 2048, 7, 7), dtype, cl, grad=True)
+        w = torch.ones(2048, device=dev, requires_grad=True)
+        b = torch.zeros(2048, device=dev, requires_grad=True)
+        rm, rv = torch.zeros(2048, device=dev), torch.ones(2048, device=dev)
+        y = F.batch_norm(x, rm, rv, w, b, training=True)
+        g = inp((n, 2048, 7, 7), dtype, cl)
+        return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
+
+    def add_relu(dtype, cl):
+        x, y = inp((n, 256, 56, 56), dtype, cl), inp((n, 256, 56, 56), dtype, cl)
+        return lambda: F.relu(x + y)
+
     def relu(dtype, cl):
         x = inp((n, 256, 56, 56), dtype, cl)
         return lambda: F.relu(x)
@@ -186,8 +218,13 @@ def main(argv=None):
         ("batch norm 256 @56 training", bn_train),
         ("batch norm 256 @56 evaluation", bn_eval),
         ("batch norm 256 @56 backward", bn_backward),
+        ("batch norm+relu 64 @56 training", bn_relu_train),
+        ("batch norm+relu 64 @56 backward", bn_relu_backward),
+        ("batch norm 2048 @7 training", bn_small_train),
+        ("batch norm 2048 @7 backward", bn_small_backward),
         ("relu 256 @56", relu),
         ("residual add 256 @56", add),
+        ("residual add+relu 256 @56", add_relu),
         ("max pool 3x3/2 64 @112", max_pool),
         ("bottleneck 256 @56 forward+backward", bottleneck),
     ]

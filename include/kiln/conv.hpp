@@ -3,8 +3,8 @@
 // nn::batch_norm2d. On a GPU they run in cuDNN (float32, float64, float16, bfloat16; channels-last batch norm
 // in kiln's own kernels); on the CPU float32 forward convolutions run in oneDNN where the build found it and
 // pooling in direct loops; everything else in kiln's reference implementation (im2col through a strided view and
-// one matrix product; batch statistics with kiln's reductions), which every backend can run. They record no gradient (nn's functions do): an input that
-// requires grad while grad mode is on is refused.
+// one matrix product; batch statistics with kiln's reductions), which every backend can run. They record no gradient
+// (nn's functions do): an input that requires grad while grad mode is on is refused.
 //
 // Layouts: an array is NCHW-contiguous, or channels-last (its shape stays (N, C, H, W); its memory is
 // (N, H, W, C), as torch.channels_last). A convolution's result is channels-last when its input or weight
@@ -44,14 +44,19 @@ Array conv2d_backward_weight(const Array& grad_out, const Array& x, const Shape&
 /// 1 / sqrt(biased variance + eps) (float32 for float16/bfloat16 inputs; undefined in evaluation).
 struct BatchNormOutput {
   Array y, mean, invstd;
+  /// With relu in training, when the backend fused it (kiln's GPU kernels): the per-channel (scale, shift)
+  /// (2C,) the normalisation used, for batch_norm_relu_backward's mask; undefined otherwise.
+  Array scale_shift;
 };
 /// Normalises each channel of x (N, C, H, W): training uses the batch's statistics and, when running_mean and
 /// running_var are defined, updates them in place (running = (1 - momentum) running + momentum batch, the
 /// variance unbiased); evaluation uses the running ones. Then * weight + bias (each (C,), or undefined: 1 and 0).
 /// weight, bias and the running statistics are float32 for a float16/bfloat16 x (torch.autocast's rule), else
-/// x's dtype.
+/// x's dtype. relu: y = max(batch norm, 0), in one pass where the backend can (kiln's GPU kernels, the CPU's
+/// evaluation), equal to relu() of the plain result.
 BatchNormOutput batch_norm_forward(const Array& x, const Array& weight, const Array& bias, const Array& running_mean,
-                                   const Array& running_var, bool training, double momentum, double eps);
+                                   const Array& running_var, bool training, double momentum, double eps,
+                                   bool relu = false);
 /// The gradients of a training batch_norm_forward (x, weight; mean and invstd are its saved statistics):
 /// input (x's shape and layout), weight and bias (C,) (float32 for float16/bfloat16 inputs).
 struct BatchNormGrads {
@@ -59,6 +64,15 @@ struct BatchNormGrads {
 };
 BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean,
                                    const Array& invstd, double eps);
+/// The gradients of a training batch_norm_forward(..., relu = true) whose result is y, from y's gradient: the
+/// ReLU's mask (where y > 0) and the batch norm's backward in one pass where scale_shift (the forward's) is defined
+/// and the backend masks (kiln's GPU kernels, which recompute the mask from x); else relu's gradient, then
+/// batch_norm_backward. Equal to those two either way.
+/// relu's gradient from its result: grad where out > 0, else 0 (one fused kernel on a GPU; the comparison and a
+/// where as separate ops are two passes and a bool temporary).
+Array relu_backward(const Array& out, const Array& grad);
+BatchNormGrads batch_norm_relu_backward(const Array& grad_y, const Array& x, const Array& y, const Array& weight,
+                                        const Array& mean, const Array& invstd, const Array& scale_shift, double eps);
 
 /// Geometry of a 2-d pooling window (stride defaults to the kernel in nn's functions).
 struct PoolParams {

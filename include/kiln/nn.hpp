@@ -286,6 +286,11 @@ Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_siz
 /// with the running ones; then * weight + bias (each (C,) or undefined). As torch's batch_norm.
 Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight = {},
                    const Array& bias = {}, bool training = true, double momentum = 0.1, double eps = 1e-5);
+/// relu(batch_norm2d(...)) as one autograd node: on a GPU one pass forward and one backward (kiln's kernels apply
+/// the ReLU and its mask inside the normalisation's), which a conv-BN-ReLU network (ResNet) runs at every block.
+/// Same values and gradients as the two calls.
+Array batch_norm_relu2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight = {},
+                        const Array& bias = {}, bool training = true, double momentum = 0.1, double eps = 1e-5);
 
 struct Conv2dOptions {
   std::pair<int64_t, int64_t> stride{1, 1};
@@ -352,12 +357,15 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
                        DType dtype = float32, std::optional<Device> device = {});
   Array forward(const Array& x) override;
+  /// relu(forward(x)) fused (batch_norm_relu2d): what ResNet's blocks call for a batch norm followed by ReLU.
+  Array forward_relu(const Array& x);
   std::string name() const override;
   int64_t num_features() const { return features_; }
   double eps() const { return eps_; }
   bool affine() const { return affine_; }
 
  private:
+  Array run(const Array& x, bool relu);
   int64_t features_;
   double eps_, momentum_;
   bool affine_;

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kiln/fuse.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln::autograd {
@@ -17,13 +17,6 @@ inline constexpr double k2OverSqrtPi = 1.12837916709551257390;
 inline constexpr double kSqrt1Over2 = 0.70710678118654752440;
 inline constexpr double k1OverSqrt2Pi = 0.39894228040143267794;
 inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-/// relu's gradient, g where the result is positive: one fused kernel on a GPU (out > 0 and where as separate ops
-/// are two passes and a bool temporary; a ResNet-50 training step runs it 49 times), op by op on the CPU.
-inline Array relu_grad(const Array& out, const Array& g) {
-  static const auto kernel = fuse([](auto o, auto grad) { return where(o > 0, grad, 0.0); }, "relu_backward");
-  return kernel(out, g);
-}
 
 /// d/dx of x * Phi(x): Phi(x) + x * phi(x).
 inline Array gelu_grad(const Array& a) {

@@ -147,6 +147,11 @@ struct PoolCall {
 /// defined (the core fills 1 and 0). Forward training: y, mean, invstd from the batch, and the running statistics
 /// (when defined) updated in place. Forward evaluation: y from the running statistics. Backward: dx, dweight,
 /// dbias from dy and the saved mean and invstd. A backend that cannot run it returns false.
+/// relu (Training, Evaluation): y = max(batch norm, 0); a backend that applies it sets relu_done (else the core
+/// applies it to y), and a training forward that does writes its per-channel (scale, shift) into scale_shift
+/// (2C, the statistics dtype) when that is defined. relu (Backward): dy is the gradient of that ReLU's result,
+/// zero where x * scale + shift (from scale_shift, as the forward computed it) was not positive; a backend that
+/// cannot mask returns false.
 enum class BatchNormKind { Training, Evaluation, Backward };
 struct BatchNormCall {
   BatchNormKind kind = BatchNormKind::Training;
@@ -158,8 +163,11 @@ struct BatchNormCall {
   const Array* dy = nullptr;  ///< Backward
   double momentum = 0.1, eps = 1e-5;
   bool channels_last = false;  ///< x, dy, y and dx in NHWC memory, else NCHW
-  Array y, mean, invstd;                  ///< Training (Evaluation: y only); mean and invstd are inputs of Backward
-  Array dx, dweight, dbias;               ///< Backward
+  bool relu = false;
+  bool relu_done = false;    ///< set by a backend that applied relu
+  Array scale_shift;         ///< see relu
+  Array y, mean, invstd;     ///< Training (Evaluation: y only); mean and invstd are inputs of Backward
+  Array dx, dweight, dbias;  ///< Backward
 };
 
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
@@ -167,8 +175,8 @@ struct RandomCall {
   RandomDistribution distribution;
   Array out;
   uint64_t seed = 0;
-  uint64_t offset = 0;  ///< in 128-bit Philox blocks
-  double a = 0.0, b = 1.0;  ///< low/high for uniform, mean/stddev for normal
+  uint64_t offset = 0;        ///< in 128-bit Philox blocks
+  double a = 0.0, b = 1.0;    ///< low/high for uniform, mean/stddev for normal
   int64_t low = 0, high = 0;  ///< randint range [low, high)
   /// Set when the draw is captured in a CUDA graph: the device address of the capture's (seed, base offset)
   /// pair of uint64, written before each replay; the kernel then draws at (state[0], state[1] + offset).
@@ -257,9 +265,7 @@ class Backend {
   /// Queues a check that every value of contiguous int64 `values` lies in [lo, hi); a failure is thrown
   /// (message `code` of core/device_check.hpp) at the next synchronisation with the device. False when the
   /// backend has no check kernels (the caller then reads the values back).
-  virtual bool check_range(const Array& /*values*/, int64_t /*lo*/, int64_t /*hi*/, int32_t /*code*/) {
-    return false;
-  }
+  virtual bool check_range(const Array& /*values*/, int64_t /*lo*/, int64_t /*hi*/, int32_t /*code*/) { return false; }
 };
 
 /// The backend that runs ops for `device`; throws DeviceError when none is built in.
@@ -278,7 +284,6 @@ Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOpti
 /// Allocates a new array of a 4-d `shape` laid out channels-last when one of `inputs` of that shape is (and not
 /// also C-contiguous), else C-contiguous: results of elementwise ops and casts keep torch.channels_last, as
 /// PyTorch's memory-format propagation does (conv.cpp).
-Array make_array_following(const Shape& shape, DType dtype, Device device,
-                           std::initializer_list<const Array*> inputs);
+Array make_array_following(const Shape& shape, DType dtype, Device device, std::initializer_list<const Array*> inputs);
 
 }  // namespace kiln::detail

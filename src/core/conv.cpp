@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/ops.hpp"
 
@@ -417,8 +419,8 @@ Array like_input(const Array& y, const Array& x) {
 }  // namespace
 
 BatchNormOutput batch_norm_forward(const Array& x, const Array& weight, const Array& bias, const Array& running_mean,
-                                   const Array& running_var, bool training, double momentum, double eps) {
-  const char* op = "batch_norm";
+                                   const Array& running_var, bool training, double momentum, double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
   require_floating(x, op, "input");
   detail::reject_grad({&x, &weight, &bias}, op, "use nn::batch_norm2d, which records the gradient");
   if (x.ndim() != 4) throw ShapeError("batch_norm: the input must be (N, C, H, W), got shape " + shape_str(x.shape()));
@@ -445,19 +447,28 @@ BatchNormOutput batch_norm_forward(const Array& x, const Array& weight, const Ar
   detail::BatchNormCall call;
   call.kind = training ? detail::BatchNormKind::Training : detail::BatchNormKind::Evaluation;
   call.x = &xs, call.weight = &w, call.bias = &b, call.running_mean = &running_mean, call.running_var = &running_var;
-  call.momentum = momentum, call.eps = eps, call.channels_last = cl;
+  call.momentum = momentum, call.eps = eps, call.channels_last = cl, call.relu = relu;
   if (x.size() > 0) {
     call.y = empty_in_layout(x.shape(), x.dtype(), x.device(), cl);
     if (training)
       call.mean = detail::make_array({c}, sd, x.device()), call.invstd = detail::make_array({c}, sd, x.device());
-    if (detail::backend_for(x.device()).batch_norm(call)) return {call.y, call.mean, call.invstd};
+    if (training && relu) call.scale_shift = detail::make_array({2 * c}, sd, x.device());
+    if (detail::backend_for(x.device()).batch_norm(call)) {
+      if (!relu) return {call.y, call.mean, call.invstd, Array()};
+      if (!call.relu_done) kiln::relu(call.y, call.y);  // y is this call's own array
+      return {call.y, call.mean, call.invstd, call.relu_done && training ? call.scale_shift : Array()};
+    }
   }
-  // The reference, in the statistics dtype.
+  // The reference, in the statistics dtype; ReLU on the result in x's dtype, as relu() after it.
+  const auto finish = [relu](Array y) {
+    if (relu) kiln::relu(y, y);
+    return y;
+  };
   const Array xf = xs.astype(sd);
   if (!training) {
     const Array scale = w / sqrt(running_var + eps);
     const Array shift = b - running_mean * scale;
-    return {like_input(xf * channel_view(scale) + channel_view(shift), x), Array(), Array()};
+    return {finish(like_input(xf * channel_view(scale) + channel_view(shift), x)), Array(), Array(), Array()};
   }
   const Array mean_c = mean(xf, {0, 2, 3});
   const Array centred = xf - channel_view(mean_c);
@@ -470,15 +481,19 @@ BatchNormOutput batch_norm_forward(const Array& x, const Array& weight, const Ar
     rv.assign(running_var * (1.0 - momentum) + var_c * (momentum * unbias));
   }
   const Array y = centred * channel_view(invstd * w) + channel_view(b);
-  return {like_input(y, x), mean_c, invstd};
+  return {finish(like_input(y, x)), mean_c, invstd, Array()};
 }
 
-BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean_c,
-                                   const Array& invstd, double eps) {
-  const char* op = "batch_norm_backward";
+namespace {
+
+/// batch_norm_backward, or with `mask` (a ReLU's (scale, shift) from batch_norm_forward) the masked backward of
+/// batch_norm_relu_backward: nullopt when no backend masks it.
+std::optional<BatchNormGrads> batch_norm_backward_impl(const char* op, const Array& grad_y, const Array& x,
+                                                       const Array& weight, const Array& mean_c, const Array& invstd,
+                                                       double eps, const Array& mask) {
   require_pair(grad_y, x, op, "output gradient", "input");
   if (x.ndim() != 4)
-    throw ShapeError("batch_norm_backward: the input must be (N, C, H, W), got " + shape_str(x.shape()));
+    throw ShapeError(std::string(op) + ": the input must be (N, C, H, W), got " + shape_str(x.shape()));
   require_shape(grad_y, x.shape(), op, "output gradient");
   const int64_t c = x.shape(1), count = x.shape(0) * x.shape(2) * x.shape(3);
   const DType sd = stats_dtype(x.dtype());
@@ -491,21 +506,58 @@ BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Ar
   call.kind = detail::BatchNormKind::Backward;
   call.x = &xs, call.dy = &dys, call.weight = &w, call.mean = m, call.invstd = is, call.eps = eps;
   call.channels_last = cl;
+  call.relu = mask.defined(), call.scale_shift = mask;
   const Array none;
   call.running_mean = &none, call.running_var = &none, call.bias = &none;
   if (x.size() > 0) {
     call.dx = empty_in_layout(x.shape(), x.dtype(), x.device(), cl);
     call.dweight = detail::make_array({c}, sd, x.device());
     call.dbias = detail::make_array({c}, sd, x.device());
-    if (detail::backend_for(x.device()).batch_norm(call)) return {call.dx, call.dweight, call.dbias};
+    if (detail::backend_for(x.device()).batch_norm(call)) return BatchNormGrads{call.dx, call.dweight, call.dbias};
   }
+  if (mask.defined()) return std::nullopt;
   const Array dy = dys.astype(sd);
   const Array xhat = (xs.astype(sd) - channel_view(m)) * channel_view(is);
   const Array db = sum(dy, {0, 2, 3});
   const Array dw = sum(dy * xhat, {0, 2, 3});
   const double inv_count = 1.0 / static_cast<double>(count);
   const Array dx = (dy - channel_view(db * inv_count) - xhat * channel_view(dw * inv_count)) * channel_view(w * is);
-  return {like_input(dx, x), dw, db};
+  return BatchNormGrads{like_input(dx, x), dw, db};
+}
+
+}  // namespace
+
+BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean_c,
+                                   const Array& invstd, double eps) {
+  return *batch_norm_backward_impl("batch_norm_backward", grad_y, x, weight, mean_c, invstd, eps, Array());
+}
+
+BatchNormGrads batch_norm_relu_backward(const Array& grad_y, const Array& x, const Array& y, const Array& weight,
+                                        const Array& mean_c, const Array& invstd, const Array& scale_shift,
+                                        double eps) {
+  const char* op = "batch_norm_relu_backward";
+  require_pair(y, x, op, "output", "input");
+  require_shape(y, x.shape(), op, "output");
+  if (scale_shift.defined() && x.ndim() == 4) {
+    const DType sd = stats_dtype(x.dtype());
+    if (scale_shift.shape() != Shape{2 * x.shape(1)} || scale_shift.dtype() != sd ||
+        scale_shift.device() != x.device() || !scale_shift.is_contiguous())
+      throw ValueError(std::string(op) + ": scale_shift must be the contiguous (" + std::to_string(2 * x.shape(1)) +
+                       ",) " + std::string(dtype_name(sd)) + " array on " + x.device().str() +
+                       " that batch_norm_forward(..., relu=true) returned, got shape " +
+                       shape_str(scale_shift.shape()) + ", " + std::string(dtype_name(scale_shift.dtype())) + " on " +
+                       scale_shift.device().str() + "; pass an undefined array to mask by the output instead");
+    if (auto g = batch_norm_backward_impl(op, grad_y, x, weight, mean_c, invstd, eps, scale_shift)) return *g;
+  }
+  // The ReLU's gradient first (where the output is positive), then the plain backward.
+  require_pair(grad_y, y, op, "output gradient", "output");
+  require_shape(grad_y, y.shape(), op, "output gradient");
+  return *batch_norm_backward_impl(op, relu_backward(y, grad_y), x, weight, mean_c, invstd, eps, Array());
+}
+
+Array relu_backward(const Array& out, const Array& grad) {
+  static const auto kernel = fuse([](auto o, auto g) { return where(o > 0, g, 0.0); }, "relu_backward");
+  return kernel(out, grad);
 }
 
 }  // namespace kiln

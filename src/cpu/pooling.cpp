@@ -140,7 +140,7 @@ void pool(const detail::PoolCall& call, const Window& g, int64_t planes) {
 
 /// scale = w / sqrt(var + eps), shift = b - mean * scale, rounded to T at each step as the core's reference
 /// (kiln's elementwise ops, eps a weak scalar) computes them; then y = x * scale + shift, two roundings
-/// (-ffp-contract=off: no fused multiply-add).
+/// (-ffp-contract=off: no fused multiply-add); then ReLU when call.relu.
 template <class T>
 void batch_norm_eval(detail::BatchNormCall& call) {
   const Array& x = *call.x;
@@ -161,6 +161,10 @@ void batch_norm_eval(detail::BatchNormCall& call) {
   T* yp = static_cast<T*>(call.y.data_ptr());
   const T* sp = scale.data();
   const T* hp = shift.data();
+  // A fused ReLU as kiln's relu computes it (a < 0 ? 0 : a, NaN kept), on the rounded result.
+  const bool relu = call.relu;
+  const auto out = [relu](T v) { return relu && v < T(0) ? T(0) : v; };
+  call.relu_done = relu;
   if (call.channels_last) {  // rows of c channels
     parallel_for(
         n * hw,
@@ -170,7 +174,7 @@ void batch_norm_eval(detail::BatchNormCall& call) {
             T* yr = yp + r * c;
             for (int64_t k = 0; k < c; ++k) {
               const T v = xr[k] * sp[k];
-              yr[k] = v + hp[k];
+              yr[k] = out(v + hp[k]);
             }
           }
         },
@@ -186,7 +190,7 @@ void batch_norm_eval(detail::BatchNormCall& call) {
           T* yr = yp + p * hw;
           for (int64_t i = 0; i < hw; ++i) {
             const T v = xr[i] * s;
-            yr[i] = v + h;
+            yr[i] = out(v + h);
           }
         }
       },

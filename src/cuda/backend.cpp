@@ -241,7 +241,7 @@ class CudaBackend final : public detail::Backend {
   bool batch_norm(detail::BatchNormCall& call) override {
     set_device(call.x->device().index);
     detail::note_gpu_work(call.x->device().index);
-    // Channels-last arrays in kiln's kernels (batch_norm.cpp says why), the rest in cuDNN.
+    // kiln's kernels (batch_norm.cpp says why), cuDNN for what they decline (KILN_BN_NCHW=cudnn).
     return cuda_batch_norm_kernels(call) || cuda_batch_norm(call);
   }
   bool pooling(const detail::PoolCall& call) override {

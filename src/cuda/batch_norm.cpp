@@ -1,24 +1,34 @@
-// Batch normalisation of channels-last arrays on the GPU (training forward and backward, evaluation), where
-// cuDNN's descriptor API is slow: on an H200 at batch 128, 256 channels at 56x56, bfloat16, cuDNN took 13 ms
-// forward and 19 ms backward in either spatial mode (these kernels: 0.31 / 0.60 ms; float32 NCHW in cuDNN:
-// 0.43 / 0.75 ms) and 275 us in evaluation (these: 200 us). NCHW stays with cuDNN: a kernel of kiln's for NCHW
-// evaluation won at 56x56 (276 against 295 us) but lost on the small deep planes (ResNet-50 inference 18.3
-// against 17.8 ms), and was removed. A channels-last x is viewed as
-// (rows = N*H*W, C) with C contiguous. Up to three kernels per step, generated per (x dtype, statistics dtype)
-// and compiled by NVRTC:
-//  - bn_partials: a (32 channels x 8 rows) block per (channel tile, row slice) sums, in float64, x and x^2
-//    (forward) or dy and dy * (x - mean) (backward) over its rows; a warp reads 32 adjacent channels of a row;
+// Batch normalisation on the GPU (training forward and backward, evaluation), channels-last and NCHW, with an
+// optional fused ReLU. Channels-last because cuDNN's descriptor API is slow there: on an H200 at batch 128, 256
+// channels at 56x56, bfloat16, cuDNN took 13 ms forward and 19 ms backward in either spatial mode (these kernels:
+// 0.31 / 0.60 ms) and 275 us in evaluation (these: 200 us). NCHW because of the fused ReLU: a conv-BN-ReLU
+// network runs ReLU after most batch norms, and fused the forward writes y once instead of twice and the backward
+// recomputes the ReLU's mask from x and the forward's (scale, shift) instead of a separate pass that reads y and
+// the gradient and writes a new one (H200, batch 128, 64 channels at 56x56, float32: forward 154 us against 301
+// for cuDNN and a ReLU, backward 191 against 663; ResNet-50's training step 52.4 against 59.5 ms with cuDNN's
+// batch norm). cuDNN's plain NCHW forward is faster (256 channels at 56x56: 429 against 503 us; backward 750
+// against 639): KILN_BN_NCHW=cudnn sends NCHW arrays to cuDNN, for measuring. A channels-last x is viewed as
+// (rows = N*H*W, C) with C contiguous, an NCHW x as (N, C, HW). Up to three kernels per step, generated per
+// (x dtype, statistics dtype) and compiled by NVRTC:
+//  - bn_partials (channels-last): a (32 channels x 8 rows) block per (channel tile, row slice) sums, in float64,
+//    x and x^2 (forward) or dy and dy * (x - mean) (backward) over its rows; a warp reads 32 adjacent channels
+//    of a row. bn_partials_nchw: a 256-thread block per (channel, plane slice) steps through its planes'
+//    elements in memory order, four loads in flight per thread;
 //  - bn_finalize: a thread per channel adds the slices' partial sums and writes the statistics (mean, invstd,
 //    the running averages with the unbiased variance; or dweight, dbias) and the per-channel coefficients
 //    (evaluation: the coefficients from the running statistics, no partial sums);
-//  - bn_apply: y = x * scale + shift, or dx = (dy - dbias / M - (x - mean) * dweight * invstd / M) * weight *
-//    invstd, one element per thread, in the statistics dtype (the channel stepped along the grid-stride loop,
-//    not divided out per element). A 16-byte-vector variant of bn_apply (8 bfloat16 channels per thread) and
-//    four rows per iteration in bn_partials were tried and were slower on an H200 (256 channels at 56x56,
-//    bfloat16: evaluation 243 against 199 us, backward 706 against 613 us), and were removed.
+//  - bn_apply (channels-last) / bn_apply_nchw: y = x * scale + shift (max(y, 0) with the ReLU), or dx = (dy -
+//    dbias / M - (x - mean) * dweight * invstd / M) * weight * invstd (dy zero where the forward's ReLU was),
+//    in the statistics dtype, the channel stepped along the grid-stride loop, not divided out per element;
+//    bn_apply_nchw takes four elements per thread per iteration. A 16-byte-vector variant of bn_apply (8
+//    bfloat16 channels per thread), four rows per iteration in bn_partials and four elements per iteration in
+//    bn_apply were tried and were slower on an H200 (bfloat16 ResNet-50 inference 9.1 against 8.6 ms for the
+//    last), and were removed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,14 +42,26 @@
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
 namespace {
 
 const char* kBatchNormSource = R"KILN_BN(
+// bn_affine is the one place the normalised value is computed: the backward's ReLU mask recomputes it from the
+// forward's saved (scale, shift) with the same arithmetic, so the mask is the forward's result > 0 bit for bit.
+__device__ __forceinline__ S bn_affine(S v, S scale, S shift) { return v * scale + shift; }
+__device__ __forceinline__ bool bn_positive(S r) { return (S)kd::widen(kd::from_wide<IN>(r)) > (S)0; }
+
+// dy masked by the forward's ReLU (mask = its (scale, shift) per channel, or null: no ReLU).
+__device__ __forceinline__ S bn_masked(S g, S v, const S* __restrict__ mask, long long c, long long C) {
+  return mask != nullptr && !bn_positive(bn_affine(v, mask[c], mask[C + c])) ? (S)0 : g;
+}
+
+// Channels-last x viewed as (rows, C).
 extern "C" __global__ void __launch_bounds__(256) bn_partials(const IN* __restrict__ x, const IN* __restrict__ dy,
-                                                             const S* __restrict__ mean, double* __restrict__ part,
-                                                             long long rows, long long C) {
+                                                             const S* __restrict__ mean, const S* __restrict__ mask,
+                                                             double* __restrict__ part, long long rows, long long C) {
   __shared__ double sa[8][33], sb[8][33];
   const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
   double a = 0.0, b = 0.0;
@@ -53,9 +75,10 @@ extern "C" __global__ void __launch_bounds__(256) bn_partials(const IN* __restri
     } else {
       const double m = (double)mean[c];
       for (long long r = (long long)blockIdx.y * 8 + threadIdx.y; r < rows; r += (long long)gridDim.y * 8) {
-        const double g = (double)kd::widen(dy[r * C + c]);
+        const S v = (S)kd::widen(x[r * C + c]);
+        const double g = (double)bn_masked((S)kd::widen(dy[r * C + c]), v, mask, c, C);
         a += g;
-        b += g * ((double)kd::widen(x[r * C + c]) - m);
+        b += g * ((double)v - m);
       }
     }
   }
@@ -66,6 +89,76 @@ extern "C" __global__ void __launch_bounds__(256) bn_partials(const IN* __restri
     for (int k = 1; k < 8; ++k) {
       a += sa[k][threadIdx.x];
       b += sb[k][threadIdx.x];
+    }
+    part[((long long)blockIdx.y * 2) * C + c] = a;
+    part[((long long)blockIdx.y * 2 + 1) * C + c] = b;
+  }
+}
+
+// NCHW x: block (c, slice) sums channel c over the planes [N * slice / slices, N * (slice + 1) / slices), its 256
+// threads stepping through those planes' elements in memory order (four loads in flight per thread).
+extern "C" __global__ void __launch_bounds__(256) bn_partials_nchw(const IN* __restrict__ x,
+                                                                  const IN* __restrict__ dy,
+                                                                  const S* __restrict__ mean,
+                                                                  const S* __restrict__ mask,
+                                                                  double* __restrict__ part, long long N,
+                                                                  long long C, long long HW) {
+  __shared__ double sa[8], sb[8];
+  const long long c = blockIdx.x;
+  const long long n_end = N * (blockIdx.y + 1) / gridDim.y;
+  long long n = N * blockIdx.y / gridDim.y + threadIdx.x / HW, h = threadIdx.x % HW;
+  const long long n_step = 256 / HW, h_step = 256 % HW;
+  const double m = dy != nullptr ? (double)mean[c] : 0.0;
+  double a = 0.0, b = 0.0;
+  while (n < n_end) {
+    long long at[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      at[k] = n < n_end ? (n * C + c) * HW + h : -1;
+      h += h_step;
+      n += n_step;
+      if (h >= HW) {
+        h -= HW;
+        ++n;
+      }
+    }
+    if (dy == nullptr) {
+      double v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = at[k] >= 0 ? (double)kd::widen(x[at[k]]) : 0.0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        a += v[k];
+        b += v[k] * v[k];
+      }
+    } else {
+      S v[4], g[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        v[k] = at[k] >= 0 ? (S)kd::widen(x[at[k]]) : (S)0;
+        g[k] = at[k] >= 0 ? (S)kd::widen(dy[at[k]]) : (S)0;
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const double gm = (double)bn_masked(g[k], v[k], mask, c, C);
+        a += gm;
+        b += gm * ((double)v[k] - m);
+      }
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sa[threadIdx.x >> 5] = a;
+    sb[threadIdx.x >> 5] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < 8; ++k) {
+      a += sa[k];
+      b += sb[k];
     }
     part[((long long)blockIdx.y * 2) * C + c] = a;
     part[((long long)blockIdx.y * 2 + 1) * C + c] = b;
@@ -119,23 +212,68 @@ extern "C" __global__ void bn_finalize(const double* __restrict__ part, int slic
   }
 }
 
+// y = x * scale + shift (then max(y, 0) when relu), or dx from dy (masked when mask is given): the element's
+// value from its channel's coefficients.
+__device__ __forceinline__ S bn_out(S v, S g, bool backward, const S* __restrict__ coef,
+                                    const S* __restrict__ mask, int relu, long long c, long long C) {
+  if (!backward) {
+    const S r = bn_affine(v, coef[c], coef[C + c]);
+    return relu && r < (S)0 ? (S)0 : r;
+  }
+  const S gm = bn_masked(g, v, mask, c, C);
+  return (gm - coef[C + c] - (v - coef[3 * C + c]) * coef[2 * C + c]) * coef[c];
+}
+
+// Channels-last: element i's channel is i % C, one division per thread, then stepped along the grid stride.
 extern "C" __global__ void __launch_bounds__(256) bn_apply(const IN* __restrict__ x, const IN* __restrict__ dy,
                                                           IN* __restrict__ out, const S* __restrict__ coef,
-                                                          long long n, long long C) {
-  // The channel of element i is i % C: one division per thread, then stepped (the stride's remainder added).
+                                                          const S* __restrict__ mask, int relu, long long n,
+                                                          long long C) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long step = stride % C;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long c = i % C;
   for (; i < n; i += stride, c = c + step >= C ? c + step - C : c + step) {
-    const S v = (S)kd::widen(x[i]);
-    S r;
-    if (dy == nullptr) {
-      r = v * coef[c] + coef[C + c];
-    } else {
-      r = ((S)kd::widen(dy[i]) - coef[C + c] - (v - coef[3 * C + c]) * coef[2 * C + c]) * coef[c];
+    const S g = dy != nullptr ? (S)kd::widen(dy[i]) : (S)0;
+    out[i] = kd::from_wide<IN>(bn_out((S)kd::widen(x[i]), g, dy != nullptr, coef, mask, relu, c, C));
+  }
+}
+
+// NCHW: element i's channel is (i / HW) % C. Each thread takes four elements a grid stride apart per iteration
+// (four loads in flight: one element per thread left an H200 at half its bandwidth on float32 planes), their
+// channels stepped, not divided out.
+extern "C" __global__ void __launch_bounds__(256) bn_apply_nchw(const IN* __restrict__ x, const IN* __restrict__ dy,
+                                                               IN* __restrict__ out, const S* __restrict__ coef,
+                                                               const S* __restrict__ mask, int relu, long long n,
+                                                               long long C, long long HW) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long h_step = stride % HW, c_step = (stride / HW) % C;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long h = i % HW, c = (i / HW) % C;
+  while (i < n) {
+    long long at[4], ch[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      at[k] = i < n ? i : -1;
+      ch[k] = c;
+      i += stride;
+      h += h_step;
+      c += c_step;
+      if (h >= HW) {
+        h -= HW;
+        ++c;
+      }
+      if (c >= C) c -= C;
     }
-    out[i] = kd::from_wide<IN>(r);
+    S v[4], g[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[k] = at[k] >= 0 ? (S)kd::widen(x[at[k]]) : (S)0;
+      g[k] = at[k] >= 0 && dy != nullptr ? (S)kd::widen(dy[at[k]]) : (S)0;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (at[k] >= 0) out[at[k]] = kd::from_wide<IN>(bn_out(v[k], g[k], dy != nullptr, coef, mask, relu, ch[k], C));
   }
 }
 
@@ -163,9 +301,28 @@ std::shared_ptr<Module> bn_module(int device, DType in, DType stats) {
     if (auto it = modules.find(key); it != modules.end()) return it->second;
   }
   std::shared_ptr<Module> module =
-      load_module(batch_norm_source(in, stats), "batch_norm_nhwc_" + std::string(dtype_name(in)), device);
+      load_module(batch_norm_source(in, stats), "batch_norm_" + std::string(dtype_name(in)), device);
   std::lock_guard<std::mutex> lock(mutex);
   return modules.try_emplace(key, module).first->second;
+}
+
+}  // namespace
+
+namespace {
+
+/// Where NCHW batch norm runs: these kernels, or cuDNN with KILN_BN_NCHW=cudnn (for measuring one against the
+/// other; =kiln is the default).
+enum class NchwRoute { Cudnn, Kiln };
+NchwRoute nchw_route() {
+  static const NchwRoute route = [] {
+    const char* env = std::getenv("KILN_BN_NCHW");
+    if (env == nullptr || *env == '\0') return NchwRoute::Kiln;
+    if (std::strcmp(env, "cudnn") == 0) return NchwRoute::Cudnn;
+    if (std::strcmp(env, "kiln") == 0) return NchwRoute::Kiln;
+    throw ValueError(std::string("KILN_BN_NCHW is '") + env +
+                     "': set it to cudnn (cuDNN's batch norm for NCHW arrays) or kiln (kiln's kernels), or unset it");
+  }();
+  return route;
 }
 
 }  // namespace
@@ -175,31 +332,50 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
   const Array& x = *call.x;
   const DType stats = call.weight->dtype();
   const bool evaluation = call.kind == BatchNormKind::Evaluation;
-  if (!call.channels_last || (stats != DType::Float32 && stats != DType::Float64)) return false;
+  const bool backward = call.kind == BatchNormKind::Backward;
+  if (stats != DType::Float32 && stats != DType::Float64) return false;
+  if (!call.channels_last && nchw_route() == NchwRoute::Cudnn) return false;
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);
   std::shared_ptr<Module> module = bn_module(device, x.dtype(), stats);
   long long C = x.shape(1);
   long long rows = x.size() / C;
   long long n = x.size();
+  long long N = x.shape(0);
+  long long HW = call.channels_last ? 1 : x.shape(2) * x.shape(3);
   const int64_t sms = multiprocessor_count(device);
   const int64_t tiles = ceil_div(C, 32);
-  int slices = static_cast<int>(std::clamp<int64_t>(4 * sms / tiles, 1, std::min<int64_t>(ceil_div(rows, 64), 65535)));
-  const bool backward = call.kind == BatchNormKind::Backward;
+  // Channels-last: (channel tile, row slice) blocks; NCHW: (channel, plane slice) blocks, at most one wave of
+  // them (eight 256-thread blocks a multiprocessor) where the channels allow: 1280 blocks, a wave and a fifth,
+  // took 500 us at 256 channels of 56x56 (float32, batch 128) where cuDNN took 433.
+  int slices =
+      call.channels_last
+          ? static_cast<int>(std::clamp<int64_t>(4 * sms / tiles, 1, std::min<int64_t>(ceil_div(rows, 64), 65535)))
+          : static_cast<int>(std::clamp<int64_t>(8 * sms / C, 1, std::min<int64_t>(N, 65535)));
   std::shared_ptr<Storage> part =
       evaluation ? nullptr : device_alloc(device, sizeof(double) * 2 * static_cast<size_t>(slices * C), stream);
+  // A training forward with ReLU writes its (scale, shift) into call.scale_shift for the backward's mask.
+  const bool keep_coef = call.relu && call.kind == BatchNormKind::Training && call.scale_shift.defined();
   std::shared_ptr<Storage> coef =
-      device_alloc(device, static_cast<size_t>(itemsize(stats)) * 4 * static_cast<size_t>(C), stream);
+      keep_coef ? nullptr
+                : device_alloc(device, static_cast<size_t>(itemsize(stats)) * 4 * static_cast<size_t>(C), stream);
   const void* xp = x.data_ptr();
   const void* dyp = backward ? call.dy->data_ptr() : nullptr;
   const void* mean_in = backward ? call.mean.data_ptr() : nullptr;
   const void* invstd_in = backward ? call.invstd.data_ptr() : nullptr;
+  const void* maskp = backward && call.relu ? call.scale_shift.data_ptr() : nullptr;
   void* partp = part ? part->data() : nullptr;
-  void* coefp = coef->data();
+  void* coefp = keep_coef ? call.scale_shift.data_ptr() : coef->data();
   if (!evaluation) {
-    void* args[] = {&xp, &dyp, &mean_in, &partp, &rows, &C};
-    launch(module->function("bn_partials"), dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
-           dim3(32, 8), 0, stream, args, "bn_partials");
+    if (call.channels_last) {
+      void* args[] = {&xp, &dyp, &mean_in, &maskp, &partp, &rows, &C};
+      launch(module->function("bn_partials"), dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
+             dim3(32, 8), 0, stream, args, "bn_partials");
+    } else {
+      void* args[] = {&xp, &dyp, &mean_in, &maskp, &partp, &N, &C, &HW};
+      launch(module->function("bn_partials_nchw"), dim3(static_cast<unsigned>(C), static_cast<unsigned>(slices)),
+             dim3(256), 0, stream, args, "bn_partials_nchw");
+    }
   }
   {
     const void* w = call.weight->data_ptr();
@@ -217,9 +393,18 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
            "bn_finalize");
   }
   void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
-  void* args[] = {&xp, &dyp, &outp, &coefp, &n, &C};
-  const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), sms * 16);
-  launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");
+  int relu = call.relu && !backward ? 1 : 0;
+  if (call.channels_last) {
+    void* args[] = {&xp, &dyp, &outp, &coefp, &maskp, &relu, &n, &C};
+    const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), sms * 16);
+    launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");
+  } else {
+    void* args[] = {&xp, &dyp, &outp, &coefp, &maskp, &relu, &n, &C, &HW};
+    const int64_t blocks = std::min<int64_t>(ceil_div(n, 1024), sms * 8);
+    launch(module->function("bn_apply_nchw"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args,
+           "bn_apply_nchw");
+  }
+  call.relu_done = call.relu;
   return true;
 }
 

@@ -411,7 +411,9 @@ bool cuda_batch_norm(detail::BatchNormCall& call) {
   using detail::BatchNormKind;
   const Array& x = *call.x;
   const std::optional<cudnnDataType_t> type = data_type(x.dtype());
-  if (!type || call.eps < CUDNN_BN_MIN_EPSILON || !fits_int(x)) return false;
+  // A backward masked by a fused ReLU is not cuDNN's: the core unmasks it first (relu_backward) and calls again.
+  if (!type || call.eps < CUDNN_BN_MIN_EPSILON || !fits_int(x) || (call.relu && call.kind == BatchNormKind::Backward))
+    return false;
   const bool cl = call.channels_last;
   const int device = x.device().index;
   const cudaStream_t stream = current_stream(device);

@@ -97,8 +97,11 @@ Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_siz
   return stack(rows, -2);
 }
 
-Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight, const Array& bias,
-                   bool training, double momentum, double eps) {
+namespace {
+
+/// batch_norm2d, then ReLU when `relu` (one node: the fused pass where the backend has one).
+Array batch_norm_node(const Array& x, Array& running_mean, Array& running_var, const Array& weight, const Array& bias,
+                      bool training, double momentum, double eps, bool relu) {
   // Inputs of the function: x, then weight and bias when defined (their gradients at those positions).
   std::vector<Array> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
@@ -108,33 +111,37 @@ Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, cons
   if (is_grad_enabled())
     for (const Array& a : inputs) records = records || a.requires_grad();
   const AutogradFunction f{
-      training ? "BatchNormBackward" : "BatchNormEvalBackward",
+      relu ? (training ? "BatchNormReluBackward" : "BatchNormReluEvalBackward")
+           : (training ? "BatchNormBackward" : "BatchNormEvalBackward"),
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
         const Array w = has_weight ? in[1] : Array();
         const Array b = has_bias ? in[has_weight ? 2 : 1] : Array();
-        BatchNormOutput r = batch_norm_forward(in[0], w, b, running_mean, running_var, training, momentum, eps);
+        BatchNormOutput r = batch_norm_forward(in[0], w, b, running_mean, running_var, training, momentum, eps, relu);
         if (!training && records) {  // the running statistics as of this call: training updates them in place
           r.mean = running_mean.copy();
           r.invstd = 1.0 / sqrt(running_var + eps);
         }
         saved = {in[0], w, r.mean, r.invstd};
+        if (relu && records) saved.insert(saved.end(), {r.y, r.scale_shift});  // the ReLU's mask
         return r.y;
       },
-      [training, eps, has_weight, has_bias](const Array& grad, const std::vector<Array>& saved,
-                                            const std::vector<bool>& needs) {
+      [training, eps, has_weight, has_bias, relu](const Array& grad, const std::vector<Array>& saved,
+                                                  const std::vector<bool>& needs) {
         const Array &xs = saved[0], &w = saved[1], &m = saved[2], &is = saved[3];
         std::vector<Array> grads(needs.size());
         Array dx, dw, db;
         if (training) {
-          BatchNormGrads g = batch_norm_backward(grad, xs, w, m, is, eps);
+          BatchNormGrads g = relu ? batch_norm_relu_backward(grad, xs, saved[4], w, m, is, saved[5], eps)
+                                  : batch_norm_backward(grad, xs, w, m, is, eps);
           dx = g.input, dw = g.weight, db = g.bias;
         } else {  // y = (x - m) * is * w + b with constant statistics
+          const Array g = relu ? where(saved[4] > 0, grad, 0.0) : grad;
           const int64_t c = xs.shape(1);
           const Shape per{1, c, 1, 1};
           const Array scale = (w.defined() ? is * w.astype(is.dtype()) : is).reshape(per);
-          dx = (grad.astype(is.dtype()) * scale).astype(xs.dtype());
+          dx = (g.astype(is.dtype()) * scale).astype(xs.dtype());
           if (needs.size() > 1) {
-            const Array gf = grad.astype(is.dtype());
+            const Array gf = g.astype(is.dtype());
             db = sum(gf, {0, 2, 3});
             dw = sum(gf * ((xs.astype(is.dtype()) - m.reshape(per)) * is.reshape(per)), {0, 2, 3});
           }
@@ -146,6 +153,18 @@ Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, cons
         return grads;
       }};
   return kiln::apply(f, inputs);
+}
+
+}  // namespace
+
+Array batch_norm2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight, const Array& bias,
+                   bool training, double momentum, double eps) {
+  return batch_norm_node(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+}
+
+Array batch_norm_relu2d(const Array& x, Array& running_mean, Array& running_var, const Array& weight, const Array& bias,
+                        bool training, double momentum, double eps) {
+  return batch_norm_node(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
 }
 
 // ---------------------------------------------------------------- modules
@@ -216,7 +235,11 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
   register_buffer("num_batches_tracked", zeros({}, int64, device));
 }
 
-Array BatchNorm2d::forward(const Array& x) {
+Array BatchNorm2d::forward(const Array& x) { return run(x, false); }
+
+Array BatchNorm2d::forward_relu(const Array& x) { return run(x, true); }
+
+Array BatchNorm2d::run(const Array& x, bool relu) {
   if (x.ndim() != 4 || x.shape(1) != features_)
     throw ShapeError(name() + ": the input must be (N, " + std::to_string(features_) + ", H, W), got shape " +
                      shape_str(x.shape()));
@@ -226,8 +249,8 @@ Array BatchNorm2d::forward(const Array& x) {
     NoGradGuard no_grad;
     buffer("num_batches_tracked") += 1;
   }
-  return batch_norm2d(x, rm, rv, affine_ ? parameter("weight") : Array(), affine_ ? parameter("bias") : Array(),
-                      is_training(), momentum_, eps_);
+  return batch_norm_node(x, rm, rv, affine_ ? parameter("weight") : Array(), affine_ ? parameter("bias") : Array(),
+                         is_training(), momentum_, eps_, relu);
 }
 
 std::shared_ptr<Conv2d> fuse_conv_bn_eval(Conv2d& conv, BatchNorm2d& bn) {

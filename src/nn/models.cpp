@@ -175,13 +175,28 @@ Array conv_without_bias(nn::Conv2d& conv, const Array& x) {
                    "the convolutions); call eval(), or train a model that was not folded");
 }
 
-/// ReLU of an array the block just made (a batch norm's or the residual add's result, never its input: the block's
-/// children are its own Conv2d and BatchNorm2d): in place when nothing records its gradient, as torchvision's
-/// ReLU(inplace=True) (no new activation to allocate and fault in); a new array otherwise.
-Array relu_of_temporary(Array y) {
-  if (is_grad_enabled() && y.requires_grad()) return relu(y);
-  relu(y, y);
-  return y;
+/// relu(a + b), the end of a residual block, in one pass (an add and a ReLU are five passes over the block's
+/// widest activation, this three) and, when a gradient is recorded, one node whose backward is relu's gradient
+/// for both inputs. Equal to relu(a + b).
+Array add_relu(const Array& a, const Array& b) {
+  static const auto kernel = fuse([](auto p, auto q) { return relu(p + q); }, "residual_add_relu");
+  const AutogradFunction f{"AddReluBackward",
+                           [](const std::vector<Array>& in, std::vector<Array>& saved) {
+                             Array out;
+                             if (in[0].device().is_cpu()) {  // kiln::fuse runs op by op there: ReLU in place
+                               out = in[0] + in[1];
+                               relu(out, out);
+                             } else {
+                               out = kernel(in[0], in[1]);
+                             }
+                             saved = {out};
+                             return out;
+                           },
+                           [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+                             const Array masked = relu_backward(saved[0], g);
+                             return std::vector<Array>{masked, masked};
+                           }};
+  return apply(f, {a, b});
 }
 
 /// A residual block: BasicBlock (two 3x3) or Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x width).
@@ -214,10 +229,10 @@ class Block : public nn::Module {
     if (folded_) return folded_forward(x);
     Array y = x;
     for (size_t i = 0; i < convs_.size(); ++i) {
-      y = (*bns_[i])((*convs_[i])(y));
-      if (i + 1 < convs_.size()) y = relu_of_temporary(y);
+      y = (*convs_[i])(y);
+      y = i + 1 < convs_.size() ? bns_[i]->forward_relu(y) : (*bns_[i])(y);
     }
-    return relu_of_temporary(y + (downsample_ ? (*downsample_)(x) : x));
+    return add_relu(y, downsample_ ? (*downsample_)(x) : x);
   }
   std::string name() const override { return bottleneck_ ? "Bottleneck" : "BasicBlock"; }
 
@@ -313,8 +328,9 @@ Array ResNet::forward(const Array& x) {
     auto& conv = static_cast<nn::Conv2d&>(*stem_[0]);
     y = conv_epilogue(conv_without_bias(conv, y), conv.parameter("bias"));
     for (size_t i = 1; i < stem_.size(); ++i) y = (*stem_[i])(y);
-  } else {
-    for (auto& m : stem_) y = (*m)(y);
+  } else {  // conv1, bn1 and relu in one (batch_norm_relu2d), maxpool
+    y = static_cast<nn::BatchNorm2d&>(*stem_[1]).forward_relu((*stem_[0])(y));
+    y = (*stem_[3])(y);
   }
   for (auto& m : stages_) y = (*m)(y);
   for (auto& m : head_) y = (*m)(y);

@@ -406,6 +406,51 @@ TEST(NnConv, BatchNormWithoutAffineParametersHasGradients) {
   }
 }
 
+TEST(NnConv, BatchNormReluIsReluOfBatchNormAndPassesGradcheck) {
+  // batch_norm_relu2d: the values and gradients of relu(batch_norm2d(...)) (bit for bit: the fused kernels and
+  // the mask they recompute give the same numbers), NCHW and channels-last, training and evaluation; gradcheck.
+  for (Device d : devices())
+    for (bool cl : {false, true})
+      for (bool training : {true, false}) {
+        const std::string what = d.str() + (cl ? " channels-last" : " NCHW") + (training ? " training" : " eval");
+        Array x = values({4, 3, 5, 2}, 50, d) * 2.0 + 0.3;
+        if (cl) x = to_channels_last(x);
+        Array w = values({3}, 51, d), b = values({3}, 52, d);
+        Array rm0 = values({3}, 53, d) * 0.1, rv0 = values({3}, 54, d) * 0.1 + 1.0;
+        Array rm1 = rm0.copy(), rv1 = rv0.copy();
+        const Array v = values({4, 3, 5, 2}, 55, d);  // projects the output: L = sum(y * v)
+        std::vector<Array> grads[2];
+        Array ys[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          const Array xi = x.detach().set_requires_grad(true), wi = w.detach().set_requires_grad(true),
+                      bi = b.detach().set_requires_grad(true);
+          ys[fused] = fused ? nn::batch_norm_relu2d(xi, rm1, rv1, wi, bi, training)
+                            : relu(nn::batch_norm2d(xi, rm0, rv0, wi, bi, training));
+          sum(ys[fused] * v).backward();
+          grads[fused] = {xi.grad(), wi.grad(), bi.grad()};
+        }
+        EXPECT_TRUE(array_equal(ys[0], ys[1])) << what;
+        EXPECT_EQ(is_channels_last(ys[1]) && !ys[1].is_contiguous(), cl) << what;
+        EXPECT_TRUE(array_equal(rm0, rm1) && array_equal(rv0, rv1)) << what << " running statistics";
+        for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(array_equal(grads[0][i], grads[1][i])) << what << " gradient " << i;
+        const GradcheckResult r = gradcheck(
+            [&](const std::vector<Array>& in) {
+              Array m = rm0.copy(), var = rv0.copy();
+              return nn::batch_norm_relu2d(in[0], m, var, in[1], in[2], training);
+            },
+            {x.slice(0, 0, 2), w, b});
+        EXPECT_TRUE(r.passed) << what << ": " << r.report;
+      }
+  // The backward's operands are checked: y's shape, scale_shift's shape.
+  const Array x = values({2, 3, 2, 2}, 56, cpu()), m = zeros({3}, float64, cpu()), is = ones({3}, float64, cpu());
+  kiln_test::expect_error<ShapeError>(
+      [&] { (void)batch_norm_relu_backward(x, x, x.slice(0, 0, 1), Array(), m, is, Array(), 1e-5); },
+      {"batch_norm_relu_backward", "output"});
+  kiln_test::expect_error<ValueError>(
+      [&] { (void)batch_norm_relu_backward(x, x, x, Array(), m, is, zeros({3}, float64, cpu()), 1e-5); },
+      {"batch_norm_relu_backward", "scale_shift", "(6,)"});
+}
+
 TEST(NnConv, PrimitivesRefuseBadOperands) {
   for (Device d : devices()) {
     const Array x = values({1, 2, 4, 4}, 50, d), w = values({3, 2, 3, 3}, 51, d);

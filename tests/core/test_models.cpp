@@ -74,6 +74,85 @@ TEST(Models, ResNet18TrainsAndEvaluatesOnEveryBackendAlike) {
   }
 }
 
+/// A child of `m` by name.
+std::shared_ptr<nn::Module> child(const nn::Module& m, const std::string& name) {
+  for (const auto& [n, c] : m.named_children())
+    if (n == name) return c;
+  ADD_FAILURE() << "no child " << name;
+  return nullptr;
+}
+
+/// ResNet's forward module by module with separate ops: every batch norm, ReLU and residual add on its own (the
+/// model fuses batch norm + ReLU and add + ReLU).
+Array resnet_by_modules(nn::Module& m, const Array& x) {
+  const auto run = [](const std::shared_ptr<nn::Module>& c, const Array& a) { return (*c)(a); };
+  Array y = relu(run(child(m, "bn1"), run(child(m, "conv1"), x)));
+  y = run(child(m, "maxpool"), y);
+  for (const char* stage : {"layer1", "layer2", "layer3", "layer4"})
+    for (const auto& [name, block] : child(m, stage)->named_children()) {
+      Array h = y;
+      for (const char* i : {"1", "2", "3"}) {
+        const std::shared_ptr<nn::Module> conv = [&] {
+          for (const auto& [n, c] : block->named_children())
+            if (n == std::string("conv") + i) return c;
+          return std::shared_ptr<nn::Module>();
+        }();
+        if (!conv) break;
+        if (i != std::string("1")) h = relu(h);
+        h = run(child(*block, std::string("bn") + i), run(conv, h));
+      }
+      const auto kids = block->named_children();
+      const bool down = std::any_of(kids.begin(), kids.end(), [](const auto& k) { return k.first == "downsample"; });
+      y = relu(h + (down ? run(child(*block, "downsample"), y) : y));
+    }
+  for (const char* head : {"avgpool", "flatten", "fc"}) y = run(child(m, head), y);
+  return y;
+}
+
+/// Equal on the CPU; within `tol` of the largest element on a GPU, whose cuDNN convolutions may sum in another
+/// order from one call to the next.
+bool same(const Array& got, const Array& want, Device d, double tol) {
+  if (d.is_cpu()) return array_equal(got, want);
+  const double scale = std::max(max(abs(want.astype(float64))).item<double>(), 1e-30);
+  return max(abs(got.astype(float64) - want.astype(float64))).item<double>() <= tol * scale;
+}
+
+TEST(Models, FusedBatchNormReluAndResidualReluEqualTheOpsOneByOne) {
+  // The model's fused batch norm + ReLU (kiln's GPU kernels: one pass, the mask recomputed in backward) and
+  // add + ReLU against the same modules run op by op: the same logits and gradients (bit for bit on the CPU),
+  // training and evaluation, NCHW and channels-last.
+  for (Device d : harness::backends())
+    for (DType t : {float64, float32})
+      for (bool cl : {false, true}) {
+        const std::string what = d.str() + " " + std::string(dtype_name(t)) + (cl ? " channels-last" : "");
+        random::seed(5);
+        auto m = models::resnet18(10, t, d);
+        if (cl) m->to_channels_last();
+        random::seed(6);
+        Array x = random::normal({2, 3, 32, 32}, 0.0, 1.0, t, d);
+        if (cl) x = to_channels_last(x);
+        const Array labels = from_data(std::vector<int64_t>{1, 7}, Shape{2}, d);
+        std::vector<Array> grads[2];
+        Array logits[2];
+        for (int pass = 0; pass < 2; ++pass) {
+          m->zero_grad();
+          logits[pass] = pass == 0 ? (*m)(x) : resnet_by_modules(*m, x);
+          nn::cross_entropy(logits[pass], labels).backward();
+          for (const auto& [name, p] : m->named_parameters()) grads[pass].push_back(p.grad().to(cpu()));
+        }
+        const double tol = t == float64 ? 1e-10 : 1e-4;
+        EXPECT_TRUE(same(logits[0].to(cpu()), logits[1].to(cpu()), d, tol)) << what;
+        ASSERT_EQ(grads[0].size(), grads[1].size());
+        size_t k = 0;
+        for (const auto& [name, p] : m->named_parameters()) {
+          EXPECT_TRUE(same(grads[0][k], grads[1][k], d, tol)) << what << " " << name;
+          ++k;
+        }
+        m->eval();
+        EXPECT_TRUE(same((*m)(x).to(cpu()), resnet_by_modules(*m, x).to(cpu()), d, tol)) << what << " eval";
+      }
+}
+
 /// Batch norms away from their initial statistics (as scripts/resnet-reference.py does), so folding them matters.
 void randomise_batch_norms(nn::Module& m) {
   NoGradGuard no_grad;

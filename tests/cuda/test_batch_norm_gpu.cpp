@@ -1,7 +1,8 @@
-// kiln's channels-last batch-normalisation kernels (src/cuda/batch_norm.cpp): their source compiles for every
-// input and statistics dtype (no GPU needed), and on a GPU they give the CPU's float64 results for the training
-// forward (statistics, running averages), its backward and evaluation, for wide and narrow channel counts and an
-// operand one element off its allocation's start.
+// kiln's batch-normalisation kernels (src/cuda/batch_norm.cpp): their source compiles for every input and
+// statistics dtype (no GPU needed), and on a GPU they give the CPU's float64 results for the training forward
+// (statistics, running averages), its backward and evaluation, channels-last and NCHW, for wide and narrow channel
+// counts, planes smaller and larger than a block and an operand one element off its allocation's start; with a
+// fused ReLU they give relu() of the plain result and the plain backward of relu's gradient, bit for bit.
 #include <gtest/gtest.h>
 
 #ifdef KILN_WITH_CUDA
@@ -20,7 +21,7 @@ TEST(BatchNormCodegen, KernelsCompileForEveryInputAndStatisticsDtype) {
   for (DType in : {float32, float64, float16, bfloat16})
     for (DType stats : {float32, float64}) {
       const std::string ptx = cuda_impl::compile_ptx(cuda_impl::batch_norm_source(in, stats), "bn_test", 90);
-      for (const char* kernel : {"bn_partials", "bn_finalize", "bn_apply"})
+      for (const char* kernel : {"bn_partials", "bn_partials_nchw", "bn_finalize", "bn_apply", "bn_apply_nchw"})
         EXPECT_NE(ptx.find(std::string(".entry ") + kernel + "("), std::string::npos)
             << kernel << " " << dtype_name(in) << " " << dtype_name(stats);
     }
@@ -47,45 +48,86 @@ double relative_error(const Array& got, const Array& want) {
   return max(abs(got.to(cpu()).astype(float64) - want)).item<double>() / scale;
 }
 
-TEST(BatchNormGpu, ChannelsLastKernelsGiveTheCpusResults) {
+/// `a` (float64, CPU) as `t` on the GPU, NCHW-contiguous; one element past an aligned start when `offset`.
+Array nchw_on_gpu(const Array& a, DType t, bool offset) {
+  const Array g = a.astype(t).to(gpu(0));
+  if (!offset) return g;
+  Array flat = zeros({a.size() + 1}, t, gpu(0));
+  flat.slice(0, 1, std::nullopt).assign(g.flatten());
+  return flat.slice(0, 1, std::nullopt).reshape(a.shape());
+}
+
+TEST(BatchNormGpu, KernelsGiveTheCpusResults) {
   KILN_REQUIRE_GPU();
   struct Case {
-    int64_t c;
+    Shape s;
     bool offset;
   };
-  for (const Case& k : {Case{64, false}, Case{6, false}, Case{64, true}})
-    for (DType t : {float32, bfloat16}) {
-      const std::string what = "C " + std::to_string(k.c) + (k.offset ? " offset " : " ") + std::string(dtype_name(t));
-      const Shape s{4, k.c, 5, 3};
-      const Array x64 = normal_values(s, 1) * 2.0 + 0.5, dy64 = normal_values(s, 2);
-      const Array w = normal_values({k.c}, 3).astype(float32), b = normal_values({k.c}, 4).astype(float32);
-      // The reference: the same rounded inputs in float64 on the CPU
-      const Array xr = x64.astype(t).astype(float64), dyr = dy64.astype(t).astype(float64);
-      Array rm_ref = zeros({k.c}, float64, cpu()), rv_ref = ones({k.c}, float64, cpu());
-      const BatchNormOutput want =
-          batch_norm_forward(xr, w.astype(float64), b.astype(float64), rm_ref, rv_ref, true, 0.1, 1e-5);
-      const BatchNormGrads want_g = batch_norm_backward(dyr, xr, w.astype(float64), want.mean, want.invstd, 1e-5);
+  // Planes of 15, 49 (7x7) and 400 (more than a block's 256 threads) elements; 64 and 6 channels.
+  const std::vector<Case> cases = {{{4, 64, 5, 3}, false},
+                                   {{4, 6, 5, 3}, false},
+                                   {{4, 64, 5, 3}, true},
+                                   {{5, 9, 7, 7}, false},
+                                   {{3, 2, 20, 20}, true}};
+  for (const Case& k : cases)
+    for (bool cl : {true, false})
+      for (DType t : {float32, bfloat16}) {
+        const int64_t c = k.s[1];
+        const std::string what = shape_str(k.s) + (cl ? " channels-last" : " NCHW") + (k.offset ? " offset " : " ") +
+                                 std::string(dtype_name(t));
+        const Array x64 = normal_values(k.s, 1) * 2.0 + 0.5, dy64 = normal_values(k.s, 2);
+        const Array w = normal_values({c}, 3).astype(float32), b = normal_values({c}, 4).astype(float32);
+        // The reference: the same rounded inputs in float64 on the CPU
+        const Array xr = x64.astype(t).astype(float64), dyr = dy64.astype(t).astype(float64);
+        Array rm_ref = zeros({c}, float64, cpu()), rv_ref = ones({c}, float64, cpu());
+        const BatchNormOutput want =
+            batch_norm_forward(xr, w.astype(float64), b.astype(float64), rm_ref, rv_ref, true, 0.1, 1e-5);
+        const BatchNormGrads want_g = batch_norm_backward(dyr, xr, w.astype(float64), want.mean, want.invstd, 1e-5);
 
-      const Array x = channels_last_on_gpu(x64, t, k.offset), dy = channels_last_on_gpu(dy64, t, k.offset);
-      ASSERT_TRUE(is_channels_last(x)) << what;
-      Array rm = zeros({k.c}, float32, gpu(0)), rv = ones({k.c}, float32, gpu(0));
-      const BatchNormOutput got = batch_norm_forward(x, w.to(gpu(0)), b.to(gpu(0)), rm, rv, true, 0.1, 1e-5);
-      const BatchNormGrads got_g = batch_norm_backward(dy, x, w.to(gpu(0)), got.mean, got.invstd, 1e-5);
-      const double tol = t == float32 ? 1e-5 : 1e-2;  // the output's rounding
-      EXPECT_TRUE(is_channels_last(got.y)) << what;
-      EXPECT_LT(relative_error(got.y, want.y), tol) << what << " y";
-      EXPECT_LT(relative_error(got.mean, want.mean), 1e-6) << what << " mean";
-      EXPECT_LT(relative_error(rm, rm_ref), 1e-6) << what << " running mean";
-      EXPECT_LT(relative_error(rv, rv_ref), 1e-6) << what << " running variance";
-      EXPECT_LT(relative_error(got_g.input, want_g.input), tol) << what << " input gradient";
-      EXPECT_LT(relative_error(got_g.weight, want_g.weight), 1e-5) << what << " weight gradient";
-      EXPECT_LT(relative_error(got_g.bias, want_g.bias), 1e-5) << what << " bias gradient";
-      // evaluation with the running statistics
-      const Array want_eval =
-          batch_norm_forward(xr, w.astype(float64), b.astype(float64), rm_ref, rv_ref, false, 0.1, 1e-5).y;
-      const Array got_eval = batch_norm_forward(x, w.to(gpu(0)), b.to(gpu(0)), rm, rv, false, 0.1, 1e-5).y;
-      EXPECT_LT(relative_error(got_eval, want_eval), tol) << what << " evaluation";
-    }
+        const Array x = cl ? channels_last_on_gpu(x64, t, k.offset) : nchw_on_gpu(x64, t, k.offset);
+        const Array dy = cl ? channels_last_on_gpu(dy64, t, k.offset) : nchw_on_gpu(dy64, t, k.offset);
+        ASSERT_EQ(is_channels_last(x) && !x.is_contiguous(), cl) << what;
+        const Array wg = w.to(gpu(0)), bg = b.to(gpu(0));
+        Array rm = zeros({c}, float32, gpu(0)), rv = ones({c}, float32, gpu(0));
+        const BatchNormOutput got = batch_norm_forward(x, wg, bg, rm, rv, true, 0.1, 1e-5);
+        const BatchNormGrads got_g = batch_norm_backward(dy, x, wg, got.mean, got.invstd, 1e-5);
+        const double tol = t == float32 ? 1e-5 : 1e-2;  // the output's rounding
+        EXPECT_EQ(is_channels_last(got.y) && !got.y.is_contiguous(), cl) << what;
+        EXPECT_LT(relative_error(got.y, want.y), tol) << what << " y";
+        EXPECT_LT(relative_error(got.mean, want.mean), 1e-6) << what << " mean";
+        EXPECT_LT(relative_error(got.invstd, want.invstd), 1e-6) << what << " invstd";
+        EXPECT_LT(relative_error(rm, rm_ref), 1e-6) << what << " running mean";
+        EXPECT_LT(relative_error(rv, rv_ref), 1e-6) << what << " running variance";
+        EXPECT_LT(relative_error(got_g.input, want_g.input), tol) << what << " input gradient";
+        EXPECT_LT(relative_error(got_g.weight, want_g.weight), 1e-5) << what << " weight gradient";
+        EXPECT_LT(relative_error(got_g.bias, want_g.bias), 1e-5) << what << " bias gradient";
+        // evaluation with the running statistics
+        const Array want_eval =
+            batch_norm_forward(xr, w.astype(float64), b.astype(float64), rm_ref, rv_ref, false, 0.1, 1e-5).y;
+        const Array got_eval = batch_norm_forward(x, wg, bg, rm, rv, false, 0.1, 1e-5).y;
+        EXPECT_LT(relative_error(got_eval, want_eval), tol) << what << " evaluation";
+
+        // The fused ReLU: relu() of the plain result, and the plain backward of relu's gradient, bit for bit.
+        Array rm2 = zeros({c}, float32, gpu(0)), rv2 = ones({c}, float32, gpu(0));
+        const BatchNormOutput fused = batch_norm_forward(x, wg, bg, rm2, rv2, true, 0.1, 1e-5, /*relu=*/true);
+        ASSERT_TRUE(fused.scale_shift.defined()) << what << ": the kernels keep the ReLU's (scale, shift)";
+        EXPECT_TRUE(array_equal(fused.y, relu(got.y))) << what << " fused forward";
+        EXPECT_TRUE(array_equal(rm2, rm) && array_equal(rv2, rv)) << what << " fused running statistics";
+        const BatchNormGrads fused_g =
+            batch_norm_relu_backward(dy, x, fused.y, wg, fused.mean, fused.invstd, fused.scale_shift, 1e-5);
+        const BatchNormGrads plain_g =
+            batch_norm_backward(relu_backward(fused.y, dy), x, wg, fused.mean, fused.invstd, 1e-5);
+        EXPECT_TRUE(array_equal(fused_g.input, plain_g.input)) << what << " fused input gradient";
+        EXPECT_TRUE(array_equal(fused_g.weight, plain_g.weight)) << what << " fused weight gradient";
+        EXPECT_TRUE(array_equal(fused_g.bias, plain_g.bias)) << what << " fused bias gradient";
+        // ... and the float64 reference's (a ReLU's mask on it)
+        const Array mask_ref = relu_backward(relu(want.y), dyr);
+        const BatchNormGrads want_rg =
+            batch_norm_backward(mask_ref, xr, w.astype(float64), want.mean, want.invstd, 1e-5);
+        EXPECT_LT(relative_error(fused_g.input, want_rg.input), 10 * tol) << what << " fused vs float64";
+        const Array fused_eval = batch_norm_forward(x, wg, bg, rm, rv, false, 0.1, 1e-5, /*relu=*/true).y;
+        EXPECT_TRUE(array_equal(fused_eval, relu(got_eval))) << what << " fused evaluation";
+      }
 }
 
 }  // namespace
