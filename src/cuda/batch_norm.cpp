@@ -4,12 +4,13 @@
 // 0.31 / 0.60 ms) and 275 us in evaluation (these: 200 us). NCHW because of the fused ReLU: a conv-BN-ReLU
 // network runs ReLU after most batch norms, and fused the forward writes y once instead of twice and the backward
 // recomputes the ReLU's mask from x and the forward's (scale, shift) instead of a separate pass that reads y and
-// the gradient and writes a new one (H200, batch 128, 64 channels at 56x56, float32: forward 154 us against 301
-// for cuDNN and a ReLU, backward 191 against 663; ResNet-50's training step 52.4 against 59.5 ms with cuDNN's
-// batch norm). cuDNN's plain NCHW forward is faster (256 channels at 56x56: 429 against 503 us; backward 750
-// against 639): KILN_BN_NCHW=cudnn sends NCHW arrays to cuDNN, for measuring. A channels-last x is viewed as
-// (rows = N*H*W, C) with C contiguous, an NCHW x as (N, C, HW). Up to three kernels per step, generated per
-// (x dtype, statistics dtype) and compiled by NVRTC:
+// the gradient and writes a new one. H200, batch 128, float32 NCHW, these kernels against cuDNN (and a ReLU):
+// 64 channels at 56x56 with ReLU, forward 110 against 306 us, backward 149 against 672; 256 channels at 56x56
+// without, training 345 against 434, evaluation 233 against 295, backward 523 against 761; 2048 channels at 7x7
+// (single-element loads) training 94.5 against 84.2, backward 114 against 107. ResNet-50's float32 training
+// step: 48.8 ms (59.5 with cuDNN's batch norm and separate ReLUs). KILN_BN_NCHW=cudnn sends NCHW arrays to cuDNN,
+// for measuring. A channels-last x is viewed as (rows = N*H*W, C) with C contiguous, an NCHW x as (N, C, HW).
+// Up to three kernels per step, generated per (x dtype, statistics dtype) and compiled by NVRTC:
 //  - bn_partials (channels-last): a (32 channels x 8 rows) block per (channel tile, row slice) sums, in float64,
 //    x and x^2 (forward) or dy and dy * (x - mean) (backward) over its rows; a warp reads 32 adjacent channels
 //    of a row. bn_partials_nchw: a 256-thread block per (channel, plane slice) steps through its planes'
@@ -20,13 +21,17 @@
 //  - bn_apply (channels-last) / bn_apply_nchw: y = x * scale + shift (max(y, 0) with the ReLU), or dx = (dy -
 //    dbias / M - (x - mean) * dweight * invstd / M) * weight * invstd (dy zero where the forward's ReLU was),
 //    in the statistics dtype, the channel stepped along the grid-stride loop, not divided out per element;
-//    bn_apply_nchw takes four elements per thread per iteration. A 16-byte-vector variant of bn_apply (8
-//    bfloat16 channels per thread), four rows per iteration in bn_partials and four elements per iteration in
-//    bn_apply were tried and were slower on an H200 (bfloat16 ResNet-50 inference 9.1 against 8.6 ms for the
-//    last), and were removed.
+//    bn_apply_nchw takes four elements per thread per iteration.
+// The NCHW kernels' "4" variants load runs of four elements (16 bytes of float32) where every plane holds whole
+// runs and the operands are aligned to them (ResNet's planes but 7x7): 256 channels at 56x56 went from 503 to
+// 345 us (training), 323 to 233 (evaluation), 639 to 523 (backward). A 16-byte-vector variant of the
+// channels-last bn_apply (8 bfloat16 channels per thread), four rows per iteration in bn_partials and four
+// elements per iteration in bn_apply were tried and were slower on an H200 (bfloat16 ResNet-50 inference 9.1
+// against 8.6 ms for the last), and were removed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -95,54 +100,61 @@ extern "C" __global__ void __launch_bounds__(256) bn_partials(const IN* __restri
   }
 }
 
+// V consecutive elements of one plane, loaded at once (V = 4 when a plane's size is a multiple of 4 and the
+// operands are aligned to 4 elements).
+template <int V> struct alignas(V * sizeof(IN)) BnVec { IN v[V]; };
+template <int V> __device__ __forceinline__ BnVec<V> bn_load(const IN* __restrict__ p, long long at) {
+  return *reinterpret_cast<const BnVec<V>*>(p + at);
+}
+
 // NCHW x: block (c, slice) sums channel c over the planes [N * slice / slices, N * (slice + 1) / slices), its 256
-// threads stepping through those planes' elements in memory order (four loads in flight per thread).
-extern "C" __global__ void __launch_bounds__(256) bn_partials_nchw(const IN* __restrict__ x,
-                                                                  const IN* __restrict__ dy,
-                                                                  const S* __restrict__ mean,
-                                                                  const S* __restrict__ mask,
-                                                                  double* __restrict__ part, long long N,
-                                                                  long long C, long long HW) {
+// threads stepping through those planes' elements in memory order, V at a time, four loads in flight per thread.
+template <int V>
+__device__ __forceinline__ void bn_partials_nchw_impl(const IN* __restrict__ x, const IN* __restrict__ dy,
+                                                      const S* __restrict__ mean, const S* __restrict__ mask,
+                                                      double* __restrict__ part, long long N, long long C,
+                                                      long long HW) {
   __shared__ double sa[8], sb[8];
-  const long long c = blockIdx.x;
+  const long long c = blockIdx.x, HWv = HW / V;
   const long long n_end = N * (blockIdx.y + 1) / gridDim.y;
-  long long n = N * blockIdx.y / gridDim.y + threadIdx.x / HW, h = threadIdx.x % HW;
-  const long long n_step = 256 / HW, h_step = 256 % HW;
+  long long n = N * blockIdx.y / gridDim.y + threadIdx.x / HWv, h = threadIdx.x % HWv;
+  const long long n_step = 256 / HWv, h_step = 256 % HWv;
   const double m = dy != nullptr ? (double)mean[c] : 0.0;
   double a = 0.0, b = 0.0;
   while (n < n_end) {
     long long at[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      at[k] = n < n_end ? (n * C + c) * HW + h : -1;
+      at[k] = n < n_end ? (n * C + c) * HW + h * V : -1;
       h += h_step;
       n += n_step;
-      if (h >= HW) {
-        h -= HW;
+      if (h >= HWv) {
+        h -= HWv;
         ++n;
       }
     }
-    if (dy == nullptr) {
-      double v[4];
+    BnVec<V> xv[4], gv[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = at[k] >= 0 ? (double)kd::widen(x[at[k]]) : 0.0;
+    for (int k = 0; k < 4; ++k) {
+      if (at[k] < 0) continue;
+      xv[k] = bn_load<V>(x, at[k]);
+      if (dy != nullptr) gv[k] = bn_load<V>(dy, at[k]);
+    }
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        a += v[k];
-        b += v[k] * v[k];
-      }
-    } else {
-      S v[4], g[4];
+    for (int k = 0; k < 4; ++k) {
+      if (at[k] < 0) continue;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        v[k] = at[k] >= 0 ? (S)kd::widen(x[at[k]]) : (S)0;
-        g[k] = at[k] >= 0 ? (S)kd::widen(dy[at[k]]) : (S)0;
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const double gm = (double)bn_masked(g[k], v[k], mask, c, C);
-        a += gm;
-        b += gm * ((double)v[k] - m);
+      for (int j = 0; j < V; ++j) {
+        if (dy == nullptr) {
+          const double v = (double)kd::widen(xv[k].v[j]);
+          a += v;
+          b += v * v;
+        } else {
+          const S v = (S)kd::widen(xv[k].v[j]);
+          const double gm = (double)bn_masked((S)kd::widen(gv[k].v[j]), v, mask, c, C);
+          a += gm;
+          b += gm * ((double)v - m);
+        }
       }
     }
   }
@@ -163,6 +175,24 @@ extern "C" __global__ void __launch_bounds__(256) bn_partials_nchw(const IN* __r
     part[((long long)blockIdx.y * 2) * C + c] = a;
     part[((long long)blockIdx.y * 2 + 1) * C + c] = b;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) bn_partials_nchw(const IN* __restrict__ x,
+                                                                  const IN* __restrict__ dy,
+                                                                  const S* __restrict__ mean,
+                                                                  const S* __restrict__ mask,
+                                                                  double* __restrict__ part, long long N,
+                                                                  long long C, long long HW) {
+  bn_partials_nchw_impl<1>(x, dy, mean, mask, part, N, C, HW);
+}
+
+extern "C" __global__ void __launch_bounds__(256) bn_partials_nchw4(const IN* __restrict__ x,
+                                                                   const IN* __restrict__ dy,
+                                                                   const S* __restrict__ mean,
+                                                                   const S* __restrict__ mask,
+                                                                   double* __restrict__ part, long long N,
+                                                                   long long C, long long HW) {
+  bn_partials_nchw_impl<4>(x, dy, mean, mask, part, N, C, HW);
 }
 
 // Forward: stats = (mean, invstd) out, running averages updated, coef = (scale, shift).
@@ -239,42 +269,67 @@ extern "C" __global__ void __launch_bounds__(256) bn_apply(const IN* __restrict_
   }
 }
 
-// NCHW: element i's channel is (i / HW) % C. Each thread takes four elements a grid stride apart per iteration
-// (four loads in flight: one element per thread left an H200 at half its bandwidth on float32 planes), their
-// channels stepped, not divided out.
-extern "C" __global__ void __launch_bounds__(256) bn_apply_nchw(const IN* __restrict__ x, const IN* __restrict__ dy,
-                                                               IN* __restrict__ out, const S* __restrict__ coef,
-                                                               const S* __restrict__ mask, int relu, long long n,
-                                                               long long C, long long HW) {
+// NCHW: element i's channel is (i / HW) % C. Each thread takes four runs of V elements a grid stride apart per
+// iteration (four loads in flight: one element per thread left an H200 at half its bandwidth on float32 planes),
+// their channels stepped, not divided out.
+template <int V>
+__device__ __forceinline__ void bn_apply_nchw_impl(const IN* __restrict__ x, const IN* __restrict__ dy,
+                                                   IN* __restrict__ out, const S* __restrict__ coef,
+                                                   const S* __restrict__ mask, int relu, long long n, long long C,
+                                                   long long HW) {
+  const long long HWv = HW / V, nv = n / V;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  const long long h_step = stride % HW, c_step = (stride / HW) % C;
+  const long long h_step = stride % HWv, c_step = (stride / HWv) % C;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long h = i % HW, c = (i / HW) % C;
-  while (i < n) {
+  long long h = i % HWv, c = (i / HWv) % C;
+  while (i < nv) {
     long long at[4], ch[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      at[k] = i < n ? i : -1;
+      at[k] = i < nv ? i * V : -1;
       ch[k] = c;
       i += stride;
       h += h_step;
       c += c_step;
-      if (h >= HW) {
-        h -= HW;
+      if (h >= HWv) {
+        h -= HWv;
         ++c;
       }
       if (c >= C) c -= C;
     }
-    S v[4], g[4];
+    BnVec<V> xv[4], gv[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      v[k] = at[k] >= 0 ? (S)kd::widen(x[at[k]]) : (S)0;
-      g[k] = at[k] >= 0 && dy != nullptr ? (S)kd::widen(dy[at[k]]) : (S)0;
+      if (at[k] < 0) continue;
+      xv[k] = bn_load<V>(x, at[k]);
+      if (dy != nullptr) gv[k] = bn_load<V>(dy, at[k]);
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (at[k] >= 0) out[at[k]] = kd::from_wide<IN>(bn_out(v[k], g[k], dy != nullptr, coef, mask, relu, ch[k], C));
+    for (int k = 0; k < 4; ++k) {
+      if (at[k] < 0) continue;
+      BnVec<V> r;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const S g = dy != nullptr ? (S)kd::widen(gv[k].v[j]) : (S)0;
+        r.v[j] = kd::from_wide<IN>(bn_out((S)kd::widen(xv[k].v[j]), g, dy != nullptr, coef, mask, relu, ch[k], C));
+      }
+      *reinterpret_cast<BnVec<V>*>(out + at[k]) = r;
+    }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) bn_apply_nchw(const IN* __restrict__ x, const IN* __restrict__ dy,
+                                                               IN* __restrict__ out, const S* __restrict__ coef,
+                                                               const S* __restrict__ mask, int relu, long long n,
+                                                               long long C, long long HW) {
+  bn_apply_nchw_impl<1>(x, dy, out, coef, mask, relu, n, C, HW);
+}
+
+extern "C" __global__ void __launch_bounds__(256) bn_apply_nchw4(const IN* __restrict__ x, const IN* __restrict__ dy,
+                                                                IN* __restrict__ out, const S* __restrict__ coef,
+                                                                const S* __restrict__ mask, int relu, long long n,
+                                                                long long C, long long HW) {
+  bn_apply_nchw_impl<4>(x, dy, out, coef, mask, relu, n, C, HW);
 }
 
 )KILN_BN";
@@ -366,6 +421,12 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
   const void* maskp = backward && call.relu ? call.scale_shift.data_ptr() : nullptr;
   void* partp = part ? part->data() : nullptr;
   void* coefp = keep_coef ? call.scale_shift.data_ptr() : coef->data();
+  void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
+  // NCHW runs of four elements at once when every plane holds whole runs and the operands are aligned to them.
+  const auto aligned = [&](const void* p) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % (4 * itemsize(x.dtype())) == 0;
+  };
+  const bool vec4 = !call.channels_last && HW % 4 == 0 && aligned(xp) && aligned(dyp) && aligned(outp);
   if (!evaluation) {
     if (call.channels_last) {
       void* args[] = {&xp, &dyp, &mean_in, &maskp, &partp, &rows, &C};
@@ -373,8 +434,9 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
              dim3(32, 8), 0, stream, args, "bn_partials");
     } else {
       void* args[] = {&xp, &dyp, &mean_in, &maskp, &partp, &N, &C, &HW};
-      launch(module->function("bn_partials_nchw"), dim3(static_cast<unsigned>(C), static_cast<unsigned>(slices)),
-             dim3(256), 0, stream, args, "bn_partials_nchw");
+      const char* kernel = vec4 ? "bn_partials_nchw4" : "bn_partials_nchw";
+      launch(module->function(kernel), dim3(static_cast<unsigned>(C), static_cast<unsigned>(slices)), dim3(256), 0,
+             stream, args, kernel);
     }
   }
   {
@@ -392,7 +454,6 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
     launch(module->function("bn_finalize"), dim3(static_cast<unsigned>(ceil_div(C, 256))), dim3(256), 0, stream, args,
            "bn_finalize");
   }
-  void* outp = backward ? call.dx.data_ptr() : call.y.data_ptr();
   int relu = call.relu && !backward ? 1 : 0;
   if (call.channels_last) {
     void* args[] = {&xp, &dyp, &outp, &coefp, &maskp, &relu, &n, &C};
@@ -400,9 +461,9 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
     launch(module->function("bn_apply"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, "bn_apply");
   } else {
     void* args[] = {&xp, &dyp, &outp, &coefp, &maskp, &relu, &n, &C, &HW};
-    const int64_t blocks = std::min<int64_t>(ceil_div(n, 1024), sms * 8);
-    launch(module->function("bn_apply_nchw"), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args,
-           "bn_apply_nchw");
+    const int64_t blocks = std::min<int64_t>(ceil_div(n, vec4 ? 4096 : 1024), sms * 8);
+    const char* kernel = vec4 ? "bn_apply_nchw4" : "bn_apply_nchw";
+    launch(module->function(kernel), dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, args, kernel);
   }
   call.relu_done = call.relu;
   return true;

@@ -21,7 +21,8 @@ TEST(BatchNormCodegen, KernelsCompileForEveryInputAndStatisticsDtype) {
   for (DType in : {float32, float64, float16, bfloat16})
     for (DType stats : {float32, float64}) {
       const std::string ptx = cuda_impl::compile_ptx(cuda_impl::batch_norm_source(in, stats), "bn_test", 90);
-      for (const char* kernel : {"bn_partials", "bn_partials_nchw", "bn_finalize", "bn_apply", "bn_apply_nchw"})
+      for (const char* kernel : {"bn_partials", "bn_partials_nchw", "bn_partials_nchw4", "bn_finalize", "bn_apply",
+                                 "bn_apply_nchw", "bn_apply_nchw4"})
         EXPECT_NE(ptx.find(std::string(".entry ") + kernel + "("), std::string::npos)
             << kernel << " " << dtype_name(in) << " " << dtype_name(stats);
     }
@@ -63,12 +64,12 @@ TEST(BatchNormGpu, KernelsGiveTheCpusResults) {
     Shape s;
     bool offset;
   };
-  // Planes of 15, 49 (7x7) and 400 (more than a block's 256 threads) elements; 64 and 6 channels.
-  const std::vector<Case> cases = {{{4, 64, 5, 3}, false},
-                                   {{4, 6, 5, 3}, false},
-                                   {{4, 64, 5, 3}, true},
-                                   {{5, 9, 7, 7}, false},
-                                   {{3, 2, 20, 20}, true}};
+  // Planes of 15, 49 (7x7), 24 and 400 (more than a block's 256 threads) elements; 64 and 6 channels. NCHW
+  // planes of a multiple of 4 elements on aligned operands take the kernels' 4-element loads (24, 400 without
+  // the offset), the others single elements.
+  const std::vector<Case> cases = {{{4, 64, 5, 3}, false}, {{4, 6, 5, 3}, false},  {{4, 64, 5, 3}, true},
+                                   {{5, 9, 7, 7}, false},  {{3, 2, 20, 20}, true}, {{3, 2, 20, 20}, false},
+                                   {{2, 5, 4, 6}, false}};
   for (const Case& k : cases)
     for (bool cl : {true, false})
       for (DType t : {float32, bfloat16}) {
