@@ -130,53 +130,23 @@ def main(argv=None):
         x, w = inp((n, 3, 224, 224), dtype, cl), inp((64, 3, 7, 7), dtype, cl)
         return lambda: F.conv2d(x, w, stride=2, padding=3)
 
-    def bn_train(dtype, cl):
-        x = inp((n, 256, 56, 56), dtype, cl)
-        rm, rv = torch.zeros(256, device=dev), torch.ones(256, device=dev)
-        return lambda: F.batch_norm(x, rm, rv, training=True)
+    def bn(c, hw, mode, relu=False):
+        """A batch norm of c channels on hw x hw planes: "train", "eval" or "backward" (its backward alone:
+        autograd.grad of a kept forward with retain_graph); relu: followed by a ReLU (PyTorch's two ops)."""
+        act = F.relu if relu else (lambda t: t)
 
-    def bn_eval(dtype, cl):
-        x = inp((n, 256, 56, 56), dtype, cl)
-        rm, rv = torch.zeros(256, device=dev), torch.ones(256, device=dev)
-        return lambda: F.batch_norm(x, rm, rv, training=False)
-
-    def bn_backward(dtype, cl):
-        # the batch norm's backward alone: autograd.grad of a kept forward with retain_graph
-        x = inp((n, 256, 56, 56), dtype, cl, grad=True)
-        w = torch.ones(256, device=dev, requires_grad=True)
-        b = torch.zeros(256, device=dev, requires_grad=True)
-        rm, rv = torch.zeros(256, device=dev), torch.ones(256, device=dev)
-        y = F.batch_norm(x, rm, rv, w, b, training=True)
-        g = inp((n, 256, 56, 56), dtype, cl)
-        return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
-
-    def bn_relu_train(dtype, cl):
-        x = inp((n, 64, 56, 56), dtype, cl)
-        rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
-        return lambda: F.relu(F.batch_norm(x, rm, rv, training=True))
-
-    def bn_relu_backward(dtype, cl):
-        x = inp((n, 64, 56, 56), dtype, cl, grad=True)
-        w = torch.ones(64, device=dev, requires_grad=True)
-        b = torch.zeros(64, device=dev, requires_grad=True)
-        rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
-        y = F.relu(F.batch_norm(x, rm, rv, w, b, training=True))
-        g = inp((n, 64, 56, 56), dtype, cl)
-        return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
-
-    def bn_small_train(dtype, cl):
-        x = inp((n, 2048, 7, 7), dtype, cl)
-        rm, rv = torch.zeros(2048, device=dev), torch.ones(2048, device=dev)
-        return lambda: F.batch_norm(x, rm, rv, training=True)
-
-    def bn_small_backward(dtype, cl):
-        x = inp((n, 2048, 7, 7), dtype, cl, grad=True)
-        w = torch.ones(2048, device=dev, requires_grad=True)
-        b = torch.zeros(2048, device=dev, requires_grad=True)
-        rm, rv = torch.zeros(2048, device=dev), torch.ones(2048, device=dev)
-        y = F.batch_norm(x, rm, rv, w, b, training=True)
-        g = inp((n, 2048, 7, 7), dtype, cl)
-        return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
+        def make(dtype, cl):
+            rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+            if mode != "backward":
+                x = inp((n, c, hw, hw), dtype, cl)
+                return lambda: act(F.batch_norm(x, rm, rv, training=mode == "train"))
+            x = inp((n, c, hw, hw), dtype, cl, grad=True)
+            w = torch.ones(c, device=dev, requires_grad=True)
+            b = torch.zeros(c, device=dev, requires_grad=True)
+            y = act(F.batch_norm(x, rm, rv, w, b, training=True))
+            g = inp((n, c, hw, hw), dtype, cl)
+            return lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
+        return make
 
     def add_relu(dtype, cl):
         x, y = inp((n, 256, 56, 56), dtype, cl), inp((n, 256, 56, 56), dtype, cl)
@@ -215,13 +185,13 @@ def main(argv=None):
         ("conv 3x3 64->64 @56 backward input", conv_bwd_input),
         ("conv 3x3 64->64 @56 backward weight", conv_bwd_weight),
         ("conv 7x7/2 3->64 @224 forward", stem),
-        ("batch norm 256 @56 training", bn_train),
-        ("batch norm 256 @56 evaluation", bn_eval),
-        ("batch norm 256 @56 backward", bn_backward),
-        ("batch norm+relu 64 @56 training", bn_relu_train),
-        ("batch norm+relu 64 @56 backward", bn_relu_backward),
-        ("batch norm 2048 @7 training", bn_small_train),
-        ("batch norm 2048 @7 backward", bn_small_backward),
+        ("batch norm 256 @56 training", bn(256, 56, "train")),
+        ("batch norm 256 @56 evaluation", bn(256, 56, "eval")),
+        ("batch norm 256 @56 backward", bn(256, 56, "backward")),
+        ("batch norm+relu 64 @56 training", bn(64, 56, "train", relu=True)),
+        ("batch norm+relu 64 @56 backward", bn(64, 56, "backward", relu=True)),
+        ("batch norm 2048 @7 training", bn(2048, 7, "train")),
+        ("batch norm 2048 @7 backward", bn(2048, 7, "backward")),
         ("relu 256 @56", relu),
         ("residual add 256 @56", add),
         ("residual add+relu 256 @56", add_relu),

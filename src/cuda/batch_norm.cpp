@@ -106,6 +106,17 @@ template <int V> struct alignas(V * sizeof(IN)) BnVec { IN v[V]; };
 template <int V> __device__ __forceinline__ BnVec<V> bn_load(const IN* __restrict__ p, long long at) {
   return *reinterpret_cast<const BnVec<V>*>(p + at);
 }
+// x's (and dy's, when given) runs at the four offsets (-1: none), all loads issued before any is used.
+template <int V>
+__device__ __forceinline__ void bn_load4(const IN* __restrict__ x, const IN* __restrict__ dy, const long long* at,
+                                         BnVec<V>* xv, BnVec<V>* gv) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (at[k] < 0) continue;
+    xv[k] = bn_load<V>(x, at[k]);
+    if (dy != nullptr) gv[k] = bn_load<V>(dy, at[k]);
+  }
+}
 
 // NCHW x: block (c, slice) sums channel c over the planes [N * slice / slices, N * (slice + 1) / slices), its 256
 // threads stepping through those planes' elements in memory order, V at a time, four loads in flight per thread.
@@ -134,12 +145,7 @@ __device__ __forceinline__ void bn_partials_nchw_impl(const IN* __restrict__ x, 
       }
     }
     BnVec<V> xv[4], gv[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (at[k] < 0) continue;
-      xv[k] = bn_load<V>(x, at[k]);
-      if (dy != nullptr) gv[k] = bn_load<V>(dy, at[k]);
-    }
+    bn_load4<V>(x, dy, at, xv, gv);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if (at[k] < 0) continue;
@@ -298,12 +304,7 @@ __device__ __forceinline__ void bn_apply_nchw_impl(const IN* __restrict__ x, con
       if (c >= C) c -= C;
     }
     BnVec<V> xv[4], gv[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (at[k] < 0) continue;
-      xv[k] = bn_load<V>(x, at[k]);
-      if (dy != nullptr) gv[k] = bn_load<V>(dy, at[k]);
-    }
+    bn_load4<V>(x, dy, at, xv, gv);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if (at[k] < 0) continue;
