@@ -64,13 +64,13 @@ struct BatchNormGrads {
 };
 BatchNormGrads batch_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean,
                                    const Array& invstd, double eps);
-/// The gradients of a training batch_norm_forward(..., relu = true) whose result is y, from y's gradient: the
-/// ReLU's mask (where y > 0) and the batch norm's backward in one pass where scale_shift (the forward's) is defined
-/// and the backend masks (kiln's GPU kernels, which recompute the mask from x); else relu's gradient, then
-/// batch_norm_backward. Equal to those two either way.
 /// relu's gradient from its result: grad where out > 0, else 0 (one fused kernel on a GPU; the comparison and a
 /// where as separate ops are two passes and a bool temporary).
 Array relu_backward(const Array& out, const Array& grad);
+/// The gradients of a training batch_norm_forward(..., relu = true) whose result is y, from y's gradient: the
+/// ReLU's mask (where y > 0) and the batch norm's backward in one pass where scale_shift (the forward's) is defined
+/// and the backend masks (kiln's GPU kernels, which recompute the mask from x); else relu_backward, then
+/// batch_norm_backward. Equal to those two either way.
 BatchNormGrads batch_norm_relu_backward(const Array& grad_y, const Array& x, const Array& y, const Array& weight,
                                         const Array& mean, const Array& invstd, const Array& scale_shift, double eps);
 

@@ -175,8 +175,8 @@ struct RandomCall {
   RandomDistribution distribution;
   Array out;
   uint64_t seed = 0;
-  uint64_t offset = 0;        ///< in 128-bit Philox blocks
-  double a = 0.0, b = 1.0;    ///< low/high for uniform, mean/stddev for normal
+  uint64_t offset = 0;  ///< in 128-bit Philox blocks
+  double a = 0.0, b = 1.0;  ///< low/high for uniform, mean/stddev for normal
   int64_t low = 0, high = 0;  ///< randint range [low, high)
   /// Set when the draw is captured in a CUDA graph: the device address of the capture's (seed, base offset)
   /// pair of uint64, written before each replay; the kernel then draws at (state[0], state[1] + offset).
@@ -265,7 +265,9 @@ class Backend {
   /// Queues a check that every value of contiguous int64 `values` lies in [lo, hi); a failure is thrown
   /// (message `code` of core/device_check.hpp) at the next synchronisation with the device. False when the
   /// backend has no check kernels (the caller then reads the values back).
-  virtual bool check_range(const Array& /*values*/, int64_t /*lo*/, int64_t /*hi*/, int32_t /*code*/) { return false; }
+  virtual bool check_range(const Array& /*values*/, int64_t /*lo*/, int64_t /*hi*/, int32_t /*code*/) {
+    return false;
+  }
 };
 
 /// The backend that runs ops for `device`; throws DeviceError when none is built in.
@@ -284,6 +286,7 @@ Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOpti
 /// Allocates a new array of a 4-d `shape` laid out channels-last when one of `inputs` of that shape is (and not
 /// also C-contiguous), else C-contiguous: results of elementwise ops and casts keep torch.channels_last, as
 /// PyTorch's memory-format propagation does (conv.cpp).
-Array make_array_following(const Shape& shape, DType dtype, Device device, std::initializer_list<const Array*> inputs);
+Array make_array_following(const Shape& shape, DType dtype, Device device,
+                           std::initializer_list<const Array*> inputs);
 
 }  // namespace kiln::detail

@@ -362,10 +362,6 @@ std::shared_ptr<Module> bn_module(int device, DType in, DType stats) {
   return modules.try_emplace(key, module).first->second;
 }
 
-}  // namespace
-
-namespace {
-
 /// Where NCHW batch norm runs: these kernels, or cuDNN with KILN_BN_NCHW=cudnn (for measuring one against the
 /// other; =kiln is the default).
 enum class NchwRoute { Cudnn, Kiln };

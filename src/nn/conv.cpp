@@ -135,7 +135,7 @@ Array batch_norm_node(const Array& x, Array& running_mean, Array& running_var, c
                                   : batch_norm_backward(grad, xs, w, m, is, eps);
           dx = g.input, dw = g.weight, db = g.bias;
         } else {  // y = (x - m) * is * w + b with constant statistics
-          const Array g = relu ? where(saved[4] > 0, grad, 0.0) : grad;
+          const Array g = relu ? relu_backward(saved[4], grad) : grad;
           const int64_t c = xs.shape(1);
           const Shape per{1, c, 1, 1};
           const Array scale = (w.defined() ? is * w.astype(is.dtype()) : is).reshape(per);

@@ -75,11 +75,18 @@ TEST(Models, ResNet18TrainsAndEvaluatesOnEveryBackendAlike) {
 }
 
 /// A child of `m` by name.
-std::shared_ptr<nn::Module> child(const nn::Module& m, const std::string& name) {
+/// A child of `m` by name, or null.
+std::shared_ptr<nn::Module> find_child(const nn::Module& m, const std::string& name) {
   for (const auto& [n, c] : m.named_children())
     if (n == name) return c;
-  ADD_FAILURE() << "no child " << name;
   return nullptr;
+}
+
+/// A child of `m` that must exist.
+std::shared_ptr<nn::Module> child(const nn::Module& m, const std::string& name) {
+  std::shared_ptr<nn::Module> c = find_child(m, name);
+  if (!c) ADD_FAILURE() << "no child " << name;
+  return c;
 }
 
 /// ResNet's forward module by module with separate ops: every batch norm, ReLU and residual add on its own (the
@@ -91,19 +98,14 @@ Array resnet_by_modules(nn::Module& m, const Array& x) {
   for (const char* stage : {"layer1", "layer2", "layer3", "layer4"})
     for (const auto& [name, block] : child(m, stage)->named_children()) {
       Array h = y;
-      for (const char* i : {"1", "2", "3"}) {
-        const std::shared_ptr<nn::Module> conv = [&] {
-          for (const auto& [n, c] : block->named_children())
-            if (n == std::string("conv") + i) return c;
-          return std::shared_ptr<nn::Module>();
-        }();
-        if (!conv) break;
-        if (i != std::string("1")) h = relu(h);
-        h = run(child(*block, std::string("bn") + i), run(conv, h));
+      for (const std::string i : {"1", "2", "3"}) {
+        const std::shared_ptr<nn::Module> conv = find_child(*block, "conv" + i);
+        if (!conv) break;  // BasicBlock: two
+        if (i != "1") h = relu(h);
+        h = run(child(*block, "bn" + i), run(conv, h));
       }
-      const auto kids = block->named_children();
-      const bool down = std::any_of(kids.begin(), kids.end(), [](const auto& k) { return k.first == "downsample"; });
-      y = relu(h + (down ? run(child(*block, "downsample"), y) : y));
+      const std::shared_ptr<nn::Module> down = find_child(*block, "downsample");
+      y = relu(h + (down ? run(down, y) : y));
     }
   for (const char* head : {"avgpool", "flatten", "fc"}) y = run(child(m, head), y);
   return y;
