@@ -4,12 +4,13 @@
 //   allreduce      all_reduce(sum) of 1 GiB of float32 over NCCL: time and bus bandwidth (2 (n-1)/n bytes per
 //                  byte, NCCL's convention; the anchor is PyTorch's dist.all_reduce in the same call)
 //   ddp_mlp        DistributedDataParallel training steps of the 784-1000-1000-10 MLP, batch 100 per GPU, SGD
-//                  (the median of 5 windows of 300 steps)
+//                  (the median of 5 windows of 300 steps); ddp_mlp_graph: the same steps, each captured once in
+//                  a CUDA graph with its all-reduces (train::TrainStep) and replayed
 //   ddp_resnet50   the same for ResNet-50, batch 128 per GPU, 224x224, float32, SGD momentum 0.9
 // Throughput is samples per second over all ranks. Each timing is CUDA events on rank 0's current stream
 // around a loop that ends with every rank's work queued (a barrier before the start event).
 // --quick: smaller sizes and fewer steps; --bucket-mb / --first-bucket-mb: DdpOptions' bucket sizes;
-// --workloads allreduce,ddp_mlp,ddp_resnet50: a subset (default all).
+// --workloads allreduce,ddp_mlp,ddp_resnet50: a subset (default all; ddp_mlp_graph alone: only the captured MLP step).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -18,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,10 +70,12 @@ struct Phases {
 
 /// Samples per second of DDP training steps over all ranks: the median of `windows` timings of `steps` steps
 /// each (a small model's sub-millisecond steps move with the host's jitter; the median of several windows is
-/// steadier than one). host_ms_per_step / phases get the host's time per step in the median window.
+/// steadier than one). host_ms_per_step / phases get the host's time per step in the median window. graph:
+/// each step (forward, backward with the buckets' all-reduces, optimizer) captured once in a CUDA graph by
+/// train::TrainStep and replayed, so the host's time per step is one launch.
 double train_throughput(const std::shared_ptr<nn::Module>& model, const Shape& input, int64_t classes, Device d,
                         int warmup, int steps, double momentum, int windows = 1, double* host_ms_per_step = nullptr,
-                        Phases* phases = nullptr) {
+                        Phases* phases = nullptr, bool graph = false) {
   dist::DistributedDataParallel ddp(model, g_ddp);
   optim::SGD opt(ddp.parameters(), {.lr = 0.01, .momentum = momentum});
   Array x = random::normal(input, float32, d);
@@ -80,7 +85,16 @@ double train_throughput(const std::shared_ptr<nn::Module>& model, const Shape& i
   auto ms_since = [](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
   };
+  std::optional<Stream> side;
+  std::optional<StreamGuard> on_side;
+  std::unique_ptr<train::TrainStep> graphed;
+  if (graph) {  // replays on a stream of its own, as the plain graph_step below
+    side.emplace(Stream::create(d));
+    on_side.emplace(*side);
+    graphed = std::make_unique<train::TrainStep>(ddp, opt, train::StepOptions{.accuracy = false, .graph = true});
+  }
   auto step = [&] {
+    if (graphed) return (*graphed)(x, y);  // after 3 eager steps (the warm-up), one replay of the captured step
     auto t = Clock::now();
     opt.zero_grad();
     Array loss = nn::cross_entropy(ddp(x), y);
@@ -154,6 +168,13 @@ int main(int argc, char** argv) {
       if (n > 1) records.push_back({"allreduce", "busbw", "GB/s", bytes * 2.0 * (n - 1) / n / (ms / 1000.0) / 1e9});
     }
     random::seed(0);
+    if (wanted("ddp_mlp_graph") && !wanted("ddp_mlp")) {  // the captured step alone
+      double host = 0;
+      records.push_back({"ddp_mlp_graph", "throughput", "samples/s",
+                         train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0, quick ? 1 : 5, &host,
+                                          nullptr, true)});
+      records.push_back({"ddp_mlp_graph", "host_step", "s", host / 1000.0});
+    }
     if (wanted("ddp_mlp")) {
       double host = 0;
       Phases ph;
@@ -164,6 +185,10 @@ int main(int argc, char** argv) {
       records.push_back({"ddp_mlp", "host_forward", "s", ph.forward / 1000.0});
       records.push_back({"ddp_mlp", "host_backward", "s", ph.backward / 1000.0});
       records.push_back({"ddp_mlp", "host_update", "s", ph.update / 1000.0});
+      records.push_back({"ddp_mlp_graph", "throughput", "samples/s",
+                         train_throughput(mlp(d), {100, 784}, 10, d, 20, quick ? 50 : 300, 0.0, quick ? 1 : 5, &host,
+                                          nullptr, true)});
+      records.push_back({"ddp_mlp_graph", "host_step", "s", host / 1000.0});
     }
     if (wanted("ddp_mlp")) {  // Where the MLP's time goes: the same step without DDP (each rank alone), and the
                               // all-reduce of its gradients.

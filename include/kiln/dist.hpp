@@ -74,6 +74,11 @@ class Work {
   /// Blocks the host until the operation is done; DistError after the group's timeout (the group is then
   /// aborted: later operations on it throw).
   void synchronize();
+  // A GPU collective queued while the current stream is captured into a cuda::Graph becomes part of the graph
+  // and runs at every replay (as NCCL allows; every rank must replay its graph, in the same order relative to
+  // its other collectives). Its Work orders the capture: call wait() before the capture ends; is_completed(),
+  // synchronize() and a wait() after the capture throw ValueError (synchronise the replay's stream instead).
+  // The watchdog does not watch captured collectives: a replay that waits for a dead peer is not aborted.
 
  private:
   std::shared_ptr<Impl> impl_;
@@ -166,7 +171,10 @@ struct DdpOptions {
 /// and buffers are broadcast at construction (after checking that every rank has the same parameter names and
 /// shapes), and backward all-reduces (averages) the gradients in buckets while it runs, so communication
 /// overlaps the rest of backward; after backward() returns, every rank holds the same averaged gradients.
-/// Parameters are registered under "module." (state_dict keys as PyTorch's DDP).
+/// Parameters are registered under "module." (state_dict keys as PyTorch's DDP). A whole step (forward,
+/// backward with the buckets' copies and all-reduces, optimizer) can be captured in a CUDA graph and replayed:
+/// train::TrainStep(ddp, optimizer, {.graph = true}) on every rank (the bucket buffers are allocated at
+/// construction, so a replay's all-reduces use the addresses the capture saw).
 class DistributedDataParallel : public nn::Module {
  public:
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> module, DdpOptions options = {},

@@ -77,6 +77,8 @@ struct StepOptions {
 /// and replays the graph: one launch. Dropout draws new numbers at every replay, and index checks still report
 /// (at the next synchronisation). A batch of another shape than the captured one (a last partial batch) runs
 /// eagerly. The optimizer must be capturable (Adam: AdamOptions::capturable); the lr stays the capture's.
+/// `model` may be a dist::DistributedDataParallel: its gradient all-reduces are captured with the step and run
+/// at each replay (every rank replays its graph at each step, as each would run its eager step).
 ///
 ///   train::TrainStep step(*model, opt, {.graph = true});
 ///   for (const data::Batch& b : loader) step(b.x, b.y);

@@ -5,6 +5,11 @@
 // A watchdog thread per communicator watches the unfinished operations: one that has not completed within the
 // group's timeout, or an asynchronous NCCL error, aborts the communicator (ncclCommAbort makes the kernels
 // waiting for a dead peer return) and every later operation throws DistError with the reason.
+// A collective queued while the caller's stream is captured into a CUDA graph (a DDP step captured by
+// train::TrainStep) becomes nodes of that graph: the communication stream joins the capture through the event,
+// and the collective runs at every replay. Its Work orders the capture (wait) but has no completion of its own
+// to poll, so the watchdog does not track it (as PyTorch's process groups skip captured work); a replay that
+// waits for a dead peer is not aborted by the timeout.
 #include "dist/comm.hpp"
 
 #if KILN_HAVE_NCCL
@@ -19,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/cuda.hpp"
 #include "kiln/error.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/stream.hpp"
@@ -127,6 +133,15 @@ struct NcclWork : Work::Impl {
   std::vector<Array> keep;  // buffers the communication stream uses, kept until it is done with them
   Clock::time_point started = Clock::now();
   bool completed = false;
+  bool captured = false;  // queued during a graph capture: its events belong to the graph
+
+  /// The error of asking a captured collective for completion (it has none: it runs at each replay).
+  ValueError captured_error(const char* call) const {
+    return ValueError(op + ": " + call +
+                      " on a collective captured in a CUDA graph; it runs at each replay of "
+                      "the graph: wait() orders the capture after it, and after a replay synchronise the "
+                      "replay's stream instead");
+  }
 
   // Under state->mutex.
   bool poll_locked() {
@@ -138,16 +153,23 @@ struct NcclWork : Work::Impl {
     return completed;
   }
   bool is_completed() override {
+    if (captured) throw captured_error("is_completed()");
     std::lock_guard<std::mutex> lock(state->mutex);
     return poll_locked();
   }
   void wait() override {
+    if (captured) {
+      if (!cuda::is_capturing(state->device)) throw captured_error("wait() after the capture ended");
+      done->wait(Stream::current(state->device));  // the capture's stream joins the communication stream back
+      return;
+    }
     std::lock_guard<std::mutex> lock(state->mutex);
     if (!state->failure.empty() && !poll_locked())
       throw DistError(op + ": the communicator was aborted: " + state->failure);
     done->wait(Stream::current(state->device));
   }
   void synchronize() override {
+    if (captured) throw captured_error("synchronize()");
     const auto deadline = started + state->timeout;
     int spins = 0;
     for (;;) {
@@ -285,6 +307,7 @@ class NcclBackend : public CommBackend {
     w->state = state_;
     w->op = std::move(op);
     Stream current = Stream::current(state_->device);
+    w->captured = cuda::is_capturing(state_->device);
     Event ready = Event::create(state_->device, false);
     ready.record(current);
     w->done = Event::create(state_->device, false);
@@ -299,6 +322,9 @@ class NcclBackend : public CommBackend {
       state_->settle_locked(call(state_->comm, s), w->op);
       w->done->record(*state_->stream);
       for (const Array& a : keep) a.record_stream(*state_->stream);
+      // Captured: nothing to poll. As for any captured work, memory allocated in the capture stays in the graph's
+      // pool, and arrays from outside it are the caller's to keep alive while the graph may be replayed.
+      if (w->captured) return Work(w);
       w->keep = std::move(keep);
       w->started = Clock::now();
       state_->pending.push_back(w);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -127,6 +128,66 @@ TEST(DistGpu, ddp_copies_a_bucket_of_many_and_large_gradients_exactly) {
     for (size_t k = 0; k < pa.size(); ++k)
       EXPECT_TRUE(array_equal(pa[k].grad(), pb[k].grad())) << dtype_name(t) << ": parameter " << k;
   }
+}
+
+// A collective queued while the stream is captured becomes part of the graph and runs at every replay; its Work
+// orders the capture but has nothing to poll, so asking it for completion is an error that says what to do.
+TEST(DistGpu, a_collective_captured_in_a_graph_runs_at_every_replay) {
+  KILN_REQUIRE_GPU();
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = gpu(0)});
+  Array x = arange(1000, float32, gpu(0));
+  const Array start = x.copy();
+  Stream side = Stream::create(gpu(0));
+  synchronize(gpu(0));
+  cuda::Graph graph;
+  dist::Work w;
+  {
+    cuda::GraphCapture capture(graph, side);
+    x += 1.0;
+    w = g.all_reduce(x, dist::ReduceOp::sum);
+    w.wait();  // the captured stream joins the communication stream back
+    x *= 2.0;
+  }
+  EXPECT_TRUE(array_equal(x, start)) << "captured work ran during the capture";
+  for (int r = 0; r < 3; ++r) graph.replay();
+  side.synchronize();
+  EXPECT_TRUE(array_equal(x, start * 8.0 + 14.0));  // x -> (x + 1) * 2, three times
+  kiln_test::expect_error<ValueError>([&] { (void)w.is_completed(); }, {"all_reduce", "captured", "replay"});
+  kiln_test::expect_error<ValueError>([&] { w.synchronize(); }, {"captured", "synchronise the replay's stream"});
+  kiln_test::expect_error<ValueError>([&] { w.wait(); }, {"after the capture ended"});
+  // The group goes on with eager collectives between replays.
+  Array y = ones({8}, float32, gpu(0));
+  g.all_reduce(y).synchronize();
+  EXPECT_TRUE(array_equal(y, ones({8}, float32, gpu(0))));
+}
+
+// A DDP training step captured whole by train::TrainStep (forward, backward with the buckets' copies and
+// all-reduces, the optimizer) and replayed gives the eager DDP steps' parameters bit for bit.
+TEST(DistGpu, a_ddp_step_captured_in_a_graph_equals_the_eager_steps) {
+  KILN_REQUIRE_GPU();
+  dist::ProcessGroup g({.rank = 0, .world_size = 1, .device = gpu(0)});
+  auto net = small_mlp(4, gpu(0)), ref = small_mlp(4, gpu(0));
+  dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = 0.001}, &g);  // 1 KB buckets: 2 all-reduces a step
+  dist::DistributedDataParallel ref_ddp(ref, {.bucket_cap_mb = 0.001}, &g);
+  ASSERT_GE(ddp.buckets().size(), 2u);
+  optim::SGD a(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD b(ref_ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  Stream side = Stream::create(gpu(0));
+  StreamGuard on(side);
+  train::TrainStep graphed(ddp, a, {.graph = true, .warmup = 2});
+  train::TrainStep eager(ref_ddp, b);
+  random::seed(8);
+  for (int step = 0; step < 7; ++step) {
+    Array x = random::normal({16, 12}, float32, gpu(0));
+    Array y = random::randint(0, 5, {16}, int64, gpu(0));
+    graphed(x, y);
+    eager(x, y);
+  }
+  EXPECT_TRUE(graphed.graphed());
+  EXPECT_EQ(graphed.replays(), 5);
+  EXPECT_EQ(graphed.mean_loss(), eager.mean_loss());
+  const auto pa = ddp.module().parameters(), pb = ref_ddp.module().parameters();
+  for (size_t k = 0; k < pa.size(); ++k) EXPECT_TRUE(array_equal(pa[k], pb[k])) << "parameter " << k;
 }
 
 TEST(DistGpu, data_parallel_over_the_gpus_present_equals_one_model_on_the_whole_batch) {

@@ -14,6 +14,10 @@
 #include "kiln/kiln.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/optim.hpp"
+#include "kiln/train.hpp"
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda.hpp"
+#endif
 
 using namespace kiln;
 namespace dist = kiln::dist;
@@ -279,6 +283,57 @@ TEST(DistMpi, ddp_no_sync_accumulates_locally_then_averages_the_sums) {
   for (size_t k = 0; k < got.size(); ++k)
     EXPECT_LT(max(abs(got[k].grad() - want[k].grad())).item<float>(), 1e-5f) << "param " << k;
 }
+
+// A DDP step captured in a CUDA graph (train::TrainStep): each replay all-reduces the ranks' gradients, so
+// after replays the replicas still equal one process trained on the whole batch; and a lone captured
+// all_reduce sums every rank's array at each replay.
+#ifdef KILN_WITH_CUDA
+TEST(DistMpi, a_ddp_step_captured_in_a_graph_averages_gradients_at_every_replay) {
+  const int size = G().size();
+  if (!every_rank_has_a_gpu()) GTEST_SKIP() << "needs a GPU per rank (NCCL; CUDA graphs)";
+  if (24 % size != 0) GTEST_SKIP() << "the batch of 24 does not split evenly over " << size << " ranks";
+  const Device d = G().device();
+  Stream side = Stream::create(d);
+  StreamGuard on(side);
+  {
+    Array x = full({1000}, static_cast<double>(G().rank() + 1), float32, d);
+    cuda::Graph graph;
+    {
+      cuda::GraphCapture capture(graph, side);
+      x += 1.0;
+      G().all_reduce(x, dist::ReduceOp::sum).wait();
+    }
+    for (int r = 0; r < 3; ++r) graph.replay();
+    double want = 0;  // float64 reference of v <- sum over ranks of (v_r + 1), three times
+    for (int r = 0; r < size; ++r) want += r + 2;
+    for (int k = 1; k < 3; ++k) want = size * (want + 1);
+    EXPECT_TRUE(array_equal(x.to(cpu()), full({1000}, want, float32))) << "want " << want;
+  }
+  auto local = mlp(200 + static_cast<uint64_t>(G().rank()));  // DDP broadcasts rank 0's initialisation
+  local->to(d);
+  dist::DistributedDataParallel ddp(local, {.bucket_cap_mb = 0.0002});  // several buckets
+  auto reference = mlp(200);
+  reference->to(d);
+  optim::SGD opt(ddp.parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  train::TrainStep graphed(ddp, opt, {.accuracy = false, .graph = true, .warmup = 2});
+  train::TrainStep whole(*reference, ref_opt, {.accuracy = false});
+  const int64_t share = 24 / size;
+  for (int step = 0; step < 6; ++step) {
+    // A new batch each step (the same on every rank), so a replay that reused the capture's would diverge.
+    random::seed(500 + static_cast<uint64_t>(step));
+    Array xs = random::normal({24, 8}, float32, cpu());
+    Array ys = random::randint(0, 4, {24}, int64, cpu());
+    graphed(xs.slice(0, G().rank() * share, (G().rank() + 1) * share).to(d),
+            ys.slice(0, G().rank() * share, (G().rank() + 1) * share).to(d));
+    whole(xs.to(d), ys.to(d));
+  }
+  EXPECT_EQ(graphed.replays(), 4);
+  const auto got = ddp.parameters(), want = reference->parameters();
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_LT(max(abs(got[k].to(cpu()) - want[k].to(cpu()))).item<float>(), 1e-5f) << "param " << k;
+}
+#endif  // KILN_WITH_CUDA
 
 TEST(DistMpi, ddp_reports_a_model_that_differs_across_ranks) {
   if (G().size() < 2) GTEST_SKIP() << "needs 2 ranks";

@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
                         "append one JSON line per epoch to this file (scripts/plot-training draws it)");
   train_cmd->add_option("--save,--checkpoint", train.checkpoint, "save the trained model here (safetensors)");
   train_cmd->add_flag("--graph", train.graph,
-                      "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only)");
+                      "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only; with "
+                      "--nproc, the gradient all-reduces too)");
   train_cmd->add_option("--nproc", train.nproc,
                          "data-parallel ranks (1): kiln launch starts them, one GPU each (NCCL) or CPU ranks (MPI)");
   auto* launch_cmd = app.add_subcommand(

@@ -43,7 +43,6 @@ int train_mlp(const TrainArgs& a) {
     l.command.front() = std::filesystem::read_symlink("/proc/self/exe").string();  // this kiln, by its real path
     return launch(l);
   }
-  if (launched && a.graph) throw ValueError("kiln train: --graph is not supported with --nproc (data parallel)");
   Device device = a.device.empty() ? try_gpu() : parse_device(a.device);
   if (launched) {
     dist::InitOptions init;
