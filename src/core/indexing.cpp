@@ -16,6 +16,7 @@
 #include "core/device_check.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/kernels.hpp"
+#include "kiln/parallel.hpp"
 
 namespace kiln {
 namespace {
@@ -340,11 +341,43 @@ void detail::scatter_add_flat(const Array& dst, const Array& offsets, const Arra
     add(static_cast<double*>(dst.storage()->data()));
 }
 
+namespace {
+/// take(a, indices, axis) of a contiguous CPU array: each index selects a run of the axes after `axis`,
+/// copied whole (a batch of 100 images of 784 floats: 100 copies of 3136 bytes). The general path makes an
+/// int64 offset per output element and gathers element by element, 10x slower on such rows.
+Array take_runs_cpu(const Array& a, const Array& indices, int64_t axis) {
+  const int64_t p = normalize_axis(axis, a.ndim(), "take");
+  const Array idx = normalize_indices(indices, a.shape(p), "take").contiguous();
+  Shape shape;
+  for (int64_t d = 0; d < p; ++d) shape.push_back(a.shape(d));
+  for (int64_t e : idx.shape()) shape.push_back(e);
+  for (int64_t d = p + 1; d < a.ndim(); ++d) shape.push_back(a.shape(d));
+  Array out = empty(shape, a.dtype(), a.device());
+  int64_t outer = 1, run = itemsize(a.dtype());
+  for (int64_t d = 0; d < p; ++d) outer *= a.shape(d);
+  for (int64_t d = p + 1; d < a.ndim(); ++d) run *= a.shape(d);
+  const int64_t n = a.shape(p), k = idx.size();
+  if (outer * k == 0 || run == 0) return out;
+  const auto* src = static_cast<const char*>(a.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const int64_t* at = idx.data<int64_t>();
+  parallel_for(
+      outer * k,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t)
+          std::memcpy(dst + t * run, src + ((t / k) * n + at[t % k]) * run, static_cast<size_t>(run));
+      },
+      std::max<int64_t>(1, (int64_t{1} << 18) / run));  // about 256 KB a range
+  return out;
+}
+}  // namespace
+
 Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   require_defined(a, "take", "the array");
   require_defined(indices, "take", "the index array");
   require_same_device(a, indices, "take", "the index array");
   detail::GradRecorder record({&a});
+  if (axis && !record && a.device().is_cpu() && a.is_contiguous()) return take_runs_cpu(a, indices, *axis);
   const Array offsets = detail::take_offsets(a, indices, axis);
   Array out = gather_flat(a, offsets);
   if (record) detail::autograd_hook().record_take(a, indices, axis, offsets, out);

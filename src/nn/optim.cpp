@@ -10,6 +10,9 @@
 #include <numbers>
 #include <string>
 #include <tuple>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include "kiln/autograd.hpp"
 #ifdef KILN_WITH_CUDA
@@ -163,7 +166,28 @@ void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<s
 // ---------------------------------------------------------------- the CPU's loops
 // The same arithmetic as the multi-tensor kernels, element by element in one pass (the per-parameter fused
 // functions run op by op on the CPU: a dozen passes over each parameter). float32 and float64, contiguous;
-// compiled without contraction (-ffp-contract=off), so the bits are the kernels' and the fused functions'.
+// compiled without contraction (-ffp-contract=off), so the bits are the kernels' and the fused functions'
+// except in the subnormal range: the loops run with subnormals flushed to zero (FlushSubnormals), where a
+// GPU keeps them.
+
+/// For its scope, this thread's x86 SSE/AVX arithmetic flushes subnormal results to zero and reads subnormal
+/// operands as zero (MXCSR's FTZ and DAZ bits; restored after). Moment estimates that decay geometrically
+/// (Adam's exp_avg by beta1 each step, a momentum buffer by its factor) pass through the subnormal range on
+/// their way to zero, and on x86 each operation on a subnormal takes a microcode assist: on the 16-core Xeon of
+/// the H200 machine, the Adam step of the 784-1000-1000-10 MLP on Fashion-MNIST took 0.27 s per epoch in the
+/// first epoch and 1.2-1.7 s in the next two without it, 0.22-0.33 s with it. A flushed value is below
+/// 1.2e-38 (float32): its contribution to a parameter's update is below lr * 1e-30. No-op elsewhere.
+class FlushSubnormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
+  ~FlushSubnormals() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFtz = 0x8000, kDaz = 0x0040;
+  unsigned saved_;
+#endif
+};
 
 /// Whether a parameter goes through the CPU loops: float32/float64 on the CPU (arrays as same_layout).
 bool cpu_loop_ok(const std::vector<Array>& arrays) {
@@ -317,6 +341,7 @@ void SGD::step() {
         parallel_for(
             p.size(),
             [&](int64_t b, int64_t e) {
+              [[maybe_unused]] FlushSubnormals flush;  // a decaying momentum buffer
               sgd_loop<T>(pp + b, gp + b, vp ? vp + b : nullptr, e - b, mode, static_cast<T>(lr_),
                           static_cast<T>(o.momentum), static_cast<T>(1.0 - o.dampening),
                           static_cast<T>(o.weight_decay));
@@ -448,6 +473,7 @@ void Adam::step() {
         parallel_for(
             p.size(),
             [&](int64_t b, int64_t e) {
+              [[maybe_unused]] FlushSubnormals flush;  // decaying moments
               adam_loop<T>(pp + b, gp + b, mp + b, vp + b, e - b, c(o.beta1), c(1.0 - o.beta1), c(o.beta2),
                            c(1.0 - o.beta2), c(lr_ / bc1), c(std::sqrt(bc2)), c(o.eps), c(l2), c(decay));
             },

@@ -137,6 +137,28 @@ TEST(Api, shuffle_permutes_rows_in_place_reproducibly) {
   EXPECT_EQ(random::permutation(0).shape(), (Shape{0}));
 }
 
+// take along an axis of a contiguous CPU array copies whole runs (its fast path): every item size, an empty
+// index, and the same values as the element-by-element path of a non-contiguous view.
+TEST(Api, take_along_an_axis_copies_runs_of_any_dtype) {
+  const Array x = arange(12, int64).reshape(3, 4);
+  const Array idx = from_data({int64_t{3}, int64_t{0}, int64_t{-1}});
+  const std::vector<int64_t> want{3, 0, 3, 7, 4, 7, 11, 8, 11};
+  for (DType t : {uint8, bool_, int16, float32, float64}) {
+    const Array a = x.astype(t), strided = a.T().copy().T();  // the same values, not C-contiguous
+    ASSERT_FALSE(strided.is_contiguous());
+    const Array fast = take(a, idx, 1);
+    EXPECT_EQ(fast.dtype(), t);
+    EXPECT_TRUE(array_equal(fast, take(strided, idx, 1))) << dtype_name(t);
+    if (t != bool_) {
+      EXPECT_EQ(fast.astype(int64).to_vector<int64_t>(), want) << dtype_name(t);
+    }
+  }
+  EXPECT_EQ(take(x, from_data({int64_t{-1}, int64_t{0}}), 0).to_vector<int64_t>(),
+            (std::vector<int64_t>{8, 9, 10, 11, 0, 1, 2, 3}));
+  EXPECT_EQ(take(x, zeros({0}, int64), 1).shape(), (Shape{3, 0}));
+  EXPECT_EQ(take(x, zeros({2, 0}, int64), 0).shape(), (Shape{2, 0, 4}));
+}
+
 TEST(Api, bad_indices_and_masks_name_the_problem) {
   const Array x = arange(12, float32).reshape(3, 4);
   expect_error<ShapeError>(

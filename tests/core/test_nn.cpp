@@ -382,6 +382,32 @@ TEST(NnOptim, AdamAndAdamWFollowPyTorchsFormulas) {
   }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// The CPU's update loops run with subnormals flushed to zero (a decaying moment in the subnormal range costs a
+// microcode assist per operation on x86): Adam's second moment of a 1e-20 gradient, (1 - beta2) * 1e-40 =
+// 1e-43, is subnormal in float32 and becomes 0, while the first moment (1e-21) is kept; a subnormal gradient
+// reads as zero in SGD's momentum update. The parameters move as the float64 formulas say.
+TEST(NnOptim, TheCpuLoopsFlushSubnormalMomentsToZero) {
+  Array p = full({4}, 1.0, float32, cpu()).set_requires_grad();
+  optim::Adam adam({p}, {.lr = 0.01});
+  (sum(p) * 1e-20f).backward();
+  adam.step();
+  const nn::StateDict state = adam.state_dict();
+  EXPECT_EQ(host(state.at("exp_avg_sq.0")), std::vector<double>(4, 0.0)) << "1e-43 is subnormal: flushed";
+  for (double m : host(state.at("exp_avg.0"))) EXPECT_NEAR(m, 1e-21, 1e-27);
+  EXPECT_EQ(host(p), std::vector<double>(4, 1.0)) << "the update (about 1e-14) is below float32's resolution at 1";
+
+  Array q = full({4}, 1.0, float32, cpu()).set_requires_grad();
+  optim::SGD sgd({q}, {.lr = 0.5, .momentum = 0.9});
+  (sum(q) * 1e-40f).backward();  // a subnormal gradient
+  ASSERT_GT(host(q.grad())[0], 0.0);
+  sgd.step();  // the first step copies the gradient into the buffer (as PyTorch); the second runs the loop
+  sgd.step();
+  EXPECT_EQ(host(sgd.state_dict().at("momentum_buffer.0")), std::vector<double>(4, 0.0));
+  EXPECT_EQ(host(q), std::vector<double>(4, 1.0));
+}
+#endif
+
 TEST(NnOptim, StateDictResumesTrainingExactly) {
   for (Device d : devices()) {
     auto run = [&](bool interrupt) {
