@@ -11,7 +11,7 @@ PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)
 TEST_PRESETS := $(PRESETS) asan
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: demo test deps build build-test bench clean format
+.PHONY: demo test deps build build-test bench mkl clean format
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -53,6 +53,13 @@ demo: build
 
 bench: build
 	./scripts/bench-cpu
+
+# Optional: oneMKL (from PyPI's mkl-static) instead of OpenBLAS for the CPU's matrix products, in build/cpu-mkl,
+# with its tests run; scripts/build-mkl says what it links.
+mkl: deps
+	./scripts/build-mkl
+	cmake --preset cpu-mkl -DKILN_WERROR=ON >/dev/null && cmake --build --preset cpu-mkl -j $(JOBS)
+	cd build/cpu-mkl && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest $(CTEST_FLAGS)
 
 clean:
 	rm -rf build

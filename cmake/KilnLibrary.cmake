@@ -57,6 +57,10 @@ kiln_layer(core core)
 target_link_libraries(kiln_core PRIVATE fmt::fmt)
 kiln_layer(cpu core cpu)
 target_include_directories(kiln_cpu PRIVATE ${CBLAS_INCLUDE_DIR})
+if(KILN_BLAS STREQUAL "mkl")
+  target_compile_definitions(kiln_cpu PRIVATE KILN_BLAS_MKL=1)
+  target_compile_definitions(kiln_core PRIVATE KILN_BLAS_MKL=1)  # build_info names the BLAS
+endif()
 # glibc's vector math library (AVX2 expf/tanhf/...) for contiguous float32 rows.
 find_library(KILN_LIBMVEC NAMES mvec libmvec.so.1)
 if(KILN_LIBMVEC)

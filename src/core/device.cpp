@@ -83,7 +83,11 @@ bool built_with_cuda() {
 }
 
 std::string build_info() {
+#if KILN_BLAS_MKL
+  std::string s = std::string("kiln ") + kVersion + " (cpu: onemkl, openmp";
+#else
   std::string s = std::string("kiln ") + kVersion + " (cpu: openblas, openmp";
+#endif
   if (built_with_cuda()) s += "; cuda: nvrtc, cublas";
   return s + ")";
 }

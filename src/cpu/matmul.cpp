@@ -1,12 +1,16 @@
-// CPU matrix products. float32/float64 go to OpenBLAS: gemm, or gemv when one
-// side is a single row/column; a column-major operand is passed as a transposed
-// row-major one, so transposed views are never copied. Tiny float products and
-// the other dtypes use a blocked loop over operands converted once to the
-// accumulator type (float for float16/bfloat16, 64-bit wrapping integers,
-// bool as or-of-ands), split by rows across OpenMP threads.
+// CPU matrix products. float32/float64 go to BLAS (OpenBLAS, or oneMKL when built with KILN_BLAS=mkl): gemm, or gemv
+// when one side is a single row/column; a column-major operand is passed as a transposed row-major one, so transposed
+// views are never copied. Tiny float products and the other dtypes use a blocked loop over operands converted once to
+// the accumulator type (float for float16/bfloat16, 64-bit wrapping integers, bool as or-of-ands), split by rows across
+// OpenMP threads.
 #include "cpu/matmul.hpp"
 
+#if KILN_BLAS_MKL
+#include <mkl_cblas.h>
+#include <mkl_service.h>
+#else
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -48,25 +52,37 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
   return false;
 }
 
-/// OpenBLAS's thread count for an (m, n, k) product, for the product only: about one thread per 2^20
+/// BLAS's thread count for an (m, n, k) product, for the product only: about one thread per 2^20
 /// multiply-adds, at most OpenMP's count. OpenBLAS itself runs everything above 2^18 multiply-adds on every
 /// core, and on 16 cores a 100x784x100 product (a small MLP's layer) then spends more time waking and joining
 /// threads than computing. OpenBLAS's OpenMP build sets OpenMP's thread count along with its own (and follows
 /// OpenMP's on every call), so the count is restored after the product: before, the first small product left
 /// the calling thread at one OpenMP thread for good, and with it every later product, kiln's parallel loops and
-/// oneDNN's convolutions.
+/// oneDNN's convolutions. oneMKL takes a count for the calling thread alone (mkl_set_num_threads_local), set
+/// on every product because its own default is the physical cores, not OpenMP's count.
 class BlasThreads {
  public:
   BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
     const int64_t work = m * n * k;
     const int want = static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
+#if KILN_BLAS_MKL
+    if (!in_parallel()) {
+      previous_ = mkl_set_num_threads_local(want);
+      changed_ = true;
+    }
+#else
     if (want != full_ && !in_parallel()) {
       openblas_set_num_threads(want);
       changed_ = true;
     }
+#endif
   }
   ~BlasThreads() {
+#if KILN_BLAS_MKL
+    if (changed_) mkl_set_num_threads_local(previous_);
+#else
     if (changed_) openblas_set_num_threads(full_);
+#endif
   }
   BlasThreads(const BlasThreads&) = delete;
   BlasThreads& operator=(const BlasThreads&) = delete;
@@ -74,11 +90,16 @@ class BlasThreads {
  private:
   int full_;
   bool changed_ = false;
+  [[maybe_unused]] int previous_ = 0;
 };
 
 }  // namespace
 
+#if KILN_BLAS_MKL
+bool blas_has_own_threads() { return false; }  // scripts/build-mkl links MKL's GNU OpenMP threading
+#else
 bool blas_has_own_threads() { return openblas_get_parallel() == 1; }  // 0 sequential, 1 pthreads, 2 OpenMP
+#endif
 
 namespace {
 

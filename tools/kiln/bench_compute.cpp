@@ -9,7 +9,9 @@ namespace kiln_cli {
 using namespace kiln;
 
 void run_matmul(BenchContext& ctx) {
-  title("matmul", "float32 C = A @ B, CPU (all cores, OpenBLAS) vs GPU (cuBLAS, TF32 off)");
+  const bool mkl = build_info().find("onemkl") != std::string::npos;
+  title("matmul", std::string("float32 C = A @ B, CPU (all cores, ") + (mkl ? "oneMKL" : "OpenBLAS") +
+                      ") vs GPU (cuBLAS, TF32 off)");
   const std::vector<int64_t> sizes =
       ctx.quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192, 15360};
   if (!ctx.gpu()) ctx.skip("matmul gpu_N", ctx.no_gpu_reason() + ": the CPU side runs alone");
@@ -109,8 +111,8 @@ void run_reduction(BenchContext& ctx) {
   ctx.record("reduction", "sum", "gbps", "GB/s", gbps, true, check);
   const double copy = ctx.copy_gbps(n);
   Table table({"case", "median", "GB/s", "of copy", "check"});
-  table.row({"sum", format_seconds(ctx.seconds(r)), format_number(gbps), format_number(100 * gbps / copy) + "%",
-             check});
+  table.row(
+      {"sum", format_seconds(ctx.seconds(r)), format_number(gbps), format_number(100 * gbps / copy) + "%", check});
   table.print();
   verdict(fmt::format("a full sum reads at {:.0f}% of copy bandwidth ({:.0f} of {:.0f} GB/s)", 100 * gbps / copy, gbps,
                       copy));
@@ -144,12 +146,13 @@ void run_fusion(BenchContext& ctx) {
   const std::string check = error <= 1e-5 ? "ok" : fmt::format("fused differs from op by op by up to {}", error);
   ctx.record("fusion", "fused", "ms", "ms", fused_ms, false, check);
   ctx.record("fusion", "fused", "x_floor", "x", fused_ms / floor_ms, false);
-  table.row({ctx.gpu() ? "fused (kiln::fuse, one kernel)" : "kiln::fuse on the CPU (runs op by op)", format_number(fused_ms, 3), format_number(fused_ms / floor_ms, 2)});
+  table.row({ctx.gpu() ? "fused (kiln::fuse, one kernel)" : "kiln::fuse on the CPU (runs op by op)",
+             format_number(fused_ms, 3), format_number(fused_ms / floor_ms, 2)});
   table.row({"floor (1 read + 1 write at copy bandwidth)", format_number(floor_ms, 3), "1.00"});
   table.print();
   if (check != "ok") fmt::print("  check: {}\n", check);
-  verdict(fmt::format("op by op the chain takes {:.1f}x the bandwidth floor, fused {:.2f}x{}",
-                      eager_ms / floor_ms, fused_ms / floor_ms,
+  verdict(fmt::format("op by op the chain takes {:.1f}x the bandwidth floor, fused {:.2f}x{}", eager_ms / floor_ms,
+                      fused_ms / floor_ms,
                       ctx.gpu() ? ": every eager op reads and writes memory, the fused kernel reads x once"
                                 : " (the CPU has no fused kernels: fuse runs the ops one by one there)"));
 }

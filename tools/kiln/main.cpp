@@ -44,8 +44,9 @@ std::string cpu_model() {
 int info() {
   using namespace kiln;
   fmt::print("{}\n", build_info());
-  fmt::print("features: cpu (OpenBLAS, OpenMP, {} threads), cuda backend: {}\n", kiln_cli::host_threads(),
-             built_with_cuda() ? "yes (NVRTC kernels, cuBLAS)" : "no (CPU-only build)");
+  const bool mkl = build_info().find("onemkl") != std::string::npos;
+  fmt::print("features: cpu ({}, OpenMP, {} threads), cuda backend: {}\n", mkl ? "oneMKL" : "OpenBLAS",
+             kiln_cli::host_threads(), built_with_cuda() ? "yes (NVRTC kernels, cuBLAS)" : "no (CPU-only build)");
   const DeviceProperties host = device_properties(cpu());
   fmt::print("cpu: {} ({} hardware threads)\n", cpu_model(), host.multiprocessors);
   const int n = num_gpus();
@@ -183,8 +184,9 @@ int main(int argc, char** argv) {
   auto* train_cmd = app.add_subcommand("train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn)");
   kiln_cli::TrainArgs train;
   std::string hidden;
-  train_cmd->add_option("MODEL", train.model,
-                        "mlp: the Chainer MNIST walkthrough's MLP; cnn: two conv/batch-norm/pool blocks and an MLP head")
+  train_cmd
+      ->add_option("MODEL", train.model,
+                   "mlp: the Chainer MNIST walkthrough's MLP; cnn: two conv/batch-norm/pool blocks and an MLP head")
       ->check(CLI::IsMember({"mlp", "cnn"}));
   train_cmd->add_option("--device", train.device, "cpu or cuda:N (default: the best device present)");
   train_cmd->add_option("--data", train.data,
@@ -205,13 +207,14 @@ int main(int argc, char** argv) {
                       "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only; with "
                       "--nproc, the gradient all-reduces too)");
   train_cmd->add_option("--nproc", train.nproc,
-                         "data-parallel ranks (1): kiln launch starts them, one GPU each (NCCL) or CPU ranks (MPI)");
-  auto* launch_cmd = app.add_subcommand(
-      "launch", "start N ranks of a program (as torchrun): kiln launch --nproc 2 ./train args...");
+                        "data-parallel ranks (1): kiln launch starts them, one GPU each (NCCL) or CPU ranks (MPI)");
+  auto* launch_cmd =
+      app.add_subcommand("launch", "start N ranks of a program (as torchrun): kiln launch --nproc 2 ./train args...");
   kiln_cli::LaunchArgs launch_args;
   launch_cmd->add_option("--nproc", launch_args.nproc, "ranks to start on this machine (1)");
-  launch_cmd->add_option("--backend", launch_args.backend,
-                         "auto (default), env (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, for NCCL), or mpi (mpirun)")
+  launch_cmd
+      ->add_option("--backend", launch_args.backend,
+                   "auto (default), env (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, for NCCL), or mpi (mpirun)")
       ->check(CLI::IsMember({"auto", "env", "mpi"}));
   launch_cmd->add_option("--nnodes", launch_args.nnodes, "machines, one launcher each (1; env backend)");
   launch_cmd->add_option("--node-rank", launch_args.node_rank, "this machine's index in [0, nnodes) (0)");
