@@ -12,6 +12,10 @@
 // --quick: smaller sizes and fewer steps; --bucket-mb / --first-bucket-mb: DdpOptions' bucket sizes;
 // --workloads allreduce,ddp_mlp,ddp_resnet50: a subset (default all; ddp_mlp includes ddp_mlp_graph, the captured MLP
 // step, which may also be asked for alone).
+// --mlp-batches 1000,4000: the MLP's eager and graphed DDP steps again at these batches per GPU (records
+// ddp_mlp_bB, ddp_mlp_graph_bB): at batch 100 a step computes for ~0.16 ms and the all-reduce of the first
+// layer's gradient, the last one ready, cannot overlap anything; larger batches show how scaling grows with
+// the compute a step has to hide its communication behind.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -63,6 +67,16 @@ std::shared_ptr<nn::Module> mlp(Device d) {
 }
 
 dist::DdpOptions g_ddp;  // --bucket-mb, --first-bucket-mb
+
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
 /// Host milliseconds per step spent queueing each phase of a training step (where a step's host time goes).
 struct Phases {
@@ -134,7 +148,10 @@ int main(int argc, char** argv) {
   std::string json;
   bool quick = false;
   std::string workloads = "allreduce,ddp_mlp,ddp_resnet50";
+  std::vector<int64_t> mlp_batches;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--mlp-batches") == 0 && i + 1 < argc)
+      for (const std::string& b : split_commas(argv[++i])) mlp_batches.push_back(std::stoll(b));
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--workloads") == 0 && i + 1 < argc) workloads = argv[++i];
@@ -151,12 +168,7 @@ int main(int argc, char** argv) {
     set_current_device(d);
     const int n = dist::world_size();
     std::vector<Record> records;
-    std::vector<std::string> picked;
-    for (size_t at = 0; at <= workloads.size();) {
-      const size_t comma = std::min(workloads.find(',', at), workloads.size());
-      picked.push_back(workloads.substr(at, comma - at));
-      at = comma + 1;
-    }
+    const std::vector<std::string> picked = split_commas(workloads);
     auto wanted = [&](const std::string& w) { return std::find(picked.begin(), picked.end(), w) != picked.end(); };
 
     if (wanted("allreduce")) {
@@ -229,6 +241,15 @@ int main(int argc, char** argv) {
       Array g = ones({numel}, float32, d);
       const double ar = time_ms(d, 5, 50, [&] { dist::all_reduce(g, dist::ReduceOp::avg); }) / 50;
       records.push_back({"allreduce_mlp_grads", "seconds", "s", ar / 1000.0});
+    }
+    for (const int64_t batch : mlp_batches) {  // --mlp-batches: the same steps with more compute per step
+      const std::string b = "_b" + std::to_string(batch);
+      const int steps = quick ? 20 : std::max<int>(50, static_cast<int>(30000 / batch));
+      records.push_back({"ddp_mlp" + b, "throughput", "samples/s",
+                         train_throughput(mlp(d), {batch, 784}, 10, d, 10, steps, 0.0, quick ? 1 : 5)});
+      records.push_back(
+          {"ddp_mlp_graph" + b, "throughput", "samples/s",
+           train_throughput(mlp(d), {batch, 784}, 10, d, 10, steps, 0.0, quick ? 1 : 5, nullptr, nullptr, true)});
     }
     if (!quick && wanted("ddp_resnet50")) {
       auto net = models::resnet50();

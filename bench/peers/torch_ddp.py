@@ -2,11 +2,12 @@
 """bench/bench_dist.cpp's workloads in PyTorch, under torchrun, written as the same JSON.
 
     python3 -m torch.distributed.run --standalone --nproc_per_node=N bench/peers/torch_ddp.py [--quick] [--json FILE]
-        [--workloads allreduce,ddp_mlp,ddp_resnet50]
+        [--workloads allreduce,ddp_mlp,ddp_resnet50] [--mlp-batches 1000,4000]
 
 allreduce: dist.all_reduce of 1 GiB float32 (NCCL), time and bus bandwidth; ddp_mlp: DistributedDataParallel
 steps of the 784-1000-1000-10 MLP at batch 100 per GPU (SGD; the median of 5 windows of 300 steps); ddp_resnet50: torchvision's ResNet-50, batch 128
-per GPU, 224x224, float32, SGD momentum 0.9, cudnn.benchmark on. Timed with CUDA events on rank 0 after a
+per GPU, 224x224, float32, SGD momentum 0.9, cudnn.benchmark on. --mlp-batches: the MLP's steps again at these
+batches per GPU (records ddp_mlp_bB), as bench_dist's. Timed with CUDA events on rank 0 after a
 barrier, as bench_dist. Without torch or a GPU it says why and exits 0.
 """
 
@@ -20,6 +21,8 @@ def main():
     out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else ""
     wanted = (sys.argv[sys.argv.index("--workloads") + 1] if "--workloads" in sys.argv
               else "allreduce,ddp_mlp,ddp_resnet50").split(",")
+    mlp_batches = ([int(b) for b in sys.argv[sys.argv.index("--mlp-batches") + 1].split(",")]
+                   if "--mlp-batches" in sys.argv else [])
     try:
         import torch
         import torch.distributed as dist
@@ -80,6 +83,10 @@ def main():
     if "ddp_mlp" in wanted:
         records.append({"workload": "ddp_mlp", "metric": "throughput", "unit": "samples/s",
                         "value": throughput(mlp, (100, 784), 10, 20, 50 if quick else 300, 0.0, 1 if quick else 5)})
+    for batch in mlp_batches:
+        steps = 20 if quick else max(50, 30000 // batch)
+        records.append({"workload": f"ddp_mlp_b{batch}", "metric": "throughput", "unit": "samples/s",
+                        "value": throughput(mlp, (batch, 784), 10, 10, steps, 0.0, 1 if quick else 5)})
     if not quick and "ddp_resnet50" in wanted:
         try:
             import torchvision
