@@ -83,8 +83,8 @@ bool built_with_cuda() {
 }
 
 std::string build_info() {
-#if KILN_BLAS_MKL
-  std::string s = std::string("kiln ") + kVersion + " (cpu: onemkl, openmp";
+#if KILN_HAVE_MKL
+  std::string s = std::string("kiln ") + kVersion + " (cpu: openblas + onemkl, openmp";
 #else
   std::string s = std::string("kiln ") + kVersion + " (cpu: openblas, openmp";
 #endif

@@ -1,16 +1,11 @@
-// CPU matrix products. float32/float64 go to BLAS (OpenBLAS, or oneMKL when built with KILN_BLAS=mkl): gemm, or gemv
-// when one side is a single row/column; a column-major operand is passed as a transposed row-major one, so transposed
-// views are never copied. Tiny float products and the other dtypes use a blocked loop over operands converted once to
-// the accumulator type (float for float16/bfloat16, 64-bit wrapping integers, bool as or-of-ands), split by rows across
-// OpenMP threads.
+// CPU matrix products. float32/float64 go to OpenBLAS: gemm (oneMKL's for large
+// products in a KILN_MKL build), or gemv when one side is a single row/column; a column-major operand is passed as a
+// transposed row-major one, so transposed views are never copied. Tiny float products and the other dtypes use a
+// blocked loop over operands converted once to the accumulator type (float for float16/bfloat16, 64-bit wrapping
+// integers, bool as or-of-ands), split by rows across OpenMP threads.
 #include "cpu/matmul.hpp"
 
-#if KILN_BLAS_MKL
-#include <mkl_cblas.h>
-#include <mkl_service.h>
-#else
 #include <cblas.h>
-#endif
 
 #include <algorithm>
 #include <climits>
@@ -20,6 +15,16 @@
 
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
+
+#if KILN_HAVE_MKL
+// libkiln_mkl.so (scripts/build-mkl, scripts/kiln_mkl.c): oneMKL's row-major C = A B with `threads` threads.
+extern "C" {
+void kiln_mkl_sgemm(int threads, int trans_a, int trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+                    int ldb, float* c, int ldc);
+void kiln_mkl_dgemm(int threads, int trans_a, int trans_b, int m, int n, int k, const double* a, int lda,
+                    const double* b, int ldb, double* c, int ldc);
+}
+#endif
 
 namespace kiln::cpu_impl {
 namespace {
@@ -52,37 +57,25 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
   return false;
 }
 
-/// BLAS's thread count for an (m, n, k) product, for the product only: about one thread per 2^20
+/// OpenBLAS's thread count for an (m, n, k) product, for the product only: about one thread per 2^20
 /// multiply-adds, at most OpenMP's count. OpenBLAS itself runs everything above 2^18 multiply-adds on every
 /// core, and on 16 cores a 100x784x100 product (a small MLP's layer) then spends more time waking and joining
 /// threads than computing. OpenBLAS's OpenMP build sets OpenMP's thread count along with its own (and follows
 /// OpenMP's on every call), so the count is restored after the product: before, the first small product left
 /// the calling thread at one OpenMP thread for good, and with it every later product, kiln's parallel loops and
-/// oneDNN's convolutions. oneMKL takes a count for the calling thread alone (mkl_set_num_threads_local), set
-/// on every product because its own default is the physical cores, not OpenMP's count.
+/// oneDNN's convolutions.
 class BlasThreads {
  public:
   BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
     const int64_t work = m * n * k;
     const int want = static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
-#if KILN_BLAS_MKL
-    if (!in_parallel()) {
-      previous_ = mkl_set_num_threads_local(want);
-      changed_ = true;
-    }
-#else
     if (want != full_ && !in_parallel()) {
       openblas_set_num_threads(want);
       changed_ = true;
     }
-#endif
   }
   ~BlasThreads() {
-#if KILN_BLAS_MKL
-    if (changed_) mkl_set_num_threads_local(previous_);
-#else
     if (changed_) openblas_set_num_threads(full_);
-#endif
   }
   BlasThreads(const BlasThreads&) = delete;
   BlasThreads& operator=(const BlasThreads&) = delete;
@@ -90,22 +83,35 @@ class BlasThreads {
  private:
   int full_;
   bool changed_ = false;
-  [[maybe_unused]] int previous_ = 0;
 };
 
 }  // namespace
 
-#if KILN_BLAS_MKL
-bool blas_has_own_threads() { return false; }  // scripts/build-mkl links MKL's GNU OpenMP threading
-#else
 bool blas_has_own_threads() { return openblas_get_parallel() == 1; }  // 0 sequential, 1 pthreads, 2 OpenMP
-#endif
 
 namespace {
+
+/// Products of at least this many multiply-adds go to oneMKL in a KILN_MKL build. On the 16 cores of the GPU
+/// machine's Xeon, oneMKL ran 1024^3 and larger float32 products at 1.1-2.0 TFLOP/s, OpenBLAS at 0.8-1.35,
+/// while with every product on oneMKL the 784-1000-1000-10 MLP's batch-100 epoch (products of at most 10^8)
+/// took 2.8-5.0 s against OpenBLAS's 2.2-2.6 s (bench/results/resnet50-h200-2026-11-26.md, tenth session).
+constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
           int ldc) {
+#if KILN_HAVE_MKL
+  if (int64_t{m} * n * k >= kMklMinWork && !in_parallel()) {
+    // MKL's GNU OpenMP threads are OpenMP's team: later loops run there (note_openmp_library_call).
+    const int ta_ = ta == CblasTrans, tb_ = tb == CblasTrans;
+    if constexpr (std::is_same_v<T, float>)
+      kiln_mkl_sgemm(max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
+    else
+      kiln_mkl_dgemm(max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
+    note_openmp_library_call();
+    return;
+  }
+#endif
   const BlasThreads threads(m, n, k);
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);

@@ -104,6 +104,22 @@ TEST(Matmul, float32_blas_product_matches_float64_reference) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
 }
 
+TEST(Matmul, large_products_match_float64_reference) {
+  // 2^27 multiply-adds and more: oneMKL's gemm in a KILN_MKL build, OpenBLAS's otherwise.
+  const int64_t m = 520, k = 530, n = 510;
+  std::vector<double> a = pattern(m, k, 5), b = pattern(k, n, 6);
+  std::vector<double> want = reference_product(a, b, m, k, n);
+  std::vector<double> got = matmul(from_data(a, Shape{m, k}), from_data(b, Shape{k, n})).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-9) << i;
+  Array a32 = from_data(a, Shape{m, k}).astype(float32), b32 = from_data(b, Shape{k, n}).astype(float32);
+  got = matmul(a32, b32).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << i;
+  // Both operands stored transposed: BLAS reads them transposed, without a copy.
+  Array at = a32.transpose().contiguous().transpose(), bt = b32.transpose().contiguous().transpose();
+  got = matmul(at, bt).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << i;
+}
+
 TEST(Matmul, a_small_product_leaves_openmps_thread_count_alone) {
   // OpenBLAS's OpenMP build sets OpenMP's thread count with its own; kiln runs small products on fewer threads
   // and must restore the count, or every later product, parallel loop and oneDNN call runs on one thread.
