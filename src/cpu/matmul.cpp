@@ -92,9 +92,10 @@ bool blas_has_own_threads() { return openblas_get_parallel() == 1; }  // 0 seque
 namespace {
 
 /// Products of at least this many multiply-adds go to oneMKL in a KILN_MKL build. On the 16 cores of the GPU
-/// machine's Xeon, oneMKL ran 1024^3 and larger float32 products at 1.1-2.0 TFLOP/s, OpenBLAS at 0.8-1.35,
-/// while with every product on oneMKL the 784-1000-1000-10 MLP's batch-100 epoch (products of at most 10^8)
-/// took 2.8-5.0 s against OpenBLAS's 2.2-2.6 s (bench/results/resnet50-h200-2026-11-26.md, tenth session).
+/// machine's Xeon, oneMKL ran 1024^3 and larger float32 products at 1.1-2.0 TFLOP/s, OpenBLAS at 0.8-1.35. Alone
+/// in a process MKL is faster for the smaller ones too, but with every product on MKL the 784-1000-1000-10 MLP's
+/// batch-100 epoch (products of at most 10^8) took 2.8-5.0 s against OpenBLAS's 2.2-2.6 s: MKL's OpenMP threads
+/// and kiln's loops share the cores badly there (bench/results/resnet50-h200-2026-11-26.md, tenth session).
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
 template <class T>
