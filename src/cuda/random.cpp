@@ -187,11 +187,12 @@ std::string graph_state_source() {
 void write_graph_random_state(int device, void* state, const void* source, uint64_t seed, uint64_t offset,
                               cudaStream_t stream) {
   static std::array<std::atomic<const RandomKernel*>, kMaxDevices> table{};
-  const RandomKernel& kernel =
-      cached_kernel(table[static_cast<size_t>(device)], device, kGraphStateName, [] { return graph_state_source(); });
+  // A pointer, not a reference: g++ 13 takes the temporary name string for what the reference binds to.
+  const RandomKernel* kernel =
+      &cached_kernel(table[static_cast<size_t>(device)], device, kGraphStateName, [] { return graph_state_source(); });
   unsigned long long seed_arg = seed, offset_arg = offset;
   void* args[] = {&state, &source, &seed_arg, &offset_arg};
-  launch(kernel.function, dim3(1), dim3(1), 0, stream, args, kernel.name.c_str());
+  launch(kernel->function, dim3(1), dim3(1), 0, stream, args, kernel->name.c_str());
 }
 
 std::string random_kernel_name(const RandomKernelSpec& spec) {
