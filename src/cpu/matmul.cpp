@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -94,15 +95,34 @@ namespace {
 /// Products of at least this many multiply-adds go to oneMKL in a KILN_MKL build. On the 16 cores of the GPU
 /// machine's Xeon, oneMKL ran 1024^3 and larger float32 products at 1.1-2.0 TFLOP/s, OpenBLAS at 0.8-1.35. Alone
 /// in a process MKL is faster for the smaller ones too, but with every product on MKL the 784-1000-1000-10 MLP's
-/// batch-100 epoch (products of at most 10^8) took 2.8-5.0 s against OpenBLAS's 2.2-2.6 s: MKL's OpenMP threads
-/// and kiln's loops share the cores badly there (bench/results/resnet50-h200-2026-11-26.md, tenth session).
+/// batch-100 epoch (products of at most 10^8) took 3.0-5.0 s against OpenBLAS's 2.2-2.6 s: kiln's loops on
+/// OpenMP's team beside MKL lose the time. With kiln's own pool and MKL's threads spinning briefly
+/// (KILN_CPU_POOL=kiln GOMP_SPINCOUNT=10000, read by libgomp at load) every product on MKL was fastest, 1.9-2.0 s
+/// (bench/results/resnet50-h200-2026-11-26.md, tenth session): KILN_MKL_MIN_WORK=0 asks for that split.
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
+
+#if KILN_HAVE_MKL
+/// kMklMinWork, or KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) to measure another split.
+int64_t mkl_min_work() {
+  static const int64_t value = [] {
+    const char* env = std::getenv("KILN_MKL_MIN_WORK");
+    if (!env || !*env) return kMklMinWork;
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end != '\0' || v < 0)
+      throw ValueError(std::string("KILN_MKL_MIN_WORK is '") + env +
+                       "': set it to a number of multiply-adds (0 sends every product to oneMKL) or unset it");
+    return static_cast<int64_t>(v);
+  }();
+  return value;
+}
+#endif
 
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
           int ldc) {
 #if KILN_HAVE_MKL
-  if (int64_t{m} * n * k >= kMklMinWork && !in_parallel()) {
+  if (int64_t{m} * n * k >= mkl_min_work() && !in_parallel()) {
     // MKL's GNU OpenMP threads are OpenMP's team: later loops run there (note_openmp_library_call).
     const int ta_ = ta == CblasTrans, tb_ = tb == CblasTrans;
     if constexpr (std::is_same_v<T, float>)
