@@ -54,7 +54,7 @@ demo: build
 bench: build
 	./scripts/bench-cpu
 
-# Optional: oneMKL (from PyPI's mkl-static) instead of OpenBLAS for the CPU's matrix products, in build/cpu-mkl,
+# Optional: oneMKL (from PyPI's mkl-static) beside OpenBLAS for the CPU's large matrix products, in build/cpu-mkl,
 # with its tests run; scripts/build-mkl says what it links.
 mkl: deps
 	./scripts/build-mkl

@@ -1,7 +1,6 @@
 /* kiln's entry points into oneMKL, compiled and linked by scripts/build-mkl with MKL's static libraries into
  * libkiln_mkl.so. Only these names are exported: MKL's own (cblas_sgemm, ...) stay local to the library, so
- * kiln links OpenBLAS as well and each product goes to the library that is faster for its size
- * (src/cpu/matmul.cpp). The thread count is set for the calling thread, for this call only. */
+ * kiln links OpenBLAS as well and sends each product to one of them by its size (src/cpu/matmul.cpp). The thread count is set for the calling thread, for this call only. */
 #include <mkl_cblas.h>
 #include <mkl_service.h>
 
@@ -19,11 +18,4 @@ void kiln_mkl_dgemm(int threads, int trans_a, int trans_b, int m, int n, int k, 
   const int previous = mkl_set_num_threads_local(threads);
   cblas_dgemm(CblasRowMajor, trans(trans_a), trans(trans_b), m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
   mkl_set_num_threads_local(previous);
-}
-
-/* "Intel(R) oneAPI Math Kernel Library Version ..." */
-const char* kiln_mkl_version(void) {
-  static char text[198];
-  if (!text[0]) mkl_get_version_string(text, (int)sizeof text);
-  return text;
 }

@@ -90,6 +90,10 @@ void title(const std::string& name, const std::string& what) {
 
 int host_threads() { return omp_get_max_threads(); }
 
+std::string cpu_blas() {
+  return kiln::build_info().find("onemkl") != std::string::npos ? "OpenBLAS + oneMKL" : "OpenBLAS";
+}
+
 using kiln::json_quote;
 
 void write_json(const BenchContext& ctx, const std::string& path) {
@@ -100,8 +104,8 @@ void write_json(const BenchContext& ctx, const std::string& path) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
   const std::string device = ctx.gpu() ? device_properties(ctx.device).name : "cpu";
   std::string s = "{\n";
-  s += fmt::format("  \"tool\": \"kiln\",\n  \"version\": {},\n  \"device\": {},\n  \"date\": {},\n", json_quote(kVersion),
-                   json_quote(device), json_quote(date));
+  s += fmt::format("  \"tool\": \"kiln\",\n  \"version\": {},\n  \"device\": {},\n  \"date\": {},\n",
+                   json_quote(kVersion), json_quote(device), json_quote(date));
   s += fmt::format("  \"host_threads\": {},\n  \"quick\": {},\n  \"records\": [\n", host_threads(),
                    ctx.quick ? "true" : "false");
   for (size_t i = 0; i < ctx.records.size(); ++i) {

@@ -99,5 +99,7 @@ void run_resnet50(BenchContext& ctx);
 
 /// Host threads the CPU side uses (OpenMP's team size: all cores unless OMP_NUM_THREADS says otherwise).
 int host_threads();
+/// The CPU products' libraries this build linked: "OpenBLAS", or "OpenBLAS + oneMKL" (KILN_MKL).
+std::string cpu_blas();
 
 }  // namespace kiln_cli

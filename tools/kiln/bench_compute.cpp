@@ -9,9 +9,7 @@ namespace kiln_cli {
 using namespace kiln;
 
 void run_matmul(BenchContext& ctx) {
-  const bool mkl = build_info().find("onemkl") != std::string::npos;
-  title("matmul", std::string("float32 C = A @ B, CPU (all cores, ") + (mkl ? "oneMKL" : "OpenBLAS") +
-                      ") vs GPU (cuBLAS, TF32 off)");
+  title("matmul", "float32 C = A @ B, CPU (all cores, " + cpu_blas() + ") vs GPU (cuBLAS, TF32 off)");
   const std::vector<int64_t> sizes =
       ctx.quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192, 15360};
   if (!ctx.gpu()) ctx.skip("matmul gpu_N", ctx.no_gpu_reason() + ": the CPU side runs alone");

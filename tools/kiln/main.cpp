@@ -44,8 +44,7 @@ std::string cpu_model() {
 int info() {
   using namespace kiln;
   fmt::print("{}\n", build_info());
-  const bool mkl = build_info().find("onemkl") != std::string::npos;
-  fmt::print("features: cpu ({}, OpenMP, {} threads), cuda backend: {}\n", mkl ? "OpenBLAS + oneMKL" : "OpenBLAS",
+  fmt::print("features: cpu ({}, OpenMP, {} threads), cuda backend: {}\n", kiln_cli::cpu_blas(),
              kiln_cli::host_threads(), built_with_cuda() ? "yes (NVRTC kernels, cuBLAS)" : "no (CPU-only build)");
   const DeviceProperties host = device_properties(cpu());
   fmt::print("cpu: {} ({} hardware threads)\n", cpu_model(), host.multiprocessors);
