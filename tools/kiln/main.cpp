@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--units", train.units, "width of both hidden layers (same as --hidden N,N)");
   train_cmd->add_option("--dropout", train.dropout, "dropout after each hidden layer (0.5)");
   train_cmd->add_option("--opt,--optimizer", train.optimizer, "sgd or adam (sgd)");
-  train_cmd->add_option("--lr", train.lr, "learning rate (0.01)");
+  train_cmd->add_option("--lr", train.lr, "learning rate (sgd: 0.01, adam: 0.001)");
   train_cmd->add_option("--momentum", train.momentum, "SGD momentum (0)");
   train_cmd->add_option("--seed", train.seed, "seed of the initialisation, dropout and shuffles (0)");
   train_cmd->add_option("--log", train.log,

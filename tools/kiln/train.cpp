@@ -64,8 +64,8 @@ int train_mlp(const TrainArgs& a) {
     model->push_back(std::make_shared<nn::Unflatten>(1, Shape{1, 28, 28}));
     int64_t channels = 1;
     for (int64_t out : {32, 64}) {
-      model->push_back(std::make_shared<nn::Conv2d>(channels, out, P{3, 3}, nn::Conv2dOptions{.padding = {1, 1}},
-                                                    float32, device));
+      model->push_back(
+          std::make_shared<nn::Conv2d>(channels, out, P{3, 3}, nn::Conv2dOptions{.padding = {1, 1}}, float32, device));
       model->push_back(std::make_shared<nn::BatchNorm2d>(out, 1e-5, 0.1, true, float32, device));
       model->push_back(std::make_shared<nn::ReLU>());
       model->push_back(std::make_shared<nn::MaxPool2d>(P{2, 2}));
@@ -82,12 +82,16 @@ int train_mlp(const TrainArgs& a) {
     for (int64_t h : hidden) widths += fmt::format("-{}", h);
   }
   std::unique_ptr<optim::Optimizer> opt;
-  if (a.optimizer == "adam")
-    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = a.lr, .capturable = a.graph});
-  else if (a.optimizer == "sgd")
-    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = a.lr, .momentum = a.momentum});
-  else
+  double lr = 0;
+  if (a.optimizer == "adam") {
+    lr = a.lr.value_or(optim::AdamOptions{}.lr);
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = lr, .capturable = a.graph});
+  } else if (a.optimizer == "sgd") {
+    lr = a.lr.value_or(0.01);
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = lr, .momentum = a.momentum});
+  } else {
     throw ValueError("kiln train: --optimizer must be sgd or adam, got " + a.optimizer);
+  }
   std::shared_ptr<nn::Module> trained = model;
   if (launched) trained = std::make_shared<dist::DistributedDataParallel>(model);
   data::DataLoaderOptions loader{.batch_size = a.batch, .shuffle = !launched, .seed = a.seed, .device = device};
@@ -97,17 +101,18 @@ int train_mlp(const TrainArgs& a) {
   data::DataLoader test_loader(test_set.images, test_set.labels, {.batch_size = 1000, .device = device});
   if (chatty)
     fmt::print(
-      "kiln train {} on {}{}: {}-10, dropout {}, {} (lr {}{}), batch {}{}, {} epochs{}, {} training / {} test "
-      "images\n",
-      a.model, device.str(), launched ? fmt::format(" and {} more rank(s)", dist::world_size() - 1) : "", widths, a.dropout, a.optimizer, a.lr,
-      a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch,
-      launched ? " per rank (DistributedDataParallel)" : "", a.epochs,
-      a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
-      test_set.labels.size());
+        "kiln train {} on {}{}: {}-10, dropout {}, {} (lr {}{}), batch {}{}, {} epochs{}, {} training / {} test "
+        "images\n",
+        a.model, device.str(), launched ? fmt::format(" and {} more rank(s)", dist::world_size() - 1) : "", widths,
+        a.dropout, a.optimizer, lr,
+        a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch,
+        launched ? " per rank (DistributedDataParallel)" : "", a.epochs,
+        a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
+        test_set.labels.size());
   // Under data parallel every rank evaluates the whole test set (the models are identical); rank 0 reports.
-  const std::vector<train::EpochMetrics> history =
-      train::fit(*trained, *opt, train_loader, &test_loader,
-                 {.epochs = a.epochs, .log_path = chatty ? a.log : std::string(), .progress = chatty, .graph = a.graph});
+  const std::vector<train::EpochMetrics> history = train::fit(
+      *trained, *opt, train_loader, &test_loader,
+      {.epochs = a.epochs, .log_path = chatty ? a.log : std::string(), .progress = chatty, .graph = a.graph});
   if (!chatty) {
     dist::destroy_process_group();
     return 0;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,13 +21,13 @@ struct TrainArgs {
   std::vector<int64_t> hidden;  ///< widths of the hidden layers (empty: two of `units`)
   double dropout = 0.5;
   std::string optimizer = "sgd";
-  double lr = 0.01;
+  std::optional<double> lr;  ///< unset: the optimizer's default (SGD 0.01, the walkthrough's; Adam 0.001, PyTorch's)
   double momentum = 0.0;
   uint64_t seed = 0;
-  std::string log;         ///< JSON-lines log
-  std::string checkpoint;  ///< safetensors file written at the end
-  bool graph = false;      ///< capture each step in a CUDA graph (GPU only)
-  int nproc = 1;           ///< data-parallel ranks (kiln launch starts them; each trains on its share)
+  std::string log;                ///< JSON-lines log
+  std::string checkpoint;         ///< safetensors file written at the end
+  bool graph = false;             ///< capture each step in a CUDA graph (GPU only)
+  int nproc = 1;                  ///< data-parallel ranks (kiln launch starts them; each trains on its share)
   std::vector<std::string> argv;  ///< the command line, to start the ranks with
 };
 
