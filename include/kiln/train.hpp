@@ -73,7 +73,8 @@ struct StepOptions {
 ///
 /// With StepOptions::graph on a GPU (torch.cuda.graphs' whole-network capture): the first `warmup` steps run
 /// eagerly, the next is captured in a cuda::Graph together with the metric updates, and each later step copies
-/// its batch into the graph's static inputs (a device copy, or an asynchronous copy from pinned host memory)
+/// its batch into the graph's static inputs (laid out as the captured batch: channels-last images stay
+/// channels-last; a device copy, or an asynchronous copy from pinned host memory)
 /// and replays the graph: one launch. Dropout draws new numbers at every replay, and index checks still report
 /// (at the next synchronisation). A batch of another shape than the captured one (a last partial batch) runs
 /// eagerly. The optimizer must be capturable (Adam: AdamOptions::capturable); the lr stays the capture's.

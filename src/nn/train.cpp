@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kiln/autograd.hpp"
+#include "kiln/conv.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
 #endif
@@ -59,6 +60,15 @@ struct Totals {
 
 int64_t rows_of(const Array& x) { return x.ndim() > 0 ? x.shape(0) : 1; }
 
+#ifdef KILN_WITH_CUDA
+/// A graph's static input for batches like `a`: its shape and dtype, and channels-last when `a` is (a
+/// channels-last network then sees channels-last images in its replays, as in its eager steps).
+Array static_slot(const Array& a) {
+  Array slot = empty(a.shape(), a.dtype(), a.device());
+  return a.ndim() == 4 && !a.is_contiguous() && is_channels_last(a) ? to_channels_last(slot) : slot;
+}
+#endif
+
 std::string number(double v) { return json_number(v); }
 
 }  // namespace
@@ -88,8 +98,8 @@ struct TrainStep::Impl {
 #ifdef KILN_WITH_CUDA
   void capture(const Array& x, const Array& y) {
     const Device d = x.device();
-    static_x = empty(x.shape(), x.dtype(), d);
-    static_y = empty(y.shape(), y.dtype(), d);
+    static_x = static_slot(x);
+    static_y = static_slot(y);
     static_x.copy_from(x);
     static_y.copy_from(y);
     const Stream side = Stream::create(d, {.non_blocking = true});

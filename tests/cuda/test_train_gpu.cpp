@@ -1,7 +1,8 @@
 // Training on a GPU: a whole step (forward with dropout, cross_entropy, backward, optimizer, metric sums) makes
 // no host synchronisation (SyncDebugGuard in error mode), and the same step captured in a CUDA graph and
 // replayed trains the same model bit for bit as the eager steps (dropout draws advance in replays as in eager
-// calls), for SGD with momentum and capturable Adam; a batch of another shape runs eagerly. The DataLoader's
+// calls), for SGD with momentum and capturable Adam; a batch of another shape runs eagerly; channels-last images
+// reach the captured forward channels-last. The DataLoader's
 // prefetch copies complete while the compute stream is held busy (they overlap compute).
 #include <gtest/gtest.h>
 
@@ -115,6 +116,53 @@ TEST(TrainGpu, AGraphedStepTrainsTheSameModelAsEagerSteps) {
   // A last batch of 7 rows runs eagerly after the replays, with the same result as the eager run.
   const auto eager = run(false, false, 7), graphed = run(true, false, 7);
   for (size_t i = 0; i < eager.first.size(); ++i) EXPECT_EQ(eager.first[i], graphed.first[i]) << "parameter " << i;
+}
+
+/// Records the layout of the images its forward sees (the graph's static input during the capture).
+class LayoutProbe final : public nn::Module {
+ public:
+  explicit LayoutProbe(Device d)
+      : conv_(register_module("conv", std::make_shared<nn::Conv2d>(3, 4, std::pair<int64_t, int64_t>{3, 3},
+                                                                   nn::Conv2dOptions{}, float32, d))) {}
+  Array forward(const Array& x) override {
+    seen_channels_last.push_back(is_channels_last(x) && !x.is_contiguous());
+    return mean(conv_->forward(x), {2, 3});
+  }
+  std::string name() const override { return "LayoutProbe"; }
+  std::vector<bool> seen_channels_last;
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv_;
+};
+
+TEST(TrainGpu, AGraphedStepKeepsChannelsLastImagesChannelsLast) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  std::vector<std::vector<float>> params;
+  for (bool graph : {false, true}) {
+    random::seed(3);
+    LayoutProbe probe(d);
+    probe.to_channels_last();
+    optim::SGD opt(probe.parameters(), {.lr = 0.1, .momentum = 0.9});
+    train::TrainStep step(probe, opt, {.graph = graph, .warmup = 1});
+    for (int i = 0; i < 4; ++i) {
+      random::seed(20 + i);
+      const Array x = to_channels_last(random::normal({2, 3, 6, 6}, 0.0, 1.0, float32, d));
+      step(x, random::randint(0, 4, {2}, int64, d));
+    }
+    // Eager: four forwards; graphed: the warm-up step and the capture (replays do not call forward).
+    ASSERT_EQ(probe.seen_channels_last.size(), graph ? 2u : 4u);
+    for (size_t i = 0; i < probe.seen_channels_last.size(); ++i)
+      EXPECT_TRUE(probe.seen_channels_last[i]) << (graph ? "graphed" : "eager") << " forward " << i;
+    params.emplace_back();
+    for (const Array& p : probe.parameters()) {
+      const std::vector<float> v = p.to_vector<float>();
+      params.back().insert(params.back().end(), v.begin(), v.end());
+    }
+  }
+  // The replays train as the eager steps (cuDNN may pick another weight-gradient algorithm inside a capture).
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i) EXPECT_NEAR(params[0][i], params[1][i], 1e-5) << "parameter " << i;
 }
 
 TEST(TrainGpu, FitWithGraphReachesTheEagerLoss) {

@@ -79,8 +79,9 @@ def main():
         need += [("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
         need += [("train", c, "seconds")
                  for c in ("mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device", "mlp1000_adam_graph")]
-        need += [("resnet50", c, "seconds") for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl",
-                                                      "infer_bf16_cl_folded", "train_bf16_cl")]
+        need += [("resnet50", c, "seconds") for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "train_fp32_graph",
+                                                      "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
+                                                      "train_bf16_cl_graph")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")
@@ -95,7 +96,8 @@ def main():
         fail(f"records without check \"ok\": {unchecked}")
     skipped = {s["what"]: s["reason"] for s in doc.get("skipped", [])}
     if not gpu:
-        for what in ("transfer", "overlap", "multigpu", "matmul gpu_N", "train mlp1000_adam_graph", "resnet50 train_fp32"):
+        for what in ("transfer", "overlap", "multigpu", "matmul gpu_N", "train mlp1000_adam_graph", "resnet50 train_fp32",
+                     "resnet50 train_bf16_cl_graph"):
             if not skipped.get(what):
                 fail(f"{what} should be listed as skipped with a reason on the CPU")
         if keys[("logging", "copy_every_step", "syncs")]["value"] != 0:

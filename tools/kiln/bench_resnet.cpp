@@ -6,7 +6,10 @@
 // (network and images channels-last), timed with events (median); batch-16
 // inference on the CPU, timed with the host clock. cuDNN's benchmark mode is on (the peer sets
 // torch.backends.cudnn.benchmark too); float32 convolutions may use TF32 as PyTorch's do by default.
-// --quick: batch 32 on the GPU, 4 on the CPU.
+// The training step again captured in a CUDA graph (train::TrainStep) and replayed: train_fp32_graph and
+// train_bf16_cl_graph (no counterpart in the peer; PyTorch's graph-free fastest, torch.compile's, is in
+// peers_nn.py). --quick: batch 32 on the GPU, 4 on the CPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -18,6 +21,7 @@
 #include "kiln/cuda.hpp"
 #endif
 #include "kiln/models.hpp"
+#include "kiln/train.hpp"
 
 namespace kiln_cli {
 
@@ -29,6 +33,22 @@ std::string finite_check(const Array& a) {
   const double s = sum(a.astype(float64)).item<double>();
   return std::isfinite(s) ? "ok" : "the logits are not finite";
 }
+
+/// The network's forward under an autocast scope (none for float32), so train::TrainStep runs the bench's step.
+class AutocastForward final : public nn::Module {
+ public:
+  AutocastForward(std::shared_ptr<nn::Module> net, std::optional<DType> cast)
+      : net_(register_module("net", std::move(net))), cast_(cast) {}
+  Array forward(const Array& x) override {
+    AutocastGuard autocast(cast_);
+    return (*net_)(x);
+  }
+  std::string name() const override { return "AutocastForward"; }
+
+ private:
+  std::shared_ptr<nn::Module> net_;
+  std::optional<DType> cast_;
+};
 
 }  // namespace
 
@@ -48,6 +68,7 @@ void run_resnet50(BenchContext& ctx) {
   if (ctx.gpu()) {
 #ifdef KILN_WITH_CUDA
     cuda::reset_peak_memory_stats(ctx.device);
+    size_t eager_peak = 0;
 #endif
     const Array x = random::normal({gpu_batch, 3, side, side}, 0.0, 1.0, float32, ctx.device);
     const Array labels = random::randint(0, 1000, {gpu_batch}, int64, ctx.device);
@@ -147,14 +168,41 @@ void run_resnet50(BenchContext& ctx) {
       const std::string check = std::isfinite(loss.item<double>()) ? "ok" : "the loss is not finite";
       ctx.record("resnet50", "train" + suffix, "seconds", "s", ctx.seconds(r), false, check);
       table.row({"train" + suffix, ctx.device.str(), std::to_string(gpu_batch), format_seconds(ctx.seconds(r)), check});
+#ifdef KILN_WITH_CUDA
+      {  // the same step captured once in a CUDA graph and replayed (one launch a step: the host drops out)
+        eager_peak = std::max(eager_peak, cuda::memory_stats(ctx.device).peak_allocated);
+        AutocastForward forward(net, cast);
+        train::TrainStep graphed(forward, opt,
+                                 {.loss =
+                                      [&](const Array& out, const Array& y) {
+                                        AutocastGuard autocast(cast);
+                                        return nn::cross_entropy(out, y);
+                                      },
+                                  .accuracy = false,
+                                  .graph = true,
+                                  .warmup = 1});
+        const BenchResult g = bench(
+            "train" + suffix + "_graph", [&] { graphed(input, labels); }, ctx.options(3, 10, 30));
+        const double mean_loss = graphed.mean_loss();
+        const std::string graph_check = std::isfinite(mean_loss) ? "ok" : "the loss is not finite";
+        ctx.record("resnet50", "train" + suffix + "_graph", "seconds", "s", ctx.seconds(g), false, graph_check);
+        table.row({"train" + suffix + "_graph", ctx.device.str(), std::to_string(gpu_batch),
+                   format_seconds(ctx.seconds(g)), graph_check});
+      }
+      // The graph's private memory is gone with it; the eager steps' peak is what the verdict reports.
+      cuda::reset_peak_memory_stats(ctx.device);
+#endif
     }
 #ifdef KILN_WITH_CUDA
-    peak = fmt::format("; peak GPU memory allocated {:.2f} GiB (torch.cuda.max_memory_allocated's measure)",
-                       static_cast<double>(cuda::memory_stats(ctx.device).peak_allocated) / (1 << 30));
+    eager_peak = std::max(eager_peak, cuda::memory_stats(ctx.device).peak_allocated);
+    peak = fmt::format(
+        "; peak GPU memory allocated {:.2f} GiB without the graphed steps (torch.cuda.max_memory_allocated's "
+        "measure)",
+        static_cast<double>(eager_peak) / (1 << 30));
 #endif
   } else {
-    for (const char* c :
-         {"infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl"})
+    for (const char* c : {"infer_fp32", "infer_fp32_folded", "train_fp32", "train_fp32_graph", "infer_bf16_cl",
+                          "infer_bf16_cl_folded", "train_bf16_cl", "train_bf16_cl_graph"})
       ctx.skip(std::string("resnet50 ") + c, ctx.no_gpu_reason());
   }
   {
