@@ -65,11 +65,18 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
 /// OpenMP's on every call), so the count is restored after the product: before, the first small product left
 /// the calling thread at one OpenMP thread for good, and with it every later product, kiln's parallel loops and
 /// oneDNN's convolutions.
+///
+/// After a oneDNN call with OpenBLAS's pthreads build (keep_openmp_team_hot), a product below 2^28 multiply-adds
+/// runs on one thread: OpenBLAS's woken threads would spin for a while beside OpenMP's, which the next
+/// convolution needs. A batch-16 ResNet-50 forward on the GPU machine's 16 cores (its classifier, 16x2048x1000,
+/// is the only product) took 160-186 ms in four runs against 177-197 ms with the classifier on OpenBLAS's threads
+/// (bench/results/resnet50-h200-2026-11-26.md, eleventh session).
 class BlasThreads {
  public:
   BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
     const int64_t work = m * n * k;
-    const int want = static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
+    single_ = work < kOneThreadAfterOpenmp && keep_openmp_team_hot();
+    const int want = single_ ? 1 : static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
     if (want != full_ && !in_parallel()) {
       openblas_set_num_threads(want);
       changed_ = true;
@@ -80,9 +87,13 @@ class BlasThreads {
   }
   BlasThreads(const BlasThreads&) = delete;
   BlasThreads& operator=(const BlasThreads&) = delete;
+  /// Whether the product runs on the calling thread alone (OpenBLAS's own threads stay asleep).
+  bool single() const { return single_ || full_ <= 1; }
 
  private:
+  static constexpr int64_t kOneThreadAfterOpenmp = int64_t{1} << 28;
   int full_;
+  bool single_ = false;
   bool changed_ = false;
 };
 
@@ -138,7 +149,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* 
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   else
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-  note_blas_call();
+  if (!threads.single()) note_blas_call();
 }
 
 template <class T>

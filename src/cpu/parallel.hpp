@@ -32,6 +32,10 @@ void set_team_for_testing(int team);
 /// build), a oneDNN primitive (OpenMP's team).
 void note_blas_call();
 void note_openmp_library_call();
+/// True when loops follow the last library call (OpenBLAS's pthreads build) and that call ran on OpenMP's team
+/// (oneDNN): a small product then runs on one OpenBLAS thread (matmul.cpp), since waking OpenBLAS's own threads
+/// would leave them spinning beside OpenMP's team, which the next convolution needs.
+bool keep_openmp_team_hot();
 
 /// Threads a parallel loop may use now (OpenMP's max threads; 1 inside a parallel loop).
 int max_threads();

@@ -104,8 +104,9 @@ Pool& pool() {
 
 /// 1: OpenMP's team, 0: kiln's pool, 2: whichever ran the last heavy library call, -1: not chosen yet.
 std::atomic<int> g_team{-1};
-/// Whether the last heavy library call was a product on OpenBLAS's own threads.
+/// Whether the last heavy library call was a product on OpenBLAS's own threads / an OpenMP library's call.
 std::atomic<bool> g_blas_last{false};
+std::atomic<bool> g_openmp_last{false};
 
 }  // namespace
 
@@ -130,10 +131,17 @@ void set_team_for_testing(int team) { g_team.store(team, std::memory_order_relax
 
 void note_blas_call() {
   if (!g_blas_last.load(std::memory_order_relaxed)) g_blas_last.store(true, std::memory_order_relaxed);
+  if (g_openmp_last.load(std::memory_order_relaxed)) g_openmp_last.store(false, std::memory_order_relaxed);
 }
 
 void note_openmp_library_call() {
   if (g_blas_last.load(std::memory_order_relaxed)) g_blas_last.store(false, std::memory_order_relaxed);
+  if (!g_openmp_last.load(std::memory_order_relaxed)) g_openmp_last.store(true, std::memory_order_relaxed);
+}
+
+bool keep_openmp_team_hot() {
+  (void)on_openmp_team();  // chooses the mode on first use
+  return g_team.load(std::memory_order_relaxed) == 2 && g_openmp_last.load(std::memory_order_relaxed);
 }
 
 int max_threads() { return t_in_parallel ? 1 : omp_get_max_threads(); }

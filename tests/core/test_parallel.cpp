@@ -85,15 +85,25 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
 
 // With OpenBLAS's pthreads build, loops follow the last heavy library call: kiln's pool after a product on
 // OpenBLAS's own threads, OpenMP's team after a oneDNN convolution (mode 2, forced here: this machine's BLAS may
-// be the OpenMP build, which always uses the team).
+// be the OpenMP build, which always uses the team). Right after a oneDNN call a product below 2^28 multiply-adds
+// runs on one BLAS thread and leaves OpenMP's team in charge; a larger one wakes OpenBLAS's threads.
 TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
   cpu_impl::set_team_for_testing(2);
   cpu_impl::note_blas_call();
   EXPECT_FALSE(cpu_impl::on_openmp_team());
+  EXPECT_FALSE(cpu_impl::keep_openmp_team_hot());
   cpu_impl::note_openmp_library_call();
   EXPECT_TRUE(cpu_impl::on_openmp_team());
+  EXPECT_TRUE(cpu_impl::keep_openmp_team_hot());
   const Array a = random::normal({300, 300}, 0.0, 1.0, float32, cpu());
-  (void)matmul(a, a);
+  const Array small = matmul(a, a);  // 2.7e7 multiply-adds: one thread, the team stays
+  EXPECT_TRUE(cpu_impl::on_openmp_team());
+  EXPECT_TRUE(allclose(small, matmul(a.astype(float64), a.astype(float64)).astype(float32), 1e-4, 1e-4));
+  const Array b = random::normal({700, 700}, 0.0, 1.0, float32, cpu());
+  (void)matmul(b, b);  // 3.4e8 multiply-adds: OpenBLAS's threads, then kiln's pool
+  EXPECT_FALSE(cpu_impl::on_openmp_team());
+  EXPECT_FALSE(cpu_impl::keep_openmp_team_hot());
+  (void)matmul(a, a);  // after a product on OpenBLAS's threads a small one uses them too
   EXPECT_FALSE(cpu_impl::on_openmp_team());
   (void)nn::conv2d(random::normal({1, 2, 9, 9}, 0.0, 1.0, float32, cpu()),
                    random::normal({3, 2, 3, 3}, 0.0, 1.0, float32, cpu()));
