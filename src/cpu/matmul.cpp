@@ -103,6 +103,7 @@ bool blas_has_own_threads() { return openblas_get_parallel() == 1; }  // 0 seque
 
 namespace {
 
+#if KILN_HAVE_MKL
 /// Products of at least this many multiply-adds go to oneMKL in a KILN_MKL build. On the 16 cores of the GPU
 /// machine's Xeon, oneMKL ran 1024^3 and larger float32 products at 1.1-2.0 TFLOP/s, OpenBLAS at 0.8-1.35. Alone
 /// in a process MKL is faster for the smaller ones too, but with every product on MKL the 784-1000-1000-10 MLP's
@@ -112,7 +113,6 @@ namespace {
 /// (bench/results/resnet50-h200-2026-11-26.md, tenth session): KILN_MKL_MIN_WORK=0 asks for that split.
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
-#if KILN_HAVE_MKL
 /// kMklMinWork, or KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) to measure another split.
 int64_t mkl_min_work() {
   static const int64_t value = [] {

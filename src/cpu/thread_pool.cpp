@@ -104,9 +104,13 @@ Pool& pool() {
 
 /// 1: OpenMP's team, 0: kiln's pool, 2: whichever ran the last heavy library call, -1: not chosen yet.
 std::atomic<int> g_team{-1};
-/// Whether the last heavy library call was a product on OpenBLAS's own threads / an OpenMP library's call.
-std::atomic<bool> g_blas_last{false};
-std::atomic<bool> g_openmp_last{false};
+/// The last heavy library call: none yet, a product on OpenBLAS's own threads, or an OpenMP library's call.
+enum LastCall : int { kNoCall, kBlasCall, kOpenmpCall };
+std::atomic<int> g_last{kNoCall};
+
+void note_last_call(LastCall call) {
+  if (g_last.load(std::memory_order_relaxed) != call) g_last.store(call, std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -124,24 +128,18 @@ bool on_openmp_team() {
                                                : 1;
     g_team.store(v, std::memory_order_relaxed);
   }
-  return v == 2 ? !g_blas_last.load(std::memory_order_relaxed) : v == 1;
+  return v == 2 ? g_last.load(std::memory_order_relaxed) != kBlasCall : v == 1;
 }
 
 void set_team_for_testing(int team) { g_team.store(team, std::memory_order_relaxed); }
 
-void note_blas_call() {
-  if (!g_blas_last.load(std::memory_order_relaxed)) g_blas_last.store(true, std::memory_order_relaxed);
-  if (g_openmp_last.load(std::memory_order_relaxed)) g_openmp_last.store(false, std::memory_order_relaxed);
-}
+void note_blas_call() { note_last_call(kBlasCall); }
 
-void note_openmp_library_call() {
-  if (g_blas_last.load(std::memory_order_relaxed)) g_blas_last.store(false, std::memory_order_relaxed);
-  if (!g_openmp_last.load(std::memory_order_relaxed)) g_openmp_last.store(true, std::memory_order_relaxed);
-}
+void note_openmp_library_call() { note_last_call(kOpenmpCall); }
 
 bool keep_openmp_team_hot() {
   (void)on_openmp_team();  // chooses the mode on first use
-  return g_team.load(std::memory_order_relaxed) == 2 && g_openmp_last.load(std::memory_order_relaxed);
+  return g_team.load(std::memory_order_relaxed) == 2 && g_last.load(std::memory_order_relaxed) == kOpenmpCall;
 }
 
 int max_threads() { return t_in_parallel ? 1 : omp_get_max_threads(); }

@@ -64,8 +64,9 @@ int64_t rows_of(const Array& x) { return x.ndim() > 0 ? x.shape(0) : 1; }
 /// A graph's static input for batches like `a`: its shape and dtype, and channels-last when `a` is (a
 /// channels-last network then sees channels-last images in its replays, as in its eager steps).
 Array static_slot(const Array& a) {
-  Array slot = empty(a.shape(), a.dtype(), a.device());
-  return a.ndim() == 4 && !a.is_contiguous() && is_channels_last(a) ? to_channels_last(slot) : slot;
+  if (a.is_contiguous() || !is_channels_last(a)) return empty(a.shape(), a.dtype(), a.device());
+  const Shape& s = a.shape();
+  return empty({s[0], s[2], s[3], s[1]}, a.dtype(), a.device()).permute({0, 3, 1, 2});  // (N, H, W, C) memory
 }
 #endif
 

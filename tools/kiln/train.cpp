@@ -87,7 +87,7 @@ int train_mlp(const TrainArgs& a) {
     lr = a.lr.value_or(optim::AdamOptions{}.lr);
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = lr, .capturable = a.graph});
   } else if (a.optimizer == "sgd") {
-    lr = a.lr.value_or(0.01);
+    lr = a.lr.value_or(optim::SGDOptions{}.lr);
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = lr, .momentum = a.momentum});
   } else {
     throw ValueError("kiln train: --optimizer must be sgd or adam, got " + a.optimizer);
