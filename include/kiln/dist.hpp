@@ -160,8 +160,8 @@ struct DdpOptions {
   /// backward produces them), each as soon as its last gradient is ready.
   double bucket_cap_mb = 25.0;
   /// A smaller first bucket (the last layers' gradients) starts its all-reduce earlier (PyTorch uses 1 MB).
-  /// Default: bucket_cap_mb. Measured on two H200s: a 1 MB first bucket made the 784-1000-1000-10 MLP's step
-  /// ~20% slower (one more NCCL launch on a 0.35 ms step) and did not change ResNet-50's (1.94x either way).
+  /// Default: bucket_cap_mb: on a short step the extra NCCL launch costs more than the earlier start gains, and
+  /// a long one does not gain (bench/results/source-comment-figures.md).
   std::optional<double> first_bucket_mb{};
   /// Broadcast buffers (batch-norm running statistics) from rank 0 before every forward, as PyTorch.
   bool broadcast_buffers = true;

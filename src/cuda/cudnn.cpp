@@ -357,7 +357,7 @@ bool cuda_convolution(const detail::ConvCall& call) {
     ranked = timed(call.kind, p, scratch ? scratch->data() : nullptr, most);
   }
   // The first candidate that runs: cuDNN 9's heuristics may rank first an algorithm its own checks then refuse
-  // (BAD_PARAM for a float16 channels-last depthwise input gradient on an H200), so a refusal tries the next.
+  // (BAD_PARAM for a float16 channels-last depthwise input gradient), so a refusal tries the next.
   for (const Candidate& c : ranked) {
     if (c.status != CUDNN_STATUS_SUCCESS) continue;
     std::shared_ptr<Storage> ws = try_workspace(device, c.memory, p.stream);
