@@ -57,7 +57,7 @@ struct InitOptions {
   /// Before each collective, check that every rank calls the same one with the same shape, dtype and root
   /// (one small all_gather and a host synchronisation per call: for debugging, as TORCH_DISTRIBUTED_DEBUG);
   /// a mismatch throws ShapeError on every rank, naming the ranks and their operands, instead of a hang or a
-  /// wrong result. Default: on when the environment sets KILN_DIST_DEBUG.
+  /// wrong result. Default: KILN_DIST_DEBUG (a switch: 1/true/on/yes; docs/environment.md), else off.
   std::optional<bool> check_calls{};
 };
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/env.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 
@@ -113,16 +114,7 @@ constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
 /// kMklMinWork, or KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) to measure another split.
 int64_t mkl_min_work() {
-  static const int64_t value = [] {
-    const char* env = std::getenv("KILN_MKL_MIN_WORK");
-    if (!env || !*env) return kMklMinWork;
-    char* end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    if (*end != '\0' || v < 0)
-      throw ValueError(std::string("KILN_MKL_MIN_WORK is '") + env +
-                       "': set it to a number of multiply-adds (0 sends every product to oneMKL) or unset it");
-    return static_cast<int64_t>(v);
-  }();
+  static const int64_t value = detail::env_int("KILN_MKL_MIN_WORK", kMklMinWork);
   return value;
 }
 #endif

@@ -12,7 +12,6 @@
 // overlaps the DMA of the other: the driver copies pageable memory on one thread
 // through small staging buffers, several times slower for large copies; below the
 // thresholds the two paths tie (bench/results/source-comment-figures.md).
-// KILN_PAGEABLE_COPY=driver|staged forces one path (for benchmarks).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -43,25 +42,8 @@ constexpr size_t kStagingChunk = size_t{32} << 20;  // two of these per pageable
 constexpr size_t kStagedMinimumToDevice = size_t{8} << 20;
 constexpr size_t kStagedMinimumToHost = size_t{1} << 20;
 
-enum class PageablePath { Auto, Driver, Staged };
-
-PageablePath pageable_path() {
-  static const PageablePath path = [] {
-    const char* env = std::getenv("KILN_PAGEABLE_COPY");
-    if (env && std::strcmp(env, "driver") == 0) return PageablePath::Driver;
-    if (env && std::strcmp(env, "staged") == 0) return PageablePath::Staged;
-    return PageablePath::Auto;
-  }();
-  return path;
-}
-
 bool use_staging(size_t nbytes, bool to_device) {
-  switch (pageable_path()) {
-    case PageablePath::Driver: return false;
-    case PageablePath::Staged: return true;
-    case PageablePath::Auto: return nbytes >= (to_device ? kStagedMinimumToDevice : kStagedMinimumToHost);
-  }
-  return false;
+  return nbytes >= (to_device ? kStagedMinimumToDevice : kStagedMinimumToHost);
 }
 
 // memcpy between pageable and pinned host memory, split over a few threads for large chunks: one

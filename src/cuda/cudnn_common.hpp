@@ -71,7 +71,7 @@ ConvPointers conv_pointers(const detail::ConvCall& call);
 /// The largest power of two up to 16 that divides every operand's address.
 int64_t common_alignment(const ConvPointers& p);
 
-/// Whether every convolution goes through the descriptor API (KILN_CUDNN_LEGACY=1, cudnn_force_descriptor_api).
+/// Whether every convolution goes through the descriptor API (cudnn_force_descriptor_api, for the tests).
 bool legacy_only();
 /// Runs the call through the backend API's plan for `key` (built on first use, outside graph captures); false
 /// when there is none (the descriptor API runs it).

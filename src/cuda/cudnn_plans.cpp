@@ -5,7 +5,8 @@
 // time each). kiln builds one plan per problem through the backend API and keeps it (per thread and device,
 // with the handle it was made with), so a repeated convolution costs a lookup, a variant pack and
 // cudnnBackendExecute, as PyTorch's cuDNN frontend path. A problem the backend API has no plan for (or any
-// failure while building one) runs through the descriptor API (cudnn.cpp); KILN_CUDNN_LEGACY=1 forces that path.
+// failure while building one) runs through the descriptor API (cudnn.cpp); the tests force that path
+// (cudnn_force_descriptor_api).
 #include <cudnn.h>
 
 #include <algorithm>
@@ -26,11 +27,9 @@
 namespace kiln::cuda_impl {
 namespace {
 
+// Set by the tests (cudnn_force_descriptor_api) to run every problem through the descriptor API.
 std::atomic<bool>& legacy_flag() {
-  static std::atomic<bool> legacy = [] {
-    const char* v = std::getenv("KILN_CUDNN_LEGACY");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static std::atomic<bool> legacy{false};
   return legacy;
 }
 

@@ -373,8 +373,7 @@ std::unique_ptr<CommBackend> make_nccl_backend(int rank, int size, Device device
   // rank before this init, and NCCL_RUNTIME_CONNECT=0 (unless the user set it) makes init connect the
   // collectives' channels, so no later collective blocks the host waiting for a peer: kernels wait on the GPU,
   // where the watchdog bounds them. KILN_NCCL_NONBLOCKING=1 bounds init and connection by the timeout too.
-  const bool nonblocking =
-      std::getenv("KILN_NCCL_NONBLOCKING") && std::string(std::getenv("KILN_NCCL_NONBLOCKING")) != "0";
+  const bool nonblocking = env_flag("KILN_NCCL_NONBLOCKING", false);
   config.blocking = nonblocking ? 0 : 1;
   if (!nonblocking) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   {
