@@ -270,7 +270,8 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
   if (options.timeout) {
     g.timeout = *options.timeout;
   } else {
-    g.timeout = std::chrono::milliseconds(static_cast<int64_t>(detail::env_positive("KILN_DIST_TIMEOUT", 300.0) * 1000.0));
+    const double seconds = detail::env_positive("KILN_DIST_TIMEOUT", 300.0);
+    g.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
   }
   if (g.timeout.count() <= 0) throw ValueError("init_process_group: the timeout must be positive");
   g.check_calls = options.check_calls.value_or(detail::env_flag("KILN_DIST_DEBUG", false));
