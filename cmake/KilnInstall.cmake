@@ -12,9 +12,14 @@ install(TARGETS kiln EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 set(KILN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${KILN_CMAKE_DIR})
+if(KILN_MKL)
+  install(FILES ${KILN_MKL_LIBRARY} DESTINATION ${CMAKE_INSTALL_LIBDIR})  # oneMKL's products, linked by kiln
+endif()
 if(TARGET kiln_cli)
   # The system folders of its libraries (OpenBLAS's OpenMP build, MPI's) stay on its RPATH, not the build's.
-  set_target_properties(kiln_cli PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+  # libkiln_mkl.so, installed beside kiln, through $ORIGIN so that the moved prefix finds its own copy.
+  set_target_properties(kiln_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}"
+                                            INSTALL_RPATH_USE_LINK_PATH TRUE)
   install(TARGETS kiln_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
