@@ -47,13 +47,11 @@
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
-#include "kiln/error.hpp"
 #include "kernel_sources/batch_norm.cuh.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
 namespace {
-
-
 
 using ModuleKey = std::tuple<int, DType, DType>;
 

@@ -4,8 +4,8 @@
 // device, is the kernel table's key (compared field by field, so two different
 // kernels never share an entry), and only on a table miss is it turned into
 // CUDA source (the prelude of device_functions.hpp + one kernel, filled in from
-// a template of src/cuda/kernels) and compiled with NVRTC. The generators contain no CUDA runtime calls, so they are tested
-// without a GPU by compiling their output to PTX.
+// a template of src/cuda/kernels) and compiled with NVRTC. The generators contain no CUDA runtime calls, so they are
+// tested without a GPU by compiling their output to PTX.
 //
 // Kernel argument layouts (the host side in elementwise.cpp/reduce.cpp fills
 // exactly these):

@@ -224,7 +224,8 @@ std::string tiled_kernel(const ElementwiseSpec& spec, const std::string& name) {
     if (spec.scalar[k]) continue;
     ++array_index;
     if (spec.tiled_inputs & (1 << k))
-      tile_loads += "        t" + std::to_string(k) + "[j][tx] = in" + std::to_string(k) + "[" + at(array_index) + "];\n";
+      tile_loads +=
+          "        t" + std::to_string(k) + "[j][tx] = in" + std::to_string(k) + "[" + at(array_index) + "];\n";
   }
   std::string call = "element(";
   array_index = 0;
@@ -255,10 +256,9 @@ std::string tiled_kernel(const ElementwiseSpec& spec, const std::string& name) {
 }
 
 std::string sequence_kernel(const ElementwiseSpec& spec, const std::string& name) {
-  return fill_template("elementwise_sequence.cuh.in", kernel_sources::elementwise_sequence_cuh_in,
-                       {{"name", name},
-                        {"block_size", std::to_string(kBlockSize)},
-                        {"out_type", device_type_name(spec.out)}});
+  return fill_template(
+      "elementwise_sequence.cuh.in", kernel_sources::elementwise_sequence_cuh_in,
+      {{"name", name}, {"block_size", std::to_string(kBlockSize)}, {"out_type", device_type_name(spec.out)}});
 }
 
 }  // namespace

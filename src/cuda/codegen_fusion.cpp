@@ -8,6 +8,7 @@
 
 #include "cuda/device_functions.hpp"
 #include "cuda/elementwise_layout.hpp"
+#include "cuda/fusion.hpp"
 #include "cuda/template.hpp"
 #include "kernel_sources/fusion_contiguous.cuh.in.hpp"
 #include "kernel_sources/fusion_contiguous_vectors.cuh.in.hpp"
@@ -15,7 +16,6 @@
 #include "kernel_sources/fusion_rows.cuh.in.hpp"
 #include "kernel_sources/fusion_rows_reduction.cuh.in.hpp"
 #include "kernel_sources/fusion_strided.cuh.in.hpp"
-#include "cuda/fusion.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -97,17 +97,6 @@ void emit_fusion_nodes(std::string& s, const FusionGraph& g, const std::vector<i
 
 namespace {
 
-DType input_dtype(const FusionGraph& g, const std::vector<int>& inputs, size_t k) {
-  return fusion_input_dtype(g, inputs, k);
-}
-std::vector<bool> needed(const FusionGraph& g, const std::vector<int>& targets, const std::vector<bool>& have) {
-  return fusion_needed_nodes(g, targets, have);
-}
-void emit_nodes(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const std::vector<bool>& need,
-                const std::vector<bool>& have, const std::string& indent, const FusionArgument& arg) {
-  emit_fusion_nodes(s, g, inputs, need, have, indent, arg);
-}
-
 /// The nodes an elementwise kernel writes: the outputs, or the classic reduction's input.
 std::vector<int> element_targets(const FusionGraph& g) {
   return g.reduce >= 0 ? std::vector<int>{g.elementwise} : g.outputs;
@@ -122,12 +111,13 @@ std::string element_function(const FusionGraph& g, const std::vector<int>& input
     s += (k ? ", " : "") + std::string(device_type_name(g.nodes[static_cast<size_t>(targets[k])].dtype)) + "& r" +
          std::to_string(k);
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + " a" + std::to_string(k);
+    s += ", const " + std::string(device_type_name(fusion_input_dtype(g, inputs, k))) + " a" + std::to_string(k);
   for (size_t j = 0; j < g.slots.size(); ++j)
     s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
   s += ") {\n";
   const std::vector<bool> none(g.nodes.size(), false);
-  emit_nodes(s, g, inputs, needed(g, targets, none), none, "  ", [](size_t k) { return "a" + std::to_string(k); });
+  emit_fusion_nodes(s, g, inputs, fusion_needed_nodes(g, targets, none), none, "  ",
+                    [](size_t k) { return "a" + std::to_string(k); });
   for (size_t k = 0; k < targets.size(); ++k) s += "  r" + std::to_string(k) + " = " + v(targets[k]) + ";\n";
   return s + "}\n";
 }
@@ -145,7 +135,8 @@ std::string parameters(const FusionGraph& g, const std::vector<int>& inputs, con
   for (size_t k = 0; k < out_types.size(); ++k)
     s += (k ? ", " : "") + out_types[k] + restrict_ + "out" + std::to_string(k);
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + restrict_ + "in" + std::to_string(k);
+    s += ", const " + std::string(device_type_name(fusion_input_dtype(g, inputs, k))) + restrict_ + "in" +
+         std::to_string(k);
   for (size_t j = 0; j < g.slots.size(); ++j)
     s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
   return s;
@@ -182,15 +173,15 @@ std::string contiguous_kernel(const FusionGraph& g, const std::vector<int>& inpu
     for (size_t k = 0; k < no; ++k) {
       const DType t = g.nodes[static_cast<size_t>(g.outputs[k])].dtype;
       unions += "  union VecOut" + std::to_string(k) + " { " +
-                std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + " raw; " + output_type(g, k) + " e[" +
-                vs + "]; };\n";
+                std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + " raw; " + output_type(g, k) + " e[" + vs +
+                "]; };\n";
       results += "      VecOut" + std::to_string(k) + " y" + std::to_string(k) + ";\n";
       stores += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + "*>(out" +
                 std::to_string(k) + ")[v + u * step] = y" + std::to_string(k) + ".raw;\n";
     }
     for (size_t k = 0; k < inputs.size(); ++k) {
       const std::string i = std::to_string(k);
-      const DType t = input_dtype(g, inputs, k);
+      const DType t = fusion_input_dtype(g, inputs, k);
       unions += "  union VecIn" + i + " { " + raw_type(vec * static_cast<int>(itemsize(t))) + " raw; " +
                 device_type_name(t) + " e[" + vs + "]; };\n";
       loads += "    VecIn" + i + " x" + i + "[" + u + "];\n";
@@ -205,25 +196,24 @@ std::string contiguous_kernel(const FusionGraph& g, const std::vector<int>& inpu
          {"unroll", u},
          {"loads", loads},
          {"results", results},
-         {"element_call",
-          element_call(
-              g, no, inputs.size(), [](size_t k) { return "y" + std::to_string(k) + ".e[j]"; },
-              [](size_t k) { return "x" + std::to_string(k) + "[u].e[j]"; })},
+         {"element_call", element_call(
+                              g, no, inputs.size(), [](size_t k) { return "y" + std::to_string(k) + ".e[j]"; },
+                              [](size_t k) { return "x" + std::to_string(k) + "[u].e[j]"; })},
          {"stores", stores}});
     tail_start = "vectors * " + vs + " + first";
   }
-  return fill_template("fusion_contiguous.cuh.in", kernel_sources::fusion_contiguous_cuh_in,
-                       {{"name", name},
-                        {"element_function", element_function(g, inputs)},
-                        {"index_type", index_type(spec.index64)},
-                        {"block_size", std::to_string(kBlockSize)},
-                        {"parameters", parameters(g, inputs, output_types(g), spec.aliased)},
-                        {"vector_loop", loop},
-                        {"tail_start", tail_start},
-                        {"element_call", element_call(
-                                             g, no, inputs.size(),
-                                             [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
-                                             [](size_t k) { return "in" + std::to_string(k) + "[i]"; })}});
+  return fill_template(
+      "fusion_contiguous.cuh.in", kernel_sources::fusion_contiguous_cuh_in,
+      {{"name", name},
+       {"element_function", element_function(g, inputs)},
+       {"index_type", index_type(spec.index64)},
+       {"block_size", std::to_string(kBlockSize)},
+       {"parameters", parameters(g, inputs, output_types(g), spec.aliased)},
+       {"vector_loop", loop},
+       {"tail_start", tail_start},
+       {"element_call", element_call(
+                            g, no, inputs.size(), [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
+                            [](size_t k) { return "in" + std::to_string(k) + "[i]"; })}});
 }
 
 std::string strided_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
@@ -236,11 +226,10 @@ std::string strided_kernel(const FusionGraph& g, const std::vector<int>& inputs,
   std::string arrays, offsets, loads;
   for (size_t k = 0; k < no; ++k) arrays += "    OFF out_off" + std::to_string(k) + "[" + u + "];\n";
   for (size_t k = 0; k < inputs.size(); ++k)
-    arrays +=
-        "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u + "];\n";
+    arrays += "    " + std::string(device_type_name(fusion_input_dtype(g, inputs, k))) + " x" + std::to_string(k) +
+              "[" + u + "];\n";
   emit_strided_offsets(offsets, nd, operands, spec.index64, "      ");
-  for (size_t k = 0; k < no; ++k)
-    loads += "      out_off" + std::to_string(k) + "[u] = o" + std::to_string(k) + ";\n";
+  for (size_t k = 0; k < no; ++k) loads += "      out_off" + std::to_string(k) + "[u] = o" + std::to_string(k) + ";\n";
   for (size_t k = 0; k < inputs.size(); ++k)
     loads += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + no) + "];\n";
   return fill_template(
@@ -367,7 +356,7 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
     const DType acc = acc_dtype(n);
     std::string reduced, nodes, combine;
     emit_reduced_offsets(reduced, all_inputs, kn, rn, "        ");
-    emit_nodes(nodes, g, inputs, needed(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
+    emit_fusion_nodes(nodes, g, inputs, fusion_needed_nodes(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
     emit_group_combine(combine, G);
     const std::string type = device_type_name(n.dtype);
     passes += fill_template(
@@ -404,7 +393,7 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
   if (!full.empty()) {  // the full-shape outputs: one more pass
     passes += "    for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
     emit_reduced_offsets(passes, full_operands, kn, rn, "      ");
-    emit_nodes(passes, g, inputs, needed(g, targets(full), have), have, "      ", read_at("o"));
+    emit_fusion_nodes(passes, g, inputs, fusion_needed_nodes(g, targets(full), have), have, "      ", read_at("o"));
     for (int k : full)
       passes += "      out" + std::to_string(k) + "[o" + std::to_string(ni + k) +
                 "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
@@ -412,7 +401,8 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
   }
   if (!kept_outputs.empty()) {  // the reduced-shape outputs: constant along the row, so read at its start
     passes += "    if (lane == 0) {\n";
-    emit_nodes(passes, g, inputs, needed(g, targets(kept_outputs), have), have, "      ", read_at("k"));
+    emit_fusion_nodes(passes, g, inputs, fusion_needed_nodes(g, targets(kept_outputs), have), have, "      ",
+                      read_at("k"));
     for (int k : kept_outputs)
       passes += "      out" + std::to_string(k) + "[k" + std::to_string(ni + k) +
                 "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";

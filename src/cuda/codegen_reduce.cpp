@@ -81,11 +81,10 @@ std::string with_common_part(const ReduceSpec& spec, const std::string& name, co
   const int kn = spec.kept_ndim, rn = spec.reduced_ndim;
   const int kept_size = 0, kept_in = kn, kept_out = 2 * kn, red_size = 3 * kn, red_stride = 3 * kn + rn;
   const int scalars = 3 * kn + 2 * rn;
-  const std::string store =
-      spec.to_partials ? std::string()
-                       : "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" +
-                             std::string(device_type_name(spec.out)) + ">(" +
-                             substitute(reduce_code(spec.op).store, {{"$a", "a"}}) + "); }\n";
+  const std::string store = spec.to_partials ? std::string()
+                                             : "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" +
+                                                   std::string(device_type_name(spec.out)) + ">(" +
+                                                   substitute(reduce_code(spec.op).store, {{"$a", "a"}}) + "); }\n";
   std::string kept;
   if (kn == 0) {
     kept = "  (void)p;\n  (void)o;\n";
@@ -119,8 +118,8 @@ std::string with_common_part(const ReduceSpec& spec, const std::string& name, co
        {"out_type", spec.to_partials ? std::string("ACC") : std::string(device_type_name(spec.out))},
        {"param_words", std::to_string(scalars + 4)},
        {"num_out_word", std::to_string(scalars)},
-       {"load", spec.from_partials ? std::string("x")
-                                   : reduce_load_expression(spec.op, device_type_name(spec.acc), "x", "r")},
+       {"load",
+        spec.from_partials ? std::string("x") : reduce_load_expression(spec.op, device_type_name(spec.acc), "x", "r")},
        {"store", store},
        {"kept_offsets", kept},
        {"reduced_loop", reduced},
@@ -136,7 +135,9 @@ std::string accumulate_loop(const ReduceSpec& spec, const std::string& lane, con
     const int bytes = vec * static_cast<int>(itemsize(spec.in));
     return fill_template("reduce_accumulate_vectors.cuh.in", kernel_sources::reduce_accumulate_vectors_cuh_in,
                          {{"width", std::to_string(vec)},
-                          {"raw", bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : "unsigned int"},
+                          {"raw", bytes == 16  ? "uint4"
+                                  : bytes == 8 ? "uint2"
+                                               : "unsigned int"},
                           {"lane", lane},
                           {"threads", width}});
   }
@@ -245,8 +246,8 @@ std::string reduce_kernel_code(const ReduceSpec& spec) {
   if (v > 1 && (spec.from_partials || spec.reduced_ndim != 1 || (v & (v - 1)) != 0 || v * itemsize(spec.in) > 16 ||
                 v * itemsize(spec.in) < 4))
     fail("vector loads need one contiguous reduced axis of input elements and 4..16-byte vectors");
-  return with_common_part(spec, name, spec.layout == ReduceLayout::Rows ? rows_kernel(spec, name)
-                                                                          : columns_kernel(spec, name));
+  return with_common_part(spec, name,
+                          spec.layout == ReduceLayout::Rows ? rows_kernel(spec, name) : columns_kernel(spec, name));
 }
 
 }  // namespace kiln::cuda_impl

@@ -22,14 +22,12 @@
 #include "cuda/codegen.hpp"
 #include "cuda/device_functions.hpp"
 #include "cuda/template.hpp"
-#include "kiln/error.hpp"
 #include "kernel_sources/user_elementwise.cuh.in.hpp"
 #include "kernel_sources/user_prelude.cuh.hpp"
 #include "kernel_sources/user_reduction.cuh.in.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
-
-
 
 namespace {
 
@@ -259,8 +257,9 @@ std::string user_reduction_source(const UserReductionSpec& spec) {
           "        kiln_smem[threadIdx.x] = kiln_combine(kiln_smem[threadIdx.x], kiln_smem[threadIdx.x + kiln_s]);\n";
     } else {
       tree += "        if (kiln_shas[threadIdx.x + kiln_s]) {\n";
-      tree += "          kiln_smem[threadIdx.x] = kiln_shas[threadIdx.x] ? kiln_combine(kiln_smem[threadIdx.x], "
-              "kiln_smem[threadIdx.x + kiln_s]) : kiln_smem[threadIdx.x + kiln_s];\n";
+      tree +=
+          "          kiln_smem[threadIdx.x] = kiln_shas[threadIdx.x] ? kiln_combine(kiln_smem[threadIdx.x], "
+          "kiln_smem[threadIdx.x + kiln_s]) : kiln_smem[threadIdx.x + kiln_s];\n";
       tree += "          kiln_shas[threadIdx.x] = true;\n        }\n";
     }
     tree += "      }\n      " + sync + "\n    }\n";

@@ -28,8 +28,8 @@
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
-#include "kiln/kiln.hpp"
 #include "kernel_sources/scan.cuh.hpp"
+#include "kiln/kiln.hpp"
 
 namespace kiln::cuda_impl {
 namespace {
@@ -37,8 +37,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kItems = 4;                          ///< elements per thread per chunk
 constexpr int64_t kChunk = int64_t{kThreads} * kItems;  ///< elements a block scans at once (1024)
-
-
 
 using ModuleKey = std::tuple<int, detail::ReduceOp, DType, DType>;
 

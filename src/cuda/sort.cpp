@@ -28,16 +28,14 @@
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
-#include "kiln/kiln.hpp"
 #include "kernel_sources/sort.cuh.hpp"
+#include "kiln/kiln.hpp"
 
 namespace kiln::cuda_impl {
 namespace {
 
 constexpr int kChunk = 2048;  ///< elements a block sorts in shared memory (2048 x 12 bytes = 24 KiB)
 constexpr int kThreads = 512;
-
-
 
 }  // namespace
 

@@ -33,8 +33,8 @@ std::string join(const std::vector<std::string>& names) {
 template <class Values>
 std::string fill(std::string_view file, std::string_view text, const Values& values) {
   const auto fail = [&](const std::string& what) {
-    throw Error("internal error: kernel template " + std::string(file) + ": " + what +
-                " (src/cuda/kernels/" + std::string(file) + " and its generator disagree)");
+    throw Error("internal error: kernel template " + std::string(file) + ": " + what + " (src/cuda/kernels/" +
+                std::string(file) + " and its generator disagree)");
   };
   std::vector<const TemplateValue*> list;
   for (const TemplateValue& v : values) {

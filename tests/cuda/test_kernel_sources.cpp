@@ -17,7 +17,9 @@
 #include "cuda/codegen_user.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/fusion.hpp"
+#include "cuda/matmul.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/random.hpp"
 #include "cuda/template.hpp"
 #include "kernel_sources/all.hpp"
 #include "kiln/error.hpp"
@@ -56,8 +58,8 @@ TEST(KernelSources, EveryEmbeddedFileIsByteIdenticalToItsSourceFile) {
 }
 
 TEST(KernelSources, PreludeAndKernelFilesAreEmbedded) {
-  for (const char* name : {"prelude.cuh", "prelude_reductions.cuh", "batch_norm.cuh", "scan.cuh", "sort.cuh",
-                           "user_prelude.cuh"}) {
+  for (const char* name :
+       {"prelude.cuh", "prelude_reductions.cuh", "batch_norm.cuh", "scan.cuh", "sort.cuh", "user_prelude.cuh"}) {
     bool found = false;
     for (const kernel_sources::File& file : kernel_sources::kAll) found = found || file.name == name;
     EXPECT_TRUE(found) << name;
@@ -87,19 +89,23 @@ TEST(KernelTemplate, UnfilledPlaceholdersThrowNamingThem) {
 }
 
 TEST(KernelTemplate, UnknownPlaceholdersThrowNamingThem) {
-  const std::string m =
-      message_of([] { (void)fill_template("t.cuh.in", "${a}", {{"a", "1"}, {"zz", "2"}, {"yy", "3"}}); });
+  const std::string m = message_of([] {
+    (void)fill_template("t.cuh.in", "${a}", {{"a", "1"}, {"zz", "2"}, {"yy", "3"}});
+  });
   EXPECT_NE(m.find("internal error"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown placeholder(s) ${zz}, ${yy}"), std::string::npos) << m;
 }
 
 TEST(KernelTemplate, MalformedAndRepeatedPlaceholdersThrow) {
-  EXPECT_NE(message_of([] { (void)fill_template("t.cuh.in", "x ${a", {{"a", "1"}}); }).find("byte 2"),
+  EXPECT_NE(message_of([] {
+              (void)fill_template("t.cuh.in", "x ${a", {{"a", "1"}});
+            }).find("byte 2"),
             std::string::npos);
   EXPECT_NE(message_of([] { (void)fill_template("t.cuh.in", "${}", {}); }).find("does not open"), std::string::npos);
-  EXPECT_NE(message_of([] { (void)fill_template("t.cuh.in", "${a b}", {}); }).find("does not open"),
-            std::string::npos);
-  EXPECT_NE(message_of([] { (void)fill_template("t.cuh.in", "${a}", {{"a", "1"}, {"a", "2"}}); }).find("twice"),
+  EXPECT_NE(message_of([] { (void)fill_template("t.cuh.in", "${a b}", {}); }).find("does not open"), std::string::npos);
+  EXPECT_NE(message_of([] {
+              (void)fill_template("t.cuh.in", "${a}", {{"a", "1"}, {"a", "2"}});
+            }).find("twice"),
             std::string::npos);
   EXPECT_THROW((void)fill_template("t.cuh.in", "${a}", {}), Error);
 }
@@ -151,11 +157,13 @@ std::vector<std::pair<std::string, std::string>> one_source_per_kernel_shape() {
   d.layout = FusionLayout::Reduce;
   d.group = 32;
   sources.emplace_back(fusion_kernel_name(*gd, d), fusion_source(*gd, d));
-  auto softmax = fuse([](auto v) {
-    auto m = max(v, -1, true);
-    auto ex = exp(v - m);
-    return ex / sum(ex, -1, true);
-  }, "softmax");
+  auto softmax = fuse(
+      [](auto v) {
+        auto m = max(v, -1, true);
+        auto ex = exp(v - m);
+        return ex / sum(ex, -1, true);
+      },
+      "softmax");
   auto gs = softmax.graph(zeros({4, 6}, float32, cpu()));
   FusionKernelSpec s;
   s.layout = FusionLayout::Rows;
@@ -195,6 +203,10 @@ TEST(KernelSources, EveryFileIsCompiledByNvrtcInSomeGeneratedSource) {
   sources.emplace_back("bn_apply", batch_norm_source(DType::Float32, DType::Float32));
   sources.emplace_back("scan_segments", scan_source(detail::ReduceOp::CumSum, DType::Float32, DType::Float32));
   sources.emplace_back("sort_block", sort_source(DType::Float32));
+  sources.emplace_back(matmul_fallback_kernel_name(DType::Int32), matmul_fallback_source(DType::Int32));
+  const RandomKernelSpec normal{detail::RandomDistribution::Normal, DType::Float32, false};
+  sources.emplace_back(random_kernel_name(normal), random_source(normal));
+  sources.emplace_back("kiln_random_graph_state", graph_state_source());
   CompileOptions options;
   options.options = builtin_kernel_options();
   for (const auto& [name, source] : sources) {
