@@ -25,6 +25,8 @@
 #include "kernel_sources/user_elementwise.cuh.in.hpp"
 #include "kernel_sources/user_prelude.cuh.hpp"
 #include "kernel_sources/user_reduction.cuh.in.hpp"
+#include "kernel_sources/user_reduction_tree.cuh.in.hpp"
+#include "kernel_sources/user_reduction_tree_flagged.cuh.in.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -243,29 +245,13 @@ std::string user_reduction_source(const UserReductionSpec& spec) {
       identity ? "        kiln_acc = kiln_combine(kiln_acc, kiln_v);\n"
                : "        if (kiln_has) {\n          kiln_acc = kiln_combine(kiln_acc, kiln_v);\n        } else {\n"
                  "          kiln_acc = kiln_v;\n          kiln_has = true;\n        }\n";
-  // The group's tree in shared memory (a warp's worth or less needs only __syncwarp).
   std::string tree;
   if (g > 1) {
-    const std::string sync = g <= 32 ? "__syncwarp();" : "__syncthreads();";
-    tree += "    kiln_smem[threadIdx.x] = kiln_acc;\n";
-    if (!identity) tree += "    kiln_shas[threadIdx.x] = kiln_has;\n";
-    tree += "    " + sync + "\n";
-    tree += "#pragma unroll\n    for (int kiln_s = " + std::to_string(g / 2) + "; kiln_s > 0; kiln_s /= 2) {\n";
-    tree += "      if (kiln_lane < (kiln_idx_t)kiln_s) {\n";
-    if (identity) {
-      tree +=
-          "        kiln_smem[threadIdx.x] = kiln_combine(kiln_smem[threadIdx.x], kiln_smem[threadIdx.x + kiln_s]);\n";
-    } else {
-      tree += "        if (kiln_shas[threadIdx.x + kiln_s]) {\n";
-      tree +=
-          "          kiln_smem[threadIdx.x] = kiln_shas[threadIdx.x] ? kiln_combine(kiln_smem[threadIdx.x], "
-          "kiln_smem[threadIdx.x + kiln_s]) : kiln_smem[threadIdx.x + kiln_s];\n";
-      tree += "          kiln_shas[threadIdx.x] = true;\n        }\n";
-    }
-    tree += "      }\n      " + sync + "\n    }\n";
-    tree += "    kiln_acc = kiln_smem[threadIdx.x - kiln_lane];\n";
-    if (!identity) tree += "    kiln_has = kiln_shas[threadIdx.x - kiln_lane];\n";
-    tree += "    " + sync + "\n";
+    const std::vector<TemplateValue> values = {{"sync", g <= 32 ? "__syncwarp()" : "__syncthreads()"},
+                                               {"half", std::to_string(g / 2)}};
+    tree = identity ? fill_template("user_reduction_tree.cuh.in", kernel_sources::user_reduction_tree_cuh_in, values)
+                    : fill_template("user_reduction_tree_flagged.cuh.in",
+                                    kernel_sources::user_reduction_tree_flagged_cuh_in, values);
   }
   if (!identity) tree += "    (void)kiln_has;\n";
   std::string finish;

@@ -193,6 +193,11 @@ std::vector<std::pair<std::string, std::string>> one_source_per_kernel_shape() {
   ur.params = {param("x", false), param("y", true)};
   ur.kept_ndim = 1;
   sources.emplace_back(ur.name, user_reduction_source(ur));
+  ur.name = "user_max";  // no identity: the first element seeds each accumulator
+  ur.reduce_expr = "a > b ? a : b";
+  ur.identity = "";
+  ur.group = 32;
+  sources.emplace_back(ur.name, user_reduction_source(ur));
   return sources;
 }
 
