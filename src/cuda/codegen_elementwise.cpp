@@ -3,7 +3,8 @@
 //
 // Every generated kernel is one `element()` function — inputs converted to the
 // compute type, the op from the prelude, the result converted to the output's
-// storage type — wrapped in one of four loops:
+// storage type — wrapped in one of four loops, each a template of src/cuda/kernels
+// (elementwise_<loop>.cuh.in) filled by fill_template:
 // - contiguous: a grid-stride loop over vectors of `vector_width` elements
 //   (16 bytes of the widest operand, loaded through a union with uint4/uint2/...),
 //   then a scalar loop over the tail;

@@ -1,5 +1,5 @@
 // Source generation for fused kernels (see fusion.hpp for the loops and the
-// argument layout). The element function reuses the prelude's op_<name> and
+// argument layout; the loops are the templates fusion_*.cuh.in of src/cuda/kernels). The element function reuses the prelude's op_<name> and
 // cast<> of the built-in kernels, so fused code computes exactly what the
 // unfused kernels compute, value for value.
 #include <cctype>

@@ -1,7 +1,8 @@
 // Source generation for reduction kernels (see codegen.hpp for the argument
 // layout and reduce.cpp for how the host picks a layout).
 //
-// A generated reduction kernel is the prelude's operator (kd::red_*) plus:
+// A generated reduction kernel (the templates reduce_*.cuh.in of src/cuda/kernels) is the prelude's operator
+// (kd::red_*) plus:
 // - load(x, r): one input element (logical reduced index r) as an accumulator;
 // - store(acc): the final accumulator as the output's storage type;
 // - kept_offsets(o): input and output offsets of output element o;

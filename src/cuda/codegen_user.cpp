@@ -1,6 +1,7 @@
 // Source generation for user ElementwiseKernels and ReductionKernels (see
 // codegen_user.hpp for the argument layouts and user_kernels.cpp for the
-// host side).
+// host side), from the templates user_*.cuh.in of src/cuda/kernels after the
+// prelude and user_prelude.cuh.
 //
 // Elementwise: the built-ins' grid-stride loop; offsets are the index for the
 // contiguous layout, else the built-ins' coalesced strided offsets (magic-number
