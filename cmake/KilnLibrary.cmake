@@ -142,6 +142,9 @@ if(KILN_CUDA)
   get_target_property(KILN_CUDNN_LIBRARY kiln::cudnn IMPORTED_LOCATION)
   get_filename_component(KILN_CUDNN_DIR ${KILN_CUDNN_LIBRARY} DIRECTORY)
   target_include_directories(kiln_cuda SYSTEM PRIVATE ${KILN_CUDNN_INCLUDE})
+  # The device code in src/cuda/kernels, embedded as generated headers ("kernel_sources/<file>.hpp").
+  include(${PROJECT_SOURCE_DIR}/cmake/KilnEmbed.cmake)
+  kiln_embed_kernel_sources(kiln_cuda ${PROJECT_SOURCE_DIR}/src/cuda/kernels ${PROJECT_BINARY_DIR}/generated)
   list(APPEND KILN_LAYERS kiln_cuda)
 endif()
 
@@ -192,4 +195,9 @@ add_library(kiln_internal INTERFACE)
 target_include_directories(kiln_internal INTERFACE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE_DIR})
 if(KILN_CUDA)
   target_link_libraries(kiln_internal INTERFACE CUDA::cudart CUDA::nvrtc)
+  # The embedded kernel sources, and their files for the test that compares the two.
+  target_include_directories(kiln_internal INTERFACE ${PROJECT_BINARY_DIR}/generated)
+  target_compile_definitions(kiln_internal INTERFACE
+                             KILN_KERNEL_SOURCE_DIR="${PROJECT_SOURCE_DIR}/src/cuda/kernels")
+  add_dependencies(kiln_internal kiln_cuda_embedded)
 endif()

@@ -1,6 +1,6 @@
 // Scalar definitions of every elementwise op for the CPU (internal): `apply<OP, T>`, evaluated in the
 // compute type T (float for float16/bfloat16), is the `cpu` column of include/kiln/ops.def; the helpers
-// that column calls are in namespace ops below (src/cuda/device_functions.cpp mirrors them). The loops in
+// that column calls are in namespace ops below (src/cuda/kernels/prelude.cuh mirrors them). The loops in
 // elementwise.cpp call it on whole rows so the compiler can vectorise the simple ones.
 #pragma once
 

@@ -3,9 +3,9 @@
 // dtypes, layout class, vector width, rank, index width); the spec itself, with the
 // device, is the kernel table's key (compared field by field, so two different
 // kernels never share an entry), and only on a table miss is it turned into
-// CUDA source (the prelude of device_functions.hpp + one kernel) and compiled
-// with NVRTC. The generators contain no CUDA runtime calls, so they are tested
-// without a GPU by compiling their output to PTX.
+// CUDA source (the prelude of device_functions.hpp + one kernel, filled in from
+// a template of src/cuda/kernels) and compiled with NVRTC. The generators contain no CUDA runtime calls, so they are
+// tested without a GPU by compiling their output to PTX.
 //
 // Kernel argument layouts (the host side in elementwise.cpp/reduce.cpp fills
 // exactly these):
@@ -27,18 +27,22 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "core/kernel_memo.hpp"
 #include "core/op_table.hpp"
+#include "cuda/kernel_table.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/shape.hpp"  // kMaxRank: the largest rank of every generated kernel
+
+namespace kiln::detail {
+struct FusionGraph;
+}  // namespace kiln::detail
 
 namespace kiln::cuda_impl {
 
@@ -158,33 +162,9 @@ KILN_HASH_EVERY_FIELD(kiln::cuda_impl::ReduceSpec, op, in, out, acc, layout, gro
 
 namespace kiln::cuda_impl {
 
-/// Compiled built-in kernels by BuiltinKernelKey: a lookup is one mutex and one hash probe (a hash of a few
-/// words, no allocation), and a miss generates the source and loads it through load_module (which has its own
-/// memory/disk cache). The single owner of this state is kernel_table(); it lives for the process.
-class KernelTable {
- public:
-  struct Entry {
-    void* function = nullptr;           ///< a cudaKernel_t
-    void* context_function = nullptr;   ///< its CUfunction in the device's context (cheaper launches), or null
-    std::shared_ptr<void> module;       ///< keeps the module loaded
-    std::string name;                   ///< kernel name, for launch messages
-    int blocks_per_multiprocessor = 8;  ///< resident kBlockSize-thread blocks (occupancy), for grid sizes
-  };
-  /// The entry for `key`, or nullptr on a miss.
-  const Entry* find(const BuiltinKernelKey& key);
-  /// Stores `entry` for `key` (the first insert wins) and returns the stored entry.
-  const Entry* insert(const BuiltinKernelKey& key, Entry entry);
-  /// Lookups that found a kernel / that had to build one, since the process started.
-  uint64_t hits() const;
-  uint64_t misses() const;
-  /// Number of stored kernels.
-  size_t size() const;
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<BuiltinKernelKey, std::unique_ptr<Entry>> entries_;
-  uint64_t hits_ = 0, misses_ = 0;
-};
+/// Compiled built-in kernels by BuiltinKernelKey (kernel_table.hpp). The single owner of this state is
+/// kernel_table(); it lives for the process.
+using KernelTable = BasicKernelTable<BuiltinKernelKey>;
 
 /// The process-wide table of built-in kernels.
 KernelTable& kernel_table();
@@ -218,6 +198,24 @@ std::string reduce_load_expression(detail::ReduceOp op, const std::string& value
 /// which leaves the block's value in thread 0. Nothing for group 1. Shared by the built-in and fused
 /// reduction generators.
 void emit_group_combine(std::string& s, int group);
+
+// ------------------------------------------------------------------ fused kernels' element code
+
+/// How element code reads array argument k of a fused kernel: "a3" in an element function, "in3[o3]" in a loop.
+using FusionArgument = std::function<std::string(size_t k)>;
+/// Storage dtype of array argument k of a fused kernel (`inputs`: fusion_array_arguments(g)).
+DType fusion_input_dtype(const detail::FusionGraph& g, const std::vector<int>& inputs, size_t k);
+/// The expression of elementwise node `id` of `g`: its operands named v<id>, weak operands s<slot>, array
+/// arguments read through `arg`. Throws DTypeError for an op without a GPU kernel for its compute dtype.
+std::string fusion_node_expression(const detail::FusionGraph& g, const std::vector<int>& inputs, int id,
+                                   const FusionArgument& arg);
+/// The strong nodes `targets` read (themselves included), stopping at nodes already in `have` and at reductions.
+std::vector<bool> fusion_needed_nodes(const detail::FusionGraph& g, const std::vector<int>& targets,
+                                      const std::vector<bool>& have);
+/// Appends `indent const T v<id> = <expression>;` for each node of `need` not in `have`, in graph order.
+void emit_fusion_nodes(std::string& s, const detail::FusionGraph& g, const std::vector<int>& inputs,
+                       const std::vector<bool>& need, const std::vector<bool>& have, const std::string& indent,
+                       const FusionArgument& arg);
 
 /// ceil(a / b) for a >= 0, b >= 1.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

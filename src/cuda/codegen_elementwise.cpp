@@ -3,7 +3,8 @@
 //
 // Every generated kernel is one `element()` function — inputs converted to the
 // compute type, the op from the prelude, the result converted to the output's
-// storage type — wrapped in one of four loops:
+// storage type — wrapped in one of four loops, each a template of src/cuda/kernels
+// (elementwise_<loop>.cuh.in) filled by fill_template:
 // - contiguous: a grid-stride loop over vectors of `vector_width` elements
 //   (16 bytes of the widest operand, loaded through a union with uint4/uint2/...),
 //   then a scalar loop over the tail;
@@ -17,6 +18,12 @@
 
 #include "cuda/codegen.hpp"
 #include "cuda/device_functions.hpp"
+#include "cuda/template.hpp"
+#include "kernel_sources/elementwise_contiguous.cuh.in.hpp"
+#include "kernel_sources/elementwise_contiguous_vectors.cuh.in.hpp"
+#include "kernel_sources/elementwise_sequence.cuh.in.hpp"
+#include "kernel_sources/elementwise_strided.cuh.in.hpp"
+#include "kernel_sources/elementwise_tiled.cuh.in.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -50,8 +57,8 @@ std::string element_function(const ElementwiseSpec& spec) {
   return s + "));\n}\n";
 }
 
-/// The kernel's parameter list (pointers, scalars, then `extra`).
-std::string parameter_list(const ElementwiseSpec& spec, const std::string& extra) {
+/// The kernel's parameter list: the output, then each input's pointer or scalar.
+std::string parameter_list(const ElementwiseSpec& spec) {
   std::string s = device_type_name(spec.out) + std::string("* __restrict__ out");
   for (int k = 0; k < spec.num_inputs; ++k) {
     const std::string index = std::to_string(k);
@@ -60,7 +67,7 @@ std::string parameter_list(const ElementwiseSpec& spec, const std::string& extra
     else
       s += ", const " + input_type(spec, k) + "* __restrict__ in" + index;
   }
-  return s + extra;
+  return s;
 }
 
 /// `element(...)` applied to input values read at index i; scalars are the arguments.
@@ -73,54 +80,55 @@ std::string element_call_at_i(const ElementwiseSpec& spec) {
   return s + ")";
 }
 
-void contiguous_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
-  const char* index = spec.index64 ? "unsigned long long" : "unsigned int";
-  s += "typedef " + std::string(index) + " IDX;\n";
+std::string index_type(bool index64) { return index64 ? "unsigned long long" : "unsigned int"; }
+std::string offset_type(bool index64) { return index64 ? "long long" : "int"; }
+
+std::string contiguous_kernel(const ElementwiseSpec& spec, const std::string& name) {
   const int vec = spec.vector_width;
+  std::string unions, loop, tail_start = "first";
   if (vec > 1) {
-    s += "union VecOut { " + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) + " raw; " +
-         device_type_name(spec.out) + " e[" + std::to_string(vec) + "]; };\n";
+    unions = "union VecOut { " + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) + " raw; " +
+             device_type_name(spec.out) + " e[" + std::to_string(vec) + "]; };\n";
     for (int k = 0; k < spec.num_inputs; ++k) {
       if (spec.scalar[k]) continue;
-      s += "union VecIn" + std::to_string(k) + " { " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) +
-           " raw; " + input_type(spec, k) + " e[" + std::to_string(vec) + "]; };\n";
+      unions += "union VecIn" + std::to_string(k) + " { " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) +
+                " raw; " + input_type(spec, k) + " e[" + std::to_string(vec) + "]; };\n";
     }
-  }
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameter_list(spec, ", const IDX n") + ") {\n";
-  s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
-  s += "  const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n";
-  std::string tail_start = "first";
-  if (vec > 1) {
-    // Each thread keeps `unroll` vector loads per input in flight (4 for a copy or cast, 2 for a binary op):
-    // one 16-byte load per thread is not enough bytes in flight to saturate HBM.
     int array_inputs = 0;
     for (int k = 0; k < spec.num_inputs; ++k) array_inputs += spec.scalar[k] ? 0 : 1;
-    const int unroll = contiguous_unroll(array_inputs);
-    const std::string v = std::to_string(vec), u = std::to_string(unroll);
-    s += "  const IDX vectors = n / " + v + ";\n";
-    s += "  for (IDX v = first; v < vectors; v += " + u + " * step) {\n";
-    std::string call = "element(";
+    const std::string v = std::to_string(vec), u = std::to_string(contiguous_unroll(array_inputs));
+    std::string loads, call = "element(";
     for (int k = 0; k < spec.num_inputs; ++k) {
       const std::string i = std::to_string(k);
       call += k ? ", " : "";
       if (spec.scalar[k]) {
         call += "s" + i;
       } else {
-        s += "    VecIn" + i + " a" + i + "[" + u + "];\n";
-        s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * step < vectors) a" + i +
-             "[u].raw = reinterpret_cast<const " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) + "*>(in" +
-             i + ")[v + u * step];\n";
+        loads += "    VecIn" + i + " a" + i + "[" + u + "];\n";
+        loads += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * step < vectors) a" + i +
+                 "[u].raw = reinterpret_cast<const " + raw_type(vec * static_cast<int>(itemsize(spec.in[k]))) +
+                 "*>(in" + i + ")[v + u * step];\n";
         call += "a" + i + "[u].e[j]";
       }
     }
-    s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (v + u * step >= vectors) break;\n";
-    s += "      VecOut o;\n#pragma unroll\n      for (int j = 0; j < " + v + "; ++j) o.e[j] = " + call + ");\n";
-    s += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(spec.out)))) +
-         "*>(out)[v + u * step] = o.raw;\n    }\n  }\n";
+    loop = fill_template("elementwise_contiguous_vectors.cuh.in", kernel_sources::elementwise_contiguous_vectors_cuh_in,
+                         {{"width", v},
+                          {"unroll", u},
+                          {"loads", loads},
+                          {"element_call", call + ")"},
+                          {"out_raw", raw_type(vec * static_cast<int>(itemsize(spec.out)))}});
     tail_start = "vectors * " + v + " + first";
   }
-  s += "  for (IDX i = " + tail_start + "; i < n; i += step) out[i] = " + element_call_at_i(spec) + ";\n}\n";
+  return fill_template("elementwise_contiguous.cuh.in", kernel_sources::elementwise_contiguous_cuh_in,
+                       {{"name", name},
+                        {"element_function", element_function(spec)},
+                        {"index_type", index_type(spec.index64)},
+                        {"vector_unions", unions},
+                        {"block_size", std::to_string(kBlockSize)},
+                        {"parameters", parameter_list(spec)},
+                        {"vector_loop", loop},
+                        {"tail_start", tail_start},
+                        {"element_call", element_call_at_i(spec)}});
 }
 
 }  // namespace
@@ -155,94 +163,71 @@ void emit_strided_offsets(std::string& s, int ndim, int operands, bool index64, 
 
 namespace {
 
-void strided_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
+std::string strided_kernel(const ElementwiseSpec& spec, const std::string& name) {
   const int nd = spec.ndim;
   int operands = 1;
   for (int k = 0; k < spec.num_inputs; ++k) operands += spec.scalar[k] ? 0 : 1;
   const int stride_base = spec.index64 ? nd : 3 * nd;
-  const int words = stride_base + operands * nd;
-  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
-                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "struct Params { IDX w[" + std::to_string(words) + "]; };\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameter_list(spec, ", const Params p, const IDX n") + ") {\n";
-  // With spec.unroll > 1 each thread handles several elements per iteration, all loads first: one 4-byte
-  // load per thread is too few bytes in flight to keep HBM busy (a broadcast add reaches ~70% of it).
   const std::string u = std::to_string(spec.unroll);
-  s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
-  s += "  for (IDX base = (IDX)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += " + u + " * step) {\n";
-  s += "    OFF out_off[" + u + "];\n";
+  std::string arrays, offsets, loads, call = "element(";
   for (int k = 0; k < spec.num_inputs; ++k)
-    if (!spec.scalar[k]) s += "    " + input_type(spec, k) + " x" + std::to_string(k) + "[" + u + "];\n";
-  s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
-  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
-  emit_strided_offsets(s, nd, operands, spec.index64, "      ");
-  s += "      out_off[u] = o0;\n";
+    if (!spec.scalar[k]) arrays += "    " + input_type(spec, k) + " x" + std::to_string(k) + "[" + u + "];\n";
+  emit_strided_offsets(offsets, nd, operands, spec.index64, "      ");
   int array_index = 0;
-  std::string call = "element(";
   for (int k = 0; k < spec.num_inputs; ++k) {
     const std::string i = std::to_string(k);
     call += k ? ", " : "";
     if (spec.scalar[k]) {
       call += "s" + i;
     } else {
-      s += "      x" + i + "[u] = in" + i + "[o" + std::to_string(++array_index) + "];\n";
+      loads += "      x" + i + "[u] = in" + i + "[o" + std::to_string(++array_index) + "];\n";
       call += "x" + i + "[u]";
     }
   }
-  s += "    }\n";
-  s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (base + u * step >= n) break;\n";
-  s += "      out[out_off[u]] = " + call + ");\n    }\n  }\n}\n";
+  return fill_template("elementwise_strided.cuh.in", kernel_sources::elementwise_strided_cuh_in,
+                       {{"name", name},
+                        {"element_function", element_function(spec)},
+                        {"index_type", index_type(spec.index64)},
+                        {"offset_type", offset_type(spec.index64)},
+                        {"param_words", std::to_string(stride_base + operands * nd)},
+                        {"block_size", std::to_string(kBlockSize)},
+                        {"parameters", parameter_list(spec)},
+                        {"unroll", u},
+                        {"input_arrays", arrays},
+                        {"offsets", offsets},
+                        {"loads", loads},
+                        {"element_call", call + ")"}});
 }
 
-// A block of 32 x 8 threads per 32 x 32 tile (grid-stride over tiles): the tiled inputs are read with
-// threadIdx.x along axis b (their unit stride) into shared memory, padded to 33 columns so the transposed read
-// hits 32 banks; then each thread computes with threadIdx.x along axis a (the output's unit stride), so the
-// output and the other inputs (broadcast or unit stride along a) are read and written coalesced too.
-void tiled_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
+std::string tiled_kernel(const ElementwiseSpec& spec, const std::string& name) {
   const int nd = spec.ndim, batch = nd - 2;
   int operands = 1;
   for (int k = 0; k < spec.num_inputs; ++k) operands += spec.scalar[k] ? 0 : 1;
   const int sa = 5, sb = 5 + operands, bsize = 5 + 2 * operands, bstride = bsize + batch;
-  const int words = bstride + operands * batch;
   const auto w = [](int i) { return "p.w[" + std::to_string(i) + "]"; };
-  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
-                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "struct Params { IDX w[" + std::to_string(words) + "]; };\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameter_list(spec, ", const Params p") + ") {\n";
+  std::string tiles, declarations, batch_offsets, tile_loads;
   for (int k = 0; k < spec.num_inputs; ++k)
     if (spec.tiled_inputs & (1 << k))
-      s += "  __shared__ " + input_type(spec, k) + " t" + std::to_string(k) + "[32][33];\n";
-  s += "  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
-  s += "  for (IDX t = blockIdx.x; t < " + w(4) + "; t += gridDim.x) {\n";
-  s += "    IDX q = t;\n    const IDX a0 = (q % " + w(2) + ") * 32;\n    q /= " + w(2) + ";\n";
-  s += "    const IDX b0 = (q % " + w(3) + ") * 32;\n    q /= " + w(3) + ";\n";
-  s += "    OFF";
-  for (int k = 0; k < operands; ++k) s += (k ? ", o" : " o") + std::to_string(k) + " = 0";
-  s += ";\n";
+      tiles += "  __shared__ " + input_type(spec, k) + " t" + std::to_string(k) + "[32][33];\n";
+  for (int k = 0; k < operands; ++k) declarations += (k ? ", o" : "o") + std::to_string(k) + " = 0";
   for (int d = batch - 1; d >= 0; --d) {
-    s += "    {\n      const OFF r = (OFF)(q % " + w(bsize + d) + ");\n      q /= " + w(bsize + d) + ";\n";
+    batch_offsets += "    {\n      const OFF r = (OFF)(q % " + w(bsize + d) + ");\n      q /= " + w(bsize + d) + ";\n";
     for (int k = 0; k < operands; ++k)
-      s += "      o" + std::to_string(k) + " += r * (OFF)" + w(bstride + k * batch + d) + ";\n";
-    s += "    }\n";
+      batch_offsets += "      o" + std::to_string(k) + " += r * (OFF)" + w(bstride + k * batch + d) + ";\n";
+    batch_offsets += "    }\n";
   }
   const auto at = [&](int operand) {
     const std::string k = std::to_string(operand);
     return "o" + k + " + (OFF)a * (OFF)" + w(sa + operand) + " + (OFF)b * (OFF)" + w(sb + operand);
   };
-  s += "#pragma unroll\n    for (int jj = 0; jj < 32; jj += 8) {\n      const int j = ty + jj;\n";
-  s += "      const IDX a = a0 + j, b = b0 + tx;\n      if (a < " + w(0) + " && b < " + w(1) + ") {\n";
   int array_index = 0;
   for (int k = 0; k < spec.num_inputs; ++k) {
     if (spec.scalar[k]) continue;
     ++array_index;
     if (spec.tiled_inputs & (1 << k))
-      s += "        t" + std::to_string(k) + "[j][tx] = in" + std::to_string(k) + "[" + at(array_index) + "];\n";
+      tile_loads +=
+          "        t" + std::to_string(k) + "[j][tx] = in" + std::to_string(k) + "[" + at(array_index) + "];\n";
   }
-  s += "      }\n    }\n    __syncthreads();\n";
-  s += "#pragma unroll\n    for (int jj = 0; jj < 32; jj += 8) {\n      const int j = ty + jj;\n";
-  s += "      const IDX a = a0 + tx, b = b0 + j;\n      if (a < " + w(0) + " && b < " + w(1) + ") {\n";
   std::string call = "element(";
   array_index = 0;
   for (int k = 0; k < spec.num_inputs; ++k) {
@@ -255,23 +240,26 @@ void tiled_kernel(std::string& s, const ElementwiseSpec& spec, const std::string
     ++array_index;
     call += spec.tiled_inputs & (1 << k) ? "t" + i + "[tx][j]" : "in" + i + "[" + at(array_index) + "]";
   }
-  s += "        out[" + at(0) + "] = " + call + ");\n      }\n    }\n    __syncthreads();\n  }\n}\n";
+  return fill_template("elementwise_tiled.cuh.in", kernel_sources::elementwise_tiled_cuh_in,
+                       {{"name", name},
+                        {"element_function", element_function(spec)},
+                        {"index_type", index_type(spec.index64)},
+                        {"offset_type", offset_type(spec.index64)},
+                        {"param_words", std::to_string(bstride + operands * batch)},
+                        {"block_size", std::to_string(kBlockSize)},
+                        {"parameters", parameter_list(spec)},
+                        {"tiles", tiles},
+                        {"offset_declarations", declarations},
+                        {"batch_offsets", batch_offsets},
+                        {"tile_loads", tile_loads},
+                        {"out_offset", at(0)},
+                        {"element_call", call + ")"}});
 }
 
-void sequence_kernel(std::string& s, const ElementwiseSpec& spec, const std::string& name) {
-  const std::string out = device_type_name(spec.out);
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" + out +
-       "* __restrict__ out, const double start, const double step, const long long istart, const long long istep, "
-       "const int exact_int, const int endpoint, const double stop, const long long n) {\n";
-  s += "  const long long grid = (long long)gridDim.x * blockDim.x;\n";
-  s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += grid) {\n";
-  s += "    " + out + " v;\n";
-  s += "    if (endpoint && i == n - 1) v = kd::cast<" + out + ">(stop);\n";
-  s += "    else if (exact_int) v = kd::cast<" + out +
-       ">((long long)((unsigned long long)istart + (unsigned long long)i * (unsigned long long)istep));\n";
-  // Explicit rounding steps: the CPU computes start + i * step with two roundings, never an fma.
-  s += "    else v = kd::cast<" + out + ">(__dadd_rn(start, __dmul_rn((double)i, step)));\n";
-  s += "    out[i] = v;\n  }\n}\n";
+std::string sequence_kernel(const ElementwiseSpec& spec, const std::string& name) {
+  return fill_template(
+      "elementwise_sequence.cuh.in", kernel_sources::elementwise_sequence_cuh_in,
+      {{"name", name}, {"block_size", std::to_string(kBlockSize)}, {"out_type", device_type_name(spec.out)}});
 }
 
 }  // namespace
@@ -330,12 +318,7 @@ std::string elementwise_source(const ElementwiseSpec& spec) { return device_prel
 
 std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
   const std::string name = elementwise_kernel_name(spec);
-  std::string s = "// " + name + " (generated by kiln)\nnamespace " + name + "_ns {\n";
-  s.reserve(4096);
-  if (spec.layout == EwLayout::Sequence) {
-    sequence_kernel(s, spec, name);
-    return s + "}  // namespace\n";
-  }
+  if (spec.layout == EwLayout::Sequence) return sequence_kernel(spec, name);
   const int arity = detail::op_info(spec.op).arity;
   if (spec.num_inputs != arity || spec.num_inputs < 1)
     throw ValueError(std::string("elementwise codegen: op ") + detail::op_info(spec.op).name + " takes " +
@@ -361,60 +344,8 @@ std::string elementwise_kernel_code(const ElementwiseSpec& spec) {
     if (v < 1 || v > 16 || (v & (v - 1)) != 0)
       throw ValueError("elementwise codegen: vector width " + std::to_string(v) + " is not a power of two <= 16");
   }
-  s += element_function(spec);
-  if (spec.layout == EwLayout::Contiguous)
-    contiguous_kernel(s, spec, name);
-  else if (spec.layout == EwLayout::Tiled)
-    tiled_kernel(s, spec, name);
-  else
-    strided_kernel(s, spec, name);
-  return s + "}  // namespace\n";
+  if (spec.layout == EwLayout::Contiguous) return contiguous_kernel(spec, name);
+  if (spec.layout == EwLayout::Tiled) return tiled_kernel(spec, name);
+  return strided_kernel(spec, name);
 }
-
-// ------------------------------------------------------------------ the kernel table
-
-const KernelTable::Entry* KernelTable::find(const BuiltinKernelKey& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) {
-    ++misses_;
-    return nullptr;
-  }
-  ++hits_;
-  return it->second.get();
-}
-
-const KernelTable::Entry* KernelTable::insert(const BuiltinKernelKey& key, Entry entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto [it, inserted] = entries_.try_emplace(key, nullptr);
-  if (inserted) it->second = std::make_unique<Entry>(std::move(entry));
-  return it->second.get();
-}
-
-uint64_t KernelTable::hits() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return hits_;
-}
-
-uint64_t KernelTable::misses() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return misses_;
-}
-
-size_t KernelTable::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
-}
-
-KernelTable& kernel_table() {
-  // Never destroyed: unloading modules while the CUDA runtime shuts down at exit is not safe.
-  static KernelTable* table = new KernelTable;
-  return *table;
-}
-
-const std::vector<std::string>& builtin_kernel_options() {
-  static const std::vector<std::string> options = {"--fmad=false"};
-  return options;
-}
-
 }  // namespace kiln::cuda_impl

@@ -1,5 +1,5 @@
 // Source generation for fused kernels (see fusion.hpp for the loops and the
-// argument layout). The element function reuses the prelude's op_<name> and
+// argument layout; the loops are the templates fusion_*.cuh.in of src/cuda/kernels). The element function reuses the prelude's op_<name> and
 // cast<> of the built-in kernels, so fused code computes exactly what the
 // unfused kernels compute, value for value.
 #include <cctype>
@@ -9,6 +9,13 @@
 #include "cuda/device_functions.hpp"
 #include "cuda/elementwise_layout.hpp"
 #include "cuda/fusion.hpp"
+#include "cuda/template.hpp"
+#include "kernel_sources/fusion_contiguous.cuh.in.hpp"
+#include "kernel_sources/fusion_contiguous_vectors.cuh.in.hpp"
+#include "kernel_sources/fusion_reduce.cuh.in.hpp"
+#include "kernel_sources/fusion_rows.cuh.in.hpp"
+#include "kernel_sources/fusion_rows_reduction.cuh.in.hpp"
+#include "kernel_sources/fusion_strided.cuh.in.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -23,16 +30,16 @@ namespace {
 
 std::string v(int id) { return "v" + std::to_string(id); }
 
-/// Storage dtype of array argument k of the kernel.
-DType input_dtype(const FusionGraph& g, const std::vector<int>& inputs, size_t k) {
+}  // namespace
+
+DType fusion_input_dtype(const FusionGraph& g, const std::vector<int>& inputs, size_t k) {
   for (const FusionNode& n : g.nodes)
     if (n.kind == FusionNodeKind::Argument && n.argument == inputs[k]) return n.dtype;
   return DType::Float32;
 }
 
-/// The expression of elementwise node `id` (its operands named v<id>, slots s<j>, array argument k `arg(k)`).
-template <class A>
-std::string node_expr(const FusionGraph& g, const std::vector<int>& inputs, int id, A arg) {
+std::string fusion_node_expression(const FusionGraph& g, const std::vector<int>& inputs, int id,
+                                   const FusionArgument& arg) {
   const FusionNode& n = g.nodes[static_cast<size_t>(id)];
   const std::string type = device_type_name(n.dtype);
   switch (n.kind) {
@@ -65,8 +72,8 @@ std::string node_expr(const FusionGraph& g, const std::vector<int>& inputs, int 
   }
 }
 
-/// Marks in `need` the strong nodes that `targets` read, stopping at nodes already `have` (computed earlier).
-std::vector<bool> needed(const FusionGraph& g, const std::vector<int>& targets, const std::vector<bool>& have) {
+std::vector<bool> fusion_needed_nodes(const FusionGraph& g, const std::vector<int>& targets,
+                                      const std::vector<bool>& have) {
   std::vector<bool> need(g.nodes.size(), false);
   for (int t : targets) need[static_cast<size_t>(t)] = true;
   for (size_t i = g.nodes.size(); i-- > 0;) {
@@ -77,17 +84,18 @@ std::vector<bool> needed(const FusionGraph& g, const std::vector<int>& targets, 
   return need;
 }
 
-/// Statements `const T v<id> = ...;` for the needed strong nodes not in `have`, in order.
-template <class A>
-void emit_nodes(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const std::vector<bool>& need,
-                const std::vector<bool>& have, const std::string& indent, A arg) {
+void emit_fusion_nodes(std::string& s, const FusionGraph& g, const std::vector<int>& inputs,
+                       const std::vector<bool>& need, const std::vector<bool>& have, const std::string& indent,
+                       const FusionArgument& arg) {
   for (size_t id = 0; id < g.nodes.size(); ++id) {
     const FusionNode& n = g.nodes[id];
     if (!need[id] || n.weak || have[id] || n.kind == FusionNodeKind::Reduce) continue;
     s += indent + "const " + std::string(device_type_name(n.dtype)) + " " + v(static_cast<int>(id)) + " = " +
-         node_expr(g, inputs, static_cast<int>(id), arg) + ";\n";
+         fusion_node_expression(g, inputs, static_cast<int>(id), arg) + ";\n";
   }
 }
+
+namespace {
 
 /// The nodes an elementwise kernel writes: the outputs, or the classic reduction's input.
 std::vector<int> element_targets(const FusionGraph& g) {
@@ -103,12 +111,13 @@ std::string element_function(const FusionGraph& g, const std::vector<int>& input
     s += (k ? ", " : "") + std::string(device_type_name(g.nodes[static_cast<size_t>(targets[k])].dtype)) + "& r" +
          std::to_string(k);
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + " a" + std::to_string(k);
+    s += ", const " + std::string(device_type_name(fusion_input_dtype(g, inputs, k))) + " a" + std::to_string(k);
   for (size_t j = 0; j < g.slots.size(); ++j)
     s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
   s += ") {\n";
   const std::vector<bool> none(g.nodes.size(), false);
-  emit_nodes(s, g, inputs, needed(g, targets, none), none, "  ", [](size_t k) { return "a" + std::to_string(k); });
+  emit_fusion_nodes(s, g, inputs, fusion_needed_nodes(g, targets, none), none, "  ",
+                    [](size_t k) { return "a" + std::to_string(k); });
   for (size_t k = 0; k < targets.size(); ++k) s += "  r" + std::to_string(k) + " = " + v(targets[k]) + ";\n";
   return s + "}\n";
 }
@@ -118,18 +127,19 @@ std::string output_type(const FusionGraph& g, size_t k) {
   return device_type_name(g.nodes[static_cast<size_t>(g.outputs[k])].dtype);
 }
 
-/// Parameter list: out0.., inputs, slots, then `extra` (no __restrict__ when an output aliases an input).
+/// Parameter list: out0.., inputs, slots (no __restrict__ when an output aliases an input).
 std::string parameters(const FusionGraph& g, const std::vector<int>& inputs, const std::vector<std::string>& out_types,
-                       bool aliased, const std::string& extra) {
+                       bool aliased) {
   const std::string restrict_ = aliased ? "* " : "* __restrict__ ";
   std::string s;
   for (size_t k = 0; k < out_types.size(); ++k)
     s += (k ? ", " : "") + out_types[k] + restrict_ + "out" + std::to_string(k);
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += ", const " + std::string(device_type_name(input_dtype(g, inputs, k))) + restrict_ + "in" + std::to_string(k);
+    s += ", const " + std::string(device_type_name(fusion_input_dtype(g, inputs, k))) + restrict_ + "in" +
+         std::to_string(k);
   for (size_t j = 0; j < g.slots.size(); ++j)
     s += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
-  return s + extra;
+  return s;
 }
 
 std::vector<std::string> output_types(const FusionGraph& g) {
@@ -148,94 +158,98 @@ std::string element_call(const FusionGraph& g, size_t num_outputs, size_t num_in
   return s + ")";
 }
 
-void contiguous_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs,
-                       const FusionKernelSpec& spec, const std::string& name) {
+std::string index_type(bool index64) { return index64 ? "unsigned long long" : "unsigned int"; }
+std::string offset_type(bool index64) { return index64 ? "long long" : "int"; }
+
+std::string contiguous_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                              const std::string& name) {
   const size_t no = g.outputs.size();
-  s += spec.index64 ? "typedef unsigned long long IDX;\n" : "typedef unsigned int IDX;\n";
   const int vec = spec.vector_width;
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, output_types(g), spec.aliased, ", const IDX n") + ") {\n";
-  s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
-  s += "  const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n";
-  std::string tail_start = "first";
+  std::string loop, tail_start = "first";
   if (vec > 1) {
-    // Several 16-byte loads per input in flight per thread (as the built-in contiguous kernel).
     const int unroll = contiguous_unroll(static_cast<int>(inputs.size()));
     const std::string vs = std::to_string(vec), u = std::to_string(unroll);
+    std::string unions, loads, results, stores;
     for (size_t k = 0; k < no; ++k) {
       const DType t = g.nodes[static_cast<size_t>(g.outputs[k])].dtype;
-      s += "  union VecOut" + std::to_string(k) + " { " + std::string(raw_type(vec * static_cast<int>(itemsize(t)))) +
-           " raw; " + output_type(g, k) + " e[" + vs + "]; };\n";
+      unions += "  union VecOut" + std::to_string(k) + " { " +
+                std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + " raw; " + output_type(g, k) + " e[" + vs +
+                "]; };\n";
+      results += "      VecOut" + std::to_string(k) + " y" + std::to_string(k) + ";\n";
+      stores += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + "*>(out" +
+                std::to_string(k) + ")[v + u * step] = y" + std::to_string(k) + ".raw;\n";
     }
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      const DType t = input_dtype(g, inputs, k);
-      s += "  union VecIn" + std::to_string(k) + " { " + raw_type(vec * static_cast<int>(itemsize(t))) + " raw; " +
-           device_type_name(t) + " e[" + vs + "]; };\n";
-    }
-    s += "  const IDX vectors = n / " + vs + ";\n";
-    s += "  for (IDX v = first; v < vectors; v += " + u + " * step) {\n";
     for (size_t k = 0; k < inputs.size(); ++k) {
       const std::string i = std::to_string(k);
-      const DType t = input_dtype(g, inputs, k);
-      s += "    VecIn" + i + " x" + i + "[" + u + "];\n";
-      s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * step < vectors) x" + i +
-           "[u].raw = reinterpret_cast<const " + raw_type(vec * static_cast<int>(itemsize(t))) + "*>(in" + i +
-           ")[v + u * step];\n";
+      const DType t = fusion_input_dtype(g, inputs, k);
+      unions += "  union VecIn" + i + " { " + raw_type(vec * static_cast<int>(itemsize(t))) + " raw; " +
+                device_type_name(t) + " e[" + vs + "]; };\n";
+      loads += "    VecIn" + i + " x" + i + "[" + u + "];\n";
+      loads += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u)\n      if (v + u * step < vectors) x" + i +
+               "[u].raw = reinterpret_cast<const " + raw_type(vec * static_cast<int>(itemsize(t))) + "*>(in" + i +
+               ")[v + u * step];\n";
     }
-    s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (v + u * step >= vectors) break;\n";
-    for (size_t k = 0; k < no; ++k) s += "      VecOut" + std::to_string(k) + " y" + std::to_string(k) + ";\n";
-    s += "#pragma unroll\n      for (int j = 0; j < " + vs + "; ++j) " +
-         element_call(
-             g, no, inputs.size(), [](size_t k) { return "y" + std::to_string(k) + ".e[j]"; },
-             [](size_t k) { return "x" + std::to_string(k) + "[u].e[j]"; }) +
-         ";\n";
-    for (size_t k = 0; k < no; ++k) {
-      const DType t = g.nodes[static_cast<size_t>(g.outputs[k])].dtype;
-      s += "      reinterpret_cast<" + std::string(raw_type(vec * static_cast<int>(itemsize(t)))) + "*>(out" +
-           std::to_string(k) + ")[v + u * step] = y" + std::to_string(k) + ".raw;\n";
-    }
-    s += "    }\n  }\n";
+    loop = fill_template(
+        "fusion_contiguous_vectors.cuh.in", kernel_sources::fusion_contiguous_vectors_cuh_in,
+        {{"vector_unions", unions},
+         {"width", vs},
+         {"unroll", u},
+         {"loads", loads},
+         {"results", results},
+         {"element_call", element_call(
+                              g, no, inputs.size(), [](size_t k) { return "y" + std::to_string(k) + ".e[j]"; },
+                              [](size_t k) { return "x" + std::to_string(k) + "[u].e[j]"; })},
+         {"stores", stores}});
     tail_start = "vectors * " + vs + " + first";
   }
-  s += "  for (IDX i = " + tail_start + "; i < n; i += step) " +
-       element_call(
-           g, no, inputs.size(), [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
-           [](size_t k) { return "in" + std::to_string(k) + "[i]"; }) +
-       ";\n}\n";
+  return fill_template(
+      "fusion_contiguous.cuh.in", kernel_sources::fusion_contiguous_cuh_in,
+      {{"name", name},
+       {"element_function", element_function(g, inputs)},
+       {"index_type", index_type(spec.index64)},
+       {"block_size", std::to_string(kBlockSize)},
+       {"parameters", parameters(g, inputs, output_types(g), spec.aliased)},
+       {"vector_loop", loop},
+       {"tail_start", tail_start},
+       {"element_call", element_call(
+                            g, no, inputs.size(), [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
+                            [](size_t k) { return "in" + std::to_string(k) + "[i]"; })}});
 }
 
-void strided_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
-                    const std::string& name) {
+std::string strided_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                           const std::string& name) {
   const int nd = spec.ndim;
   const size_t no = g.outputs.size();
   const int operands = static_cast<int>(no + inputs.size());
   const int stride_base = spec.index64 ? nd : 3 * nd;
-  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
-                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "struct Params { IDX w[" + std::to_string(stride_base + operands * nd) + "]; };\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, output_types(g), spec.aliased, ", const Params p, const IDX n") + ") {\n";
   const std::string u = std::to_string(spec.unroll);
-  s += "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
-  s += "  for (IDX base = (IDX)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += " + u + " * step) {\n";
-  for (size_t k = 0; k < no; ++k) s += "    OFF out_off" + std::to_string(k) + "[" + u + "];\n";
+  std::string arrays, offsets, loads;
+  for (size_t k = 0; k < no; ++k) arrays += "    OFF out_off" + std::to_string(k) + "[" + u + "];\n";
   for (size_t k = 0; k < inputs.size(); ++k)
-    s +=
-        "    " + std::string(device_type_name(input_dtype(g, inputs, k))) + " x" + std::to_string(k) + "[" + u + "];\n";
-  s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n";
-  s += "      const IDX i = base + u * step;\n      if (i >= n) break;\n";
-  emit_strided_offsets(s, nd, operands, spec.index64, "      ");
-  for (size_t k = 0; k < no; ++k) s += "      out_off" + std::to_string(k) + "[u] = o" + std::to_string(k) + ";\n";
+    arrays += "    " + std::string(device_type_name(fusion_input_dtype(g, inputs, k))) + " x" + std::to_string(k) +
+              "[" + u + "];\n";
+  emit_strided_offsets(offsets, nd, operands, spec.index64, "      ");
+  for (size_t k = 0; k < no; ++k) loads += "      out_off" + std::to_string(k) + "[u] = o" + std::to_string(k) + ";\n";
   for (size_t k = 0; k < inputs.size(); ++k)
-    s += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + no) + "];\n";
-  s += "    }\n";
-  s += "#pragma unroll\n    for (int u = 0; u < " + u + "; ++u) {\n      if (base + u * step >= n) break;\n";
-  s += "      " +
-       element_call(
-           g, no, inputs.size(),
-           [](size_t k) { return "out" + std::to_string(k) + "[out_off" + std::to_string(k) + "[u]]"; },
-           [](size_t k) { return "x" + std::to_string(k) + "[u]"; }) +
-       ";\n    }\n  }\n}\n";
+    loads += "      x" + std::to_string(k) + "[u] = in" + std::to_string(k) + "[o" + std::to_string(k + no) + "];\n";
+  return fill_template(
+      "fusion_strided.cuh.in", kernel_sources::fusion_strided_cuh_in,
+      {{"name", name},
+       {"element_function", element_function(g, inputs)},
+       {"index_type", index_type(spec.index64)},
+       {"offset_type", offset_type(spec.index64)},
+       {"param_words", std::to_string(stride_base + operands * nd)},
+       {"block_size", std::to_string(kBlockSize)},
+       {"parameters", parameters(g, inputs, output_types(g), spec.aliased)},
+       {"unroll", u},
+       {"arrays", arrays},
+       {"offsets", offsets},
+       {"loads", loads},
+       {"element_call",
+        element_call(
+            g, no, inputs.size(),
+            [](size_t k) { return "out" + std::to_string(k) + "[out_off" + std::to_string(k) + "[u]]"; },
+            [](size_t k) { return "x" + std::to_string(k) + "[u]"; })}});
 }
 
 /// `OFF o<k> = k<k> + (reduced offset of r)` for each operand k in `operands` (rows and reduce Params layout).
@@ -271,111 +285,104 @@ std::string reduce_operator(const FusionKernelSpec& spec) {
   return reduce_operator_type(spec.op, spec.acc);
 }
 
-void reduce_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
-                   const std::string& name) {
+std::string reduce_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                          const std::string& name) {
   const int kn = spec.kept_ndim, rn = spec.reduced_ndim, ni = static_cast<int>(inputs.size());
   const int G = spec.group;
   const std::string acc = device_type_name(spec.acc);
   const std::string elem = device_type_name(g.nodes[static_cast<size_t>(g.elementwise)].dtype);
-  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
-                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "typedef " + acc + " ACC;\ntypedef " + reduce_operator(spec) + " Op;\n";
-  // Params: kept size [kn], reduced size [rn], per input kept stride [kn] + reduced stride [rn], then 4 scalars.
   const int scalars = (kn + rn) * (1 + ni);
-  s += "struct Params { IDX w[" + std::to_string(scalars + 4) + "]; };\n";
-  s += "__device__ __forceinline__ ACC load(" + elem + " x) { return " + reduce_load_expression(spec.op, acc, "x") +
-       "; }\n";
   const std::string out_type = spec.to_partials ? acc : device_type_name(spec.out);
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, {out_type}, false, ", const Params p") + ") {\n";
-  s += "  const IDX num_out = p.w[" + std::to_string(scalars) + "], num_red = p.w[" + std::to_string(scalars + 1) +
-       "], splits = p.w[" + std::to_string(scalars + 2) + "], chunk = p.w[" + std::to_string(scalars + 3) + "];\n";
-  s += "  const IDX lane = threadIdx.x % " + std::to_string(G) + ";\n";
-  if (G == kBlockSize) s += "  __shared__ ACC warp_acc[" + std::to_string(kBlockSize / 32) + "];\n";
-  const std::string groups = std::to_string(kBlockSize / G);
-  s += "  const IDX tasks = num_out * splits;\n";
-  s += "  for (IDX task = (IDX)blockIdx.x * " + groups + " + threadIdx.x / " + std::to_string(G) +
-       "; task < tasks; task += (IDX)gridDim.x * " + groups + ") {\n";
-  // Split-major tasks: adjacent tasks are adjacent outputs (coalesced loads for group 1).
-  s += "    const IDX split = task / num_out, o = task - split * num_out;\n";
-  emit_kept_offsets(s, ni, kn, rn);
-  s += "    const IDX r0 = split * chunk;\n    const IDX r1 = r0 + chunk < num_red ? r0 + chunk : num_red;\n";
-  s += "    ACC acc = Op::identity();\n";
-  s += "#pragma unroll 4\n    for (IDX r = r0 + lane; r < r1; r += " + std::to_string(G) + ") {\n";
+  std::string kept, reduced, combine;
+  emit_kept_offsets(kept, ni, kn, rn);
   std::vector<int> all_inputs;
   for (int k = 0; k < ni; ++k) all_inputs.push_back(k);
-  emit_reduced_offsets(s, all_inputs, kn, rn, "      ");
-  s += "      " + elem + " e;\n      " +
-       element_call(
-           g, 1, inputs.size(), [](size_t) { return std::string("e"); },
-           [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; }) +
-       ";\n      acc = Op::combine(acc, load(e));\n    }\n";
-  emit_group_combine(s, G);
-  s += "    if (lane == 0) out0[" + std::string(spec.to_partials ? "o * splits + split" : "o") + "] = " +
-       (spec.to_partials ? std::string("acc") : "kd::cast<" + std::string(device_type_name(spec.out)) + ">(acc)") +
-       ";\n  }\n}\n";
+  emit_reduced_offsets(reduced, all_inputs, kn, rn, "      ");
+  emit_group_combine(combine, G);
+  return fill_template(
+      "fusion_reduce.cuh.in", kernel_sources::fusion_reduce_cuh_in,
+      {{"name", name},
+       {"element_function", element_function(g, inputs)},
+       {"index_type", index_type(spec.index64)},
+       {"offset_type", offset_type(spec.index64)},
+       {"acc_type", acc},
+       {"operator_type", reduce_operator(spec)},
+       {"param_words", std::to_string(scalars + 4)},
+       {"element_type", elem},
+       {"load", reduce_load_expression(spec.op, acc, "x")},
+       {"block_size", std::to_string(kBlockSize)},
+       {"parameters", parameters(g, inputs, {out_type}, false)},
+       {"scalars", std::to_string(scalars)},
+       {"group", std::to_string(G)},
+       {"warp_acc", G == kBlockSize ? "  __shared__ ACC warp_acc[" + std::to_string(kBlockSize / 32) + "];" : ""},
+       {"groups", std::to_string(kBlockSize / G)},
+       {"kept_offsets", kept},
+       {"reduced_offsets", reduced},
+       {"element_call", element_call(
+                            g, 1, inputs.size(), [](size_t) { return std::string("e"); },
+                            [](size_t k) { return "in" + std::to_string(k) + "[o" + std::to_string(k) + "]"; })},
+       {"group_combine", combine},
+       {"out_index", spec.to_partials ? "o * splits + split" : "o"},
+       {"out_value",
+        spec.to_partials ? std::string("acc") : "kd::cast<" + std::string(device_type_name(spec.out)) + ">(acc)"}});
 }
 
-void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
-                 const std::string& name) {
+std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                        const std::string& name) {
   const int kn = spec.kept_ndim, rn = spec.reduced_ndim, ni = static_cast<int>(inputs.size());
   const int no = static_cast<int>(g.outputs.size()), operands = ni + no, G = spec.group;
   const int scalars = (kn + rn) * (1 + operands);
-  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
-                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "struct Params { IDX w[" + std::to_string(scalars + 2) + "]; };\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name + "(" +
-       parameters(g, inputs, output_types(g), spec.aliased, ", const Params p") + ") {\n";
-  s += "  const IDX num_out = p.w[" + std::to_string(scalars) + "], num_red = p.w[" + std::to_string(scalars + 1) +
-       "];\n";
-  s += "  const IDX lane = threadIdx.x % " + std::to_string(G) + ";\n";
   auto acc_dtype = [&](const FusionNode& n) {
     const ReduceOp op = fusion_reduce_op(n.reduction);
     const DType out = n.reduction == ReduceOp::Mean ? DType::Float64 : n.dtype;
     return reduce_accumulator_dtype(op, g.nodes[static_cast<size_t>(n.inputs[0])].dtype, out);
   };
+  std::string warp_accs;
   if (G == kBlockSize)
     for (int rid : g.reductions)
-      s += "  __shared__ " + std::string(device_type_name(acc_dtype(g.nodes[static_cast<size_t>(rid)]))) + " wa" +
-           std::to_string(rid) + "[" + std::to_string(kBlockSize / 32) + "];\n";
-  const std::string groups = std::to_string(kBlockSize / G);
-  s += "  for (IDX o = (IDX)blockIdx.x * " + groups + " + threadIdx.x / " + std::to_string(G) +
-       "; o < num_out; o += (IDX)gridDim.x * " + groups + ") {\n";
-  emit_kept_offsets(s, operands, kn, rn);
+      warp_accs += "  __shared__ " + std::string(device_type_name(acc_dtype(g.nodes[static_cast<size_t>(rid)]))) +
+                   " wa" + std::to_string(rid) + "[" + std::to_string(kBlockSize / 32) + "];\n";
+  std::string kept, passes;
+  emit_kept_offsets(kept, operands, kn, rn);
   std::vector<int> all_inputs;
   for (int k = 0; k < ni; ++k) all_inputs.push_back(k);
   std::vector<bool> have(g.nodes.size(), false);
-  auto read_at = [](const char* prefix) {
+  auto read_at = [](const char* prefix) -> FusionArgument {
     return [prefix](size_t k) { return "in" + std::to_string(k) + "[" + prefix + std::to_string(k) + "]"; };
   };
   for (int rid : g.reductions) {  // one pass per reduction
     const FusionNode& n = g.nodes[static_cast<size_t>(rid)];
     const ReduceOp op = fusion_reduce_op(n.reduction);
     const DType acc = acc_dtype(n);
-    s += "    " + std::string(device_type_name(n.dtype)) + " " + v(rid) + ";\n    {\n";
-    s += "      typedef " + std::string(device_type_name(acc)) + " ACC;\n      typedef " +
-         reduce_operator_type(op, acc) + " Op;\n";
-    if (G == kBlockSize) s += "      ACC* warp_acc = wa" + std::to_string(rid) + ";\n";
-    s += "      ACC acc = Op::identity();\n";
-    s += "#pragma unroll 4\n      for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
-    emit_reduced_offsets(s, all_inputs, kn, rn, "        ");
-    emit_nodes(s, g, inputs, needed(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
-    s += "        acc = Op::combine(acc, " + reduce_load_expression(op, device_type_name(acc), v(n.inputs[0])) +
-         ");\n      }\n";
-    emit_group_combine(s, G);
-    if (G == kBlockSize)  // the combined value reached warp 0: share it with the block
-      s += "      if (threadIdx.x == 0) warp_acc[0] = acc;\n      __syncthreads();\n      acc = warp_acc[0];\n"
-           "      __syncthreads();\n";
+    std::string reduced, nodes, combine;
+    emit_reduced_offsets(reduced, all_inputs, kn, rn, "        ");
+    emit_fusion_nodes(nodes, g, inputs, fusion_needed_nodes(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
+    emit_group_combine(combine, G);
     const std::string type = device_type_name(n.dtype);
-    s += "      " + v(rid) + " = " +
-         (n.reduction == ReduceOp::Mean ? "kd::cast<" + type + ">((double)acc / (double)num_red)"
-                                                       : "kd::cast<" + type + ">(acc)") +
-         ";\n    }\n";
+    passes += fill_template(
+        "fusion_rows_reduction.cuh.in", kernel_sources::fusion_rows_reduction_cuh_in,
+        {{"node", std::to_string(rid)},
+         {"node_type", type},
+         {"result", v(rid)},
+         {"acc_type", device_type_name(acc)},
+         {"operator_type", reduce_operator_type(op, acc)},
+         {"warp_acc", G == kBlockSize ? "      ACC* warp_acc = wa" + std::to_string(rid) + ";" : ""},
+         {"group", std::to_string(G)},
+         {"reduced_offsets", reduced},
+         {"nodes", nodes},
+         {"load", reduce_load_expression(op, device_type_name(acc), v(n.inputs[0]))},
+         {"group_combine", combine},
+         // With the whole block as the group, the combined value reached warp 0: share it with the block.
+         {"share", G == kBlockSize ? "      if (threadIdx.x == 0) warp_acc[0] = acc;\n      __syncthreads();\n"
+                                     "      acc = warp_acc[0];\n      __syncthreads();"
+                                   : ""},
+         {"finish", n.reduction == ReduceOp::Mean ? "kd::cast<" + type + ">((double)acc / (double)num_red)"
+                                                  : "kd::cast<" + type + ">(acc)"}});
     have[static_cast<size_t>(rid)] = true;
   }
-  std::vector<int> full, kept, full_operands = all_inputs;
+  std::vector<int> full, kept_outputs, full_operands = all_inputs;
   for (int k = 0; k < no; ++k) {
-    ((spec.kept_mask >> k) & 1u ? kept : full).push_back(k);
+    ((spec.kept_mask >> k) & 1u ? kept_outputs : full).push_back(k);
     if (!((spec.kept_mask >> k) & 1u)) full_operands.push_back(ni + k);
   }
   auto targets = [&](const std::vector<int>& ks) {
@@ -384,23 +391,36 @@ void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& i
     return t;
   };
   if (!full.empty()) {  // the full-shape outputs: one more pass
-    s += "    for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
-    emit_reduced_offsets(s, full_operands, kn, rn, "      ");
-    emit_nodes(s, g, inputs, needed(g, targets(full), have), have, "      ", read_at("o"));
+    passes += "    for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
+    emit_reduced_offsets(passes, full_operands, kn, rn, "      ");
+    emit_fusion_nodes(passes, g, inputs, fusion_needed_nodes(g, targets(full), have), have, "      ", read_at("o"));
     for (int k : full)
-      s += "      out" + std::to_string(k) + "[o" + std::to_string(ni + k) +
-           "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
-    s += "    }\n";
+      passes += "      out" + std::to_string(k) + "[o" + std::to_string(ni + k) +
+                "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+    passes += "    }\n";
   }
-  if (!kept.empty()) {  // the reduced-shape outputs: constant along the row, so read at its start
-    s += "    if (lane == 0) {\n";
-    emit_nodes(s, g, inputs, needed(g, targets(kept), have), have, "      ", read_at("k"));
-    for (int k : kept)
-      s += "      out" + std::to_string(k) + "[k" + std::to_string(ni + k) +
-           "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
-    s += "    }\n";
+  if (!kept_outputs.empty()) {  // the reduced-shape outputs: constant along the row, so read at its start
+    passes += "    if (lane == 0) {\n";
+    emit_fusion_nodes(passes, g, inputs, fusion_needed_nodes(g, targets(kept_outputs), have), have, "      ",
+                      read_at("k"));
+    for (int k : kept_outputs)
+      passes += "      out" + std::to_string(k) + "[k" + std::to_string(ni + k) +
+                "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+    passes += "    }\n";
   }
-  s += "  }\n}\n";
+  return fill_template("fusion_rows.cuh.in", kernel_sources::fusion_rows_cuh_in,
+                       {{"name", name},
+                        {"index_type", index_type(spec.index64)},
+                        {"offset_type", offset_type(spec.index64)},
+                        {"param_words", std::to_string(scalars + 2)},
+                        {"block_size", std::to_string(kBlockSize)},
+                        {"parameters", parameters(g, inputs, output_types(g), spec.aliased)},
+                        {"scalars", std::to_string(scalars)},
+                        {"group", std::to_string(G)},
+                        {"warp_accs", warp_accs},
+                        {"groups", std::to_string(kBlockSize / G)},
+                        {"kept_offsets", kept},
+                        {"passes", passes}});
 }
 
 }  // namespace
@@ -470,24 +490,17 @@ std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spe
        spec.reduced_ndim > kMaxRank ||
        !(spec.group == kBlockSize || (spec.group >= 1 && spec.group <= 32 && (spec.group & (spec.group - 1)) == 0))))
     throw ValueError("fuse codegen: bad reduction spec for " + name);
-  std::string s = "// " + name + " (generated by kiln::fuse)\nnamespace " + name + "_ns {\n";
-  s.reserve(8192);
-  if (spec.layout != FusionLayout::Rows) s += element_function(g, inputs);
   switch (spec.layout) {
     case FusionLayout::Contiguous:
-      contiguous_kernel(s, g, inputs, spec, name);
-      break;
+      return contiguous_kernel(g, inputs, spec, name);
     case FusionLayout::Strided:
-      strided_kernel(s, g, inputs, spec, name);
-      break;
+      return strided_kernel(g, inputs, spec, name);
     case FusionLayout::Reduce:
-      reduce_kernel(s, g, inputs, spec, name);
-      break;
+      return reduce_kernel(g, inputs, spec, name);
     case FusionLayout::Rows:
-      rows_kernel(s, g, inputs, spec, name);
-      break;
+      return rows_kernel(g, inputs, spec, name);
   }
-  return s + "}  // namespace\n";
+  throw ValueError("fuse codegen: unknown layout for " + name);
 }
 
 std::string fusion_source(const FusionGraph& g, const FusionKernelSpec& spec) {

@@ -1,7 +1,8 @@
 // Source generation for reduction kernels (see codegen.hpp for the argument
 // layout and reduce.cpp for how the host picks a layout).
 //
-// A generated reduction kernel is the prelude's operator (kd::red_*) plus:
+// A generated reduction kernel (the templates reduce_*.cuh.in of src/cuda/kernels) is the prelude's operator
+// (kd::red_*) plus:
 // - load(x, r): one input element (logical reduced index r) as an accumulator;
 // - store(acc): the final accumulator as the output's storage type;
 // - kept_offsets(o): input and output offsets of output element o;
@@ -25,6 +26,14 @@
 
 #include "cuda/codegen.hpp"
 #include "cuda/device_functions.hpp"
+#include "cuda/template.hpp"
+#include "kernel_sources/reduce_accumulate_axis.cuh.in.hpp"
+#include "kernel_sources/reduce_accumulate_vectors.cuh.in.hpp"
+#include "kernel_sources/reduce_columns.cuh.in.hpp"
+#include "kernel_sources/reduce_combine_block.cuh.in.hpp"
+#include "kernel_sources/reduce_combine_warp.cuh.in.hpp"
+#include "kernel_sources/reduce_common.cuh.in.hpp"
+#include "kernel_sources/reduce_rows.cuh.in.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cuda_impl {
@@ -68,169 +77,119 @@ std::string accumulator_type(const ReduceSpec& spec) {
   return is_arg(spec.op) ? "kd::arg_t<" + value + ">" : value;
 }
 
-/// Typedefs, Params and the load/store/offset helpers shared by both layouts.
-void common_part(std::string& s, const ReduceSpec& spec) {
+/// The helpers both layouts share (reduce_common.cuh.in) around `kernel`, the layout's kernel.
+std::string with_common_part(const ReduceSpec& spec, const std::string& name, const std::string& kernel) {
   const int kn = spec.kept_ndim, rn = spec.reduced_ndim;
-  const std::string acc = accumulator_type(spec);
-  s += spec.index64 ? "typedef unsigned long long IDX;\ntypedef long long OFF;\n"
-                    : "typedef unsigned int IDX;\ntypedef int OFF;\n";
-  s += "typedef " + acc + " ACC;\ntypedef " + reduce_operator_type(spec.op, spec.acc) + " Op;\n";
-  s += "typedef " + (spec.from_partials ? std::string("ACC") : std::string(device_type_name(spec.in))) + " IN;\n";
-  s += "typedef " + (spec.to_partials ? std::string("ACC") : std::string(device_type_name(spec.out))) + " OUT;\n";
   const int kept_size = 0, kept_in = kn, kept_out = 2 * kn, red_size = 3 * kn, red_stride = 3 * kn + rn;
   const int scalars = 3 * kn + 2 * rn;
-  s += "struct Params { IDX w[" + std::to_string(scalars + 4) + "]; };\n";
-  s += "constexpr int kNumOut = " + std::to_string(scalars) + ", kNumRed = " + std::to_string(scalars + 1) +
-       ", kSplits = " + std::to_string(scalars + 2) + ", kChunk = " + std::to_string(scalars + 3) + ";\n";
-
-  // load(x, r)
-  s += "__device__ __forceinline__ ACC load(IN x, IDX r) {\n  (void)r;\n  return ";
-  if (spec.from_partials) {
-    s += "x";
-  } else {
-    s += reduce_load_expression(spec.op, device_type_name(spec.acc), "x", "r");
-  }
-  s += ";\n}\n";
-  // store(acc)
-  if (!spec.to_partials) {
-    const std::string out = device_type_name(spec.out);
-    s += "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" + out + ">(" +
-         substitute(reduce_code(spec.op).store, {{"$a", "a"}}) + "); }\n";
-  }
-  // kept_offsets(o)
-  s += "__device__ __forceinline__ void kept_offsets(const Params& p, IDX o, OFF& in_off, OFF& out_off) {\n";
-  s += "  in_off = 0;\n  out_off = 0;\n";
+  const std::string store = spec.to_partials ? std::string()
+                                             : "__device__ __forceinline__ OUT store(ACC a) { return kd::cast<" +
+                                                   std::string(device_type_name(spec.out)) + ">(" +
+                                                   substitute(reduce_code(spec.op).store, {{"$a", "a"}}) + "); }\n";
+  std::string kept;
   if (kn == 0) {
-    s += "  (void)p;\n  (void)o;\n";
+    kept = "  (void)p;\n  (void)o;\n";
   } else {
     if (kn > 1) {
-      s += "#pragma unroll\n  for (int d = " + std::to_string(kn - 1) + "; d >= 1; --d) {\n";
-      s += "    const IDX q = o / p.w[" + std::to_string(kept_size) + " + d];\n";
-      s += "    const OFF r = (OFF)(o - q * p.w[" + std::to_string(kept_size) + " + d]);\n    o = q;\n";
-      s += "    in_off += r * (OFF)p.w[" + std::to_string(kept_in) + " + d];\n";
-      s += "    out_off += r * (OFF)p.w[" + std::to_string(kept_out) + " + d];\n  }\n";
+      kept += "#pragma unroll\n  for (int d = " + std::to_string(kn - 1) + "; d >= 1; --d) {\n";
+      kept += "    const IDX q = o / p.w[" + std::to_string(kept_size) + " + d];\n";
+      kept += "    const OFF r = (OFF)(o - q * p.w[" + std::to_string(kept_size) + " + d]);\n    o = q;\n";
+      kept += "    in_off += r * (OFF)p.w[" + std::to_string(kept_in) + " + d];\n";
+      kept += "    out_off += r * (OFF)p.w[" + std::to_string(kept_out) + " + d];\n  }\n";
     }
-    s += "  in_off += (OFF)o * (OFF)p.w[" + std::to_string(kept_in) + "];\n";
-    s += "  out_off += (OFF)o * (OFF)p.w[" + std::to_string(kept_out) + "];\n";
+    kept += "  in_off += (OFF)o * (OFF)p.w[" + std::to_string(kept_in) + "];\n";
+    kept += "  out_off += (OFF)o * (OFF)p.w[" + std::to_string(kept_out) + "];\n";
   }
-  s += "}\n";
-  // reduced_offset(r)
-  s += "__device__ __forceinline__ OFF reduced_offset(const Params& p, IDX r) {\n  OFF off = 0;\n";
+  std::string reduced;
   if (rn > 1) {
-    s += "#pragma unroll\n  for (int d = " + std::to_string(rn - 1) + "; d >= 1; --d) {\n";
-    s += "    const IDX q = r / p.w[" + std::to_string(red_size) + " + d];\n";
-    s += "    off += (OFF)(r - q * p.w[" + std::to_string(red_size) + " + d]) * (OFF)p.w[" +
-         std::to_string(red_stride) + " + d];\n    r = q;\n  }\n";
+    reduced += "#pragma unroll\n  for (int d = " + std::to_string(rn - 1) + "; d >= 1; --d) {\n";
+    reduced += "    const IDX q = r / p.w[" + std::to_string(red_size) + " + d];\n";
+    reduced += "    off += (OFF)(r - q * p.w[" + std::to_string(red_size) + " + d]) * (OFF)p.w[" +
+               std::to_string(red_stride) + " + d];\n    r = q;\n  }\n";
   }
-  s += "  return off + (OFF)r * (OFF)p.w[" + std::to_string(red_stride) + "];\n}\n";
+  return fill_template(
+      "reduce_common.cuh.in", kernel_sources::reduce_common_cuh_in,
+      {{"name", name},
+       {"layout", spec.layout == ReduceLayout::Rows ? "rows" : "columns"},
+       {"index_type", spec.index64 ? "unsigned long long" : "unsigned int"},
+       {"offset_type", spec.index64 ? "long long" : "int"},
+       {"acc_type", accumulator_type(spec)},
+       {"operator_type", reduce_operator_type(spec.op, spec.acc)},
+       {"in_type", spec.from_partials ? std::string("ACC") : std::string(device_type_name(spec.in))},
+       {"out_type", spec.to_partials ? std::string("ACC") : std::string(device_type_name(spec.out))},
+       {"param_words", std::to_string(scalars + 4)},
+       {"num_out_word", std::to_string(scalars)},
+       {"load",
+        spec.from_partials ? std::string("x") : reduce_load_expression(spec.op, device_type_name(spec.acc), "x", "r")},
+       {"store", store},
+       {"kept_offsets", kept},
+       {"reduced_loop", reduced},
+       {"reduced_stride", std::to_string(red_stride)},
+       {"kernel", kernel}});
 }
 
 /// The loop accumulating reduced elements [r0, r1) of the task at `base` into `acc`; thread `lane` of
 /// `width` threads takes every width-th element (every width-th vector when vectorised).
-void accumulate_loop(std::string& s, const ReduceSpec& spec, const std::string& lane, const std::string& width) {
+std::string accumulate_loop(const ReduceSpec& spec, const std::string& lane, const std::string& width) {
   const int vec = spec.vector_width;
   if (vec > 1) {
-    const std::string v = std::to_string(vec);
-    const std::string raw = vec * itemsize(spec.in) == 16  ? "uint4"
-                            : vec * itemsize(spec.in) == 8 ? "uint2"
-                                                           : "unsigned int";
-    s += "      union Vec { " + raw + " raw; IN e[" + v + "]; };\n";
-    s += "      const IDX vectors = r1 > r0 ? (r1 - r0) / " + v + " : 0;\n";
-    s += "      const " + raw + "* vp = reinterpret_cast<const " + raw + "*>(base + r0);\n";
-    s += "      IDX v = " + lane + ";\n";
-    s += "      for (; v + 3 * " + width + " < vectors; v += 4 * " + width + ") {\n";
-    s += "        Vec u[4];\n#pragma unroll\n        for (int k = 0; k < 4; ++k) u[k].raw = vp[v + k * " + width +
-         "];\n";
-    s += "#pragma unroll\n        for (int k = 0; k < 4; ++k)\n#pragma unroll\n          for (int j = 0; j < " + v +
-         "; ++j) acc = Op::combine(acc, load(u[k].e[j], r0 + (v + k * " + width + ") * " + v + " + j));\n      }\n";
-    s += "      for (; v < vectors; v += " + width + ") {\n        Vec u;\n        u.raw = vp[v];\n";
-    s += "#pragma unroll\n        for (int j = 0; j < " + v + "; ++j) acc = Op::combine(acc, load(u.e[j], r0 + v * " +
-         v + " + j));\n      }\n";
-    s += "      for (IDX r = r0 + vectors * " + v + " + " + lane + "; r < r1; r += " + width +
-         ") acc = Op::combine(acc, load(base[r], r));\n";
-  } else if (spec.reduced_ndim == 1) {
-    s += "      const OFF rs = (OFF)p.w[" + std::to_string(3 * spec.kept_ndim + 1) + "];\n";
-    s += "      IDX r = r0 + " + lane + ";\n";
-    s += "      for (; r + 3 * " + width + " < r1; r += 4 * " + width + ") {\n        IN x[4];\n";
-    s += "#pragma unroll\n        for (int k = 0; k < 4; ++k) x[k] = base[(OFF)(r + k * " + width + ") * rs];\n";
-    s += "#pragma unroll\n        for (int k = 0; k < 4; ++k) acc = Op::combine(acc, load(x[k], r + k * " + width +
-         "));\n      }\n";
-    s += "      for (; r < r1; r += " + width + ") acc = Op::combine(acc, load(base[(OFF)r * rs], r));\n";
-  } else {
-    s += "      for (IDX r = r0 + " + lane + "; r < r1; r += " + width +
-         ") acc = Op::combine(acc, load(base[reduced_offset(p, r)], r));\n";
+    const int bytes = vec * static_cast<int>(itemsize(spec.in));
+    return fill_template("reduce_accumulate_vectors.cuh.in", kernel_sources::reduce_accumulate_vectors_cuh_in,
+                         {{"width", std::to_string(vec)},
+                          {"raw", bytes == 16  ? "uint4"
+                                  : bytes == 8 ? "uint2"
+                                               : "unsigned int"},
+                          {"lane", lane},
+                          {"threads", width}});
   }
+  if (spec.reduced_ndim == 1)
+    return fill_template("reduce_accumulate_axis.cuh.in", kernel_sources::reduce_accumulate_axis_cuh_in,
+                         {{"stride_word", std::to_string(3 * spec.kept_ndim + 1)}, {"lane", lane}, {"threads", width}});
+  return "      for (IDX r = r0 + " + lane + "; r < r1; r += " + width +
+         ") acc = Op::combine(acc, load(base[reduced_offset(p, r)], r));\n";
 }
 
-void rows_kernel(std::string& s, const ReduceSpec& spec, const std::string& name) {
+std::string rows_kernel(const ReduceSpec& spec, const std::string& name) {
   const int g = spec.group;
-  const std::string gs = std::to_string(g);
-  const std::string groups = std::to_string(kBlockSize / g);
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name +
-       "(const IN* __restrict__ in, OUT* __restrict__ out, const Params p) {\n";
-  s += "  const IDX num_out = p.w[kNumOut], num_red = p.w[kNumRed], splits = p.w[kSplits], chunk = p.w[kChunk];\n";
-  s += "  const IDX lane = threadIdx.x % " + gs + ";\n";
-  if (g == kBlockSize) s += "  __shared__ ACC warp_acc[" + std::to_string(kBlockSize / 32) + "];\n";
-  s += "  const IDX tasks = num_out * splits;\n";
-  s += "  for (IDX task = (IDX)blockIdx.x * " + groups + " + threadIdx.x / " + gs +
-       "; task < tasks; task += (IDX)gridDim.x * " + groups + ") {\n";
-  s += "    const IDX o = task / splits, split = task - o * splits;\n";
-  s += "    OFF in_off, out_off;\n    kept_offsets(p, o, in_off, out_off);\n";
-  s += "    const IDX r0 = split * chunk;\n";
-  s += "    const IDX r1 = r0 + chunk < num_red ? r0 + chunk : num_red;\n";
-  s += "    ACC acc = Op::identity();\n";
-  s += "    if (r0 < r1) {\n      const IN* base = in + in_off;\n";
-  accumulate_loop(s, spec, "lane", gs);
-  s += "    }\n";
-  emit_group_combine(s, g);
-  s += "    if (lane == 0) out[" + std::string(spec.to_partials ? "task" : "out_off") +
-       "] = " + (spec.to_partials ? "acc" : "store(acc)") + ";\n";
-  s += "  }\n}\n";
+  std::string combine;
+  emit_group_combine(combine, g);
+  return fill_template(
+      "reduce_rows.cuh.in", kernel_sources::reduce_rows_cuh_in,
+      {{"name", name},
+       {"block_size", std::to_string(kBlockSize)},
+       {"group", std::to_string(g)},
+       {"groups", std::to_string(kBlockSize / g)},
+       {"warp_acc", g == kBlockSize ? "  __shared__ ACC warp_acc[" + std::to_string(kBlockSize / 32) + "];" : ""},
+       {"accumulate", accumulate_loop(spec, "lane", std::to_string(g))},
+       {"group_combine", combine},
+       {"out_index", spec.to_partials ? "task" : "out_off"},
+       {"out_value", spec.to_partials ? "acc" : "store(acc)"}});
 }
 
-void columns_kernel(std::string& s, const ReduceSpec& spec, const std::string& name) {
+std::string columns_kernel(const ReduceSpec& spec, const std::string& name) {
   const int rows = kBlockSize / 32;
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name +
-       "(const IN* __restrict__ in, OUT* __restrict__ out, const Params p) {\n";
-  s += "  const IDX num_out = p.w[kNumOut], num_red = p.w[kNumRed], splits = p.w[kSplits], chunk = p.w[kChunk];\n";
-  s += "  __shared__ ACC partial[" + std::to_string(rows) + "][33];\n";
-  s += "  const IDX o = (IDX)blockIdx.x * 32 + threadIdx.x, split = blockIdx.y;\n";
-  s += "  ACC acc = Op::identity();\n  OFF in_off = 0, out_off = 0;\n";
-  s += "  if (o < num_out) {\n    kept_offsets(p, o, in_off, out_off);\n";
-  s += "    const IDX r0 = split * chunk;\n";
-  s += "    const IDX r1 = r0 + chunk < num_red ? r0 + chunk : num_red;\n";
-  s += "    if (r0 < r1) {\n      const IN* base = in + in_off;\n";
-  accumulate_loop(s, spec, "(IDX)threadIdx.y", std::to_string(rows));
-  s += "    }\n  }\n";
-  s += "  partial[threadIdx.y][threadIdx.x] = acc;\n  __syncthreads();\n";
-  s += "  if (threadIdx.y == 0 && o < num_out) {\n";
-  s += "#pragma unroll\n    for (int k = 1; k < " + std::to_string(rows) +
-       "; ++k) acc = Op::combine(acc, partial[k][threadIdx.x]);\n";
-  s += "    out[" + std::string(spec.to_partials ? "o * splits + split" : "out_off") +
-       "] = " + (spec.to_partials ? "acc" : "store(acc)") + ";\n  }\n}\n";
+  return fill_template("reduce_columns.cuh.in", kernel_sources::reduce_columns_cuh_in,
+                       {{"name", name},
+                        {"block_size", std::to_string(kBlockSize)},
+                        {"rows", std::to_string(rows)},
+                        {"accumulate", accumulate_loop(spec, "(IDX)threadIdx.y", std::to_string(rows))},
+                        {"out_index", spec.to_partials ? "o * splits + split" : "out_off"},
+                        {"out_value", spec.to_partials ? "acc" : "store(acc)"}});
 }
 
 }  // namespace
 
 void emit_group_combine(std::string& s, int group) {
   const int g = group;
-  const std::string gs = std::to_string(g);
   if (g > 1 && g <= 32) {
-    s += "    const unsigned mask = " +
-         (g == 32 ? std::string("0xffffffffu")
-                  : "(" + std::to_string((1ull << g) - 1) + "u << (threadIdx.x % 32 / " + gs + " * " + gs + "))") +
-         ";\n";
-    s += "#pragma unroll\n    for (int m = " + std::to_string(g / 2) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, mask));\n";
+    const std::string mask = g == 32 ? std::string("0xffffffffu")
+                                     : "(" + std::to_string((1ull << g) - 1) + "u << (threadIdx.x % 32 / " +
+                                           std::to_string(g) + " * " + std::to_string(g) + "))";
+    s += fill_template("reduce_combine_warp.cuh.in", kernel_sources::reduce_combine_warp_cuh_in,
+                       {{"group", std::to_string(g)}, {"mask", mask}, {"half", std::to_string(g / 2)}});
   } else if (g == kBlockSize) {
-    s += "#pragma unroll\n    for (int m = 16; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, "
-         "0xffffffffu));\n";
-    s += "    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;\n    __syncthreads();\n";
-    s += "    if (threadIdx.x < 32) {\n      acc = threadIdx.x < " + std::to_string(kBlockSize / 32) +
-         " ? warp_acc[threadIdx.x] : Op::identity();\n";
-    s += "#pragma unroll\n      for (int m = " + std::to_string(kBlockSize / 64) +
-         "; m > 0; m /= 2) acc = Op::combine(acc, kd::shfl_xor(acc, m, 0xffffffffu));\n    }\n";
-    s += "    __syncthreads();\n";
+    s += fill_template("reduce_combine_block.cuh.in", kernel_sources::reduce_combine_block_cuh_in,
+                       {{"warps", std::to_string(kBlockSize / 32)}, {"half_warps", std::to_string(kBlockSize / 64)}});
   }
 }
 
@@ -288,14 +247,8 @@ std::string reduce_kernel_code(const ReduceSpec& spec) {
   if (v > 1 && (spec.from_partials || spec.reduced_ndim != 1 || (v & (v - 1)) != 0 || v * itemsize(spec.in) > 16 ||
                 v * itemsize(spec.in) < 4))
     fail("vector loads need one contiguous reduced axis of input elements and 4..16-byte vectors");
-  std::string s = "// " + name + " (generated by kiln)\nnamespace " + name + "_ns {\n";
-  s.reserve(6144);
-  common_part(s, spec);
-  if (spec.layout == ReduceLayout::Rows)
-    rows_kernel(s, spec, name);
-  else
-    columns_kernel(s, spec, name);
-  return s + "}  // namespace\n";
+  return with_common_part(spec, name,
+                          spec.layout == ReduceLayout::Rows ? rows_kernel(spec, name) : columns_kernel(spec, name));
 }
 
 }  // namespace kiln::cuda_impl

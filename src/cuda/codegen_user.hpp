@@ -28,9 +28,6 @@
 
 namespace kiln::cuda_impl {
 
-/// Helpers every user kernel gets after device_prelude(): kd::raw_array and float views of 16-bit elements.
-extern const char* const kUserPrelude;
-
 enum class UserArgKind : uint8_t { Array, Scalar, Raw };
 
 /// One parameter of a variant.

@@ -46,6 +46,8 @@
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
+#include "cuda/template.hpp"
+#include "kernel_sources/matmul_tiled.cuh.in.hpp"
 #include "kiln/cuda.hpp"
 
 namespace kiln::cuda {
@@ -355,58 +357,15 @@ std::string matmul_fallback_kernel_name(DType dtype) { return std::string("kiln_
 
 std::string matmul_fallback_source(DType dtype) {
   const FallbackArithmetic f = fallback_arithmetic(dtype);
-  const std::string name = matmul_fallback_kernel_name(dtype);
-  const std::string tile = std::to_string(kTile);
-  std::string s = device_prelude();
-  s += "\nnamespace " + name + "_ns {\n";
-  s += "typedef " + std::string(device_type_name(dtype)) + " T;\n";
-  s += "typedef " + std::string(f.acc) + " Acc;\n";
-  s += "__device__ __forceinline__ Acc load(T v) { return " + std::string(f.load) + "; }\n";
-  s += "__device__ __forceinline__ Acc mac(Acc acc, Acc x, Acc y) { return " + std::string(f.mac) + "; }\n";
-  s += "__device__ __forceinline__ T store(Acc acc) { return " + std::string(f.store) + "; }\n";
-  s += "struct MatmulParams { long long batch, m, n, k, a_batch, a_row, a_col, b_batch, b_row, b_col; };\n";
-  s += "}  // namespace\n";
-  s += "using namespace " + name + "_ns;\n";
-  std::string kernel = R"KILN(
-// c[batch][i][j] = sum_q a[batch][i][q] * b[batch][q][j] for 16x16 output tiles: each block stages a 16x16
-// tile of a and of b in shared memory per step of q. Blocks loop over the tiles and batches past the grid.
-// Out-of-range tile entries are zero and only ever meet other padding or unstored outputs.
-extern "C" __global__ void __launch_bounds__(TILE * TILE) NAME(const T* __restrict__ a, const T* __restrict__ b,
-                                                               T* __restrict__ c, MatmulParams p) {
-  __shared__ Acc a_tile[TILE][TILE + 1];
-  __shared__ Acc b_tile[TILE][TILE + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const long long row_tiles = (p.m + TILE - 1) / TILE, col_tiles = (p.n + TILE - 1) / TILE;
-  for (long long batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
-    const T* a_matrix = a + batch * p.a_batch;
-    const T* b_matrix = b + batch * p.b_batch;
-    for (long long row_tile = blockIdx.y; row_tile < row_tiles; row_tile += gridDim.y) {
-      for (long long col_tile = blockIdx.x; col_tile < col_tiles; col_tile += gridDim.x) {
-        const long long i = row_tile * TILE + ty, j = col_tile * TILE + tx;
-        Acc acc = ZERO;
-        for (long long q0 = 0; q0 < p.k; q0 += TILE) {
-          const long long aq = q0 + tx, bq = q0 + ty;
-          a_tile[ty][tx] = (i < p.m && aq < p.k) ? load(a_matrix[i * p.a_row + aq * p.a_col]) : ZERO;
-          b_tile[ty][tx] = (bq < p.k && j < p.n) ? load(b_matrix[bq * p.b_row + j * p.b_col]) : ZERO;
-          __syncthreads();
-#pragma unroll
-          for (int q = 0; q < TILE; ++q) acc = mac(acc, a_tile[ty][q], b_tile[q][tx]);
-          __syncthreads();
-        }
-        if (i < p.m && j < p.n) c[(batch * p.m + i) * p.n + j] = store(acc);
-      }
-    }
-  }
-}
-)KILN";
-  auto replace_all = [&kernel](const std::string& from, const std::string& to) {
-    for (size_t at = kernel.find(from); at != std::string::npos; at = kernel.find(from, at + to.size()))
-      kernel.replace(at, from.size(), to);
-  };
-  replace_all("TILE", tile);
-  replace_all("NAME(", name + "(");
-  replace_all("ZERO", f.zero);
-  return s + kernel;
+  return device_prelude() + fill_template("matmul_tiled.cuh.in", kernel_sources::matmul_tiled_cuh_in,
+                                          {{"name", matmul_fallback_kernel_name(dtype)},
+                                           {"type", device_type_name(dtype)},
+                                           {"acc_type", f.acc},
+                                           {"load", f.load},
+                                           {"mac", f.mac},
+                                           {"store", f.store},
+                                           {"zero", f.zero},
+                                           {"tile", std::to_string(kTile)}});
 }
 
 void cuda_matmul(const detail::MatmulCall& call) {

@@ -26,6 +26,9 @@
 #include "cuda/launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
+#include "cuda/template.hpp"
+#include "kernel_sources/random.cuh.in.hpp"
+#include "kernel_sources/random_graph_state.cuh.hpp"
 
 namespace kiln::cuda_impl {
 namespace {
@@ -172,17 +175,7 @@ constexpr const char kGraphStateName[] = "kiln_random_graph_state";
 
 }  // namespace
 
-std::string graph_state_source() {
-  return std::string(
-             "// Writes a graph's random state (seed, base offset) before a replay: from the host's arguments,\n") +
-         "// or, for a replay captured into another graph, from that graph's state plus the blocks it used before.\n" +
-         "extern \"C\" __global__ void " + kGraphStateName +
-         "(unsigned long long* __restrict__ state, const unsigned long long* __restrict__ source,\n"
-         "    unsigned long long seed, unsigned long long offset) {\n"
-         "  state[0] = source ? source[0] : seed;\n"
-         "  state[1] = (source ? source[1] : 0ull) + offset;\n"
-         "}\n";
-}
+std::string graph_state_source() { return std::string(kernel_sources::random_graph_state_cuh); }
 
 void write_graph_random_state(int device, void* state, const void* source, uint64_t seed, uint64_t offset,
                               cudaStream_t stream) {
@@ -211,46 +204,16 @@ std::string random_source(const RandomKernelSpec& spec) {
   std::string setup;
   const std::string elements = element_code(spec, setup);
 
-  std::string s = philox::cuda_source();
-  s += "\nnamespace " + name + "_ns {\n";
-  s += "typedef " + type + " T;\n";
-  s += "constexpr int E = " + std::to_string(per_block) + ";  // elements per Philox block\n";
-  s += "union Pack { " + raw + " raw[" + std::to_string(raw_count) + "]; T e[E]; };\n";
-  s += "}  // namespace\n";
-  s += "using namespace " + name + "_ns;\n\n";
-  s += "// One Philox block per thread and step of the grid-stride loop; element first + k of the output\n";
-  s += "// comes from block `block` (first = block * E), as in include/kiln/random.hpp.\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBlockSize) + ") " + name +
-       "(T* __restrict__ out, long long n, unsigned long long seed, unsigned long long offset,\n"
-       "    const unsigned long long* __restrict__ state, unsigned long long blocks, double p0, double p1, double p2,\n"
-       "    long long low, unsigned long long span) {\n";
-  s += "  if (state) {  // captured in a CUDA graph: (seed, base offset) as written before this replay\n";
-  s += "    seed = state[0];\n";
-  s += "    offset += state[1];\n";
-  s += "  }\n";
-  s += setup;
-  s += "  (void)p0; (void)p1; (void)p2; (void)low; (void)span;\n";
-  s += "  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n";
-  s += "  for (unsigned long long block = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; block < blocks;\n";
-  s += "       block += step) {\n";
-  s += "    const kiln_philox::Words r = kiln_philox::random_block(seed, offset, block);\n";
-  s += "    T v[E];\n";
-  s += elements;
-  s += "    const long long first = (long long)(block * (unsigned long long)E);\n";
-  s += "    T* dst = out + first;\n";
-  s += "    if (first + E <= n && ((unsigned long long)dst & " + std::to_string(alignment - 1) + "ull) == 0ull) {\n";
-  s += "      Pack pack;\n";
-  s += "#pragma unroll\n";
-  s += "      for (int k = 0; k < E; ++k) pack.e[k] = v[k];\n";
-  s += "#pragma unroll\n";
-  s += "      for (int k = 0; k < " + std::to_string(raw_count) + "; ++k) reinterpret_cast<" + raw +
-       "*>(dst)[k] = pack.raw[k];\n";
-  s += "    } else {\n";
-  s += "      for (int k = 0; k < E; ++k)\n";
-  s += "        if (first + k < n) dst[k] = v[k];\n";
-  s += "    }\n";
-  s += "  }\n}\n";
-  return s;
+  return philox::cuda_source() + fill_template("random.cuh.in", kernel_sources::random_cuh_in,
+                                               {{"name", name},
+                                                {"type", type},
+                                                {"per_block", std::to_string(per_block)},
+                                                {"raw", raw},
+                                                {"raw_count", std::to_string(raw_count)},
+                                                {"block_size", std::to_string(kBlockSize)},
+                                                {"setup", setup},
+                                                {"elements", elements},
+                                                {"alignment_mask", std::to_string(alignment - 1)}});
 }
 
 void cuda_random(const detail::RandomCall& call) {
