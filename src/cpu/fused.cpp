@@ -46,10 +46,14 @@ using detail::FusionNode;
 using detail::FusionNodeKind;
 using detail::ReduceOp;
 
-constexpr int64_t kBlock = 512;
+constexpr int64_t kBlock = 1024;
 constexpr int kMaxOperands = 16;
 constexpr int64_t kBufferBytes = kBlock * 8;  // one block of the widest dtype
 constexpr int kTemps = 4;                     // conversion buffers: three inputs and an output
+// Buffers sit 64 bytes past a multiple of 4 KiB from each other: at 4 KiB apart every buffer would map to
+// the same L1 sets and loads would wait on stores to other buffers (4K aliasing), costing several times the
+// chain's arithmetic.
+constexpr int64_t kBufferStride = kBufferBytes + 64;
 
 /// A node's value over the current block: elements `step` apart (in its dtype), 0 for one value.
 struct Value {
@@ -201,11 +205,11 @@ bool make_program(const FusionCall& call, Program& p) {
       for (int k = 0; k < p.num_outputs && s.output < 0; ++k)
         if (g.outputs[static_cast<size_t>(k)] == s.node) s.output = k;
     s.buffer = buffers;
-    buffers += kBufferBytes;
+    buffers += kBufferStride;
     p.step_of[i] = static_cast<int>(p.steps.size());
     p.steps.push_back(s);
   }
-  p.scratch_bytes = buffers + kTemps * kBufferBytes;
+  p.scratch_bytes = buffers + kTemps * kBufferStride;
   if (g.staged) {
     for (Reducer& r : p.reducers) r.steps = steps_for(p, {g.nodes[static_cast<size_t>(r.node)].inputs[0]});
     p.tail = steps_for(p, g.outputs);
@@ -218,16 +222,17 @@ bool make_program(const FusionCall& call, Program& p) {
 /// Per-thread scratch: the nodes' buffers, then the conversion buffers.
 char* scratch(int64_t bytes) {
   thread_local std::vector<uint64_t> memory;
-  const size_t words = static_cast<size_t>((bytes + 7) / 8);
+  const size_t words = static_cast<size_t>((bytes + 64 + 7) / 8);
   if (memory.size() < words) memory.resize(words);
-  return reinterpret_cast<char*>(memory.data());
+  const uintptr_t start = reinterpret_cast<uintptr_t>(memory.data());
+  return reinterpret_cast<char*>((start + 63) & ~uintptr_t{63});  // cache-line aligned rows
 }
 
 /// Runs `list` over one block of `n` elements (operand k at ptrs[k], steps[k] elements apart) into `values`.
 void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs, const int64_t* steps, int64_t n,
               char* scratch, Value* values) {
   const FusionGraph& g = *p.g;
-  char* temps = scratch + p.scratch_bytes - kTemps * kBufferBytes;
+  char* temps = scratch + p.scratch_bytes - kTemps * kBufferStride;
   for (int index : list) {
     const Step& s = p.steps[static_cast<size_t>(index)];
     char* buffer = scratch + s.buffer;
@@ -273,7 +278,7 @@ void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs,
           kernel_ptrs[k + 1] = const_cast<char*>(static_cast<const char*>(in_ptr[k]));
           kernel_steps[k + 1] = in_step[k];
         } else {
-          char* temp = temps + k * kBufferBytes;
+          char* temp = temps + k * kBufferStride;
           const int64_t converted = in_step[k] == 0 ? 1 : count;
           convert(in_ptr[k], in_dtype[k], in_step[k], temp, s.kernel_in[k], 1, converted);
           kernel_ptrs[k + 1] = temp;
@@ -281,7 +286,7 @@ void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs,
         }
       }
       const bool direct = s.kernel_out == s.dtype;
-      kernel_ptrs[0] = direct ? dst : temps + 3 * kBufferBytes;
+      kernel_ptrs[0] = direct ? dst : temps + 3 * kBufferStride;
       kernel_steps[0] = direct ? dst_step : 1;
       // A single value goes through the contiguous path (libmvec for float32), as the unfused op's small
       // array would.

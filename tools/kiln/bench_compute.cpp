@@ -152,7 +152,7 @@ void run_fusion(BenchContext& ctx) {
   verdict(fmt::format("op by op the chain takes {:.1f}x the bandwidth floor, fused {:.2f}x{}", eager_ms / floor_ms,
                       fused_ms / floor_ms,
                       ctx.gpu() ? ": every eager op reads and writes memory, the fused kernel reads x once"
-                                : " (the CPU has no fused kernels: fuse runs the ops one by one there)"));
+                                : ": every eager op reads and writes memory, the fused pass reads x once"));
 }
 
 }  // namespace kiln_cli
