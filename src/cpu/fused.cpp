@@ -108,7 +108,7 @@ void store(unsigned char* dst, const Scalar& s) {
   std::memcpy(dst, &v, sizeof(T));
 }
 
-/// The steps that node `root` needs, in order, stopping at reductions (values by then) and weak nodes.
+/// The steps that the `roots` need, in order, stopping at reductions (values by then) and weak nodes.
 std::vector<int> steps_for(const Program& p, const std::vector<int>& roots) {
   std::vector<bool> need(p.g->nodes.size(), false);
   for (int r : roots) need[static_cast<size_t>(r)] = true;
