@@ -1,5 +1,6 @@
 # kiln: `make demo` and `make test` install what is missing, configure, build and run.
-# Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references).
+# Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references), and on x86-64
+# oneMKL's static libraries from PyPI, linked by scripts/build-mkl into .deps/mkl/lib/libkiln_mkl.so.
 
 APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin
 # The demo trains on Fashion-MNIST: Debian's dataset-fashion-mnist puts it in /usr/share/datasets/fashion-mnist.
@@ -23,6 +24,9 @@ deps:
 	  python3 -m pip install -q "numpy>=2" || python3 -m pip install -q --break-system-packages "numpy>=2"
 	@python3 -c 'import safetensors' 2>/dev/null || \
 	  python3 -m pip install -q safetensors || python3 -m pip install -q --break-system-packages safetensors
+	@if [ "$$(uname -m)" = x86_64 ] && [ ! -f .deps/mkl/lib/libkiln_mkl.so ]; then \
+	  ./scripts/build-mkl || echo "make: oneMKL could not be built (PyPI unreachable?): CPU products use OpenBLAS alone"; \
+	fi
 
 build: deps
 	@for p in $(PRESETS); do \
@@ -54,8 +58,8 @@ demo: build
 bench: build
 	./scripts/bench-cpu
 
-# Optional: oneMKL (from PyPI's mkl-static) beside OpenBLAS for the CPU's large matrix products, in build/cpu-mkl,
-# with its tests run; scripts/build-mkl says what it links.
+# oneMKL (from PyPI's mkl-static, built by `deps` on x86-64) beside OpenBLAS for the CPU's large matrix products:
+# the default presets use it when .deps/mkl is there (KILN_MKL=AUTO); `make mkl` requires it (build/cpu-mkl).
 mkl: deps
 	./scripts/build-mkl
 	cmake --preset cpu-mkl -DKILN_WERROR=ON >/dev/null && cmake --build --preset cpu-mkl -j $(JOBS)

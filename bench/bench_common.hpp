@@ -1,7 +1,8 @@
 // A small, device-neutral benchmark harness shared by the bench/ programs: a
 // host-clock timer for synchronous (CPU) work with kiln::summarize's statistics,
-// and one table/JSON output format. A GPU benchmark times with kiln::bench
-// (events) and reuses Timing, Report and the output.
+// and the results table and JSON (printed and written through bench_report.hpp,
+// as `kiln bench` does). A GPU benchmark times with kiln::bench (events) and
+// reuses Timing, Report and the output.
 //
 // Timing protocol (time_host): `warmup` untimed calls first; then the number of
 // calls per sample ("inner") is doubled until one sample lasts at least
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "bench_clock.hpp"
+#include "bench_report.hpp"
 #include "kiln/bench.hpp"
 #include "kiln/json.hpp"
 
@@ -95,41 +97,31 @@ class Report {
   void add(Result r) { results_.push_back(std::move(r)); }
   const std::vector<Result>& results() const { return results_; }
 
-  /// Prints one row (call as results arrive, after print_header()).
-  static void print_header() {
-    fmt::print("{:<12} {:>10} {:>8} {:>11} {:>11} {:>7} {:>12} {:<8} {}\n", "workload", "size", "dtype", "median",
-               "min", "+-%", "throughput", "unit", "check");
-  }
+  /// Prints the table's header; print_row() then prints each result as it arrives (bench_report.hpp's Table).
+  static void print_header() { table().print_header(); }
   static void print_row(const Result& r) {
-    double rel = r.stats.median > 0 ? 100.0 * r.stats.stddev / r.stats.median : 0.0;
-    fmt::print("{:<12} {:>10} {:>8} {:>11} {:>11} {:>7.1f} {:>12.3f} {:<8} {}\n", r.name, r.size, r.dtype,
-               format_seconds(r.stats.median), format_seconds(r.stats.min), rel, r.throughput, r.unit, r.check);
-    std::fflush(stdout);
+    const double rel = r.stats.median > 0 ? 100.0 * r.stats.stddev / r.stats.median : 0.0;
+    table().print_row({r.name, r.size, r.dtype, format_seconds(r.stats.median), format_seconds(r.stats.min),
+                       format_number(rel, 1), format_number(r.throughput, 3), r.unit, r.check});
   }
 
-  /// Writes {"suite", "library", "device", <info>..., "results": [...]} to `path`; throws on I/O failure.
+  /// Writes {"suite", "library", "device", <info>..., "results": [...]} (docs/bench-schema.md, section 2) to
+  /// `path`; throws on I/O failure.
   void write_json(const std::string& path) const {
-    std::string s = "{\n";
-    s += fmt::format("  \"suite\": {},\n  \"library\": {},\n  \"device\": {},\n", quote(suite_), quote(library_),
-                     quote(device_));
-    for (const auto& [key, value] : info_) s += fmt::format("  {}: {},\n", quote(key), value);
-    s += "  \"results\": [\n";
-    for (size_t i = 0; i < results_.size(); ++i) {
-      const Result& r = results_[i];
-      s += fmt::format(
-          "    {{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {}, \"min_s\": {}, "
-          "\"mean_s\": {}, \"stddev_s\": {}, \"repeats\": {}, \"inner\": {}, \"throughput\": {}, "
-          "\"unit\": {}, \"check\": {}}}{}\n",
+    JsonObject out;
+    out.str("suite", suite_).str("library", library_).str("device", device_);
+    for (const auto& [key, value] : info_) out.raw(key, value);
+    std::vector<std::string> results;
+    for (const Result& r : results_)
+      results.push_back(fmt::format(
+          "{{\"name\": {}, \"size\": {}, \"dtype\": {}, \"median_s\": {}, \"min_s\": {}, \"mean_s\": {}, "
+          "\"stddev_s\": {}, \"repeats\": {}, \"inner\": {}, \"throughput\": {}, \"unit\": {}, \"check\": {}}}",
           quote(r.name), quote(r.size), quote(r.dtype), number(r.stats.median), number(r.stats.min),
           number(r.stats.mean), number(r.stats.stddev), r.stats.count, r.stats.inner, number(r.throughput),
-          quote(r.unit), quote(r.check), i + 1 < results_.size() ? "," : "");
-    }
-    s += "  ]\n}\n";
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) throw std::runtime_error("write_json: cannot open " + path + " for writing");
-    bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) throw std::runtime_error("write_json: failed writing " + path);
+          quote(r.unit), quote(r.check)));
+    out.array("results", results);
+    const std::string error = write_file(path, out.text());
+    if (!error.empty()) throw std::runtime_error("write_json: " + error);
   }
 
   /// A JSON string literal.
@@ -138,6 +130,11 @@ class Report {
   static std::string number(double v) { return kiln::json_number(v); }
 
  private:
+  static const Table& table() {
+    static const Table t({"workload", "size", "dtype", "median", "min", "+-%", "throughput", "unit", "check"},
+                         {12, 10, 8, 11, 11, 7, 12, 8, 0});
+    return t;
+  }
   std::string suite_, library_, device_;
   std::vector<std::pair<std::string, std::string>> info_;
   std::vector<Result> results_;

@@ -1,7 +1,7 @@
 // GPU benchmarks of the CUDA backend (issue 3's targets), timed with CUDA events
 // (device work) or a host clock around a loop that ends in a synchronize (host
-// overhead, transfers), the same way ../shared/anchors/peers.py times PyTorch
-// and CuPy, so scripts/compare.py can put them side by side.
+// overhead, transfers), the same way bench/peers/torch_bench.py times PyTorch
+// (and cupy_bench.py CuPy), so scripts/compare.py can put them side by side.
 //
 //   bench_gpu [--json FILE] [--quick]
 #include <fmt/core.h>
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     add(row("compile_first_in_process", "1", once({first}), 0, "ms"));
   }
   double copy_GBs = 0.0;  // kiln's device copy bandwidth, for the fusion floor below
-  // 1. Bandwidth: device copy, add, add scalar, full sum (float32, 2^28, as peers.py).
+  // 1. Bandwidth: device copy, add, add scalar, full sum (float32, 2^28, as bench/peers/torch_bench.py).
   {
     const int64_t n = quick ? (1 << 24) : (1 << 28);
     const std::string size = quick ? "2^24" : "2^28";
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     add(row("matmul", std::to_string(m), time_events(d, [&] { (void)matmul(a, b); }, 2, 5), 2.0 * m * m * m,
             "TFLOP/s"));
   }
-  // 5. Host<->device copies of 1 GiB, pageable and pinned (wall, as peers.py).
+  // 5. Host<->device copies of 1 GiB, pageable and pinned (wall, as bench/peers/torch_bench.py).
   {
     const int64_t n = quick ? (1 << 24) : (1 << 28);
     Array h = random::uniform({n}, float32, cpu());

@@ -1,8 +1,8 @@
 // The host cost of one kernel launch through each CUDA launch path, on the machine at hand: the floor
 // under kiln's small-op overhead. An empty kernel and a 1000-element float add are compiled with NVRTC
 // (kiln's compiler), loaded as a cudaLibrary, and launched 10000 times in a row per path; the figure is
-// host wall time per launch including one final synchronisation (as peers.py measures PyTorch), and
-// the host time to issue the launches alone.
+// host wall time per launch including one final synchronisation (as bench/peers/torch_bench.py measures
+// PyTorch), and the host time to issue the launches alone.
 //   bench_launch [--json FILE]
 #include <cuda.h>
 #include <cuda_runtime.h>

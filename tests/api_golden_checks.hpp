@@ -1,5 +1,5 @@
 // The NumPy golden checks of tests/golden/api_golden.py, run on one device: shared by
-// tests/core/test_api_golden.cpp (CPU) and tests/cuda/test_api_gpu.cpp (GPU).
+// tests/core/test_api.cpp (CPU) and tests/cuda/test_api_gpu.cpp (GPU).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -57,7 +57,7 @@ struct InitOptions {
   /// Before each collective, check that every rank calls the same one with the same shape, dtype and root
   /// (one small all_gather and a host synchronisation per call: for debugging, as TORCH_DISTRIBUTED_DEBUG);
   /// a mismatch throws ShapeError on every rank, naming the ranks and their operands, instead of a hang or a
-  /// wrong result. Default: on when the environment sets KILN_DIST_DEBUG.
+  /// wrong result. Default: KILN_DIST_DEBUG (a switch: 1/true/on/yes; docs/environment.md), else off.
   std::optional<bool> check_calls{};
 };
 
@@ -160,8 +160,8 @@ struct DdpOptions {
   /// backward produces them), each as soon as its last gradient is ready.
   double bucket_cap_mb = 25.0;
   /// A smaller first bucket (the last layers' gradients) starts its all-reduce earlier (PyTorch uses 1 MB).
-  /// Default: bucket_cap_mb. Measured on two H200s: a 1 MB first bucket made the 784-1000-1000-10 MLP's step
-  /// ~20% slower (one more NCCL launch on a 0.35 ms step) and did not change ResNet-50's (1.94x either way).
+  /// Default: bucket_cap_mb: on a short step the extra NCCL launch costs more than the earlier start gains, and
+  /// a long one does not gain (bench/results/source-comment-figures.md).
   std::optional<double> first_bucket_mb{};
   /// Broadcast buffers (batch-norm running statistics) from rank 0 before every forward, as PyTorch.
   bool broadcast_buffers = true;

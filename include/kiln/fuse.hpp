@@ -16,7 +16,7 @@
 // Aliasing rule: an output array may be the very array (same view: data, shape, strides) of an input that
 // has the output's shape (it is read and written element by element); any other overlap between an output
 // and an input or another output throws ValueError.
-// CPU: one pass over the arrays in blocks of a few hundred elements split over kiln's threads, each block
+// CPU: one pass over the arrays in blocks of up to 1024 elements split over kiln's threads, each block
 // evaluating the graph's nodes into small per-thread buffers with the unfused ops' own kernels (elementwise
 // results equal the unfused ops' bits); no temporary of the array's size.
 // Reductions: elementwise work may follow reductions (softmax, log_softmax, norms). A function whose

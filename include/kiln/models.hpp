@@ -1,5 +1,5 @@
 // Reference models, built from kiln::nn layers with torchvision's layout and parameter names, so a torchvision
-// state_dict saved as safetensors (scripts/torchvision-to-safetensors) loads with load_state_dict directly.
+// state_dict saved as safetensors (as scripts/resnet-reference.py saves one) loads with load_state_dict directly.
 #pragma once
 
 #include <cstdint>

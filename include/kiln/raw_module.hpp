@@ -57,7 +57,7 @@ struct Dim3 {
 /// Optional last argument of RawKernel::launch.
 struct LaunchOptions {
   /// Dynamic shared memory in bytes (extern __shared__ arrays). Above 48 KB the kernel's limit is raised
-  /// through its attribute, up to the GPU's opt-in maximum (227 KB on an H100).
+  /// through its attribute, up to the GPU's opt-in maximum (227 KB on compute capability 9.0).
   size_t shared_mem = 0;
   /// The stream to launch on (a stream of the kernel's GPU); default: this thread's current stream there.
   std::optional<Stream> stream{};

@@ -56,7 +56,7 @@ namespace {
 
 std::string stats_us(const char* label, const Stats& s) {
   char buf[160];
-  // The median is the figure (as seconds() and the README say); the spread follows it.
+  // The median is the figure (as seconds() and docs/measuring.md say); the spread follows it.
   std::snprintf(buf, sizeof buf, "%s: median %11.3f us (min %.3f, max %.3f, std %.3f us)", label, s.median * 1e6,
                 s.min * 1e6, s.max * 1e6, s.stddev * 1e6);
   return buf;

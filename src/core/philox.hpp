@@ -11,8 +11,8 @@
 // host, __device__ in CUDA) and calls only the small prelude (bit casts, fma, sqrt,
 // log, sin, cos, float16 conversion), which each side defines for itself. fma, sqrt
 // and the float16 conversions are correctly rounded on both sides, so uniform and
-// randint are bit-identical (checked on an H200 with NVRTC 13, with and without
-// --use_fast_math); log, sin and cos come from different math libraries, so normal
+// randint are bit-identical, with or without --use_fast_math (tests/cuda/test_random_gpu.cpp);
+// log, sin and cos come from different math libraries, so normal
 // agrees within 2 ulp (compare with >= 4 ulp of max(|x|, stddev)).
 // Mul+add pairs are written as explicit fma: left to the compiler, contraction
 // differs between GCC (-march=native) and NVRTC (--fmad=true) and would change bits.

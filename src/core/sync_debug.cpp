@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln {
@@ -25,12 +26,12 @@ struct EnvMode {
 const EnvMode& env_mode() {
   static const EnvMode env = [] {
     EnvMode e;
-    const char* v = std::getenv("KILN_SYNC_DEBUG");
-    if (!v || !*v) return e;
+    const std::optional<std::string> v = detail::env_string("KILN_SYNC_DEBUG");
+    if (!v) return e;
     try {
-      e.mode = parse_sync_debug_mode(v);
+      e.mode = parse_sync_debug_mode(*v);
     } catch (const ValueError&) {
-      e.bad = v;
+      e.bad = *v;
     }
     return e;
   }();

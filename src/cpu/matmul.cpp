@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/env.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 
@@ -62,15 +63,14 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
 /// multiply-adds, at most OpenMP's count. OpenBLAS itself runs everything above 2^18 multiply-adds on every
 /// core, and on 16 cores a 100x784x100 product (a small MLP's layer) then spends more time waking and joining
 /// threads than computing. OpenBLAS's OpenMP build sets OpenMP's thread count along with its own (and follows
-/// OpenMP's on every call), so the count is restored after the product: before, the first small product left
-/// the calling thread at one OpenMP thread for good, and with it every later product, kiln's parallel loops and
-/// oneDNN's convolutions.
+/// OpenMP's on every call), so the count is restored after the product: otherwise the first small product
+/// would leave the calling thread at one OpenMP thread for good, and with it every later product, kiln's parallel
+/// loops and oneDNN's convolutions.
 ///
 /// After a oneDNN call with OpenBLAS's pthreads build (keep_openmp_team_hot), a product below 2^28 multiply-adds
 /// runs on one thread: OpenBLAS's woken threads would spin for a while beside OpenMP's, which the next
-/// convolution needs. A batch-16 ResNet-50 forward on the GPU machine's 16 cores (its classifier, 16x2048x1000,
-/// is the only product) took 160-186 ms in four runs against 177-197 ms with the classifier on OpenBLAS's threads
-/// (bench/results/resnet50-h200-2026-11-26.md, eleventh session).
+/// convolution needs (bench/results/resnet50-h200-2026-11-26.md: a batch-16 ResNet-50 forward, whose only
+/// product is its classifier).
 class BlasThreads {
  public:
   BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
@@ -104,27 +104,17 @@ bool blas_has_own_threads() { return openblas_get_parallel() == 1; }  // 0 seque
 namespace {
 
 #if KILN_HAVE_MKL
-/// Products of at least this many multiply-adds go to oneMKL in a KILN_MKL build. On the 16 cores of the GPU
-/// machine's Xeon, oneMKL ran 1024^3 and larger float32 products at 1.1-2.0 TFLOP/s, OpenBLAS at 0.8-1.35. Alone
-/// in a process MKL is faster for the smaller ones too, but with every product on MKL the 784-1000-1000-10 MLP's
-/// batch-100 epoch (products of at most 10^8) took 3.0-5.0 s against OpenBLAS's 2.2-2.6 s: kiln's loops on
-/// OpenMP's team beside MKL lose the time. With kiln's own pool and MKL's threads spinning briefly
-/// (KILN_CPU_POOL=kiln GOMP_SPINCOUNT=10000, read by libgomp at load) every product on MKL was fastest, 1.9-2.0 s
-/// (bench/results/resnet50-h200-2026-11-26.md, tenth session): KILN_MKL_MIN_WORK=0 asks for that split.
+/// Products of at least this many multiply-adds go to oneMKL in a KILN_MKL build: oneMKL is faster for large
+/// products. Alone in a process it is faster for the smaller ones too, but with every product on MKL a small
+/// MLP's epoch is slower: kiln's loops on OpenMP's team beside MKL's threads lose more than MKL gains. With kiln's
+/// own pool and MKL's threads spinning briefly (KILN_CPU_POOL=kiln GOMP_SPINCOUNT=10000, read by libgomp at load)
+/// every product on MKL is fastest (bench/results/resnet50-h200-2026-11-26.md): KILN_MKL_MIN_WORK=0 asks for that
+/// split.
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
 /// kMklMinWork, or KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) to measure another split.
 int64_t mkl_min_work() {
-  static const int64_t value = [] {
-    const char* env = std::getenv("KILN_MKL_MIN_WORK");
-    if (!env || !*env) return kMklMinWork;
-    char* end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    if (*end != '\0' || v < 0)
-      throw ValueError(std::string("KILN_MKL_MIN_WORK is '") + env +
-                       "': set it to a number of multiply-adds (0 sends every product to oneMKL) or unset it");
-    return static_cast<int64_t>(v);
-  }();
+  static const int64_t value = detail::env_int("KILN_MKL_MIN_WORK", kMklMinWork);
   return value;
 }
 #endif

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "core/env.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/parallel.hpp"
 #include "kiln/error.hpp"
@@ -118,14 +119,8 @@ void note_last_call(LastCall call) {
 bool on_openmp_team() {
   int v = g_team.load(std::memory_order_relaxed);
   if (v < 0) {
-    const char* env = std::getenv("KILN_CPU_POOL");
-    if (env && *env && std::strcmp(env, "openmp") != 0 && std::strcmp(env, "kiln") != 0)
-      throw ValueError(std::string("KILN_CPU_POOL is '") + env +
-                       "': set it to openmp (OpenMP's team) or kiln (kiln's pool), or unset it to let kiln choose");
-    v = env && std::strcmp(env, "openmp") == 0 ? 1
-        : env && std::strcmp(env, "kiln") == 0 ? 0
-        : blas_has_own_threads()               ? 2
-                                               : 1;
+    const std::string pool = detail::env_choice("KILN_CPU_POOL", {"openmp", "kiln"}, "");
+    v = pool == "openmp" ? 1 : pool == "kiln" ? 0 : blas_has_own_threads() ? 2 : 1;
     g_team.store(v, std::memory_order_relaxed);
   }
   return v == 2 ? g_last.load(std::memory_order_relaxed) != kBlasCall : v == 1;

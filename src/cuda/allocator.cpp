@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "core/env.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/array.hpp"
 
@@ -675,10 +676,10 @@ CachingAllocator& device_allocator(int device) {
   if (a) return *a;
   auto source = std::make_unique<CudaSegmentSource>(device);
   size_t limit = 0;
-  if (const char* env = std::getenv("KILN_GPU_MEMORY_LIMIT"); env && *env) {
+  if (const std::optional<std::string> env = detail::env_string("KILN_GPU_MEMORY_LIMIT")) {
     size_t free_bytes = 0, total_bytes = 0;
     source->memory_info(&free_bytes, &total_bytes);
-    limit = parse_memory_limit(env, total_bytes);
+    limit = parse_memory_limit(*env, total_bytes);
   }
   // Leaked on purpose: arrays may outlive every static object, and their deleters come back here.
   a = new CachingAllocator(std::move(source), "cuda:" + std::to_string(device), limit);

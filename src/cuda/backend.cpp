@@ -9,10 +9,9 @@
 // which stages them itself); larger ones (from 8 MiB host->device, 1 MiB
 // device->host) through two pinned chunks of the pinned pool, double-buffered
 // with events, so that the host-side memcpy of one chunk (on a few threads)
-// overlaps the DMA of the other. Measured on an H200 beside PyTorch 2.11 (whose
-// pageable copies are the driver's): 1 GiB host->device 52 GB/s vs 8.6,
-// device->host into fresh memory 22 GB/s vs 1.7; below 1 MiB the two paths tie.
-// KILN_PAGEABLE_COPY=driver|staged forces one path (for benchmarks).
+// overlaps the DMA of the other: the driver copies pageable memory on one thread
+// through small staging buffers, several times slower for large copies; below the
+// thresholds the two paths tie (bench/results/source-comment-figures.md).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -39,29 +38,12 @@ namespace {
 cudaStream_t native(const Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
 
 constexpr size_t kStagingChunk = size_t{32} << 20;  // two of these per pageable copy
-// Smaller pageable copies go through the driver (measured crossover points, see above).
+// Smaller pageable copies go through the driver: below these sizes staging gains nothing (see above).
 constexpr size_t kStagedMinimumToDevice = size_t{8} << 20;
 constexpr size_t kStagedMinimumToHost = size_t{1} << 20;
 
-enum class PageablePath { Auto, Driver, Staged };
-
-PageablePath pageable_path() {
-  static const PageablePath path = [] {
-    const char* env = std::getenv("KILN_PAGEABLE_COPY");
-    if (env && std::strcmp(env, "driver") == 0) return PageablePath::Driver;
-    if (env && std::strcmp(env, "staged") == 0) return PageablePath::Staged;
-    return PageablePath::Auto;
-  }();
-  return path;
-}
-
 bool use_staging(size_t nbytes, bool to_device) {
-  switch (pageable_path()) {
-    case PageablePath::Driver: return false;
-    case PageablePath::Staged: return true;
-    case PageablePath::Auto: return nbytes >= (to_device ? kStagedMinimumToDevice : kStagedMinimumToHost);
-  }
-  return false;
+  return nbytes >= (to_device ? kStagedMinimumToDevice : kStagedMinimumToHost);
 }
 
 // memcpy between pageable and pinned host memory, split over a few threads for large chunks: one

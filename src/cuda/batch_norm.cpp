@@ -1,15 +1,11 @@
 // Batch normalisation on the GPU (training forward and backward, evaluation), channels-last and NCHW, with an
-// optional fused ReLU. Channels-last because cuDNN's descriptor API is slow there: on an H200 at batch 128, 256
-// channels at 56x56, bfloat16, cuDNN took 13 ms forward and 19 ms backward in either spatial mode (these kernels:
-// 0.31 / 0.60 ms) and 275 us in evaluation (these: 200 us). NCHW because of the fused ReLU: a conv-BN-ReLU
-// network runs ReLU after most batch norms, and fused the forward writes y once instead of twice and the backward
-// recomputes the ReLU's mask from x and the forward's (scale, shift) instead of a separate pass that reads y and
-// the gradient and writes a new one. H200, batch 128, float32 NCHW, these kernels against cuDNN (and a ReLU):
-// 64 channels at 56x56 with ReLU, forward 110 against 306 us, backward 149 against 672; 256 channels at 56x56
-// without, training 345 against 434, evaluation 233 against 295, backward 523 against 761; 2048 channels at 7x7
-// (single-element loads) training 94.5 against 84.2, backward 114 against 107. ResNet-50's float32 training
-// step: 48.8 ms (59.5 with cuDNN's batch norm and separate ReLUs). KILN_BN_NCHW=cudnn sends NCHW arrays to cuDNN,
-// for measuring. A channels-last x is viewed as (rows = N*H*W, C) with C contiguous, an NCHW x as (N, C, HW).
+// optional fused ReLU. Channels-last because cuDNN's descriptor API is many times slower there, in either spatial
+// mode. NCHW because of the fused ReLU: a conv-BN-ReLU network runs ReLU after most batch norms, and fused the
+// forward writes y once instead of twice and the backward recomputes the ReLU's mask from x and the forward's
+// (scale, shift) instead of a separate pass that reads y and the gradient and writes a new one; cuDNN stays ahead
+// only on small planes (7x7), where the network spends little of its step (bench/results/source-comment-figures.md).
+// KILN_BN_NCHW=cudnn sends NCHW arrays to cuDNN, for measuring.
+// A channels-last x is viewed as (rows = N*H*W, C) with C contiguous, an NCHW x as (N, C, HW).
 // Up to three kernels per step, generated per (x dtype, statistics dtype) and compiled by NVRTC:
 //  - bn_partials (channels-last): a (32 channels x 8 rows) block per (channel tile, row slice) sums, in float64,
 //    x and x^2 (forward) or dy and dy * (x - mean) (backward) over its rows; a warp reads 32 adjacent channels
@@ -23,11 +19,9 @@
 //    in the statistics dtype, the channel stepped along the grid-stride loop, not divided out per element;
 //    bn_apply_nchw takes four elements per thread per iteration.
 // The NCHW kernels' "4" variants load runs of four elements (16 bytes of float32) where every plane holds whole
-// runs and the operands are aligned to them (ResNet's planes but 7x7): 256 channels at 56x56 went from 503 to
-// 345 us (training), 323 to 233 (evaluation), 639 to 523 (backward). A 16-byte-vector variant of the
-// channels-last bn_apply (8 bfloat16 channels per thread), four rows per iteration in bn_partials and four
-// elements per iteration in bn_apply were tried and were slower on an H200 (bfloat16 ResNet-50 inference 9.1
-// against 8.6 ms for the last), and were removed.
+// runs and the operands are aligned to them (ResNet's planes but 7x7): wider loads keep more bytes in flight per
+// thread. The channels-last kernels keep one element per thread per step: a warp's 32 adjacent channels already
+// coalesce, and wider variants were slower (bench/results/source-comment-figures.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -276,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(256) bn_apply(const IN* __restrict_
 }
 
 // NCHW: element i's channel is (i / HW) % C. Each thread takes four runs of V elements a grid stride apart per
-// iteration (four loads in flight: one element per thread left an H200 at half its bandwidth on float32 planes),
+// iteration (four loads in flight: with one element per thread the loads in flight cannot cover memory latency),
 // their channels stepped, not divided out.
 template <int V>
 __device__ __forceinline__ void bn_apply_nchw_impl(const IN* __restrict__ x, const IN* __restrict__ dy,
@@ -398,8 +392,8 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call) {
   const int64_t sms = multiprocessor_count(device);
   const int64_t tiles = ceil_div(C, 32);
   // Channels-last: (channel tile, row slice) blocks; NCHW: (channel, plane slice) blocks, at most one wave of
-  // them (eight 256-thread blocks a multiprocessor) where the channels allow: 1280 blocks, a wave and a fifth,
-  // took 500 us at 256 channels of 56x56 (float32, batch 128) where cuDNN took 433.
+  // them (eight 256-thread blocks a multiprocessor) where the channels allow: a grid a little over one wave
+  // leaves most multiprocessors idle through its second, partial wave.
   int slices =
       call.channels_last
           ? static_cast<int>(std::clamp<int64_t>(4 * sms / tiles, 1, std::min<int64_t>(ceil_div(rows, 64), 65535)))

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/env.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/error.hpp"
 
@@ -471,12 +472,7 @@ class NvrtcWarmup {
   std::thread thread_;
 };
 
-bool warmup_enabled() {
-  const char* value = std::getenv("KILN_NVRTC_WARMUP");
-  if (value == nullptr) return true;
-  const std::string v(value);
-  return !(v == "0" || v == "false" || v == "off" || v == "no");
-}
+bool warmup_enabled() { return detail::env_flag("KILN_NVRTC_WARMUP", true); }
 
 }  // namespace
 

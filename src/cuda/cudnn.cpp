@@ -28,46 +28,13 @@
 #include <vector>
 
 #include "cuda/cudnn_common.hpp"
+#include "cuda/cudnn_plans.hpp"
 #include "cuda/handle_pool.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/conv.hpp"
 
 namespace kiln::cuda_impl {
-
-[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* expr, const char* file, int line) {
-  throw DeviceError(std::string("cuDNN: ") + cudnnGetErrorString(status) + " in " + expr + " (" + file + ":" +
-                    std::to_string(line) +
-                    "); CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr in the environment prints cuDNN's reason");
-}
-
-namespace {
-
-CudnnState* create_state() {
-  auto state = std::make_unique<CudnnState>();
-  KILN_CUDNN_CHECK(cudnnCreate(&state->handle));
-  return state.release();
-}
-
-}  // namespace
-
-CudnnState* thread_state(int device) { return thread_handle<CudnnState>(device, create_state); }
-
-CudnnState* bound_state(int device, cudaStream_t stream) {
-  CudnnState* state = thread_state(device);
-  KILN_CUDNN_CHECK(cudnnSetStream(state->handle, stream));
-  return state;
-}
-
-/// Workspace memory from the caching allocator, or null when it cannot be had (the next algorithm is tried).
-std::shared_ptr<Storage> try_workspace(int device, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return nullptr;
-  try {
-    return device_alloc(device, bytes, stream);
-  } catch (const OutOfMemoryError&) {
-    return nullptr;
-  }
-}
 
 namespace {
 
@@ -357,7 +324,7 @@ bool cuda_convolution(const detail::ConvCall& call) {
     ranked = timed(call.kind, p, scratch ? scratch->data() : nullptr, most);
   }
   // The first candidate that runs: cuDNN 9's heuristics may rank first an algorithm its own checks then refuse
-  // (BAD_PARAM for a float16 channels-last depthwise input gradient on an H200), so a refusal tries the next.
+  // (BAD_PARAM for a float16 channels-last depthwise input gradient), so a refusal tries the next.
   for (const Candidate& c : ranked) {
     if (c.status != CUDNN_STATUS_SUCCESS) continue;
     std::shared_ptr<Storage> ws = try_workspace(device, c.memory, p.stream);

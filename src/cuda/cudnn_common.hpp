@@ -1,5 +1,7 @@
 // What cudnn.cpp (the descriptor API, pooling, batch norm) and cudnn_plans.cpp (convolutions through the backend
-// API's cached execution plans) share: the error check, the convolution problem's key, the per-thread cuDNN state.
+// API's cached execution plans) share, defined in cudnn_common.cpp: the error check, the convolution problem's key,
+// the per-thread cuDNN state. cudnn.cpp calls into cudnn_plans.cpp (cudnn_plans.hpp); cudnn_plans.cpp needs only
+// this header, so the two files do not depend on each other both ways.
 #pragma once
 
 #include <cudnn.h>
@@ -70,12 +72,5 @@ using ConvPointers = std::array<void*, 3>;
 ConvPointers conv_pointers(const detail::ConvCall& call);
 /// The largest power of two up to 16 that divides every operand's address.
 int64_t common_alignment(const ConvPointers& p);
-
-/// Whether every convolution goes through the descriptor API (KILN_CUDNN_LEGACY=1, cudnn_force_descriptor_api).
-bool legacy_only();
-/// Runs the call through the backend API's plan for `key` (built on first use, outside graph captures); false
-/// when there is none (the descriptor API runs it).
-bool run_backend(CudnnState& state, const ConvKey& key, cudnnDataType_t type, cudaStream_t stream,
-                 const ConvPointers& pointers);
 
 }  // namespace kiln::cuda_impl

@@ -5,7 +5,8 @@
 // time each). kiln builds one plan per problem through the backend API and keeps it (per thread and device,
 // with the handle it was made with), so a repeated convolution costs a lookup, a variant pack and
 // cudnnBackendExecute, as PyTorch's cuDNN frontend path. A problem the backend API has no plan for (or any
-// failure while building one) runs through the descriptor API (cudnn.cpp); KILN_CUDNN_LEGACY=1 forces that path.
+// failure while building one) runs through the descriptor API (cudnn.cpp); the tests force that path
+// (cudnn_force_descriptor_api).
 #include <cudnn.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cuda/cudnn_common.hpp"
+#include "cuda/cudnn_plans.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/conv.hpp"
@@ -26,11 +28,9 @@
 namespace kiln::cuda_impl {
 namespace {
 
+// Set by the tests (cudnn_force_descriptor_api) to run every problem through the descriptor API.
 std::atomic<bool>& legacy_flag() {
-  static std::atomic<bool> legacy = [] {
-    const char* v = std::getenv("KILN_CUDNN_LEGACY");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static std::atomic<bool> legacy{false};
   return legacy;
 }
 
@@ -331,26 +331,6 @@ std::shared_ptr<ConvPlan> build_plan(const ConvKey& key, cudnnDataType_t type, c
 }  // namespace
 
 bool legacy_only() { return legacy_flag().load(std::memory_order_relaxed); }
-
-ConvPointers conv_pointers(const detail::ConvCall& call) {
-  const auto ptr = [](const void* p) { return const_cast<void*>(p); };
-  switch (call.kind) {
-    case detail::ConvKind::Forward:
-      return {{ptr(call.x->data_ptr()), ptr(call.w->data_ptr()), call.out.data_ptr()}};
-    case detail::ConvKind::BackwardInput:
-      return {{call.out.data_ptr(), ptr(call.w->data_ptr()), ptr(call.dy->data_ptr())}};
-    case detail::ConvKind::BackwardWeight:
-      return {{ptr(call.x->data_ptr()), call.out.data_ptr(), ptr(call.dy->data_ptr())}};
-  }
-  return {};
-}
-
-int64_t common_alignment(const ConvPointers& p) {
-  int64_t align = 16;
-  for (void* ptr : p)
-    while (align > 1 && reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(align) != 0) align /= 2;
-  return align;
-}
 
 bool run_backend(CudnnState& state, const ConvKey& key, cudnnDataType_t type, cudaStream_t stream,
                  const ConvPointers& pointers) {

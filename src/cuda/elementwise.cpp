@@ -223,7 +223,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
   uint64_t words64[kMaxRank + kMaxOperands * kMaxRank];
 
   // A same-dtype copy between contiguous arrays goes to the copy engine (cudaMemcpyAsync), as
-  // PyTorch's copy_ does: 4.2 TB/s on an H200 against 3.9 for the generated copy kernel.
+  // PyTorch's copy_ does: its device-to-device copy is faster than the generated copy kernel.
   if (contiguous && spec.raw_copy) {  // raw_copy: one array input, so pointers[1] is it
     KILN_CUDA_CHECK(cudaMemcpyAsync(pointers[0], pointers[1], static_cast<size_t>(n * itemsize(out.dtype())),
                                     cudaMemcpyDeviceToDevice, current_stream(device)));

@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 
+#include "core/env.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/version.hpp"
 
@@ -88,14 +89,6 @@ struct Reader {
     return s;
   }
 };
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return false;
-  std::string s(v);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s == "1" || s == "true" || s == "on" || s == "yes";
-}
 
 }  // namespace
 
@@ -193,8 +186,8 @@ CacheKey cache_key(std::string_view source, std::string_view target, const std::
 }
 
 std::string kernel_cache_directory() {
-  if (env_flag("KILN_CACHE_IN_MEMORY")) return {};
-  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir != nullptr && dir[0] != '\0') return dir;
+  if (detail::env_flag("KILN_CACHE_IN_MEMORY", false)) return {};
+  if (std::optional<std::string> dir = detail::env_string("KILN_CACHE_DIR")) return *dir;
   if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
     return std::string(home) + "/.cache/kiln/kernels";
   return {};

@@ -107,7 +107,7 @@ void launch_validated(cudaKernel_t kernel, dim3 grid, dim3 block, size_t shared_
   };
   if (shared_mem > kDefaultDynamicSharedMemory) {
     // Above 48 KB a kernel must opt in; the attribute applies to the current device. Failing here means the
-    // request exceeds the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB on an H100).
+    // request exceeds the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB on compute capability 9.0).
     RelaxedCaptureMode relaxed;  // allowed during a graph capture: it is no stream work
     const cudaError_t err =
         cudaFuncSetAttribute(function, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_mem));

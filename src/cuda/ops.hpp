@@ -46,7 +46,7 @@ struct CudnnPlanCounts {
   std::string refusal;  ///< why the last problem without a plan has none
 };
 CudnnPlanCounts cudnn_plan_counts(int device);
-/// Runs every convolution through cuDNN's descriptor API (as KILN_CUDNN_LEGACY=1 does) while on; tests
+/// Runs every convolution through cuDNN's descriptor API while on; tests
 /// compare the two paths.
 void cudnn_force_descriptor_api(bool on);
 /// kiln's batch-normalisation kernels for channels-last arrays (batch_norm.cpp): training forward and backward,

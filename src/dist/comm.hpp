@@ -32,6 +32,11 @@ DistError timeout_error(const std::string& op, int rank, int size, std::chrono::
                         const std::string& consequence);
 /// Between two polls of an unfinished operation: yield the first thousand times, then sleep 50 us.
 void pause_between_polls(int& spins);
+/// The KILN_* switches dist reads, with the spellings and errors of core's readers (src/core/env.hpp, outside
+/// dist's layer): 1/true/on/yes or 0/false/off/no; `fallback` when unset or empty; ValueError naming the value else.
+bool env_flag(const char* name, bool fallback);
+/// A number above zero (seconds); `fallback` when unset or empty; ValueError naming the value otherwise.
+double env_positive(const char* name, double fallback);
 
 class CommBackend {
  public:

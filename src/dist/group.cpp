@@ -1,6 +1,8 @@
 // Process groups: joining (from kiln launch's environment or mpirun), operand checks, dispatch to the engine
 // of the array's device (comm.hpp), and the default group.
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -50,6 +52,28 @@ void pause_between_polls(int& spins) {
     std::this_thread::yield();
   else
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  std::string s(v);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  throw ValueError("the environment variable " + std::string(name) + " is '" + v +
+                   "': set it to 1/true/on/yes or 0/false/off/no, or unset it for the default (docs/environment.md)");
+}
+
+double env_positive(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (*end != '\0' || !std::isfinite(x) || x <= 0)
+    throw ValueError("the environment variable " + std::string(name) + " is '" + v +
+                     "': set it to a number above zero, or unset it for the default (docs/environment.md)");
+  return x;
 }
 }  // namespace detail
 
@@ -245,13 +269,12 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
                      std::to_string(g.size) + "; set RANK in [0, WORLD_SIZE)");
   if (options.timeout) {
     g.timeout = *options.timeout;
-  } else if (const char* t = std::getenv("KILN_DIST_TIMEOUT"); t && *t) {
-    g.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::atof(t) * 1000.0));
   } else {
-    g.timeout = std::chrono::minutes(5);
+    const double seconds = detail::env_positive("KILN_DIST_TIMEOUT", 300.0);
+    g.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
   }
   if (g.timeout.count() <= 0) throw ValueError("init_process_group: the timeout must be positive");
-  g.check_calls = options.check_calls.value_or(std::getenv("KILN_DIST_DEBUG") != nullptr);
+  g.check_calls = options.check_calls.value_or(detail::env_flag("KILN_DIST_DEBUG", false));
 
   // MPI under mpirun (its world must be ours); a group of one started otherwise needs no engine for CPU arrays.
   if (g.size == 1 && !g.from_mpirun) {

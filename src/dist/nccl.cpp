@@ -368,13 +368,12 @@ std::unique_ptr<CommBackend> make_nccl_backend(int rank, int size, Device device
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   // Blocking communicators (PyTorch's default): a call returns once its kernel is queued. A nonblocking
   // communicator hands every call to a new host thread of NCCL's (pthread_create per collective) and the caller
-  // polls for it: measured on two H200s, an all-reduce of 7 MB took 44 us a call blocking, 94-107 us
-  // nonblocking, which a small model's data-parallel step cannot hide. The rendezvous (or MPI) has seen every
+  // polls for it, about twice a blocking call's host time per collective (bench/results/dist-h200x2-2026-11-26.md),
+  // which a small model's data-parallel step cannot hide. The rendezvous (or MPI) has seen every
   // rank before this init, and NCCL_RUNTIME_CONNECT=0 (unless the user set it) makes init connect the
   // collectives' channels, so no later collective blocks the host waiting for a peer: kernels wait on the GPU,
   // where the watchdog bounds them. KILN_NCCL_NONBLOCKING=1 bounds init and connection by the timeout too.
-  const bool nonblocking =
-      std::getenv("KILN_NCCL_NONBLOCKING") && std::string(std::getenv("KILN_NCCL_NONBLOCKING")) != "0";
+  const bool nonblocking = env_flag("KILN_NCCL_NONBLOCKING", false);
   config.blocking = nonblocking ? 0 : 1;
   if (!nonblocking) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   {

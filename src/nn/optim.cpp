@@ -173,10 +173,10 @@ void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<s
 /// For its scope, this thread's x86 SSE/AVX arithmetic flushes subnormal results to zero and reads subnormal
 /// operands as zero (MXCSR's FTZ and DAZ bits; restored after). Moment estimates that decay geometrically
 /// (Adam's exp_avg by beta1 each step, a momentum buffer by its factor) pass through the subnormal range on
-/// their way to zero, and on x86 each operation on a subnormal takes a microcode assist: on the 16-core Xeon of
-/// the H200 machine, the Adam step of the 784-1000-1000-10 MLP on Fashion-MNIST took 0.27 s per epoch in the
-/// first epoch and 1.2-1.7 s in the next two without it, 0.22-0.33 s with it. A flushed value is below
-/// 1.2e-38 (float32): its contribution to a parameter's update is below lr * 1e-30. No-op elsewhere.
+/// their way to zero, and on x86 each operation on a subnormal takes a microcode assist, enough to make an
+/// optimizer step several times slower once many moments sit there (bench/results/nn-train-h200-2026-11-26.md).
+/// A flushed value is below 1.2e-38 (float32): its contribution to a parameter's update is below lr * 1e-30.
+/// No-op elsewhere.
 class FlushSubnormals {
  public:
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,6 +1,36 @@
-# consumer.install: `cmake --install BUILD_DIR --prefix PREFIX` into an emptied PREFIX.
-file(REMOVE_RECURSE "${PREFIX}")
-execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${PREFIX}" RESULT_VARIABLE rc)
+# consumer.install: `cmake --install BUILD_DIR` into PREFIX.installed, then the whole prefix MOVED to PREFIX,
+# where consumer.find_package builds against it: the package must not depend on where it was installed.
+# Also checks that the exported targets name no library by a path of this machine (only imported targets and
+# plain names), and that the installed `kiln` command runs from the moved prefix.
+set(installed "${PREFIX}.installed")
+file(REMOVE_RECURSE "${PREFIX}" "${installed}")
+execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${installed}" RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install ${BUILD_DIR} failed (${rc})")
 endif()
+file(RENAME "${installed}" "${PREFIX}")
+
+file(GLOB targets "${PREFIX}/lib*/cmake/kiln/kilnTargets*.cmake")
+if(NOT targets)
+  message(FATAL_ERROR "no kilnTargets*.cmake under ${PREFIX}")
+endif()
+foreach(file ${targets})
+  file(READ "${file}" text)
+  string(REGEX MATCHALL "INTERFACE_LINK_LIBRARIES \"[^\"]*\"" links "${text}")
+  foreach(line ${links})
+    if(line MATCHES "/(usr|opt|lib|home|work|tmp)/" OR line MATCHES "\\.so" OR line MATCHES "\\.a[;\"]")
+      message(FATAL_ERROR "${file} links a library by path, which breaks when the package moves: ${line}")
+    endif()
+  endforeach()
+  if(text MATCHES "${installed}")
+    message(FATAL_ERROR "${file} names the prefix it was installed to (${installed})")
+  endif()
+endforeach()
+
+if(EXISTS "${BUILD_DIR}/tools/kiln")
+  execute_process(COMMAND "${PREFIX}/bin/kiln" --help RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the installed kiln command failed from the moved prefix (${rc}): ${err}")
+  endif()
+endif()
+message(STATUS "kiln installed, moved to ${PREFIX}, and its targets link no path of this machine")

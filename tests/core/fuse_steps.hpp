@@ -1,5 +1,5 @@
 // Fused optimizer steps and losses built with kiln::fuse, and their float64 references computed by hand
-// (plain loops): shared by the CPU tests (test_fuse_outputs.cpp) and the GPU ones (test_fuse_stages_gpu.cpp).
+// (plain loops): shared by the CPU tests (test_fuse_outputs.cpp) and the GPU ones (tests/cuda/test_fuse_gpu.cpp).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // kiln::fuse with several outputs, out= (in-place updates and the aliasing rule) and elementwise work after
-// reductions, on the CPU (the same callables run on a GPU in tests/cuda/test_fuse_stages_gpu.cpp): an Adam and an
+// reductions, on the CPU (the same callables run on a GPU in tests/cuda/test_fuse_gpu.cpp): an Adam and an
 // SGD-momentum step against float64 references computed by hand, softmax and log_softmax against float64 loops.
 #include <gtest/gtest.h>
 

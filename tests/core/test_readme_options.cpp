@@ -1,4 +1,5 @@
-// The option structs in the designated-initialiser forms the README writes ({.warmup = 3, .repeat = 20}, ...).
+// The option structs in the designated-initialiser forms the docs write ({.warmup = 3, .repeat = 20}, ...;
+// docs/measuring.md, docs/gpu.md).
 // This file is compiled with -Wall -Wextra -Wmissing-field-initializers -Werror (tests/CMakeLists.txt; kiln itself
 // builds with -Wno-missing-field-initializers, users do not):
 // a member without a default member initialiser would make GCC's -Wmissing-field-initializers (part of
@@ -19,7 +20,7 @@ TEST(ReadmeOptions, bench_options_in_the_readme_form_keep_the_other_defaults) {
   EXPECT_TRUE(o.devices.empty());
   EXPECT_FALSE(o.flush_l2);
   EXPECT_TRUE(o.name.empty());
-  // The README's call, timing the host only.
+  // The docs' call, timing the host only.
   const BenchResult r = bench("noop", [] {}, {.warmup = 1, .repeat = 2, .devices = {cpu()}});
   EXPECT_EQ(r.repeats(), 2);
 }

@@ -51,7 +51,7 @@ TEST(Safetensors, RefusesBrokenFilesWithTheFault) {
 }
 
 TEST(Safetensors, WritesWhatThePythonPackageReads) {
-  // The values scripts/test_safetensors_interop.py expects; written where KILN_SAFETENSORS_OUT says (else a
+  // The values tests/scripts/test_safetensors_interop.py expects; written where KILN_SAFETENSORS_OUT says (else a
   // temporary file, read back by kiln).
   const char* env = std::getenv("KILN_SAFETENSORS_OUT");
   const std::string path =

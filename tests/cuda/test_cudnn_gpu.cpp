@@ -1,5 +1,5 @@
 // cuDNN's two paths for convolutions (src/cuda/cudnn.cpp): the backend API's cached execution plans (the
-// default) and the descriptor API (KILN_CUDNN_LEGACY=1, or a problem the backend API has no plan for). Both
+// default) and the descriptor API (cudnn_force_descriptor_api, or a problem the backend API has no plan for). Both
 // compute every step (forward, input and weight gradients) of a set of problems (groups, depthwise, strides,
 // dilation, padding, channels-last, an operand 4 bytes past an aligned address) within each dtype's rounding of
 // a float64 CPU reference, and the backend API has a plan for every float32/float16/bfloat16 problem.

@@ -94,9 +94,10 @@ GoldenCase parse_case(const std::string& line) {
     else if (key == "expected") {
       c.expected = parse_operand(value);
       have_expected = true;
-    } else if (key == "to")
+    } else if (key == "to") {
       c.cast_to = parse_dtype(value);
-    else if (key == "in")
+      c.has_cast_to = true;
+    } else if (key == "in")
       c.inputs.push_back(parse_operand(value));
     else
       throw std::runtime_error("unknown field '" + std::string(key) + "'");
@@ -158,8 +159,8 @@ const Array& pool(const std::string& file) {
 
 // Mantissa bits (with the implicit one) and smallest normal exponent of a float dtype.
 struct FloatFormat {
-  int precision;
-  int min_exponent;
+  int precision = 53;
+  int min_exponent = -1022;
 };
 FloatFormat float_format(DType t) {
   switch (t) {

@@ -53,7 +53,10 @@ struct GoldenCase {
   std::string op, id;
   DType dtype = DType::Float32;  ///< NumPy's result dtype
   OperandSpec expected;
-  std::optional<DType> cast_to;  ///< astype's target
+  // A flag beside a plain dtype rather than std::optional<DType>: g++ 13 reports -Wmaybe-uninitialized for the
+  // optional's payload when a case is copied (a false positive of its optional<enum> analysis).
+  bool has_cast_to = false;
+  DType cast_to = DType::Float32;  ///< astype's target, when has_cast_to
   std::vector<OperandSpec> inputs;
   std::string line;  ///< the manifest line
   /// "op__case": the parametrised test's name.

@@ -129,7 +129,10 @@ const std::vector<OpDecl>& op_table() {
                return clip(in[0].array, in[1].operand(), in[2].operand());
              }},
       OpDecl{"astype", 1, kAll, kExact,
-             [](std::vector<Input>& in, const GoldenCase& c) { return in[0].array.astype(c.cast_to.value()); }},
+             [](std::vector<Input>& in, const GoldenCase& c) {
+               if (!c.has_cast_to) throw std::runtime_error("astype case " + c.id + " has no to= field");
+               return in[0].array.astype(c.cast_to);
+             }},
       binary_operator("op_add", {bool_, int32, float16, float32}, [](const auto& a, const auto& b) { return a + b; }),
       binary_operator("op_subtract", {int8, float32}, [](const auto& a, const auto& b) { return a - b; }),
       binary_operator("op_multiply", {int32, float64}, [](const auto& a, const auto& b) { return a * b; }),

@@ -52,32 +52,6 @@ double BenchContext::copy_gbps(int64_t n) {
   return gbps;
 }
 
-void Table::print() const {
-  std::vector<size_t> width(headers_.size());
-  for (size_t c = 0; c < headers_.size(); ++c) width[c] = headers_[c].size();
-  for (const auto& r : rows_)
-    for (size_t c = 0; c < r.size() && c < width.size(); ++c) width[c] = std::max(width[c], r[c].size());
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string out = " ";
-    for (size_t c = 0; c < width.size(); ++c) {
-      const std::string cell = c < cells.size() ? cells[c] : "";
-      bool numeric = !cell.empty() && (std::isdigit(static_cast<unsigned char>(cell[0])) || cell[0] == '-');
-      out += ' ';
-      out += c > 0 && numeric ? fmt::format("{:>{}}", cell, width[c]) : fmt::format("{:<{}}", cell, width[c]);
-    }
-    while (!out.empty() && out.back() == ' ') out.pop_back();
-    fmt::print("{}\n", out);
-  };
-  line(headers_);
-  size_t total = 1;
-  for (size_t w : width) total += w + 1;
-  fmt::print("  {}\n", std::string(total - 1, '-'));
-  for (const auto& r : rows_) line(r);
-  std::fflush(stdout);
-}
-
-std::string format_number(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
-
 void verdict(const std::string& text) {
   fmt::print("  verdict: {}\n\n", text);
   std::fflush(stdout);
@@ -94,39 +68,24 @@ std::string cpu_blas() {
   return kiln::build_info().find("onemkl") != std::string::npos ? "OpenBLAS + oneMKL" : "OpenBLAS";
 }
 
-using kiln::json_quote;
-
 void write_json(const BenchContext& ctx, const std::string& path) {
-  std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  const std::string device = ctx.gpu() ? device_properties(ctx.device).name : "cpu";
-  std::string s = "{\n";
-  s += fmt::format("  \"tool\": \"kiln\",\n  \"version\": {},\n  \"device\": {},\n  \"date\": {},\n",
-                   json_quote(kVersion), json_quote(device), json_quote(date));
-  s += fmt::format("  \"host_threads\": {},\n  \"quick\": {},\n  \"records\": [\n", host_threads(),
-                   ctx.quick ? "true" : "false");
-  for (size_t i = 0; i < ctx.records.size(); ++i) {
-    const Record& r = ctx.records[i];
-    s += fmt::format(
-        "    {{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": "
-        "{}{}}}{}\n",
+  using benchutil::JsonObject;
+  JsonObject out;
+  out.str("tool", "kiln").str("version", kVersion);
+  out.str("device", ctx.gpu() ? device_properties(ctx.device).name : "cpu").str("date", benchutil::utc_date());
+  out.raw("host_threads", std::to_string(host_threads())).boolean("quick", ctx.quick);
+  std::vector<std::string> records, skipped;
+  for (const Record& r : ctx.records)
+    records.push_back(fmt::format(
+        "{{\"workload\": {}, \"case\": {}, \"metric\": {}, \"unit\": {}, \"value\": {}, \"higher_is_better\": {}{}}}",
         json_quote(r.workload), json_quote(r.case_name), json_quote(r.metric), json_quote(r.unit),
-        kiln::json_number(r.value), r.higher_is_better ? "true" : "false",
-        r.check.empty() ? "" : ", \"check\": " + json_quote(r.check), i + 1 < ctx.records.size() ? "," : "");
-  }
-  s += "  ],\n  \"skipped\": [";
-  for (size_t i = 0; i < ctx.skipped.size(); ++i)
-    s += fmt::format("{}{{\"what\": {}, \"reason\": {}}}", i ? ", " : "", json_quote(ctx.skipped[i].first),
-                     json_quote(ctx.skipped[i].second));
-  s += "]\n}\n";
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw ValueError("kiln bench --json: cannot open " + path + " for writing; check the folder exists");
-  bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) throw ValueError("kiln bench --json: failed writing " + path + " (disk full?)");
+        json_number(r.value), r.higher_is_better ? "true" : "false",
+        r.check.empty() ? "" : ", \"check\": " + json_quote(r.check)));
+  for (const auto& [what, reason] : ctx.skipped)
+    skipped.push_back(fmt::format("{{\"what\": {}, \"reason\": {}}}", json_quote(what), json_quote(reason)));
+  out.array("records", records).array("skipped", skipped);
+  const std::string error = benchutil::write_file(path, out.text());
+  if (!error.empty()) throw ValueError("kiln bench --json: " + error);
 }
 
 const std::vector<Workload>& workloads() {

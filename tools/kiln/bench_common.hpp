@@ -1,6 +1,6 @@
 // `kiln bench`: shared pieces of the workloads — the run context, the records
 // written with --json (format: docs/bench-schema.md; the PyTorch/CuPy peers
-// write the same), a plain text table, and the workload list. Every GPU time is
+// write the same; bench/bench_report.hpp writes them and prints the tables), and the workload list. Every GPU time is
 // taken with kiln::bench (events, or host time that ends after a synchronisation);
 // the only bare host clock around a launch is the deliberately wrong case of the
 // `timing` workload, labelled as such.
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../../bench/bench_clock.hpp"  // format_seconds, now_s: shared with the bench/ programs
+#include "../../bench/bench_report.hpp"  // the table, JSON writing and clock shared with the bench/ programs
 #include "kiln/kiln.hpp"
 
 namespace kiln_cli {
@@ -51,22 +51,10 @@ struct BenchContext {
   double copy_gbps(int64_t n);
 };
 
-/// A text table: columns sized to their contents, numbers right-aligned.
-class Table {
- public:
-  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
-  void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
-  void print() const;
-
- private:
-  std::vector<std::string> headers_;
-  std::vector<std::vector<std::string>> rows_;
-};
-
+using kiln::benchutil::format_number;   ///< "12.3" style with `digits` after the point
 using kiln::benchutil::format_seconds;  ///< "1.23 ms" style, three significant digits; "-" when not positive
 using kiln::benchutil::now_s;
-/// "12.3" style with `digits` after the point.
-std::string format_number(double v, int digits = 1);
+using kiln::benchutil::Table;  ///< the bench/ programs' table: columns sized to their contents
 /// Prints the workload's one-line verdict.
 void verdict(const std::string& text);
 /// Prints a workload's title line.

@@ -7,8 +7,8 @@
 // inference on the CPU, timed with the host clock. cuDNN's benchmark mode is on (the peer sets
 // torch.backends.cudnn.benchmark too); float32 convolutions may use TF32 as PyTorch's do by default.
 // The training step again captured in a CUDA graph (train::TrainStep) and replayed: train_fp32_graph and
-// train_bf16_cl_graph (no counterpart in the peer; PyTorch's graph-free fastest, torch.compile's, is in
-// peers_nn.py). --quick: batch 32 on the GPU, 4 on the CPU.
+// train_bf16_cl_graph (no counterpart in the peer, bench/peers/torch_bench.py's resnet50 workload).
+// --quick: batch 32 on the GPU, 4 on the CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -72,7 +72,8 @@ void run_resnet50(BenchContext& ctx) {
 #endif
     const Array x = random::normal({gpu_batch, 3, side, side}, 0.0, 1.0, float32, ctx.device);
     const Array labels = random::randint(0, 1000, {gpu_batch}, int64, ctx.device);
-    // float32 NCHW, then bfloat16 autocast with the network and the images channels-last (peers_nn.py's cases)
+    // float32 NCHW, then bfloat16 autocast with the network and the images channels-last (as
+    // bench/peers/torch_bench.py's cases)
     for (const bool amp : {false, true}) {
       const std::string suffix = amp ? "_bf16_cl" : "_fp32";
       random::seed(0);

@@ -93,7 +93,7 @@ int run_mpirun(const LaunchArgs& args) {
   if (args.nnodes > 1)
     throw kiln::ValueError(
         "kiln launch --backend mpi: for several machines run mpirun yourself (mpirun -np N -H "
-        "host1:K,host2:K program), see the README");
+        "host1:K,host2:K program), see docs/multi-gpu.md");
   // Open MPI refuses to start as root unless told; the user asked for these ranks explicitly.
   if (geteuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
