@@ -3,7 +3,7 @@
 // as cupy.fuse does (one kernel in the common cases below).
 //
 //   auto f = kiln::fuse([](auto x) { return tanh(x * 1.5f + 0.3f) * x - exp(-x * x) * 0.5f; });
-//   Array y = f(x);  // GPU: one kernel, traced and compiled on the first call; CPU: kiln's ops one by one
+//   Array y = f(x);  // GPU: one kernel, traced and compiled on the first call; CPU: one blocked pass
 //   auto dot = kiln::fuse([](auto a, auto b) { return sum(a * b); });
 //   auto softmax = kiln::fuse([](auto x) { auto e = exp(x - max(x, -1, true)); return e / sum(e, -1, true); });
 //   auto sgd = kiln::fuse([](auto p, auto g, auto v, auto lr) { auto v2 = v * 0.9f + g; return std::tuple{p - lr * v2,
@@ -16,11 +16,14 @@
 // Aliasing rule: an output array may be the very array (same view: data, shape, strides) of an input that
 // has the output's shape (it is read and written element by element); any other overlap between an output
 // and an input or another output throws ValueError.
-// Reductions: elementwise work may follow reductions (softmax, log_softmax, norms). On a GPU, a function whose
+// CPU: one pass over the arrays in blocks of up to 1024 elements split over kiln's threads, each block
+// evaluating the graph's nodes into small per-thread buffers with the unfused ops' own kernels (elementwise
+// results equal the unfused ops' bits); no temporary of the array's size.
+// Reductions: elementwise work may follow reductions (softmax, log_softmax, norms). A function whose
 // reductions all reduce the same axes of arrays of the broadcast shape, returning values of that shape or of the
-// reduced shape, runs as one kernel (each row is reduced by one group of threads that makes one pass over it per
-// reduction and one to write); a single final reduction keeps its own kernel (split over many blocks when rows
-// are few and long); anything else runs op by op, as on the CPU.
+// reduced shape, runs in one pass per row (GPU: one group of threads per row, CPU: one thread per row, making a
+// pass over it per reduction and one to write); a single final reduction feeds the reduction as it computes
+// (GPU: its own kernel, split over many blocks when rows are few and long); anything else runs op by op.
 //
 // On the first call with a new signature (argument dtypes, ranks, which arguments are
 // scalars) the function is called once with FusionValue arguments: symbolic values with
@@ -132,7 +135,8 @@ std::shared_ptr<const FusionGraph> fusion_trace(
     FusionCache& cache, const std::string& name, const std::vector<FusionArgument>& args,
     std::vector<FusionValue> (*trace_fn)(void*, const std::vector<FusionValue>&), void* context);
 /// Runs `graph` on the arguments into `results` (one per output; a defined entry is an out= array written in
-/// place, an undefined one is set to a new array): generated kernels on a GPU, kiln's ops one by one on the CPU.
+/// place, an undefined one is set to a new array): generated kernels on a GPU, one blocked pass on the CPU, else
+/// kiln's ops one by one (autograd recording, empty arrays, shapes one pass cannot serve).
 void fusion_run(const FusionGraph& graph, const std::vector<FusionArgument>& args, Array* results, size_t count);
 std::shared_ptr<FusionCache> make_fusion_cache();
 size_t fusion_cache_size(const FusionCache& cache);

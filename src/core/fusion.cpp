@@ -1,8 +1,7 @@
 // kiln::fuse: tracing a function into an expression graph (typed with the same
-// rules as the unfused ops, resolve_op_types), the per-signature cache of graphs,
-// and running a graph: through the device's backend as one kernel when it can
-// (Backend::fused), else node by node with kiln's own ops (the CPU, and the rare
-// degenerate cases: empty arrays, empty reductions).
+// rules as the unfused ops, resolve_op_types) and the per-signature cache of graphs
+// (fusion_run.cpp runs a graph: through the device's backend, Backend::fused, else
+// node by node with kiln's own ops).
 #include "core/fusion.hpp"
 
 #include <algorithm>

@@ -1,7 +1,8 @@
-// kiln::fuse, running a traced graph: through the device's backend as generated
-// kernels when it can (Backend::fused), else node by node with kiln's own ops (the
-// CPU; the rare degenerate cases: empty arrays, empty reductions; staged graphs whose
-// shapes one kernel cannot serve). Also the out= checks (shapes, dtypes, aliasing).
+// kiln::fuse, running a traced graph: through the device's backend when it can
+// (Backend::fused: generated kernels on a GPU, one blocked pass on the CPU), else node
+// by node with kiln's own ops (autograd recording; the rare degenerate cases: empty
+// arrays, empty reductions; staged graphs whose shapes one pass cannot serve; calls a
+// backend declines). Also the out= checks (shapes, dtypes, aliasing).
 #include <algorithm>
 #include <cassert>
 #include <string>
@@ -340,7 +341,7 @@ void fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args, A
   if (any_out) call.aliased = check_outputs(g, args, results, out_shapes, shape, device, who);
 
   Backend& backend = backend_for(device);
-  if (!records && device.type != DeviceType::CPU && shape_numel(shape) > 0) {
+  if (!records && shape_numel(shape) > 0) {
     std::vector<Array> views(args.size());
     call.arrays.assign(args.size(), nullptr);
     for (size_t id = 0; id < g.nodes.size(); ++id) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cpu/elementwise.hpp"
+#include "cpu/fused.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/onednn.hpp"
 #include "cpu/pooling.hpp"
@@ -111,6 +112,7 @@ class CpuBackend final : public detail::Backend {
   }
   void elementwise(const detail::ElementwiseCall& call) override { cpu_elementwise(call); }
   void reduce(const detail::ReduceCall& call) override { cpu_reduce(call); }
+  bool fused(const detail::FusionCall& call) override { return cpu_fused(call); }
   void scan(const detail::ScanCall& call) override { cpu_scan(call); }
   void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
   bool convolution(const detail::ConvCall& call) override { return onednn_convolution(call); }

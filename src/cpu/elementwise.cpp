@@ -25,7 +25,7 @@ namespace {
 constexpr int64_t kBlock = 512;
 constexpr int kMaxOperands = 4;
 
-using KernelFn = void (*)(char* const* ptrs, const int64_t* steps, int64_t n);
+using KernelFn = ElementwiseKernel;
 
 // Steps are in elements of each operand's type: 0 (broadcast), 1 (contiguous) or any.
 template <OpCode OP, class T>
@@ -211,6 +211,10 @@ void sequence(const detail::ElementwiseCall& call) {
 }
 
 }  // namespace
+
+ElementwiseKernel cpu_kernel(OpCode op, DType compute) {
+  return kKernels[static_cast<int>(compute_dtype(compute))][static_cast<size_t>(op)];
+}
 
 bool cpu_has_kernel(OpCode op, DType compute) {
   if (compute == DType::Float16 || compute == DType::BFloat16) compute = DType::Float32;

@@ -24,6 +24,7 @@
 
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/reduce_kernels.hpp"
 #include "cpu/reduce_ops.hpp"
 
 namespace kiln::cpu_impl {
@@ -118,17 +119,6 @@ void combine_acc(void* dst_ptr, const void* src_ptr, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Op::apply(dst[i], src[i]);
 }
 
-struct ReduceKernels {
-  void (*reduce_run)(void* acc, const void* in, int64_t n, int64_t stride);
-  void (*accumulate_run)(void* acc, int64_t acc_stride, const void* in, int64_t n, int64_t in_stride);
-  void (*accumulate_rows)(void* acc, const void* in, int64_t n, int64_t rows, int64_t row_stride);
-  void (*init)(void* acc, int64_t n);
-  void (*combine)(void* dst, const void* src, int64_t n);
-  int64_t acc_itemsize;
-  DType acc_dtype;  ///< the dtype whose bits the accumulator holds (uint64 sums read as int64, uint8 truth as bool)
-  void (*finalize)(void* acc, int64_t n);  ///< applied to the finished accumulators (norm's sqrt); may be null
-};
-
 template <class A, class Op>
 void finalize_acc(void* acc_ptr, int64_t n) {
   Op::template finalize<A>(static_cast<A*>(acc_ptr), n);
@@ -157,6 +147,8 @@ ReduceKernels kernels_of(DType out_dtype) {
   }
 }
 
+}  // namespace
+
 /// The kernels of `op` (a kernel row of kiln/reductions.def) over `dtype` into `out_dtype`.
 ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
   return visit_dtype(dtype, [op, out_dtype](auto tag) -> ReduceKernels {
@@ -172,6 +164,8 @@ ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
     throw ValueError(std::string("cpu reduce: ") + detail::reduce_op_name(op) + " has no kernel of its own");
   });
 }
+
+namespace {
 
 // ---------------------------------------------------------------- iteration plan
 

@@ -1,0 +1,639 @@
+// CPU executor of kiln::fuse (CpuBackend::fused): one pass over the arrays.
+//
+// The iteration is cut into blocks of at most kBlock elements along its innermost
+// axis. For each block the graph's live nodes run in topological order, each into a
+// small per-thread buffer of its own dtype, with the elementwise engine's kernels
+// (cpu_kernel: same kernels, same libmvec SIMD rows, same conversions as the unfused
+// ops), so every intermediate is stored, and float16/bfloat16 ones rounded, exactly
+// as the unfused ops store them; no temporary is the size of the array. Arguments are
+// read in place (strided, broadcast or transposed: the kernels take steps), weak
+// scalars are step-0 operands. Outputs are written when the block is done, so an
+// output that is the very view of an input is read before it is written, element by
+// element.
+//
+// - Elementwise graphs: the core's plan (plan_elementwise, output 0 first: the unfused
+//   op's order) split over the thread team by flat range; cpu_fused_range runs one range.
+// - Final reductions: each block's value goes into the CPU reduce's own loops
+//   (select_kernels: double accumulators for float sums, 64-bit wrapping integer sums),
+//   one accumulator per output or a row of them; split over a kept axis, or over a
+//   reduced one with private accumulators combined afterwards, as reduce.cpp does.
+// - Staged graphs (softmax, norms): rows (the reduced axes) split over threads; per row,
+//   one pass per reduction (its input's nodes, reduced into a per-row scalar), then a pass
+//   evaluating the tail and writing the outputs; a reduced-shape output once per row.
+// Sums accumulate in the reduce kernels' partial order within each block, so they may
+// differ from the unfused reduction in the last bits of the double accumulator (not
+// bit-exact for rows longer than a block; see tests/core/test_fuse_cpu.cpp).
+#include "cpu/fused.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "core/iteration.hpp"
+#include "cpu/convert.hpp"
+#include "cpu/elementwise.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/reduce_kernels.hpp"
+
+namespace kiln::cpu_impl {
+
+namespace {
+
+using detail::FusionCall;
+using detail::FusionGraph;
+using detail::FusionNode;
+using detail::FusionNodeKind;
+using detail::ReduceOp;
+
+constexpr int64_t kBlock = 1024;
+constexpr int kMaxOperands = 16;
+constexpr int64_t kBufferBytes = kBlock * 8;  // one block of the widest dtype
+constexpr int kTemps = 4;                     // conversion buffers: three inputs and an output
+// Buffers sit 64 bytes past a multiple of 4 KiB from each other: at 4 KiB apart every buffer would map to
+// the same L1 sets and loads would wait on stores to other buffers (4K aliasing), costing several times the
+// chain's arithmetic.
+constexpr int64_t kBufferStride = kBufferBytes + 64;
+
+/// A node's value over the current block: elements `step` apart (in its dtype), 0 for one value.
+struct Value {
+  char* ptr = nullptr;
+  int64_t step = 0;
+};
+
+/// How one live node runs.
+struct Step {
+  int node = -1;
+  FusionNodeKind kind = FusionNodeKind::Op;
+  DType dtype = DType::Bool;  ///< the value's storage dtype
+  int operand = -1;           ///< Argument: its operand (outputs first, then array arguments)
+  bool materialize = false;   ///< Argument copied to its buffer (an out= aliasing an input writes before it is read)
+  int output = -1;            ///< Op/Cast: the output operand it writes straight into, else -1
+  ElementwiseKernel fn = nullptr;
+  int num_inputs = 0;
+  int inputs[3] = {-1, -1, -1};
+  int slots[3] = {-1, -1, -1};
+  DType kernel_in[3] = {DType::Bool, DType::Bool, DType::Bool};
+  DType kernel_out = DType::Bool;
+  int64_t buffer = -1;  ///< byte offset of the node's buffer in the scratch
+};
+
+/// A reduction node's kernels: of the CPU reduce, over the input's dtype.
+struct Reducer {
+  int node = -1;
+  ReduceKernels kernels{};
+  bool mean = false;
+  std::vector<int> steps;  ///< staged: the steps that compute its input (earlier reductions are values)
+};
+
+struct Program {
+  const FusionCall* call = nullptr;
+  const FusionGraph* g = nullptr;
+  int num_outputs = 0;
+  int num_operands = 0;
+  const Array* arrays[kMaxOperands] = {};
+  std::vector<Step> steps;    ///< every live node but weak ones, in topological order
+  std::vector<int> step_of;   ///< per node: its index in steps, or -1
+  std::vector<int> all;       ///< elementwise and classic: the steps of every non-reduce node
+  std::vector<int> tail;      ///< staged: the steps the outputs need (reductions are values)
+  std::vector<Reducer> reducers;
+  std::vector<std::array<unsigned char, 16>> slots;  ///< each slot's value in its kernel dtype
+  std::vector<DType> slot_dtypes;
+  int64_t scratch_bytes = 0;
+};
+
+template <class T>
+void store(unsigned char* dst, const Scalar& s) {
+  const T v = s.to<T>();
+  std::memcpy(dst, &v, sizeof(T));
+}
+
+/// The steps that the `roots` need, in order, stopping at reductions (values by then) and weak nodes.
+std::vector<int> steps_for(const Program& p, const std::vector<int>& roots) {
+  std::vector<bool> need(p.g->nodes.size(), false);
+  for (int r : roots) need[static_cast<size_t>(r)] = true;
+  std::vector<int> list;
+  for (size_t i = p.g->nodes.size(); i-- > 0;) {
+    if (!need[i]) continue;
+    const FusionNode& n = p.g->nodes[i];
+    if (n.weak || n.kind == FusionNodeKind::Reduce) continue;
+    for (int k = 0; k < n.num_inputs; ++k) need[static_cast<size_t>(n.inputs[k])] = true;
+  }
+  for (size_t i = 0; i < p.g->nodes.size(); ++i)
+    if (need[i] && p.step_of[i] >= 0 && p.g->nodes[i].kind != FusionNodeKind::Reduce) list.push_back(p.step_of[i]);
+  return list;
+}
+
+/// Plans `call`; false when the executor declines it.
+bool make_program(const FusionCall& call, Program& p) {
+  const FusionGraph& g = *call.graph;
+  p.call = &call;
+  p.g = &g;
+  p.num_outputs = static_cast<int>(call.outs.size());
+  std::vector<int> operand_of_argument(call.arrays.size(), -1);
+  int operands = p.num_outputs;
+  for (size_t a = 0; a < call.arrays.size(); ++a)
+    if (call.arrays[a]) operand_of_argument[a] = operands++;
+  if (operands > kMaxOperands) return false;
+  p.num_operands = operands;
+  for (int k = 0; k < p.num_outputs; ++k) p.arrays[k] = &call.outs[static_cast<size_t>(k)];
+  for (size_t a = 0; a < call.arrays.size(); ++a)
+    if (call.arrays[a]) p.arrays[operand_of_argument[a]] = call.arrays[a];
+
+  for (size_t j = 0; j < g.slots.size(); ++j) {
+    const DType t = g.slots[j].argument_dtype;
+    std::array<unsigned char, 16> bytes{};
+    if (g.live[static_cast<size_t>(g.slots[j].user)])
+      visit_dtype(t, [&](auto tag) { store<decltype(tag)>(bytes.data(), call.slot_values[j]); });
+    p.slots.push_back(bytes);
+    p.slot_dtypes.push_back(t);
+  }
+  const bool elementwise = g.reductions.empty();
+  p.step_of.assign(g.nodes.size(), -1);
+  int64_t buffers = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const FusionNode& n = g.nodes[i];
+    if (n.weak || !g.live[i]) continue;
+    Step s;
+    s.node = static_cast<int>(i);
+    s.kind = n.kind;
+    s.dtype = n.dtype;
+    s.num_inputs = n.num_inputs;
+    for (int k = 0; k < n.num_inputs; ++k) {
+      s.inputs[k] = n.inputs[k];
+      s.slots[k] = n.slots[k];
+    }
+    const bool is_output = std::find(g.outputs.begin(), g.outputs.end(), s.node) != g.outputs.end();
+    switch (n.kind) {
+      case FusionNodeKind::Argument:
+        s.operand = operand_of_argument[static_cast<size_t>(n.argument)];
+        if (s.operand < 0) return false;
+        s.materialize = call.aliased && is_output;
+        break;
+      case FusionNodeKind::Constant:
+        return false;  // constants are weak
+      case FusionNodeKind::Cast:
+        break;
+      case FusionNodeKind::Op: {
+        s.fn = cpu_kernel(n.op, n.compute);
+        if (!s.fn) return false;
+        const DType compute = compute_dtype(n.compute);
+        for (int k = 0; k < n.num_inputs; ++k)
+          s.kernel_in[k] = n.op == detail::OpCode::Where && k == 0 ? DType::Bool : compute;
+        s.kernel_out = detail::returns_bool(n.op) ? DType::Bool : compute;
+        break;
+      }
+      case FusionNodeKind::Reduce: {
+        Reducer r;
+        r.node = s.node;
+        r.mean = n.reduction == ReduceOp::Mean;
+        switch (n.reduction) {
+          case ReduceOp::Sum: case ReduceOp::Prod: case ReduceOp::Max: case ReduceOp::Min:
+          case ReduceOp::All: case ReduceOp::Any: case ReduceOp::Mean:
+            break;
+          default:
+            return false;
+        }
+        const DType in = g.nodes[static_cast<size_t>(n.inputs[0])].dtype;
+        const DType out = r.mean ? DType::Float64 : g.reduce >= 0 ? call.outs[0].dtype() : n.dtype;
+        r.kernels = select_kernels(r.mean ? ReduceOp::Sum : n.reduction, in, out);
+        p.reducers.push_back(std::move(r));
+        break;
+      }
+    }
+    if (elementwise && is_output && !call.aliased && n.kind != FusionNodeKind::Argument)
+      for (int k = 0; k < p.num_outputs && s.output < 0; ++k)
+        if (g.outputs[static_cast<size_t>(k)] == s.node) s.output = k;
+    s.buffer = buffers;
+    buffers += kBufferStride;
+    p.step_of[i] = static_cast<int>(p.steps.size());
+    p.steps.push_back(s);
+  }
+  p.scratch_bytes = buffers + kTemps * kBufferStride;
+  if (g.staged) {
+    for (Reducer& r : p.reducers) r.steps = steps_for(p, {g.nodes[static_cast<size_t>(r.node)].inputs[0]});
+    p.tail = steps_for(p, g.outputs);
+  } else {
+    p.all = g.reduce >= 0 ? steps_for(p, {g.elementwise}) : steps_for(p, g.outputs);
+  }
+  return true;
+}
+
+/// Per-thread scratch: the nodes' buffers, then the conversion buffers.
+char* scratch(int64_t bytes) {
+  thread_local std::vector<uint64_t> memory;
+  const size_t words = static_cast<size_t>((bytes + 64 + 7) / 8);
+  if (memory.size() < words) memory.resize(words);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(memory.data());
+  return reinterpret_cast<char*>((start + 63) & ~uintptr_t{63});  // cache-line aligned rows
+}
+
+/// Runs `list` over one block of `n` elements (operand k at ptrs[k], steps[k] elements apart) into `values`.
+void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs, const int64_t* steps, int64_t n,
+              char* scratch, Value* values) {
+  const FusionGraph& g = *p.g;
+  char* temps = scratch + p.scratch_bytes - kTemps * kBufferStride;
+  for (int index : list) {
+    const Step& s = p.steps[static_cast<size_t>(index)];
+    char* buffer = scratch + s.buffer;
+    Value& v = values[s.node];
+    if (s.kind == FusionNodeKind::Argument) {
+      v = {ptrs[s.operand], steps[s.operand]};
+      if (s.materialize) {
+        convert(v.ptr, s.dtype, v.step, buffer, s.dtype, 1, n);
+        v = {buffer, 1};
+      }
+      continue;
+    }
+    // Inputs: a step-0 operand (a slot, a broadcast or per-row value) is read as one element.
+    const void* in_ptr[3];
+    int64_t in_step[3];
+    DType in_dtype[3];
+    bool uniform = true;
+    for (int k = 0; k < s.num_inputs; ++k) {
+      if (s.slots[k] >= 0) {
+        in_ptr[k] = p.slots[static_cast<size_t>(s.slots[k])].data();
+        in_step[k] = 0;
+        in_dtype[k] = p.slot_dtypes[static_cast<size_t>(s.slots[k])];
+      } else {
+        const Value& in = values[s.inputs[k]];
+        in_ptr[k] = in.ptr;
+        in_step[k] = in.step;
+        in_dtype[k] = g.nodes[static_cast<size_t>(s.inputs[k])].dtype;
+      }
+      uniform = uniform && in_step[k] == 0;
+    }
+    // One value for the whole block when every input is one (write_output then fills the output row).
+    const int64_t count = uniform ? 1 : n;
+    const bool to_output = s.output >= 0 && !uniform;
+    char* dst = to_output ? ptrs[s.output] : buffer;
+    const int64_t dst_step = to_output ? steps[s.output] : 1;
+    if (s.kind == FusionNodeKind::Cast) {
+      convert(in_ptr[0], in_dtype[0], in_step[0], dst, s.dtype, dst_step, count);
+    } else {
+      char* kernel_ptrs[4];
+      int64_t kernel_steps[4];
+      for (int k = 0; k < s.num_inputs; ++k) {
+        if (in_dtype[k] == s.kernel_in[k]) {
+          kernel_ptrs[k + 1] = const_cast<char*>(static_cast<const char*>(in_ptr[k]));
+          kernel_steps[k + 1] = in_step[k];
+        } else {
+          char* temp = temps + k * kBufferStride;
+          const int64_t converted = in_step[k] == 0 ? 1 : count;
+          convert(in_ptr[k], in_dtype[k], in_step[k], temp, s.kernel_in[k], 1, converted);
+          kernel_ptrs[k + 1] = temp;
+          kernel_steps[k + 1] = in_step[k] == 0 ? 0 : 1;
+        }
+      }
+      const bool direct = s.kernel_out == s.dtype;
+      kernel_ptrs[0] = direct ? dst : temps + 3 * kBufferStride;
+      kernel_steps[0] = direct ? dst_step : 1;
+      // A single value goes through the contiguous path (libmvec for float32), as the unfused op's small
+      // array would.
+      if (count == 1)
+        for (int k = 0; k <= s.num_inputs; ++k) kernel_steps[k] = 1;
+      s.fn(kernel_ptrs, kernel_steps, count);
+      if (!direct) convert(kernel_ptrs[0], s.kernel_out, 1, dst, s.dtype, dst_step, count);
+    }
+    v = to_output ? Value{ptrs[s.output], steps[s.output]} : Value{buffer, count == 1 && n > 1 ? 0 : 1};
+  }
+}
+
+/// Writes output k's value over the block (unless its node wrote it directly), `n` elements.
+void write_output(const Program& p, int k, const Value* values, char* ptr, int64_t step, int64_t n) {
+  const int node = p.g->outputs[static_cast<size_t>(k)];
+  const Value& v = values[node];
+  if (v.ptr == ptr && v.step == step) return;  // the node wrote its value into this output row
+  convert(v.ptr, p.g->nodes[static_cast<size_t>(node)].dtype, v.step, ptr, p.arrays[k]->dtype(), step, n);
+}
+
+// ---------------------------------------------------------------- walking axes
+
+/// Axes to walk, outermost first, with each operand's element strides (and any extra operand: accumulators).
+struct Walk {
+  int ndim = 0;
+  int operands = 0;
+  int64_t shape[kMaxRank];
+  int64_t strides[kMaxOperands + 1][kMaxRank];
+  char* base[kMaxOperands + 1];
+  int64_t itemsize[kMaxOperands + 1];
+};
+
+/// Calls block(ptrs, steps, n) over flat elements [begin, end) of `w` (C order over its axes), in runs of the
+/// innermost axis cut to kBlock.
+template <class F>
+void walk(const Walk& w, int64_t begin, int64_t end, F&& block) {
+  const int nd = w.ndim;
+  const int64_t inner = w.shape[nd - 1];
+  int64_t idx[kMaxRank] = {};
+  int64_t rest = begin / inner;
+  for (int d = nd - 2; d >= 0; --d) {
+    idx[d] = rest % w.shape[d];
+    rest /= w.shape[d];
+  }
+  int64_t col = begin % inner;
+  char* ptrs[kMaxOperands + 1];
+  int64_t steps[kMaxOperands + 1];
+  for (int k = 0; k < w.operands; ++k) steps[k] = w.strides[k][nd - 1];
+  for (int64_t pos = begin; pos < end;) {
+    const int64_t len = std::min(inner - col, end - pos);
+    for (int k = 0; k < w.operands; ++k) {
+      int64_t offset = col * w.strides[k][nd - 1];
+      for (int d = 0; d < nd - 1; ++d) offset += idx[d] * w.strides[k][d];
+      ptrs[k] = w.base[k] + offset * w.itemsize[k];
+    }
+    for (int64_t done = 0; done < len;) {
+      const int64_t n = std::min(kBlock, len - done);
+      block(ptrs, steps, n);
+      for (int k = 0; k < w.operands; ++k) ptrs[k] += n * steps[k] * w.itemsize[k];
+      done += n;
+    }
+    pos += len;
+    col = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < w.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+int64_t walk_numel(const Walk& w) {
+  int64_t n = 1;
+  for (int d = 0; d < w.ndim; ++d) n *= w.shape[d];
+  return n;
+}
+
+/// The walk of an elementwise graph: the core's plan of the outputs and arguments (output 0 first).
+Walk elementwise_walk(const Program& p) {
+  detail::ElementwiseIteration<kMaxOperands> plan;
+  detail::plan_elementwise(plan, p.call->shape, p.arrays, p.num_operands,
+                           [&] { return "fuse(" + p.g->name + ")"; });
+  Walk w;
+  w.ndim = plan.ndim;
+  w.operands = p.num_operands;
+  for (int d = 0; d < plan.ndim; ++d) w.shape[d] = plan.shape[d];
+  for (int k = 0; k < p.num_operands; ++k) {
+    for (int d = 0; d < plan.ndim; ++d) w.strides[k][d] = plan.strides[k][d];
+    w.base[k] = static_cast<char*>(p.arrays[k]->data_ptr());
+    w.itemsize[k] = itemsize(p.arrays[k]->dtype());
+  }
+  return w;
+}
+
+void run_elementwise(const Program& p, const Walk& w, int64_t begin, int64_t end) {
+  char* memory = scratch(p.scratch_bytes);
+  std::vector<Value> values(p.g->nodes.size());
+  walk(w, begin, end, [&](char* const* ptrs, const int64_t* steps, int64_t n) {
+    evaluate(p, p.all, ptrs, steps, n, memory, values.data());
+    for (int k = 0; k < p.num_outputs; ++k) write_output(p, k, values.data(), ptrs[k], steps[k], n);
+  });
+}
+
+/// Grain of a parallel split: heavy graphs (transcendental ops, many nodes) split sooner.
+int64_t grain_of(const Program& p) {
+  int64_t ops = 0;
+  bool heavy = false;
+  for (const Step& s : p.steps) {
+    if (s.kind != FusionNodeKind::Op) continue;
+    ++ops;
+    heavy = heavy || detail::op_info(p.g->nodes[static_cast<size_t>(s.node)].op).rule == detail::TypeRule::Float;
+  }
+  return heavy ? kParallelThreshold / 8 : std::max<int64_t>(kParallelThreshold / std::max<int64_t>(ops, 1), 4096);
+}
+
+// ---------------------------------------------------------------- reductions
+
+using AxisPlan = detail::ReductionIteration<kMaxOperands>;
+
+/// A final reduction: the elementwise value's blocks into accumulators (the keepdims-form outs[0]).
+void run_classic(const Program& p) {
+  const FusionGraph& g = *p.g;
+  const Reducer& r = p.reducers.at(0);
+  const ReduceKernels& k = r.kernels;
+  const Array& out = p.call->outs[0];
+  const FusionNode& node = g.nodes[static_cast<size_t>(g.reduce)];
+  const int inputs = p.num_operands - 1;
+  // Axes: inputs' strides from the kept/reduced split; accumulators (C order over the kept axes of the
+  // keepdims-form output) as operand `inputs`, stride 0 on reduced axes. Innermost: smallest input stride.
+  struct Dim {
+    int64_t size;
+    int64_t strides[kMaxOperands + 1];
+    bool reduced;
+  };
+  std::vector<Dim> dims;
+  {
+    bool reduced[kMaxRank] = {};
+    for (int64_t a : node.axes) reduced[a] = true;
+    int64_t acc_stride = 1;
+    std::vector<Dim> logical(p.call->shape.size());
+    for (size_t d = p.call->shape.size(); d-- > 0;) {
+      Dim& dim = logical[d];
+      dim.size = p.call->shape[d];
+      dim.reduced = reduced[d];
+      for (int i = 0; i < inputs; ++i) dim.strides[i] = p.arrays[1 + i]->strides()[d];
+      dim.strides[inputs] = reduced[d] ? 0 : acc_stride;
+      if (!reduced[d]) acc_stride *= dim.size;
+    }
+    for (const Dim& dim : logical)
+      if (dim.size != 1) dims.push_back(dim);
+    auto key = [&](const Dim& d) {
+      int64_t m = 0;
+      for (int i = 0; i < inputs; ++i) m = std::max(m, d.strides[i] < 0 ? -d.strides[i] : d.strides[i]);
+      return m == 0 ? INT64_MAX : m;
+    };
+    std::stable_sort(dims.begin(), dims.end(), [&](const Dim& a, const Dim& b) { return key(a) > key(b); });
+    if (dims.empty()) dims.push_back(Dim{1, {}, true});
+  }
+  const int64_t acc_count = out.size();
+  std::vector<uint64_t> acc_memory(static_cast<size_t>((acc_count * k.acc_itemsize + 7) / 8));
+  char* acc = reinterpret_cast<char*>(acc_memory.data());
+  k.init(acc, acc_count);
+
+  auto make_walk = [&](size_t split, int64_t b, int64_t e, char* target) {
+    Walk w;
+    w.ndim = static_cast<int>(dims.size());
+    w.operands = inputs + 1;
+    for (int i = 0; i < inputs; ++i) {
+      w.base[i] = static_cast<char*>(p.arrays[1 + i]->data_ptr());
+      w.itemsize[i] = itemsize(p.arrays[1 + i]->dtype());
+    }
+    w.base[inputs] = target;
+    w.itemsize[inputs] = k.acc_itemsize;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      w.shape[d] = dims[d].size;
+      for (int i = 0; i <= inputs; ++i) w.strides[i][d] = dims[d].strides[i];
+    }
+    w.shape[split] = e - b;
+    for (int i = 0; i <= inputs; ++i) w.base[i] += b * dims[split].strides[i] * w.itemsize[i];
+    return w;
+  };
+  const bool inner_reduced = dims.back().reduced;
+  auto run = [&](const Walk& w) {
+    char* memory = scratch(p.scratch_bytes);
+    std::vector<Value> values(g.nodes.size());
+    // The operands of evaluate are numbered with outputs first: shift by one (outs[0] is not walked).
+    walk(w, 0, walk_numel(w), [&](char* const* ptrs, const int64_t* steps, int64_t n) {
+      char* shifted[kMaxOperands + 1];
+      int64_t shifted_steps[kMaxOperands + 1];
+      for (int i = 0; i < inputs; ++i) {
+        shifted[1 + i] = ptrs[i];
+        shifted_steps[1 + i] = steps[i];
+      }
+      evaluate(p, p.all, shifted, shifted_steps, n, memory, values.data());
+      const Value& v = values[static_cast<size_t>(g.elementwise)];
+      const int64_t step = v.step == 0 && n > 1 ? 0 : v.step;
+      if (inner_reduced)
+        k.reduce_run(ptrs[inputs], v.ptr, n, step);
+      else
+        k.accumulate_run(ptrs[inputs], steps[inputs], v.ptr, n, step);
+    });
+  };
+  const int64_t total = shape_numel(p.call->shape);
+  const int threads = max_threads();
+  const int64_t grain = grain_of(p);
+  int kept = -1, red = -1;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    int& best = dims[d].reduced ? red : kept;
+    if (best < 0 || dims[d].size > dims[static_cast<size_t>(best)].size) best = static_cast<int>(d);
+  }
+  const int64_t kept_size = kept >= 0 ? dims[static_cast<size_t>(kept)].size : 0;
+  const int64_t red_size = red >= 0 ? dims[static_cast<size_t>(red)].size : 0;
+  const bool split_kept = kept >= 0 && (kept_size >= 4 * threads || red_size < 2 * threads ||
+                                        acc_count * static_cast<int64_t>(threads) > (int64_t{1} << 22));
+  const size_t axis = static_cast<size_t>(split_kept ? kept : std::max(red, 0));
+  const int64_t size = dims[axis].size;
+  const int64_t chunks =
+      total < 2 * grain || threads <= 1 ? 1 : std::min<int64_t>({threads, size, total / grain});
+  if (chunks <= 1) {
+    run(make_walk(axis, 0, size, acc));
+  } else if (split_kept) {
+    parallel_chunks(chunks, [&](int64_t c) { run(make_walk(axis, size * c / chunks, size * (c + 1) / chunks, acc)); });
+  } else {
+    const int64_t words = (acc_count * k.acc_itemsize + 7) / 8;
+    std::vector<std::vector<uint64_t>> privates(static_cast<size_t>(chunks - 1), std::vector<uint64_t>(words));
+    parallel_chunks(chunks, [&](int64_t c) {
+      char* target = acc;
+      if (c > 0) {
+        target = reinterpret_cast<char*>(privates[static_cast<size_t>(c - 1)].data());
+        k.init(target, acc_count);
+      }
+      run(make_walk(axis, size * c / chunks, size * (c + 1) / chunks, target));
+    });
+    for (const auto& buffer : privates) k.combine(acc, buffer.data(), acc_count);
+  }
+  if (k.finalize) k.finalize(acc, acc_count);
+  convert(acc, k.acc_dtype, 1, out.data_ptr(), out.dtype(), 1, acc_count);
+}
+
+/// A staged graph: per row, one pass per reduction, then the tail writing the outputs.
+void run_staged(const Program& p) {
+  const FusionGraph& g = *p.g;
+  const int no = p.num_outputs, ni = p.num_operands - no;
+  // Inputs first, so the reduced axes are sorted by the first input's strides.
+  const Array* ordered[kMaxOperands];
+  for (int i = 0; i < ni; ++i) ordered[i] = p.arrays[no + i];
+  for (int k = 0; k < no; ++k) ordered[ni + k] = p.arrays[k];
+  AxisPlan plan;
+  {
+    bool reduced[kMaxRank] = {};
+    for (int64_t a : p.call->axes) reduced[a] = true;
+    detail::ReductionOrder order;
+    order.flip_kept = order.flip_reduced = false;
+    detail::plan_reduction_axes(plan, p.call->shape, reduced, ordered, p.num_operands, p.num_operands, order,
+                                [&] { return "fuse(" + g.name + ")"; });
+  }
+  // Program operand k (outputs first) is plan operand position[k].
+  int position[kMaxOperands];
+  for (int k = 0; k < no; ++k) position[k] = ni + k;
+  for (int i = 0; i < ni; ++i) position[no + i] = i;
+  Walk row_walk;
+  row_walk.ndim = plan.reduced.ndim;
+  row_walk.operands = p.num_operands;
+  for (int d = 0; d < plan.reduced.ndim; ++d) row_walk.shape[d] = plan.reduced.shape[d];
+  for (int k = 0; k < p.num_operands; ++k) {
+    for (int d = 0; d < plan.reduced.ndim; ++d) row_walk.strides[k][d] = plan.reduced.strides[position[k]][d];
+    row_walk.itemsize[k] = itemsize(p.arrays[k]->dtype());
+  }
+  const int64_t row_length = plan.num_reduced, rows = plan.num_out;
+  auto run_rows = [&](int64_t begin, int64_t end) {
+    char* memory = scratch(p.scratch_bytes);
+    std::vector<Value> values(g.nodes.size());
+    Walk w = row_walk;
+    for (int64_t r = begin; r < end; ++r) {
+      // The row's bases: r unravelled over the kept axes (C order).
+      int64_t rest = r;
+      int64_t offsets[kMaxOperands] = {};
+      for (int d = plan.kept.ndim - 1; d >= 0; --d) {
+        const int64_t i = rest % plan.kept.shape[d];
+        rest /= plan.kept.shape[d];
+        for (int k = 0; k < p.num_operands; ++k) offsets[k] += i * plan.kept.strides[position[k]][d];
+      }
+      for (int k = 0; k < p.num_operands; ++k)
+        w.base[k] = static_cast<char*>(p.arrays[k]->data_ptr()) + offsets[k] * w.itemsize[k];
+      for (const Reducer& red : p.reducers) {
+        const ReduceKernels& k = red.kernels;
+        alignas(16) unsigned char acc[16];
+        k.init(acc, 1);
+        const int input = g.nodes[static_cast<size_t>(red.node)].inputs[0];
+        walk(w, 0, row_length, [&](char* const* ptrs, const int64_t* steps, int64_t n) {
+          evaluate(p, red.steps, ptrs, steps, n, memory, values.data());
+          const Value& v = values[static_cast<size_t>(input)];
+          k.reduce_run(acc, v.ptr, n, v.step == 0 && n > 1 ? 0 : v.step);
+        });
+        if (k.finalize) k.finalize(acc, 1);
+        const Step& s = p.steps[static_cast<size_t>(p.step_of[static_cast<size_t>(red.node)])];
+        char* buffer = memory + s.buffer;
+        if (red.mean) {  // as kiln::mean: the float64 sum divided by the count in float64, then narrowed
+          double m;
+          std::memcpy(&m, acc, sizeof m);
+          m /= static_cast<double>(row_length);
+          convert(&m, DType::Float64, 1, buffer, s.dtype, 1, 1);
+        } else {
+          convert(acc, k.acc_dtype, 1, buffer, s.dtype, 1, 1);
+        }
+        values[static_cast<size_t>(red.node)] = {buffer, 0};
+      }
+      bool first = true;
+      walk(w, 0, row_length, [&](char* const* ptrs, const int64_t* steps, int64_t n) {
+        evaluate(p, p.tail, ptrs, steps, n, memory, values.data());
+        for (int k = 0; k < no; ++k) {
+          const bool full = p.call->full[static_cast<size_t>(k)];
+          if (full || first) write_output(p, k, values.data(), ptrs[k], steps[k], full ? n : 1);
+        }
+        first = false;
+      });
+    }
+  };
+  const int64_t grain = std::max<int64_t>(1, grain_of(p) / std::max<int64_t>(row_length, 1));
+  parallel_for(rows, run_rows, grain);
+}
+
+}  // namespace
+
+bool cpu_fused(const FusionCall& call) {
+  if (shape_numel(call.shape) == 0) return true;
+  Program p;
+  if (!make_program(call, p)) return false;
+  const FusionGraph& g = *call.graph;
+  if (g.staged) {
+    run_staged(p);
+  } else if (g.reduce >= 0) {
+    run_classic(p);
+  } else {
+    const Walk w = elementwise_walk(p);
+    parallel_for(
+        walk_numel(w), [&](int64_t b, int64_t e) { run_elementwise(p, w, b, e); }, grain_of(p));
+  }
+  return true;
+}
+
+bool cpu_fused_range(const FusionCall& call, int64_t begin, int64_t end) {
+  if (!call.graph->reductions.empty()) return false;
+  Program p;
+  if (!make_program(call, p)) return false;
+  if (begin >= end) return true;
+  run_elementwise(p, elementwise_walk(p), begin, end);
+  return true;
+}
+
+}  // namespace kiln::cpu_impl
