@@ -26,6 +26,7 @@
 #include "core/device_runtime.hpp"
 #include "core/sync_debug.hpp"
 #include "cuda/allocator.hpp"
+#include "cuda/ops.hpp"  // raise_device_errors: a failed device check is thrown at each synchronisation
 #include "cuda/pinned.hpp"
 #include "cuda/runtime.hpp"
 
