@@ -1,10 +1,14 @@
-// The one place that knows which backends this build contains.
+// The one place that knows which backends this build contains: each device type's ops (Backend)
+// and runtime (DeviceRuntime).
 #include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 
 namespace kiln::detail {
 Backend& cpu_backend();
+DeviceRuntime& cpu_runtime();
 #ifdef KILN_WITH_CUDA
 Backend& cuda_backend();
+DeviceRuntime& cuda_runtime();
 #endif
 
 Backend* builtin_backend(DeviceType type) {
@@ -13,6 +17,19 @@ Backend* builtin_backend(DeviceType type) {
     case DeviceType::CUDA:
 #ifdef KILN_WITH_CUDA
       return &cuda_backend();
+#else
+      return nullptr;
+#endif
+  }
+  return nullptr;
+}
+
+DeviceRuntime* builtin_runtime(DeviceType type) {
+  switch (type) {
+    case DeviceType::CPU: return &cpu_runtime();
+    case DeviceType::CUDA:
+#ifdef KILN_WITH_CUDA
+      return &cuda_runtime();
 #else
       return nullptr;
 #endif

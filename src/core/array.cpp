@@ -7,6 +7,7 @@
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 #include "core/elementwise.hpp"
 #include "core/sync_debug.hpp"
 #include "kiln/ops.hpp"
@@ -84,9 +85,9 @@ Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOption
                       a.device().str() + " to " + d.str() + "; pass a stream of either device");
   Array src = a.contiguous();
   Array out = detail::make_array(a.shape(), a.dtype(), d);
-  detail::Backend& b = d.is_cuda() ? detail::backend_for(d) : detail::backend_for(src.device());
+  detail::DeviceRuntime& r = d.is_cuda() ? detail::runtime_for(d) : detail::runtime_for(src.device());
   // A CPU stream orders nothing on a GPU: the copy then runs on the GPU side's current stream.
-  b.transfer(src, out, stream && stream->device().is_cuda() ? stream : nullptr, options.non_blocking);
+  r.transfer(src, out, stream && stream->device().is_cuda() ? stream : nullptr, options.non_blocking);
   if (record) detail::autograd_hook().record_convert(a, out, "to");
   return out;
 }
@@ -125,7 +126,7 @@ void Array::record_stream(const Stream& stream) const {
   if (stream.device() != device())
     throw DeviceError("record_stream: the array is on " + device().str() + " but the stream is on " +
                       stream.device().str() + "; record a stream of the array's device");
-  detail::backend_for(device()).record_stream(*this, stream.handle());
+  detail::runtime_for(device()).record_stream(*this, stream.handle());
 }
 
 Array& Array::assign(const Array& src) {
@@ -151,8 +152,8 @@ Array& Array::copy_from(const Array& src, TransferOptions options) {
   detail::SyncOpScope scope("copy_from()");
   Array source = src.detach().contiguous();
   if (is_contiguous()) {
-    detail::Backend& b = device().is_cuda() ? detail::backend_for(device()) : detail::backend_for(src.device());
-    b.transfer(source, *this, nullptr, options.non_blocking);
+    detail::DeviceRuntime& r = device().is_cuda() ? detail::runtime_for(device()) : detail::runtime_for(src.device());
+    r.transfer(source, *this, nullptr, options.non_blocking);
   } else {
     assign(source.to(device()));
   }

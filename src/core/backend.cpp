@@ -1,8 +1,9 @@
-// Backend lookup and array allocation.
+// Backend lookup and array allocation (through the device's runtime).
 #include "core/backend.hpp"
 
 #include <string>
 
+#include "core/device_runtime.hpp"
 #include "core/user_kernel.hpp"
 #include "kiln/version.hpp"
 
@@ -36,8 +37,8 @@ Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOpti
   if (options.pinned && !device.is_cpu())
     throw DeviceError("empty: pinned memory is host memory, but device " + device.str() +
                       " was asked for; pass cpu() with {.pinned = true}");
-  // Pinned host memory comes from the CUDA backend's pinned pool: the CPU backend knows no CUDA.
-  Backend* owner = options.pinned ? builtin_backend(DeviceType::CUDA) : &backend_for(device);
+  // Pinned host memory comes from the CUDA runtime's pinned pool: the CPU runtime knows no CUDA.
+  DeviceRuntime* owner = options.pinned ? builtin_runtime(DeviceType::CUDA) : &runtime_for(device);
   if (!owner)
     throw DeviceError("empty: pinned host memory needs the CUDA backend, which this build lacks (" + build_info() +
                       "); drop {.pinned = true} or rebuild with the cuda preset");

@@ -1,8 +1,8 @@
 // The backend interface (internal). Every device type — the CPU included —
-// implements this one small interface: an allocator, transfers, and execution
-// of op descriptions (elementwise, reduce, matmul, random). The core does all
-// the checking, broadcasting and type promotion before it calls a backend, so a
-// backend only computes.
+// implements this one small interface: execution of op descriptions (elementwise,
+// reduce, matmul, random). Memory, copies, streams and events are the device's
+// runtime (core/device_runtime.hpp). The core does all the checking, broadcasting
+// and type promotion before it calls a backend, so a backend only computes.
 #pragma once
 
 #include <array>
@@ -12,7 +12,6 @@
 
 #include "kiln/array.hpp"
 #include "kiln/random.hpp"
-#include "kiln/stream.hpp"
 #include "core/iteration.hpp"
 #include "core/op_table.hpp"
 
@@ -198,15 +197,6 @@ random::GeneratorState reserve_random_blocks(uint64_t blocks);
 class Backend {
  public:
   virtual ~Backend() = default;
-  /// Allocates `nbytes` on `device` (64-byte aligned on the CPU). Throws OutOfMemoryError.
-  virtual std::shared_ptr<Storage> allocate(int64_t nbytes, Device device, const ArrayOptions& options) = 0;
-  /// Copies contiguous `src` into contiguous `dst` of the same dtype and size when at least one of them
-  /// is on this backend's devices (host<->device, device<->device), ordered on `stream` (a stream of src's or
-  /// dst's device, the default stream included; nullptr: the current stream of the device side). Unless
-  /// `non_blocking`, returns only when the data can be used by the host (device->host) or the source may be
-  /// reused (host->device from pageable memory).
-  virtual void transfer(const Array& src, const Array& dst, const Stream* stream = nullptr,
-                        bool non_blocking = false) = 0;
   virtual void elementwise(const ElementwiseCall& call) = 0;
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void scan(const ScanCall& call) = 0;
@@ -230,31 +220,6 @@ class Backend {
   /// (cached) and launches it. Only GPU backends compile user kernels; the default throws DeviceError.
   virtual void user_elementwise(const UserElementwiseCall& call);
   virtual void user_reduction(const UserReductionCall& call);
-  /// Waits for all work queued on `device`.
-  virtual void synchronize(Device device) = 0;
-  /// Number of devices of this type that can be used (0 when the driver or hardware is missing).
-  virtual int device_count() = 0;
-  virtual DeviceProperties properties(Device device) = 0;
-
-  // Streams and events behind opaque handles. The defaults are the CPU's: work is
-  // synchronous, so there is nothing to queue, wait for or record.
-  virtual void* stream_create(Device, const StreamOptions&) { return nullptr; }
-  virtual void stream_destroy(Device, void*) {}
-  /// This thread's current stream on the device (nullptr: the default stream).
-  virtual void* current_stream(Device) { return nullptr; }
-  virtual void set_current_stream(Device, void*) {}
-  virtual void stream_synchronize(Device, void*) {}
-  virtual bool stream_query(Device, void*) { return true; }
-  virtual void* event_create(Device, bool /*timing*/) { return nullptr; }
-  virtual void event_destroy(Device, void*) {}
-  virtual void event_record(Device, void* /*event*/, void* /*stream*/) {}
-  virtual void event_wait(Device, void* /*event*/, void* /*stream*/) {}
-  virtual void event_synchronize(Device, void*) {}
-  virtual bool event_query(Device, void*) { return true; }
-  virtual float event_elapsed_ms(Device, void* /*start*/, void* /*end*/) { return 0.0f; }
-  /// Marks `a`'s memory as used by `stream`, so the allocator does not reuse it before that stream's work is done.
-  virtual void record_stream(const Array&, void* /*stream*/) {}
-
   /// Convolution and batch normalisation engines (cuDNN); false: the core runs its reference.
   virtual bool convolution(const ConvCall& /*call*/) { return false; }
   virtual bool batch_norm(BatchNormCall& /*call*/) { return false; }

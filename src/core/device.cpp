@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 #include "kiln/error.hpp"
 #include "kiln/version.hpp"
 
@@ -15,8 +16,8 @@ std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_st
 std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }
 
 int num_gpus() {
-  detail::Backend* b = detail::builtin_backend(DeviceType::CUDA);
-  return b ? b->device_count() : 0;
+  detail::DeviceRuntime* r = detail::builtin_runtime(DeviceType::CUDA);
+  return r ? r->device_count() : 0;
 }
 
 namespace detail {

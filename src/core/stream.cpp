@@ -1,18 +1,18 @@
 // Streams, events, device properties and synchronisation, delegated to the
-// device's backend through opaque handles. CPU events read the host clock:
+// device's runtime through opaque handles. CPU events read the host clock:
 // CPU work is synchronous, so that is the honest time there.
 #include "kiln/stream.hpp"
 
 #include <chrono>
 #include <string>
 
-#include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 #include "core/sync_debug.hpp"
 
 namespace kiln {
 
 namespace {
-detail::Backend& backend_checked(Device d, const char* op) {
+detail::DeviceRuntime& runtime_checked(Device d, const char* op) {
   if (d.is_cuda()) {
     try {
       (void)gpu(d.index);
@@ -20,7 +20,7 @@ detail::Backend& backend_checked(Device d, const char* op) {
       throw DeviceError(std::string(op) + ": " + e.what());
     }
   }
-  return detail::backend_for(d);
+  return detail::runtime_for(d);
 }
 double host_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -28,29 +28,29 @@ double host_ms() {
 }  // namespace
 
 Stream Stream::create(Device device, StreamOptions options) {
-  detail::Backend& b = backend_checked(device, "Stream::create");
-  void* h = b.stream_create(device, options);
-  std::shared_ptr<void> owner(h, [&b, device](void* p) {
-    if (p) b.stream_destroy(device, p);
+  detail::DeviceRuntime& r = runtime_checked(device, "Stream::create");
+  void* h = r.stream_create(device, options);
+  std::shared_ptr<void> owner(h, [&r, device](void* p) {
+    if (p) r.stream_destroy(device, p);
   });
   return Stream(device, h, std::move(owner));
 }
 
 Stream Stream::default_stream(Device device) {
-  (void)backend_checked(device, "Stream::default_stream");
+  (void)runtime_checked(device, "Stream::default_stream");
   return Stream(device, nullptr, nullptr);
 }
 
 Stream Stream::current(Device device) {
-  detail::Backend& b = backend_checked(device, "Stream::current");
-  return Stream(device, b.current_stream(device), nullptr);
+  detail::DeviceRuntime& r = runtime_checked(device, "Stream::current");
+  return Stream(device, r.current_stream(device), nullptr);
 }
 
 void Stream::synchronize() const {
   if (device_.is_cuda()) detail::note_explicit_sync();
-  detail::backend_for(device_).stream_synchronize(device_, handle_);
+  detail::runtime_for(device_).stream_synchronize(device_, handle_);
 }
-bool Stream::query() const { return detail::backend_for(device_).stream_query(device_, handle_); }
+bool Stream::query() const { return detail::runtime_for(device_).stream_query(device_, handle_); }
 
 std::string Stream::str() const {
   if (!handle_) return "Stream(" + device_.str() + ", default)";
@@ -60,17 +60,17 @@ std::string Stream::str() const {
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : previous_(Stream::current(stream.device())), current_(stream) {
-  detail::backend_for(stream.device()).set_current_stream(stream.device(), stream.handle());
+  detail::runtime_for(stream.device()).set_current_stream(stream.device(), stream.handle());
 }
 StreamGuard::~StreamGuard() {
-  detail::backend_for(previous_.device()).set_current_stream(previous_.device(), previous_.handle());
+  detail::runtime_for(previous_.device()).set_current_stream(previous_.device(), previous_.handle());
 }
 
 Event Event::create(Device device, bool timing) {
-  detail::Backend& b = backend_checked(device, "Event::create");
-  void* h = b.event_create(device, timing);
-  std::shared_ptr<void> owner(h, [&b, device](void* p) {
-    if (p) b.event_destroy(device, p);
+  detail::DeviceRuntime& r = runtime_checked(device, "Event::create");
+  void* h = r.event_create(device, timing);
+  std::shared_ptr<void> owner(h, [&r, device](void* p) {
+    if (p) r.event_destroy(device, p);
   });
   return Event(device, h, std::move(owner), timing);
 }
@@ -81,21 +81,21 @@ void Event::record(const Stream& stream) {
   if (stream.device() != device_)
     throw DeviceError("Event::record: the event is on " + device_.str() + " but the stream is on " +
                       stream.device().str() + "; create the event on the stream's device");
-  detail::backend_for(device_).event_record(device_, handle_, stream.handle());
+  detail::runtime_for(device_).event_record(device_, handle_, stream.handle());
   host_time_ms_ = host_ms();
   recorded_ = true;
 }
 
 void Event::wait(const Stream& stream) const {
   if (stream.device().is_cpu() || device_.is_cpu()) return;  // CPU work is already complete
-  detail::backend_for(stream.device()).event_wait(stream.device(), handle_, stream.handle());
+  detail::runtime_for(stream.device()).event_wait(stream.device(), handle_, stream.handle());
 }
 
 void Event::synchronize() const {
   if (device_.is_cuda()) detail::note_explicit_sync();
-  detail::backend_for(device_).event_synchronize(device_, handle_);
+  detail::runtime_for(device_).event_synchronize(device_, handle_);
 }
-bool Event::query() const { return detail::backend_for(device_).event_query(device_, handle_); }
+bool Event::query() const { return detail::runtime_for(device_).event_query(device_, handle_); }
 
 float Event::elapsed_ms(const Event& end) const {
   if (!recorded_ || !end.recorded_)
@@ -106,17 +106,17 @@ float Event::elapsed_ms(const Event& end) const {
     throw DeviceError("Event::elapsed_ms: events on " + device_.str() + " and " + end.device_.str() +
                       " cannot be compared; time each device with its own pair");
   if (device_.is_cpu()) return static_cast<float>(end.host_time_ms_ - host_time_ms_);
-  return detail::backend_for(device_).event_elapsed_ms(device_, handle_, end.handle_);
+  return detail::runtime_for(device_).event_elapsed_ms(device_, handle_, end.handle_);
 }
 
 DeviceProperties device_properties(Device device) {
-  return backend_checked(device, "device_properties").properties(device);
+  return runtime_checked(device, "device_properties").properties(device);
 }
 
 void synchronize(Device device) {
-  detail::Backend& b = backend_checked(device, "synchronize");
+  detail::DeviceRuntime& r = runtime_checked(device, "synchronize");
   if (device.is_cuda()) detail::note_explicit_sync();
-  b.synchronize(device);
+  r.synchronize(device);
 }
 
 }  // namespace kiln

@@ -61,7 +61,7 @@ bool enable_peer_access(int device, int peer);
 /// CUDA graph the memory comes from the graph's private pool unless `graph_pool` is false (memory kept
 /// beyond the graph's life, such as cuBLAS workspaces). Throws OutOfMemoryError.
 std::shared_ptr<Storage> device_alloc(int device, size_t bytes, cudaStream_t stream, bool graph_pool = true);
-/// Marks device memory of `storage` (from device_alloc or CudaBackend::allocate) as used by `stream`,
+/// Marks device memory of `storage` (from device_alloc or CudaRuntime::allocate) as used by `stream`,
 /// so it is not reused before the work queued there so far is done. No-op for other storages.
 void record_stream(const Storage& storage, cudaStream_t stream);
 

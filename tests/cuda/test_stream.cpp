@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 
@@ -126,13 +126,13 @@ TEST(CudaEvent, wait_orders_work_across_streams) {
   Array g = empty({n}, int32, gpu(0));
   g.record_stream(s1);
   g.record_stream(s2);
-  detail::Backend& b = detail::backend_for(gpu(0));
-  b.transfer(host, g, &s1, /*non_blocking=*/true);
+  detail::DeviceRuntime& runtime = detail::runtime_for(gpu(0));
+  runtime.transfer(host, g, &s1, /*non_blocking=*/true);
   Event uploaded = Event::create(gpu(0), false);
   uploaded.record(s1);
   uploaded.wait(s2);
   Array out = empty({n}, int32, cpu(), {.pinned = true});
-  b.transfer(g, out, &s2, /*non_blocking=*/true);
+  runtime.transfer(g, out, &s2, /*non_blocking=*/true);
   s2.synchronize();
   auto* o = static_cast<const int32_t*>(out.data_ptr());
   EXPECT_EQ(o[0], 0);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
 #ifdef KILN_WITH_CUDA
@@ -154,7 +154,7 @@ TEST(Transfer, gpu_to_pinned_host_is_asynchronous_until_the_stream_is_synchronis
   Array g = from_data(values, {}, gpu(0));
   Array p = empty({300000}, int32, cpu(), {.pinned = true});
   Stream s = Stream::create(gpu(0));
-  detail::backend_for(gpu(0)).transfer(g, p, &s, /*non_blocking=*/true);
+  detail::runtime_for(gpu(0)).transfer(g, p, &s, /*non_blocking=*/true);
   s.synchronize();
   std::vector<int32_t> got(static_cast<int32_t*>(p.data_ptr()), static_cast<int32_t*>(p.data_ptr()) + 300000);
   EXPECT_EQ(got, values);
@@ -224,7 +224,7 @@ TEST(Transfer, gpu_to_gpu_on_one_device_copies_the_data) {
   std::vector<int32_t> values = iota_values(5000, 11);
   Array a = from_data(values, {}, gpu(0));
   Array b = empty({5000}, int32, gpu(0));
-  detail::backend_for(gpu(0)).transfer(a, b);
+  detail::runtime_for(gpu(0)).transfer(a, b);
   EXPECT_FALSE(b.shares_storage(a));
   EXPECT_EQ(b.to_vector<int32_t>(), values);
 }
