@@ -273,6 +273,7 @@ class CudaBackend final : public detail::Backend {
     set_device(call.outs.at(0).device().index);
     return cuda_fused(call);
   }
+  void multi_tensor(const detail::MultiTensorCall& call) override { cuda_multi_tensor(call); }
 
   void synchronize(Device device) override {
     check_device(device.index, "synchronize");
