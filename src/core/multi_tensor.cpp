@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/autograd.hpp"
@@ -61,9 +62,15 @@ constexpr size_t kShared = ~size_t{0};  // the group of an array every tensor re
 struct Touch {
   uintptr_t lo = 0, hi = 0;
   const Array* array = nullptr;
-  size_t group = 0;
+  size_t group = 0;  ///< its tensor (kShared: an argument every tensor reads)
   bool output = false;
-  std::string what;  ///< "output k of tensor i", "argument a of tensor i", "argument a"
+  size_t index = 0;  ///< its output k or argument a
+
+  /// "output k of tensor i", "argument a of tensor i" or "argument a" (built only for a message).
+  std::string what() const {
+    return (output ? "output " : "argument ") + std::to_string(index) +
+           (group == kShared ? "" : " of tensor " + std::to_string(group));
+  }
 };
 
 /// Every output overlaps nothing but the very array of an input of its own group (the rule of fuse's out=).
@@ -78,7 +85,7 @@ void check_overlaps(std::vector<Touch>& touches, const std::string& who) {
       const Touch& out = a.output ? a : b;
       const Touch& other = a.output ? b : a;
       if (!other.output && other.group == out.group && same_view(*out.array, *other.array)) continue;
-      throw ValueError(who + ": " + out.what + " overlaps " + other.what +
+      throw ValueError(who + ": " + out.what() + " overlaps " + other.what() +
                        "; an output may only be the very array of an input of its own tensor (read and written "
                        "element by element): pass separate arrays");
     }
@@ -108,8 +115,9 @@ void fusion_run_each(const FusionGraph& g, const std::vector<FusionEachArgument>
                      const std::vector<std::vector<Array>>& outputs) {
   const std::string who = "fuse(" + g.name + ").each";
   if (!g.reductions.empty() || g.reduce >= 0)
-    throw ValueError(who + ": the function reduces; each() applies elementwise functions only: call the fused "
-                           "function once per tensor instead");
+    throw ValueError(who +
+                     ": the function reduces; each() applies elementwise functions only: call the fused "
+                     "function once per tensor instead");
   if (outputs.size() != g.outputs.size())
     throw ValueError(who + ": " + std::to_string(outputs.size()) + " output lists for " +
                      std::to_string(g.outputs.size()) + " outputs; pass one list of arrays per output");
@@ -142,44 +150,45 @@ void fusion_run_each(const FusionGraph& g, const std::vector<FusionEachArgument>
   std::vector<bool> dense(count, true);
   std::vector<Shape> shapes(count);
   for (size_t i = 0; i < count; ++i) {
-    const std::string tensor = " of tensor " + std::to_string(i);
+    // Messages are built only when a check fails (this runs for every parameter of every optimizer step).
+    auto tensor = [i] { return " of tensor " + std::to_string(i); };
     Shape& shape = shapes[i];
     for (size_t a = 0; a < args.size(); ++a) {
       const Array* x = array_of(a, i);
       if (!x) continue;
-      const std::string what = "argument " + std::to_string(a) + (args[a].list ? tensor : "");
-      if (!x->defined()) throw ValueError(who + ": " + what + " is an undefined Array; pass an array");
+      auto what = [&] { return "argument " + std::to_string(a) + (args[a].list ? tensor() : ""); };
+      if (!x->defined()) throw ValueError(who + ": " + what() + " is an undefined Array; pass an array");
       if (x->device() != device)
-        throw DeviceError(who + ": " + what + " is on " + x->device().str() + " and the first array on " +
+        throw DeviceError(who + ": " + what() + " is on " + x->device().str() + " and the first array on " +
                           device.str() + "; call each() once per device (kiln never copies behind your back)");
       if (x->dtype() != traced[a])
-        throw DTypeError(who + ": " + what + " is " + std::string(dtype_name(x->dtype())) + " but tensor 0's is " +
+        throw DTypeError(who + ": " + what() + " is " + std::string(dtype_name(x->dtype())) + " but tensor 0's is " +
                          std::string(dtype_name(traced[a])) + "; call each() once per dtype");
       if (recording && requires_grad(*x))
-        throw ValueError(who + ": " + what +
+        throw ValueError(who + ": " + what() +
                          " requires grad while grad mode is on; each() writes in place, which autograd does not "
                          "record: call it under a NoGradGuard (optimizer steps)");
       shape = broadcast_shapes(shape, x->shape(), who.c_str());
-      if (args[a].list || i == 0) touches.push_back({0, 0, x, args[a].list ? i : kShared, false, what});
+      if (args[a].list || i == 0) touches.push_back({0, 0, x, args[a].list ? i : kShared, false, a});
     }
     const int64_t size = shape_numel(shape);
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Array& out = outputs[k][i];
       const FusionNode& node = g.nodes[static_cast<size_t>(g.outputs[k])];
-      const std::string what = "output " + std::to_string(k) + tensor;
+      auto what = [&] { return "output " + std::to_string(k) + tensor(); };
       if (!out.defined())
-        throw ValueError(who + ": " + what + " is an undefined Array; each() writes in place: pass an array");
+        throw ValueError(who + ": " + what() + " is an undefined Array; each() writes in place: pass an array");
       if (out.device() != device)
-        throw DeviceError(who + ": " + what + " is on " + out.device().str() + " and the arguments on " +
+        throw DeviceError(who + ": " + what() + " is on " + out.device().str() + " and the arguments on " +
                           device.str() + "; pass an output on " + device.str());
       if (out.shape() != shape)
-        throw ShapeError(who + ": " + what + " has shape " + shape_str(out.shape()) + " but the arguments" + tensor +
-                         " broadcast to " + shape_str(shape) + "; pass an array of that shape");
+        throw ShapeError(who + ": " + what() + " has shape " + shape_str(out.shape()) + " but the arguments" +
+                         tensor() + " broadcast to " + shape_str(shape) + "; pass an array of that shape");
       if (out.dtype() != node.dtype)
-        throw DTypeError(who + ": " + what + " is " + std::string(dtype_name(out.dtype())) + " but the output is " +
+        throw DTypeError(who + ": " + what() + " is " + std::string(dtype_name(out.dtype())) + " but the output is " +
                          std::string(dtype_name(node.dtype)) + "; cast inside the function (.astype) or pass a " +
                          std::string(dtype_name(node.dtype)) + " array");
-      touches.push_back({0, 0, &out, i, true, what});
+      touches.push_back({0, 0, &out, i, true, k});
     }
     // Dense: every full-size array in the first output's memory order, the others single elements.
     const Array& lead = outputs.empty() ? *first : outputs[0][i];

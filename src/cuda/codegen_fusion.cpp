@@ -408,8 +408,7 @@ void rows_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& i
 void multi_tensor_kernel(std::string& s, const FusionGraph& g, const std::vector<int>& inputs,
                          const FusionKernelSpec& spec, const std::string& name) {
   const size_t no = g.outputs.size();
-  const MultiTensorTable t =
-      multi_tensor_table(static_cast<int>(no + inputs.size()), static_cast<int>(g.slots.size()));
+  const MultiTensorTable t = multi_tensor_table(static_cast<int>(no + inputs.size()), static_cast<int>(g.slots.size()));
   s += "struct TensorList { void* ptr[" + std::to_string(t.operands) + "][" + std::to_string(t.tensors) +
        "]; long long n[" + std::to_string(t.tensors) + "]; int chunk[" + std::to_string(t.blocks) +
        "]; unsigned char tensor[" + std::to_string(t.blocks) + "]; };\n";

@@ -249,8 +249,10 @@ void cuda_multi_tensor(const detail::MultiTensorCall& call) {
     auto put = [&](const void* value, size_t size, size_t offset) { std::memcpy(list + offset, value, size); };
     auto enter = [&](const detail::MultiTensorGroup& group) {  // the tensor's pointers and size at entry `count`
       for (size_t k = 0; k < no + inputs.size(); ++k) {
-        const void* p = k < no ? group.outs[k].data_ptr() : group.arrays[static_cast<size_t>(inputs[k - no])]->data_ptr();
-        put(&p, sizeof p, table.pointers + (k * static_cast<size_t>(table.tensors) + static_cast<size_t>(count)) * sizeof p);
+        const void* p =
+            k < no ? group.outs[k].data_ptr() : group.arrays[static_cast<size_t>(inputs[k - no])]->data_ptr();
+        put(&p, sizeof p,
+            table.pointers + (k * static_cast<size_t>(table.tensors) + static_cast<size_t>(count)) * sizeof p);
       }
       const long long n = group.size;
       put(&n, sizeof n, table.sizes + static_cast<size_t>(count) * sizeof n);

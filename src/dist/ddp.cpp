@@ -10,8 +10,8 @@
 #include "dist/reducer.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/error.hpp"
-#include "kiln/ops.hpp"
 #include "kiln/fuse.hpp"
+#include "kiln/ops.hpp"
 
 namespace kiln::dist {
 
@@ -130,7 +130,7 @@ void Reducer::finish() {
       Array g = p.grad();
       if (g.defined() && g.data_ptr() == slot.data_ptr()) continue;  // the gradient is the slot already
       if (p.is_contiguous() && (!g.defined() || g.is_contiguous())) {
-        p.set_grad(slot);  // the averaged gradient is a view of the bucket: no copy back
+        p.set_grad(slot);                 // the averaged gradient is a view of the bucket: no copy back
       } else if (g.dtype() == b.dtype) {  // a channels-last gradient keeps its layout
         dst.push_back(g);
         src.push_back(slot);

@@ -43,8 +43,8 @@ constexpr auto momentum_formula = [](auto p, auto g, auto v, auto lr, auto m, au
 /// Adam (AdamW with decay = 1 - lr wd and wd = 0): d = g + wd p, m' = b1 m + (1 - b1) d, v' = b2 v + (1 - b2) d^2,
 /// p decay - step_size m' / (sqrt(v') / bc2_sqrt + eps), step_size = lr / (1 - b1^t), bc2_sqrt = sqrt(1 - b2^t)
 /// (host scalars, or with `capturable` 0-d arrays on the device).
-constexpr auto adam_formula = [](auto p, auto g, auto m, auto v, auto b1, auto one_minus_b1, auto b2,
-                                 auto one_minus_b2, auto step_size, auto bc2_sqrt, auto eps, auto wd, auto decay) {
+constexpr auto adam_formula = [](auto p, auto g, auto m, auto v, auto b1, auto one_minus_b1, auto b2, auto one_minus_b2,
+                                 auto step_size, auto bc2_sqrt, auto eps, auto wd, auto decay) {
   auto d = g + p * wd;
   auto m2 = m * b1 + d * one_minus_b1;
   auto v2 = v * b2 + d * d * one_minus_b2;
@@ -242,8 +242,8 @@ void Adam::step() {
   std::map<std::string, bool> corrected;  // devices whose step count advanced in this call
   for (Lists& l : by.all()) {
     if (!o.capturable) {
-      update.each({l.params, l.first, l.second}, l.params, l.grads, l.first, l.second, o.beta1, 1.0 - o.beta1,
-                  o.beta2, 1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
+      update.each({l.params, l.first, l.second}, l.params, l.grads, l.first, l.second, o.beta1, 1.0 - o.beta1, o.beta2,
+                  1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
       continue;
     }
     const Device d = l.device;
@@ -257,8 +257,7 @@ void Adam::step() {
         s.step_size32 = empty({}, float32, d);
         s.bc2_sqrt32 = empty({}, float32, d);
       }
-      corrections.out({s.count, s.step_size, s.bc2_sqrt, s.step_size32, s.bc2_sqrt32}, s.count, o.beta1, o.beta2,
-                      lr_);
+      corrections.out({s.count, s.step_size, s.bc2_sqrt, s.step_size32, s.bc2_sqrt32}, s.count, o.beta1, o.beta2, lr_);
       corrected[d.str()] = true;
     }
     // The corrections in the parameters' dtype, as the host path rounds its scalars.
@@ -316,8 +315,7 @@ Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
   ListsBy by;
   for (const Array& p : parameters)
     if (Array g = p.grad(); g.defined()) by.of(g).grads.push_back(g);
-  for (Lists& l : by.all())
-    scale_by.each({l.grads}, l.grads, scale.to(l.device).astype(l.grads.front().dtype()));
+  for (Lists& l : by.all()) scale_by.each({l.grads}, l.grads, scale.to(l.device).astype(l.grads.front().dtype()));
   return total;
 }
 
@@ -325,8 +323,9 @@ Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   if (!(options.init_scale > 0) || !(options.growth_factor > 1) || !(options.backoff_factor > 0) ||
       !(options.backoff_factor < 1) || options.growth_interval <= 0)
-    throw ValueError("GradScaler: init_scale must be positive, growth_factor above 1, backoff_factor in (0, 1) and "
-                     "growth_interval positive");
+    throw ValueError(
+        "GradScaler: init_scale must be positive, growth_factor above 1, backoff_factor in (0, 1) and "
+        "growth_interval positive");
 }
 
 Array GradScaler::scale(const Array& loss) const { return options_.enabled ? loss * scale_ : loss; }

@@ -61,7 +61,8 @@ void each_equals_per_tensor(DType dtype) {
   std::vector<Array> p2 = copies(p), m2 = copies(m), v2 = copies(v);
   for (int step = 0; step < 2; ++step) {
     f.each({p1, m1, v1}, p1, g, m1, v1, 0.9, 0.999, 0.01, 1e-8);
-    for (size_t i = 0; i < sizes.size(); ++i) f.out({p2[i], m2[i], v2[i]}, p2[i], g[i], m2[i], v2[i], 0.9, 0.999, 0.01, 1e-8);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      f.out({p2[i], m2[i], v2[i]}, p2[i], g[i], m2[i], v2[i], 0.9, 0.999, 0.01, 1e-8);
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     EXPECT_TRUE(same_bits<T>(p1[i], p2[i])) << "parameter " << i << " of " << sizes[i];
@@ -109,8 +110,8 @@ TEST(MultiTensor, TensorsThatAreNotDenseRunOnTheirOwn) {
   Array x0 = arange(12, float32).reshape({4, 3});
   Array y1 = zeros({2, 3}, float32, cpu());
   Array x1 = from_data(std::vector<float>{1, 2, 3}).reshape({1, 3});
-  Array y2 = ones({2, 3, 2, 2}, float32, cpu()).to_channels_last();
-  Array x2 = arange(24, float32).reshape({2, 3, 2, 2}).to_channels_last();
+  Array y2 = to_channels_last(ones({2, 3, 2, 2}, float32, cpu()));
+  Array x2 = to_channels_last(arange(24, float32).reshape({2, 3, 2, 2}));
   Array y3 = ones({5}, float32, cpu());
   Array x3 = arange(5, float32);
   std::vector<Array> ys = {y0, y1, y2, y3}, xs = {x0, x1, x2, x3};

@@ -90,7 +90,8 @@ TEST(MultiTensorCodegen, OptimizerAndCopyKernelsCompile) {
   EXPECT_NE(code.find("static_assert(sizeof(TensorList)"), std::string::npos);
   EXPECT_NE(fusion_kernel_name(*arrays, multi_spec(0)), fusion_kernel_name(*arrays, multi_spec(0b110000)));
   const auto copy = fuse([](auto x) { return x; }, "copy_multi");
-  for (DType t : {float16, bfloat16, float32, float64}) expect_compiles(*copy.graph(zeros({4}, t, cpu())), {multi_spec(0)});
+  for (DType t : {float16, bfloat16, float32, float64})
+    expect_compiles(*copy.graph(zeros({4}, t, cpu())), {multi_spec(0)});
 }
 
 // ------------------------------------------------------------------ with a GPU
@@ -108,8 +109,8 @@ TEST(MultiTensorGpu, EachGivesTheCpusBitsOverManyTensorsAndLaunches) {
                        v = normal_list(sizes, 4, d);
     for (Array& x : v) x = square(x);
     const Array step = full({}, 0.01, float32, d), bc2 = full({}, 0.75, float32, d);
-    adam.each({p, m, v}, p, g, m, v, 0.9, 0.999, 0.01, 0.5, 1e-8);     // scalars
-    adam.each({p, m, v}, p, g, m, v, 0.9, 0.999, step, bc2, 1e-8);     // shared 0-d arrays
+    adam.each({p, m, v}, p, g, m, v, 0.9, 0.999, 0.01, 0.5, 1e-8);  // scalars
+    adam.each({p, m, v}, p, g, m, v, 0.9, 0.999, step, bc2, 1e-8);  // shared 0-d arrays
     for (size_t i = 0; i < sizes.size(); ++i) {
       results[k][0].push_back(p[i].to_vector<float>());
       results[k][1].push_back(m[i].to_vector<float>());
@@ -129,8 +130,8 @@ TEST(MultiTensorGpu, TensorsThatAreNotDenseAndChannelsLastMatchTheCpu) {
   int k = 0;
   for (Device d : {cpu(), gpu(0)}) {
     Array y0 = zeros({3, 4}, float32, d).transpose(), x0 = arange(12, float32).reshape({4, 3}).to(d);
-    Array y1 = ones({2, 3, 2, 2}, float32, d).to_channels_last();
-    Array x1 = arange(24, float32).reshape({2, 3, 2, 2}).to(d).to_channels_last();
+    Array y1 = to_channels_last(ones({2, 3, 2, 2}, float32, d));
+    Array x1 = to_channels_last(arange(24, float32).reshape({2, 3, 2, 2}).to(d));
     Array y2 = ones({9000}, float32, d), x2 = arange(9000, float32).to(d);
     std::vector<Array> ys = {y0, y1, y2}, xs = {x0, x1, x2};
     axpy.each({ys}, ys, xs, 0.5);
