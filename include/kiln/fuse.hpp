@@ -138,6 +138,29 @@ std::shared_ptr<const FusionGraph> fusion_trace(
 /// place, an undefined one is set to a new array): generated kernels on a GPU, one blocked pass on the CPU, else
 /// kiln's ops one by one (autograd recording, empty arrays, shapes one pass cannot serve).
 void fusion_run(const FusionGraph& graph, const std::vector<FusionArgument>& args, Array* results, size_t count);
+/// One argument of a multi-tensor call (Fused::each): one array per tensor, one array shared by every tensor, or
+/// a scalar.
+struct FusionEachArgument {
+  const std::vector<Array>* list = nullptr;
+  const Array* array = nullptr;
+  Scalar scalar;
+};
+inline FusionEachArgument each_argument(const std::vector<Array>& list) { return {&list, nullptr, {}}; }
+inline FusionEachArgument each_argument(const Array& a) { return {nullptr, &a, {}}; }
+inline FusionEachArgument each_argument(const Scalar& s) { return {nullptr, nullptr, s}; }
+template <Arithmetic T>
+FusionEachArgument each_argument(T v) {
+  return {nullptr, nullptr, Scalar(v)};
+}
+/// The number of tensors of a Fused::each call: the common length of the output lists and list arguments
+/// (ValueError naming `fuse(<name>).each` when they differ).
+size_t fusion_each_count(const std::string& name, const std::vector<FusionEachArgument>& args,
+                         const std::vector<std::vector<Array>>& outputs);
+/// Runs the elementwise `graph` over every tensor: output k of tensor i is written into outputs[k][i]. Checks the
+/// lists (see Fused::each) and throws naming `fuse(<name>).each` and the fix.
+void fusion_run_each(const FusionGraph& graph, const std::vector<FusionEachArgument>& args,
+                     const std::vector<std::vector<Array>>& outputs);
+
 std::shared_ptr<FusionCache> make_fusion_cache();
 size_t fusion_cache_size(const FusionCache& cache);
 /// A traced graph as text, one node a line (for tests and debugging).
@@ -206,6 +229,34 @@ class Fused {
   template <class... Args>
   auto out(std::initializer_list<Array> outputs, const Args&... args) const {
     return call<Args...>(outputs, args...);
+  }
+  /// Multi-tensor apply (ATen's MultiTensorApply, PyTorch's foreach): the function over a list of tensors, each
+  /// argument a std::vector<Array> (one per tensor), an Array every tensor reads (e.g. a 0-d step size on the
+  /// device) or a C++ number; output k of tensor i is written in place into outputs[k][i]:
+  ///   static const auto sgd = kiln::fuse([](auto p, auto g, auto lr) { return p - g * lr; }, "sgd");
+  ///   sgd.each({params}, params, grads, 0.1);  // every parameter updated, a few GPU launches in all
+  /// Every list has one array per tensor; tensor i's arrays broadcast to its outputs' shape, and every tensor
+  /// has tensor 0's dtypes and device (call each() once per dtype and device). An output may be the very array
+  /// of an input of its own tensor and may overlap nothing else. Elementwise functions only (no reductions).
+  /// Throws ValueError, ShapeError, DTypeError or DeviceError naming the list and the fix; the results are bit
+  /// for bit those of calling out() once per tensor, except that the CPU flushes subnormals to zero (x86 FTZ/DAZ:
+  /// decaying optimizer moments would otherwise slow every operation on them). Asynchronous on a GPU.
+  template <class... Args>
+  void each(std::initializer_list<std::vector<Array>> outputs, const Args&... args) const {
+    static_assert(sizeof...(Args) > 0, "kiln::fuse: call each() with at least one list of arrays");
+    static_assert(Result<sizeof...(Args)>::count > 0,
+                  "kiln::fuse: the function must return the result of fusable ops on its arguments (one value, or a "
+                  "std::tuple of values)");
+    const std::vector<detail::FusionEachArgument> arguments{detail::each_argument(args)...};
+    const std::vector<std::vector<Array>> lists(outputs);
+    if (detail::fusion_each_count(name_, arguments, lists) == 0) return;
+    // The signature is tensor 0's: each() checks that every other tensor has its dtypes.
+    std::vector<detail::FusionArgument> first;
+    for (const detail::FusionEachArgument& a : arguments)
+      first.push_back(a.list ? detail::fusion_argument((*a.list)[0])
+                      : a.array ? detail::fusion_argument(*a.array)
+                                : detail::fusion_argument(a.scalar));
+    detail::fusion_run_each(*graph_for<sizeof...(Args)>(first), arguments, lists);
   }
   /// The traced graph for these arguments' signature (traced when new) without running it; for tests and
   /// tools (detail::fusion_describe prints it).

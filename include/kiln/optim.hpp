@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "kiln/array.hpp"
@@ -100,12 +101,12 @@ class Adam : public Optimizer {
   AdamOptions options_;
   bool decoupled_;
   std::vector<Array> exp_avg_, exp_avg_sq_;
-  /// capturable: per GPU, the step count, the bias-corrected step size and sqrt(1 - beta2^t) (float64; and
-  /// float32 for the multi-tensor kernels), all 0-d arrays on that GPU.
+  /// capturable: per device (Device::str()), the step count, the bias-corrected step size and sqrt(1 - beta2^t)
+  /// (float64; and float32 for float32 parameters), all 0-d arrays on that device.
   struct DeviceStep {
     Array count, step_size, bc2_sqrt, step_size32, bc2_sqrt32;
   };
-  std::map<int, DeviceStep> device_steps_;
+  std::map<std::string, DeviceStep> device_steps_;
 };
 
 /// AdamW: Adam with decoupled weight decay (default 0.01, as PyTorch).

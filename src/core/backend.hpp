@@ -21,6 +21,7 @@ class RawKernelBackend;      // core/raw_kernel_backend.hpp
 struct UserElementwiseCall;  // core/user_kernel.hpp
 struct UserReductionCall;    // core/user_kernel.hpp
 struct FusionCall;           // core/fusion.hpp
+struct MultiTensorCall;      // core/multi_tensor.hpp
 
 /// Array operands of a built-in elementwise op, the output included.
 inline constexpr int kMaxElementwiseOperands = 4;
@@ -216,6 +217,9 @@ class Backend {
   /// Runs a fused function (kiln::fuse) as generated code into call.outs; returns false when this backend
   /// has no fused kernels (the core then runs the graph op by op, as the CPU does).
   virtual bool fused(const FusionCall& /*call*/) { return false; }
+  /// Runs a traced elementwise graph over every group of `call` (Fused::each: multi-tensor apply), writing the
+  /// groups' outputs in place; asynchronous on a GPU.
+  virtual void multi_tensor(const MultiTensorCall& call) = 0;
   /// Runs a user ElementwiseKernel / ReductionKernel (include/kiln/kernels.hpp): generates, compiles
   /// (cached) and launches it. Only GPU backends compile user kernels; the default throws DeviceError.
   virtual void user_elementwise(const UserElementwiseCall& call);

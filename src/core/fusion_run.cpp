@@ -11,6 +11,7 @@
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
 #include "core/fusion.hpp"
+#include "core/multi_tensor.hpp"
 #include "core/reduce.hpp"
 #include "kiln/fuse.hpp"
 
@@ -46,6 +47,28 @@ std::vector<Scalar> weak_values(const FusionGraph& g, const std::vector<FusionAr
       for (int k = 0; k < n.num_inputs; ++k) operands[k] = Operand(values[static_cast<size_t>(n.inputs[k])]);
       values[i] = apply_op(n.op, operands, n.num_inputs).item_scalar();
     }
+  }
+  return values;
+}
+
+/// The scalar slots' values from the weak nodes' values (see fusion_slot_values).
+std::vector<Scalar> slot_values_of(const FusionGraph& g, const std::vector<Scalar>& weak) {
+  std::vector<Scalar> values;
+  for (const FusionSlot& slot : g.slots) {
+    const FusionNode& user = g.nodes[static_cast<size_t>(slot.user)];
+    if (!g.live[static_cast<size_t>(slot.user)]) {
+      values.emplace_back();
+      continue;
+    }
+    const Scalar& v = weak[static_cast<size_t>(slot.source)];
+    if (user.kind == FusionNodeKind::Cast) {
+      values.push_back(v);
+      continue;
+    }
+    OpTypes types{user.compute, user.dtype};
+    check_scalar_range(user.op, slot.operand, v, types);  // out of range throws ValueError as the unfused op does
+    const bool condition = user.op == OpCode::Where && slot.operand == 0;
+    values.push_back(condition ? Scalar(v.to_bool()) : round_scalar(v, slot.compute));
   }
   return values;
 }
@@ -271,6 +294,10 @@ static bool fusion_records_gradients(const std::vector<FusionArgument>& args, co
   return records;
 }
 
+std::vector<Scalar> fusion_slot_values(const FusionGraph& g, const std::vector<FusionArgument>& args) {
+  return slot_values_of(g, weak_values(g, args));
+}
+
 void fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args, Array* results, size_t count) {
   const std::string who = "fuse(" + g.name + ")";
   assert(count == g.outputs.size());
@@ -304,22 +331,7 @@ void fusion_run(const FusionGraph& g, const std::vector<FusionArgument>& args, A
 
   FusionCall call;
   call.graph = &g;
-  for (const FusionSlot& slot : g.slots) {
-    const FusionNode& user = g.nodes[static_cast<size_t>(slot.user)];
-    if (!g.live[static_cast<size_t>(slot.user)]) {
-      call.slot_values.emplace_back();
-      continue;
-    }
-    const Scalar& v = weak[static_cast<size_t>(slot.source)];
-    if (user.kind == FusionNodeKind::Cast) {
-      call.slot_values.push_back(v);
-      continue;
-    }
-    OpTypes types{user.compute, user.dtype};
-    check_scalar_range(user.op, slot.operand, v, types);  // out of range throws ValueError as the unfused op does
-    const bool condition = user.op == OpCode::Where && slot.operand == 0;
-    call.slot_values.push_back(condition ? Scalar(v.to_bool()) : round_scalar(v, slot.compute));
-  }
+  call.slot_values = slot_values_of(g, weak);
   bool any_out = false;
   for (size_t k = 0; k < g.outputs.size(); ++k) any_out = any_out || results[k].defined();
 

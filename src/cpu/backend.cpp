@@ -5,6 +5,7 @@
 #include "cpu/elementwise.hpp"
 #include "cpu/fused.hpp"
 #include "cpu/matmul.hpp"
+#include "cpu/multi_tensor.hpp"
 #include "cpu/onednn.hpp"
 #include "cpu/pooling.hpp"
 #include "cpu/random.hpp"
@@ -25,6 +26,7 @@ class CpuBackend final : public detail::Backend {
   bool pooling(const detail::PoolCall& call) override { return cpu_pooling(call); }
   bool batch_norm(detail::BatchNormCall& call) override { return cpu_batch_norm(call); }
   void random(const detail::RandomCall& call) override { cpu_random(call); }
+  void multi_tensor(const detail::MultiTensorCall& call) override { cpu_multi_tensor(call); }
 };
 
 }  // namespace

@@ -83,6 +83,7 @@ class CudaBackend final : public detail::Backend {
     set_device(call.outs.at(0).device().index);
     return cuda_fused(call);
   }
+  void multi_tensor(const detail::MultiTensorCall& call) override { cuda_multi_tensor(call); }
   bool check_range(const Array& values, int64_t lo, int64_t hi, int32_t code) override {
     detail::note_gpu_work(values.device().index);
     return cuda_check_range(values, lo, hi, code);

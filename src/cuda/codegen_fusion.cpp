@@ -2,6 +2,7 @@
 // argument layout; the loops are the templates fusion_*.cuh.in of src/cuda/kernels). The element function reuses the prelude's op_<name> and
 // cast<> of the built-in kernels, so fused code computes exactly what the
 // unfused kernels compute, value for value.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <string>
@@ -423,7 +424,66 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
                         {"passes", passes}});
 }
 
+/// A multi-tensor kernel: block b updates chunk l.chunk[b] of tensor l.tensor[b] (see MultiTensorTable).
+std::string multi_tensor_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                                const std::string& name) {
+  const size_t no = g.outputs.size();
+  const MultiTensorTable t = multi_tensor_table(static_cast<int>(no + inputs.size()), static_cast<int>(g.slots.size()));
+  std::string slot_parameters, pointers;
+  for (size_t j = 0; j < g.slots.size(); ++j)
+    slot_parameters += ", const " + std::string(device_type_name(g.slots[j].argument_dtype)) + " s" + std::to_string(j);
+  for (size_t k = 0; k < no; ++k)
+    pointers += "  " + output_type(g, k) + "* out" + std::to_string(k) + " = (" + output_type(g, k) + "*)l.ptr[" +
+                std::to_string(k) + "][t] + start;\n";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const std::string type = device_type_name(fusion_input_dtype(g, inputs, k));
+    const bool one = (spec.broadcast_mask >> k) & 1u;  // one element for the whole tensor
+    pointers += "  const " + type + "* in" + std::to_string(k) + " = (const " + type + "*)l.ptr[" +
+                std::to_string(no + k) + "][t]" + (one ? "" : " + start") + ";\n";
+  }
+  return fill_template(
+      "fusion_multi_tensor.cuh.in", kernel_sources::fusion_multi_tensor_cuh_in,
+      {{"name", name},
+       {"element_function", element_function(g, inputs)},
+       {"operands", std::to_string(t.operands)},
+       {"tensors", std::to_string(t.tensors)},
+       {"blocks", std::to_string(t.blocks)},
+       {"table_bytes", std::to_string(t.bytes)},
+       {"block_size", std::to_string(kBlockSize)},
+       {"slot_parameters", slot_parameters},
+       {"chunk", std::to_string(kMultiTensorChunk)},
+       {"pointers", pointers},
+       {"element_call", element_call(
+                            g, no, inputs.size(), [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
+                            [&](size_t k) {
+                              return "in" + std::to_string(k) + ((spec.broadcast_mask >> k) & 1u ? "[0]" : "[i]");
+                            })}});
+}
+
 }  // namespace
+
+MultiTensorTable multi_tensor_table(int operands, int slots) {
+  // The slots follow the table among the kernel's parameters, each at most 8 bytes.
+  const int64_t budget = 4096 - 8 * int64_t{slots} - 16;
+  MultiTensorTable t;
+  t.operands = operands;
+  for (t.blocks = 320; t.blocks >= 8; t.blocks /= 2) {
+    const int64_t per_tensor = 8 * (int64_t{operands} + 1), room = budget - 5 * int64_t{t.blocks};
+    t.tensors = static_cast<int>(std::min<int64_t>(255, room / per_tensor));
+    if (t.tensors >= 8) break;
+  }
+  if (t.tensors < 1)
+    throw ValueError("fuse: " + std::to_string(operands) + " arrays and " + std::to_string(slots) +
+                     " scalar slots leave no room for a multi-tensor table in 4 KB of kernel parameters; split the "
+                     "function");
+  const size_t tensors = static_cast<size_t>(t.tensors), blocks = static_cast<size_t>(t.blocks);
+  t.pointers = 0;
+  t.sizes = t.pointers + static_cast<size_t>(operands) * tensors * sizeof(void*);
+  t.chunks = t.sizes + tensors * sizeof(long long);
+  t.tensor_of = t.chunks + blocks * sizeof(int32_t);
+  t.bytes = (t.tensor_of + blocks + 7) / 8 * 8;
+  return t;
+}
 
 void check_operand_count(const FusionGraph& g) {
   const size_t inputs = fusion_array_arguments(g).size();
@@ -466,6 +526,9 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
       name += "_rows_g" + std::to_string(spec.group) + "_k" + std::to_string(spec.kept_ndim) + "_r" +
               std::to_string(spec.reduced_ndim) + "_m" + std::to_string(spec.kept_mask);
       break;
+    case FusionLayout::MultiTensor:
+      name += "_multi_b" + std::to_string(spec.broadcast_mask);
+      break;
     case FusionLayout::Reduce:
       name += std::string("_") + detail::reduce_op_name(spec.op) + "_a" + dtype_tag(spec.acc) + "_" +
               (spec.to_partials ? std::string("partial") : dtype_tag(spec.out)) + "_g" + std::to_string(spec.group) +
@@ -499,6 +562,8 @@ std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spe
       return reduce_kernel(g, inputs, spec, name);
     case FusionLayout::Rows:
       return rows_kernel(g, inputs, spec, name);
+    case FusionLayout::MultiTensor:
+      return multi_tensor_kernel(g, inputs, spec, name);
   }
   throw ValueError("fuse codegen: unknown layout for " + name);
 }

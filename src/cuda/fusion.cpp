@@ -12,6 +12,7 @@
 #include <array>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,76 @@ void reduction(const detail::FusionCall& call, int device, const std::vector<int
 }
 
 }  // namespace
+
+void cuda_multi_tensor(const detail::MultiTensorCall& call) {
+  const FusionGraph& g = *call.graph;
+  const int device = call.groups.at(0).outs.at(0).device().index;
+  set_device(device);
+  check_operand_count(g);
+  const std::vector<int> inputs = fusion_array_arguments(g);
+  const size_t no = g.outputs.size();
+  const MultiTensorTable table =
+      multi_tensor_table(static_cast<int>(no + inputs.size()), static_cast<int>(g.slots.size()));
+  std::vector<std::array<uint64_t, 1>> slots(g.slots.size());
+  alignas(8) unsigned char list[4096];
+  std::vector<void*> args{list};
+  for (size_t j = 0; j < g.slots.size(); ++j) {
+    store_scalar(g.slots[j].argument_dtype, call.slot_values[j], slots[j].data());
+    args.push_back(slots[j].data());
+  }
+  // An argument of one element in a tensor of several reads that element at every index (a kernel per mask;
+  // a tensor of one element reads index 0 either way).
+  auto mask_of = [&](const detail::MultiTensorGroup& group) {
+    uint32_t mask = 0;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (group.size > 1 && group.arrays[static_cast<size_t>(inputs[k])]->size() == 1) mask |= 1u << k;
+    return mask;
+  };
+  std::vector<uint32_t> masks;
+  for (const detail::MultiTensorGroup& group : call.groups)
+    if (std::find(masks.begin(), masks.end(), mask_of(group)) == masks.end()) masks.push_back(mask_of(group));
+  const cudaStream_t stream = current_stream(device);
+  for (uint32_t mask : masks) {
+    FusionKernelSpec spec;
+    spec.layout = FusionLayout::MultiTensor;
+    spec.broadcast_mask = mask;
+    const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
+    int count = 0, blocks = 0;  // tensors and blocks in the table
+    auto flush = [&] {
+      if (blocks > 0) launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), stream, args.data());
+      count = blocks = 0;
+    };
+    auto put = [&](const void* value, size_t size, size_t offset) { std::memcpy(list + offset, value, size); };
+    auto enter = [&](const detail::MultiTensorGroup& group) {  // the tensor's pointers and size at entry `count`
+      for (size_t k = 0; k < no + inputs.size(); ++k) {
+        const void* p =
+            k < no ? group.outs[k].data_ptr() : group.arrays[static_cast<size_t>(inputs[k - no])]->data_ptr();
+        put(&p, sizeof p,
+            table.pointers + (k * static_cast<size_t>(table.tensors) + static_cast<size_t>(count)) * sizeof p);
+      }
+      const long long n = group.size;
+      put(&n, sizeof n, table.sizes + static_cast<size_t>(count) * sizeof n);
+    };
+    for (const detail::MultiTensorGroup& group : call.groups) {
+      if (mask_of(group) != mask) continue;
+      if (count == table.tensors) flush();
+      enter(group);
+      for (int64_t c = 0; c * kMultiTensorChunk < group.size; ++c) {
+        if (blocks == table.blocks) {  // the table is full: launch, then carry this tensor over
+          flush();
+          enter(group);
+        }
+        const int32_t chunk = static_cast<int32_t>(c);
+        const unsigned char tensor = static_cast<unsigned char>(count);
+        put(&chunk, sizeof chunk, table.chunks + static_cast<size_t>(blocks) * sizeof chunk);
+        put(&tensor, 1, table.tensor_of + static_cast<size_t>(blocks));
+        ++blocks;
+      }
+      ++count;
+    }
+    flush();
+  }
+}
 
 bool cuda_fused(const detail::FusionCall& call) {
   const FusionGraph& g = *call.graph;

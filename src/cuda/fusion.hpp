@@ -17,6 +17,9 @@
 //   memory across warps). With group 1, adjacent threads take adjacent outputs (coalesced
 //   for a reduction over an outer axis). A split reduction writes accumulators
 //   (partials[o * splits + split]) that the built-in reduction then reduces;
+// - multi-tensor: an elementwise graph over a list of tensors (Fused::each), each block
+//   one chunk of one tensor, from a table of pointers and sizes passed by value (see
+//   MultiTensorTable); an argument in `broadcast_mask` is one element read by every index;
 // - rows: a staged graph (elementwise work after reductions over the same axes). One
 //   group per row (kept index), no split: one pass over the row per reduction (each
 //   reading the reductions before it as per-row values, the combined value broadcast
@@ -29,7 +32,8 @@
 // `Params, n` (elementwise_layout.hpp's words; operands: outputs then inputs), for
 // reduce `Params`: kept size[kn], reduced size[rn], then per input kept stride[kn] and
 // reduced stride[rn], then num_out, num_red, splits, chunk; for rows the same with the
-// outputs' strides after the inputs' and without splits, chunk.
+// outputs' strides after the inputs' and without splits, chunk. A multi-tensor kernel
+// takes the table first, then the slots.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +41,12 @@
 #include <vector>
 
 #include "core/fusion.hpp"
+#include "core/multi_tensor.hpp"
 #include "cuda/codegen.hpp"
 
 namespace kiln::cuda_impl {
 
-enum class FusionLayout : uint8_t { Contiguous, Strided, Reduce, Rows };
+enum class FusionLayout : uint8_t { Contiguous, Strided, Reduce, Rows, MultiTensor };
 
 /// What a fused kernel's source depends on besides its graph.
 struct FusionKernelSpec {
@@ -61,6 +66,7 @@ struct FusionKernelSpec {
   // elementwise and rows
   bool aliased = false;    ///< an output is an input's array (no __restrict__)
   uint32_t kept_mask = 0;  ///< rows: bit k set when output k has the reduced shape (written once per row)
+  uint32_t broadcast_mask = 0;  ///< multi-tensor: bit k set when array argument k is one element per tensor
 
   bool operator==(const FusionKernelSpec&) const = default;
 };
@@ -69,7 +75,7 @@ struct FusionKernelSpec {
 
 // Hashes over every field (a field added without being named here does not compile).
 KILN_HASH_EVERY_FIELD(kiln::cuda_impl::FusionKernelSpec, layout, vector_width, ndim, unroll, index64, op, out, acc,
-                      group, kept_ndim, reduced_ndim, to_partials, aliased, kept_mask);
+                      group, kept_ndim, reduced_ndim, to_partials, aliased, kept_mask, broadcast_mask);
 
 namespace kiln::cuda_impl {
 
@@ -89,6 +95,26 @@ void check_operand_count(const detail::FusionGraph& graph);
 std::vector<int> fusion_array_arguments(const detail::FusionGraph& graph);
 /// The reduce op a graph's final reduction runs as (mean: sum into float64).
 detail::ReduceOp fusion_reduce_op(detail::ReduceOp r);
+
+/// Elements of one tensor that one block of a multi-tensor kernel updates (32 per thread).
+inline constexpr int64_t kMultiTensorChunk = 8192;
+
+/// The tensor list of a multi-tensor kernel, a kernel parameter passed by value (no copy to the device; CUDA
+/// limits a kernel's parameters to 4 KB, the scalar slots included): per tensor one pointer per operand (outputs,
+/// then array arguments) and its size, per block its tensor and chunk. The host fills it at these offsets and the
+/// generated source declares the same struct from these numbers (and checks its size).
+struct MultiTensorTable {
+  int operands = 0;
+  int tensors = 0;   ///< tensors one launch takes (at most 255: a block's tensor is one byte)
+  int blocks = 0;    ///< blocks one launch takes
+  size_t pointers = 0, sizes = 0, chunks = 0, tensor_of = 0;  ///< byte offsets of the fields
+  size_t bytes = 0;
+};
+/// The table for `operands` arrays and `slots` scalar slots (ValueError when they leave no room for one).
+MultiTensorTable multi_tensor_table(int operands, int slots);
+/// Runs call (CudaBackend::multi_tensor): one kernel per graph (and per broadcast mask) over every tensor, in as
+/// few launches as the table allows, on the device's current stream.
+void cuda_multi_tensor(const detail::MultiTensorCall& call);
 
 /// Runs call (CudaBackend::fused): one generated kernel (plus the built-in second pass of a split
 /// reduction) on the outputs' device and current stream. False (nothing run) for a staged graph with rows

@@ -2,9 +2,7 @@
 // while backward runs.
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -12,8 +10,8 @@
 #include "dist/reducer.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/error.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
-#include "kiln/raw_module.hpp"
 
 namespace kiln::dist {
 
@@ -21,91 +19,11 @@ namespace detail {
 
 namespace {
 
-// ---------------------------------------------------------------- one launch copies a bucket's gradients in
-// As the optimizers' multi-tensor kernels (PyTorch's _foreach_copy_): each block copies one chunk of one
-// gradient into its place in the bucket; the pointer table goes by value as a kernel parameter. A bucket of
-// ResNet-50's 161 parameters fills in 4 launches instead of 161 (and the MLP's 6 in one), which on a small
-// model is host time taken off every data-parallel step.
-constexpr int kCopyTensors = 48, kCopyBlocks = 384;
-constexpr int64_t kCopyChunk = 8192;
-struct CopyList {
-  void* dst[kCopyTensors];
-  const void* src[kCopyTensors];
-  int64_t n[kCopyTensors];
-  uint8_t tensor[kCopyBlocks];
-  int32_t chunk[kCopyBlocks];
-};
-static_assert(sizeof(CopyList) <= 4000, "CUDA kernel parameters are limited to 4 KB");
-
-constexpr const char* kCopySource = R"(
-#define TENSORS 48
-#define BLOCKS 384
-#define CHUNK 8192LL
-struct CopyList { void* dst[TENSORS]; const void* src[TENSORS]; long long n[TENSORS]; unsigned char tensor[BLOCKS];
-                  int chunk[BLOCKS]; };
-template <class T>
-__device__ void copy_chunk(const CopyList& l) {
-  const int t = l.tensor[blockIdx.x];
-  T* d = (T*)l.dst[t];
-  const T* s = (const T*)l.src[t];
-  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) d[i] = s[i];
-}
-extern "C" __global__ void copy_2(CopyList l) { copy_chunk<unsigned short>(l); }
-extern "C" __global__ void copy_4(CopyList l) { copy_chunk<unsigned int>(l); }
-extern "C" __global__ void copy_8(CopyList l) { copy_chunk<unsigned long long>(l); }
-)";
-
-/// The copy kernel for elements of `itemsize` bytes (2, 4 or 8), made once per GPU.
-const RawKernel& copy_kernel(Device d, int64_t itemsize) {
-  struct Kernels {
-    RawModule module;
-    RawKernel copy2, copy4, copy8;
-    explicit Kernels(Device d)
-        : module(kCopySource, RawModuleOptions{.device = d, .name = "ddp_bucket_copy"}),
-          copy2(module.function("copy_2")),
-          copy4(module.function("copy_4")),
-          copy8(module.function("copy_8")) {}
-  };
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<Kernels>> per_device;
-  std::lock_guard lock(mutex);
-  auto& k = per_device[d.index];
-  if (!k) k = std::make_unique<Kernels>(d);
-  return itemsize == 2 ? k->copy2 : itemsize == 4 ? k->copy4 : k->copy8;
-}
-
-/// dst[k].assign(src[k]) for every k in one launch per table (contiguous arrays of one GPU and one dtype of
-/// 2, 4 or 8 bytes, each pair of one shape).
-void copy_many(const std::vector<Array>& dst, const std::vector<Array>& src) {
-  if (dst.empty()) return;
-  const RawKernel& k = copy_kernel(dst.front().device(), itemsize(dst.front().dtype()));
-  CopyList list{};
-  int count = 0, blocks = 0;
-  auto flush = [&] {
-    if (blocks > 0) k.launch(Dim3(blocks), Dim3(256), list);
-    list = CopyList{};
-    count = blocks = 0;
-  };
-  for (size_t i = 0; i < dst.size(); ++i) {
-    const int64_t n = dst[i].size();
-    if (count == kCopyTensors) flush();
-    for (int64_t c = 0; c * kCopyChunk < n; ++c) {
-      if (blocks == kCopyBlocks) {  // the table is full: launch, then carry this tensor over
-        flush();
-      }
-      if (c == 0 || blocks == 0) {  // this tensor's entry (again, after a flush)
-        list.dst[count] = dst[i].data_ptr();
-        list.src[count] = src[i].data_ptr();
-        list.n[count] = n;
-        ++count;
-      }
-      list.tensor[blocks] = static_cast<uint8_t>(count - 1);
-      list.chunk[blocks] = static_cast<int32_t>(c);
-      ++blocks;
-    }
-  }
-  flush();
+/// dst[k] = src[k] for every k (pairs of one shape, dtype and device): Fused::each, so a bucket's gradients go
+/// in (and back) in a few launches on a GPU (PyTorch's _foreach_copy_) rather than one per parameter.
+void copy_each(const std::vector<Array>& dst, const std::vector<Array>& src) {
+  static const auto copy = fuse([](auto x) { return x; }, "ddp_bucket_copy");
+  if (!dst.empty()) copy.each({dst}, src);
 }
 
 }  // namespace
@@ -178,9 +96,7 @@ void Reducer::gradient_ready(size_t k) {
 }
 
 void Reducer::launch(Bucket& b) {
-  // Contiguous GPU gradients of the bucket's dtype are copied in by one launch; the rest one by one.
-  const bool batched =
-      b.device.is_cuda() && (itemsize(b.dtype) == 2 || itemsize(b.dtype) == 4 || itemsize(b.dtype) == 8);
+  // Gradients of the bucket's dtype are copied in together; any other is converted one by one.
   std::vector<Array> dst, src;
   for (size_t j = 0; j < b.members.size(); ++j) {
     Array& slot = b.slots[j];
@@ -189,17 +105,14 @@ void Reducer::launch(Bucket& b) {
       slot.fill(0);  // a parameter this backward did not reach contributes zeros (its grad becomes the average)
     } else if (g.data_ptr() == slot.data_ptr()) {
       continue;  // accumulated into the bucket already (the gradient is the slot)
-    } else if (batched && g.is_contiguous() && g.dtype() == b.dtype && g.device() == b.device) {
+    } else if (g.dtype() == b.dtype && g.device() == b.device) {
       dst.push_back(slot);
       src.push_back(g);
     } else {
       slot.assign(g);
     }
   }
-  if (!dst.empty()) {
-    copy_many(dst, src);
-    b.flat.storage()->bump_version();
-  }
+  copy_each(dst, src);
   b.work = all_reduce_(b.flat);
   b.launched = true;
 }
@@ -210,16 +123,22 @@ void Reducer::finish() {
     if (!b.launched) launch(b);
   for (Bucket& b : buckets_) {
     b.work.wait();
+    std::vector<Array> dst, src;
     for (size_t j = 0; j < b.members.size(); ++j) {
       Array& p = params_[b.members[j]];
       const Array& slot = b.slots[j];
       Array g = p.grad();
       if (g.defined() && g.data_ptr() == slot.data_ptr()) continue;  // the gradient is the slot already
-      if (p.is_contiguous() && (!g.defined() || g.is_contiguous()))
-        p.set_grad(slot);  // the averaged gradient is a view of the bucket: no copy back
-      else
-        g.assign(slot);  // a channels-last gradient keeps its layout
+      if (p.is_contiguous() && (!g.defined() || g.is_contiguous())) {
+        p.set_grad(slot);                 // the averaged gradient is a view of the bucket: no copy back
+      } else if (g.dtype() == b.dtype) {  // a channels-last gradient keeps its layout
+        dst.push_back(g);
+        src.push_back(slot);
+      } else {
+        g.assign(slot);
+      }
     }
+    copy_each(dst, src);
     b.launched = false;
     b.ready = 0;
     b.work = Work();

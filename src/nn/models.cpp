@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,7 +12,6 @@
 #include "kiln/conv.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
-#include "kiln/raw_module.hpp"
 
 namespace kiln::models {
 namespace {
@@ -37,116 +34,10 @@ struct Builder {
   }
 };
 
-// The folded model's epilogues (ResNet::fold_batch_norm): one elementwise pass over a convolution's output v,
-// in place: + its bias per channel, + the residual (and a downsample's bias), then the ReLU, summed in float32
-// and rounded once to v's dtype (as cuDNN's fused epilogues). On a GPU, float32 and bfloat16 activations of a
-// dense layout (NCHW or channels-last, the residual laid out alike) go through the kernel below: 16-byte loads
-// and stores, the channel from the element's index (kiln::fuse's strided kernel, the fallback, loads one
-// element at a time, which costs bfloat16's 2-byte elements half the bandwidth).
-constexpr const char* kEpilogueSource = R"(
-__device__ inline float ld(float x) { return x; }
-__device__ inline float ld(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
-__device__ inline void st(float& d, float x) { d = x; }
-__device__ inline void st(unsigned short& d, float x) {  // round to nearest even; NaN stays NaN
-  unsigned u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) { d = (unsigned short)((u >> 16) | 0x40u); return; }
-  u += 0x7fffu + ((u >> 16) & 1u);
-  d = (unsigned short)(u >> 16);
-}
-// v[i] = max(v[i] + b[c] (+ r[i] (+ rb[c])), 0), c = (i / inner) % C: inner = H*W for NCHW, 1 for channels-last.
-template <class S, int VEC>
-__device__ void epilogue(S* __restrict__ v, const float* __restrict__ b, const S* __restrict__ r,
-                         const float* __restrict__ rb, unsigned n, unsigned C, unsigned inner) {
-  const unsigned step = gridDim.x * blockDim.x * VEC;
-  for (unsigned i0 = (blockIdx.x * blockDim.x + threadIdx.x) * VEC; i0 < n; i0 += step) {
-    if (VEC > 1 && i0 + VEC <= n) {
-      uint4 pv = *reinterpret_cast<const uint4*>(v + i0), pr = make_uint4(0, 0, 0, 0);
-      if (r) pr = *reinterpret_cast<const uint4*>(r + i0);
-      S* ev = reinterpret_cast<S*>(&pv);
-      const S* er = reinterpret_cast<const S*>(&pr);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const unsigned c = ((i0 + j) / inner) % C;
-        float a = ld(ev[j]) + b[c];
-        if (r) a += ld(er[j]) + (rb ? rb[c] : 0.0f);
-        st(ev[j], fmaxf(a, 0.0f));
-      }
-      *reinterpret_cast<uint4*>(v + i0) = pv;
-    } else {
-      for (unsigned i = i0; i < n && i < i0 + VEC; ++i) {
-        const unsigned c = (i / inner) % C;
-        float a = ld(v[i]) + b[c];
-        if (r) a += ld(r[i]) + (rb ? rb[c] : 0.0f);
-        st(v[i], fmaxf(a, 0.0f));
-      }
-    }
-  }
-}
-#define EPILOGUE(NAME, S, VEC)                                                                                  \
-  extern "C" __global__ void NAME(S* v, const float* b, const S* r, const float* rb, unsigned n, unsigned C, \
-                                  unsigned inner) {                                                             \
-    epilogue<S, VEC>(v, b, r, rb, n, C, inner);                                                                 \
-  }
-EPILOGUE(epilogue_f32_v, float, 4)
-EPILOGUE(epilogue_f32_s, float, 1)
-EPILOGUE(epilogue_bf16_v, unsigned short, 8)
-EPILOGUE(epilogue_bf16_s, unsigned short, 1)
-)";
-
-/// The epilogue in the kernel above when v, bias and residual allow it (see there); false otherwise.
-bool epilogue_kernel(Array& v, const Array& bias, const Array& residual, const Array& residual_bias) {
-  if (!v.device().is_cuda() || v.ndim() != 4 || (v.dtype() != float32 && v.dtype() != bfloat16)) return false;
-  if (bias.dtype() != float32 || !bias.is_contiguous() || bias.device() != v.device()) return false;
-  if (residual_bias.defined() &&
-      (residual_bias.dtype() != float32 || !residual_bias.is_contiguous() || residual_bias.device() != v.device()))
-    return false;
-  if (residual.defined() && (residual.dtype() != v.dtype() || !(residual.shape() == v.shape()) ||
-                             residual.strides() != v.strides() || residual.device() != v.device()))
-    return false;
-  const int64_t n = v.size(), C = v.shape(1);
-  if (n == 0 || n > int64_t{0xffffffff} - 64) return false;
-  int64_t inner;
-  if (v.is_contiguous())
-    inner = v.shape(2) * v.shape(3);
-  else if (is_channels_last(v))
-    inner = 1;
-  else
-    return false;
-  // The module and its four kernels, made once per GPU (this runs after every folded convolution).
-  struct Kernels {
-    RawModule module;
-    RawKernel f32_v, f32_s, bf16_v, bf16_s;
-    explicit Kernels(Device d)
-        : module(kEpilogueSource, RawModuleOptions{.device = d, .name = "resnet_folded_epilogue"}),
-          f32_v(module.function("epilogue_f32_v")),
-          f32_s(module.function("epilogue_f32_s")),
-          bf16_v(module.function("epilogue_bf16_v")),
-          bf16_s(module.function("epilogue_bf16_s")) {}
-  };
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<Kernels>> per_device;
-  const Kernels* kernels;
-  {
-    std::lock_guard lock(mutex);
-    auto& k = per_device[v.device().index];
-    if (!k) k = std::make_unique<Kernels>(v.device());
-    kernels = k.get();
-  }
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = aligned(v.data_ptr()) && (!residual.defined() || aligned(residual.data_ptr()));
-  const bool bf16 = v.dtype() == bfloat16;
-  const int per = vec ? (bf16 ? 8 : 4) : 1;
-  const RawKernel& k = bf16 ? (vec ? kernels->bf16_v : kernels->bf16_s) : (vec ? kernels->f32_v : kernels->f32_s);
-  const int64_t blocks = std::min<int64_t>((n / per + 255) / 256 + 1, 8192);
-  const void* r = residual.defined() ? residual.data_ptr() : nullptr;
-  const void* rb = residual_bias.defined() ? residual_bias.data_ptr() : nullptr;
-  k.launch(Dim3(static_cast<unsigned>(blocks)), Dim3(256), v.data_ptr(), static_cast<const void*>(bias.data_ptr()), r,
-           rb, static_cast<uint32_t>(n), static_cast<uint32_t>(C), static_cast<uint32_t>(inner));
-  return true;
-}
-
+// The folded model's epilogue (ResNet::fold_batch_norm): one elementwise pass over a convolution's output v, in
+// place: + its bias per channel, + the residual (and a downsample's bias), then the ReLU, summed in float32 (the
+// bias's dtype) and rounded once to v's dtype, as cuDNN's fused epilogues.
 Array conv_epilogue(Array v, const Array& bias, const Array& residual = {}, const Array& residual_bias = {}) {
-  if (epilogue_kernel(v, bias, residual, residual_bias)) return v;
   static auto bias_relu = fuse([](auto y, auto b) { return maximum(y + b, 0.0f).astype(y.dtype()); }, "conv_bias_relu");
   static auto bias_add_relu =
       fuse([](auto y, auto b, auto r) { return maximum(y + b + r, 0.0f).astype(y.dtype()); }, "conv_bias_add_relu");
@@ -182,13 +73,7 @@ Array add_relu(const Array& a, const Array& b) {
   static const auto kernel = fuse([](auto p, auto q) { return relu(p + q); }, "residual_add_relu");
   const AutogradFunction f{"AddReluBackward",
                            [](const std::vector<Array>& in, std::vector<Array>& saved) {
-                             Array out;
-                             if (in[0].device().is_cpu()) {  // kiln::fuse runs op by op there: ReLU in place
-                               out = in[0] + in[1];
-                               relu(out, out);
-                             } else {
-                               out = kernel(in[0], in[1]);
-                             }
+                             const Array out = kernel(in[0], in[1]);
                              saved = {out};
                              return out;
                            },

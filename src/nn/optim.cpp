@@ -1,18 +1,13 @@
-// Optimizers (each parameter's update is one fused function with out=: one kernel on a GPU), gradient
-// clipping and learning-rate schedules.
+// Optimizers (each update one fused function run over every parameter by Fused::each: a few kernels per step
+// on a GPU), gradient clipping, loss scaling and learning-rate schedules.
 #include "kiln/optim.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <map>
-#include <mutex>
 #include <numbers>
 #include <string>
 #include <tuple>
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#endif
 
 #include "kiln/autograd.hpp"
 #ifdef KILN_WITH_CUDA
@@ -20,223 +15,64 @@
 #endif
 #include "kiln/fuse.hpp"
 #include "kiln/ops.hpp"
-#include "kiln/parallel.hpp"
-#include "kiln/raw_module.hpp"
 
 namespace kiln::optim {
 
-// ---------------------------------------------------------------- multi-tensor kernels (GPU, float32)
-// As PyTorch's foreach/fused paths: one launch updates up to kTensors parameters, each block one chunk of one
-// tensor, the pointer table passed by value as a kernel parameter (no copy to the device). The arithmetic is
-// the per-parameter fused functions' in the same order, float32, no contraction (--fmad=false), so both paths
-// give the same bits.
+// ---------------------------------------------------------------- the update formulas
+// Each written once, as a fused function that Fused::each runs over every parameter of one device and dtype: a
+// few launches per step on a GPU (multi-tensor apply), one pass per parameter through the fused executor on the
+// CPU. Scalars arrive as weak scalars (rounded to the parameters' dtype as the unfused ops round them), so CPU and
+// GPU agree bit for bit (GPU kernels are compiled without contraction; the CPU flushes subnormals, see
+// cpu/multi_tensor.cpp).
 namespace {
 
-constexpr int kTensors = 36, kBlocks = 320;
-constexpr int64_t kChunk = 8192;  // elements per block: 32 per thread, enough blocks to fill a GPU
-struct MultiList {
-  void* ptr[4][kTensors];
-  int64_t n[kTensors];
-  uint8_t tensor[kBlocks];
-  int32_t chunk[kBlocks];
+/// SGD without momentum: p - lr (g + wd p).
+constexpr auto sgd_formula = [](auto p, auto g, auto lr, auto wd) { return p - (g + p * wd) * lr; };
+
+/// SGD with momentum (PyTorch's): d = g + wd p, v' = m v + keep d (keep = 1 - dampening), then p - lr v' or,
+/// Nesterov, p - lr (d + m v'). The first step passes v = 0 and keep = 1, so the buffer starts as d.
+template <bool Nesterov>
+constexpr auto momentum_formula = [](auto p, auto g, auto v, auto lr, auto m, auto keep, auto wd) {
+  auto d = g + p * wd;
+  auto v2 = v * m + d * keep;
+  if constexpr (Nesterov)
+    return std::tuple{p - (d + v2 * m) * lr, v2};
+  else
+    return std::tuple{p - v2 * lr, v2};
 };
-static_assert(sizeof(MultiList) <= 4000, "CUDA kernel parameters are limited to 4 KB");
 
-constexpr const char* kMultiSource = R"(
-#define TENSORS 36
-#define BLOCKS 320
-#define CHUNK 8192LL
-struct MultiList { void* ptr[4][TENSORS]; long long n[TENSORS]; unsigned char tensor[BLOCKS]; int chunk[BLOCKS]; };
-extern "C" __global__ void sgd_multi(MultiList l, int mode, float lr, float m, float keep, float wd) {
-  const int t = l.tensor[blockIdx.x];
-  float* p = (float*)l.ptr[0][t];
-  const float* g = (const float*)l.ptr[1][t];
-  float* v = (float*)l.ptr[2][t];
-  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    const float pi = p[i];
-    const float d = g[i] + pi * wd;
-    if (mode == 0) {
-      p[i] = pi - d * lr;
-    } else {
-      const float v2 = v[i] * m + d * keep;
-      v[i] = v2;
-      p[i] = mode == 1 ? pi - v2 * lr : pi - (d + v2 * m) * lr;
-    }
-  }
-}
-// step_size_p / bc2_sqrt_p: capturable Adam reads these two from the device (0-d float32 arrays); else null
-extern "C" __global__ void adam_multi(MultiList l, float b1, float omb1, float b2, float omb2, float step_size,
-                                      float bc2_sqrt, const float* step_size_p, const float* bc2_sqrt_p, float eps,
-                                      float wd, float decay) {
-  if (step_size_p) {
-    step_size = *step_size_p;
-    bc2_sqrt = *bc2_sqrt_p;
-  }
-  const int t = l.tensor[blockIdx.x];
-  float* p = (float*)l.ptr[0][t];
-  const float* g = (const float*)l.ptr[1][t];
-  float* mm = (float*)l.ptr[2][t];
-  float* vv = (float*)l.ptr[3][t];
-  const long long start = (long long)l.chunk[blockIdx.x] * CHUNK, end = min(start + CHUNK, l.n[t]);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    const float pi = p[i];
-    const float d = g[i] + pi * wd;
-    const float m2 = mm[i] * b1 + d * omb1;
-    const float v2 = vv[i] * b2 + d * d * omb2;
-    mm[i] = m2;
-    vv[i] = v2;
-    p[i] = pi * decay - m2 / (sqrtf(v2) / bc2_sqrt + eps) * step_size;
-  }
-}
-)";
+/// Adam (AdamW with decay = 1 - lr wd and wd = 0): d = g + wd p, m' = b1 m + (1 - b1) d, v' = b2 v + (1 - b2) d^2,
+/// p decay - step_size m' / (sqrt(v') / bc2_sqrt + eps), step_size = lr / (1 - b1^t), bc2_sqrt = sqrt(1 - b2^t)
+/// (host scalars, or with `capturable` 0-d arrays on the device).
+constexpr auto adam_formula = [](auto p, auto g, auto m, auto v, auto b1, auto one_minus_b1, auto b2, auto one_minus_b2,
+                                 auto step_size, auto bc2_sqrt, auto eps, auto wd, auto decay) {
+  auto d = g + p * wd;
+  auto m2 = m * b1 + d * one_minus_b1;
+  auto v2 = v * b2 + d * d * one_minus_b2;
+  return std::tuple{p * decay - m2 / (sqrt(v2) / bc2_sqrt + eps) * step_size, m2, v2};
+};
 
-const RawModule& multi_module(Device d) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<RawModule>> modules;
-  std::lock_guard lock(mutex);
-  auto& m = modules[d.index];
-  if (!m)
-    m = std::make_unique<RawModule>(kMultiSource,
-                                    RawModuleOptions{.options = {"--fmad=false"}, .device = d, .name = "optim_multi"});
-  return *m;
-}
-
-/// Whether `arrays` (a parameter, its gradient, its state) are all defined, contiguous, of the parameter's
-/// shape, dtype and device: what the multi-tensor kernels and the CPU loops read.
-bool same_layout(const std::vector<Array>& arrays) {
-  const Array& p = arrays[0];
-  for (const Array& a : arrays)
-    if (!a.defined() || !a.is_contiguous() || a.dtype() != p.dtype() || !(a.shape() == p.shape()) ||
-        a.device() != p.device())
-      return false;
-  return true;
-}
-
-/// Whether a parameter goes through the multi-tensor kernels: float32 on a GPU (arrays as same_layout).
-bool multi_ok(const std::vector<Array>& arrays) {
-  return arrays[0].device().is_cuda() && arrays[0].dtype() == float32 && same_layout(arrays);
-}
-
-/// The arrays an update writes: all but the gradient (index 1), whose versions it bumps.
-void bump_written(const std::vector<Array>& arrays) {
-  for (size_t j = 0; j < arrays.size(); ++j)
-    if (j != 1) arrays[j].storage()->bump_version();
-}
-
-/// Launches `kernel` over `tensors` (each: the arrays of one parameter, in the kernel's order), in as few
-/// launches as the table sizes allow.
-template <class... Scalars>
-void multi_tensor_apply(const std::string& kernel, Device d, const std::vector<std::vector<Array>>& tensors,
-                        Scalars... scalars) {
-  const RawKernel k = multi_module(d).function(kernel);
-  MultiList list{};
-  int count = 0, blocks = 0;
-  auto flush = [&] {
-    if (blocks > 0) k.launch(Dim3(blocks), Dim3(256), list, scalars...);
-    list = MultiList{};
-    count = blocks = 0;
-  };
-  for (const std::vector<Array>& arrays : tensors) {
-    const int64_t n = arrays[0].size();
-    if (n == 0) continue;
-    if (count == kTensors) flush();
-    bump_written(arrays);
-    for (size_t j = 0; j < arrays.size(); ++j) list.ptr[j][count] = arrays[j].data_ptr();
-    list.n[count] = n;
-    for (int64_t c = 0; c * kChunk < n; ++c) {
-      if (blocks == kBlocks) {  // the table is full: launch, then carry this tensor over
-        const int t = count;
-        std::array<void*, 4> ptrs{};
-        for (size_t j = 0; j < 4; ++j) ptrs[j] = list.ptr[j][t];
-        flush();
-        for (size_t j = 0; j < 4; ++j) list.ptr[j][0] = ptrs[j];
-        list.n[0] = n;
-        count = 0;
-      }
-      list.tensor[blocks] = static_cast<uint8_t>(count);
-      list.chunk[blocks] = static_cast<int32_t>(c);
-      ++blocks;
-    }
-    ++count;
-  }
-  flush();
-}
-
-// ---------------------------------------------------------------- the CPU's loops
-// The same arithmetic as the multi-tensor kernels, element by element in one pass (the per-parameter fused
-// functions run op by op on the CPU: a dozen passes over each parameter). float32 and float64, contiguous;
-// compiled without contraction (-ffp-contract=off), so the bits are the kernels' and the fused functions'
-// except in the subnormal range: the loops run with subnormals flushed to zero (FlushSubnormals), where a
-// GPU keeps them.
-
-/// For its scope, this thread's x86 SSE/AVX arithmetic flushes subnormal results to zero and reads subnormal
-/// operands as zero (MXCSR's FTZ and DAZ bits; restored after). Moment estimates that decay geometrically
-/// (Adam's exp_avg by beta1 each step, a momentum buffer by its factor) pass through the subnormal range on
-/// their way to zero, and on x86 each operation on a subnormal takes a microcode assist, enough to make an
-/// optimizer step several times slower once many moments sit there (bench/results/nn-train-h200-2026-11-26.md).
-/// A flushed value is below 1.2e-38 (float32): its contribution to a parameter's update is below lr * 1e-30.
-/// No-op elsewhere.
-class FlushSubnormals {
+/// Parameters (and their gradients and state) of one device and dtype: what one Fused::each call takes.
+struct Lists {
+  Device device;
+  int variant = 0;  ///< what else tells these parameters apart (SGD: 1 for buffers made in this step)
+  std::vector<Array> params, grads, first, second;
+};
+/// The lists of each device and dtype, in the order the parameters come.
+class ListsBy {
  public:
-#if defined(__x86_64__) || defined(__i386__)
-  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
-  ~FlushSubnormals() { _mm_setcsr(saved_); }
+  Lists& of(const Array& p, int variant = 0) {
+    const auto key = std::make_tuple(p.device().str(), static_cast<int>(p.dtype()), variant);
+    auto [it, added] = index_.try_emplace(key, lists_.size());
+    if (added) lists_.push_back({p.device(), variant, {}, {}, {}, {}});
+    return lists_[it->second];
+  }
+  std::vector<Lists>& all() { return lists_; }
 
  private:
-  static constexpr unsigned kFtz = 0x8000, kDaz = 0x0040;
-  unsigned saved_;
-#endif
+  std::map<std::tuple<std::string, int, int>, size_t> index_;
+  std::vector<Lists> lists_;
 };
-
-/// Whether a parameter goes through the CPU loops: float32/float64 on the CPU (arrays as same_layout).
-bool cpu_loop_ok(const std::vector<Array>& arrays) {
-  const Array& p = arrays[0];
-  return p.device().is_cpu() && (p.dtype() == float32 || p.dtype() == float64) && same_layout(arrays);
-}
-
-constexpr int64_t kCpuGrain = 1 << 16;  // elements per range of kiln::parallel_for
-
-template <class T>
-void sgd_loop(T* p, const T* g, T* v, int64_t n, int mode, T lr, T m, T keep, T wd) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i];
-    const T d = g[i] + pi * wd;
-    if (mode == 0) {
-      p[i] = pi - d * lr;
-    } else {
-      const T v2 = v[i] * m + d * keep;
-      v[i] = v2;
-      p[i] = mode == 1 ? pi - v2 * lr : pi - (d + v2 * m) * lr;
-    }
-  }
-}
-
-template <class T>
-void adam_loop(T* p, const T* g, T* mm, T* vv, int64_t n, T b1, T omb1, T b2, T omb2, T step_size, T bc2_sqrt, T eps,
-               T wd, T decay) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i];
-    const T d = g[i] + pi * wd;
-    const T m2 = mm[i] * b1 + d * omb1;
-    const T v2 = vv[i] * b2 + d * d * omb2;
-    mm[i] = m2;
-    vv[i] = v2;
-    p[i] = pi * decay - m2 / (std::sqrt(v2) / bc2_sqrt + eps) * step_size;
-  }
-}
-
-/// Bumps the written arrays' versions, then calls loop(float{}) or loop(double{}) by the parameter's dtype.
-template <class Loop>
-void cpu_update(const std::vector<Array>& arrays, Loop loop) {
-  bump_written(arrays);
-  if (arrays[0].dtype() == float32)
-    loop(float{});
-  else
-    loop(double{});
-}
 
 }  // namespace
 
@@ -304,71 +140,38 @@ SGD::SGD(std::vector<Array> parameters, SGDOptions options)
 
 void SGD::step() {
   NoGradGuard no_grad;
-  static const auto plain = fuse([](auto p, auto g, auto lr, auto wd) { return p - (g + p * wd) * lr; }, "sgd");
-  static const auto heavy_ball = fuse(
-      [](auto p, auto g, auto v, auto lr, auto m, auto keep, auto wd) {
-        auto v2 = v * m + (g + p * wd) * keep;
-        return std::tuple{p - v2 * lr, v2};
-      },
-      "sgd_momentum");
-  static const auto nesterov = fuse(
-      [](auto p, auto g, auto v, auto lr, auto m, auto keep, auto wd) {
-        auto d = g + p * wd;
-        auto v2 = v * m + d * keep;
-        return std::tuple{p - (d + v2 * m) * lr, v2};
-      },
-      "sgd_nesterov");
+  static const auto plain = fuse(sgd_formula, "sgd");
+  static const auto heavy_ball = fuse(momentum_formula<false>, "sgd_momentum");
+  static const auto nesterov = fuse(momentum_formula<true>, "sgd_nesterov");
   const SGDOptions& o = options_;
-  const int mode = o.momentum == 0 ? 0 : o.nesterov ? 2 : 1;  // the kernels' and loops' update rule
-  std::map<int, std::vector<std::vector<Array>>> multi;       // by GPU
+  ListsBy by;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Array& p = parameters_[i];
     const Array g = p.grad();
     if (!g.defined()) continue;
-    if (o.momentum != 0) require_ready_for_capture(momentum_[i].defined(), "SGD::step with momentum");
-    const std::vector<Array> arrays =
-        o.momentum == 0 ? std::vector<Array>{p, g} : std::vector<Array>{p, g, momentum_[i]};
-    if (multi_ok(arrays)) {
-      multi[p.device().index].push_back(arrays);
-      continue;
+    bool first = false;
+    if (o.momentum != 0) {
+      require_ready_for_capture(momentum_[i].defined(), "SGD::step with momentum");
+      first = !momentum_[i].defined();
+      if (first) momentum_[i] = zeros_like(p);
     }
-    if (cpu_loop_ok(arrays)) {
-      cpu_update(arrays, [&](auto zero) {
-        using T = decltype(zero);
-        T* pp = static_cast<T*>(p.data_ptr());
-        const T* gp = static_cast<const T*>(g.data_ptr());
-        T* vp = o.momentum == 0 ? nullptr : static_cast<T*>(momentum_[i].data_ptr());
-        parallel_for(
-            p.size(),
-            [&](int64_t b, int64_t e) {
-              [[maybe_unused]] FlushSubnormals flush;  // a decaying momentum buffer
-              sgd_loop<T>(pp + b, gp + b, vp ? vp + b : nullptr, e - b, mode, static_cast<T>(lr_),
-                          static_cast<T>(o.momentum), static_cast<T>(1.0 - o.dampening),
-                          static_cast<T>(o.weight_decay));
-            },
-            kCpuGrain);
-      });
-      continue;
-    }
-    if (o.momentum == 0) {
-      plain.out({p}, p, g, lr_, o.weight_decay);
-      continue;
-    }
-    Array& v = momentum_[i];
-    if (!v.defined()) {  // the buffer starts as the first gradient (PyTorch)
-      v = o.weight_decay != 0 ? g + p * o.weight_decay : g.copy();
-      p -= (o.nesterov ? v + v * o.momentum : v) * lr_;
-      continue;
-    }
-    if (o.nesterov)
-      nesterov.out({p, v}, p, g, v, lr_, o.momentum, 1.0 - o.dampening, o.weight_decay);
-    else
-      heavy_ball.out({p, v}, p, g, v, lr_, o.momentum, 1.0 - o.dampening, o.weight_decay);
+    Lists& l = by.of(p, first);
+    l.params.push_back(p);
+    l.grads.push_back(g);
+    if (o.momentum != 0) l.first.push_back(momentum_[i]);
   }
-  for (const auto& [index, tensors] : multi)
-    multi_tensor_apply("sgd_multi", gpu(index), tensors, int32_t(mode), static_cast<float>(lr_),
-                       static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening),
-                       static_cast<float>(o.weight_decay));
+  for (Lists& l : by.all()) {
+    if (o.momentum == 0) {
+      plain.each({l.params}, l.params, l.grads, lr_, o.weight_decay);
+      continue;
+    }
+    // A buffer made in this step starts as d (v = 0, keep = 1), as PyTorch's starts as the first gradient.
+    const double keep = l.variant == 1 ? 1.0 : 1.0 - o.dampening;
+    if (o.nesterov)
+      nesterov.each({l.params, l.first}, l.params, l.grads, l.first, lr_, o.momentum, keep, o.weight_decay);
+    else
+      heavy_ball.each({l.params, l.first}, l.params, l.grads, l.first, lr_, o.momentum, keep, o.weight_decay);
+  }
   ++step_;
 }
 
@@ -400,15 +203,7 @@ Adam::Adam(std::vector<Array> parameters, AdamOptions options, bool decoupled)
 
 void Adam::step() {
   NoGradGuard no_grad;
-  static const auto update = fuse(
-      [](auto p, auto g, auto m, auto v, auto b1, auto one_minus_b1, auto b2, auto one_minus_b2, auto step_size,
-         auto bc2_sqrt, auto eps, auto wd, auto decay) {
-        auto d = g + p * wd;
-        auto m2 = m * b1 + d * one_minus_b1;
-        auto v2 = v * b2 + d * d * one_minus_b2;
-        return std::tuple{p * decay - m2 / (sqrt(v2) / bc2_sqrt + eps) * step_size, m2, v2};
-      },
-      "adam");
+  static const auto update = fuse(adam_formula, "adam");
   // capturable: t += 1 and the bias corrections, on the device (float64, then float32 as the host path rounds)
   static const auto corrections = fuse(
       [](auto t, auto b1, auto b2, auto lr) {
@@ -429,25 +224,7 @@ void Adam::step() {
   const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
   const double l2 = decoupled_ ? 0.0 : o.weight_decay;
   const double decay = decoupled_ ? 1.0 - lr_ * o.weight_decay : 1.0;
-  std::map<int, bool> corrected;  // GPUs whose device step advanced in this call
-  auto device_step = [&](int index) -> const DeviceStep& {
-    DeviceStep& s = device_steps_[index];
-    if (!corrected[index]) {
-      if (!s.count.defined()) {
-        require_ready_for_capture(false, "Adam::step (capturable, its first step)");
-        s.count = full({}, t - 1.0, float64, gpu(index));
-        s.step_size = empty({}, float64, gpu(index));
-        s.bc2_sqrt = empty({}, float64, gpu(index));
-        s.step_size32 = empty({}, float32, gpu(index));
-        s.bc2_sqrt32 = empty({}, float32, gpu(index));
-      }
-      corrections.out({s.count, s.step_size, s.bc2_sqrt, s.step_size32, s.bc2_sqrt32}, s.count, o.beta1, o.beta2,
-                      lr_);
-      corrected[index] = true;
-    }
-    return s;
-  };
-  std::map<int, std::vector<std::vector<Array>>> multi;  // by GPU
+  ListsBy by;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Array& p = parameters_[i];
     const Array g = p.grad();
@@ -457,51 +234,39 @@ void Adam::step() {
       exp_avg_[i] = zeros_like(p);
       exp_avg_sq_[i] = zeros_like(p);
     }
-    const std::vector<Array> arrays{p, g, exp_avg_[i], exp_avg_sq_[i]};
-    if (multi_ok(arrays)) {
-      multi[p.device().index].push_back(arrays);
-      continue;
-    }
-    if (cpu_loop_ok(arrays)) {
-      cpu_update(arrays, [&](auto zero) {
-        using T = decltype(zero);
-        auto c = [](double v) { return static_cast<T>(v); };
-        T* pp = static_cast<T*>(p.data_ptr());
-        const T* gp = static_cast<const T*>(g.data_ptr());
-        T* mp = static_cast<T*>(exp_avg_[i].data_ptr());
-        T* vp = static_cast<T*>(exp_avg_sq_[i].data_ptr());
-        parallel_for(
-            p.size(),
-            [&](int64_t b, int64_t e) {
-              [[maybe_unused]] FlushSubnormals flush;  // decaying moments
-              adam_loop<T>(pp + b, gp + b, mp + b, vp + b, e - b, c(o.beta1), c(1.0 - o.beta1), c(o.beta2),
-                           c(1.0 - o.beta2), c(lr_ / bc1), c(std::sqrt(bc2)), c(o.eps), c(l2), c(decay));
-            },
-            kCpuGrain);
-      });
-      continue;
-    }
-    if (o.capturable && p.device().is_cuda()) {
-      const DeviceStep& s = device_step(p.device().index);
-      update.out({p, exp_avg_[i], exp_avg_sq_[i]}, p, g, exp_avg_[i], exp_avg_sq_[i], o.beta1, 1.0 - o.beta1,
-                 o.beta2, 1.0 - o.beta2, s.step_size, s.bc2_sqrt, o.eps, l2, decay);
-      continue;
-    }
-    update.out({p, exp_avg_[i], exp_avg_sq_[i]}, p, g, exp_avg_[i], exp_avg_sq_[i], o.beta1, 1.0 - o.beta1, o.beta2,
-               1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
+    Lists& l = by.of(p);
+    l.params.push_back(p);
+    l.grads.push_back(g);
+    l.first.push_back(exp_avg_[i]);
+    l.second.push_back(exp_avg_sq_[i]);
   }
-  auto f = [](double v) { return static_cast<float>(v); };
-  for (const auto& [index, tensors] : multi) {
-    if (o.capturable) {
-      const DeviceStep& s = device_step(index);
-      multi_tensor_apply("adam_multi", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2),
-                         f(1.0 - o.beta2), 0.0f, 0.0f, static_cast<const float*>(s.step_size32.data_ptr()),
-                         static_cast<const float*>(s.bc2_sqrt32.data_ptr()), f(o.eps), f(l2), f(decay));
+  std::map<std::string, bool> corrected;  // devices whose step count advanced in this call
+  for (Lists& l : by.all()) {
+    if (!o.capturable) {
+      update.each({l.params, l.first, l.second}, l.params, l.grads, l.first, l.second, o.beta1, 1.0 - o.beta1, o.beta2,
+                  1.0 - o.beta2, lr_ / bc1, std::sqrt(bc2), o.eps, l2, decay);
       continue;
     }
-    const float* none = nullptr;
-    multi_tensor_apply("adam_multi", gpu(index), tensors, f(o.beta1), f(1.0 - o.beta1), f(o.beta2), f(1.0 - o.beta2),
-                       f(lr_ / bc1), f(std::sqrt(bc2)), none, none, f(o.eps), f(l2), f(decay));
+    const Device d = l.device;
+    DeviceStep& s = device_steps_[d.str()];
+    if (!corrected[d.str()]) {
+      if (!s.count.defined()) {
+        require_ready_for_capture(false, "Adam::step (capturable, its first step)");
+        s.count = full({}, t - 1.0, float64, d);
+        s.step_size = empty({}, float64, d);
+        s.bc2_sqrt = empty({}, float64, d);
+        s.step_size32 = empty({}, float32, d);
+        s.bc2_sqrt32 = empty({}, float32, d);
+      }
+      corrections.out({s.count, s.step_size, s.bc2_sqrt, s.step_size32, s.bc2_sqrt32}, s.count, o.beta1, o.beta2, lr_);
+      corrected[d.str()] = true;
+    }
+    // The corrections in the parameters' dtype, as the host path rounds its scalars.
+    const DType dtype = l.params.front().dtype();
+    const Array step_size = dtype == float32 ? s.step_size32 : s.step_size.astype(dtype);
+    const Array bc2_sqrt = dtype == float32 ? s.bc2_sqrt32 : s.bc2_sqrt.astype(dtype);
+    update.each({l.params, l.first, l.second}, l.params, l.grads, l.first, l.second, o.beta1, 1.0 - o.beta1, o.beta2,
+                1.0 - o.beta2, step_size, bc2_sqrt, o.eps, l2, decay);
   }
 }
 
@@ -546,12 +311,12 @@ Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
   if (!total.defined())
     return parameters.empty() ? zeros({}, float32, cpu()) : zeros({}, float32, parameters[0].device());
   total = sqrt(total);
+  static const auto scale_by = fuse([](auto g, auto s) { return g * s; }, "clip_grad_norm");
   const Array scale = minimum(divide(max_norm, total + 1e-6), 1.0);
-  for (const Array& p : parameters) {
-    Array g = p.grad();
-    if (!g.defined()) continue;
-    g *= scale.to(g.device()).astype(g.dtype());
-  }
+  ListsBy by;
+  for (const Array& p : parameters)
+    if (Array g = p.grad(); g.defined()) by.of(g).grads.push_back(g);
+  for (Lists& l : by.all()) scale_by.each({l.grads}, l.grads, scale.to(l.device).astype(l.grads.front().dtype()));
   return total;
 }
 
@@ -559,8 +324,9 @@ Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   if (!(options.init_scale > 0) || !(options.growth_factor > 1) || !(options.backoff_factor > 0) ||
       !(options.backoff_factor < 1) || options.growth_interval <= 0)
-    throw ValueError("GradScaler: init_scale must be positive, growth_factor above 1, backoff_factor in (0, 1) and "
-                     "growth_interval positive");
+    throw ValueError(
+        "GradScaler: init_scale must be positive, growth_factor above 1, backoff_factor in (0, 1) and "
+        "growth_interval positive");
 }
 
 Array GradScaler::scale(const Array& loss) const { return options_.enabled ? loss * scale_ : loss; }
@@ -568,16 +334,18 @@ Array GradScaler::scale(const Array& loss) const { return options_.enabled ? los
 void GradScaler::unscale(Optimizer& optimizer) {
   if (!options_.enabled || unscaled_) return;
   NoGradGuard no_grad;
+  static const auto unscale_by = fuse([](auto g, auto inverse) { return g * inverse; }, "grad_scaler_unscale");
   std::map<std::string, Array> bad;  // per device: how many gradient values are inf or NaN
-  const double inverse = 1.0 / scale_;
+  ListsBy by;
   for (const Array& p : optimizer.parameters()) {
-    Array g = p.grad();
+    const Array g = p.grad();
     if (!g.defined()) continue;
     const Array count = sum(logical_not(isfinite(g)).astype(int64));
     Array& total = bad[g.device().str()];
     total = total.defined() ? total + count : count;
-    g *= inverse;
+    by.of(g).grads.push_back(g);
   }
+  for (Lists& l : by.all()) unscale_by.each({l.grads}, l.grads, 1.0 / scale_);
   found_inf_ = false;
   for (const auto& [device, total] : bad) found_inf_ = found_inf_ || total.item<int64_t>() > 0;
   unscaled_ = true;

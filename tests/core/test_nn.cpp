@@ -383,11 +383,10 @@ TEST(NnOptim, AdamAndAdamWFollowPyTorchsFormulas) {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-// The CPU's update loops run with subnormals flushed to zero (a decaying moment in the subnormal range costs a
-// microcode assist per operation on x86): Adam's second moment of a 1e-20 gradient, (1 - beta2) * 1e-40 =
-// 1e-43, is subnormal in float32 and becomes 0, while the first moment (1e-21) is kept; a subnormal gradient
-// reads as zero in SGD's momentum update. The parameters move as the float64 formulas say.
-TEST(NnOptim, TheCpuLoopsFlushSubnormalMomentsToZero) {
+// The CPU's multi-tensor update flushes subnormals to zero (src/cpu/multi_tensor.cpp says why; a GPU keeps them):
+// Adam's second moment of a 1e-20 gradient, (1e-20)^2 * (1 - beta2) = 1e-43, is subnormal in float32; SGD's
+// momentum buffer of a subnormal gradient too.
+TEST(NnOptim, TheCpuStepFlushesSubnormalMomentsToZero) {
   Array p = full({4}, 1.0, float32, cpu()).set_requires_grad();
   optim::Adam adam({p}, {.lr = 0.01});
   (sum(p) * 1e-20f).backward();
@@ -401,7 +400,7 @@ TEST(NnOptim, TheCpuLoopsFlushSubnormalMomentsToZero) {
   optim::SGD sgd({q}, {.lr = 0.5, .momentum = 0.9});
   (sum(q) * 1e-40f).backward();  // a subnormal gradient
   ASSERT_GT(host(q.grad())[0], 0.0);
-  sgd.step();  // the first step copies the gradient into the buffer (as PyTorch); the second runs the loop
+  sgd.step();
   sgd.step();
   EXPECT_EQ(host(sgd.state_dict().at("momentum_buffer.0")), std::vector<double>(4, 0.0));
   EXPECT_EQ(host(q), std::vector<double>(4, 1.0));

@@ -170,6 +170,10 @@ std::vector<std::pair<std::string, std::string>> one_source_per_kernel_shape() {
   s.group = kBlockSize;
   s.kept_ndim = 1;
   sources.emplace_back(fusion_kernel_name(*gs, s), fusion_source(*gs, s));
+  FusionKernelSpec m;  // multi-tensor apply of the chain, y read as one element per tensor
+  m.layout = FusionLayout::MultiTensor;
+  m.broadcast_mask = 2;
+  sources.emplace_back(fusion_kernel_name(*g, m), fusion_source(*g, m));
 
   const auto param = [](const char* name, bool output) {
     UserParamSpec p;

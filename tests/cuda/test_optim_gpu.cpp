@@ -1,6 +1,6 @@
-// The optimizers' multi-tensor kernels (float32 parameters on a GPU): the same bits as the per-parameter fused
-// functions on the CPU, over many tensors and chunks (several launches, a tensor split across launches), a few
-// kernels per step, and the version bump that protects arrays saved for backward.
+// The optimizers' multi-tensor kernels (Fused::each on a GPU): the same bits as the same fused functions on the
+// CPU, over many tensors and chunks (several launches, a tensor split across launches), a few kernels per step,
+// and the version bump that protects arrays saved for backward.
 #include <gtest/gtest.h>
 
 #ifdef KILN_WITH_CUDA
