@@ -332,7 +332,7 @@ inline FusionValue astype(const FusionValue& a, DType t) { return a.astype(t); }
 
 // Reductions: one traced function per `Axes` row of kiln/reductions.def (elementwise work may follow them;
 // a row that kiln::fuse cannot trace throws ValueError saying so). logsumexp is traced as its parts.
-#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_TRACED_REDUCTION_##api(name)
+#define KILN_REDUCTION(Code, name, api) KILN_TRACED_REDUCTION_##api(name)
 #define KILN_TRACED_REDUCTION_Axes(name)                                                \
   inline FusionValue name(const FusionValue& a, Axes axes = {}, bool keepdims = false) { \
     return detail::fusion_reduce(#name, a, axes, keepdims);                              \

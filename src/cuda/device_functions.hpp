@@ -402,10 +402,10 @@ template <class V> __device__ __forceinline__ arg_t<V> shfl_xor(arg_t<V> a, int 
 }  // namespace kd
 )KILN_PRELUDE";
 
-/// The `cuda` column of each row of kiln/ops.def, indexed by OpCode.
+/// The `cuda` column of each row of src/core/ops_internal.def, indexed by OpCode.
 inline constexpr const char* kCudaExpressions[] = {
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) cuda,
-#include "kiln/ops.def"
+#define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, domain, derivative, cpu, cuda) cuda,
+#include "core/ops_internal.def"
 };
 static_assert(sizeof(kCudaExpressions) / sizeof(kCudaExpressions[0]) == static_cast<size_t>(detail::OpCode::Count));
 
