@@ -234,20 +234,12 @@ LARGE = [30.0, -30.0, 100.0, -100.0, 1e30, -1e30]
 
 # Each name of the op table's domain column (detail::InputDomain): the generator of each operand.
 DOMAINS = {
-    "Any": [ANY, ANY],
-    "Positive": [POSITIVE],
+    "Any": [ANY, ANY], "Positive": [POSITIVE], "Unit": [UNIT], "SmallInt": [SMALL_INT],
     "NonNegative": [Domain(floats=(0.0, 50.0), ints=(0, 100))],
     "AboveMinusOne": [Domain(floats=(-0.9, 10.0), ints=(0, 100))],
-    "Unit": [UNIT],
-    "SmallInt": [SMALL_INT],
-    "Moderate": [Domain(floats=(-6.0, 6.0), ints=(-6, 6))],
-    "Activation": [ACTIVATION, ACTIVATION],
-    "Halves": [Domain(halves=True)],
-    "Logical": [LOGICAL, LOGICAL],
-    "Compare": [COMPARE, COMPARE],
-    "Divisor": [ANY, NONZERO],
-    "IntDivisor": [WIDE, SMALL_NONZERO],
-    "Power": [POWER_BASE, POWER_EXP],
+    "Moderate": [Domain(floats=(-6.0, 6.0), ints=(-6, 6))], "Activation": [ACTIVATION, ACTIVATION],
+    "Halves": [Domain(halves=True)], "Logical": [LOGICAL, LOGICAL], "Compare": [COMPARE, COMPARE],
+    "Divisor": [ANY, NONZERO], "IntDivisor": [WIDE, SMALL_NONZERO], "Power": [POWER_BASE, POWER_EXP],
     "Select": [LOGICAL, ANY, ANY],
     "Clip": [ANY, Domain(floats=(-3.0, 0.0), ints=(-3, 2)), Domain(floats=(0.5, 3.0), ints=(3, 9))],
     "None": [],
@@ -256,38 +248,18 @@ DOMAINS = {
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
-def read_rows(path, macro):
-    """The rows `macro(...)` of an X-macro file, each as its top-level comma-separated fields."""
-    rows = []
+def read_rows(path, macro, count):
+    """The first `count` fields of each row `macro(...)` of an X-macro file (those fields hold no commas)."""
     with open(os.path.join(ROOT, path)) as f:
-        for line in f:
-            if not line.startswith(macro + "("):
-                continue
-            fields, depth, cur, quoted = [], 0, "", False
-            for ch in line[len(macro) + 1:].rstrip().rstrip(")"):
-                if quoted:
-                    quoted = ch != '"'
-                elif ch == '"':
-                    quoted = True
-                elif ch in "([":
-                    depth += 1
-                elif ch in ")]":
-                    depth -= 1
-                elif ch == "," and depth == 0:
-                    fields.append(cur.strip())
-                    cur = ""
-                    continue
-                cur += ch
-            fields.append(cur.strip())
-            rows.append(fields)
-    return rows
+        return [[x.strip(" )\n") for x in line[len(macro) + 1:].split(",")[:count]]
+                for line in f if line.startswith(macro + "(")]
 
 
 def read_table_domains():
     """{op name: domain name} from include/kiln/ops.def (Code, name) and src/core/ops_internal.def (Code, ...,
     domain: the 7th field), whose rows pair up by Code."""
-    names = {row[0]: row[1] for row in read_rows("include/kiln/ops.def", "KILN_OP")}
-    domains = {row[0]: row[6] for row in read_rows("src/core/ops_internal.def", "KILN_OP_IMPL")}
+    names = {row[0]: row[1] for row in read_rows("include/kiln/ops.def", "KILN_OP", 2)}
+    domains = {row[0]: row[6] for row in read_rows("src/core/ops_internal.def", "KILN_OP_IMPL", 7)}
     if names.keys() != domains.keys():
         raise SystemExit(f"ops_golden.py: ops.def and ops_internal.def have different rows: "
                          f"{sorted(names.keys() ^ domains.keys())}")
