@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/op_table.hpp"
 #include "harness/op_harness.hpp"
 #include "kiln/kiln.hpp"
@@ -553,6 +554,48 @@ TEST(AutogradEngine, GradcheckCatchesAWrongGradient) {
   EXPECT_FALSE(r.passed);
   EXPECT_GT(r.max_abs_error, 0.1);
   EXPECT_NE(r.report.find("numeric"), std::string::npos);
+}
+
+// A primitive kind the engine has never seen: recorded through the one path (detail::record) with its own
+// backward, it gets the engine's gradient plumbing (broadcast reduction, accumulation, version checks, freeing)
+// without any change to the hook or src/autograd.
+TEST(AutogradRecord, ANewPrimitiveRecordsItsOwnBackward) {
+  for (Device d : devices()) {
+    // cube(x) = x^3 broadcast against y: d/dx = 3 x^2 summed over the broadcast axis, d/dy = none.
+    auto cube = [](const Array& x, const Array& y) {
+      detail::GradRecorder record({&x, &y});
+      Array out = x * x * x + y * 0.0;
+      if (record) {
+        auto backward = [](const detail::Node& node, const Array& g) {
+          const Array& x = node.saved_array(0);
+          return std::vector<Array>{node.needs(0) ? g * x * x * 3.0 : Array(), Array()};
+        };
+        detail::record(out,
+                       std::make_shared<detail::Node>("CubeBackward", backward,
+                                                      std::vector{detail::SavedArray(x)}),
+                       {&x, &y});
+      }
+      return out;
+    };
+    Array x = from_data(std::vector<double>{1, 2}, Shape{2}, d).set_requires_grad();
+    Array y = zeros({3, 1}, float64, d).set_requires_grad();
+    Array out = cube(x, y);
+    EXPECT_EQ(out.grad_fn_name(), "CubeBackward");
+    sum(out).backward(Array(), true);
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{9, 36}));  // 3 rows * 3 x^2
+    EXPECT_FALSE(y.grad().defined());
+    sum(out).backward();  // retained: runs again and accumulates
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{18, 72}));
+    kiln_test::expect_error<ValueError>([&] { sum(out).backward(); }, {"CubeBackward", "retain_graph"});
+    Array w = from_data(std::vector<double>{1, 2}, Shape{2}, d).set_requires_grad();
+    Array z = w.copy();
+    const Array out2 = cube(z, zeros({1}, float64, d));
+    {
+      NoGradGuard no_grad;
+      z += 1.0;
+    }
+    kiln_test::expect_error<ValueError>([&] { sum(out2).backward(); }, {"CubeBackward", "modified in place"});
+  }
 }
 
 }  // namespace
