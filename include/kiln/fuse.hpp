@@ -114,7 +114,7 @@ concept FusionArgs = (FusionArg<T> && ...) && (is_fusion_value<T> || ...);
 
 /// Records op `name` (an elementwise op of ops.hpp) over the operands; throws like the op would.
 FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> operands);
-/// Records the reduction `name` (a Fused row of kiln/reductions.def) of `x`.
+/// Records the reduction `name` (a reduction of kiln/reductions.def that kiln::fuse traces) of `x`.
 FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims);
 /// Throws ValueError: `op` cannot be part of a fused function.
 [[noreturn]] void fusion_not_fusable(const char* op);
