@@ -1,12 +1,13 @@
 // The autograd engine: linking each recorded node to the nodes of its inputs, gradient accumulation into
 // leaves, and backward(). Which op a node belongs to is none of its business: each op records its own
 // backward (core/autograd.hpp's `record`), so adding a primitive never touches this file.
+#include "autograd/engine.hpp"
+
 #include <atomic>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "autograd/engine.hpp"
 #include "core/autograd.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/conv.hpp"

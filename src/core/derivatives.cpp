@@ -139,21 +139,22 @@ void record_elementwise_grad(OpCode op, std::initializer_list<const Operand*> op
   if (names(text, "out")) saved[3] = SavedArray(out);
   const size_t arity = operands.size();
   auto backward = [op, arity, scalars, out_dtype = out.dtype(), device = out.device()](const Node& node,
-                                                                                        const Array& g) {
+                                                                                       const Array& g) {
     Array operands[3];
     for (size_t i = 0; i < arity; ++i) {
       if (node.saved[i].defined())
         operands[i] = node.saved_array(i);
       else if (scalars[i])
-        operands[i] = scalar_array(*scalars[i], scalars[i]->kind() == Scalar::Kind::Bool ? DType::Bool : out_dtype,
-                                   device);
+        operands[i] =
+            scalar_array(*scalars[i], scalars[i]->kind() == Scalar::Kind::Bool ? DType::Bool : out_dtype, device);
     }
     const bool need[3] = {node.needs(0), node.needs(1), node.needs(2)};
     return elementwise_formula(op, operands[0], operands[1], operands[2], node.saved_array(3), g, need);
   };
-  record(out, std::make_shared<Node>(backward_name(kOpCodes[static_cast<size_t>(op)]), std::move(backward),
-                                     std::move(saved)),
-         inputs);
+  record(
+      out,
+      std::make_shared<Node>(backward_name(kOpCodes[static_cast<size_t>(op)]), std::move(backward), std::move(saved)),
+      inputs);
 }
 
 void record_reduction_grad(ReduceOp op, const Array& in, const Axes& axes, bool keepdims, int64_t ddof, Array& out) {
@@ -198,8 +199,7 @@ void record_scan_grad(ReduceOp op, const Array& in, std::optional<int64_t> axis,
     if (!axis && r[0].defined()) r[0] = r[0].reshape(node.inputs[0].shape);
     return r;
   };
-  record(out, std::make_shared<Node>(backward_name(kReduceCodes[static_cast<size_t>(op)]), std::move(backward)),
-         {&in});
+  record(out, std::make_shared<Node>(backward_name(kReduceCodes[static_cast<size_t>(op)]), std::move(backward)), {&in});
 }
 
 }  // namespace kiln::detail

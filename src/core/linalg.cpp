@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/autograd.hpp"
-#include "core/derivatives.hpp"
 #include "core/backend.hpp"
+#include "core/derivatives.hpp"
 #include "core/reduce.hpp"
 #include "kiln/ops.hpp"
 
