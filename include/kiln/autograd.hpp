@@ -7,8 +7,8 @@
 //   { NoGradGuard no_grad; w -= w.grad() * 0.1; }   // update parameters in place, unrecorded
 //   w.set_grad(Array());        // zero_grad: the next backward starts a fresh gradient
 //
-// One array type: an Array that requires grad records the ops applied to it (each op of kiln/ops.def and
-// kiln/reductions.def derives its gradient from the table's derivative column), and backward() walks that
+// One array type: an Array that requires grad records the ops applied to it (each op records its own backward;
+// the ops of kiln/ops.def and kiln/reductions.def derive it from kiln's op table), and backward() walks that
 // graph once, adding each leaf's gradient to leaf.grad() (so gradients accumulate until set_grad(Array())).
 // Differentiable: every floating elementwise op (broadcasting reduced back to each input's shape; weak C++
 // scalars get no gradient), where and clip, sum/prod/mean/max/min/var/std/logsumexp/linalg::norm, cumsum,

@@ -117,7 +117,7 @@ concept FusionArgs = (FusionArg<T> && ...) && (is_fusion_value<T> || ...);
 
 /// Records op `name` (an elementwise op of ops.hpp) over the operands; throws like the op would.
 FusionValue fusion_apply(const char* name, std::initializer_list<FusionOperand> operands);
-/// Records the reduction `name` (a Fused row of kiln/reductions.def) of `x`.
+/// Records the reduction `name` (a reduction of kiln/reductions.def that kiln::fuse traces) of `x`.
 FusionValue fusion_reduce(const char* name, const FusionValue& x, const Axes& axes, bool keepdims);
 /// Throws ValueError: `op` cannot be part of a fused function.
 [[noreturn]] void fusion_not_fusable(const char* op);
@@ -387,7 +387,7 @@ inline FusionValue astype(const FusionValue& a, DType t) { return a.astype(t); }
 
 // Reductions: one traced function per `Axes` row of kiln/reductions.def (elementwise work may follow them;
 // a row that kiln::fuse cannot trace throws ValueError saying so). logsumexp is traced as its parts.
-#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_TRACED_REDUCTION_##api(name)
+#define KILN_REDUCTION(Code, name, api) KILN_TRACED_REDUCTION_##api(name)
 #define KILN_TRACED_REDUCTION_Axes(name)                                                \
   inline FusionValue name(const FusionValue& a, Axes axes = {}, bool keepdims = false) { \
     return detail::fusion_reduce(#name, a, axes, keepdims);                              \

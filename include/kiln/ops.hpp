@@ -216,7 +216,7 @@ KILN_OPERATOR(&, bitwise_and) KILN_OPERATOR(|, bitwise_or) KILN_OPERATOR(^, bitw
 // have no identity and throw ValueError. NaN propagates through max/min; NaN is true for all/any.
 // logsumexp is log(sum(exp(a))), max-shifted so it neither overflows nor underflows, computed in float64;
 // +inf wins. Axis errors throw ShapeError naming the op, the axis and the shape.
-#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_REDUCTION_##api(name)
+#define KILN_REDUCTION(Code, name, api) KILN_REDUCTION_##api(name)
 #define KILN_REDUCTION_Axes(name) Array name(const Array& a, Axes axes = {}, bool keepdims = false);
 #define KILN_REDUCTION_Own(name)
 #define KILN_REDUCTION_None(name)

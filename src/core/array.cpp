@@ -50,6 +50,15 @@ bool Array::is_contiguous() const {
   return true;
 }
 
+namespace {
+/// Records `out`, a copy of `in` in another dtype, device or memory: its gradient is the result's, which the
+/// engine converts back to `in`'s dtype and device.
+void record_convert(const Array& in, Array& out, const char* name) {
+  auto pass = [](const detail::Node&, const Array& g) { return std::vector<Array>{g}; };
+  detail::record(out, std::make_shared<detail::Node>(name, pass), {&in});
+}
+}  // namespace
+
 Array Array::contiguous() const {
   require_defined("contiguous");
   return is_contiguous() ? *this : copy();
@@ -60,7 +69,7 @@ Array Array::copy() const {
   detail::GradRecorder record({this});
   Array out = detail::make_array(shape_, dtype_, device());
   detail::copy_into(*this, out, "copy");
-  if (record) detail::autograd_hook().record_convert(*this, out, "copy");
+  if (record) record_convert(*this, out, "CopyBackward");
   return out;
 }
 
@@ -70,7 +79,7 @@ Array Array::astype(DType t) const {
   detail::GradRecorder record({this});
   Array out = detail::make_array_following(shape_, t, device(), {this});
   detail::copy_into(*this, out, "astype");
-  if (record) detail::autograd_hook().record_convert(*this, out, "astype");
+  if (record) record_convert(*this, out, "AstypeBackward");
   return out;
 }
 
@@ -88,7 +97,7 @@ Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOption
   detail::DeviceRuntime& r = d.is_cuda() ? detail::runtime_for(d) : detail::runtime_for(src.device());
   // A CPU stream orders nothing on a GPU: the copy then runs on the GPU side's current stream.
   r.transfer(src, out, stream && stream->device().is_cuda() ? stream : nullptr, options.non_blocking);
-  if (record) detail::autograd_hook().record_convert(a, out, "to");
+  if (record) record_convert(a, out, "ToBackward");
   return out;
 }
 }  // namespace
@@ -117,7 +126,7 @@ Array Array::pin_memory() const {
   detail::GradRecorder record({this});
   Array out = detail::make_array(shape_, dtype_, cpu(), ArrayOptions{.pinned = true});
   out.assign(*this);
-  if (record) detail::autograd_hook().record_convert(*this, out, "pin_memory");
+  if (record) record_convert(*this, out, "PinMemoryBackward");
   return out;
 }
 

@@ -60,6 +60,38 @@ void note_inplace_write(const Array& dst, const char* op) {
   if (dst.storage()) dst.storage()->bump_version();
 }
 
+SavedArray::SavedArray(const Array& a) : data_(a.detach()), version_(a.storage() ? a.storage()->version() : 0) {}
+
+const Array& SavedArray::get(const std::string& node) const {
+  if (data_.defined() && data_.storage()->version() != version_)
+    throw ValueError(node + ": an array it saved for the backward pass (shape " + shape_str(data_.shape()) + ", " +
+                     std::string(dtype_name(data_.dtype())) + ") was modified in place afterwards (version " +
+                     std::to_string(data_.storage()->version()) + ", saved at " + std::to_string(version_) +
+                     "); its gradient would be wrong. Modify a copy() instead, or do the in-place write before "
+                     "using the array");
+  return data_;
+}
+
+void record(Array& out, std::shared_ptr<Node> node, const std::vector<const Array*>& inputs) {
+  autograd_hook().record(node, inputs, out);
+}
+
+void record(Array& out, std::shared_ptr<Node> node, std::initializer_list<const Array*> inputs) {
+  record(out, std::move(node), std::vector<const Array*>(inputs));
+}
+
+void record(Array& out, std::shared_ptr<Node> node, const std::vector<Array>& inputs) {
+  std::vector<const Array*> pointers;
+  pointers.reserve(inputs.size());
+  for (const Array& a : inputs) pointers.push_back(&a);
+  record(out, std::move(node), pointers);
+}
+
+void throw_not_differentiable(const std::string& op, const char* fix) {
+  throw DTypeError(op + ": has no gradient, and an input requires grad; " + fix +
+                   " (or detach() the input, or run it under a NoGradGuard)");
+}
+
 void reject_grad(std::initializer_list<const Array*> inputs, const char* op, const char* fix) {
   if (!t_grad_mode) return;
   for (const Array* a : inputs)
@@ -134,7 +166,22 @@ Array apply(const AutogradFunction& f, const std::vector<Array>& inputs) {
   if (!out.defined()) throw ValueError("apply(" + f.name + "): forward returned an undefined array");
   if (recorder) {
     out = out.detach();  // a fresh handle: the node attaches to it, never to an input forward returned
-    detail::autograd_hook().record_function(f, inputs, saved, out);
+    std::vector<detail::SavedArray> kept(saved.begin(), saved.end());
+    auto backward = [label = f.name, fn = f.backward](const detail::Node& node, const Array& g) {
+      std::vector<Array> arrays;
+      arrays.reserve(node.saved.size());
+      // An array saved undefined (an optional operand the forward did not have) comes back undefined.
+      for (size_t i = 0; i < node.saved.size(); ++i) arrays.push_back(node.saved_array(i));
+      std::vector<bool> needs(node.next.size());
+      for (size_t i = 0; i < needs.size(); ++i) needs[i] = node.needs(i);
+      std::vector<Array> r = fn(g, arrays, needs);
+      if (r.size() != node.next.size())
+        throw ValueError(label + ": backward returned " + std::to_string(r.size()) + " gradients for " +
+                         std::to_string(node.next.size()) +
+                         " inputs; return one per input (an undefined Array for none)");
+      return r;
+    };
+    detail::record(out, std::make_shared<detail::Node>(f.name, std::move(backward), std::move(kept)), inputs);
   }
   return out;
 }
@@ -170,7 +217,7 @@ void Array::register_post_accumulate_grad_hook(std::function<void(const Array&)>
 }
 
 std::string Array::grad_fn_name() const {
-  return autograd_ && autograd_->grad_fn ? autograd_->grad_fn->name() : std::string();
+  return autograd_ && autograd_->grad_fn ? autograd_->grad_fn->name : std::string();
 }
 
 }  // namespace kiln

@@ -1,13 +1,17 @@
-// The core's side of autograd: what an Array carries (AutogradMeta), the graph's node type, grad mode,
-// and the one hook through which the core reports each differentiable op it runs. The engine that
-// builds nodes and runs backward lives in src/autograd (a layer above core) and defines
+// The core's side of autograd: what an Array carries (AutogradMeta), the graph's node, grad mode, and the
+// one recording path through which each differentiable op attaches its backward to its result. The engine
+// that links nodes to their inputs and runs backward lives in src/autograd (a layer above core) and defines
 // `autograd_hook()`; the core never includes it.
 //
 // Recording: a public op that is a primitive of the graph (elementwise ops, reductions, scans, views,
-// copies and casts, device moves, matmul, concatenate, take) opens a GradRecorder over its array
-// inputs. When grad mode is on and an input requires grad, the recorder turns grad mode off for the
-// op's body (the ops it calls internally record nothing) and the op reports its result to the hook,
-// which attaches a node to it. Composite ops (dot, stack, moveaxis, ...) record through their parts.
+// copies and casts, device moves, matmul, concatenate, take, scatter_add, custom functions) opens a
+// GradRecorder over its array inputs. When grad mode is on and an input requires grad, the recorder turns
+// grad mode off for the op's body (the ops it calls internally record nothing), and the op then records one
+// Node on its result: its name, the arrays it saves (SavedArray: version-checked) and its backward, a
+// function from the result's gradient to one gradient per input, written next to the op's forward (or, for
+// the table-driven ops, in derivatives.cpp from the derivative columns). The engine never sees which op it
+// was: a new primitive touches neither the hook nor src/autograd. Composite ops (dot, stack, moveaxis, ...)
+// record through their parts.
 //
 // In-place writes (out=, assign, fill, +=, index_put, put, copy_from) call `note_inplace_write`: it
 // throws when the destination requires grad while grad mode is on (in-place ops are not recorded), and
@@ -20,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/op_table.hpp"
@@ -27,7 +32,6 @@
 
 namespace kiln {
 class Operand;
-struct AutogradFunction;
 }
 
 namespace kiln::detail {
@@ -40,21 +44,60 @@ struct Edge {
   std::shared_ptr<Node> node;
 };
 
-/// A step of the backward graph: one recorded op. `apply` maps the gradient of the op's result to one
-/// gradient per input (an undefined Array where an input gets none); the engine reduces each to its
-/// input's shape and dtype (`InputInfo`) and follows `next` (a null node: that input needs no gradient).
+/// An array a node keeps for backward: the data without its autograd state (no reference cycle through the
+/// result's own node), and the storage version when it was saved, which get() checks.
+class SavedArray {
+ public:
+  SavedArray() = default;
+  explicit SavedArray(const Array& a);
+  /// The array (undefined if an undefined one was saved); ValueError naming `node` when it was written in
+  /// place after it was saved.
+  const Array& get(const std::string& node) const;
+  bool defined() const { return data_.defined(); }
+
+ private:
+  Array data_;
+  uint64_t version_ = 0;
+};
+
+/// A step of the backward graph: one recorded op. `backward` maps the gradient of the op's result to one
+/// gradient per input (an undefined Array where an input gets none); the engine reduces each to its input's
+/// shape, dtype and device (`InputInfo`) and follows `next` (a null node: that input needs no gradient).
+/// An op that another op's recording must recognise (a view of a view) derives from Node.
 struct Node {
   struct InputInfo {
     Shape shape;
     DType dtype = DType::Float32;
     Device device;
   };
+  /// (this node, the result's gradient) -> one gradient per input.
+  using Backward = std::function<std::vector<Array>(const Node&, const Array&)>;
+  Node() = default;
+  Node(std::string name, Backward backward, std::vector<SavedArray> saved = {})
+      : name(std::move(name)), backward(std::move(backward)), saved(std::move(saved)) {}
   virtual ~Node() = default;
-  virtual std::string name() const = 0;
-  virtual std::vector<Array> apply(const Array& grad) = 0;
-  /// Frees what the node saved for backward (after a backward without retain_graph).
-  virtual void release() {}
-  /// True once release() ran: a second backward through the node throws.
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  /// The gradients of the inputs (the engine checks `released` first).
+  std::vector<Array> apply(const Array& grad) const { return backward(*this, grad); }
+  /// Saved array `i`, version-checked.
+  const Array& saved_array(size_t i) const { return saved.at(i).get(name); }
+  /// Whether input `i` needs a gradient.
+  bool needs(size_t i) const { return i < next.size() && next[i].node != nullptr; }
+  /// Frees what the node saved for backward (after a backward without retain_graph); a node that saved
+  /// nothing (a view, a cast, a leaf's accumulator) stays usable.
+  void release() {
+    if (saved.empty()) return;
+    saved.clear();
+    released = true;
+  }
+
+  /// Its name in messages and grad_fn_name() ("MatmulBackward").
+  std::string name;
+  Backward backward;
+  std::vector<SavedArray> saved;
+  /// True once release() freed saved arrays: a second backward through the node throws.
   bool released = false;
   std::vector<Edge> next;
   std::vector<InputInfo> inputs;
@@ -115,33 +158,23 @@ void note_inplace_write(const Array& dst, const char* op);
 /// drops its inputs' gradients.
 void reject_grad(std::initializer_list<const Array*> inputs, const char* op, const char* fix);
 
-/// The engine's entry points. Each `record_*` attaches a node to `out` (making it require grad); the
-/// inputs are those that the matching GradRecorder saw.
+/// The one recording path: attaches `node` (its name, saved arrays and backward set by the op) to `out`,
+/// which then requires grad, with one edge per entry of `inputs` in order (null: an operand that gets no
+/// gradient, as a scalar). Called by an op whose GradRecorder is active.
+void record(Array& out, std::shared_ptr<Node> node, std::initializer_list<const Array*> inputs);
+void record(Array& out, std::shared_ptr<Node> node, const std::vector<const Array*>& inputs);
+void record(Array& out, std::shared_ptr<Node> node, const std::vector<Array>& inputs);
+
+/// Throws DTypeError naming `op` for a result that has no gradient (a NotDifferentiable row whose result
+/// is floating); `fix` says what to do instead.
+[[noreturn]] void throw_not_differentiable(const std::string& op, const char* fix);
+
+/// The engine's entry points (src/autograd): linking a node to its inputs' nodes and running backward.
 class AutogradHook {
  public:
   virtual ~AutogradHook() = default;
-  /// An op row of kiln/ops.def; `operands` in order, scalars included.
-  virtual void record_elementwise(OpCode op, std::initializer_list<const Operand*> operands, Array& out) = 0;
-  /// A reduction row (kernel or composed, not the scans) over `axes` of `in`, ddof for var/std.
-  virtual void record_reduction(ReduceOp op, const Array& in, const Axes& axes, bool keepdims, int64_t ddof,
-                                Array& out) = 0;
-  /// cumsum/cumprod along `axis` (flattened when absent).
-  virtual void record_scan(ReduceOp op, const Array& in, std::optional<int64_t> axis, Array& out) = 0;
-  /// `out` views `in`'s storage (any shape/strides/offset).
-  virtual void record_view(const Array& in, Array& out) = 0;
-  /// `out` is `in` copied, converted to another dtype and/or moved to another device (same shape).
-  virtual void record_convert(const Array& in, Array& out, const char* op) = 0;
-  virtual void record_matmul(const Array& a, const Array& b, Array& out) = 0;
-  virtual void record_concatenate(const std::vector<Array>& inputs, int64_t axis, Array& out) = 0;
-  /// out = take(a, indices, axis) (flattened a when axis is absent); `offsets` are the storage offsets the
-  /// forward read (take_offsets: already bounds-checked).
-  virtual void record_take(const Array& a, const Array& indices, std::optional<int64_t> axis, const Array& offsets,
-                           Array& out) = 0;
-  /// out = scatter_add(a, axis, indices, src).
-  virtual void record_scatter_add(const Array& a, int64_t axis, const Array& indices, const Array& src, Array& out) = 0;
-  /// out = f.forward(inputs) of a custom function (kiln::apply), with the arrays its forward saved.
-  virtual void record_function(const AutogradFunction& f, const std::vector<Array>& inputs,
-                               const std::vector<Array>& saved, Array& out) = 0;
+  /// Gives `node` its edges and input infos from `inputs` (null: no gradient) and attaches it to `out`.
+  virtual void record(const std::shared_ptr<Node>& node, const std::vector<const Array*>& inputs, Array& out) = 0;
   /// Runs backward from `root` (Array::backward).
   virtual void backward(const Array& root, const Array& gradient, bool retain_graph) = 0;
 };

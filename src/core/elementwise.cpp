@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/autograd.hpp"
+#include "core/derivatives.hpp"
 #include "core/backend.hpp"
 
 namespace kiln::detail {
@@ -266,7 +267,7 @@ Array elementwise(OpCode op, std::initializer_list<const Operand*> operands, con
   }
   plan_call(call);
   if (call.out.size() > 0) backend_for(device).elementwise(call);
-  if (record) autograd_hook().record_elementwise(op, operands, call.out);
+  if (record) record_elementwise_grad(op, operands, call.out);
   return call.out;
 }
 

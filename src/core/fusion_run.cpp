@@ -79,7 +79,7 @@ Axes axes_of(const Shape& axes) { return Axes(std::vector<int64_t>(axes.begin(),
 Array reduce_with_ops(ReduceOp r, const Array& a, const Shape& axes, bool keepdims) {
   const Axes list = axes_of(axes);
   switch (r) {
-#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_WITH_OPS_##api(Code, name)
+#define KILN_REDUCTION(Code, name, api) KILN_WITH_OPS_##api(Code, name)
 #define KILN_WITH_OPS_Axes(Code, name) \
   case ReduceOp::Code:                 \
     return name(a, list, keepdims);

@@ -380,7 +380,24 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   if (axis && !record && a.device().is_cpu() && a.is_contiguous()) return take_runs_cpu(a, indices, *axis);
   const Array offsets = detail::take_offsets(a, indices, axis);
   Array out = gather_flat(a, offsets);
-  if (record) detail::autograd_hook().record_take(a, indices, axis, offsets, out);
+  if (record) {
+    // A contiguous input: the forward's checked storage offsets, shifted, are the positions in the gradient
+    // (no second bounds check, no synchronisation); any other layout: the positions recomputed from the
+    // indices for the gradient's layout.
+    const bool contiguous = a.is_contiguous();
+    auto backward = [contiguous, base = a.offset(), axis](const detail::Node& node, const Array& g) {
+      const DType acc = g.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+      Array grad = zeros(node.inputs[0].shape, acc, g.device());
+      const Array positions = contiguous ? node.saved_array(0) - base
+                                         : detail::take_offsets(grad, node.saved_array(0), axis);
+      detail::scatter_add_flat(grad, positions, g.astype(acc));
+      return std::vector<Array>{grad};
+    };
+    detail::record(out,
+                   std::make_shared<detail::Node>("TakeBackward", std::move(backward),
+                                                  std::vector{detail::SavedArray(contiguous ? offsets : indices)}),
+                   {&a});
+  }
   return out;
 }
 
@@ -452,7 +469,18 @@ Array scatter_add(const Array& a, int64_t axis, const Array& indices, const Arra
   Array sums = a.astype(acc).copy();
   if (flat.size() > 0) detail::scatter_add_flat(sums, flat.contiguous(), src.astype(acc).contiguous());
   Array out = sums.dtype() == a.dtype() ? sums : sums.astype(a.dtype());
-  if (record) detail::autograd_hook().record_scatter_add(a, ax, indices, src, out);
+  if (record) {
+    auto backward = [ax](const detail::Node& node, const Array& g) {
+      std::vector<Array> r(2);
+      if (node.needs(0)) r[0] = g;
+      if (node.needs(1)) r[1] = take_along_axis(g, node.saved_array(0), ax);
+      return r;
+    };
+    detail::record(out,
+                   std::make_shared<detail::Node>("ScatterAddBackward", std::move(backward),
+                                                  std::vector{detail::SavedArray(indices)}),
+                   {&a, &src});
+  }
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
+#include "core/derivatives.hpp"
 #include "core/reduce.hpp"
 #include "kiln/ops.hpp"
 
@@ -112,11 +113,38 @@ bool layout_ok(const Array& m) {
 
 static Array matmul_impl(const Array& a_in, const Array& b_in);
 
+namespace {
+/// matmul's backward: g @ b^T and a^T @ g, a 1-d operand treated as a row (a) or a column (b) vector.
+std::vector<Array> matmul_backward(const detail::Node& node, const Array& g) {
+  const DType t = g.dtype();
+  const Array a = node.saved_array(0).astype(t), b = node.saved_array(1).astype(t);
+  const Array a2 = a.ndim() == 1 ? a.reshape({1, a.shape(0)}) : a;
+  const Array b2 = b.ndim() == 1 ? b.reshape({b.shape(0), 1}) : b;
+  Array g2 = g;
+  if (b.ndim() == 1) g2 = expand_dims(g2, -1);
+  if (a.ndim() == 1) g2 = expand_dims(g2, -2);
+  std::vector<Array> r(2);
+  if (node.needs(0)) {
+    r[0] = matmul(g2, swapaxes(b2, -1, -2));
+    if (a.ndim() == 1) r[0] = squeeze(r[0], -2);
+  }
+  if (node.needs(1)) {
+    r[1] = matmul(swapaxes(a2, -1, -2), g2);
+    if (b.ndim() == 1) r[1] = squeeze(r[1], -1);
+  }
+  return r;
+}
+}  // namespace
+
 Array matmul(const Array& a, const Array& b) {
   require_operands(a, b, "matmul");
   detail::GradRecorder record({&a, &b});
   Array out = matmul_impl(a, b);
-  if (record) detail::autograd_hook().record_matmul(a, b, out);
+  if (record)
+    detail::record(out,
+                   std::make_shared<detail::Node>("MatmulBackward", &matmul_backward,
+                                                  std::vector{detail::SavedArray(a), detail::SavedArray(b)}),
+                   {&a, &b});
   return out;
 }
 
@@ -240,7 +268,7 @@ Array norm(const Array& a, Axes axes, bool keepdims) {
   Array result = detail::reduction_axes(axes, a.ndim(), "norm", &a.shape()).empty()
                      ? abs(a.astype(out))  // 0-d
                      : detail::run_reduction(a, detail::ReduceOp::Norm, axes, out, keepdims);
-  if (record) detail::autograd_hook().record_reduction(detail::ReduceOp::Norm, a, axes, keepdims, 0, result);
+  if (record) detail::record_reduction_grad(detail::ReduceOp::Norm, a, axes, keepdims, 0, result);
   return result;
 }
 

@@ -20,7 +20,7 @@ DType reduce_result_dtype(ReduceOp op, DType in) {
 
 std::optional<ReduceOp> reduce_op_by_name(const char* name) {
   for (int i = 0; i < kNumReduceOps; ++i)
-    if (std::strcmp(kReduceInfo[i].name, name) == 0) return static_cast<ReduceOp>(i);
+    if (std::strcmp(kReduceInfo[static_cast<size_t>(i)].name, name) == 0) return static_cast<ReduceOp>(i);
   return std::nullopt;
 }
 

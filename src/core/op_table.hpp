@@ -1,9 +1,11 @@
-// The op table (internal): the columns of include/kiln/ops.def that core and every backend read, as
-// constexpr data. OpCode numbers the rows; op_info(op) gives name, arity, typing rule, supported compute
-// dtypes, accuracy, GPU vectorisation policy and derivative status. op_supports() is the one answer to
+// The op table (internal): the public op list include/kiln/ops.def joined with its internal columns
+// (src/core/ops_internal.def), as constexpr data that core and every backend read. OpCode numbers the rows;
+// op_info(op) gives name, arity, typing rule, supported compute dtypes, accuracy, GPU vectorisation policy,
+// input domain and derivative status. op_supports() is the one answer to
 // "does this op have a kernel for this compute dtype", shared by the CPU and CUDA backends.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -38,12 +40,33 @@ enum class OpDTypes : uint8_t { AnyType, NoBool, FloatOnly, IntOnly, BoolOnly, N
 enum class Accuracy : uint8_t { Exact, Math, Approx };
 /// GPU contiguous kernels: vectorised loads (Vec: but not float64 Float-rule ops), integers only, never.
 enum class GpuVector : uint8_t { Vec, VecInt, NoVec };
-/// The derivative column: a formula (KILN_GRAD(...), evaluated by src/autograd) or NotDifferentiable.
+/// The derivative column: a formula (KILN_GRAD(...), evaluated by the op's backward) or NotDifferentiable.
 enum class Derivative : uint8_t { Formula, NotDifferentiable };
 #define KILN_DERIV_KILN_GRAD(...) ::kiln::detail::Derivative::Formula
 #define KILN_DERIV_NotDifferentiable ::kiln::detail::Derivative::NotDifferentiable
 /// Whether ops.hpp declares the op's function from the table (Fn), by hand (Own), or not at all (None).
 enum class OpApi : uint8_t { Fn, Own, None };
+/// Where an op's test inputs come from (the domain column of ops_internal.def): the golden generator's values
+/// per operand (tests/golden/ops_golden.py) and the gradchecks' interval (tests/core/test_autograd.cpp).
+enum class InputDomain : uint8_t {
+  Any,            ///< every value (floats in a few units around zero)
+  Positive,       ///< x > 0 (logs)
+  NonNegative,    ///< x >= 0 (sqrt)
+  AboveMinusOne,  ///< x > -1 (log1p)
+  Unit,           ///< (-1, 1) (arcsin, arccos, tan)
+  SmallInt,       ///< small magnitudes whose squares stay exact in every dtype
+  Moderate,       ///< |x| of a few units, where exponentials stay finite in float16
+  Activation,     ///< |x| up to 12 (activation functions' saturated tails)
+  Halves,         ///< near multiples of 0.5 (exact ties for rounding)
+  Logical,        ///< a few zeros and nonzeros (truth values)
+  Compare,        ///< a small pool of values, so that equal pairs occur
+  Divisor,        ///< any numerator, nonzero divisor
+  IntDivisor,     ///< wide numerator, small nonzero divisor (floor_divide, remainder)
+  Power,          ///< positive base, small exponent
+  Select,         ///< a truth value, then any two values
+  Clip,           ///< any value, a lower bound <= 0, an upper bound > 0
+  None,           ///< no inputs (fills and sequences)
+};
 
 struct OpInfo {
   const char* name;
@@ -54,26 +77,64 @@ struct OpInfo {
   Accuracy accuracy;
   GpuVector gpu_vector;
   bool cpu_simd;  ///< float32 rows go through a libmvec routine on the CPU
+  InputDomain domain;
   Derivative derivative;
 };
 
-inline constexpr OpInfo kOpInfo[] = {
+namespace op_rows {
+struct Internal {
+  OpCode code;
+  TypeRule rule;
+  OpDTypes dtypes;
+  Accuracy accuracy;
+  GpuVector gpu_vector;
+  bool cpu_simd;
+  InputDomain domain;
+  Derivative derivative;
+};
+inline constexpr Internal kInternal[] = {
 #define KILN_SIMD(f) true
 #define KILN_NO_SIMD false
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) \
-  {#name,         arity,                                                                                       \
-   OpApi::api,    TypeRule::rule,                                                                              \
-   OpDTypes::dtypes, Accuracy::accuracy,                                                                       \
-   GpuVector::gpu_vector, cpu_simd,                                                                            \
-   KILN_DERIV_##derivative},
-#include "kiln/ops.def"
+#define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, domain, derivative, cpu, cuda)        \
+  {OpCode::Code,          TypeRule::rule, OpDTypes::dtypes,       Accuracy::accuracy, GpuVector::gpu_vector, \
+   cpu_simd,              InputDomain::domain, KILN_DERIV_##derivative},
+#include "core/ops_internal.def"
 #undef KILN_SIMD
 #undef KILN_NO_SIMD
 };
-static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == static_cast<size_t>(OpCode::Count));
+struct Public {
+  const char* name;
+  int arity;
+  OpApi api;
+};
+inline constexpr Public kPublic[] = {
+#define KILN_OP(Code, name, arity, api) {#name, arity, OpApi::api},
+#include "kiln/ops.def"
+};
+/// ops_internal.def has the rows of kiln/ops.def, in the same order.
+constexpr bool internal_rows_match() {
+  if (std::size(kInternal) != static_cast<size_t>(OpCode::Count)) return false;
+  for (size_t i = 0; i < std::size(kInternal); ++i)
+    if (kInternal[i].code != static_cast<OpCode>(i)) return false;
+  return true;
+}
+static_assert(internal_rows_match(),
+              "src/core/ops_internal.def must have one row per row of include/kiln/ops.def, same Code, same order");
+constexpr std::array<OpInfo, static_cast<size_t>(OpCode::Count)> join() {
+  std::array<OpInfo, static_cast<size_t>(OpCode::Count)> rows{};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Internal& r = kInternal[i];
+    rows[i] = {kPublic[i].name, kPublic[i].arity, kPublic[i].api, r.rule,   r.dtypes,
+               r.accuracy,      r.gpu_vector,     r.cpu_simd,     r.domain, r.derivative};
+  }
+  return rows;
+}
+}  // namespace op_rows
+
+inline constexpr std::array<OpInfo, static_cast<size_t>(OpCode::Count)> kOpInfo = op_rows::join();
 
 /// The table entry of `op`.
-constexpr const OpInfo& op_info(OpCode op) { return kOpInfo[static_cast<int>(op)]; }
+constexpr const OpInfo& op_info(OpCode op) { return kOpInfo[static_cast<size_t>(op)]; }
 
 /// Whether `op` has a kernel computing in dtype `compute` -- on every backend (float16/bfloat16 compute
 /// in float32 on both, so ask with the kernel's compute dtype).
@@ -110,7 +171,7 @@ inline constexpr int kNumReduceOps = 0
     ;
 inline constexpr int kNumReduceKernels = 0
 #define KILN_REDUCE_KERNEL(...) +1
-#include "kiln/reductions.def"
+#include "core/reductions_internal.def"
     ;
 
 enum class ReduceKind : uint8_t { Kernel, Composed, Scan };
@@ -135,19 +196,59 @@ struct ReduceInfo {
   ReduceAcc acc;
 };
 
-inline constexpr ReduceInfo kReduceInfo[] = {
-#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, ...)                          \
-  {#name, ReduceKind::Kernel, ReduceApi::api, ReduceResult::result, ReduceEmpty::empty, ReduceFuse::fuse == ReduceFuse::Fused, \
-   KILN_DERIV_##derivative, ReduceAcc::acc},
-#define KILN_REDUCE_COMPOSED(Code, name, kind, api, result, empty, fuse, derivative)                          \
-  {#name, ReduceKind::kind, ReduceApi::api, ReduceResult::result, ReduceEmpty::empty, ReduceFuse::fuse == ReduceFuse::Fused, \
-   KILN_DERIV_##derivative, ReduceAcc::None},
+namespace reduce_rows {
+struct Internal {
+  ReduceOp code;
+  ReduceKind kind;
+  ReduceResult result;
+  ReduceEmpty empty;
+  bool fused;
+  Derivative derivative;
+  ReduceAcc acc;
+};
+inline constexpr Internal kInternal[] = {
+#define KILN_REDUCE_KERNEL(Code, result, empty, fuse, derivative, acc, ...)                                     \
+  {ReduceOp::Code,           ReduceKind::Kernel,      ReduceResult::result, ReduceEmpty::empty,                 \
+   ReduceFuse::fuse == ReduceFuse::Fused, KILN_DERIV_##derivative, ReduceAcc::acc},
+#define KILN_REDUCE_COMPOSED(Code, kind, result, empty, fuse, derivative)                                       \
+  {ReduceOp::Code,           ReduceKind::kind,        ReduceResult::result, ReduceEmpty::empty,                 \
+   ReduceFuse::fuse == ReduceFuse::Fused, KILN_DERIV_##derivative, ReduceAcc::None},
+#include "core/reductions_internal.def"
+};
+struct Public {
+  const char* name;
+  ReduceApi api;
+};
+inline constexpr Public kPublic[] = {
+#define KILN_REDUCTION(Code, name, api) {#name, ReduceApi::api},
 #include "kiln/reductions.def"
 };
-static_assert(sizeof(kReduceInfo) / sizeof(kReduceInfo[0]) == static_cast<size_t>(kNumReduceOps));
+/// reductions_internal.def has the rows of kiln/reductions.def, in the same order, kernel rows first.
+constexpr bool internal_rows_match() {
+  if (std::size(kInternal) != static_cast<size_t>(kNumReduceOps)) return false;
+  for (size_t i = 0; i < std::size(kInternal); ++i)
+    if (kInternal[i].code != static_cast<ReduceOp>(i) ||
+        (kInternal[i].kind == ReduceKind::Kernel) != (static_cast<int>(i) < kNumReduceKernels))
+      return false;
+  return true;
+}
+static_assert(internal_rows_match(),
+              "src/core/reductions_internal.def must have one row per row of include/kiln/reductions.def, same "
+              "Code, same order, kernel rows first");
+constexpr std::array<ReduceInfo, static_cast<size_t>(kNumReduceOps)> join() {
+  std::array<ReduceInfo, static_cast<size_t>(kNumReduceOps)> rows{};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Internal& r = kInternal[i];
+    rows[i] = {kPublic[i].name, r.kind, kPublic[i].api, r.result, r.empty, r.fused, r.derivative, r.acc};
+  }
+  return rows;
+}
+}  // namespace reduce_rows
+
+inline constexpr std::array<ReduceInfo, static_cast<size_t>(kNumReduceOps)> kReduceInfo = reduce_rows::join();
 
 /// The table entry of `op`.
-constexpr const ReduceInfo& reduce_info(ReduceOp op) { return kReduceInfo[static_cast<int>(op)]; }
+constexpr const ReduceInfo& reduce_info(ReduceOp op) { return kReduceInfo[static_cast<size_t>(op)]; }
 constexpr const char* reduce_op_name(ReduceOp op) { return reduce_info(op).name; }
 /// True for the rows with a backend kernel of their own.
 constexpr bool is_reduce_kernel(ReduceOp op) { return static_cast<int>(op) < kNumReduceKernels; }

@@ -2,6 +2,7 @@
 // cases, then one backend reduce call (out in keepdims form). mean/var/std are
 // composed from a float64 sum and elementwise ops; var is two-pass (mean first).
 #include "core/autograd.hpp"
+#include "core/derivatives.hpp"
 #include "core/reduce.hpp"
 
 #include <algorithm>
@@ -199,7 +200,7 @@ template <class F>
 Array recorded(ReduceOp op, const Array& a, const Axes& axes, bool keepdims, int64_t ddof, F&& compute) {
   detail::GradRecorder record({&a});
   Array out = compute();
-  if (record) detail::autograd_hook().record_reduction(op, a, axes, keepdims, ddof, out);
+  if (record) detail::record_reduction_grad(op, a, axes, keepdims, ddof, out);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/autograd.hpp"
+#include "core/derivatives.hpp"
 #include "core/backend.hpp"
 #include "core/reduce.hpp"
 #include "kiln/fuse.hpp"
@@ -66,14 +67,14 @@ Array scan(const Array& a, std::optional<int64_t> axis, detail::ReduceOp op) {
 Array cumsum(const Array& a, std::optional<int64_t> axis) {
   detail::GradRecorder record({&a});
   Array out = scan(a, axis, detail::ReduceOp::CumSum);
-  if (record) detail::autograd_hook().record_scan(detail::ReduceOp::CumSum, a, axis, out);
+  if (record) detail::record_scan_grad(detail::ReduceOp::CumSum, a, axis, out);
   return out;
 }
 
 Array cumprod(const Array& a, std::optional<int64_t> axis) {
   detail::GradRecorder record({&a});
   Array out = scan(a, axis, detail::ReduceOp::CumProd);
-  if (record) detail::autograd_hook().record_scan(detail::ReduceOp::CumProd, a, axis, out);
+  if (record) detail::record_scan_grad(detail::ReduceOp::CumProd, a, axis, out);
   return out;
 }
 
@@ -99,7 +100,7 @@ Array logsumexp(const Array& a, Axes axes, bool keepdims) {
     result = kRows(a.permute(order).reshape(rows)).reshape(r.keep_shape);
   }
   if (!keepdims) result = result.reshape(r.out_shape);
-  if (record) detail::autograd_hook().record_reduction(detail::ReduceOp::LogSumExp, a, axes, keepdims, 0, result);
+  if (record) detail::record_reduction_grad(detail::ReduceOp::LogSumExp, a, axes, keepdims, 0, result);
   return result;
 }
 

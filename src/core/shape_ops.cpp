@@ -5,7 +5,9 @@
 // elements, possibly 0 or negative) and offset; no backend is involved except
 // where data is copied (contiguous(), assign()).
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -18,10 +20,89 @@
 namespace kiln {
 namespace {
 
+/// True when no two indices of (shape, strides) reach the same element.
+bool is_injective(const Shape& shape, const Shape& strides) {
+  std::vector<std::pair<int64_t, int64_t>> axes;  // (|stride|, extent) of the axes that move
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return true;
+    if (shape[d] > 1) axes.emplace_back(strides[d] < 0 ? -strides[d] : strides[d], shape[d]);
+  }
+  std::sort(axes.begin(), axes.end());
+  int64_t reach = 0;  // the largest offset the smaller axes reach
+  for (const auto& [stride, extent] : axes) {
+    if (stride <= reach) return false;
+    reach += stride * (extent - 1);
+  }
+  return true;
+}
+
+/// The node of a view of `base` (the first array of a chain of views that is not itself a view: a view of a
+/// view records against it, so the chain collapses). Its gradient: the view's gradient written through the
+/// view's geometry into zeros of the base's storage extent, read back through the base's geometry.
+struct ViewNode : detail::Node {
+  ViewNode() : Node("ViewBackward", &backward_of) {}
+  static std::vector<Array> backward_of(const detail::Node& node, const Array& g) {
+    const auto& v = static_cast<const ViewNode&>(node);
+    // Broadcast (stride-0) axes of the view: the gradients of the aliases add up.
+    Shape stretched;
+    for (size_t d = 0; d < v.view_shape.size(); ++d)
+      if (v.view_strides[d] == 0 && v.view_shape[d] > 1) stretched.push_back(static_cast<int64_t>(d));
+    Array grad = stretched.empty() ? g : sum(g, stretched, true);
+    int64_t lo = v.base_offset, hi = v.base_offset;
+    for (size_t d = 0; d < v.base_shape.size(); ++d) {
+      if (v.base_shape[d] == 0) return {zeros(v.base_shape, grad.dtype(), grad.device())};
+      const int64_t reach = (v.base_shape[d] - 1) * v.base_strides[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    Array buffer = zeros({hi - lo + 1}, grad.dtype(), grad.device());
+    if (grad.size() > 0) as_strided(buffer, grad.shape(), v.view_strides, v.view_offset - lo).assign(grad);
+    return {as_strided(buffer, v.base_shape, v.base_strides, v.base_offset - lo)};
+  }
+  Shape base_shape, base_strides, view_shape, view_strides;
+  int64_t base_offset = 0, view_offset = 0;
+};
+
+void record_view(const Array& in, Array& out) {
+  auto node = std::make_shared<ViewNode>();
+  const detail::Node* parent_node = in.autograd_meta()->grad_fn.get();
+  if (const auto* parent = dynamic_cast<const ViewNode*>(parent_node)) {
+    node->base_shape = parent->base_shape;
+    node->base_strides = parent->base_strides;
+    node->base_offset = parent->base_offset;
+  } else {
+    if (!is_injective(in.shape(), in.strides()))
+      throw ValueError("view: the array requiring grad overlaps itself (shape " + shape_str(in.shape()) +
+                       ", strides " + shape_str(in.strides()) +
+                       "), so a view of it has no well-defined gradient; take the view of a copy()");
+    node->base_shape = in.shape();
+    node->base_strides = in.strides();
+    node->base_offset = in.offset();
+  }
+  node->view_shape = out.shape();
+  node->view_strides = out.strides();
+  node->view_offset = out.offset();
+  Shape shape = out.shape();
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (out.strides()[d] == 0) shape[d] = std::min<int64_t>(shape[d], 1);
+  if (!is_injective(shape, out.strides()))
+    throw ValueError("as_strided: a view whose elements overlap (shape " + shape_str(out.shape()) + ", strides " +
+                     shape_str(out.strides()) +
+                     ") of an array that requires grad has no gradient; use broadcast_to for repeated elements, "
+                     "or a copy");
+  if (const auto* parent = dynamic_cast<const ViewNode*>(parent_node)) {
+    // The chain's first array: the parent's input (its edge and info are copied, not re-derived).
+    node->next = parent->next;
+    node->inputs = parent->inputs;
+    detail::record(out, node, std::vector<const Array*>{});
+  } else {
+    detail::record(out, node, {&in});
+  }
+}
+
 /// A view of `a`'s storage with new geometry (recorded for autograd: every view op ends here).
 Array make_view(const Array& a, Shape shape, Shape strides, int64_t offset) {
   Array out(a.storage(), std::move(shape), std::move(strides), offset, a.dtype());
-  if (detail::grad_mode() && detail::requires_grad(a)) detail::autograd_hook().record_view(a, out);
+  if (detail::grad_mode() && detail::requires_grad(a)) record_view(a, out);
   return out;
 }
 
@@ -336,7 +417,19 @@ Array concatenate(const std::vector<Array>& arrays, int64_t axis) {
     if (extent > 0 && out.size() > 0) out.slice(ax, position, position + extent).assign(a);
     position += extent;
   }
-  if (record) detail::autograd_hook().record_concatenate(arrays, ax, out);
+  if (record) {
+    auto backward = [ax](const detail::Node& node, const Array& g) {
+      std::vector<Array> r;
+      int64_t position = 0;
+      for (const detail::Node::InputInfo& info : node.inputs) {
+        const int64_t extent = info.shape[static_cast<size_t>(ax)];
+        r.push_back(g.slice(ax, position, position + extent));
+        position += extent;
+      }
+      return r;
+    };
+    detail::record(out, std::make_shared<detail::Node>("ConcatenateBackward", std::move(backward)), arrays);
+  }
   return out;
 }
 

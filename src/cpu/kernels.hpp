@@ -1,5 +1,5 @@
 // Scalar definitions of every elementwise op for the CPU (internal): `apply<OP, T>`, evaluated in the
-// compute type T (float for float16/bfloat16), is the `cpu` column of include/kiln/ops.def; the helpers
+// compute type T (float for float16/bfloat16), is the `cpu` column of src/core/ops_internal.def; the helpers
 // that column calls are in namespace ops below (src/cuda/kernels/prelude.cuh mirrors them). The loops in
 // elementwise.cpp call it on whole rows so the compiler can vectorise the simple ones.
 #pragma once
@@ -190,16 +190,16 @@ template <class T> inline T logaddexp(T a, T b) {
 
 }  // namespace ops
 
-/// The `cpu` column of each row of kiln/ops.def, as Fn<OP>::run<T>(a, b, c).
+/// The `cpu` column of each row of src/core/ops_internal.def, as Fn<OP>::run<T>(a, b, c).
 template <OpCode OP> struct Fn;
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) \
-  template <> struct Fn<OpCode::Code> {                                                                        \
+#define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, domain, derivative, cpu, cuda) \
+  template <> struct Fn<OpCode::Code> {                                                                     \
     template <class T>                                                                                         \
     static auto run([[maybe_unused]] T a, [[maybe_unused]] T b, [[maybe_unused]] T c) {                       \
       return cpu;                                                                                              \
     }                                                                                                          \
   };
-#include "kiln/ops.def"
+#include "core/ops_internal.def"
 
 template <OpCode OP, class T>
 inline result_t<OP, T> apply(T a, T b = T(), T c = T()) {

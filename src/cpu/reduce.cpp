@@ -154,10 +154,10 @@ ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
   return visit_dtype(dtype, [op, out_dtype](auto tag) -> ReduceKernels {
     using T = decltype(tag);
     switch (op) {
-#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, cpu, ...) \
+#define KILN_REDUCE_KERNEL(Code, result, empty, fuse, derivative, acc, cpu, ...) \
   case ReduceOp::Code:                                                                      \
     return kernels_of<T, cpu, detail::ReduceAcc::acc>(out_dtype);
-#include "kiln/reductions.def"
+#include "core/reductions_internal.def"
       default:
         break;
     }

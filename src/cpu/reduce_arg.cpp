@@ -183,10 +183,10 @@ ArgKernels select_arg_kernels(ReduceOp op, DType dtype) {
   return visit_dtype(dtype, [op](auto tag) -> ArgKernels {
     using T = decltype(tag);
     switch (op) {
-#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, cpu, ...) \
+#define KILN_REDUCE_KERNEL(Code, result, empty, fuse, derivative, acc, cpu, ...) \
   case ReduceOp::Code:                                                                      \
     return arg_kernels_of<T, cpu, detail::ReduceAcc::acc>();
-#include "kiln/reductions.def"
+#include "core/reductions_internal.def"
       default:
         break;
     }

@@ -12,12 +12,12 @@
 #if defined(__AVX2__) && defined(KILN_HAVE_LIBMVEC)
 #include <immintrin.h>
 #define KILN_VECTOR_MATH 1
-// The libmvec routines the op list (kiln/ops.def, column cpu_simd) names.
+// The libmvec routines the op list (src/core/ops_internal.def, column cpu_simd) names.
 extern "C" {
 #define KILN_SIMD(f) __m256 _ZGVdN8v_##f(__m256);
 #define KILN_NO_SIMD
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) cpu_simd
-#include "kiln/ops.def"
+#define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) cpu_simd
+#include "core/ops_internal.def"
 #undef KILN_SIMD
 #undef KILN_NO_SIMD
 }
@@ -35,10 +35,10 @@ constexpr VectorFn vector_math_f32(OpCode op) {
   switch (op) {
 #define KILN_SIMD(f) &_ZGVdN8v_##f
 #define KILN_NO_SIMD nullptr
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) \
+#define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) \
   case OpCode::Code:                                                                        \
     return cpu_simd;
-#include "kiln/ops.def"
+#include "core/ops_internal.def"
 #undef KILN_SIMD
 #undef KILN_NO_SIMD
     case OpCode::Count: break;

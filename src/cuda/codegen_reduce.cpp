@@ -44,16 +44,16 @@ namespace {
 
 bool is_arg(ReduceOp op) { return detail::is_index_reduction(op); }
 
-/// The CUDA columns of kiln/reductions.def, by ReduceOp.
+/// The CUDA columns of src/core/reductions_internal.def, by ReduceOp.
 struct ReduceCode {
   const char* op;
   const char* load;
   const char* store;
 };
 constexpr ReduceCode kReduceCode[] = {
-#define KILN_REDUCE_KERNEL(Code, name, api, result, empty, fuse, derivative, acc, cpu, cuda_op, cuda_load, cuda_store) \
+#define KILN_REDUCE_KERNEL(Code, result, empty, fuse, derivative, acc, cpu, cuda_op, cuda_load, cuda_store) \
   {cuda_op, cuda_load, cuda_store},
-#include "kiln/reductions.def"
+#include "core/reductions_internal.def"
 };
 static_assert(std::size(kReduceCode) == static_cast<size_t>(detail::kNumReduceKernels));
 

@@ -3,7 +3,7 @@
 // src/cuda/kernels/prelude.cuh (integer typedefs, float16/bfloat16 conversions, kd::cast, the helpers kd::ops of
 // the op list's cuda column) and src/cuda/kernels/prelude_reductions.cuh (the reduction operators kd::red_* and
 // warp shuffles). Between them, device_op_functions() generates kd::op_<name> for every op from the `cuda` column
-// of include/kiln/ops.def.
+// of src/core/ops_internal.def.
 #pragma once
 
 #include <string>
@@ -14,10 +14,10 @@
 
 namespace kiln::cuda_impl {
 
-/// The `cuda` column of each row of kiln/ops.def, indexed by OpCode.
+/// The `cuda` column of each row of src/core/ops_internal.def, indexed by OpCode.
 inline constexpr const char* kCudaExpressions[] = {
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, gpu_vector, cpu_simd, derivative, cpu, cuda) cuda,
-#include "kiln/ops.def"
+#define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, domain, derivative, cpu, cuda) cuda,
+#include "core/ops_internal.def"
 };
 static_assert(sizeof(kCudaExpressions) / sizeof(kCudaExpressions[0]) == static_cast<size_t>(detail::OpCode::Count));
 

@@ -77,7 +77,7 @@ Array run_case(const ReduceCase& c, const Array& x) {
   if (c.axes != "none" && c.op.rfind("arg", 0) == 0) axis = parse_axes(c.axes).at(0);
   const bool k = c.keepdims;
   // Every `Axes` row of kiln/reductions.def by its table name; the `Own` rows by hand.
-#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_RUN_##api(name)
+#define KILN_REDUCTION(Code, name, api) KILN_RUN_##api(name)
 #define KILN_RUN_Axes(name) \
   if (c.op == #name) return name(x, axes, k);
 #define KILN_RUN_Own(name)
@@ -191,7 +191,7 @@ TEST(ReduceTable, kernel_rows_come_first_and_names_round_trip) {
 /// The `Axes` rows by table name (the public functions the table declares).
 Array run_axes_row(detail::ReduceOp op, const Array& x, const Axes& axes) {
   switch (op) {
-#define KILN_REDUCTION(Code, name, kind, api, ...) KILN_CASE_##api(Code, name)
+#define KILN_REDUCTION(Code, name, api) KILN_CASE_##api(Code, name)
 #define KILN_CASE_Axes(Code, name) \
   case detail::ReduceOp::Code:     \
     return name(x, axes);

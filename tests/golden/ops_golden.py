@@ -4,12 +4,14 @@ Run as `python3 ops_golden.py OUTDIR`; writes OUTDIR/ops/OP.DTYPE.npy (the array
 and dtype, flattened and concatenated: a few hundred small files rather than thousands), OUTDIR/ops/manifest.txt
 and finally OUTDIR/ops_golden.stamp. Needs NumPy >= 2 (NEP 50 weak Python scalars).
 
-The OPS table below declares every op once: name, arity, NumPy reference, the dtypes it supports, how its
-inputs are generated (a domain per operand) and whether its float results are correctly rounded ("exact":
+The OPS table below declares every op once: name, arity, NumPy reference, the dtypes it supports and whether its float results are correctly rounded ("exact":
 compared bit for bit by the harness) or come from a libm-like function ("math": compared within a few ulps;
 the reference is then computed in higher precision, float64 -- long double for float64 results -- and
 rounded once to the result dtype; "approx" ops -- gelu's two forms -- are computed the same way and compared
 within 64 ulps for float64). Ops with `large` get large |x| among their inputs besides the specials.
+How an op's inputs are generated is the op table's domain column (src/core/ops_internal.def, read by
+`table_domains`): DOMAINS below defines each domain name as one input generator per operand; the C++
+operators (op_add, op_iadd, ...) use the domain of the op they call.
 The harness (tests/harness/op_table_test.cpp) takes its op list from include/kiln/ops.def and these dtypes
 from the manifest; a test fails when an op of ops.def has no cases here or its kind differs from the
 accuracy column.
@@ -230,107 +232,159 @@ POWER_EXP = Domain(floats=(-3.0, 3.0), ints=(0, 4))
 ACTIVATION = Domain(floats=(-12.0, 12.0), ints=(-20, 20))
 LARGE = [30.0, -30.0, 100.0, -100.0, 1e30, -1e30]
 
+# Each name of the op table's domain column (detail::InputDomain): the generator of each operand.
+DOMAINS = {
+    "Any": [ANY, ANY], "Positive": [POSITIVE], "Unit": [UNIT], "SmallInt": [SMALL_INT],
+    "NonNegative": [Domain(floats=(0.0, 50.0), ints=(0, 100))],
+    "AboveMinusOne": [Domain(floats=(-0.9, 10.0), ints=(0, 100))],
+    "Moderate": [Domain(floats=(-6.0, 6.0), ints=(-6, 6))], "Activation": [ACTIVATION, ACTIVATION],
+    "Halves": [Domain(halves=True)], "Logical": [LOGICAL, LOGICAL], "Compare": [COMPARE, COMPARE],
+    "Divisor": [ANY, NONZERO], "IntDivisor": [WIDE, SMALL_NONZERO], "Power": [POWER_BASE, POWER_EXP],
+    "Select": [LOGICAL, ANY, ANY],
+    "Clip": [ANY, Domain(floats=(-3.0, 0.0), ints=(-3, 2)), Domain(floats=(0.5, 3.0), ints=(3, 9))],
+    "None": [],
+}
 
-def unary(name, fn, dtypes, domain, kind="exact", **kw):
-    return Op(name, 1, fn, dtypes, [domain], kind, **kw)
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
-def binary(name, fn, dtypes, domains, kind="exact", **kw):
-    return Op(name, 2, fn, dtypes, domains, kind, **kw)
+def read_rows(path, macro, count):
+    """The first `count` fields of each row `macro(...)` of an X-macro file (those fields hold no commas)."""
+    with open(os.path.join(ROOT, path)) as f:
+        return [[x.strip(" )\n") for x in line[len(macro) + 1:].split(",")[:count]]
+                for line in f if line.startswith(macro + "(")]
+
+
+def read_table_domains():
+    """{op name: domain name} from include/kiln/ops.def (Code, name) and src/core/ops_internal.def (Code, ...,
+    domain: the 7th field), whose rows pair up by Code."""
+    names = {row[0]: row[1] for row in read_rows("include/kiln/ops.def", "KILN_OP", 2)}
+    domains = {row[0]: row[6] for row in read_rows("src/core/ops_internal.def", "KILN_OP_IMPL", 7)}
+    if names.keys() != domains.keys():
+        raise SystemExit(f"ops_golden.py: ops.def and ops_internal.def have different rows: "
+                         f"{sorted(names.keys() ^ domains.keys())}")
+    for code, domain in domains.items():
+        if domain not in DOMAINS:
+            raise SystemExit(f"ops_golden.py: {names[code]}'s domain {domain} is not in DOMAINS")
+    return {names[code]: domain for code, domain in domains.items()}
+
+
+TABLE_DOMAINS = read_table_domains()
+
+
+def table_domains(name, arity):
+    """The generators of `name`'s operands from the op table: a C++ operator op_X (or in-place op_iX) uses X's."""
+    op = name
+    if op.startswith("op_"):
+        op = op[3:]
+        if op not in TABLE_DOMAINS and op.startswith("i"):
+            op = op[1:]
+    generators = DOMAINS[TABLE_DOMAINS[op]]
+    return [generators[min(k, len(generators) - 1)] for k in range(arity)]
+
+
+def unary(name, fn, dtypes, kind="exact", **kw):
+    return Op(name, 1, fn, dtypes, table_domains(name, 1), kind, **kw)
+
+
+def binary(name, fn, dtypes, kind="exact", **kw):
+    return Op(name, 2, fn, dtypes, table_domains(name, 2), kind, **kw)
+
+
+def ternary(name, fn, dtypes, kind="exact", **kw):
+    return Op(name, 3, fn, dtypes, table_domains(name, 3), kind, **kw)
 
 
 OPS = [
-    unary("negative", np.negative, NUMERIC, ANY),
-    unary("abs", np.abs, ALL, ANY),
-    unary("sign", np.sign, NUMERIC, ANY),
-    unary("exp", np.exp, ALL, Domain(floats=(-8.0, 8.0), ints=(-10, 10)), "math"),
-    unary("exp2", np.exp2, ALL, Domain(floats=(-12.0, 12.0), ints=(-14, 14)), "math"),
-    unary("log", np.log, ALL, POSITIVE, "math"),
-    unary("log2", np.log2, ALL, POSITIVE, "math"),
-    unary("log10", np.log10, ALL, POSITIVE, "math"),
-    unary("log1p", np.log1p, ALL, Domain(floats=(-0.9, 10.0), ints=(0, 100)), "math"),
-    unary("expm1", np.expm1, ALL, Domain(floats=(-3.0, 3.0), ints=(-8, 8)), "math"),
-    unary("sqrt", np.sqrt, ALL, Domain(floats=(0.0, 50.0), ints=(0, 100)), "math"),
-    unary("square", np.square, ALL, SMALL_INT),
-    unary("sin", np.sin, ALL, Domain(floats=(-10.0, 10.0)), "math"),
-    unary("cos", np.cos, ALL, Domain(floats=(-10.0, 10.0)), "math"),
-    unary("tan", np.tan, ALL, Domain(floats=(-1.5, 1.5)), "math"),
-    unary("arcsin", np.arcsin, ALL, UNIT, "math"),
-    unary("arccos", np.arccos, ALL, UNIT, "math"),
-    unary("arctan", np.arctan, ALL, Domain(floats=(-10.0, 10.0)), "math"),
-    unary("sinh", np.sinh, ALL, Domain(floats=(-5.0, 5.0), ints=(-6, 6)), "math"),
-    unary("cosh", np.cosh, ALL, Domain(floats=(-5.0, 5.0), ints=(-6, 6)), "math"),
-    unary("tanh", np.tanh, ALL, Domain(floats=(-6.0, 6.0)), "math"),
-    unary("sigmoid", sigmoid, ALL, Domain(floats=(-12.0, 12.0)), "math"),
-    unary("relu", relu, ALL, ANY),
-    unary("erf", float_loop(_erf), ALL, Domain(floats=(-4.0, 4.0), ints=(-3, 3)), "math", large=LARGE),
-    unary("softplus", float_loop(lambda x: np.logaddexp(np.zeros((), x.dtype), x)), ALL, ACTIVATION, "math",
-          large=LARGE),
-    unary("gelu", float_loop(gelu), ALL, ACTIVATION, "approx", large=LARGE),
-    # float64 results of the tanh form lose about 0.1 * |x|^3 ulp below x = -6 (exp magnifies u's rounding)
-    unary("gelu_tanh", float_loop(gelu_tanh), ALL, Domain(floats=(-6.0, 6.0), ints=(-6, 6)), "approx", large=LARGE),
-    unary("silu", float_loop(lambda x: x / (1 + np.exp(-x))), ALL, ACTIVATION, "math", large=LARGE),
-    unary("floor", np.floor, ALL, Domain(halves=True)),
-    unary("ceil", np.ceil, ALL, Domain(halves=True)),
-    unary("round", np.round, ALL, Domain(halves=True)),
-    unary("trunc", np.trunc, ALL, Domain(halves=True)),
-    unary("logical_not", np.logical_not, ALL, LOGICAL),
-    unary("isnan", np.isnan, ALL, ANY),
-    unary("isinf", np.isinf, ALL, ANY),
-    unary("isfinite", np.isfinite, ALL, ANY),
-    unary("bitwise_not", np.bitwise_not, BITWISE, ANY),
-    binary("add", np.add, ALL, [ANY, ANY], mixed=ARITH_MIXED),
-    binary("subtract", np.subtract, NUMERIC, [ANY, ANY], mixed=ARITH_MIXED[:1] + ARITH_MIXED[2:]),
-    binary("multiply", np.multiply, ALL, [ANY, ANY], mixed=ARITH_MIXED),
-    binary("divide", np.divide, ALL, [ANY, NONZERO], mixed=ARITH_MIXED),
-    binary("floor_divide", np.floor_divide, ALL, [WIDE, SMALL_NONZERO], mixed=ARITH_MIXED, int_scalar=5),
-    binary("remainder", np.remainder, ALL, [WIDE, SMALL_NONZERO], mixed=ARITH_MIXED, int_scalar=5),
-    binary("power", np.power, ALL, [POWER_BASE, POWER_EXP], "math", mixed=ARITH_MIXED, int_scalar=2,
-           float_scalar=0.5),
-    binary("maximum", np.maximum, ALL, [ANY, ANY], mixed=ARITH_MIXED),
-    binary("minimum", np.minimum, ALL, [ANY, ANY], mixed=ARITH_MIXED),
-    binary("arctan2", np.arctan2, ALL, [ANY, ANY], "math", mixed=ARITH_MIXED),
-    binary("logaddexp", np.logaddexp, ALL, [ACTIVATION, ACTIVATION], "math", mixed=ARITH_MIXED, large=LARGE),
-    binary("equal", np.equal, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
-    binary("not_equal", np.not_equal, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
-    binary("less", np.less, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
-    binary("less_equal", np.less_equal, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
-    binary("greater", np.greater, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
-    binary("greater_equal", np.greater_equal, ALL, [COMPARE, COMPARE], mixed=ARITH_MIXED, int_scalar=1),
-    binary("logical_and", np.logical_and, ALL, [LOGICAL, LOGICAL], mixed=ARITH_MIXED[:3]),
-    binary("logical_or", np.logical_or, ALL, [LOGICAL, LOGICAL], mixed=ARITH_MIXED[:3]),
-    binary("logical_xor", np.logical_xor, ALL, [LOGICAL, LOGICAL], mixed=ARITH_MIXED[:3]),
-    binary("bitwise_and", np.bitwise_and, BITWISE, [ANY, ANY], mixed=INT_MIXED),
-    binary("bitwise_or", np.bitwise_or, BITWISE, [ANY, ANY], mixed=INT_MIXED),
-    binary("bitwise_xor", np.bitwise_xor, BITWISE, [ANY, ANY], mixed=INT_MIXED),
-    Op("where", 3, np.where, ALL, [LOGICAL, ANY, ANY], mixed=[("int8", "uint8"), ("float16", "bfloat16"),
-                                                             ("int32", "float32"), ("bool", "float16")]),
-    Op("clip", 3, np.clip, ALL, [ANY, Domain(floats=(-3.0, 0.0), ints=(-3, 2)),
-                                 Domain(floats=(0.5, 3.0), ints=(3, 9))],
-       mixed=[("int8", "int16"), ("float32", "float64"), ("float16", "bfloat16"), ("uint8", "int8")]),
+    unary("negative", np.negative, NUMERIC),
+    unary("abs", np.abs, ALL),
+    unary("sign", np.sign, NUMERIC),
+    unary("exp", np.exp, ALL, "math"),
+    unary("exp2", np.exp2, ALL, "math"),
+    unary("log", np.log, ALL, "math"),
+    unary("log2", np.log2, ALL, "math"),
+    unary("log10", np.log10, ALL, "math"),
+    unary("log1p", np.log1p, ALL, "math"),
+    unary("expm1", np.expm1, ALL, "math"),
+    unary("sqrt", np.sqrt, ALL, "math"),
+    unary("square", np.square, ALL),
+    unary("sin", np.sin, ALL, "math"),
+    unary("cos", np.cos, ALL, "math"),
+    unary("tan", np.tan, ALL, "math"),
+    unary("arcsin", np.arcsin, ALL, "math"),
+    unary("arccos", np.arccos, ALL, "math"),
+    unary("arctan", np.arctan, ALL, "math"),
+    unary("sinh", np.sinh, ALL, "math"),
+    unary("cosh", np.cosh, ALL, "math"),
+    unary("tanh", np.tanh, ALL, "math"),
+    unary("sigmoid", sigmoid, ALL, "math"),
+    unary("relu", relu, ALL),
+    unary("erf", float_loop(_erf), ALL, "math", large=LARGE),
+    unary("softplus", float_loop(lambda x: np.logaddexp(np.zeros((), x.dtype), x)), ALL, "math", large=LARGE),
+    unary("gelu", float_loop(gelu), ALL, "approx", large=LARGE),
+    # float64 results of the tanh form lose about 0.1 * |x|^3 ulp below x = -6 (exp magnifies u's rounding):
+    # its domain, Moderate, stays above
+    unary("gelu_tanh", float_loop(gelu_tanh), ALL, "approx", large=LARGE),
+    unary("silu", float_loop(lambda x: x / (1 + np.exp(-x))), ALL, "math", large=LARGE),
+    unary("floor", np.floor, ALL),
+    unary("ceil", np.ceil, ALL),
+    unary("round", np.round, ALL),
+    unary("trunc", np.trunc, ALL),
+    unary("logical_not", np.logical_not, ALL),
+    unary("isnan", np.isnan, ALL),
+    unary("isinf", np.isinf, ALL),
+    unary("isfinite", np.isfinite, ALL),
+    unary("bitwise_not", np.bitwise_not, BITWISE),
+    binary("add", np.add, ALL, mixed=ARITH_MIXED),
+    binary("subtract", np.subtract, NUMERIC, mixed=ARITH_MIXED[:1] + ARITH_MIXED[2:]),
+    binary("multiply", np.multiply, ALL, mixed=ARITH_MIXED),
+    binary("divide", np.divide, ALL, mixed=ARITH_MIXED),
+    binary("floor_divide", np.floor_divide, ALL, mixed=ARITH_MIXED, int_scalar=5),
+    binary("remainder", np.remainder, ALL, mixed=ARITH_MIXED, int_scalar=5),
+    binary("power", np.power, ALL, "math", mixed=ARITH_MIXED, int_scalar=2, float_scalar=0.5),
+    binary("maximum", np.maximum, ALL, mixed=ARITH_MIXED),
+    binary("minimum", np.minimum, ALL, mixed=ARITH_MIXED),
+    binary("arctan2", np.arctan2, ALL, "math", mixed=ARITH_MIXED),
+    binary("logaddexp", np.logaddexp, ALL, "math", mixed=ARITH_MIXED, large=LARGE),
+    binary("equal", np.equal, ALL, mixed=ARITH_MIXED, int_scalar=1),
+    binary("not_equal", np.not_equal, ALL, mixed=ARITH_MIXED, int_scalar=1),
+    binary("less", np.less, ALL, mixed=ARITH_MIXED, int_scalar=1),
+    binary("less_equal", np.less_equal, ALL, mixed=ARITH_MIXED, int_scalar=1),
+    binary("greater", np.greater, ALL, mixed=ARITH_MIXED, int_scalar=1),
+    binary("greater_equal", np.greater_equal, ALL, mixed=ARITH_MIXED, int_scalar=1),
+    binary("logical_and", np.logical_and, ALL, mixed=ARITH_MIXED[:3]),
+    binary("logical_or", np.logical_or, ALL, mixed=ARITH_MIXED[:3]),
+    binary("logical_xor", np.logical_xor, ALL, mixed=ARITH_MIXED[:3]),
+    binary("bitwise_and", np.bitwise_and, BITWISE, mixed=INT_MIXED),
+    binary("bitwise_or", np.bitwise_or, BITWISE, mixed=INT_MIXED),
+    binary("bitwise_xor", np.bitwise_xor, BITWISE, mixed=INT_MIXED),
+    ternary("where", np.where, ALL, mixed=[("int8", "uint8"), ("float16", "bfloat16"), ("int32", "float32"),
+                                            ("bool", "float16")]),
+    ternary("clip", np.clip, ALL,
+            mixed=[("int8", "int16"), ("float32", "float64"), ("float16", "bfloat16"), ("uint8", "int8")]),
     # C++ operators of ops.hpp/array.hpp, checked against the same NumPy functions.
-    binary("op_add", np.add, ["bool", "int32", "float16", "float32"], [ANY, ANY]),
-    binary("op_subtract", np.subtract, ["int8", "float32"], [ANY, ANY]),
-    binary("op_multiply", np.multiply, ["int32", "float64"], [ANY, ANY]),
-    binary("op_divide", np.divide, ["int32", "float32"], [ANY, NONZERO]),
-    binary("op_remainder", np.remainder, ["int16", "float32"], [WIDE, SMALL_NONZERO], int_scalar=5),
-    binary("op_equal", np.equal, ["int32", "float32"], [COMPARE, COMPARE], int_scalar=1),
-    binary("op_not_equal", np.not_equal, ["int32", "float32"], [COMPARE, COMPARE], int_scalar=1),
-    binary("op_less", np.less, ["int32", "float32"], [COMPARE, COMPARE], int_scalar=1),
-    binary("op_less_equal", np.less_equal, ["int32", "float32"], [COMPARE, COMPARE], int_scalar=1),
-    binary("op_greater", np.greater, ["int32", "float32"], [COMPARE, COMPARE], int_scalar=1),
-    binary("op_greater_equal", np.greater_equal, ["int32", "float32"], [COMPARE, COMPARE], int_scalar=1),
-    binary("op_bitwise_and", np.bitwise_and, ["bool", "int32"], [ANY, ANY]),
-    binary("op_bitwise_or", np.bitwise_or, ["bool", "uint8"], [ANY, ANY]),
-    binary("op_bitwise_xor", np.bitwise_xor, ["bool", "int64"], [ANY, ANY]),
-    unary("op_negative", np.negative, ["int32", "float32"], ANY),
-    unary("op_logical_not", np.logical_not, ["bool", "float32"], LOGICAL),
-    unary("op_bitwise_not", np.bitwise_not, ["bool", "int8"], ANY),
-    binary("op_iadd", iop(np.add), ["int32", "float16", "float32"], [ANY, ANY],
+    binary("op_add", np.add, ["bool", "int32", "float16", "float32"]),
+    binary("op_subtract", np.subtract, ["int8", "float32"]),
+    binary("op_multiply", np.multiply, ["int32", "float64"]),
+    binary("op_divide", np.divide, ["int32", "float32"]),
+    binary("op_remainder", np.remainder, ["int16", "float32"], int_scalar=5),
+    binary("op_equal", np.equal, ["int32", "float32"], int_scalar=1),
+    binary("op_not_equal", np.not_equal, ["int32", "float32"], int_scalar=1),
+    binary("op_less", np.less, ["int32", "float32"], int_scalar=1),
+    binary("op_less_equal", np.less_equal, ["int32", "float32"], int_scalar=1),
+    binary("op_greater", np.greater, ["int32", "float32"], int_scalar=1),
+    binary("op_greater_equal", np.greater_equal, ["int32", "float32"], int_scalar=1),
+    binary("op_bitwise_and", np.bitwise_and, ["bool", "int32"]),
+    binary("op_bitwise_or", np.bitwise_or, ["bool", "uint8"]),
+    binary("op_bitwise_xor", np.bitwise_xor, ["bool", "int64"]),
+    unary("op_negative", np.negative, ["int32", "float32"]),
+    unary("op_logical_not", np.logical_not, ["bool", "float32"]),
+    unary("op_bitwise_not", np.bitwise_not, ["bool", "int8"]),
+    binary("op_iadd", iop(np.add), ["int32", "float16", "float32"],
            mixed=[("int8", "int16"), ("float32", "float64"), ("int32", "float32")]),
-    binary("op_isubtract", iop(np.subtract), ["int32", "float32"], [ANY, ANY], mixed=[("int8", "int16")]),
-    binary("op_imultiply", iop(np.multiply), ["int32", "float32"], [ANY, ANY], mixed=[("float32", "float64")]),
-    binary("op_idivide", iop(np.divide), ["float32", "float64"], [ANY, NONZERO], mixed=[("float32", "int32")]),
+    binary("op_isubtract", iop(np.subtract), ["int32", "float32"], mixed=[("int8", "int16")]),
+    binary("op_imultiply", iop(np.multiply), ["int32", "float32"], mixed=[("float32", "float64")]),
+    binary("op_idivide", iop(np.divide), ["float32", "float64"], mixed=[("float32", "int32")]),
 ]
 
 

@@ -102,7 +102,7 @@ const char* golden_kind(detail::Accuracy accuracy) {
   return accuracy == detail::Accuracy::Math ? "math" : accuracy == detail::Accuracy::Approx ? "approx" : "exact";
 }
 
-/// Every op the harness knows: each `Fn` row of kiln/ops.def (its function, out= form and accuracy column;
+/// Every op the harness knows: each `Fn` row of kiln/ops.def (its function and out= form; the accuracy column of the op table;
 /// the dtypes ops_golden.py covers), where and clip, astype and the C++ operators.
 const std::vector<OpDecl>& op_table() {
   static const std::vector<OpDecl> table = [] {
@@ -115,8 +115,7 @@ const std::vector<OpDecl>& op_table() {
 #define KILN_HARNESS_None0(name, accuracy)
 #define KILN_HARNESS_None1(name, accuracy)
 #define KILN_HARNESS(name, arity, api, accuracy) KILN_HARNESS_##api##arity(name, accuracy)
-#define KILN_OP(Code, name, arity, api, rule, dtypes, accuracy, ...) \
-  KILN_HARNESS(name, arity, api, detail::Accuracy::accuracy)
+#define KILN_OP(Code, name, arity, api) KILN_HARNESS(name, arity, api, detail::op_info(detail::OpCode::Code).accuracy)
 #include "kiln/ops.def"
 #undef KILN_HARNESS
     std::vector<OpDecl> rest = {

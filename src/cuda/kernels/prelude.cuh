@@ -1,5 +1,5 @@
 // The CUDA prelude of every generated kernel, first part (device_prelude() in src/cuda/device_functions.hpp
-// appends the op functions kd::op_<name> generated from include/kiln/ops.def, then prelude_reductions.cuh).
+// appends the op functions kd::op_<name> generated from src/core/ops_internal.def, then prelude_reductions.cuh).
 // Self-contained (no includes; NVRTC provides the math library); in namespace kd:
 // - fixed-width integer typedefs and the float16/bfloat16 storage structs with their float conversions,
 //   rounding to nearest even exactly like kiln's CPU float_to_half / BFloat16 (include/kiln/dtype.hpp,

@@ -1,15 +1,29 @@
-// Helpers and constants named by the derivative column of kiln/ops.def and kiln/reductions.def. Every
-// function is written with kiln's public ops, so a formula runs on any backend; backward evaluates them with
-// grad mode off.
+// The backward of the table-driven ops (elementwise ops, reductions, scans: derivatives.cpp evaluates the
+// derivative columns of ops_internal.def and reductions_internal.def), and the helpers and constants those
+// columns name. Every helper is written with kiln's public ops, so a formula runs on any backend; backward
+// evaluates them with grad mode off.
 #pragma once
 
 #include <algorithm>
+#include <initializer_list>
+#include <optional>
 #include <vector>
 
+#include "core/op_table.hpp"
 #include "kiln/conv.hpp"
 #include "kiln/ops.hpp"
 
-namespace kiln::autograd {
+namespace kiln::detail {
+/// Records on `out` the backward of elementwise row `op` (its KILN_GRAD formula) over `operands`; throws for a
+/// NotDifferentiable row with a floating result. Called by the elementwise front-end when its GradRecorder is on.
+void record_elementwise_grad(OpCode op, std::initializer_list<const Operand*> operands, Array& out);
+/// The same for reduction row `op` of `in` over `axes` (ddof for var/std).
+void record_reduction_grad(ReduceOp op, const Array& in, const Axes& axes, bool keepdims, int64_t ddof, Array& out);
+/// The same for scan row `op` (cumsum, cumprod) along `axis` (flattened when absent).
+void record_scan_grad(ReduceOp op, const Array& in, std::optional<int64_t> axis, Array& out);
+}  // namespace kiln::detail
+
+namespace kiln::derivatives {
 
 inline constexpr double kLn2 = 0.69314718055994530942;
 inline constexpr double kLn10 = 2.30258509299404568402;
@@ -79,4 +93,4 @@ inline Array tie_split(const Array& a, const Array& out, const Array& g, const S
   return where(hit, g / count, 0.0);
 }
 
-}  // namespace kiln::autograd
+}  // namespace kiln::derivatives
