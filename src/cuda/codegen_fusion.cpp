@@ -13,6 +13,7 @@
 #include "cuda/template.hpp"
 #include "kernel_sources/fusion_contiguous.cuh.in.hpp"
 #include "kernel_sources/fusion_contiguous_vectors.cuh.in.hpp"
+#include "kernel_sources/fusion_multi_tensor.cuh.in.hpp"
 #include "kernel_sources/fusion_reduce.cuh.in.hpp"
 #include "kernel_sources/fusion_rows.cuh.in.hpp"
 #include "kernel_sources/fusion_rows_reduction.cuh.in.hpp"
