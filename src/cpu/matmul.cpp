@@ -69,7 +69,8 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
 ///
 /// After a oneDNN call with OpenBLAS's pthreads build (keep_openmp_team_hot), a product below 2^28 multiply-adds
 /// runs on one thread: OpenBLAS's woken threads would spin for a while beside OpenMP's, which the next
-/// convolution needs (bench/results/resnet50-h200-2026-11-26.md: a batch-16 ResNet-50 forward, whose only
+/// convolution needs. Only the first product after such a call: a run of products with no OpenMP library call
+/// between them (an MLP's step after a oneMKL product) goes back to OpenBLAS's threads (bench/results/resnet50-h200-2026-11-26.md: a batch-16 ResNet-50 forward, whose only
 /// product is its classifier).
 class BlasThreads {
  public:
@@ -89,6 +90,8 @@ class BlasThreads {
   BlasThreads& operator=(const BlasThreads&) = delete;
   /// Whether the product runs on the calling thread alone (OpenBLAS's own threads stay asleep).
   bool single() const { return single_ || full_ <= 1; }
+  /// Whether it does because of keep_openmp_team_hot().
+  bool kept() const { return single_; }
 
  private:
   static constexpr int64_t kOneThreadAfterOpenmp = int64_t{1} << 28;
@@ -139,7 +142,10 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* 
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   else
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-  if (!threads.single()) note_blas_call();
+  if (threads.kept())
+    note_kept_product();
+  else if (!threads.single())
+    note_blas_call();
 }
 
 template <class T>

@@ -32,6 +32,9 @@ void set_team_for_testing(int team);
 /// build), a oneDNN primitive (OpenMP's team).
 void note_blas_call();
 void note_openmp_library_call();
+/// A product that keep_openmp_team_hot() ran on one thread: loops stay on OpenMP's team, and the next product
+/// is not kept to one thread again (only the first product after an OpenMP library call is).
+void note_kept_product();
 /// True when loops follow the last library call (OpenBLAS's pthreads build) and that call ran on OpenMP's team
 /// (oneDNN): a small product then runs on one OpenBLAS thread (matmul.cpp), since waking OpenBLAS's own threads
 /// would leave them spinning beside OpenMP's team, which the next convolution needs.

@@ -106,7 +106,10 @@ Pool& pool() {
 /// 1: OpenMP's team, 0: kiln's pool, 2: whichever ran the last heavy library call, -1: not chosen yet.
 std::atomic<int> g_team{-1};
 /// The last heavy library call: none yet, a product on OpenBLAS's own threads, or an OpenMP library's call.
-enum LastCall : int { kNoCall, kBlasCall, kOpenmpCall };
+/// kKeptCall: a small product ran on one OpenBLAS thread right after an OpenMP library call (keep_openmp_team_hot):
+/// loops stay on OpenMP's team, but the next product may wake OpenBLAS's threads again, so that a run of products
+/// with no convolution between them (an MLP's step) does not stay on one thread for good.
+enum LastCall : int { kNoCall, kBlasCall, kOpenmpCall, kKeptCall };
 std::atomic<int> g_last{kNoCall};
 
 void note_last_call(LastCall call) {
@@ -131,6 +134,8 @@ void set_team_for_testing(int team) { g_team.store(team, std::memory_order_relax
 void note_blas_call() { note_last_call(kBlasCall); }
 
 void note_openmp_library_call() { note_last_call(kOpenmpCall); }
+
+void note_kept_product() { note_last_call(kKeptCall); }
 
 bool keep_openmp_team_hot() {
   (void)on_openmp_team();  // chooses the mode on first use

@@ -98,7 +98,13 @@ TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
   const Array a = random::normal({300, 300}, 0.0, 1.0, float32, cpu());
   const Array small = matmul(a, a);  // 2.7e7 multiply-adds: one thread, the team stays
   EXPECT_TRUE(cpu_impl::on_openmp_team());
+  EXPECT_FALSE(cpu_impl::keep_openmp_team_hot()) << "only the first product after an OpenMP call is kept";
   EXPECT_TRUE(allclose(small, matmul(a.astype(float64), a.astype(float64)).astype(float32), 1e-4, 1e-4));
+  (void)matmul(a, a);  // the next product: OpenBLAS's threads (where there are several), then kiln's pool
+  if (omp_get_max_threads() > 1) {
+    EXPECT_FALSE(cpu_impl::on_openmp_team());
+  }
+  cpu_impl::note_openmp_library_call();
   const Array b = random::normal({700, 700}, 0.0, 1.0, float32, cpu());
   (void)matmul(b, b);  // 3.4e8 multiply-adds: OpenBLAS's threads, then kiln's pool (with oneMKL: OpenMP's team)
   if (build_info().find("onemkl") != std::string::npos) {
