@@ -88,11 +88,19 @@ void cpu_multi_tensor(const detail::MultiTensorCall& call) {
     const int64_t n = shape_numel(calls[i].call.shape);
     for (int64_t b = 0; b < n; b += kPiece) pieces.push_back({i, b, std::min(n, b + kPiece)});
   }
-  parallel_chunks(static_cast<int64_t>(pieces.size()), [&](int64_t c) {
+  const auto run_piece = [&](int64_t c) {
     FlushSubnormals flush;  // on each thread that runs a piece
     const Piece& piece = pieces[static_cast<size_t>(c)];
     (void)cpu_fused_range(calls[piece.group].call, piece.begin, piece.end);  // taken above
-  });
+  };
+  int64_t total = 0;
+  for (const Piece& piece : pieces) total += piece.end - piece.begin;
+  if (total < 2 * kPiece) {
+    // A small model's step: waking the threads would cost more than the update itself.
+    for (int64_t c = 0; c < static_cast<int64_t>(pieces.size()); ++c) run_piece(c);
+  } else {
+    parallel_chunks(static_cast<int64_t>(pieces.size()), run_piece);
+  }
   std::vector<detail::FusionArgument> args(call.scalars.size());
   for (size_t a = 0; a < args.size(); ++a) args[a].scalar = call.scalars[a];
   for (size_t i : declined) {
