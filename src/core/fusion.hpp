@@ -100,4 +100,11 @@ struct FusionCall {
   bool aliased = false;
 };
 
+/// Byte range [lo, hi) of memory that `a` touches (hi == lo for an empty array).
+std::pair<uintptr_t, uintptr_t> byte_range(const Array& a);
+/// `a` and `b` touch overlapping bytes of one storage.
+bool overlaps(const Array& a, const Array& b);
+/// `a` and `b` are the same view: data, shape, strides and dtype.
+bool same_view(const Array& a, const Array& b);
+
 }  // namespace kiln::detail

@@ -170,30 +170,6 @@ bool is_reduced_shape(const Shape& shape, const Shape& full, const Shape& axes) 
   return true;
 }
 
-/// Byte range [lo, hi) that `a` touches (hi == lo for an empty array).
-std::pair<uintptr_t, uintptr_t> byte_range(const Array& a) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(a.data_ptr());
-  if (a.size() == 0) return {base, base};
-  intptr_t lo = 0, hi = 0;
-  for (int64_t d = 0; d < a.ndim(); ++d) {
-    const intptr_t step =
-        static_cast<intptr_t>(a.strides()[static_cast<size_t>(d)] * (a.shape()[static_cast<size_t>(d)] - 1));
-    (step < 0 ? lo : hi) += step;
-  }
-  const intptr_t item = static_cast<intptr_t>(itemsize(a.dtype()));
-  return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>(hi * item + item)};
-}
-
-bool overlaps(const Array& a, const Array& b) {
-  if (!a.shares_storage(b)) return false;
-  const auto [alo, ahi] = byte_range(a);
-  const auto [blo, bhi] = byte_range(b);
-  return alo < bhi && blo < ahi;
-}
-
-bool same_view(const Array& a, const Array& b) {
-  return a.data_ptr() == b.data_ptr() && a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
-}
 
 /// Checks the out= arrays against the outputs' shapes and dtypes and the aliasing rule; true when one aliases
 /// an input (the same view).
@@ -280,6 +256,31 @@ bool plan_outputs(const FusionGraph& g, const std::vector<Shape>& shapes, const 
 }
 
 }  // namespace
+
+/// Byte range [lo, hi) that `a` touches (hi == lo for an empty array).
+std::pair<uintptr_t, uintptr_t> byte_range(const Array& a) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(a.data_ptr());
+  if (a.size() == 0) return {base, base};
+  intptr_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < a.ndim(); ++d) {
+    const intptr_t step =
+        static_cast<intptr_t>(a.strides()[static_cast<size_t>(d)] * (a.shape()[static_cast<size_t>(d)] - 1));
+    (step < 0 ? lo : hi) += step;
+  }
+  const intptr_t item = static_cast<intptr_t>(itemsize(a.dtype()));
+  return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>(hi * item + item)};
+}
+
+bool overlaps(const Array& a, const Array& b) {
+  if (!a.shares_storage(b)) return false;
+  const auto [alo, ahi] = byte_range(a);
+  const auto [blo, bhi] = byte_range(b);
+  return alo < bhi && blo < ahi;
+}
+
+bool same_view(const Array& a, const Array& b) {
+  return a.data_ptr() == b.data_ptr() && a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
 
 /// True when grad mode is on and an array argument requires grad: the graph then runs op by op with kiln's ops,
 /// which autograd records (throws ValueError naming the function when it has out= arrays).

@@ -38,24 +38,6 @@ bool same_layout(const Array& a, const Array& b) {
   return true;
 }
 
-bool same_view(const Array& a, const Array& b) {
-  return a.data_ptr() == b.data_ptr() && a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
-}
-
-/// Byte range [lo, hi) that `a` touches (empty for an empty array).
-std::pair<uintptr_t, uintptr_t> byte_range(const Array& a) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(a.data_ptr());
-  if (a.size() == 0) return {base, base};
-  intptr_t lo = 0, hi = 0;
-  for (int64_t d = 0; d < a.ndim(); ++d) {
-    const intptr_t step =
-        static_cast<intptr_t>(a.strides()[static_cast<size_t>(d)] * (a.shape()[static_cast<size_t>(d)] - 1));
-    (step < 0 ? lo : hi) += step;
-  }
-  const intptr_t item = static_cast<intptr_t>(itemsize(a.dtype()));
-  return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>(hi * item + item)};
-}
-
 constexpr size_t kShared = ~size_t{0};  // the group of an array every tensor reads
 
 /// An array the call touches, for the overlap check.
