@@ -39,7 +39,7 @@ std::vector<Array> copies(const std::vector<Array>& list) {
 template <class T>
 bool same_bits(const Array& a, const Array& b) {
   const std::vector<T> x = a.to_vector<T>(), y = b.to_vector<T>();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0);
 }
 
 /// Odd sizes around the GPU chunk (8192) and table, more tensors than one launch's table takes.
