@@ -165,14 +165,25 @@ int launch(const LaunchArgs& args) {
   signal(SIGINT, forward_signal);
   signal(SIGTERM, forward_signal);
 
+  // When a rank fails, the others get a short grace period to end on their own before SIGTERM: a rank that dies
+  // closes its connections while still exiting, a peer that notices can exit first, and the launcher must not
+  // kill the rank that failed first (its exit code is the one to report) in the middle of its exit.
+  constexpr auto kGrace = std::chrono::seconds(1);
+  constexpr auto kTermToKill = std::chrono::seconds(5);
   int result = 0, running = args.nproc;
-  bool stopping = false;
-  auto stop_deadline = std::chrono::steady_clock::now();
+  bool stopping = false, terminated = false;
+  auto stop_started = std::chrono::steady_clock::now();
   while (running > 0) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, stopping ? WNOHANG : 0);
-    if (pid == 0) {  // stopping: the others have had SIGTERM; SIGKILL after a grace period
-      if (std::chrono::steady_clock::now() > stop_deadline) forward_signal(SIGKILL);
+    if (pid == 0) {  // stopping: SIGTERM after the grace period, SIGKILL after another
+      const auto waited = std::chrono::steady_clock::now() - stop_started;
+      if (!terminated && waited > kGrace) {
+        forward_signal(SIGTERM);
+        terminated = true;
+      } else if (waited > kGrace + kTermToKill) {
+        forward_signal(SIGKILL);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
@@ -192,8 +203,7 @@ int launch(const LaunchArgs& args) {
                 << " rank(s)\n";
       result = exit_code(status);
       stopping = true;
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      forward_signal(SIGTERM);
+      stop_started = std::chrono::steady_clock::now();
     } else if (failed && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL))) {
       // Failed on its own while the others were being stopped (it may have been the first to fail: a rank
       // that noticed the loss can exit before the launcher reaps the one that died).
