@@ -12,6 +12,7 @@
 #include "cuda/fusion.hpp"
 #include "cuda/template.hpp"
 #include "kernel_sources/fusion_contiguous.cuh.in.hpp"
+#include "kernel_sources/fusion_broadcast.cuh.in.hpp"
 #include "kernel_sources/fusion_contiguous_vectors.cuh.in.hpp"
 #include "kernel_sources/fusion_multi_tensor.cuh.in.hpp"
 #include "kernel_sources/fusion_reduce.cuh.in.hpp"
@@ -252,6 +253,65 @@ std::string strided_kernel(const FusionGraph& g, const std::vector<int>& inputs,
             g, no, inputs.size(),
             [](size_t k) { return "out" + std::to_string(k) + "[out_off" + std::to_string(k) + "[u]]"; },
             [](size_t k) { return "x" + std::to_string(k) + "[u]"; })}});
+}
+
+/// Dense operands in vectors, broadcast inputs (spec.broadcast_mask) per element from their strides (fusion.hpp).
+std::string broadcast_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
+                             const std::string& name) {
+  const int nd = spec.ndim, vec = spec.vector_width;
+  const size_t no = g.outputs.size();
+  const std::string vs = std::to_string(vec);
+  auto gathered = [&](size_t k) { return (spec.broadcast_mask >> k & 1u) != 0; };
+  std::vector<int> offset_of(inputs.size(), -1);  // input k's offset variable g<offset_of[k]>
+  int gathers = 0;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (gathered(k)) offset_of[k] = gathers++;
+  std::string unions, loads, results, stores;
+  for (size_t k = 0; k < no; ++k) {
+    const std::string raw = raw_type(vec * static_cast<int>(itemsize(g.nodes[static_cast<size_t>(g.outputs[k])].dtype)));
+    unions += "  union VecOut" + std::to_string(k) + " { " + raw + " raw; " + output_type(g, k) + " e[" + vs + "]; };\n";
+    results += "    VecOut" + std::to_string(k) + " y" + std::to_string(k) + ";\n";
+    stores += "    reinterpret_cast<" + raw + "*>(out" + std::to_string(k) + ")[v] = y" + std::to_string(k) + ".raw;\n";
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (gathered(k)) continue;
+    const std::string i = std::to_string(k);
+    const DType t = fusion_input_dtype(g, inputs, k);
+    const std::string raw = raw_type(vec * static_cast<int>(itemsize(t)));
+    unions += "  union VecIn" + i + " { " + raw + " raw; " + device_type_name(t) + " e[" + vs + "]; };\n";
+    loads += "    VecIn" + i + " x" + i + ";\n    x" + i + ".raw = reinterpret_cast<const " + raw + "*>(in" + i +
+             ")[v];\n";
+  }
+  std::string offsets;  // the template places them in the vector loop and the tail
+  StridedNames names;
+  names.offset = "g";
+  emit_strided_offsets(offsets, nd, gathers, spec.index64, "      ", names);
+  auto read = [&](size_t k, const std::string& dense) {
+    return gathered(k) ? "in" + std::to_string(k) + "[g" + std::to_string(offset_of[k]) + "]" : dense;
+  };
+  const int stride_base = spec.index64 ? nd : 3 * nd;
+  return fill_template(
+      "fusion_broadcast.cuh.in", kernel_sources::fusion_broadcast_cuh_in,
+      {{"name", name},
+       {"element_function", element_function(g, inputs)},
+       {"index_type", index_type(spec.index64)},
+       {"offset_type", offset_type(spec.index64)},
+       {"param_words", std::to_string(stride_base + std::max(gathers, 1) * nd)},
+       {"block_size", std::to_string(kBlockSize)},
+       {"parameters", parameters(g, inputs, output_types(g), spec.aliased)},
+       {"vector_unions", unions},
+       {"width", vs},
+       {"loads", loads},
+       {"results", results},
+       {"offsets", offsets},
+       {"vector_element_call",
+        element_call(
+            g, no, inputs.size(), [](size_t k) { return "y" + std::to_string(k) + ".e[j]"; },
+            [&](size_t k) { return read(k, "x" + std::to_string(k) + ".e[j]"); })},
+       {"stores", stores},
+       {"element_call", element_call(
+                            g, no, inputs.size(), [](size_t k) { return "out" + std::to_string(k) + "[i]"; },
+                            [&](size_t k) { return read(k, "in" + std::to_string(k) + "[i]"); })}});
 }
 
 /// `OFF o<k> = k<k> + (reduced offset of r)` for each operand k in `operands` (rows and reduce Params layout).
@@ -523,6 +583,10 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
     case FusionLayout::Strided:
       name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "");
       break;
+    case FusionLayout::Broadcast:
+      name += "_bcast" + std::to_string(spec.ndim) + "_v" + std::to_string(spec.vector_width) + "_b" +
+              std::to_string(spec.broadcast_mask);
+      break;
     case FusionLayout::Rows:
       name += "_rows_g" + std::to_string(spec.group) + "_k" + std::to_string(spec.kept_ndim) + "_r" +
               std::to_string(spec.reduced_ndim) + "_m" + std::to_string(spec.kept_mask);
@@ -559,6 +623,8 @@ std::string fusion_kernel_code(const FusionGraph& g, const FusionKernelSpec& spe
       return contiguous_kernel(g, inputs, spec, name);
     case FusionLayout::Strided:
       return strided_kernel(g, inputs, spec, name);
+    case FusionLayout::Broadcast:
+      return broadcast_kernel(g, inputs, spec, name);
     case FusionLayout::Reduce:
       return reduce_kernel(g, inputs, spec, name);
     case FusionLayout::Rows:

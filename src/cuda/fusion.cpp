@@ -38,6 +38,46 @@ const KernelTable::Entry& fused_kernel(const FusionGraph& g, int device, const F
   return *static_cast<const KernelTable::Entry*>(memo.insert(key, entry).get());
 }
 
+/// The broadcast layout's inputs for a plan that is not contiguous: bit k set for input k read per element, or
+/// -1 when the layout does not apply (an output, or an input neither dense in the iteration order nor broadcast).
+int64_t broadcast_inputs(const Layout& layout, int outputs, int operands) {
+  const int nd = layout.ndim;
+  int64_t dense[kMaxRank];
+  int64_t run = 1;
+  for (int d = nd - 1; d >= 0; --d) {
+    dense[d] = run;
+    run *= layout.shape[d];
+  }
+  int64_t mask = 0;
+  for (int k = 0; k < operands; ++k) {
+    bool is_dense = true, is_broadcast = false;
+    for (int d = 0; d < nd; ++d) {
+      if (layout.shape[d] == 1) continue;
+      is_dense = is_dense && layout.strides[k][d] == dense[d];
+      is_broadcast = is_broadcast || layout.strides[k][d] == 0;
+    }
+    if (is_dense) continue;
+    if (k < outputs || !is_broadcast) return -1;
+    mask |= int64_t{1} << (k - outputs);
+  }
+  return mask;
+}
+
+/// The vector width of the broadcast layout: that of the dense operands (every one but the inputs in `mask`), 1 when
+/// the problem is too small for two vectors.
+int broadcast_width(const Layout& layout, int64_t mask, int outputs, const Array** arrays, void** pointers) {
+  const Array* dense[kMaxLayoutOperands];
+  void* dense_pointers[kMaxLayoutOperands];
+  int count = 0;
+  for (int k = 0; k < layout.operands; ++k)
+    if (k < outputs || (mask >> (k - outputs) & 1) == 0) {
+      dense[count] = arrays[k];
+      dense_pointers[count++] = pointers[k];
+    }
+  const int vec = aligned_vector_width(dense, dense_pointers, count);
+  return layout.numel >= 2 * vec ? vec : 1;
+}
+
 void elementwise(const detail::FusionCall& call, int device, int operands, const Array** arrays, void** pointers,
                  std::vector<void*>& args) {
   const FusionGraph& g = *call.graph;
@@ -55,12 +95,29 @@ void elementwise(const detail::FusionCall& call, int device, int operands, const
   unsigned one_pass_blocks = 0;  // contiguous kernels: every thread's loop runs once
   uint32_t words32[3 * kMaxRank + kMaxLayoutOperands * kMaxRank];
   uint64_t words64[kMaxRank + kMaxLayoutOperands * kMaxRank];
+  const int no = operands - num_inputs;
+  const int64_t mask = contiguous ? -1 : broadcast_inputs(layout, no, operands);
+  const int broadcast_vec = mask >= 0 ? broadcast_width(layout, mask, no, arrays, pointers) : 1;
   if (contiguous) {
     spec.layout = FusionLayout::Contiguous;
     const int vec = aligned_vector_width(arrays, pointers, operands);
     spec.vector_width = n >= 2 * vec ? vec : 1;
     work_items = ceil_div(n, spec.vector_width);
     one_pass_blocks = one_pass_grid(work_items, spec.vector_width > 1 ? contiguous_unroll(num_inputs) : 1);
+  } else if (broadcast_vec > 1) {
+    // Dense outputs and inputs in vectors, the broadcast inputs per element from their own strides.
+    spec.layout = FusionLayout::Broadcast;
+    spec.ndim = layout.ndim;
+    spec.broadcast_mask = static_cast<uint32_t>(mask);
+    spec.vector_width = broadcast_vec;
+    detail::StridedAxes<kMaxLayoutOperands> gathered;
+    gathered.ndim = layout.ndim;
+    std::copy(layout.shape, layout.shape + layout.ndim, gathered.shape);
+    for (int k = no; k < operands; ++k)
+      if ((mask >> (k - no) & 1) != 0)
+        std::copy(layout.strides[k], layout.strides[k] + layout.ndim, gathered.strides[gathered.operands++]);
+    args.push_back(strided_params(gathered, spec.index64, words32, words64));
+    work_items = ceil_div(n, spec.vector_width);
   } else {
     spec.layout = FusionLayout::Strided;
     const int nd = layout.ndim;

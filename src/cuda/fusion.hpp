@@ -11,6 +11,10 @@
 //   they fit (the built-in contiguous kernel's loop, for any number of inputs);
 // - strided: broadcast or strided operands: per-operand offsets from the coalesced
 //   shape (division by invariant integers with 32-bit indices);
+// - broadcast: every output and some inputs dense in the iteration order (a channels-last
+//   activation), the other inputs broadcast (a zero stride: per-channel scale and shift):
+//   the dense ones in 16-byte vectors, the broadcast ones per element at the strided
+//   layout's offsets (Params holds only their strides), one vector per thread and step;
 // - reduce: the final reduction. `group` threads (1, 2, ..., 32, or the block) reduce
 //   one (output, split) task: they walk its reduced elements computing element() from
 //   each operand's kept and reduced offsets, then combine with warp shuffles (and shared
@@ -46,13 +50,13 @@
 
 namespace kiln::cuda_impl {
 
-enum class FusionLayout : uint8_t { Contiguous, Strided, Reduce, Rows, MultiTensor };
+enum class FusionLayout : uint8_t { Contiguous, Strided, Broadcast, Reduce, Rows, MultiTensor };
 
 /// What a fused kernel's source depends on besides its graph.
 struct FusionKernelSpec {
   FusionLayout layout = FusionLayout::Contiguous;
-  int vector_width = 1;  ///< contiguous: elements per vector load/store
-  int ndim = 1;          ///< strided: coalesced rank; reduce: unused
+  int vector_width = 1;  ///< contiguous, broadcast: elements per vector load/store
+  int ndim = 1;          ///< strided, broadcast: coalesced rank; reduce: unused
   int unroll = 1;        ///< strided: elements per thread and iteration (1 or 4)
   bool index64 = false;
   // reduce
@@ -66,7 +70,9 @@ struct FusionKernelSpec {
   // elementwise and rows
   bool aliased = false;    ///< an output is an input's array (no __restrict__)
   uint32_t kept_mask = 0;  ///< rows: bit k set when output k has the reduced shape (written once per row)
-  uint32_t broadcast_mask = 0;  ///< multi-tensor: bit k set when array argument k is one element per tensor
+  /// multi-tensor: bit k set when array argument k is one element per tensor; broadcast: when it is read per
+  /// element at its strides' offset (not in vectors)
+  uint32_t broadcast_mask = 0;
 
   bool operator==(const FusionKernelSpec&) const = default;
 };

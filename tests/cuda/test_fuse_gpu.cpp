@@ -68,6 +68,14 @@ std::vector<FusionKernelSpec> elementwise_specs(int vector_width) {
   s.index64 = true;
   s.ndim = 2;
   specs.push_back(s);
+  s.layout = FusionLayout::Broadcast;  // dense operands in vectors, the first input read per element
+  s.vector_width = vector_width;
+  s.broadcast_mask = 1;
+  specs.push_back(s);
+  s.index64 = false;
+  s.ndim = 3;
+  s.broadcast_mask = 0;
+  specs.push_back(s);
   return specs;
 }
 
@@ -311,6 +319,32 @@ TEST(FuseGpu, BroadcastAndStridedInputs) {
   expect_equal(g(s, rev.slice(1, 0, 250)), s * 2 - sqrt(abs(rev.slice(1, 0, 250))));
   Array h = m.astype(float16);
   expect_equal(g(h.T(), h.T()), h.T() * 2 - sqrt(abs(h.T())));
+}
+
+TEST(FuseGpu, PerChannelOperandsOfNchwAndChannelsLastActivations) {
+  // The broadcast layout: dense activations in vectors, the (C, 1, 1) operand per element; in place as the
+  // ResNet epilogue runs it, with odd channel counts (tails), and misaligned views (narrower or no vectors).
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  auto epilogue = fuse([](auto y, auto b, auto r) { return maximum(y * 2 + b + r, 0.0f).astype(y.dtype()); },
+                       "per_channel_test");
+  for (DType t : {float32, bfloat16, float16, float64}) {
+    for (int64_t c : {int64_t{3}, int64_t{64}, int64_t{67}}) {
+      Array nchw = random::normal({2, c, 5, 7}, float32, d).astype(t);
+      Array cl = nchw.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});  // channels-last strides
+      Array b = random::normal({c, 1, 1}, float32, d);
+      Array wide = random::normal({2 * c * 35 + 1}, float32, d).astype(t);
+      Array shifted = wide.slice(0, 1, 2 * c * 35 + 1).reshape({2, c, 5, 7});  // one element off alignment
+      for (const Array& y : {nchw, cl, shifted}) {
+        Array r = random::normal(y.shape(), float32, d).astype(t);
+        Array want = maximum(y * 2 + b + r, 0.0f).astype(t);
+        expect_equal(epilogue(y, b, r), want);
+        Array v = y.copy();
+        epilogue.out({v}, v, b, r);
+        expect_equal(v, want);
+      }
+    }
+  }
 }
 
 TEST(FuseGpu, FinalReductionsMatchUnfused) {

@@ -151,6 +151,10 @@ std::vector<std::pair<std::string, std::string>> one_source_per_kernel_shape() {
   f.vector_width = 1;
   f.ndim = 2;
   sources.emplace_back(fusion_kernel_name(*g, f), fusion_source(*g, f));
+  f.layout = FusionLayout::Broadcast;  // x dense in vectors, y per element
+  f.vector_width = 4;
+  f.broadcast_mask = 2;
+  sources.emplace_back(fusion_kernel_name(*g, f), fusion_source(*g, f));
   auto dot = fuse([](auto x, auto y) { return sum(x * y); }, "dot");
   auto gd = dot.graph(zeros({8}, float32, cpu()), zeros({8}, float32, cpu()));
   FusionKernelSpec d;
