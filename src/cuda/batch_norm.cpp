@@ -35,6 +35,7 @@
 #include <tuple>
 
 #include "core/backend.hpp"
+#include "core/env.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compiler.hpp"
 #include "cuda/device_functions.hpp"
@@ -78,14 +79,8 @@ std::shared_ptr<Module> bn_module(int device, DType in, DType stats) {
 /// other; =kiln is the default).
 enum class NchwRoute { Cudnn, Kiln };
 NchwRoute nchw_route() {
-  static const NchwRoute route = [] {
-    const char* env = std::getenv("KILN_BN_NCHW");
-    if (env == nullptr || *env == '\0') return NchwRoute::Kiln;
-    if (std::strcmp(env, "cudnn") == 0) return NchwRoute::Cudnn;
-    if (std::strcmp(env, "kiln") == 0) return NchwRoute::Kiln;
-    throw ValueError(std::string("KILN_BN_NCHW is '") + env +
-                     "': set it to cudnn (cuDNN's batch norm for NCHW arrays) or kiln (kiln's kernels), or unset it");
-  }();
+  static const NchwRoute route =
+      detail::env_choice("KILN_BN_NCHW", {"kiln", "cudnn"}, "kiln") == "cudnn" ? NchwRoute::Cudnn : NchwRoute::Kiln;
   return route;
 }
 

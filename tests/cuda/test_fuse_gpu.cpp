@@ -20,10 +20,12 @@
 #include "cuda/fusion.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
+#include "cuda/fuse_codegen_util.hpp"  // tests/cuda
 #include "test_util.hpp"
 
 using namespace kiln;
 using namespace kiln::cuda_impl;
+using kiln_test::expect_compiles;
 using kiln_test::chain_fn;
 using kiln_test::expect_equal;
 using kiln_test::expect_error;
@@ -34,19 +36,6 @@ int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
   return n;
-}
-
-/// Compiles the kernels of `specs` for `graph` in one program to PTX (sm_90) and checks every entry is there.
-void expect_compiles(const detail::FusionGraph& graph, const std::vector<FusionKernelSpec>& specs) {
-  std::string source = device_prelude();
-  for (const FusionKernelSpec& spec : specs) source += fusion_kernel_code(graph, spec);
-  CompileOptions options;
-  options.options = builtin_kernel_options();
-  std::string ptx;
-  ASSERT_NO_THROW(ptx = compile_ptx(source, "fuse_test", 90, options)) << source;
-  for (const FusionKernelSpec& spec : specs)
-    EXPECT_NE(ptx.find(".entry " + fusion_kernel_name(graph, spec) + "("), std::string::npos)
-        << fusion_kernel_name(graph, spec);
 }
 
 std::vector<FusionKernelSpec> elementwise_specs(int vector_width) {

@@ -19,10 +19,12 @@
 #include "cuda/fusion.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
+#include "cuda/fuse_codegen_util.hpp"  // tests/cuda
 #include "test_util.hpp"
 
 using namespace kiln;
 using namespace kiln::cuda_impl;
+using kiln_test::expect_compiles;
 
 namespace {
 
@@ -31,18 +33,6 @@ const auto adam_step = [](auto p, auto g, auto m, auto v, auto b1, auto b2, auto
   auto v2 = v * b2 + g * g * (1.0 - b2);
   return std::tuple{p - m2 / (sqrt(v2) / bc2 + eps) * step, m2, v2};
 };
-
-void expect_compiles(const detail::FusionGraph& graph, const std::vector<FusionKernelSpec>& specs) {
-  std::string source = device_prelude();
-  for (const FusionKernelSpec& spec : specs) source += fusion_kernel_code(graph, spec);
-  CompileOptions options;
-  options.options = builtin_kernel_options();
-  std::string ptx;
-  ASSERT_NO_THROW(ptx = compile_ptx(source, "multi_tensor_test", 90, options)) << source;
-  for (const FusionKernelSpec& spec : specs)
-    EXPECT_NE(ptx.find(".entry " + fusion_kernel_name(graph, spec) + "("), std::string::npos)
-        << fusion_kernel_name(graph, spec);
-}
 
 FusionKernelSpec multi_spec(uint32_t mask) {
   FusionKernelSpec s;
