@@ -55,11 +55,12 @@ class CommBackend {
 
 // ---- MPI (CPU arrays). Without MPI in the build, mpi_available() is false and the rest throw DistError.
 bool mpi_available();
-/// MPI_Init_thread once per process (finalised at exit); world rank, size and local rank.
+/// MPI_Init_thread once per process (finalised at exit); world rank, size and local rank. DistError when MPI's
+/// initialisation does not complete within `timeout` (a rank of the job never joins).
 struct MpiWorld {
   int rank = 0, size = 1, local_rank = 0;
 };
-MpiWorld mpi_init();
+MpiWorld mpi_init(std::chrono::milliseconds timeout);
 /// Rank 0's bytes on every rank of MPI_COMM_WORLD (NCCL's unique id under mpirun).
 std::string mpi_broadcast_bytes(const std::string& bytes, int size_if_not_root);
 std::unique_ptr<CommBackend> make_mpi_backend(int rank, int size, std::chrono::milliseconds timeout);

@@ -280,7 +280,7 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
   if (g.size == 1 && !g.from_mpirun) {
     g.cpu_engine = std::make_unique<detail::SelfBackend>();
   } else if (detail::mpi_available() && g.from_mpirun) {
-    const detail::MpiWorld w = detail::mpi_init();
+    const detail::MpiWorld w = detail::mpi_init(g.timeout);
     if (w.size != g.size || w.rank != g.rank)
       throw DistError("init_process_group: mpirun started " + std::to_string(w.size) + " ranks (this is rank " +
                       std::to_string(w.rank) + ") but the group asks for rank " + std::to_string(g.rank) + " of " +

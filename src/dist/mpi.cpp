@@ -10,8 +10,11 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -38,6 +41,8 @@ void check(int rc, const char* call) {
 
 // Pending requests of every MPI group, drained before MPI_Finalize (at exit).
 bool g_skip_finalize = false;
+// An MPI_Init_thread that outlived the group's timeout: its thread is still blocked in MPI.
+bool g_init_abandoned = false;
 
 void finalize_at_exit() {
   int init = 0, fin = 0;
@@ -295,15 +300,49 @@ class MpiBackend : public CommBackend {
 
 bool mpi_available() { return true; }
 
-MpiWorld mpi_init() {
+MpiWorld mpi_init(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (fin) throw DistError("dist: MPI was finalised already; it cannot be initialised twice in one process");
+  if (g_init_abandoned)
+    throw DistError("init_process_group: an earlier MPI_Init_thread of this process did not complete within the "
+                    "group's timeout and cannot be retried; start the job again with every rank calling "
+                    "init_process_group");
   if (!init) {
-    int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    // MPI_Init_thread waits for every rank of the job, with no timeout of its own: it runs on a thread of its
+    // own so that this one can give up after the group's timeout (the thread is left behind, blocked in MPI).
+    // MPI_THREAD_MULTIPLE lets the other threads call MPI afterwards, and MPI_Finalize at exit.
+    struct InitState {
+      std::mutex mutex;
+      std::condition_variable done_cv;
+      bool done = false;
+      int rc = MPI_SUCCESS, provided = 0;
+    };
+    auto state = std::make_shared<InitState>();
+    std::thread([state] {
+      int provided = 0;
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      std::lock_guard<std::mutex> done_lock(state->mutex);
+      state->rc = rc;
+      state->provided = provided;
+      state->done = true;
+      state->done_cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> wait_lock(state->mutex);
+    if (!state->done_cv.wait_for(wait_lock, timeout, [&] { return state->done; })) {
+      g_init_abandoned = true;
+      throw DistError("init_process_group: MPI_Init_thread did not complete within " + seconds_str(timeout) +
+                      ": a rank of this job exited or hangs before calling init_process_group (MPI's "
+                      "initialisation waits for every rank that mpirun started); make every rank call it, or raise "
+                      "the timeout (InitOptions::timeout, KILN_DIST_TIMEOUT) if a rank is merely slow to start");
+    }
+    check(state->rc, "MPI_Init_thread");
+    if (state->provided < MPI_THREAD_SERIALIZED)
+      throw DistError("init_process_group: this MPI provides thread level " + std::to_string(state->provided) +
+                      " (below MPI_THREAD_SERIALIZED), which kiln's threads need; use an MPI built with thread "
+                      "support (Open MPI's Debian package has it)");
     std::atexit(finalize_at_exit);
   }
   MpiWorld w;
@@ -343,7 +382,7 @@ namespace {
 }
 }  // namespace
 bool mpi_available() { return false; }
-MpiWorld mpi_init() { no_mpi(); }
+MpiWorld mpi_init(std::chrono::milliseconds) { no_mpi(); }
 std::string mpi_broadcast_bytes(const std::string&, int) { no_mpi(); }
 std::unique_ptr<CommBackend> make_mpi_backend(int, int, std::chrono::milliseconds) { no_mpi(); }
 }  // namespace kiln::dist::detail
