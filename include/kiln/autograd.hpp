@@ -68,6 +68,39 @@ class EnableGradGuard {
   bool previous_;
 };
 
+/// Anomaly detection, as torch.autograd.set_detect_anomaly: while on, backward checks every gradient each node
+/// computes and throws ValueError at the first NaN or Inf, naming the node (its forward op: "SqrtBackward"), the
+/// input whose gradient it is, and where the forward op ran: the labels of the AnomalyScopes open when it was
+/// recorded (every nn::Module call opens one with the module's name). Each check reads the gradient back (a
+/// synchronisation on a GPU): for finding a fault, not for training runs. Off by default; process-wide.
+void set_detect_anomaly(bool enabled);
+bool is_anomaly_enabled();
+
+/// Anomaly mode on while alive (off again, or as it was, afterwards), as torch.autograd.detect_anomaly().
+class DetectAnomalyGuard {
+ public:
+  explicit DetectAnomalyGuard(bool enabled = true) : previous_(is_anomaly_enabled()) { set_detect_anomaly(enabled); }
+  ~DetectAnomalyGuard() { set_detect_anomaly(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// A label for the ops recorded on this thread while alive, shown by anomaly mode's error ("Sequential >
+/// Linear(...)"); costs nothing when anomaly mode is off.
+class AnomalyScope {
+ public:
+  explicit AnomalyScope(const std::string& label);
+  ~AnomalyScope();
+  AnomalyScope(const AnomalyScope&) = delete;
+  AnomalyScope& operator=(const AnomalyScope&) = delete;
+
+ private:
+  bool open_ = false;
+};
+
 /// A differentiable op given by its forward and backward, as torch.autograd.Function: for fused kernels (a
 /// loss, a layer) whose gradient is known in closed form and cheaper than the recorded ops'.
 ///

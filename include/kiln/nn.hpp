@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kiln/array.hpp"
+#include "kiln/autograd.hpp"
 
 namespace kiln::nn {
 
@@ -52,7 +53,11 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual ~Module() = default;
   /// The module's computation (one input, one output; Sequential chains them).
   virtual Array forward(const Array& x) = 0;
-  Array operator()(const Array& x) { return forward(x); }
+  Array operator()(const Array& x) {
+    if (!is_anomaly_enabled()) return forward(x);
+    AnomalyScope scope(name());  // anomaly mode names the module an op ran in
+    return forward(x);
+  }
   /// A short description, e.g. "Linear(in_features=784, out_features=100, bias=true)".
   virtual std::string name() const = 0;
 

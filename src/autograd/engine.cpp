@@ -22,6 +22,26 @@ using detail::Node;
 namespace {
 
 std::atomic<uint64_t> g_sequence{0};
+std::atomic<bool> g_anomaly{false};
+/// The labels of this thread's open AnomalyScopes, outermost first.
+thread_local std::vector<std::string> t_anomaly_scopes;
+
+std::string anomaly_context() {
+  std::string s;
+  for (const std::string& label : t_anomaly_scopes) s += (s.empty() ? "" : " > ") + label;
+  return s;
+}
+
+/// Anomaly mode: ValueError when `g` (the gradient `what`) holds NaN or Inf.
+void check_finite(const Array& g, const std::string& what, const std::string& context) {
+  if (!g.defined() || !is_floating(g.dtype()) || g.size() == 0) return;
+  if (isfinite(g).all().item<bool>()) return;
+  throw ValueError("backward (anomaly detection): " + what + " holds NaN or Inf (shape " + shape_str(g.shape()) +
+                   ", " + std::string(dtype_name(g.dtype())) + ")" +
+                   (context.empty() ? std::string() : "; the forward op ran in " + context) +
+                   ". Look at that op's inputs: a log or sqrt at 0, a division by zero, an overflow (float16: use a "
+                   "GradScaler), or a learning rate that made the parameters diverge");
+}
 
 /// The gradient accumulator of a leaf.
 struct AccumulateGrad : Node {
@@ -79,20 +99,24 @@ void attach(Array& out, const std::shared_ptr<Node>& node) {
   out.set_autograd_meta(std::move(meta));
 }
 
+std::string bad_gradient(const std::string& who, const Array& g, const Shape& shape) {
+  return who + "'s backward returned a gradient of shape " + shape_str(g.shape()) + " for an input of shape " +
+         shape_str(shape) + ": a backward returns one gradient per input, of that input's shape (or one that "
+         "broadcasting made it into)";
+}
+
 /// Sums `g` over the axes that broadcasting added or stretched, back to `shape`.
 Array sum_to(const Array& g, const Shape& shape, const std::string& who) {
   if (g.shape() == shape) return g;
   const int64_t lead = g.ndim() - static_cast<int64_t>(shape.size());
   if (lead < 0)
-    throw ValueError(who + ": internal error: gradient of shape " + shape_str(g.shape()) + " for input " +
-                     shape_str(shape));
+    throw ShapeError(bad_gradient(who, g, shape));
   Shape axes;
   for (int64_t d = 0; d < g.ndim(); ++d)
     if (d < lead || (shape[static_cast<size_t>(d - lead)] == 1 && g.shape(d) != 1))
       axes.push_back(d);
     else if (shape[static_cast<size_t>(d - lead)] != g.shape(d))
-      throw ValueError(who + ": internal error: gradient of shape " + shape_str(g.shape()) + " for input " +
-                       shape_str(shape));
+      throw ShapeError(bad_gradient(who, g, shape));
   return sum(g, axes, true).reshape(shape);
 }
 
@@ -132,6 +156,7 @@ class CallbackScope {
 
 void Engine::record(const std::shared_ptr<Node>& node, const std::vector<const Array*>& inputs, Array& out) {
   for (const Array* a : inputs) add_input(*node, a);
+  if (g_anomaly.load(std::memory_order_relaxed)) node->anomaly_context = anomaly_context();
   attach(out, node);
 }
 
@@ -156,6 +181,8 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
                         root.device().str() + "; move it with .to(" + root.device().str() + ")");
     seed = gradient.detach().astype(root.dtype());
   }
+  const bool anomaly = g_anomaly.load(std::memory_order_relaxed);
+  if (anomaly) check_finite(seed, "the gradient backward() starts from", "");
   NoGradGuard no_grad;  // formulas run unrecorded (no gradients of gradients)
   CallbackScope callbacks;
   const Edge start = edge_of(root);
@@ -196,6 +223,9 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
       if (auto meta = node->result.lock(); meta && meta->retains_grad)
         meta->grad = meta->grad.defined() ? add(meta->grad, g) : g.copy();
       grads = node->apply(g);
+      if (anomaly)
+        for (size_t i = 0; i < grads.size(); ++i)
+          check_finite(grads[i], node->name + "'s gradient for input " + std::to_string(i), node->anomaly_context);
       if (!retain_graph) node->release();
     }
     for (size_t i = 0; i < node->next.size(); ++i) {
@@ -215,6 +245,18 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
 }  // namespace kiln::autograd
 
 namespace kiln {
+void set_detect_anomaly(bool enabled) { autograd::g_anomaly.store(enabled, std::memory_order_relaxed); }
+bool is_anomaly_enabled() { return autograd::g_anomaly.load(std::memory_order_relaxed); }
+
+AnomalyScope::AnomalyScope(const std::string& label) {
+  if (!is_anomaly_enabled()) return;
+  autograd::t_anomaly_scopes.push_back(label);
+  open_ = true;
+}
+AnomalyScope::~AnomalyScope() {
+  if (open_) autograd::t_anomaly_scopes.pop_back();
+}
+
 void queue_callback(std::function<void()> callback) {
   if (!autograd::t_callbacks)
     throw ValueError("queue_callback: no backward() is running on this thread; call it from a hook during backward");

@@ -102,6 +102,9 @@ struct Node {
   std::vector<Edge> next;
   std::vector<InputInfo> inputs;
   uint64_t sequence_nr = 0;
+  /// Where the forward op ran, recorded only in anomaly mode (the AnomalyScope labels then open, outermost
+  /// first, joined by " > "; a module call opens one with the module's name).
+  std::string anomaly_context;
   /// Hooks registered on the node's result (Array::register_hook on a non-leaf): each may replace the
   /// gradient (a defined return value) before apply sees it.
   std::vector<std::function<Array(const Array&)>> pre_hooks;

@@ -213,7 +213,7 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 
 Array Sequential::forward(const Array& x) {
   Array y = x;
-  for (auto& m : modules_) y = m->forward(y);
+  for (auto& m : modules_) y = (*m)(y);  // through operator(): anomaly mode names the child
   return y;
 }
 
