@@ -41,7 +41,7 @@ void kernel(char* const* p, const int64_t* s, int64_t n) {
   } else if constexpr (arity == 1) {
     const T* a = reinterpret_cast<const T*>(p[1]);
 #ifdef KILN_VECTOR_MATH
-    if constexpr (std::is_same_v<T, float> && vector_math_f32(OP) != nullptr) {
+    if constexpr (std::is_same_v<T, float> && vector_math_f32(OP).avx2 != nullptr) {
       if (s[0] == 1 && s[1] == 1) return apply_vector_f32(vector_math_f32(OP), a, o, n);
     }
 #endif

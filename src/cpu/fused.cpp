@@ -13,6 +13,8 @@
 //
 // - Elementwise graphs: the core's plan (plan_elementwise, output 0 first: the unfused
 //   op's order) split over the thread team by flat range; cpu_fused_range runs one range.
+//   Outputs of kStreamBytes and more are computed into the buffers and streamed out with
+//   non-temporal stores.
 // - Final reductions: each block's value goes into the CPU reduce's own loops
 //   (select_kernels: double accumulators for float sums, 64-bit wrapping integer sums),
 //   one accumulator per output or a row of them; split over a kept axis, or over a
@@ -29,6 +31,10 @@
 #include <array>
 #include <cstring>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "core/iteration.hpp"
 #include "cpu/convert.hpp"
@@ -49,6 +55,11 @@ using detail::ReduceOp;
 constexpr int64_t kBlock = 1024;
 constexpr int kMaxOperands = 16;
 constexpr int64_t kBufferBytes = kBlock * 8;  // one block of the widest dtype
+// Outputs of an elementwise graph totalling this many bytes are written with non-temporal stores (stream_bytes):
+// more than a core's share of a server's last-level cache, so the next op would not find them cached anyway,
+// and a normal store first reads the line it writes (a pass over memory then moves 3 bytes per byte written,
+// not 2, which puts it at 1.5x the copy floor before any arithmetic).
+constexpr int64_t kStreamBytes = int64_t{32} << 20;
 constexpr int kTemps = 4;                     // conversion buffers: three inputs and an output
 // Buffers sit 64 bytes past a multiple of 4 KiB from each other: at 4 KiB apart every buffer would map to
 // the same L1 sets and loads would wait on stores to other buffers (4K aliasing), costing several times the
@@ -100,12 +111,33 @@ struct Program {
   std::vector<std::array<unsigned char, 16>> slots;  ///< each slot's value in its kernel dtype
   std::vector<DType> slot_dtypes;
   int64_t scratch_bytes = 0;
+  bool stream = false;  ///< outputs written with non-temporal stores (stream_output)
 };
 
 template <class T>
 void store(unsigned char* dst, const Scalar& s) {
   const T v = s.to<T>();
   std::memcpy(dst, &v, sizeof(T));
+}
+
+/// dst[0, bytes) = src[0, bytes) with non-temporal stores where dst is 16-byte aligned.
+void stream_bytes(char* dst, const char* src, int64_t bytes) {
+#if defined(__SSE2__)
+  int64_t i = std::min<int64_t>(bytes, static_cast<int64_t>(-reinterpret_cast<uintptr_t>(dst) & 15));
+  std::memcpy(dst, src, static_cast<size_t>(i));
+  for (; i + 16 <= bytes; i += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+#else
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+#endif
+}
+
+/// Orders this thread's non-temporal stores before what follows (the end of its part of a parallel loop).
+void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 /// The steps that the `roots` need, in order, stopping at reductions (values by then) and weak nodes.
@@ -149,6 +181,11 @@ bool make_program(const FusionCall& call, Program& p) {
     p.slot_dtypes.push_back(t);
   }
   const bool elementwise = g.reductions.empty();
+  if (elementwise) {
+    int64_t bytes = 0;
+    for (int k = 0; k < p.num_outputs; ++k) bytes += p.arrays[k]->size() * itemsize(p.arrays[k]->dtype());
+    p.stream = bytes >= kStreamBytes;
+  }
   p.step_of.assign(g.nodes.size(), -1);
   int64_t buffers = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -201,7 +238,7 @@ bool make_program(const FusionCall& call, Program& p) {
         break;
       }
     }
-    if (elementwise && is_output && !call.aliased && n.kind != FusionNodeKind::Argument)
+    if (elementwise && is_output && !call.aliased && !p.stream && n.kind != FusionNodeKind::Argument)
       for (int k = 0; k < p.num_outputs && s.output < 0; ++k)
         if (g.outputs[static_cast<size_t>(k)] == s.node) s.output = k;
     s.buffer = buffers;
@@ -304,6 +341,9 @@ void write_output(const Program& p, int k, const Value* values, char* ptr, int64
   const int node = p.g->outputs[static_cast<size_t>(k)];
   const Value& v = values[node];
   if (v.ptr == ptr && v.step == step) return;  // the node wrote its value into this output row
+  const DType dtype = p.arrays[k]->dtype();
+  if (p.stream && v.step == 1 && step == 1 && p.g->nodes[static_cast<size_t>(node)].dtype == dtype)
+    return stream_bytes(ptr, v.ptr, n * itemsize(dtype));
   convert(v.ptr, p.g->nodes[static_cast<size_t>(node)].dtype, v.step, ptr, p.arrays[k]->dtype(), step, n);
 }
 
@@ -387,6 +427,7 @@ void run_elementwise(const Program& p, const Walk& w, int64_t begin, int64_t end
     evaluate(p, p.all, ptrs, steps, n, memory, values.data());
     for (int k = 0; k < p.num_outputs; ++k) write_output(p, k, values.data(), ptrs[k], steps[k], n);
   });
+  if (p.stream) stream_fence();
 }
 
 /// Grain of a parallel split: heavy graphs (transcendental ops, many nodes) split sooner.
