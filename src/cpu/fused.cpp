@@ -532,35 +532,19 @@ void run_classic(const Program& p) {
   const int64_t total = shape_numel(p.call->shape);
   const int threads = max_threads();
   const int64_t grain = grain_of(p);
-  int kept = -1, red = -1;
-  for (size_t d = 0; d < dims.size(); ++d) {
-    int& best = dims[d].reduced ? red : kept;
-    if (best < 0 || dims[d].size > dims[static_cast<size_t>(best)].size) best = static_cast<int>(d);
-  }
-  const int64_t kept_size = kept >= 0 ? dims[static_cast<size_t>(kept)].size : 0;
-  const int64_t red_size = red >= 0 ? dims[static_cast<size_t>(red)].size : 0;
-  const bool split_kept = kept >= 0 && (kept_size >= 4 * threads || red_size < 2 * threads ||
-                                        acc_count * static_cast<int64_t>(threads) > (int64_t{1} << 22));
-  const size_t axis = static_cast<size_t>(split_kept ? kept : std::max(red, 0));
+  const ReductionSplit split = choose_reduction_split(dims, threads, acc_count);
+  const size_t axis = split.axis;
   const int64_t size = dims[axis].size;
   const int64_t chunks =
       total < 2 * grain || threads <= 1 ? 1 : std::min<int64_t>({threads, size, total / grain});
   if (chunks <= 1) {
     run(make_walk(axis, 0, size, acc));
-  } else if (split_kept) {
+  } else if (split.kept) {
     parallel_chunks(chunks, [&](int64_t c) { run(make_walk(axis, size * c / chunks, size * (c + 1) / chunks, acc)); });
   } else {
-    const int64_t words = (acc_count * k.acc_itemsize + 7) / 8;
-    std::vector<std::vector<uint64_t>> privates(static_cast<size_t>(chunks - 1), std::vector<uint64_t>(words));
-    parallel_chunks(chunks, [&](int64_t c) {
-      char* target = acc;
-      if (c > 0) {
-        target = reinterpret_cast<char*>(privates[static_cast<size_t>(c - 1)].data());
-        k.init(target, acc_count);
-      }
+    reduce_chunks_privately(k, acc, acc_count, chunks, [&](int64_t c, char* target) {
       run(make_walk(axis, size * c / chunks, size * (c + 1) / chunks, target));
     });
-    for (const auto& buffer : privates) k.combine(acc, buffer.data(), acc_count);
   }
   if (k.finalize) k.finalize(acc, acc_count);
   convert(acc, k.acc_dtype, 1, out.data_ptr(), out.dtype(), 1, acc_count);
