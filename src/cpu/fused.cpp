@@ -60,7 +60,7 @@ constexpr int64_t kBufferBytes = kBlock * 8;  // one block of the widest dtype
 // and a normal store first reads the line it writes (a pass over memory then moves 3 bytes per byte written,
 // not 2, which puts it at 1.5x the copy floor before any arithmetic).
 constexpr int64_t kStreamBytes = int64_t{32} << 20;
-constexpr int kTemps = 4;                     // conversion buffers: three inputs and an output
+constexpr int kTemps = 4;  // conversion buffers: three inputs and an output
 // Buffers sit 64 bytes past a multiple of 4 KiB from each other: at 4 KiB apart every buffer would map to
 // the same L1 sets and loads would wait on stores to other buffers (4K aliasing), costing several times the
 // chain's arithmetic.
@@ -111,7 +111,7 @@ struct Program {
   std::vector<std::array<unsigned char, 16>> slots;  ///< each slot's value in its kernel dtype
   std::vector<DType> slot_dtypes;
   int64_t scratch_bytes = 0;
-  bool stream = false;  ///< outputs written with non-temporal stores (stream_output)
+  bool stream = false;  ///< outputs leave the buffers with non-temporal stores (stream_bytes)
 };
 
 template <class T>

@@ -18,7 +18,7 @@
 #define KILN_VECTOR_MATH 1
 // The libmvec routines the op list (src/core/ops_internal.def, column cpu_simd) names, in both widths.
 extern "C" {
-#define KILN_SIMD(f)          \
+#define KILN_SIMD(f)           \
   __m256 _ZGVdN8v_##f(__m256); \
   __m512 _ZGVeN16v_##f(__m512);
 #define KILN_NO_SIMD
@@ -46,7 +46,7 @@ constexpr VectorRoutine vector_math_f32(OpCode op) {
 #define KILN_SIMD(f) VectorRoutine{&_ZGVdN8v_##f, &_ZGVeN16v_##f}
 #define KILN_NO_SIMD VectorRoutine{}
 #define KILN_OP_IMPL(Code, rule, dtypes, accuracy, gpu_vector, cpu_simd, ...) \
-  case OpCode::Code:                                                       \
+  case OpCode::Code:                                                          \
     return cpu_simd;
 #include "core/ops_internal.def"
 #undef KILN_SIMD
