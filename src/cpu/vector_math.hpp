@@ -56,8 +56,12 @@ constexpr VectorRoutine vector_math_f32(OpCode op) {
   return {};
 }
 
-/// Whether this CPU runs the AVX-512 routines (decided once per process).
-inline const bool kVectorMathAvx512 = __builtin_cpu_supports("avx512f");
+/// Whether this CPU runs the AVX-512 routines (decided once per process; libgcc's check includes the OS saving
+/// the 512-bit registers). Initialised with other statics, so it asks libgcc to read the CPU first.
+inline const bool kVectorMathAvx512 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+}();
 
 __attribute__((target("avx512f"))) inline void apply_vector_f32_avx512(__m512 (*f)(__m512), const float* in,
                                                                        float* out, int64_t n) {
