@@ -646,8 +646,16 @@ bool cpu_fused(const FusionCall& call) {
     run_classic(p);
   } else {
     const Walk w = elementwise_walk(p);
-    parallel_for(
-        walk_numel(w), [&](int64_t b, int64_t e) { run_elementwise(p, w, b, e); }, grain_of(p));
+    const int64_t total = walk_numel(w), grain = grain_of(p);
+    const int threads = max_threads();
+    if (total < 2 * grain || threads <= 1) {
+      run_elementwise(p, w, 0, total);
+    } else {
+      // Several pieces a thread, claimed as threads come free: a thread that is slowed (another process on its
+      // core, a busier memory channel) leaves the rest of its share to the others.
+      const int64_t pieces = std::min<int64_t>(total / grain, int64_t{4} * threads);
+      parallel_chunks(pieces, [&](int64_t c) { run_elementwise(p, w, total * c / pieces, total * (c + 1) / pieces); });
+    }
   }
   return true;
 }
