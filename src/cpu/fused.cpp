@@ -13,6 +13,8 @@
 //
 // - Elementwise graphs: the core's plan (plan_elementwise, output 0 first: the unfused
 //   op's order) split over the thread team by flat range; cpu_fused_range runs one range.
+//   Outputs of kStreamBytes and more are computed into the buffers and streamed out with
+//   non-temporal stores.
 // - Final reductions: each block's value goes into the CPU reduce's own loops
 //   (select_kernels: double accumulators for float sums, 64-bit wrapping integer sums),
 //   one accumulator per output or a row of them; split over a kept axis, or over a
@@ -29,6 +31,10 @@
 #include <array>
 #include <cstring>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "core/iteration.hpp"
 #include "cpu/convert.hpp"
@@ -49,7 +55,12 @@ using detail::ReduceOp;
 constexpr int64_t kBlock = 1024;
 constexpr int kMaxOperands = 16;
 constexpr int64_t kBufferBytes = kBlock * 8;  // one block of the widest dtype
-constexpr int kTemps = 4;                     // conversion buffers: three inputs and an output
+// Outputs of an elementwise graph totalling this many bytes are written with non-temporal stores (stream_bytes):
+// more than a core's share of a server's last-level cache, so the next op would not find them cached anyway,
+// and a normal store first reads the line it writes (a pass over memory then moves 3 bytes per byte written,
+// not 2, which puts it at 1.5x the copy floor before any arithmetic).
+constexpr int64_t kStreamBytes = int64_t{32} << 20;
+constexpr int kTemps = 4;  // conversion buffers: three inputs and an output
 // Buffers sit 64 bytes past a multiple of 4 KiB from each other: at 4 KiB apart every buffer would map to
 // the same L1 sets and loads would wait on stores to other buffers (4K aliasing), costing several times the
 // chain's arithmetic.
@@ -100,12 +111,33 @@ struct Program {
   std::vector<std::array<unsigned char, 16>> slots;  ///< each slot's value in its kernel dtype
   std::vector<DType> slot_dtypes;
   int64_t scratch_bytes = 0;
+  bool stream = false;  ///< outputs leave the buffers with non-temporal stores (stream_bytes)
 };
 
 template <class T>
 void store(unsigned char* dst, const Scalar& s) {
   const T v = s.to<T>();
   std::memcpy(dst, &v, sizeof(T));
+}
+
+/// dst[0, bytes) = src[0, bytes) with non-temporal stores where dst is 16-byte aligned.
+void stream_bytes(char* dst, const char* src, int64_t bytes) {
+#if defined(__SSE2__)
+  int64_t i = std::min<int64_t>(bytes, static_cast<int64_t>(-reinterpret_cast<uintptr_t>(dst) & 15));
+  std::memcpy(dst, src, static_cast<size_t>(i));
+  for (; i + 16 <= bytes; i += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+#else
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+#endif
+}
+
+/// Orders this thread's non-temporal stores before what follows (the end of its part of a parallel loop).
+void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 /// The steps that the `roots` need, in order, stopping at reductions (values by then) and weak nodes.
@@ -149,6 +181,11 @@ bool make_program(const FusionCall& call, Program& p) {
     p.slot_dtypes.push_back(t);
   }
   const bool elementwise = g.reductions.empty();
+  if (elementwise) {
+    int64_t bytes = 0;
+    for (int k = 0; k < p.num_outputs; ++k) bytes += p.arrays[k]->size() * itemsize(p.arrays[k]->dtype());
+    p.stream = bytes >= kStreamBytes;
+  }
   p.step_of.assign(g.nodes.size(), -1);
   int64_t buffers = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -201,7 +238,7 @@ bool make_program(const FusionCall& call, Program& p) {
         break;
       }
     }
-    if (elementwise && is_output && !call.aliased && n.kind != FusionNodeKind::Argument)
+    if (elementwise && is_output && !call.aliased && !p.stream && n.kind != FusionNodeKind::Argument)
       for (int k = 0; k < p.num_outputs && s.output < 0; ++k)
         if (g.outputs[static_cast<size_t>(k)] == s.node) s.output = k;
     s.buffer = buffers;
@@ -304,6 +341,9 @@ void write_output(const Program& p, int k, const Value* values, char* ptr, int64
   const int node = p.g->outputs[static_cast<size_t>(k)];
   const Value& v = values[node];
   if (v.ptr == ptr && v.step == step) return;  // the node wrote its value into this output row
+  const DType dtype = p.arrays[k]->dtype();
+  if (p.stream && v.step == 1 && step == 1 && p.g->nodes[static_cast<size_t>(node)].dtype == dtype)
+    return stream_bytes(ptr, v.ptr, n * itemsize(dtype));
   convert(v.ptr, p.g->nodes[static_cast<size_t>(node)].dtype, v.step, ptr, p.arrays[k]->dtype(), step, n);
 }
 
@@ -387,6 +427,7 @@ void run_elementwise(const Program& p, const Walk& w, int64_t begin, int64_t end
     evaluate(p, p.all, ptrs, steps, n, memory, values.data());
     for (int k = 0; k < p.num_outputs; ++k) write_output(p, k, values.data(), ptrs[k], steps[k], n);
   });
+  if (p.stream) stream_fence();
 }
 
 /// Grain of a parallel split: heavy graphs (transcendental ops, many nodes) split sooner.
@@ -491,35 +532,19 @@ void run_classic(const Program& p) {
   const int64_t total = shape_numel(p.call->shape);
   const int threads = max_threads();
   const int64_t grain = grain_of(p);
-  int kept = -1, red = -1;
-  for (size_t d = 0; d < dims.size(); ++d) {
-    int& best = dims[d].reduced ? red : kept;
-    if (best < 0 || dims[d].size > dims[static_cast<size_t>(best)].size) best = static_cast<int>(d);
-  }
-  const int64_t kept_size = kept >= 0 ? dims[static_cast<size_t>(kept)].size : 0;
-  const int64_t red_size = red >= 0 ? dims[static_cast<size_t>(red)].size : 0;
-  const bool split_kept = kept >= 0 && (kept_size >= 4 * threads || red_size < 2 * threads ||
-                                        acc_count * static_cast<int64_t>(threads) > (int64_t{1} << 22));
-  const size_t axis = static_cast<size_t>(split_kept ? kept : std::max(red, 0));
+  const ReductionSplit split = choose_reduction_split(dims, threads, acc_count);
+  const size_t axis = split.axis;
   const int64_t size = dims[axis].size;
   const int64_t chunks =
       total < 2 * grain || threads <= 1 ? 1 : std::min<int64_t>({threads, size, total / grain});
   if (chunks <= 1) {
     run(make_walk(axis, 0, size, acc));
-  } else if (split_kept) {
+  } else if (split.kept) {
     parallel_chunks(chunks, [&](int64_t c) { run(make_walk(axis, size * c / chunks, size * (c + 1) / chunks, acc)); });
   } else {
-    const int64_t words = (acc_count * k.acc_itemsize + 7) / 8;
-    std::vector<std::vector<uint64_t>> privates(static_cast<size_t>(chunks - 1), std::vector<uint64_t>(words));
-    parallel_chunks(chunks, [&](int64_t c) {
-      char* target = acc;
-      if (c > 0) {
-        target = reinterpret_cast<char*>(privates[static_cast<size_t>(c - 1)].data());
-        k.init(target, acc_count);
-      }
+    reduce_chunks_privately(k, acc, acc_count, chunks, [&](int64_t c, char* target) {
       run(make_walk(axis, size * c / chunks, size * (c + 1) / chunks, target));
     });
-    for (const auto& buffer : privates) k.combine(acc, buffer.data(), acc_count);
   }
   if (k.finalize) k.finalize(acc, acc_count);
   convert(acc, k.acc_dtype, 1, out.data_ptr(), out.dtype(), 1, acc_count);
@@ -621,8 +646,16 @@ bool cpu_fused(const FusionCall& call) {
     run_classic(p);
   } else {
     const Walk w = elementwise_walk(p);
-    parallel_for(
-        walk_numel(w), [&](int64_t b, int64_t e) { run_elementwise(p, w, b, e); }, grain_of(p));
+    const int64_t total = walk_numel(w), grain = grain_of(p);
+    const int threads = max_threads();
+    if (total < 2 * grain || threads <= 1) {
+      run_elementwise(p, w, 0, total);
+    } else {
+      // Several pieces a thread, claimed as threads come free: a thread that is slowed (another process on its
+      // core, a busier memory channel) leaves the rest of its share to the others.
+      const int64_t pieces = std::min<int64_t>(total / grain, int64_t{4} * threads);
+      parallel_chunks(pieces, [&](int64_t c) { run_elementwise(p, w, total * c / pieces, total * (c + 1) / pieces); });
+    }
   }
   return true;
 }

@@ -253,40 +253,22 @@ void execute(const Plan& plan, const ReduceKernels& k, char* acc, int64_t total,
     run_plan(plan, k, acc);
     return;
   }
-  int kept = -1, red = -1;
-  for (size_t d = 0; d < plan.dims.size(); ++d) {
-    int& best = plan.dims[d].reduced ? red : kept;
-    if (best < 0 || plan.dims[d].size > plan.dims[static_cast<size_t>(best)].size) best = static_cast<int>(d);
-  }
-  const int64_t kept_size = kept >= 0 ? plan.dims[static_cast<size_t>(kept)].size : 0;
-  const int64_t red_size = red >= 0 ? plan.dims[static_cast<size_t>(red)].size : 0;
-  // Splitting a kept axis needs no extra memory; splitting a reduced one needs a private buffer per thread.
-  const bool split_kept = kept >= 0 && (kept_size >= 4 * threads || red_size < 2 * threads ||
-                                        acc_count * static_cast<int64_t>(threads) > (int64_t{1} << 22));
-  const size_t axis = static_cast<size_t>(split_kept ? kept : red);
+  const ReductionSplit split = choose_reduction_split(plan.dims, threads, acc_count);
+  const size_t axis = split.axis;
   const int64_t size = plan.dims[axis].size;
   const int64_t chunks = std::min<int64_t>({threads, size, total / kParallelThreshold});
   if (chunks <= 1) {
     run_plan(plan, k, acc);
     return;
   }
-  if (split_kept) {
+  if (split.kept) {
     parallel_chunks(
         chunks, [&](int64_t c) { run_plan(sub_plan(plan, axis, size * c / chunks, size * (c + 1) / chunks), k, acc); });
     return;
   }
-  // Chunk 0 accumulates into `acc`; the others into private buffers combined afterwards.
-  const int64_t words = (acc_count * k.acc_itemsize + 7) / 8;
-  std::vector<std::vector<uint64_t>> privates(static_cast<size_t>(chunks - 1), std::vector<uint64_t>(words));
-  parallel_chunks(chunks, [&](int64_t c) {
-    char* target = acc;
-    if (c > 0) {
-      target = reinterpret_cast<char*>(privates[static_cast<size_t>(c - 1)].data());
-      k.init(target, acc_count);
-    }
+  reduce_chunks_privately(k, acc, acc_count, chunks, [&](int64_t c, char* target) {
     run_plan(sub_plan(plan, axis, size * c / chunks, size * (c + 1) / chunks), k, target);
   });
-  for (const auto& buffer : privates) k.combine(acc, buffer.data(), acc_count);
 }
 
 }  // namespace

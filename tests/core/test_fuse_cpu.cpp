@@ -1,8 +1,9 @@
 // The CPU executor of kiln::fuse (src/cpu/fused.cpp): every op of the op list fused equals the op unfused bit for
 // bit in every dtype (contiguous, transposed, broadcast, after an intermediate, with weak scalars); float16 and
 // bfloat16 intermediates rounded as the unfused ops round them; out= aliasing an input; several outputs; arrays
-// large enough to be split over threads; final reductions (full, axes, keepdims, mean) and staged rows (softmax,
-// log_softmax, norms) against float64 references; empty arrays; cpu_fused_range over sub-ranges.
+// large enough to be split over threads; outputs large enough to be streamed past the caches; final reductions
+// (full, axes, keepdims, mean) and staged rows (softmax, log_softmax, norms) against float64 references; empty
+// arrays; cpu_fused_range over sub-ranges.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,6 +178,25 @@ TEST(FuseCpu, LargeChainSplitOverThreadsMatchesUnfused) {
   expect_bits(y, subtract(multiply(tanh(add(multiply(images, 1.5f), 0.3f)), images),
                           multiply(exp(negative(multiply(images, images))), 0.5f)),
               "channels-last");
+}
+
+// Outputs of 32 MiB and more are written past the caches (non-temporal stores from the block's buffer): the same
+// bits, into a view whose first element is not 16-byte aligned too, and for several outputs of different dtypes.
+TEST(FuseCpu, LargeOutputsStreamedPastTheCachesMatchUnfused) {
+  const int64_t n = (int64_t{1} << 23) + 77;  // 32 MiB of float32 and a partial block
+  std::vector<double> v = test_values(static_cast<size_t>(n), 12, 3.0);
+  const Array x = from_data(std::vector<float>(v.begin(), v.end()));
+  const Array want = subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), x),
+                              multiply(exp(negative(multiply(x, x))), 0.5f));
+  expect_bits(fuse(chain_fn)(x), want, "chain");
+  Array storage = zeros({n + 1}, float32);
+  Array shifted = storage.slice(0, 1, n + 1);  // 4 bytes past an aligned start
+  fuse(chain_fn).out({shifted}, x);
+  expect_bits(shifted, want, "shifted out=");
+  EXPECT_EQ(storage[0].item<float>(), 0.0f);
+  auto [s, lt] = fuse([](auto a) { return std::tuple{a * a + 1.0f, (a < 0.5f).astype(int8)}; })(x);
+  expect_bits(s, add(multiply(x, x), 1.0f), "square plus one");
+  expect_bits(lt, less(x, 0.5f).astype(int8), "less");
 }
 
 TEST(FuseCpu, OutAliasingAnInputAndSeveralOutputs) {
