@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -56,6 +57,7 @@ class PadWidth {
   PadWidth(int64_t width) : widths_{{width, width}} {}                     // NOLINT
   PadWidth(int64_t before, int64_t after) : widths_{{before, after}} {}  // NOLINT
   PadWidth(std::vector<std::pair<int64_t, int64_t>> widths) : widths_(std::move(widths)) {}  // NOLINT
+  PadWidth(std::initializer_list<std::pair<int64_t, int64_t>> widths) : widths_(widths) {}  // NOLINT
   const std::vector<std::pair<int64_t, int64_t>>& widths() const { return widths_; }
 
  private:

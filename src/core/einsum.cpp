@@ -233,6 +233,10 @@ Array einsum(std::string_view subscripts, const std::vector<Array>& operands) {
       const int64_t e = operands[i].shape()[d];
       int64_t& known = extent[static_cast<size_t>(l)];
       int& owner = first_use[static_cast<size_t>(l)];
+      if (owner == static_cast<int>(i) && e != known)
+        throw ShapeError("einsum: " + label_str(l) + " repeats in operand " + std::to_string(i) + " (shape " +
+                         shape_str(operands[i].shape()) + ") over axes of extents " + std::to_string(known) +
+                         " and " + std::to_string(e) + "; a diagonal needs equal extents");
       if (owner >= 0 && e != known && e != 1 && known != 1)
         throw ShapeError("einsum: " + label_str(l) + " of '" + text + "' has extent " + std::to_string(known) +
                          " in operand " + std::to_string(owner) + " (shape " +
