@@ -3,8 +3,8 @@
 // search, grids, and einsum. NumPy's semantics and argument names.
 // Every function is composed of kiln's ops (views, where, take, sort, cumsum, matmul, ...), so it runs on every
 // backend and, where NumPy/PyTorch define a gradient, is differentiable through its parts. Functions whose
-// result size depends on the values (unique, bincount, histogram without a range, repeat with an array of
-// repeats) synchronise once to read it.
+// result size depends on the values (unique, bincount, histogram, repeat with an array of repeats)
+// synchronise to read it.
 #pragma once
 
 #include <cstdint>
@@ -117,12 +117,12 @@ Array median(const Array& a, Axes axis = {}, bool keepdims = false);
 
 /// np.histogram's two results.
 struct HistogramResult {
-  Array hist;       ///< counts per bin (int64), or summed weights (float64) when weights are given
+  Array hist;       ///< counts per bin (int64), or summed weights (the weights' dtype) when weights are given
   Array bin_edges;  ///< bins + 1 edges (a's float dtype, float64 for integers)
 };
 /// np.histogram with `bins` equal bins over `range` (the data's min and max when absent: syncs; widened by
 /// 0.5 each way when they are equal). Bins are half-open but the last, which includes its right edge; values
-/// outside the range are not counted. ValueError for bins < 1 or range.first > range.second.
+/// outside the range are not counted. Syncs. ValueError for bins < 1 or range.first > range.second.
 HistogramResult histogram(const Array& a, int64_t bins = 10, std::optional<std::pair<double, double>> range = {},
                           const std::optional<Array>& weights = {});
 /// np.histogram with explicit, monotonically increasing bin edges (1-d, at least 2).
