@@ -70,16 +70,18 @@ void require_finite(const char* op, const char* what, double value, DType dtype)
 Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::optional<Device> device, uint64_t span,
            Generator::State* own) {
   Device d = device.value_or(current_device());
+  detail::Backend& backend = detail::backend_for(d);
+  detail::GraphRandom* graph = backend.graph_random(d);
+  // Refused before anything is allocated, so the capture stays as it was.
+  if (graph && own)
+    throw ValueError("random.Generator: a draw on " + d.str() +
+                     " is being captured in a CUDA graph, whose replays advance only the default generator; "
+                     "draw with kiln::random::uniform/normal/randint inside the capture");
   call.out = detail::make_array(shape, dtype, d);
   int64_t n = call.out.size();
   uint64_t blocks = detail::philox::block_count(call.distribution, dtype, n, span);
   if (blocks == 0) return call.out;
-  detail::Backend& backend = detail::backend_for(d);
-  if (detail::GraphRandom* graph = backend.graph_random(d)) {
-    if (own)
-      throw ValueError("random.Generator: a draw on " + d.str() +
-                       " is being captured in a CUDA graph, whose replays advance only the default generator; "
-                       "draw with kiln::random::uniform/normal/randint inside the capture");
+  if (graph) {
     // Captured: the blocks are relative to the base offset each replay writes to graph->state.
     call.graph_state = graph->state;
     call.offset = graph->blocks;
