@@ -19,6 +19,7 @@
 #include "kiln/linalg.hpp"
 #include "kiln/models.hpp"
 #include "kiln/nn.hpp"
+#include "kiln/numpy_extra.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/random.hpp"

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "kiln/array.hpp"
@@ -72,5 +73,32 @@ Array normal(const Shape& shape, DType dtype, std::optional<Device> device = {})
 /// Integers in [low, high); integer dtypes only (DTypeError); ValueError when high <= low or
 /// [low, high - 1] does not fit the dtype.
 Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype = int64, std::optional<Device> device = {});
+
+/// An independent random stream beside the default generator, as numpy.random.Generator / torch.Generator: its
+/// own (seed, offset) state, the same Philox stream layout (so Generator(s) draws what the default generator
+/// draws after seed(s)), and draws that neither advance nor depend on the default generator or another
+/// Generator. A copy is a handle to the same stream (as an Array is to its storage). Thread-safe: concurrent
+/// draws get disjoint blocks. Draws from a Generator cannot be captured in a CUDA graph (ValueError; captured
+/// draws come from the default generator, whose state each replay advances).
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0);
+  /// Reseeds this stream and rewinds its offset to 0.
+  void seed(uint64_t s);
+  GeneratorState get_state() const;
+  /// Restores a state from get_state(): the following draws repeat those made after it was saved.
+  void set_state(const GeneratorState& state);
+  /// As kiln::random::uniform / normal / randint, drawn from this stream; same checks and errors.
+  Array uniform(const Shape& shape, double low = 0.0, double high = 1.0, DType dtype = float32,
+                std::optional<Device> device = {});
+  Array normal(const Shape& shape, double mean = 0.0, double stddev = 1.0, DType dtype = float32,
+               std::optional<Device> device = {});
+  Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype = int64, std::optional<Device> device = {});
+
+  struct State;  ///< the shared, locked state (src/core/random.cpp)
+
+ private:
+  std::shared_ptr<State> state_;
+};
 
 }  // namespace kiln::random

@@ -1,8 +1,10 @@
 // Creation functions: empty/zeros/ones/full, arange/linspace/eye, *_like,
 // from_data and 0-d scalar arrays. All allocate through the device's backend.
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
@@ -101,17 +103,54 @@ Array eye(int64_t n, std::optional<int64_t> m, int64_t k, DType dtype, std::opti
   return out;
 }
 
+namespace {
+/// A new array of a's shape laid out in a's memory order (NumPy's order='K', torch's preserve_format): the axes
+/// ranked by a's strides (largest first; negative strides by magnitude), then packed densely in that order, so a
+/// dense permuted input (channels-last, a transpose) gives the same strides. Size-1 axes keep their place.
+Array empty_following(const Array& a, DType dtype, Device device) {
+  const int64_t n = a.ndim();
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t d = 0; d < n; ++d) order[static_cast<size_t>(d)] = d;
+  const auto magnitude = [&](int64_t d) {
+    const int64_t s = a.strides()[d];
+    return s < 0 ? -s : s;
+  };
+  // Only axes of more than one element are ranked; size-1 axes keep their positions.
+  std::vector<int64_t> moving;
+  for (int64_t d = 0; d < n; ++d)
+    if (a.shape()[d] != 1) moving.push_back(d);
+  std::vector<int64_t> ranked = moving;
+  std::stable_sort(ranked.begin(), ranked.end(), [&](int64_t x, int64_t y) { return magnitude(x) > magnitude(y); });
+  for (size_t i = 0; i < moving.size(); ++i) order[static_cast<size_t>(moving[i])] = ranked[i];
+  bool c_order = true;
+  for (int64_t d = 0; d < n; ++d) c_order = c_order && order[static_cast<size_t>(d)] == d;
+  if (c_order) return detail::make_array(a.shape(), dtype, device);
+  Shape memory_shape, inverse(static_cast<size_t>(n), 0);
+  for (int64_t d = 0; d < n; ++d) {
+    memory_shape.push_back(a.shape()[order[static_cast<size_t>(d)]]);
+    inverse[static_cast<size_t>(order[static_cast<size_t>(d)])] = d;
+  }
+  return detail::make_array(memory_shape, dtype, device).permute(inverse);
+}
+}  // namespace
+
 Array empty_like(const Array& a, std::optional<DType> dtype, std::optional<Device> device) {
-  return empty(a.shape(), dtype ? *dtype : a.dtype(), device ? *device : a.device());
+  return empty_following(a, dtype ? *dtype : a.dtype(), device ? *device : a.device());
 }
 Array zeros_like(const Array& a, std::optional<DType> dtype, std::optional<Device> device) {
-  return zeros(a.shape(), dtype ? *dtype : a.dtype(), device ? *device : a.device());
+  Array out = empty_like(a, dtype, device);
+  detail::fill_into(out, 0);
+  return out;
 }
 Array ones_like(const Array& a, std::optional<DType> dtype, std::optional<Device> device) {
-  return ones(a.shape(), dtype ? *dtype : a.dtype(), device ? *device : a.device());
+  Array out = empty_like(a, dtype, device);
+  detail::fill_into(out, 1);
+  return out;
 }
 Array full_like(const Array& a, const Scalar& value, std::optional<DType> dtype, std::optional<Device> device) {
-  return full(a.shape(), value, dtype ? *dtype : a.dtype(), device ? *device : a.device());
+  Array out = empty_like(a, dtype, device);
+  detail::fill_into(out, value);
+  return out;
 }
 
 Array from_data(const void* data, const Shape& shape, DType dtype, std::optional<Device> device) {

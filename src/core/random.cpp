@@ -1,5 +1,5 @@
-// Random front-ends: the default generator (the one global random state) and
-// uniform/normal/randint, which check their arguments, reserve Philox blocks
+// Random front-ends: the default generator (the one global random state), Generator objects (independent
+// states), and uniform/normal/randint, which check their arguments, reserve Philox blocks
 // and hand a RandomCall to the device's backend. The stream itself is defined in
 // include/kiln/random.hpp and implemented in core/philox.hpp.
 #include "kiln/random.hpp"
@@ -15,39 +15,37 @@
 #include "core/philox.hpp"
 
 namespace kiln::random {
-namespace {
-
 using detail::RandomDistribution;
 
-/// The default generator: the single owner of the process's random state. Every
-/// access holds the mutex; a draw reserves its blocks (advancing the offset) under
-/// the lock, so threads drawing at the same time get disjoint counters.
-class DefaultGenerator {
- public:
-  static DefaultGenerator& instance() {
-    static DefaultGenerator generator;
-    return generator;
-  }
-  void set(const GeneratorState& state) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    state_ = state;
+/// One generator's locked state: every access holds the mutex; a draw reserves its blocks (advancing the
+/// offset) under the lock, so threads drawing at the same time get disjoint counters.
+struct Generator::State {
+  void set(const GeneratorState& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    state = s;
   }
   GeneratorState get() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return state_;
+    std::lock_guard<std::mutex> lock(mutex);
+    return state;
   }
   /// Returns the state to draw `blocks` blocks from and advances the offset past them.
   GeneratorState reserve(uint64_t blocks) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    GeneratorState drawn = state_;
-    state_.offset += blocks;
+    std::lock_guard<std::mutex> lock(mutex);
+    GeneratorState drawn = state;
+    state.offset += blocks;
     return drawn;
   }
-
- private:
-  std::mutex mutex_;
-  GeneratorState state_;
+  std::mutex mutex;
+  GeneratorState state;
 };
+
+namespace {
+
+/// The default generator: the single owner of the process's random state.
+Generator::State& default_generator() {
+  static Generator::State generator;
+  return generator;
+}
 
 std::string number(double v) { return fmt::format("{}", v); }
 
@@ -68,20 +66,28 @@ void require_finite(const char* op, const char* what, double value, DType dtype)
                      "; pass a finite value" + (in_float ? " within float32 range" : ""));
 }
 
-Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::optional<Device> device, uint64_t span) {
+/// Runs `call` into a new array, with blocks reserved from `own` (a Generator) or the default generator.
+Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::optional<Device> device, uint64_t span,
+           Generator::State* own) {
   Device d = device.value_or(current_device());
+  detail::Backend& backend = detail::backend_for(d);
+  detail::GraphRandom* graph = backend.graph_random(d);
+  // Refused before anything is allocated, so the capture stays as it was.
+  if (graph && own)
+    throw ValueError("random.Generator: a draw on " + d.str() +
+                     " is being captured in a CUDA graph, whose replays advance only the default generator; "
+                     "draw with kiln::random::uniform/normal/randint inside the capture");
   call.out = detail::make_array(shape, dtype, d);
   int64_t n = call.out.size();
   uint64_t blocks = detail::philox::block_count(call.distribution, dtype, n, span);
   if (blocks == 0) return call.out;
-  detail::Backend& backend = detail::backend_for(d);
-  if (detail::GraphRandom* graph = backend.graph_random(d)) {
+  if (graph) {
     // Captured: the blocks are relative to the base offset each replay writes to graph->state.
     call.graph_state = graph->state;
     call.offset = graph->blocks;
     graph->blocks += blocks;
   } else {
-    GeneratorState state = DefaultGenerator::instance().reserve(blocks);
+    GeneratorState state = (own ? *own : default_generator()).reserve(blocks);
     call.seed = state.seed;
     call.offset = state.offset;
   }
@@ -89,13 +95,7 @@ Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::option
   return call.out;
 }
 
-}  // namespace
-
-void seed(uint64_t s) { DefaultGenerator::instance().set(GeneratorState{s, 0}); }
-GeneratorState get_state() { return DefaultGenerator::instance().get(); }
-void set_state(const GeneratorState& state) { DefaultGenerator::instance().set(state); }
-
-Array uniform(const Shape& shape, double low, double high, DType dtype, std::optional<Device> device) {
+detail::RandomCall uniform_call(double low, double high, DType dtype) {
   const char* op = "random.uniform";
   require_floating(op, dtype);
   require_finite(op, "low", low, dtype);
@@ -108,14 +108,10 @@ Array uniform(const Shape& shape, double low, double high, DType dtype, std::opt
   call.distribution = RandomDistribution::Uniform;
   call.a = low;
   call.b = high;
-  return draw(std::move(call), shape, dtype, device, 0);
+  return call;
 }
 
-Array uniform(const Shape& shape, DType dtype, std::optional<Device> device) {
-  return uniform(shape, 0.0, 1.0, dtype, device);
-}
-
-Array normal(const Shape& shape, double mean, double stddev, DType dtype, std::optional<Device> device) {
+detail::RandomCall normal_call(double mean, double stddev, DType dtype) {
   const char* op = "random.normal";
   require_floating(op, dtype);
   require_finite(op, "mean", mean, dtype);
@@ -126,14 +122,34 @@ Array normal(const Shape& shape, double mean, double stddev, DType dtype, std::o
   call.distribution = RandomDistribution::Normal;
   call.a = mean;
   call.b = stddev;
-  return draw(std::move(call), shape, dtype, device, 0);
+  return call;
+}
+
+}  // namespace
+
+void seed(uint64_t s) { default_generator().set(GeneratorState{s, 0}); }
+GeneratorState get_state() { return default_generator().get(); }
+void set_state(const GeneratorState& state) { default_generator().set(state); }
+
+Array uniform(const Shape& shape, double low, double high, DType dtype, std::optional<Device> device) {
+  return draw(uniform_call(low, high, dtype), shape, dtype, device, 0, nullptr);
+}
+
+Array uniform(const Shape& shape, DType dtype, std::optional<Device> device) {
+  return uniform(shape, 0.0, 1.0, dtype, device);
+}
+
+Array normal(const Shape& shape, double mean, double stddev, DType dtype, std::optional<Device> device) {
+  return draw(normal_call(mean, stddev, dtype), shape, dtype, device, 0, nullptr);
 }
 
 Array normal(const Shape& shape, DType dtype, std::optional<Device> device) {
   return normal(shape, 0.0, 1.0, dtype, device);
 }
 
-Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype, std::optional<Device> device) {
+namespace {
+/// The checked randint call; its draw needs the span too (philox::randint_span).
+detail::RandomCall randint_call(int64_t low, int64_t high, DType dtype) {
   const char* op = "random.randint";
   if (!is_integral(dtype))
     throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(dtype)) +
@@ -168,13 +184,35 @@ Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype, std::o
   call.distribution = RandomDistribution::RandInt;
   call.low = low;
   call.high = high;
-  return draw(std::move(call), shape, dtype, device, detail::philox::randint_span(low, high));
+  return call;
+}
+}  // namespace
+
+Array randint(int64_t low, int64_t high, const Shape& shape, DType dtype, std::optional<Device> device) {
+  return draw(randint_call(low, high, dtype), shape, dtype, device, detail::philox::randint_span(low, high), nullptr);
+}
+
+// ---------------------------------------------------------------- Generator
+Generator::Generator(uint64_t seed) : state_(std::make_shared<State>()) { state_->set(GeneratorState{seed, 0}); }
+void Generator::seed(uint64_t s) { state_->set(GeneratorState{s, 0}); }
+GeneratorState Generator::get_state() const { return state_->get(); }
+void Generator::set_state(const GeneratorState& state) { state_->set(state); }
+
+Array Generator::uniform(const Shape& shape, double low, double high, DType dtype, std::optional<Device> device) {
+  return draw(uniform_call(low, high, dtype), shape, dtype, device, 0, state_.get());
+}
+Array Generator::normal(const Shape& shape, double mean, double stddev, DType dtype, std::optional<Device> device) {
+  return draw(normal_call(mean, stddev, dtype), shape, dtype, device, 0, state_.get());
+}
+Array Generator::randint(int64_t low, int64_t high, const Shape& shape, DType dtype, std::optional<Device> device) {
+  return draw(randint_call(low, high, dtype), shape, dtype, device, detail::philox::randint_span(low, high),
+              state_.get());
 }
 
 }  // namespace kiln::random
 
 namespace kiln::detail {
 random::GeneratorState reserve_random_blocks(uint64_t blocks) {
-  return random::DefaultGenerator::instance().reserve(blocks);
+  return random::default_generator().reserve(blocks);
 }
 }  // namespace kiln::detail

@@ -518,5 +518,62 @@ TEST(RandomGenerator, reserving_blocks_returns_the_state_and_later_draws_follow_
   EXPECT_EQ(random::get_state().offset, 564u);
 }
 
+// ---- Generator objects: independent streams with the default generator's layout
+
+std::vector<Device> every_device() {
+  std::vector<Device> devices{cpu()};
+  for (int i = 0; i < num_gpus(); ++i) devices.push_back(gpu(i));
+  return devices;
+}
+
+TEST(RandomGenerator, streams_match_numpy_reference_on_every_device) {
+  for (Device d : every_device()) {
+    for (const char* name : {"uniform_f32_b", "uniform_f64_b", "randint_i32", "randint_i64_big"}) {
+      SCOPED_TRACE(std::string(name) + " on " + d.str());
+      const GoldenCase c = find_case(name);
+      random::seed(99);
+      random::Generator g(c.seed);
+      g.set_state({c.seed, c.offset});
+      const Array got = c.draw == Draw::RandInt ? g.randint(c.low, c.high, {c.n}, c.dtype, d)
+                                                : g.uniform({c.n}, c.a, c.b, c.dtype, d);
+      EXPECT_EQ(g.get_state().offset, c.offset + c.blocks);
+      EXPECT_EQ(random::get_state().offset, 0u);  // the default generator did not move
+      EXPECT_EQ(got.device(), d);
+      if (c.draw == Draw::RandInt) {
+        EXPECT_EQ(got.to_vector<int64_t>(), load_golden(name).to_vector<int64_t>());
+      } else {
+        const std::vector<double> g_values = got.to_vector<double>(), w = load_golden(name).to_vector<double>();
+        for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(bits_of(g_values[i]), bits_of(w[i])) << "element " << i;
+      }
+    }
+  }
+}
+
+TEST(RandomGenerator, streams_are_independent_and_reproducible) {
+  random::Generator a(5), b(5);
+  const std::vector<float> first = a.normal({64}).to_vector<float>();
+  random::seed(5);
+  (void)random::normal({1000});  // the default generator's draws do not touch a or b
+  EXPECT_EQ(b.normal({64}).to_vector<float>(), first);
+  EXPECT_NE(a.normal({64}).to_vector<float>(), first);  // a moved on
+  random::Generator c = a;                              // a copy is a handle to the same stream
+  const random::GeneratorState before = a.get_state();
+  (void)c.uniform({8});
+  EXPECT_EQ(a.get_state().offset, before.offset + 2);
+  a.seed(5);
+  EXPECT_EQ(a.normal({64}).to_vector<float>(), first);
+  const std::vector<float> from_generator = random::Generator(7).uniform({16}).to_vector<float>();
+  random::seed(7);
+  EXPECT_EQ(from_generator, random::uniform({16}).to_vector<float>());  // the same stream layout
+}
+
+TEST(RandomGenerator, bad_arguments_throw_as_the_default_generator_does) {
+  random::Generator g(1);
+  kiln_test::expect_error<ValueError>([&] { g.uniform({2}, 1.0, 0.0); }, {"random.uniform", "greater than low"});
+  kiln_test::expect_error<DTypeError>([&] { g.normal({2}, 0.0, 1.0, int32); }, {"random.normal", "int32"});
+  kiln_test::expect_error<ValueError>([&] { g.randint(0, 300, {2}, uint8); }, {"random.randint", "uint8"});
+  EXPECT_EQ(g.get_state().offset, 0u);
+}
+
 }  // namespace
 }  // namespace kiln

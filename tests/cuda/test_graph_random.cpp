@@ -277,4 +277,24 @@ TEST(GraphRandom, a_replay_captured_into_another_graph_draws_from_the_outer_grap
   expect_cpu_uniforms({21, 4}, {before, a, after});
 }
 
+TEST(GraphRandom, a_generator_object_refuses_to_draw_in_a_capture_and_the_capture_goes_on) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  Stream s = Stream::create(d);
+  cuda::Graph g;
+  random::Generator own(3);
+  Array u;
+  random::set_state({5, 0});
+  {
+    cuda::GraphCapture capture(g, s);
+    kiln_test::expect_error<ValueError>([&] { (void)own.uniform({4}, 0.0, 1.0, float32, d); },
+                                        {"random.Generator", "CUDA graph", "kiln::random::uniform"});
+    u = random::uniform({4}, float32, d);  // the default generator still draws in the capture
+  }
+  EXPECT_EQ(own.get_state().offset, 0u);
+  g.replay();
+  s.synchronize();
+  expect_cpu_uniforms({5, 0}, {u});
+}
+
 #endif  // KILN_WITH_CUDA
