@@ -35,14 +35,22 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   const std::vector<Array>& parameters() const { return parameters_; }
-  /// The optimizer's state ("lr", "step", per-parameter buffers such as "exp_avg.3"), saved with the model.
+  /// The optimizer's state, saved with the model: "lr", "step", "optimizer" (kind()'s name as uint8 ASCII
+  /// bytes), "params_with_state" (bool, one per parameter: which have buffers yet) and those parameters' buffers
+  /// ("momentum_buffer.3", "exp_avg.3", ...: buffers() names them).
   virtual nn::StateDict state_dict() const;
-  /// Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes.
+  /// Restores a state_dict() strictly, as Module::load_state_dict does: the state must be of an optimizer of the
+  /// same kind over as many parameters, with every buffer its mask promises, no other key, and each buffer of
+  /// its parameter's shape. Throws ValueError (another kind, another number of parameters, missing or
+  /// unexpected keys, each named) or ShapeError (naming the key), leaving the optimizer unchanged.
   virtual void load_state_dict(const nn::StateDict& state);
+  /// The kind's name, as state_dict() records it ("SGD", "Adam", "AdamW").
+  virtual std::string kind() const { return "Optimizer"; }
 
  protected:
-  /// Buffer `name` of parameter i from a state (shape-checked), for load_state_dict.
-  Array load_buffer(const nn::StateDict& state, const std::string& name, size_t i) const;
+  /// The per-parameter buffers by name (one entry per parameter; undefined until the parameter's first
+  /// step), which state_dict and load_state_dict save and restore.
+  virtual std::vector<std::pair<std::string, std::vector<Array>*>> buffers() { return {}; }
   /// Throws ValueError naming `what` when a step is being captured in a CUDA graph on a parameter's GPU and
   /// `ready` is false (state that the first step creates must exist before a capture).
   void require_ready_for_capture(bool ready, const char* what) const;
@@ -67,9 +75,13 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Array> parameters, SGDOptions options = {});
   void step() override;
-  nn::StateDict state_dict() const override;
-  void load_state_dict(const nn::StateDict& state) override;
+  std::string kind() const override { return "SGD"; }
   const SGDOptions& options() const { return options_; }
+
+ protected:
+  std::vector<std::pair<std::string, std::vector<Array>*>> buffers() override {
+    return {{"momentum_buffer", &momentum_}};
+  }
 
  private:
   SGDOptions options_;
@@ -96,6 +108,12 @@ class Adam : public Optimizer {
   void step() override;
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
+  std::string kind() const override { return decoupled_ ? "AdamW" : "Adam"; }
+
+ protected:
+  std::vector<std::pair<std::string, std::vector<Array>*>> buffers() override {
+    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  }
 
  private:
   AdamOptions options_;
