@@ -170,6 +170,10 @@ class GradScaler {
   double get_scale() const { return scale_; }
   /// Whether this iteration's unscale() found an inf or a NaN (reset by update()).
   bool found_inf() const { return found_inf_; }
+  /// The scaler's state between iterations: "scale" (float64) and "growth_tracker" (int64), 0-d.
+  nn::StateDict state_dict() const;
+  /// Restores a state_dict() (call between iterations); ValueError naming a missing or unexpected key.
+  void load_state_dict(const nn::StateDict& state);
 
  private:
   GradScalerOptions options_;
@@ -179,13 +183,20 @@ class GradScaler {
 };
 
 /// A learning-rate schedule: step() (once per epoch or per iteration, as you choose) sets the optimizer's lr
-/// to the schedule's value at the next count.
+/// to the schedule's value at the next count. The base lr is the optimizer's lr when the schedule is built;
+/// load_state_dict restores the saved one, so a schedule built after loading a checkpoint resumes exactly.
 class LRScheduler {
  public:
   explicit LRScheduler(Optimizer& optimizer) : optimizer_(&optimizer), base_lr_(optimizer.lr()) {}
   virtual ~LRScheduler() = default;
   void step();
   int64_t count() const { return count_; }
+  double base_lr() const { return base_lr_; }
+  /// "count" (int64) and "base_lr" (float64), 0-d.
+  nn::StateDict state_dict() const;
+  /// Restores a state_dict() and sets the optimizer's lr to lr_at(count), as the saved schedule had it.
+  /// ValueError naming a missing or unexpected key.
+  void load_state_dict(const nn::StateDict& state);
   /// The lr after `count` steps.
   virtual double lr_at(int64_t count) const = 0;
 

@@ -52,8 +52,7 @@ void write_pieces(int fd, const std::vector<FileBytes>& pieces, const std::funct
 
 }  // namespace
 
-void write_file_atomically(const std::string& given_path, const std::vector<FileBytes>& pieces,
-                           const std::string& op) {
+void write_file_atomically(const std::string& given_path, const std::vector<FileBytes>& pieces, const std::string& op) {
   std::string path = given_path;
   auto fail = [&](const char* what, int error) {
     throw ValueError(op + ": " + what + " " + path + " failed: " + std::strerror(error) +

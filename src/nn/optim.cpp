@@ -76,6 +76,25 @@ class ListsBy {
 
 }  // namespace
 
+// ---------------------------------------------------------------- state dicts
+namespace {
+
+/// Throws unless `state` has exactly `keys` (the small fixed states of schedules and scalers).
+void require_keys(const nn::StateDict& state, std::initializer_list<const char*> keys, const std::string& op) {
+  std::string missing, unexpected;
+  for (const char* k : keys)
+    if (!state.find(k)) missing += (missing.empty() ? "\"" : ", \"") + std::string(k) + "\"";
+  for (const auto& [name, v] : state)
+    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return name == k; }))
+      unexpected += (unexpected.empty() ? "\"" : ", \"") + name + "\"";
+  if (!missing.empty() || !unexpected.empty())
+    throw ValueError(op + ": missing keys: " + (missing.empty() ? "none" : missing) +
+                     "; unexpected keys: " + (unexpected.empty() ? "none" : unexpected) +
+                     "; pass the state_dict() of the same kind of object, unchanged");
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- Optimizer
 Optimizer::Optimizer(std::vector<Array> parameters, double lr) : parameters_(std::move(parameters)), lr_(lr) {
   if (!(lr >= 0.0)) throw ValueError("optimizer: lr must be non-negative, got " + std::to_string(lr));
@@ -412,9 +431,37 @@ void GradScaler::update() {
   found_inf_ = false;
 }
 
+nn::StateDict GradScaler::state_dict() const {
+  nn::StateDict state;
+  state.insert("scale", scalar_array(scale_, float64, cpu()));
+  state.insert("growth_tracker", scalar_array(growth_tracker_, int64, cpu()));
+  return state;
+}
+
+void GradScaler::load_state_dict(const nn::StateDict& state) {
+  require_keys(state, {"scale", "growth_tracker"}, "GradScaler::load_state_dict");
+  scale_ = state.at("scale").item<double>();
+  growth_tracker_ = state.at("growth_tracker").item<int64_t>();
+  unscaled_ = found_inf_ = false;
+}
+
 // ---------------------------------------------------------------- schedules
 void LRScheduler::step() {
   ++count_;
+  optimizer_->set_lr(lr_at(count_));
+}
+
+nn::StateDict LRScheduler::state_dict() const {
+  nn::StateDict state;
+  state.insert("count", scalar_array(count_, int64, cpu()));
+  state.insert("base_lr", scalar_array(base_lr_, float64, cpu()));
+  return state;
+}
+
+void LRScheduler::load_state_dict(const nn::StateDict& state) {
+  require_keys(state, {"count", "base_lr"}, "LRScheduler::load_state_dict");
+  count_ = state.at("count").item<int64_t>();
+  base_lr_ = state.at("base_lr").item<double>();
   optimizer_->set_lr(lr_at(count_));
 }
 

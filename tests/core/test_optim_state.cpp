@@ -135,5 +135,29 @@ TEST(OptimizerState, AStateLoadedIntoAFreshOptimizerContinuesBitForBit) {
   }
 }
 
+TEST(OptimizerState, AScheduleBuiltAfterLoadingResumesItsBaseLrAndCount) {
+  Params p;
+  optim::SGD sgd(p.list, {.lr = 0.8});
+  optim::StepLR schedule(sgd, 2, 0.5);
+  for (int i = 0; i < 5; ++i) schedule.step();  // lr 0.8 * 0.5^2 = 0.2
+  EXPECT_EQ(sgd.lr(), 0.2);
+  const nn::StateDict saved_opt = sgd.state_dict(), saved_schedule = schedule.state_dict();
+  Params q;
+  optim::SGD fresh(q.list, {.lr = 0.8});
+  fresh.load_state_dict(saved_opt);         // lr 0.2 now
+  optim::StepLR rebuilt(fresh, 2, 0.5);     // would take 0.2 as its base
+  rebuilt.load_state_dict(saved_schedule);  // base 0.8 and count 5 restored
+  EXPECT_EQ(rebuilt.base_lr(), 0.8);
+  EXPECT_EQ(rebuilt.count(), 5);
+  rebuilt.step();  // count 6: 0.8 * 0.5^3
+  EXPECT_EQ(fresh.lr(), 0.1);
+  nn::StateDict extra = saved_schedule;
+  extra.insert("gamma", scalar_array(0.5));
+  expect_error<ValueError>([&] { rebuilt.load_state_dict(extra); }, {"unexpected keys: \"gamma\""});
+  optim::GradScaler scaler;
+  expect_error<ValueError>([&] { scaler.load_state_dict(saved_schedule); },
+                           {"GradScaler::load_state_dict", "missing keys: \"scale\", \"growth_tracker\""});
+}
+
 }  // namespace
 }  // namespace kiln
