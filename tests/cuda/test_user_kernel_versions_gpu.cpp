@@ -51,11 +51,19 @@ TEST(UserKernelVersions, ReductionKernelOutputPassedInBumpsTheVersion) {
   expect_error<ValueError>([&] { sum(s.y).backward(); }, {"modified in place"});
 }
 
+constexpr const char* kFill = R"(extern "C" __global__ void version_fill(float* p, int n) {
+  if (threadIdx.x < n) p[threadIdx.x] = 7.0f;
+})";
+
+#ifdef KILN_WITH_CUDA
+TEST(UserKernelVersions, TheRawKernelCompilesWithoutAGpu) {
+  EXPECT_NE(RawModule::compile_ptx(kFill, {}, 90).find(".entry version_fill"), std::string::npos);
+}
+#endif
+
 TEST(UserKernelVersions, EveryArrayOfARawKernelLaunchCountsAsWritten) {
   KILN_REQUIRE_GPU();
-  const RawModule module(R"(extern "C" __global__ void version_fill(float* p, int n) {
-  if (threadIdx.x < n) p[threadIdx.x] = 7.0f;
-})");
+  const RawModule module(kFill);
   const RawKernel fill = module.function("version_fill");
   Saved s;
   fill.launch({1}, {32}, s.x, int32_t{3});

@@ -36,8 +36,9 @@ int train_mlp(const TrainArgs& a) {
   const dist::LaunchEnvironment env = dist::launch_environment();
   const bool launched = env.world_size > 1;
   if (!a.resume.empty() && (a.nproc > 1 || launched))
-    throw ValueError("kiln train: --resume trains one process; leave out --nproc (data-parallel checkpoints are "
-                     "not written by kiln train)");
+    throw ValueError(
+        "kiln train: --resume trains one process; leave out --nproc (data-parallel checkpoints are "
+        "not written by kiln train)");
   if (a.save_every > 0 && a.resume.empty())
     throw ValueError("kiln train: --save-every N saves the run's state to the --resume file; give --resume PATH");
   if (a.nproc > 1 && !launched) {
@@ -114,19 +115,17 @@ int train_mlp(const TrainArgs& a) {
         launched ? " per rank (DistributedDataParallel)" : "", a.epochs,
         a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
         test_set.labels.size());
+  if (!a.resume.empty() && std::filesystem::exists(a.resume) && chatty) fmt::print("resuming from {}\n", a.resume);
   // Under data parallel every rank evaluates the whole test set (the models are identical); rank 0 reports.
-  if (!a.resume.empty() && std::filesystem::exists(a.resume) && chatty)
-    fmt::print("resuming from {}\n", a.resume);
-  const std::vector<train::EpochMetrics> history =
-      train::fit(*trained, *opt, train_loader, &test_loader,
-                 {.epochs = a.epochs,
-                  .log_path = chatty ? a.log : std::string(),
-                  .progress = chatty,
-                  .graph = a.graph,
-                  .max_grad_norm = a.max_grad_norm,
-                  .checkpoint = a.resume,
-                  .checkpoint_every = a.save_every,
-                  .resume = !a.resume.empty()});
+  const std::vector<train::EpochMetrics> history = train::fit(*trained, *opt, train_loader, &test_loader,
+                                                              {.epochs = a.epochs,
+                                                               .log_path = chatty ? a.log : std::string(),
+                                                               .progress = chatty,
+                                                               .graph = a.graph,
+                                                               .max_grad_norm = a.max_grad_norm,
+                                                               .checkpoint = a.resume,
+                                                               .checkpoint_every = a.save_every,
+                                                               .resume = !a.resume.empty()});
   if (!chatty) {
     dist::destroy_process_group();
     return 0;
