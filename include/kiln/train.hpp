@@ -62,7 +62,8 @@ struct FitOptions {
   optim::LRScheduler* scheduler = nullptr;
   bool scheduler_per_epoch = false;
   /// The run's state (save_checkpoint: model, optimizer, scheduler, generator, position) is written crash-safely
-  /// to this file at the end of each epoch and, when checkpoint_every > 0, after every that many steps.
+  /// to this file at the end of each epoch and, when checkpoint_every > 0, after every that many steps. The
+  /// position is fit's epoch, the loader's too when fit is the first to run it: pass a loader that has not run.
   std::string checkpoint{};
   int64_t checkpoint_every = 0;
   /// Load `checkpoint` first when the file exists, and go on from its position: the parameters end as those of

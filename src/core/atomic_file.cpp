@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -75,21 +78,26 @@ void write_file_atomically(const std::string& given_path, const std::vector<File
     ::close(fd);
     return;
   }
-  // The temporary's name starts with a dot and ends in a random suffix (mkstemp): hidden from a listing, never
-  // one that another writer (another process, or a thread of this one) uses at the same time.
+  // The temporary's name starts with a dot (hidden from a listing) and ends in this process's id, a counter and
+  // a random number: never one that another writer (another process, or a thread of this one) uses at the same
+  // time; O_EXCL refuses a leftover of the same name, and the next try takes another. Opened with mode 0666 so
+  // that the umask applies as to a plain open (np.save's file), and O_CLOEXEC so that a child started meanwhile
+  // does not hold it.
   const std::string folder = folder_of(path);
   const std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 random_bits{std::random_device{}()};
   TemporaryFile temp;
-  std::string name = (folder == "/" ? "" : folder) + "/." + base + ".tmp.XXXXXX";
-  temp.fd = ::mkstemp(name.data());
+  for (int attempt = 0; attempt < 100 && temp.fd < 0; ++attempt) {
+    const std::string name = (folder == "/" ? "" : folder) + "/." + base + ".tmp." + std::to_string(::getpid()) +
+                             "." + std::to_string(counter++) + "." + std::to_string(random_bits() % 1000000);
+    temp.fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (temp.fd >= 0) temp.path = name;
+    if (temp.fd < 0 && errno != EEXIST) break;
+  }
   if (temp.fd < 0)
     throw ValueError(op + ": cannot open a temporary file next to " + path + " for writing: " + std::strerror(errno) +
                      " (the previous file, if any, is unchanged; check the folder exists and is writable)");
-  temp.path = name;
-  // mkstemp makes the file 0600; give it what a plain open would (0666 less the umask), as np.save's file has.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (::fchmod(temp.fd, 0666 & ~mask) != 0) fail("setting the permissions of the temporary file for", errno);
   write_pieces(temp.fd, pieces, fail);
   if (::fsync(temp.fd) != 0) fail("flushing (fsync)", errno);
   const int fd = temp.fd;

@@ -3,6 +3,7 @@
 // finished) or cannot start leaves the previous file whole and no temporary file behind.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -67,6 +68,11 @@ TEST(AtomicFile, ReplacesTheFileWholeAndLeavesNoTemporary) {
   write_file_atomically(path, {{a.data(), a.size()}, {b.data(), b.size()}}, "test");
   EXPECT_EQ(read_text(path), second);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.txt"});
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  struct stat info {};
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0666 & ~mask) << "the mode a plain open gives (0666 less the umask)";
 }
 
 TEST(AtomicFile, AFailedSafetensorsSaveKeepsThePreviousCheckpoint) {
