@@ -207,6 +207,33 @@ TEST(Checkpoint, FitResumedAfterAFailureMidEpochEndsBitIdentical) {
   fs::remove(straight_path);
 }
 
+TEST(Checkpoint, FitStoppedAtAnEpochsEndWithAPerEpochScheduleResumesBitIdentical) {
+  const Data data;
+  auto fit_run = [&](uint64_t seed, const std::string& path, int64_t stop_after) {
+    auto run = std::make_unique<TrainingRun>(data, false, seed);
+    train::FitOptions options{.epochs = kEpochs,
+                              .progress = false,
+                              .on_epoch_end = {[&](const train::EpochMetrics& m) { return m.epoch != stop_after; }},
+                              .scheduler = run->schedule.get(),
+                              .scheduler_per_epoch = true,
+                              .checkpoint = path,
+                              .resume = true};
+    const auto history = train::fit(*run->model, *run->opt, *run->loader, nullptr, options);
+    EXPECT_FALSE(history.empty());
+    return run;
+  };
+  const std::string straight_path = temp_path("epoch_straight"), path = temp_path("epoch");
+  const auto straight = fit_run(1, straight_path, -1);
+  (void)fit_run(1, path, 1);  // stops after epoch 1: the checkpoint holds the start of epoch 2
+  EXPECT_EQ(nn::load_safetensors(path).at("position").to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 6}));
+  const auto resumed = fit_run(2, path, -1);
+  expect_same_bits(*straight->model, *resumed->model, "fit resumed at epoch 2");
+  EXPECT_EQ(resumed->schedule->count(), kEpochs);  // stepped once per epoch, across the stop
+  EXPECT_EQ(resumed->opt->lr(), straight->opt->lr());
+  fs::remove(path);
+  fs::remove(straight_path);
+}
+
 TEST(TrainStep, ClipsGradientsAndStepsTheScheduleEachStep) {
   random::seed(3);
   auto model = std::make_shared<nn::Linear>(4, 2);
