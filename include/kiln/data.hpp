@@ -86,6 +86,11 @@ class DataLoader {
   int64_t num_samples() const { return n_; }
   int64_t num_batches() const;
   int64_t epochs_started() const { return epoch_; }
+  /// Makes the next epoch (epoch() or a range-for) epoch `epoch` (0-based: its order is the one of
+  /// (seed, epoch), as in an uninterrupted run), starting at its batch `batch`, whose Batch::index stays its
+  /// position in the whole epoch: a run resumed from a checkpoint sees what the stopped run would have seen.
+  /// ValueError for a negative epoch or a batch outside [0, num_batches()].
+  void set_epoch(int64_t epoch, int64_t batch = 0);
 
   class Epoch;
   /// Starts the next epoch (reshuffled when shuffle): its workers start assembling batches at once.
@@ -116,6 +121,7 @@ class DataLoader {
   DataLoaderOptions options_;
   int64_t n_ = 0;
   int64_t epoch_ = 0;
+  int64_t start_batch_ = 0;  ///< where the next epoch starts (set_epoch), then 0 again
 };
 
 /// One epoch's batches in order; workers assemble them ahead. next() returns nullopt after the last one.

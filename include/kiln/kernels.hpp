@@ -90,8 +90,9 @@ class ElementwiseKernel : public detail::UserKernel<detail::ElementwiseKernelDef
 
   /// Runs the kernel on the arrays' GPU and current stream (asynchronous) and returns its only output.
   /// Arguments: every input, then optionally every output (else outputs are allocated with the inputs'
-  /// broadcast shape and the parameters' dtypes). Throws ValueError when the kernel has several outputs
-  /// (use call()), and as call() does.
+  /// broadcast shape and the parameters' dtypes). Outputs passed in are written in place: their version moves
+  /// on as with any in-place op, so a backward that saved one throws. Throws ValueError when the kernel has
+  /// several outputs (use call()), and as call() does.
   template <class... Args>
   Array operator()(const Args&... args) const {
     require_single_output();
@@ -132,8 +133,8 @@ class ReductionKernel : public detail::UserKernel<detail::ReductionKernelDef> {
 
   /// Reduces one input over `axis` (all axes by default); the output drops the reduced axes unless keepdims.
   Array operator()(const Array& x, Axes axis = {}, bool keepdims = false) const;
-  /// Reduces over `axis` of the inputs' broadcast shape (inputs, then optionally the outputs); returns the
-  /// only output. Throws as call().
+  /// Reduces over `axis` of the inputs' broadcast shape (inputs, then optionally the outputs, written in place
+  /// and version-bumped as ElementwiseKernel's); returns the only output. Throws as call().
   Array operator()(const std::vector<KernelArg>& args, Axes axis = {}, bool keepdims = false) const;
   /// Runs the reduction and returns every output. Throws ValueError (argument count, an empty reduction
   /// without identity), ShapeError (a bad axis, inputs that do not broadcast, an output of the wrong shape),

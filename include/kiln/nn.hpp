@@ -234,7 +234,8 @@ class LayerNorm : public Module {
 /// Writes `state` to `path` in the safetensors format (an 8-byte little-endian header size, a JSON header of
 /// dtype/shape/data_offsets per name, then the data, C order, little endian), which the Python `safetensors`
 /// package and PyTorch read. GPU arrays are copied to the host. `metadata`: string pairs for "__metadata__".
-/// Throws ValueError when the file cannot be written.
+/// Crash-safe (kiln::write_file_atomically): a crash during the save leaves the previous file whole.
+/// Throws ValueError when the file cannot be written (the previous file is then unchanged).
 void save_safetensors(const std::string& path, const StateDict& state,
                       const std::vector<std::pair<std::string, std::string>>& metadata = {});
 /// Reads a safetensors file (entries in the file's order) onto `device` (default: the CPU). A truncated or

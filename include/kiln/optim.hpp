@@ -35,14 +35,22 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   const std::vector<Array>& parameters() const { return parameters_; }
-  /// The optimizer's state ("lr", "step", per-parameter buffers such as "exp_avg.3"), saved with the model.
+  /// The optimizer's state, saved with the model: "lr", "step", "optimizer" (kind()'s name as uint8 ASCII
+  /// bytes), "params_with_state" (bool, one per parameter: which have buffers yet) and those parameters' buffers
+  /// ("momentum_buffer.3", "exp_avg.3", ...: buffers() names them).
   virtual nn::StateDict state_dict() const;
-  /// Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes.
+  /// Restores a state_dict() strictly, as Module::load_state_dict does: the state must be of an optimizer of the
+  /// same kind over as many parameters, with every buffer its mask promises, no other key, and each buffer of
+  /// its parameter's shape. Throws ValueError (another kind, another number of parameters, missing or
+  /// unexpected keys, each named) or ShapeError (naming the key), leaving the optimizer unchanged.
   virtual void load_state_dict(const nn::StateDict& state);
+  /// The kind's name, as state_dict() records it ("SGD", "Adam", "AdamW").
+  virtual std::string kind() const { return "Optimizer"; }
 
  protected:
-  /// Buffer `name` of parameter i from a state (shape-checked), for load_state_dict.
-  Array load_buffer(const nn::StateDict& state, const std::string& name, size_t i) const;
+  /// The per-parameter buffers by name (one entry per parameter; undefined until the parameter's first
+  /// step), which state_dict and load_state_dict save and restore.
+  virtual std::vector<std::pair<std::string, std::vector<Array>*>> buffers() { return {}; }
   /// Throws ValueError naming `what` when a step is being captured in a CUDA graph on a parameter's GPU and
   /// `ready` is false (state that the first step creates must exist before a capture).
   void require_ready_for_capture(bool ready, const char* what) const;
@@ -67,9 +75,13 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Array> parameters, SGDOptions options = {});
   void step() override;
-  nn::StateDict state_dict() const override;
-  void load_state_dict(const nn::StateDict& state) override;
+  std::string kind() const override { return "SGD"; }
   const SGDOptions& options() const { return options_; }
+
+ protected:
+  std::vector<std::pair<std::string, std::vector<Array>*>> buffers() override {
+    return {{"momentum_buffer", &momentum_}};
+  }
 
  private:
   SGDOptions options_;
@@ -96,6 +108,12 @@ class Adam : public Optimizer {
   void step() override;
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
+  std::string kind() const override { return decoupled_ ? "AdamW" : "Adam"; }
+
+ protected:
+  std::vector<std::pair<std::string, std::vector<Array>*>> buffers() override {
+    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  }
 
  private:
   AdamOptions options_;
@@ -152,6 +170,10 @@ class GradScaler {
   double get_scale() const { return scale_; }
   /// Whether this iteration's unscale() found an inf or a NaN (reset by update()).
   bool found_inf() const { return found_inf_; }
+  /// The scaler's state between iterations: "scale" (float64) and "growth_tracker" (int64), 0-d.
+  nn::StateDict state_dict() const;
+  /// Restores a state_dict() (call between iterations); ValueError naming a missing or unexpected key.
+  void load_state_dict(const nn::StateDict& state);
 
  private:
   GradScalerOptions options_;
@@ -161,13 +183,20 @@ class GradScaler {
 };
 
 /// A learning-rate schedule: step() (once per epoch or per iteration, as you choose) sets the optimizer's lr
-/// to the schedule's value at the next count.
+/// to the schedule's value at the next count. The base lr is the optimizer's lr when the schedule is built;
+/// load_state_dict restores the saved one, so a schedule built after loading a checkpoint resumes exactly.
 class LRScheduler {
  public:
   explicit LRScheduler(Optimizer& optimizer) : optimizer_(&optimizer), base_lr_(optimizer.lr()) {}
   virtual ~LRScheduler() = default;
   void step();
   int64_t count() const { return count_; }
+  double base_lr() const { return base_lr_; }
+  /// "count" (int64) and "base_lr" (float64), 0-d.
+  nn::StateDict state_dict() const;
+  /// Restores a state_dict() and sets the optimizer's lr to lr_at(count), as the saved schedule had it.
+  /// ValueError naming a missing or unexpected key.
+  void load_state_dict(const nn::StateDict& state);
   /// The lr after `count` steps.
   virtual double lr_at(int64_t count) const = 0;
 

@@ -158,7 +158,9 @@ class RawKernel {
   /// arguments in order — kiln::Array (its device pointer, offset included; it must be on the kernel's GPU),
   /// pointers, and values with exact widths (int32_t for int, float, double, ...) — optionally followed by
   /// LaunchOptions. Asynchronous; arrays passed are kept from reuse until the stream's work is done, so they
-  /// may be released right after. Throws ValueError (argument count or sizes that do not match the kernel's
+  /// may be released right after. Every array passed counts as written in place (the launch cannot tell reads
+  /// from writes): its version moves on, so a backward that saved it throws; pass a copy() of an array a
+  /// backward still needs. Throws ValueError (argument count or sizes that do not match the kernel's
   /// parameters, bad grid/block — before anything is launched), DeviceError (an array or stream of another
   /// device, a CPU array) or CudaError (CUDA refused the launch; the message names the kernel and configuration).
   template <class... Args>

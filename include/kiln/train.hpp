@@ -55,6 +55,21 @@ struct FitOptions {
   int graph_warmup = 3;
   /// Called after each epoch's metrics are known (schedulers, checkpoints, early stopping: return false to stop).
   std::vector<std::function<bool(const EpochMetrics&)>> on_epoch_end{};
+  /// Clip the gradients' joint 2-norm to this between backward and the optimizer step (0: no clipping).
+  double max_grad_norm = 0;
+  /// A schedule stepped after every training step (or, with scheduler_per_epoch, after each epoch, before the
+  /// on_epoch_end callbacks); saved in the checkpoints. Not with graph (a replayed step keeps the capture's lr).
+  optim::LRScheduler* scheduler = nullptr;
+  bool scheduler_per_epoch = false;
+  /// The run's state (save_checkpoint: model, optimizer, scheduler, generator, position) is written crash-safely
+  /// to this file at the end of each epoch and, when checkpoint_every > 0, after every that many steps. The
+  /// position is fit's epoch, the loader's too when fit is the first to run it: pass a loader that has not run.
+  std::string checkpoint{};
+  int64_t checkpoint_every = 0;
+  /// Load `checkpoint` first when the file exists, and go on from its position: the parameters end as those of
+  /// a run never stopped, bit for bit. `epochs` counts the whole run's; the metrics of a resumed epoch cover
+  /// the batches run after resuming.
+  bool resume = false;
 };
 
 struct StepOptions {
@@ -66,9 +81,16 @@ struct StepOptions {
   bool graph = false;
   /// Eager steps before the capture (>= 1: they create the optimizer's state and compile the kernels).
   int warmup = 3;
+  /// Clip the gradients' joint 2-norm to this (optim::clip_grad_norm) between backward and the optimizer step;
+  /// 0: no clipping. Captured with the step under graph.
+  double max_grad_norm = 0;
+  /// Stepped after each optimizer step (a per-iteration schedule). Not with graph: ValueError (a replayed step
+  /// keeps the lr of the capture).
+  optim::LRScheduler* scheduler = nullptr;
 };
 
-/// One training step (zero_grad, forward, loss, backward, optimizer.step()) and the running sums of the loss
+/// One training step (zero_grad, forward, loss, backward, optionally clipping, optimizer.step(), optionally
+/// the scheduler's step) and the running sums of the loss
 /// and of correct predictions, kept on the device and updated in place: a step makes no host synchronisation.
 ///
 /// With StepOptions::graph on a GPU (torch.cuda.graphs' whole-network capture): the first `warmup` steps run
@@ -113,6 +135,36 @@ class TrainStep {
 /// (eval mode, no gradients). Returns the metrics of every epoch.
 std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& train,
                               data::DataLoader* test, const FitOptions& options = {});
+
+/// Everything a training run needs to go on exactly where it stopped (save_checkpoint / load_checkpoint).
+/// model and optimizer are required; the others are saved when set, and a checkpoint holding the state of one
+/// that is not set is refused on load. The default generator's state (dropout, initialisers) is always saved.
+///
+///   train::Checkpoint ckpt{.model = model.get(), .optimizer = &opt, .scheduler = &sched, .loader = &loader};
+///   if (std::filesystem::exists(path)) train::load_checkpoint(path, ckpt);  // position -> ckpt, loader
+///   ... after each step: ckpt.batch = b.index + 1; ++ckpt.step; save_checkpoint(path, ckpt) when you like
+struct Checkpoint {
+  nn::Module* model = nullptr;
+  optim::Optimizer* optimizer = nullptr;
+  optim::LRScheduler* scheduler = nullptr;
+  optim::GradScaler* scaler = nullptr;
+  data::DataLoader* loader = nullptr;  ///< load_checkpoint sets it to (epoch, batch) with DataLoader::set_epoch
+  int64_t epoch = 0;                   ///< the epoch in progress (0-based)
+  int64_t batch = 0;                   ///< the batches of that epoch done: the next one to run
+  int64_t step = 0;                    ///< training steps done in all
+};
+
+/// Writes the run's state to one safetensors file, crash-safely (the previous checkpoint stays whole until the
+/// new one is complete): "model.*" and "optimizer.*" (their state dicts), "scheduler.*", "scaler.*",
+/// "random" (int64[2]: the generator's seed and offset, uint64 stored as int64 bit patterns) and "position"
+/// (int64[3]: epoch, batch, step). Synchronises (copies GPU state to the host). ValueError without a model or an
+/// optimizer, or when the file cannot be written.
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+/// Restores a save_checkpoint file into the objects of `checkpoint`, strictly (every state dict as its
+/// load_state_dict checks it; a section whose object is unset, or an object whose section is missing, is a
+/// ValueError naming it), sets the generator's state, checkpoint.epoch/batch/step and the loader's position.
+/// Build the objects as the saved run did (a scheduler may be built before or after: its base lr is restored).
+void load_checkpoint(const std::string& path, Checkpoint& checkpoint);
 
 /// The mean loss (and accuracy) of `model` over one pass of `loader`, in eval mode without gradients.
 std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader, const LossFn& loss = {},

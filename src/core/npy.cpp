@@ -299,14 +299,7 @@ void save(const std::string& path, const Array& a) {
     swap_bytes_in_place(swapped.data(), a.size(), itemsize(a.dtype()));
     data = swapped.data();
   }
-  File f(std::fopen(path.c_str(), "wb"));
-  if (!f) throw ValueError("save: cannot open " + quoted(path) + " for writing: " + std::strerror(errno));
-  size_t nbytes = static_cast<size_t>(a.nbytes());
-  if (std::fwrite(header.data(), 1, header.size(), f.get()) != header.size() ||
-      (nbytes > 0 && std::fwrite(data, 1, nbytes, f.get()) != nbytes) || std::fflush(f.get()) != 0)
-    throw ValueError("save: writing " + quoted(path) + " failed: " + std::strerror(errno));
-  std::FILE* raw = f.release();
-  if (std::fclose(raw) != 0) throw ValueError("save: closing " + quoted(path) + " failed: " + std::strerror(errno));
+  write_file_atomically(path, {{header.data(), header.size()}, {data, static_cast<size_t>(a.nbytes())}}, "save");
 }
 
 Array load(const std::string& path, std::optional<Device> device) {

@@ -168,6 +168,12 @@ KernelAttributes RawKernel::attributes() const { return impl_->attributes(); }
 void RawKernel::launch_args(const Dim3& grid, const Dim3& block, const detail::RawLaunchArg* args, size_t count,
                             const LaunchOptions& options) const {
   impl_->launch(grid, block, args, count, options);
+  // A launch cannot tell which arrays the kernel writes: each one passed counts as written in place, as by any
+  // in-place op, so a backward that saved one of them throws instead of reading values the kernel may have
+  // changed (pass a copy() of an array a backward still needs).
+  for (size_t i = 0; i < count; ++i)
+    if (args[i].kind == detail::RawLaunchArg::Kind::Array && args[i].array->storage())
+      args[i].array->storage()->bump_version();
 }
 
 }  // namespace kiln

@@ -428,6 +428,12 @@ void reject_grad_args(const std::vector<KernelArg>& args, const std::string& ker
       detail::reject_grad({&a.array()}, ("user kernel " + kernel).c_str(),
                           "user kernels are not differentiable: compute the op with kiln's ops to get its gradient");
 }
+/// The outputs passed in (arguments from `first_output` on) were written in place, as by any in-place op: their
+/// storage's version moves on, so a backward that saved one of them throws instead of reading the new values.
+void note_output_writes(const std::vector<KernelArg>& args, size_t first_output) {
+  for (size_t k = first_output; k < args.size(); ++k)
+    if (args[k].is_array() && args[k].array().storage()) args[k].array().storage()->bump_version();
+}
 }  // namespace
 
 std::vector<Array> ElementwiseKernel::call(const std::vector<KernelArg>& args, std::optional<int64_t> size) const {
@@ -505,6 +511,7 @@ std::vector<Array> ElementwiseKernel::call(const std::vector<KernelArg>& args, s
     call.args.push_back(std::move(b));
   }
   if (call.size > 0) backend_for(call.device).user_elementwise(call);
+  note_output_writes(args, static_cast<size_t>(def.nin));
   return outputs;
 }
 
@@ -617,6 +624,7 @@ std::vector<Array> ReductionKernel::call(const std::vector<KernelArg>& args, Axe
     call.args.push_back(std::move(b));
   }
   if (shape_numel(keep_shape) > 0) backend_for(call.device).user_reduction(call);
+  note_output_writes(args, static_cast<size_t>(def.nin));
   return outputs;
 }
 

@@ -162,6 +162,7 @@ struct DataLoader::Epoch::State {
   DataLoaderOptions options;
   std::vector<int64_t> order;
   int64_t batches = 0;
+  int64_t first = 0;  // the batch the epoch starts at (a resumed run's)
   int64_t next = 0;
   std::atomic<bool> stop{false};
   std::exception_ptr error;
@@ -200,7 +201,7 @@ struct DataLoader::Epoch::State {
         side = Stream::create(device, {.non_blocking = true});
       }
       Worker& me = *workers[w];
-      for (int64_t k = static_cast<int64_t>(w); k < batches; k += static_cast<int64_t>(workers.size())) {
+      for (int64_t k = first + static_cast<int64_t>(w); k < batches; k += static_cast<int64_t>(workers.size())) {
         {
           std::unique_lock lock(me.mutex);
           me.changed.wait(lock, [&] { return stop || static_cast<int>(me.items.size()) < options.prefetch; });
@@ -278,6 +279,15 @@ int64_t DataLoader::num_batches() const {
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
+void DataLoader::set_epoch(int64_t epoch, int64_t batch) {
+  if (epoch < 0 || batch < 0 || batch > num_batches())
+    throw ValueError("DataLoader::set_epoch: epoch " + std::to_string(epoch) + " and batch " + std::to_string(batch) +
+                     " must be non-negative, the batch at most the " + std::to_string(num_batches()) +
+                     " batches of an epoch; pass the position a checkpoint recorded");
+  epoch_ = epoch;
+  start_batch_ = batch;
+}
+
 std::unique_ptr<DataLoader::Epoch> DataLoader::epoch() {
   auto state = std::make_shared<Epoch::State>();
   state->inputs = inputs_;
@@ -293,7 +303,10 @@ std::unique_ptr<DataLoader::Epoch> DataLoader::epoch() {
   }
   ++epoch_;
   state->batches = num_batches();
-  const size_t workers = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(options_.workers, state->batches)));
+  state->first = state->next = start_batch_;
+  start_batch_ = 0;
+  const size_t workers =
+      static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(options_.workers, state->batches - state->first)));
   for (size_t w = 0; w < workers; ++w) state->workers.push_back(std::make_unique<Epoch::State::Worker>());
   for (size_t w = 0; w < workers; ++w) state->workers[w]->thread = std::thread([s = state.get(), w] { s->run(w); });
   return std::unique_ptr<Epoch>(new Epoch(std::move(state)));
@@ -315,7 +328,7 @@ DataLoader::Epoch::~Epoch() {
 std::optional<Batch> DataLoader::Epoch::next() {
   State& s = *state_;
   if (s.next >= s.batches) return std::nullopt;
-  State::Worker& w = *s.workers[static_cast<size_t>(s.next % static_cast<int64_t>(s.workers.size()))];
+  State::Worker& w = *s.workers[static_cast<size_t>((s.next - s.first) % static_cast<int64_t>(s.workers.size()))];
   State::Item item;
   {
     std::unique_lock lock(w.mutex);

@@ -76,6 +76,25 @@ class ListsBy {
 
 }  // namespace
 
+// ---------------------------------------------------------------- state dicts
+namespace {
+
+/// Throws unless `state` has exactly `keys` (the small fixed states of schedules and scalers).
+void require_keys(const nn::StateDict& state, std::initializer_list<const char*> keys, const std::string& op) {
+  std::string missing, unexpected;
+  for (const char* k : keys)
+    if (!state.find(k)) missing += (missing.empty() ? "\"" : ", \"") + std::string(k) + "\"";
+  for (const auto& [name, v] : state)
+    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return name == k; }))
+      unexpected += (unexpected.empty() ? "\"" : ", \"") + name + "\"";
+  if (!missing.empty() || !unexpected.empty())
+    throw ValueError(op + ": missing keys: " + (missing.empty() ? "none" : missing) +
+                     "; unexpected keys: " + (unexpected.empty() ? "none" : unexpected) +
+                     "; pass the state_dict() of the same kind of object, unchanged");
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- Optimizer
 Optimizer::Optimizer(std::vector<Array> parameters, double lr) : parameters_(std::move(parameters)), lr_(lr) {
   if (!(lr >= 0.0)) throw ValueError("optimizer: lr must be non-negative, got " + std::to_string(lr));
@@ -106,27 +125,85 @@ void Optimizer::zero_grad() {
 }
 
 nn::StateDict Optimizer::state_dict() const {
+  // buffers() hands out the subclass's vectors for load_state_dict too; they are only read here.
+  const auto named = const_cast<Optimizer*>(this)->buffers();
   nn::StateDict state;
   state.insert("lr", scalar_array(lr_, float64, cpu()));
   state.insert("step", scalar_array(step_, int64, cpu()));
+  const std::string name = kind();
+  state.insert("optimizer", from_data(std::vector<uint8_t>(name.begin(), name.end())));
+  std::vector<uint8_t> with_state(parameters_.size(), 0);
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    for (const auto& [buffer, values] : named)
+      if ((*values)[i].defined()) with_state[i] = 1;
+  state.insert("params_with_state", from_data(with_state).astype(bool_));
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (with_state[i])
+      for (const auto& [buffer, values] : named) state.insert(buffer + "." + std::to_string(i), (*values)[i]);
   return state;
 }
 
 void Optimizer::load_state_dict(const nn::StateDict& state) {
-  lr_ = state.at("lr").item<double>();
-  step_ = state.at("step").item<int64_t>();
-}
-
-Array Optimizer::load_buffer(const nn::StateDict& state, const std::string& name, size_t i) const {
-  const std::string key = name + "." + std::to_string(i);
-  const Array* value = state.find(key);
-  if (!value) return Array();
-  const Array& p = parameters_[i];
-  if (!(value->shape() == p.shape()))
-    throw ShapeError("optimizer load_state_dict: \"" + key + "\" has shape " + shape_str(value->shape()) +
-                     " but parameter " + std::to_string(i) + " has shape " + shape_str(p.shape()) +
-                     "; load the state of an optimizer over the same parameters");
-  return value->to(p.device()).astype(p.dtype()).copy();
+  const std::string me = kind();
+  const std::string op = me + "::load_state_dict: ";
+  auto required = [&](const char* key) -> const Array& {
+    const Array* v = state.find(key);
+    if (!v)
+      throw ValueError(op + "the state has no \"" + key + "\" entry; pass the optimizer's own state_dict() (a " +
+                       "model's state dict, or a checkpoint's optimizer entries without their prefix, are not one)");
+    return *v;
+  };
+  const Array& kind_bytes = required("optimizer");
+  const std::vector<uint8_t> bytes = kind_bytes.astype(uint8).to_vector<uint8_t>();
+  const std::string saved(bytes.begin(), bytes.end());
+  if (saved != me)
+    throw ValueError(op + "the state is of a " + saved + " optimizer, not of a " + me +
+                     "; load it into the kind that saved it (the buffers of one kind mean nothing to another)");
+  const Array& mask = required("params_with_state");
+  if (mask.ndim() != 1 || mask.shape(0) != static_cast<int64_t>(parameters_.size()))
+    throw ValueError(op + "the state is of " + std::to_string(mask.ndim() == 1 ? mask.shape(0) : -1) +
+                     " parameters but this optimizer has " + std::to_string(parameters_.size()) +
+                     "; build the optimizer over the same parameters (model->parameters() of the same architecture)");
+  const std::vector<uint8_t> with_state = mask.astype(uint8).to_vector<uint8_t>();
+  const double lr = required("lr").item<double>();
+  const int64_t step = required("step").item<int64_t>();
+  // Everything is checked before anything changes: a refused state leaves the optimizer as it was.
+  auto named = buffers();
+  std::vector<std::string> missing, seen{"lr", "step", "optimizer", "params_with_state"};
+  std::vector<std::vector<Array>> loaded(named.size(), std::vector<Array>(parameters_.size()));
+  for (size_t b = 0; b < named.size(); ++b)
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (!with_state[i]) continue;
+      const std::string key = named[b].first + "." + std::to_string(i);
+      const Array* value = state.find(key);
+      if (!value) {
+        missing.push_back(key);
+        continue;
+      }
+      seen.push_back(key);
+      const Array& p = parameters_[i];
+      if (!(value->shape() == p.shape()))
+        throw ShapeError(op + "\"" + key + "\" has shape " + shape_str(value->shape()) + " but parameter " +
+                         std::to_string(i) + " has shape " + shape_str(p.shape()) +
+                         "; load the state of an optimizer over the same parameters");
+      loaded[b][i] = value->to(p.device()).astype(p.dtype()).copy();
+    }
+  std::vector<std::string> unexpected;
+  for (const auto& [key, v] : state)
+    if (std::find(seen.begin(), seen.end(), key) == seen.end()) unexpected.push_back(key);
+  if (!missing.empty() || !unexpected.empty()) {
+    auto join = [](const std::vector<std::string>& keys) {
+      std::string s;
+      for (const std::string& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
+      return s.empty() ? std::string("none") : s;
+    };
+    throw ValueError(op + "missing keys: " + join(missing) + "; unexpected keys: " + join(unexpected) +
+                     "; load a state_dict() saved by a " + me + " with the same options over the same parameters, " +
+                     "complete and unchanged");
+  }
+  lr_ = lr;
+  step_ = step;
+  for (size_t b = 0; b < named.size(); ++b) *named[b].second = std::move(loaded[b]);
 }
 
 // ---------------------------------------------------------------- SGD
@@ -173,18 +250,6 @@ void SGD::step() {
       heavy_ball.each({l.params, l.first}, l.params, l.grads, l.first, lr_, o.momentum, keep, o.weight_decay);
   }
   ++step_;
-}
-
-nn::StateDict SGD::state_dict() const {
-  nn::StateDict state = Optimizer::state_dict();
-  for (size_t i = 0; i < momentum_.size(); ++i)
-    if (momentum_[i].defined()) state.insert("momentum_buffer." + std::to_string(i), momentum_[i]);
-  return state;
-}
-
-void SGD::load_state_dict(const nn::StateDict& state) {
-  Optimizer::load_state_dict(state);
-  for (size_t i = 0; i < parameters_.size(); ++i) momentum_[i] = load_buffer(state, "momentum_buffer", i);
 }
 
 // ---------------------------------------------------------------- Adam, AdamW
@@ -278,21 +343,12 @@ nn::StateDict Adam::state_dict() const {
       state.insert("step", scalar_array(static_cast<int64_t>(s.count.item<double>()), int64, cpu()));
       break;
     }
-  for (size_t i = 0; i < exp_avg_.size(); ++i)
-    if (exp_avg_[i].defined()) {
-      state.insert("exp_avg." + std::to_string(i), exp_avg_[i]);
-      state.insert("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
-    }
   return state;
 }
 
 void Adam::load_state_dict(const nn::StateDict& state) {
   Optimizer::load_state_dict(state);
   device_steps_.clear();  // made again from step_ at the next step
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    exp_avg_[i] = load_buffer(state, "exp_avg", i);
-    exp_avg_sq_[i] = load_buffer(state, "exp_avg_sq", i);
-  }
 }
 
 AdamW::AdamW(std::vector<Array> parameters, AdamOptions options) : Adam(std::move(parameters), options, true) {}
@@ -375,9 +431,37 @@ void GradScaler::update() {
   found_inf_ = false;
 }
 
+nn::StateDict GradScaler::state_dict() const {
+  nn::StateDict state;
+  state.insert("scale", scalar_array(scale_, float64, cpu()));
+  state.insert("growth_tracker", scalar_array(growth_tracker_, int64, cpu()));
+  return state;
+}
+
+void GradScaler::load_state_dict(const nn::StateDict& state) {
+  require_keys(state, {"scale", "growth_tracker"}, "GradScaler::load_state_dict");
+  scale_ = state.at("scale").item<double>();
+  growth_tracker_ = state.at("growth_tracker").item<int64_t>();
+  unscaled_ = found_inf_ = false;
+}
+
 // ---------------------------------------------------------------- schedules
 void LRScheduler::step() {
   ++count_;
+  optimizer_->set_lr(lr_at(count_));
+}
+
+nn::StateDict LRScheduler::state_dict() const {
+  nn::StateDict state;
+  state.insert("count", scalar_array(count_, int64, cpu()));
+  state.insert("base_lr", scalar_array(base_lr_, float64, cpu()));
+  return state;
+}
+
+void LRScheduler::load_state_dict(const nn::StateDict& state) {
+  require_keys(state, {"count", "base_lr"}, "LRScheduler::load_state_dict");
+  count_ = state.at("count").item<int64_t>();
+  base_lr_ = state.at("base_lr").item<double>();
   optimizer_->set_lr(lr_at(count_));
 }
 

@@ -1,5 +1,6 @@
-// Checkpoints in the safetensors format (https://github.com/huggingface/safetensors): the JSON header is
-// parsed with nlohmann/json; every size is checked against the file before anything is allocated.
+// Checkpoints in the safetensors format (https://github.com/huggingface/safetensors): written crash-safely
+// (kiln::write_file_atomically); the JSON header is parsed with nlohmann/json; every size is checked against the
+// file before anything is allocated.
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/io.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 
@@ -74,16 +76,12 @@ void save_safetensors(const std::string& path, const StateDict& state,
   }
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text += ' ';  // the data starts 8-byte aligned, as the reference writer does
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw ValueError("save_safetensors: cannot open " + path + " for writing");
   uint64_t n = text.size();
   unsigned char size_bytes[8];
   for (int i = 0; i < 8; ++i) size_bytes[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(size_bytes), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const Array& h : host)
-    if (h.nbytes() > 0) out.write(static_cast<const char*>(h.data_ptr()), static_cast<std::streamsize>(h.nbytes()));
-  if (!out) throw ValueError("save_safetensors: writing " + path + " failed (disk full?)");
+  std::vector<FileBytes> pieces{{size_bytes, 8}, {text.data(), text.size()}};
+  for (const Array& h : host) pieces.push_back({h.data_ptr(), static_cast<size_t>(h.nbytes())});
+  write_file_atomically(path, pieces, "save_safetensors");
 }
 
 StateDict load_safetensors(const std::string& path, std::optional<Device> device) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -92,6 +93,7 @@ struct TrainStep::Impl {
     const Array output = (*model)(x);
     const Array loss = loss_fn(output, y);
     loss.backward();
+    if (options.max_grad_norm > 0) optim::clip_grad_norm(optimizer->parameters(), options.max_grad_norm);
     optimizer->step();
     totals.add(loss, output, y, options.accuracy);  // the first (eager) step makes the sums
   }
@@ -120,6 +122,7 @@ struct TrainStep::Impl {
 
   void step(const Array& x, const Array& y) {
     run(x, y);
+    if (options.scheduler) options.scheduler->step();
     totals.samples += rows_of(x);
     ++steps;
   }
@@ -148,9 +151,17 @@ struct TrainStep::Impl {
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, StepOptions options)
     : impl_(std::make_unique<Impl>()) {
   if (options.graph && options.warmup < 1)
-    throw ValueError("TrainStep: a graph-captured step needs warmup >= 1 eager steps (they create the optimizer's "
-                     "state and the metric sums), got " +
-                     std::to_string(options.warmup));
+    throw ValueError(
+        "TrainStep: a graph-captured step needs warmup >= 1 eager steps (they create the optimizer's "
+        "state and the metric sums), got " +
+        std::to_string(options.warmup));
+  if (options.graph && options.scheduler)
+    throw ValueError(
+        "TrainStep: a scheduler with graph: each replay would keep the lr of the capture; schedule "
+        "an eager loop (graph = false), or keep the lr constant");
+  if (!(options.max_grad_norm >= 0))
+    throw ValueError("TrainStep: max_grad_norm must be >= 0 (0: no clipping), got " +
+                     std::to_string(options.max_grad_norm));
   impl_->model = &model;
   impl_->optimizer = &optimizer;
   impl_->loss_fn = options.loss ? options.loss : LossFn(default_loss);
@@ -221,14 +232,28 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
   }
   std::vector<EpochMetrics> history;
   const int64_t batches = train.num_batches();
+  Checkpoint ckpt{.model = &model, .optimizer = &optimizer, .scheduler = options.scheduler, .loader = &train};
+  if (!options.checkpoint.empty() && options.resume && std::filesystem::exists(options.checkpoint))
+    load_checkpoint(options.checkpoint, ckpt);
   TrainStep step(model, optimizer,
-                 {.loss = loss_fn, .accuracy = options.accuracy, .graph = options.graph, .warmup = options.graph_warmup});
-  for (int64_t e = 1; e <= options.epochs; ++e) {
+                 {.loss = loss_fn,
+                  .accuracy = options.accuracy,
+                  .graph = options.graph,
+                  .warmup = options.graph_warmup,
+                  .max_grad_norm = options.max_grad_norm,
+                  .scheduler = options.scheduler_per_epoch ? nullptr : options.scheduler});
+  for (int64_t e = ckpt.epoch + 1; e <= options.epochs; ++e) {
     model.train();
     step.reset_metrics();
     const auto start = Clock::now();
     for (const data::Batch& b : train) {
       step(b.x, b.y);
+      ++ckpt.step;
+      if (options.checkpoint_every > 0 && !options.checkpoint.empty() && ckpt.step % options.checkpoint_every == 0) {
+        ckpt.epoch = e - 1;
+        ckpt.batch = b.index + 1;
+        save_checkpoint(options.checkpoint, ckpt);
+      }
       if (terminal && (b.index % 20 == 0 || b.index + 1 == batches)) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
         const double rate = static_cast<double>(b.index + 1) / std::max(elapsed, 1e-9);
@@ -263,8 +288,14 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
       text += line;
       out << (terminal ? "\r\033[K" : "") << text << "\n" << std::flush;
     }
+    if (options.scheduler && options.scheduler_per_epoch) options.scheduler->step();
     bool go_on = true;
     for (const auto& callback : options.on_epoch_end) go_on = callback(m) && go_on;
+    if (!options.checkpoint.empty()) {
+      ckpt.epoch = e;
+      ckpt.batch = 0;
+      save_checkpoint(options.checkpoint, ckpt);
+    }
     if (!go_on) break;
   }
   return history;

@@ -119,6 +119,42 @@ TEST(DataLoader, EverySampleOncePerEpochInSeededOrderOnEveryDevice) {
   }
 }
 
+// A resumed run sees the batches the stopped run would have: set_epoch(n) gives the order of the n-th epoch of
+// a loader that ran from the start, and set_epoch(n, k) its batches from k on, with their epoch positions.
+TEST(DataLoader, SetEpochRepeatsAnUninterruptedRunsEpochFromAnyBatch) {
+  const Array x = arange(47, float32).reshape({47, 1});
+  const Array y = arange(47, int64);
+  const data::DataLoaderOptions options{.batch_size = 5, .shuffle = true, .seed = 3, .workers = 3};
+  data::DataLoader straight(x, y, options);
+  std::vector<std::vector<std::vector<int64_t>>> epochs;  // [epoch][batch] -> labels
+  for (int e = 0; e < 4; ++e) {
+    epochs.emplace_back();
+    for (const data::Batch& b : straight) epochs.back().push_back(b.y.to_vector<int64_t>());
+  }
+  for (int64_t e : {3, 1, 2})
+    for (int64_t k : {0, 1, 4, 9, 10}) {
+      data::DataLoader resumed(x, y, options);
+      resumed.set_epoch(e, k);
+      EXPECT_EQ(resumed.epochs_started(), e);
+      int64_t index = k;
+      for (const data::Batch& b : resumed) {
+        EXPECT_EQ(b.index, index) << "epoch " << e << " from batch " << k;
+        EXPECT_EQ(b.y.to_vector<int64_t>(), epochs[static_cast<size_t>(e)][static_cast<size_t>(index)]);
+        ++index;
+      }
+      EXPECT_EQ(index, 10);
+      // The epoch after a resumed one starts at its first batch again.
+      std::vector<std::vector<int64_t>> next;
+      for (const data::Batch& b : resumed) next.push_back(b.y.to_vector<int64_t>());
+      if (e + 1 < 4) {
+        EXPECT_EQ(next, epochs[static_cast<size_t>(e + 1)]);
+      }
+    }
+  data::DataLoader loader(x, y, options);
+  EXPECT_THROW(loader.set_epoch(-1), ValueError);
+  EXPECT_THROW(loader.set_epoch(0, 11), ValueError);
+}
+
 TEST(DataLoader, AnEpochLeftEarlyStopsItsWorkersAndBadOptionsThrow) {
   data::DataLoader loader(zeros({50, 3}), zeros({50}, int64), {.batch_size = 4, .workers = 2, .prefetch = 1});
   {

@@ -202,6 +202,12 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--log", train.log,
                         "append one JSON line per epoch to this file (scripts/plot-training draws it)");
   train_cmd->add_option("--save,--checkpoint", train.checkpoint, "save the trained model here (safetensors)");
+  train_cmd->add_option("--resume", train.resume,
+                        "the run's state (model, optimizer, generator, position: safetensors), written crash-safely at "
+                        "each epoch's end; when the file exists, training goes on from it, ending with the "
+                        "parameters of a run never stopped");
+  train_cmd->add_option("--save-every", train.save_every, "also save the --resume state every N steps (0)");
+  train_cmd->add_option("--max-grad-norm", train.max_grad_norm, "clip the gradients' 2-norm to this (0: no clipping)");
   train_cmd->add_flag("--graph", train.graph,
                       "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only; with "
                       "--nproc, the gradient all-reduces too)");

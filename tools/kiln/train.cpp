@@ -35,6 +35,12 @@ std::shared_ptr<nn::Sequential> mlp_model(const std::vector<int64_t>& hidden, do
 int train_mlp(const TrainArgs& a) {
   const dist::LaunchEnvironment env = dist::launch_environment();
   const bool launched = env.world_size > 1;
+  if (!a.resume.empty() && (a.nproc > 1 || launched))
+    throw ValueError(
+        "kiln train: --resume trains one process; leave out --nproc (data-parallel checkpoints are "
+        "not written by kiln train)");
+  if (a.save_every > 0 && a.resume.empty())
+    throw ValueError("kiln train: --save-every N saves the run's state to the --resume file; give --resume PATH");
   if (a.nproc > 1 && !launched) {
     // Start the ranks: the same command line under kiln launch (each rank sees RANK and trains its share).
     LaunchArgs l;
@@ -109,10 +115,17 @@ int train_mlp(const TrainArgs& a) {
         launched ? " per rank (DistributedDataParallel)" : "", a.epochs,
         a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
         test_set.labels.size());
+  if (!a.resume.empty() && std::filesystem::exists(a.resume) && chatty) fmt::print("resuming from {}\n", a.resume);
   // Under data parallel every rank evaluates the whole test set (the models are identical); rank 0 reports.
-  const std::vector<train::EpochMetrics> history = train::fit(
-      *trained, *opt, train_loader, &test_loader,
-      {.epochs = a.epochs, .log_path = chatty ? a.log : std::string(), .progress = chatty, .graph = a.graph});
+  const std::vector<train::EpochMetrics> history = train::fit(*trained, *opt, train_loader, &test_loader,
+                                                              {.epochs = a.epochs,
+                                                               .log_path = chatty ? a.log : std::string(),
+                                                               .progress = chatty,
+                                                               .graph = a.graph,
+                                                               .max_grad_norm = a.max_grad_norm,
+                                                               .checkpoint = a.resume,
+                                                               .checkpoint_every = a.save_every,
+                                                               .resume = !a.resume.empty()});
   if (!chatty) {
     dist::destroy_process_group();
     return 0;
@@ -120,8 +133,11 @@ int train_mlp(const TrainArgs& a) {
   std::vector<double> seconds;
   for (const auto& m : history) seconds.push_back(m.seconds);
   std::sort(seconds.begin(), seconds.end());
-  fmt::print("test accuracy {:.4f} after {} epochs; median epoch {:.3f} s\n", history.back().test_accuracy,
-             history.size(), seconds[seconds.size() / 2]);
+  if (history.empty())
+    fmt::print("nothing left to train: {} holds the end of all {} epochs\n", a.resume, a.epochs);
+  else
+    fmt::print("test accuracy {:.4f} after {} epochs; median epoch {:.3f} s\n", history.back().test_accuracy,
+               history.size(), seconds[seconds.size() / 2]);
   if (!a.checkpoint.empty()) {
     nn::save_safetensors(a.checkpoint, model->state_dict(), {{"model", a.model}});
     fmt::print("wrote {}\n", a.checkpoint);

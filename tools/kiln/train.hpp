@@ -26,6 +26,9 @@ struct TrainArgs {
   uint64_t seed = 0;
   std::string log;                ///< JSON-lines log
   std::string checkpoint;         ///< safetensors file written at the end
+  std::string resume;             ///< the run's state (train::save_checkpoint): loaded if present, kept current
+  int64_t save_every = 0;         ///< steps between saves of `resume` (0: at each epoch's end only)
+  double max_grad_norm = 0;       ///< gradient clipping (0: none)
   bool graph = false;             ///< capture each step in a CUDA graph (GPU only)
   int nproc = 1;                  ///< data-parallel ranks (kiln launch starts them; each trains on its share)
   std::vector<std::string> argv;  ///< the command line, to start the ranks with
