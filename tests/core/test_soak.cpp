@@ -49,6 +49,10 @@ void train_steps(nn::Module& model, optim::Optimizer& opt, const Array& x, const
 }  // namespace
 
 TEST(Soak, ThousandsOfTrainingStepsDoNotGrowHostOrGpuMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps freed memory in its quarantine (up to 256 MiB), so the resident set grows by design.
+  GTEST_SKIP() << "AddressSanitizer's quarantine keeps freed blocks resident; the cpu and cuda presets run this";
+#endif
   std::vector<Device> devices{cpu()};
   if (num_gpus() > 0) devices.push_back(gpu(0));
   for (const Device& d : devices) {
