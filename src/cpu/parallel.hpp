@@ -40,8 +40,12 @@ void note_kept_product();
 /// would leave them spinning beside OpenMP's team, which the next convolution needs.
 bool keep_openmp_team_hot();
 
-/// Threads a parallel loop may use now (OpenMP's max threads; 1 inside a parallel loop).
+/// Threads a parallel loop may use now (OpenMP's max threads; 1 inside a parallel loop). Turns OpenMP's dynamic
+/// adjustment (OMP_DYNAMIC) off for the calling thread first, as parallel_chunks does: see fixed_openmp_team.
 int max_threads();
+/// Turns OpenMP's dynamic team sizes off for the calling thread: OpenBLAS's OpenMP build hangs
+/// when a region gets fewer threads than it asked for.
+void fixed_openmp_team();
 /// True on a thread that is running a chunk of a parallel loop.
 bool in_parallel();
 /// Runs fn(c) for every c in [0, chunks), spread over the pool; returns when all are done.

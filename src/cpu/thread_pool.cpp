@@ -142,11 +142,24 @@ bool keep_openmp_team_hot() {
   return g_team.load(std::memory_order_relaxed) == 2 && g_last.load(std::memory_order_relaxed) == kOpenmpCall;
 }
 
-int max_threads() { return t_in_parallel ? 1 : omp_get_max_threads(); }
+/// OMP_DYNAMIC=true lets OpenMP hand a parallel region fewer threads than it asked for; OpenBLAS's OpenMP build
+/// then waits forever for the threads it planned with (its threaded gemm hangs). Every thread that runs kiln's
+/// loops or calls a library from them therefore turns it off for itself (dyn-var is per thread; reading it is a
+/// field of the thread's OpenMP state, so it is checked on every call: a program may turn it on at any time).
+void fixed_openmp_team() {
+  if (omp_get_dynamic()) omp_set_dynamic(0);
+}
+
+int max_threads() {
+  if (t_in_parallel) return 1;
+  fixed_openmp_team();
+  return omp_get_max_threads();
+}
 
 bool in_parallel() { return t_in_parallel; }
 
 void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
+  fixed_openmp_team();
   if (chunks <= 1 || t_in_parallel) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
     return;

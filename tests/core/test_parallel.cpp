@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu/parallel.hpp"
@@ -145,4 +146,21 @@ TEST(ParallelFor, AnUnknownKilnCpuPoolIsAValueError) {
   else
     unsetenv("KILN_CPU_POOL");
   cpu_impl::set_team_for_testing(-1);
+}
+
+// OMP_DYNAMIC=true (OpenMP may give a region fewer threads than asked) made OpenBLAS's OpenMP build wait forever
+// in its threaded gemm: kiln turns dynamic teams off on every thread that runs its loops or calls a library.
+TEST(ParallelFor, OpenmpDynamicTeamsAreTurnedOffWhereKilnRuns) {
+  omp_set_dynamic(1);
+  const Array a = random::normal({300, 300}, 0.0, 1.0, float32, cpu());
+  const Array product = matmul(a, a);
+  EXPECT_EQ(omp_get_dynamic(), 0) << "on the calling thread";
+  EXPECT_TRUE(allclose(product, matmul(a.astype(float64), a.astype(float64)).astype(float32), 1e-4, 1e-4));
+  int on_worker = -1;
+  std::thread([&] {
+    omp_set_dynamic(1);  // as a thread started under OMP_DYNAMIC=true begins
+    (void)matmul(a, a);
+    on_worker = omp_get_dynamic();
+  }).join();
+  EXPECT_EQ(on_worker, 0) << "on a thread of the user's";
 }
