@@ -205,7 +205,13 @@ void Graph::capture_begin(const Stream& stream, const GraphPool& pool) {
   g.capture_thread = std::this_thread::get_id();
   try {
     g.thread_scope.emplace();
-    cuda_impl::register_capture(d.index, cuda_stream, &g.kept, &g.random, &g.random_state);
+    // The (seed, base offset) word of captured random draws comes first from the graph's pool. Each replay
+    // writes it before the graph starts, so it must not share memory with a block that an earlier node of the
+    // graph uses and frees: a word carved from such a block later in the capture would be overwritten by that
+    // node mid-replay, and the draws after it would read a wrong seed (replays then differ from eager runs).
+    g.random_state = cuda_impl::device_alloc(d.index, 2 * sizeof(uint64_t), cuda_stream);
+    g.random.state = g.random_state->data();
+    cuda_impl::register_capture(d.index, cuda_stream, &g.kept, &g.random);
     g.registered = true;
     g.device_guard.emplace(d);
     g.stream_guard.emplace(stream);

@@ -208,7 +208,6 @@ struct CaptureEntry {
   std::thread::id thread;
   std::vector<std::shared_ptr<Storage>>* keep;
   detail::GraphRandom* random;
-  std::shared_ptr<Storage>* random_word;
 };
 std::atomic<int> g_capture_count{0};
 std::mutex& capture_mutex() {
@@ -244,9 +243,9 @@ RelaxedCaptureMode::~RelaxedCaptureMode() {
 }
 
 void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep,
-                      detail::GraphRandom* random, std::shared_ptr<Storage>* random_word) {
+                      detail::GraphRandom* random) {
   std::lock_guard<std::mutex> lock(capture_mutex());
-  capture_entries().push_back({device, stream, std::this_thread::get_id(), keep, random, random_word});
+  capture_entries().push_back({device, stream, std::this_thread::get_id(), keep, random});
   g_capture_count.fetch_add(1, std::memory_order_release);
 }
 
@@ -299,28 +298,14 @@ bool stream_is_capturing(int device, cudaStream_t stream) {
 
 detail::GraphRandom* capture_random(int device, cudaStream_t stream) {
   if (!any_capture() || !stream_is_capturing(device, stream)) return nullptr;
-  const CaptureEntry* found = nullptr;
-  CaptureEntry entry{};
-  {
-    std::lock_guard<std::mutex> lock(capture_mutex());
-    for (const CaptureEntry& e : capture_entries()) {
-      if (e.device != device || !e.random || !e.random_word) continue;
-      if (e.stream == stream) {
-        found = &e;
-        break;
-      }
-      if (e.thread == std::this_thread::get_id()) found = &e;  // `stream` may be forked into this capture
-    }
-    if (!found) return nullptr;
-    entry = *found;
+  std::lock_guard<std::mutex> lock(capture_mutex());
+  detail::GraphRandom* found = nullptr;
+  for (const CaptureEntry& e : capture_entries()) {
+    if (e.device != device || !e.random) continue;
+    if (e.stream == stream) return e.random;
+    if (e.thread == std::this_thread::get_id()) found = e.random;  // `stream` may be forked into this capture
   }
-  if (!entry.random->state) {
-    // The first captured draw: the (seed, base offset) word comes from the graph's pool (the capture stream's
-    // allocations go there), so it lives as long as the graph and is never handed to other work meanwhile.
-    *entry.random_word = device_alloc(device, 2 * sizeof(uint64_t), entry.stream);
-    entry.random->state = (*entry.random_word)->data();
-  }
-  return entry.random;
+  return found;
 }
 
 std::string stream_name(int device, cudaStream_t stream) {

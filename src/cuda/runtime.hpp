@@ -96,10 +96,10 @@ class RelaxedCaptureMode {
 };
 /// Records that this thread captures `stream` of `device`; `keep` (owned by the graph, alive until
 /// unregister_capture) receives the host buffers that captured copies read or write; `random` (idem) counts
-/// the Philox blocks of the random draws captured, and `random_word` receives, at the first draw, the 16 bytes
-/// of the graph's pool that random->state then points to.
+/// the Philox blocks of the random draws captured (random->state: the graph's state word, allocated by the
+/// graph before anything else of its capture).
 void register_capture(int device, cudaStream_t stream, std::vector<std::shared_ptr<Storage>>* keep,
-                      detail::GraphRandom* random = nullptr, std::shared_ptr<Storage>* random_word = nullptr);
+                      detail::GraphRandom* random = nullptr);
 void unregister_capture(int device, cudaStream_t stream) noexcept;
 /// True while any thread has a registered capture (one atomic load: the fast path of every check below).
 bool any_capture();
@@ -119,8 +119,7 @@ bool stream_is_capturing(int device, cudaStream_t stream);
 void keep_for_capture(int device, cudaStream_t stream, std::shared_ptr<Storage> storage);
 /// The random bookkeeping of the capture that work queued on `stream` of `device` now would join: the capture of
 /// that stream, else (a stream forked into a capture) this thread's capture on the device; nullptr when the work
-/// would not be captured. Allocates the capture's state word at its first draw. One atomic load when no capture
-/// is registered.
+/// would not be captured. One atomic load when no capture is registered.
 detail::GraphRandom* capture_random(int device, cudaStream_t stream);
 /// "Stream(cuda:0, 0x...)" or "the default stream of cuda:0".
 std::string stream_name(int device, cudaStream_t stream);
