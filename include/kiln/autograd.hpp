@@ -68,6 +68,13 @@ class EnableGradGuard {
   bool previous_;
 };
 
+/// Retires the leaf `leaf` (and every copy of its handle, which share its autograd state): an op that would record
+/// a gradient through it from then on throws ValueError with `why`. For code that replaces an array in place of
+/// another one users may still hold, as Module::to does with its parameters: a kept handle of the old parameter
+/// would train an array nobody reads. `retired_reason` is "" for a live array.
+void retire(const Array& leaf, std::string why);
+std::string retired_reason(const Array& a);
+
 /// Anomaly detection, as torch.autograd.set_detect_anomaly: while on, backward checks every gradient each node
 /// computes and throws ValueError at the first NaN or Inf, naming the node (its forward op: "SqrtBackward"), the
 /// input whose gradient it is, and where the forward op ran: the labels of the AnomalyScopes open when it was
@@ -110,7 +117,7 @@ class AnomalyScope {
 ///       [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
 ///         return std::vector<Array>{g * saved[0] * 2.0};
 ///       }};
-///   Array y = apply(square_fn, {x});
+///   Array y = square_fn.apply({x});
 struct AutogradFunction {
   /// The node's name, in error messages.
   std::string name;
@@ -124,6 +131,11 @@ struct AutogradFunction {
   std::function<std::vector<Array>(const Array& grad, const std::vector<Array>& saved,
                                    const std::vector<bool>& needs_input_grad)>
       backward;
+
+  /// Runs the function on `inputs`, recording one node when grad mode is on and an input requires grad
+  /// (torch's Function.apply). Throws ValueError when forward or backward is missing, and (at backward) when
+  /// backward returns another number of gradients than there are inputs.
+  Array apply(const std::vector<Array>& inputs) const;
 };
 
 /// Queues `callback` to run once when the backward() now running has finished (every gradient accumulated),
@@ -132,9 +144,6 @@ struct AutogradFunction {
 /// its gradient all-reduces). ValueError when no backward is running on this thread.
 void queue_callback(std::function<void()> callback);
 
-/// Runs `f` on `inputs`, recording one node when grad mode is on and an input requires grad. Throws ValueError
-/// when backward returns another number of gradients than there are inputs.
-Array apply(const AutogradFunction& f, const std::vector<Array>& inputs);
 
 struct GradcheckOptions {
   double eps = 1e-6;   ///< central-difference step (inputs are float64)

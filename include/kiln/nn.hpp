@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,8 +53,11 @@ class StateDict {
 class Module : public std::enable_shared_from_this<Module> {
  public:
   virtual ~Module() = default;
-  /// The module's computation (one input, one output; Sequential chains them).
-  virtual Array forward(const Array& x) = 0;
+  /// The computation of a module with one input and one output (Sequential chains these). A module with other
+  /// inputs or outputs (attention: q, k, v and a mask) declares its own forward overloads instead, with
+  /// `using Module::forward;` beside them, and is called as `m.forward(q, k, v)` or `nn::call(m, q, k, v)`;
+  /// this one then throws ValueError (such a module cannot be a step of a Sequential).
+  virtual Array forward(const Array& x);
   Array operator()(const Array& x) {
     if (!is_anomaly_enabled()) return forward(x);
     AnomalyScope scope(name());  // anomaly mode names the module an op ran in
@@ -60,6 +65,12 @@ class Module : public std::enable_shared_from_this<Module> {
   }
   /// A short description, e.g. "Linear(in_features=784, out_features=100, bias=true)".
   virtual std::string name() const = 0;
+  /// The module tree as PyTorch prints it: a leaf's name(), a container's children one per line as
+  /// "(key): child", indented.
+  std::string repr() const;
+  /// The number of parameter elements (this module's and its children's); only those that require grad when
+  /// `trainable_only`.
+  int64_t num_parameters(bool trainable_only = false) const;
 
   /// Parameters of this module and (recurse) its children, in registration order.
   std::vector<Array> parameters(bool recurse = true) const;
@@ -86,12 +97,16 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Copies each entry into the parameter or buffer of that name (converted to its dtype and device).
   /// ValueError listing missing and unexpected keys (strict), ShapeError naming a mis-shaped entry.
   void load_state_dict(const StateDict& state, bool strict = true);
-  /// The registered parameter / buffer `name` of this module (ValueError if none).
+  /// The registered parameter / buffer `name` of this module (ValueError if none). The reference is the
+  /// registry's entry: valid as long as the module, and it follows to() (which puts the moved array there).
   Array& parameter(const std::string& name);
   Array& buffer(const std::string& name);
 
  protected:
-  /// Registers `value` as a parameter (a leaf that requires grad) and returns the registry's entry.
+  /// Registers `value` as a parameter (a leaf that requires grad) and returns the registry's entry, which stays
+  /// valid as long as the module (later registrations do not move it) and follows to(). Keep that reference (or
+  /// call parameter(name)), not a copy of the Array: to(device/dtype) puts a new array in the entry and retires
+  /// the old one, so an op recording a gradient through a kept copy throws ValueError saying so.
   Array& register_parameter(std::string name, Array value);
   Array& register_buffer(std::string name, Array value);
   template <class M>
@@ -104,12 +119,61 @@ class Module : public std::enable_shared_from_this<Module> {
   void replace_module(const std::string& name, std::shared_ptr<Module> module);
 
  private:
-  using Entries = std::vector<std::pair<std::string, Array>>;
+  using Entries = std::deque<std::pair<std::string, Array>>;  // a deque: registering keeps earlier entries in place
   void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
-  Entries collect(bool recurse, Entries Module::*which) const;
+  std::vector<std::pair<std::string, Array>> collect(bool recurse, Entries Module::*which) const;
   Entries parameters_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+};
+
+/// Calls `module.forward(args...)` with anomaly mode's label (as Module::operator() does for one input): for
+/// modules with several inputs or outputs.
+template <class M, class... Args>
+decltype(auto) call(M& module, Args&&... args) {
+  AnomalyScope scope(is_anomaly_enabled() ? module.name() : std::string());
+  return module.forward(std::forward<Args>(args)...);
+}
+
+/// Prints module.repr() and the parameter count.
+std::ostream& operator<<(std::ostream& out, const Module& module);
+
+/// Modules held in order and registered as "0", "1", ... (torch.nn.ModuleList); no forward of its own.
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  explicit ModuleList(std::vector<std::shared_ptr<Module>> modules);
+  void push_back(std::shared_ptr<Module> module);
+  std::string name() const override { return "ModuleList"; }
+  size_t size() const { return modules_.size(); }
+  /// The i-th module (negative i counts from the end); ValueError when out of range.
+  Module& operator[](int64_t i) const;
+  /// The i-th module as its own type (ValueError when it is another).
+  template <class M>
+  M& at(int64_t i) const {
+    auto* m = dynamic_cast<M*>(&(*this)[i]);
+    if (!m) throw ValueError("ModuleList::at: module " + std::to_string(i) + " is " + (*this)[i].name());
+    return *m;
+  }
+  auto begin() const { return modules_.begin(); }
+  auto end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+/// Modules by name in insertion order (torch.nn.ModuleDict); the names are the state-dict prefixes.
+class ModuleDict : public Module {
+ public:
+  ModuleDict() = default;
+  /// Adds `module` as `key`, or puts it in place of the module of that key.
+  void insert(const std::string& key, std::shared_ptr<Module> module);
+  std::string name() const override { return "ModuleDict"; }
+  size_t size() const { return named_children().size(); }
+  bool contains(const std::string& key) const;
+  /// The module of `key`; ValueError listing the keys when there is none.
+  Module& operator[](const std::string& key) const;
+  std::vector<std::string> keys() const;
 };
 
 /// Children applied in order; parameters are named "<index>.<name>".

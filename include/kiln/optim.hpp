@@ -56,6 +56,9 @@ class Optimizer {
   void require_ready_for_capture(bool ready, const char* what) const;
   /// True when a parameter's GPU is capturing a CUDA graph on this thread.
   bool capturing() const;
+  /// Throws ValueError naming `what` when a parameter was retired (Module::to replaced it after this optimizer
+  /// was made: stepping the old array would change nothing the model reads).
+  void require_live_parameters(const char* what) const;
   std::vector<Array> parameters_;
   double lr_;
   int64_t step_ = 0;

@@ -86,6 +86,8 @@ Node::InputInfo info_of(const Array& a) { return {a.shape(), a.dtype(), a.device
 
 /// Adds input `a` (an edge, or none when it needs no gradient) to `node`.
 void add_input(Node& node, const Array* a) {
+  if (a && a->autograd_meta() && !a->autograd_meta()->retired.empty())
+    throw ValueError(node.name + ": an input is retired: " + a->autograd_meta()->retired);
   node.next.push_back(a ? edge_of(*a) : Edge{});
   node.inputs.push_back(a ? info_of(*a) : Node::InputInfo{});
 }
@@ -245,6 +247,13 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
 }  // namespace kiln::autograd
 
 namespace kiln {
+void retire(const Array& leaf, std::string why) {
+  if (!leaf.defined() || !leaf.autograd_meta()) return;  // nothing can record through it anyway
+  leaf.autograd_meta()->retired = std::move(why);
+}
+
+std::string retired_reason(const Array& a) { return a.autograd_meta() ? a.autograd_meta()->retired : std::string(); }
+
 void set_detect_anomaly(bool enabled) { autograd::g_anomaly.store(enabled, std::memory_order_relaxed); }
 bool is_anomaly_enabled() { return autograd::g_anomaly.load(std::memory_order_relaxed); }
 

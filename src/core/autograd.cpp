@@ -157,13 +157,14 @@ Array Array::detach() const {
   return out;
 }
 
-Array apply(const AutogradFunction& f, const std::vector<Array>& inputs) {
+Array AutogradFunction::apply(const std::vector<Array>& inputs) const {
+  const AutogradFunction& f = *this;
   if (!f.forward || !f.backward)
-    throw ValueError("apply(" + f.name + "): the function needs both a forward and a backward");
+    throw ValueError("AutogradFunction::apply(" + f.name + "): the function needs both a forward and a backward");
   detail::GradRecorder recorder(inputs);
   std::vector<Array> saved;
   Array out = f.forward(inputs, saved);
-  if (!out.defined()) throw ValueError("apply(" + f.name + "): forward returned an undefined array");
+  if (!out.defined()) throw ValueError("AutogradFunction::apply(" + f.name + "): forward returned an undefined array");
   if (recorder) {
     out = out.detach();  // a fresh handle: the node attaches to it, never to an input forward returned
     std::vector<detail::SavedArray> kept(saved.begin(), saved.end());

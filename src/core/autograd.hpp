@@ -126,6 +126,8 @@ struct AutogradMeta {
   /// then, after accumulation, the post-accumulate hooks with the leaf.
   std::vector<std::function<Array(const Array&)>> hooks;
   std::vector<std::function<void(const Array&)>> post_accumulate_hooks;
+  /// Why this leaf may no longer be used (kiln::retire), or "".
+  std::string retired;
 };
 
 /// Grad mode of this thread (on by default; NoGradGuard turns it off).

@@ -1,4 +1,4 @@
-// Convolution, pooling and batch normalisation layers: custom autograd functions (kiln::apply) over the
+// Convolution, pooling and batch normalisation layers: custom autograd functions (AutogradFunction::apply) over the
 // primitives of kiln/conv.hpp, which run in cuDNN on a GPU and in kiln's reference (im2col + BLAS) elsewhere.
 #include "kiln/conv.hpp"
 
@@ -38,7 +38,7 @@ Array conv2d(const Array& x_in, const Array& weight_in, const Array& bias_in, st
                              if (needs.size() > 2 && needs[2]) grads[2] = sum(grad, {0, 2, 3});
                              return grads;
                            }};
-  return bias.defined() ? apply(f, {x, weight, bias}) : apply(f, {x, weight});
+  return bias.defined() ? f.apply({x, weight, bias}) : f.apply({x, weight});
 }
 
 Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride,
@@ -53,7 +53,7 @@ Array max_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::option
                            [p](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>&) {
                              return std::vector<Array>{max_pool2d_backward(grad, saved[0], saved[1], saved[2], p)};
                            }};
-  return apply(f, {x});
+  return f.apply({x});
 }
 
 Array avg_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::optional<std::pair<int64_t, int64_t>> stride,
@@ -66,7 +66,7 @@ Array avg_pool2d(const Array& x, std::pair<int64_t, int64_t> kernel, std::option
       [p, in_shape](const Array& grad, const std::vector<Array>&, const std::vector<bool>&) {
         return std::vector<Array>{avg_pool2d_backward(grad, in_shape, p)};
       }};
-  return apply(f, {x});
+  return f.apply({x});
 }
 
 Array adaptive_avg_pool2d(const Array& x, std::pair<int64_t, int64_t> output_size) {
@@ -152,7 +152,7 @@ Array batch_norm_node(const Array& x, Array& running_mean, Array& running_var, c
         if (has_bias && needs[next]) grads[next] = db;
         return grads;
       }};
-  return kiln::apply(f, inputs);
+  return f.apply(inputs);
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
         return std::vector<Array>{backward(saved[0], saved[1].reshape({n, 1}), ids, label, g.reshape({n, 1}), 1.0 - ls,
                                            ls / static_cast<double>(classes))};
       }};
-  return apply(f, {rows});
+  return f.apply({rows});
 }
 
 Array as_rows(const Array& x, const char* op) {

@@ -81,7 +81,7 @@ Array add_relu(const Array& a, const Array& b) {
                              const Array masked = relu_backward(saved[0], g);
                              return std::vector<Array>{masked, masked};
                            }};
-  return apply(f, {a, b});
+  return f.apply({a, b});
 }
 
 /// A residual block: BasicBlock (two 3x3) or Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x width).

@@ -39,6 +39,44 @@ const Array& StateDict::at(const std::string& name) const {
 }
 
 // ---------------------------------------------------------------- Module
+Array Module::forward(const Array&) {
+  throw ValueError(name() + " does not take one array: call its forward(...) with the inputs it declares (a module "
+                   "with several inputs or outputs cannot be a step of a Sequential)");
+}
+
+namespace {
+/// `text` with every line after the first indented by two spaces (a child's repr inside its parent's).
+std::string indent_lines(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  return out;
+}
+}  // namespace
+
+std::string Module::repr() const {
+  if (children_.empty()) return name();
+  std::string s = name() + "(\n";
+  for (const auto& [key, child] : children_) s += "  (" + key + "): " + indent_lines(child->repr()) + "\n";
+  return s + ")";
+}
+
+int64_t Module::num_parameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (const auto& [name, p] : named_parameters())
+    if (!trainable_only || p.requires_grad()) n += p.size();
+  return n;
+}
+
+std::ostream& operator<<(std::ostream& out, const Module& module) {
+  const int64_t all = module.num_parameters(), trainable = module.num_parameters(true);
+  out << module.repr() << "\n" << all << " parameters";
+  if (trainable != all) out << " (" << trainable << " trainable)";
+  return out;
+}
+
 Array& Module::register_parameter(std::string name, Array value) {
   if (!value.defined()) throw ValueError("register_parameter(\"" + name + "\"): the array is undefined");
   for (const auto& [key, v] : parameters_)
@@ -108,22 +146,30 @@ std::vector<Array> Module::parameters(bool recurse) const {
 }
 
 namespace {
-/// A parameter moved or converted: a new leaf that requires grad, its gradient converted alike.
-Array moved_parameter(const Array& p, const std::function<Array(const Array&)>& convert) {
+/// A parameter moved or converted: a new leaf that requires grad, its gradient converted alike. The old leaf is
+/// retired (kiln::retire), so a kept copy of it fails loudly instead of training an array nobody reads.
+Array moved_parameter(const Array& p, const std::string& name, const std::string& how,
+                      const std::function<Array(const Array&)>& convert) {
   NoGradGuard no_grad;
   Array moved = convert(p.detach());
   if (moved.shares_storage(p) && moved.dtype() == p.dtype()) return p;  // already there
   Array grad = p.grad();
   moved = moved.detach();
-  moved.set_requires_grad();
+  moved.set_requires_grad(p.requires_grad());
   if (grad.defined()) moved.set_grad(convert(grad));
+  retire(p, "parameter \"" + name + "\" was replaced by " + how +
+                "; use the module's entry (the reference register_parameter returned, module.parameter(name) or "
+                "named_parameters()), not a copy of the Array kept from before, and make optimizers after moving "
+                "the model");
   return moved;
 }
 }  // namespace
 
 Module& Module::to(Device device) {
-  visit("", [&](const std::string&, Module& m) {
-    for (auto& [name, p] : m.parameters_) p = moved_parameter(p, [&](const Array& a) { return a.to(device); });
+  const std::string how = "Module::to(" + device.str() + ")";
+  visit("", [&](const std::string& prefix, Module& m) {
+    for (auto& [name, p] : m.parameters_)
+      p = moved_parameter(p, prefix + name, how, [&](const Array& a) { return a.to(device); });
     for (auto& [name, b] : m.buffers_) b = b.to(device);
   });
   return *this;
@@ -132,8 +178,10 @@ Module& Module::to(Device device) {
 Module& Module::to(DType dtype) {
   if (!is_floating(dtype))
     throw DTypeError("Module::to: parameters must stay floating, got dtype " + std::string(dtype_name(dtype)));
-  visit("", [&](const std::string&, Module& m) {
-    for (auto& [name, p] : m.parameters_) p = moved_parameter(p, [&](const Array& a) { return a.astype(dtype); });
+  const std::string how = "Module::to(" + std::string(dtype_name(dtype)) + ")";
+  visit("", [&](const std::string& prefix, Module& m) {
+    for (auto& [name, p] : m.parameters_)
+      p = moved_parameter(p, prefix + name, how, [&](const Array& a) { return a.astype(dtype); });
     for (auto& [name, b] : m.buffers_)
       if (is_floating(b.dtype())) b = b.astype(dtype);
   });
@@ -141,9 +189,11 @@ Module& Module::to(DType dtype) {
 }
 
 Module& Module::to_channels_last() {
-  visit("", [&](const std::string&, Module& m) {
+  visit("", [&](const std::string& prefix, Module& m) {
     for (auto& [name, p] : m.parameters_)
-      if (p.ndim() == 4) p = moved_parameter(p, [](const Array& a) { return kiln::to_channels_last(a); });
+      if (p.ndim() == 4)
+        p = moved_parameter(p, prefix + name, "Module::to_channels_last()",
+                            [](const Array& a) { return kiln::to_channels_last(a); });
   });
   return *this;
 }
@@ -211,6 +261,55 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
   modules_.push_back(std::move(module));
 }
 
+ModuleList::ModuleList(std::vector<std::shared_ptr<Module>> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+
+void ModuleList::push_back(std::shared_ptr<Module> module) {
+  if (!module) throw ValueError("ModuleList::push_back: a null module");
+  register_module(std::to_string(modules_.size()), module);
+  modules_.push_back(std::move(module));
+}
+
+Module& ModuleList::operator[](int64_t i) const {
+  const auto n = static_cast<int64_t>(modules_.size());
+  if (i < -n || i >= n)
+    throw ValueError("ModuleList: index " + std::to_string(i) + " is out of range for " + std::to_string(n) +
+                     " modules");
+  return *modules_[static_cast<size_t>(i < 0 ? i + n : i)];
+}
+
+void ModuleDict::insert(const std::string& key, std::shared_ptr<Module> module) {
+  if (!module) throw ValueError("ModuleDict::insert(\"" + key + "\"): a null module");
+  if (key.empty() || key.find('.') != std::string::npos)
+    throw ValueError("ModuleDict::insert: key \"" + key + "\" must be non-empty and have no '.' (it is a state-dict "
+                     "name part)");
+  if (contains(key))
+    replace_module(key, std::move(module));
+  else
+    register_module(key, std::move(module));
+}
+
+bool ModuleDict::contains(const std::string& key) const {
+  for (const auto& [name, m] : named_children())
+    if (name == key) return true;
+  return false;
+}
+
+Module& ModuleDict::operator[](const std::string& key) const {
+  for (const auto& [name, m] : named_children())
+    if (name == key) return *m;
+  std::string keys;
+  for (const std::string& k : this->keys()) keys += (keys.empty() ? "\"" : ", \"") + k + "\"";
+  throw ValueError("ModuleDict: no module named \"" + key + "\" (keys: " + (keys.empty() ? "none" : keys) + ")");
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [name, m] : named_children()) out.push_back(name);
+  return out;
+}
+
 Array Sequential::forward(const Array& x) {
   Array y = x;
   for (auto& m : modules_) y = (*m)(y);  // through operator(): anomaly mode names the child
@@ -253,9 +352,14 @@ Array Linear::forward(const Array& x) {
         if (needs.size() > 2 && needs[2]) grads[2] = sum(g2, 0);
         return grads;
       }};
-  return has_bias_
-             ? apply(linear, {autocast_low(x), autocast_low(parameter("weight")), autocast_low(parameter("bias"))})
-             : apply(linear, {autocast_low(x), autocast_low(parameter("weight"))});
+  const Array xa = autocast_low(x), wa = autocast_low(parameter("weight"));
+  // As PyTorch: no silent promotion of a float64 or integer input (autocast casts both sides alike).
+  if (xa.dtype() != wa.dtype())
+    throw DTypeError(name() + ": the input is " + std::string(dtype_name(x.dtype())) + " but the weight is " +
+                     std::string(dtype_name(wa.dtype())) + "; convert the input (x.astype(" +
+                     std::string(dtype_name(wa.dtype())) + ")) or the module (module.to(" +
+                     std::string(dtype_name(x.dtype())) + "))");
+  return has_bias_ ? linear.apply({xa, wa, autocast_low(parameter("bias"))}) : linear.apply({xa, wa});
 }
 
 std::string Linear::name() const {

@@ -120,6 +120,13 @@ void Optimizer::require_ready_for_capture(bool ready, const char* what) const {
                      "does (train::TrainStep does it)");
 }
 
+void Optimizer::require_live_parameters(const char* what) const {
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (std::string why = retired_reason(parameters_[i]); !why.empty())
+      throw ValueError(std::string(what) + ": parameter " + std::to_string(i) + " is retired (" + why +
+                       "); make the optimizer after moving the model: model.to(...), then optimizer(model.parameters())");
+}
+
 void Optimizer::zero_grad() {
   for (Array& p : parameters_) p.set_grad(Array());
 }
@@ -216,6 +223,7 @@ SGD::SGD(std::vector<Array> parameters, SGDOptions options)
 }
 
 void SGD::step() {
+  require_live_parameters("SGD::step");
   NoGradGuard no_grad;
   static const auto plain = fuse(sgd_formula, "sgd");
   static const auto heavy_ball = fuse(momentum_formula<false>, "sgd_momentum");
@@ -267,6 +275,7 @@ Adam::Adam(std::vector<Array> parameters, AdamOptions options, bool decoupled)
 }
 
 void Adam::step() {
+  require_live_parameters(decoupled_ ? "AdamW::step" : "Adam::step");
   NoGradGuard no_grad;
   static const auto update = fuse(adam_formula, "adam");
   // capturable: t += 1 and the bias corrections, on the device (float64, then float32 as the host path rounds)

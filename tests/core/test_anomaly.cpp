@@ -91,7 +91,7 @@ TEST(AutogradAnomaly, ACustomBackwardOfTheWrongShapeIsNamedWithTheShapes) {
                                return std::vector<Array>{concatenate({g, g}, 0)};
                              }};
   Array x = ones({3}).set_requires_grad();
-  kiln_test::expect_error<ShapeError>([&] { sum(apply(bad, {x})).backward(); },
+  kiln_test::expect_error<ShapeError>([&] { sum(bad.apply({x})).backward(); },
                                       {"MyOpBackward's backward returned a gradient of shape (6,)",
                                        "an input of shape (3,)"});
 }

@@ -392,20 +392,20 @@ TEST(AutogradEngine, CustomFunctionsRecordTheirOwnBackward) {
                            }};
   for (Device d : devices()) {
     const Array x = random::normal({3, 2}, 0.0, 1.0, float64, d), y = random::normal({2}, 0.0, 1.0, float64, d);
-    const GradcheckResult r = gradcheck([&](auto& in) { return apply(f, {in[0], in[1]}); }, {x, y});
+    const GradcheckResult r = gradcheck([&](auto& in) { return f.apply({in[0], in[1]}); }, {x, y});
     EXPECT_TRUE(r.passed) << d.str() << ": " << r.report;
     // Not recorded without an input that requires grad, or under NoGradGuard.
-    EXPECT_FALSE(apply(f, {x, y}).requires_grad());
+    EXPECT_FALSE(f.apply({x, y}).requires_grad());
     const Array xg = x.copy().set_requires_grad();
     {
       NoGradGuard no_grad;
-      EXPECT_FALSE(apply(f, {xg, y}).requires_grad());
+      EXPECT_FALSE(f.apply({xg, y}).requires_grad());
     }
-    const Array out = apply(f, {xg, y});
+    const Array out = f.apply({xg, y});
     EXPECT_EQ(out.grad_fn_name(), "MulCubeBackward");
     // An in-place change to a saved array is caught, as for built-in ops.
     Array yw = y.copy();
-    const Array out2 = apply(f, {xg, yw});
+    const Array out2 = f.apply({xg, yw});
     yw += 1.0;
     kiln_test::expect_error<ValueError>([&] { sum(out2).backward(); }, {"MulCubeBackward", "modified in place"});
     // A backward returning the wrong number of gradients is a clear error.
@@ -414,7 +414,7 @@ TEST(AutogradEngine, CustomFunctionsRecordTheirOwnBackward) {
                                [](const Array& g, const std::vector<Array>&, const std::vector<bool>&) {
                                  return std::vector<Array>{g, g};
                                }};
-    kiln_test::expect_error<ValueError>([&] { sum(apply(bad, {xg})).backward(); },
+    kiln_test::expect_error<ValueError>([&] { sum(bad.apply({xg})).backward(); },
                                         {"BadBackward", "2 gradients for 1 inputs"});
     // An undefined array saved for backward (an absent optional operand) comes back undefined; a second backward
     // without retain_graph still says the saved arrays were freed.
@@ -429,7 +429,7 @@ TEST(AutogradEngine, CustomFunctionsRecordTheirOwnBackward) {
                                       return std::vector<Array>{g * 3.0};
                                     }};
     Array xo = x.copy().set_requires_grad();
-    const Array yo = sum(apply(optional, {xo}));
+    const Array yo = sum(optional.apply({xo}));
     yo.backward();
     EXPECT_TRUE(allclose(xo.grad(), full({3, 2}, 3.0, float64, d))) << d.str();
     kiln_test::expect_error<ValueError>([&] { yo.backward(); }, {"freed", "retain_graph"});
