@@ -1,0 +1,272 @@
+// Scaled dot-product attention with PyTorch's semantics (torch.nn.functional.scaled_dot_product_attention):
+// softmax(q k^T * scale + mask) v, with boolean or additive masks broadcast over batch and heads, is_causal,
+// dropout on the attention weights, and grouped-query attention by repeating k/v heads.
+//
+// Computed in blocks of query rows, as the memory-efficient kernels do: each block's scores (rows x keys) exist
+// only while it is computed, so the memory is linear in the sequence length (a block, not T x T). The backward
+// is one custom node that recomputes each block's weights from the saved log-sum-exp of its rows (FlashAttention's
+// recomputation) and regenerates the dropout mask from the generator state the forward started at. Half types
+// compute in float32. The ops are kiln's, so every backend runs it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/autograd.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/random.hpp"
+#include "kiln/shape.hpp"
+
+namespace kiln::nn {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+/// Score elements per block (batch x rows x keys): 4 MiB of float32.
+constexpr int64_t kBlockElements = int64_t{1} << 20;
+
+/// What the forward and the backward share.
+struct Plan {
+  int64_t batch = 1, rows = 0, keys = 0;
+  int64_t block = 1;  // query rows per block
+  double scale = 1.0;
+  double dropout = 0.0;
+  bool causal = false;
+  Array mask;        // additive, broadcast to (lead..., rows, keys) as a view; undefined: none
+  Shape lead;        // the leading (batch, head) axes
+  DType compute = float32;
+  random::GeneratorState dropout_state{};
+};
+
+/// The additive mask of rows [r0, r1) as (batch, r1 - r0, keys), or undefined.
+Array mask_block(const Plan& p, int64_t r0, int64_t r1, const Device& device) {
+  Array m;
+  if (p.mask.defined()) m = p.mask.slice(-2, r0, r1).reshape({p.batch, r1 - r0, p.keys}).astype(p.compute);
+  if (p.causal) {
+    // Query row i attends keys j <= i (PyTorch's is_causal: the top-left triangle of rows x keys).
+    const Array col = arange(int64_t{0}, p.keys, int64_t{1}, int64, device).reshape({1, 1, p.keys});
+    const Array row = arange(r0, r1, int64_t{1}, int64, device).reshape({1, r1 - r0, 1});
+    const Array c = where(greater(col, row), -std::numeric_limits<double>::infinity(), 0.0).astype(p.compute);
+    m = m.defined() ? m + c : c;
+  }
+  return m;
+}
+
+/// The scores of rows [r0, r1): q_block k^T * scale + masks, (batch, rows, keys).
+Array scores(const Plan& p, const Array& q, const Array& k, int64_t r0, int64_t r1) {
+  Array s = matmul(q.slice(1, r0, r1), swapaxes(k, 1, 2)) * p.scale;
+  const Array m = mask_block(p, r0, r1, q.device());
+  return m.defined() ? s + m : s;
+}
+
+/// The dropout keep-scale of a block (keep / (1 - p), or 0), drawn from `gen` (the forward's generator state).
+Array dropout_scale(const Plan& p, random::Generator& gen, int64_t rows, const Device& device) {
+  const Array u = gen.uniform({p.batch, rows, p.keys}, 0.0, 1.0, float32, device);
+  return (u >= p.dropout).astype(p.compute) * (1.0 / (1.0 - p.dropout));
+}
+
+/// q (batch, rows, E), k (batch, keys, E), v (batch, keys, Ev) in the compute dtype: the output and the
+/// log-sum-exp of each row.
+/// `after` receives the dropout generator's state past the forward's draws.
+std::pair<Array, Array> forward_blocks(const Plan& p, const Array& q, const Array& k, const Array& v,
+                                       random::GeneratorState& after) {
+  std::vector<Array> outs, lses;
+  random::Generator gen;
+  gen.set_state(p.dropout_state);
+  for (int64_t r0 = 0; r0 < p.rows; r0 += p.block) {
+    const int64_t r1 = std::min(p.rows, r0 + p.block);
+    const Array s = scores(p, q, k, r0, r1);
+    const Array m = s.max({-1}, true);
+    Array e = exp(s - m);
+    const Array l = e.sum({-1}, true);
+    Array w = e / l;
+    if (p.dropout > 0) w = w * dropout_scale(p, gen, r1 - r0, q.device());
+    outs.push_back(matmul(w, v));
+    lses.push_back(m + log(l));
+  }
+  after = gen.get_state();
+  return {concatenate(outs, 1), concatenate(lses, 1)};
+}
+
+/// The gradients of q, k, v from the output's gradient `g` (all in the compute dtype).
+std::vector<Array> backward_blocks(const Plan& p, const Array& q, const Array& k, const Array& v, const Array& lse,
+                                   const Array& g) {
+  std::vector<Array> dqs;
+  Array dk = zeros(k.shape(), p.compute, k.device()), dv = zeros(v.shape(), p.compute, v.device());
+  random::Generator gen;
+  gen.set_state(p.dropout_state);
+  for (int64_t r0 = 0; r0 < p.rows; r0 += p.block) {
+    const int64_t r1 = std::min(p.rows, r0 + p.block);
+    const Array w = exp(scores(p, q, k, r0, r1) - lse.slice(1, r0, r1));  // the softmax, recomputed
+    const Array go = g.slice(1, r0, r1);
+    Array wd = w, dw = matmul(go, swapaxes(v, 1, 2));
+    if (p.dropout > 0) {
+      const Array keep = dropout_scale(p, gen, r1 - r0, q.device());
+      wd = w * keep;
+      dw = dw * keep;
+    }
+    dv = dv + matmul(swapaxes(wd, 1, 2), go);
+    const Array ds = w * (dw - (w * dw).sum({-1}, true));  // softmax's backward
+    dqs.push_back(matmul(ds, k) * p.scale);
+    dk = dk + matmul(swapaxes(ds, 1, 2), q.slice(1, r0, r1)) * p.scale;
+  }
+  return {concatenate(dqs, 1), dk, dv};
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ShapeError(std::string(kOp) + ": " + message);
+}
+
+}  // namespace
+
+Array scaled_dot_product_attention(const Array& query, const Array& key, const Array& value, const Array& attn_mask,
+                                   double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  for (const Array* a : {&query, &key, &value}) {
+    if (!a->defined()) throw ValueError(std::string(kOp) + ": query, key and value must be defined arrays");
+    if (!is_floating(a->dtype()))
+      throw DTypeError(std::string(kOp) + ": query, key and value must be floating, got " +
+                       std::string(dtype_name(a->dtype())));
+  }
+  if (key.dtype() != query.dtype() || value.dtype() != query.dtype())
+    throw DTypeError(std::string(kOp) + ": query, key and value must have one dtype, got " +
+                     std::string(dtype_name(query.dtype())) + ", " + std::string(dtype_name(key.dtype())) + " and " +
+                     std::string(dtype_name(value.dtype())) + "; convert them with astype");
+  if (key.device() != query.device() || value.device() != query.device())
+    throw DeviceError(std::string(kOp) + ": query is on " + query.device().str() + ", key on " + key.device().str() +
+                      " and value on " + value.device().str() + "; move them to one device");
+  require(query.ndim() >= 2 && key.ndim() >= 2 && value.ndim() >= 2,
+          "query, key and value need at least 2 axes (..., sequence, features)");
+  const int64_t rows = query.shape(-2), e = query.shape(-1), keys = key.shape(-2);
+  require(key.shape(-1) == e, "key has " + std::to_string(key.shape(-1)) + " features per position but query has " +
+                                  std::to_string(e) + "; they must match");
+  require(value.shape(-2) == keys, "value has " + std::to_string(value.shape(-2)) + " positions but key has " +
+                                       std::to_string(keys) + "; they must match");
+  if (!(dropout_p >= 0.0 && dropout_p < 1.0))
+    throw ValueError(std::string(kOp) + ": dropout_p must be in [0, 1), got " + std::to_string(dropout_p));
+  if (is_causal && attn_mask.defined())
+    throw ValueError(std::string(kOp) + ": pass either attn_mask or is_causal, not both (fold the causal triangle "
+                                        "into the mask)");
+  if (attn_mask.defined() && attn_mask.requires_grad())
+    throw ValueError(std::string(kOp) + ": attn_mask requires grad, but no gradient flows to the mask; pass "
+                                        "attn_mask.detach()");
+  if (scale && !(std::isfinite(*scale)))
+    throw ValueError(std::string(kOp) + ": scale must be finite, got " + std::to_string(*scale));
+
+  // Grouped-query attention: each k/v head serves Hq / Hk query heads (repeat_interleave over the head axis).
+  Array k = key, v = value;
+  if (enable_gqa && query.ndim() >= 3 && key.ndim() >= 3 && key.shape(-3) != query.shape(-3)) {
+    const int64_t hq = query.shape(-3), hk = key.shape(-3);
+    require(value.ndim() >= 3 && value.shape(-3) == hk, "value must have key's " + std::to_string(hk) + " heads");
+    require(hk > 0 && hq % hk == 0, "enable_gqa needs query's heads (" + std::to_string(hq) +
+                                        ") to be a multiple of key's (" + std::to_string(hk) + ")");
+    auto repeat_heads = [&](const Array& a) {
+      Shape s = a.shape();
+      Shape grouped = s;
+      grouped.insert(grouped.size() - 2, 1);  // (..., Hk, 1, S, F)
+      Shape wide = grouped;
+      wide[wide.size() - 3] = hq / hk;
+      Shape out = s;
+      out[out.size() - 3] = hq;
+      return broadcast_to(a.reshape(grouped), wide).reshape(out);
+    };
+    k = repeat_heads(key);
+    v = repeat_heads(value);
+  }
+  // Leading axes broadcast against each other (PyTorch's math path does).
+  Shape qlead(query.shape().begin(), query.shape().end() - 2), klead(k.shape().begin(), k.shape().end() - 2),
+      vlead(v.shape().begin(), v.shape().end() - 2);
+  Shape lead;
+  try {
+    lead = broadcast_shapes(broadcast_shapes(qlead, klead), vlead);
+  } catch (const ShapeError&) {
+    require(false, "the leading (batch, head) axes of query " + shape_str(query.shape()) + ", key " +
+                       shape_str(key.shape()) + " and value " + shape_str(value.shape()) +
+                       " do not broadcast (grouped-query attention needs enable_gqa = true)");
+  }
+  auto full = [&](const Array& a, int64_t n, int64_t f) {
+    Shape s = lead;
+    s.push_back(n);
+    s.push_back(f);
+    return broadcast_to(a, s);
+  };
+  Plan p;
+  p.lead = lead;
+  for (int64_t d : lead) p.batch *= d;
+  p.rows = rows;
+  p.keys = keys;
+  p.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(e));
+  p.causal = is_causal;
+  p.compute = query.dtype() == float16 || query.dtype() == bfloat16 ? float32 : query.dtype();
+  // Dropout (training only, as PyTorch: the caller passes 0 in eval) draws from the default generator; the
+  // backward regenerates the same numbers from the state saved here.
+  p.dropout = dropout_p;
+  if (attn_mask.defined()) {
+    Shape ms = lead;
+    ms.push_back(rows);
+    ms.push_back(keys);
+    bool fits = attn_mask.ndim() <= static_cast<int64_t>(ms.size());
+    if (fits) {
+      try {
+        fits = broadcast_shapes(attn_mask.shape(), ms) == ms;
+      } catch (const ShapeError&) {
+        fits = false;
+      }
+    }
+    if (!fits) {
+      require(false, "attn_mask of shape " + shape_str(attn_mask.shape()) + " does not broadcast to " +
+                         shape_str(ms) + " (batch and heads, query positions, key positions)");
+    }
+    const Array additive = attn_mask.dtype() == bool_
+                               ? where(attn_mask, 0.0, -std::numeric_limits<double>::infinity()).astype(p.compute)
+                               : attn_mask.astype(p.compute);
+    if (additive.device() != query.device())
+      throw DeviceError(std::string(kOp) + ": attn_mask is on " + attn_mask.device().str() + " but query on " +
+                        query.device().str() + "; move it there");
+    p.mask = broadcast_to(additive, ms);
+  }
+  p.block = std::clamp<int64_t>(kBlockElements / std::max<int64_t>(1, p.batch * keys), 1, std::max<int64_t>(1, rows));
+  if (rows == 0 || keys == 0 || p.batch == 0) {
+    // Nothing to attend to: the weights are empty rows and their product with v is 0 (as PyTorch's math path).
+    Shape out = lead;
+    out.push_back(rows);
+    out.push_back(v.shape(-1));
+    return zeros(out, query.dtype(), query.device());
+  }
+  // Dropout (the caller passes 0 in eval, as with PyTorch's function) draws from the default generator's stream:
+  // the forward from the state saved here, the backward again from it, and the default generator then moves on
+  // past the draws as a plain dropout's would.
+  if (dropout_p > 0) p.dropout_state = random::get_state();
+  auto after = std::make_shared<random::GeneratorState>();
+  const Array q3 = full(query, rows, e).reshape({p.batch, rows, e});
+  const Array k3 = full(k, keys, e).reshape({p.batch, keys, e});
+  const Array v3 = full(v, keys, v.shape(-1)).reshape({p.batch, keys, v.shape(-1)});
+  auto plan = std::make_shared<const Plan>(p);
+  const AutogradFunction attention{
+      "ScaledDotProductAttentionBackward",
+      [plan, after](const std::vector<Array>& in, std::vector<Array>& saved) {
+        const Plan& pl = *plan;
+        const Array q = in[0].astype(pl.compute), kk = in[1].astype(pl.compute), vv = in[2].astype(pl.compute);
+        auto [out, lse] = forward_blocks(pl, q, kk, vv, *after);
+        saved = {in[0], in[1], in[2], lse};
+        return out.astype(in[0].dtype());
+      },
+      [plan](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+        const Plan& pl = *plan;
+        const DType dtype = saved[0].dtype();
+        std::vector<Array> grads = backward_blocks(pl, saved[0].astype(pl.compute), saved[1].astype(pl.compute),
+                                                   saved[2].astype(pl.compute), saved[3], g.astype(pl.compute));
+        for (Array& gr : grads) gr = gr.astype(dtype);
+        return grads;
+      }};
+  const Array out3 = attention.apply({q3, k3, v3});
+  if (dropout_p > 0) random::set_state(*after);
+  Shape out = lead;
+  out.push_back(rows);
+  out.push_back(v.shape(-1));
+  return out3.reshape(out);
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,182 @@
+// nn::scaled_dot_product_attention on every backend against a float64 CPU reference written the direct way
+// (the whole L x S score matrix, softmax, then the product), for boolean and additive masks broadcast over batch
+// and heads, is_causal with L != S, grouped-query heads and a custom scale; gradients by gradcheck (float64) and
+// against the reference's recorded gradients; dropout's mask regenerated exactly in backward; many query blocks
+// (sequences longer than a block); errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "harness/op_harness.hpp"
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+namespace kiln {
+namespace {
+
+/// The direct formula in float64 on the CPU: softmax(q k^T * scale + mask) v, k/v heads repeated for GQA.
+Array reference(Array q, Array k, Array v, const Array& mask, bool causal, double scale, bool gqa) {
+  q = q.to(cpu()).astype(float64);
+  k = k.to(cpu()).astype(float64);
+  v = v.to(cpu()).astype(float64);
+  if (gqa && k.shape(-3) != q.shape(-3)) {
+    const int64_t rep = q.shape(-3) / k.shape(-3);
+    k = repeat(k, rep, -3);
+    v = repeat(v, rep, -3);
+  }
+  Array s = matmul(q, swapaxes(k, -1, -2)) * scale;
+  const int64_t L = q.shape(-2), S = k.shape(-2);
+  if (causal) s = where(tril(ones({L, S}, bool_, cpu())), s, -std::numeric_limits<double>::infinity());
+  if (mask.defined())
+    s = mask.dtype() == bool_ ? where(mask.to(cpu()), s, -std::numeric_limits<double>::infinity())
+                              : s + mask.to(cpu()).astype(float64);
+  return matmul(nn::softmax(s, -1), v);
+}
+
+void expect_close(const Array& got, const Array& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>(), w = want.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
+      continue;
+    }
+    ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << what << " element " << i;
+  }
+}
+
+Array rand(const Shape& s, DType dtype, Device d) { return random::normal(s, 0.0, 1.0, float64, cpu()).astype(dtype).to(d); }
+
+TEST(Attention, EqualsTheDirectFormulaOnEveryBackendWithMasksCausalGqaAndScale) {
+  random::seed(1);
+  for (Device d : harness::backends()) {
+    for (DType dt : {float32, float64}) {
+      const double tol = dt == float64 ? 1e-12 : 2e-5;
+      const Array q = rand({2, 4, 7, 8}, dt, d), k = rand({2, 4, 5, 8}, dt, d), v = rand({2, 4, 5, 6}, dt, d);
+      const std::string where_ = d.str() + " " + std::string(dtype_name(dt));
+      expect_close(nn::scaled_dot_product_attention(q, k, v), reference(q, k, v, {}, false, 1 / std::sqrt(8.0), false),
+                   tol, "plain " + where_);
+      // A boolean mask over (L, S) broadcast over batch and heads, with at least one key per row.
+      const Array bmask = greater(random::uniform({7, 5}, float32, cpu()), 0.3f).to(d);
+      const Array bm = logical_or(bmask, eye(7, 5, 0, bool_, d));
+      expect_close(nn::scaled_dot_product_attention(q, k, v, bm), reference(q, k, v, bm, false, 1 / std::sqrt(8.0), false),
+                   tol, "bool mask " + where_);
+      // An additive per-head mask (1, 4, 1, 5) and a custom scale.
+      const Array am = rand({1, 4, 1, 5}, dt, d);
+      expect_close(nn::scaled_dot_product_attention(q, k, v, am, 0.0, false, 0.3), reference(q, k, v, am, false, 0.3, false),
+                   tol, "additive mask " + where_);
+      // Causal with more queries than keys (the top-left triangle: row i sees keys 0..i).
+      expect_close(nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true), reference(q, k, v, {}, true, 1 / std::sqrt(8.0), false),
+                   tol, "causal " + where_);
+      // Grouped-query: 4 query heads over 2 k/v heads.
+      const Array k2 = rand({2, 2, 5, 8}, dt, d), v2 = rand({2, 2, 5, 6}, dt, d);
+      expect_close(nn::scaled_dot_product_attention(q, k2, v2, {}, 0.0, false, {}, true),
+                   reference(q, k2, v2, {}, false, 1 / std::sqrt(8.0), true), tol, "gqa " + where_);
+    }
+  }
+}
+
+TEST(Attention, ManyQueryBlocksAndAFullyMaskedRow) {
+  random::seed(2);
+  // 1 x 300 x 4000 scores: more than one block of query rows (a block holds 2^20 scores).
+  const Array q = rand({1, 300, 16}, float32, cpu()), k = rand({1, 4000, 16}, float32, cpu()),
+              v = rand({1, 4000, 3}, float32, cpu());
+  expect_close(nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true),
+               reference(q, k, v, {}, true, 0.25, false), 2e-5, "causal, many blocks");
+  // Row 1 sees no key: NaN, as PyTorch's softmax of -inf everywhere.
+  Array mask = ones({3, 4}, bool_, cpu());
+  mask[1] = zeros({4}, bool_, cpu());
+  const Array out = nn::scaled_dot_product_attention(rand({3, 2}, float64, cpu()), rand({4, 2}, float64, cpu()),
+                                                     rand({4, 2}, float64, cpu()), mask);
+  const std::vector<double> o = out.to_vector<double>();
+  EXPECT_TRUE(std::isnan(o[2]) && std::isnan(o[3]));
+  EXPECT_FALSE(std::isnan(o[0]) || std::isnan(o[5]));
+}
+
+TEST(Attention, GradientsPassGradcheckAndEqualTheDirectFormulasOnEveryBackend) {
+  random::seed(3);
+  const Array q = rand({2, 2, 4, 3}, float64, cpu()), k = rand({2, 1, 5, 3}, float64, cpu()),
+              v = rand({2, 1, 5, 2}, float64, cpu());
+  const Array am = rand({4, 5}, float64, cpu());
+  for (bool causal : {false, true}) {
+    const GradcheckResult r = gradcheck(
+        [&](const std::vector<Array>& in) {
+          return nn::scaled_dot_product_attention(in[0], in[1], in[2], causal ? Array() : am, 0.0, causal, 0.7, true);
+        },
+        {q, k, v});
+    EXPECT_TRUE(r.passed) << r.report;
+  }
+  for (Device d : harness::backends()) {
+    Array qd = q.to(d).astype(float32).set_requires_grad(), kd = k.to(d).astype(float32).set_requires_grad(),
+          vd = v.to(d).astype(float32).set_requires_grad();
+    const Array w = rand({2, 2, 4, 2}, float32, d);
+    sum(nn::scaled_dot_product_attention(qd, kd, vd, {}, 0.0, true, {}, true) * w).backward();
+    Array qr = q.copy().set_requires_grad(), kr = k.copy().set_requires_grad(), vr = v.copy().set_requires_grad();
+    sum(reference(qr, kr, vr, {}, true, 1 / std::sqrt(3.0), true) * w.to(cpu()).astype(float64)).backward();
+    expect_close(qd.grad(), qr.grad(), 2e-5, "dq " + d.str());
+    expect_close(kd.grad(), kr.grad(), 2e-5, "dk " + d.str());
+    expect_close(vd.grad(), vr.grad(), 2e-5, "dv " + d.str());
+  }
+}
+
+TEST(Attention, DropoutDropsWeightsAndBackwardUsesTheSameMask) {
+  random::seed(4);
+  const Array q = rand({1, 6, 4}, float64, cpu()), k = rand({1, 9, 4}, float64, cpu()), v = rand({1, 9, 5}, float64, cpu());
+  random::seed(10);
+  const Array a = nn::scaled_dot_product_attention(q, k, v, {}, 0.4);
+  const random::GeneratorState after = random::get_state();
+  random::seed(10);
+  const Array b = nn::scaled_dot_product_attention(q, k, v, {}, 0.4);
+  EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>());
+  EXPECT_EQ(random::get_state().offset, after.offset);
+  EXPECT_GT(after.offset, 0u) << "the default generator moves past the draws";
+  EXPECT_NE(a.to_vector<double>(), nn::scaled_dot_product_attention(q, k, v).to_vector<double>());
+  // The dropped weights are those of the uniform draws below 0.4 from the state the call started at: rebuild
+  // the output with those draws and the direct formula.
+  random::seed(10);
+  const Array keep = (random::uniform({1, 6, 9}, float32, cpu()) >= 0.4f).astype(float64) / 0.6;
+  const Array weights = nn::softmax(matmul(q, swapaxes(k, -1, -2)) * 0.5, -1) * keep;
+  expect_close(a, matmul(weights, v), 1e-12, "dropout output");
+  // Gradients use the same mask: gradcheck with the generator reset before each evaluation.
+  const GradcheckResult r = gradcheck(
+      [&](const std::vector<Array>& in) {
+        random::seed(10);
+        return nn::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.4);
+      },
+      {q, k, v});
+  EXPECT_TRUE(r.passed) << r.report;
+}
+
+TEST(Attention, BadInputsAreNamed) {
+  const Array q = ones({2, 3, 4}, float32, cpu()), k = ones({2, 5, 4}, float32, cpu()), v = ones({2, 5, 4}, float32, cpu());
+  using kiln_test::expect_error;
+  expect_error<ShapeError>([&] { (void)nn::scaled_dot_product_attention(q, ones({2, 5, 3}, float32, cpu()), v); },
+                           {"scaled_dot_product_attention", "key has 3 features", "query has 4"});
+  expect_error<ShapeError>([&] { (void)nn::scaled_dot_product_attention(q, k, ones({2, 6, 4}, float32, cpu())); },
+                           {"value has 6 positions", "key has 5"});
+  expect_error<DTypeError>([&] { (void)nn::scaled_dot_product_attention(q, k.astype(float64), v); }, {"one dtype"});
+  expect_error<DTypeError>([&] { (void)nn::scaled_dot_product_attention(q.astype(int32), k, v); }, {"floating"});
+  expect_error<ValueError>([&] { (void)nn::scaled_dot_product_attention(q, k, v, ones({3, 5}, bool_, cpu()), 0.0, true); },
+                           {"either attn_mask or is_causal"});
+  expect_error<ShapeError>([&] { (void)nn::scaled_dot_product_attention(q, k, v, ones({4, 5}, bool_, cpu())); },
+                           {"attn_mask of shape (4, 5)", "does not broadcast"});
+  expect_error<ValueError>([&] { (void)nn::scaled_dot_product_attention(q, k, v, {}, 1.0); }, {"dropout_p"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)nn::scaled_dot_product_attention(ones({1, 3, 2, 4}, float32, cpu()), ones({1, 2, 5, 4}, float32, cpu()),
+                                               ones({1, 2, 5, 4}, float32, cpu()), {}, 0.0, false, {}, true);
+      },
+      {"multiple of key's (2)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)nn::scaled_dot_product_attention(ones({1, 4, 2, 4}, float32, cpu()), ones({1, 2, 5, 4}, float32, cpu()),
+                                               ones({1, 2, 5, 4}, float32, cpu()));
+      },
+      {"do not broadcast", "enable_gqa"});
+}
+
+}  // namespace
+}  // namespace kiln
