@@ -294,6 +294,66 @@ class LayerNorm : public Module {
   bool affine_;
 };
 
+/// y = x / sqrt(mean(x^2 over the last axes) + eps) * weight (torch.nn.RMSNorm); eps defaults to the machine
+/// epsilon of the input's dtype, as PyTorch's. weight starts at ones.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = {}, bool elementwise_affine = true,
+                   DType dtype = float32, std::optional<Device> device = {});
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  Shape shape_;
+  std::optional<double> eps_;
+  bool affine_;
+};
+
+/// Rotary position embeddings as LLaMA's (Hugging Face's rotate_half convention): the pairs (x[i], x[i + D/2])
+/// of the last axis rotated by position * base^(-2i/D). `rotate(x, offset)` takes (..., T, D) at positions
+/// offset .. offset + T - 1 (a KV cache's next positions: offset = the cached length).
+class RotaryEmbedding : public Module {
+ public:
+  explicit RotaryEmbedding(int64_t dim, double base = 10000.0);
+  /// cos and sin of positions [offset, offset + length), each (length, dim), in `dtype` on `device`.
+  std::pair<Array, Array> cos_sin(int64_t length, int64_t offset, DType dtype, Device device) const;
+  Array rotate(const Array& x, int64_t offset = 0) const;
+  Array forward(const Array& x) override { return rotate(x); }
+  std::string name() const override;
+
+ private:
+  int64_t dim_;
+  double base_;
+};
+
+/// torch.nn.MultiheadAttention: in_proj_weight (3E, E) xavier-uniform, in_proj_bias and out_proj.bias zeros,
+/// out_proj a Linear; PyTorch's parameter names, so its state dict loads. Inputs (L, N, E) or, with batch_first,
+/// (N, L, E). Masks as PyTorch's module (not as scaled_dot_product_attention): a boolean key_padding_mask (N, S)
+/// or attn_mask (L, S) / (N*heads, L, S) is true where attention is NOT allowed; float masks are added.
+/// forward returns the output and, with need_weights, the attention weights (N, L, S) averaged over heads
+/// (or (N, heads, L, S)), which are computed in full as PyTorch does; without need_weights the blocked
+/// scaled_dot_product_attention runs (no L x S matrix). Dropout applies to the weights in training mode.
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                     bool batch_first = false, DType dtype = float32, std::optional<Device> device = {});
+  using Module::forward;
+  std::pair<Array, Array> forward(const Array& query, const Array& key, const Array& value,
+                                  const Array& key_padding_mask = {}, bool need_weights = true,
+                                  const Array& attn_mask = {}, bool average_attn_weights = true,
+                                  bool is_causal = false);
+  /// Self-attention without weights (forward(x, x, x, {}, false).first): a step of a Sequential.
+  Array forward(const Array& x) override;
+  std::string name() const override;
+
+ private:
+  int64_t embed_, heads_;
+  double dropout_;
+  bool batch_first_;
+  bool bias_ = true;
+  std::shared_ptr<Linear> out_proj_;
+};
+
 // ---------------------------------------------------------------- checkpoints
 /// Writes `state` to `path` in the safetensors format (an 8-byte little-endian header size, a JSON header of
 /// dtype/shape/data_offsets per name, then the data, C order, little endian), which the Python `safetensors`
