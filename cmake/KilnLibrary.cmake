@@ -105,7 +105,7 @@ target_include_directories(kiln_nn SYSTEM PRIVATE ${KILN_ZLIB_INCLUDE})
 # or unicode/*.h carried in .deps/include beside the library); without it, text that is not ASCII is refused with
 # an error naming the package.
 kiln_layer(text text)
-target_include_directories(kiln_text SYSTEM PRIVATE ${KILN_JSON_INCLUDE})
+target_include_directories(kiln_text SYSTEM PRIVATE ${KILN_JSON_INCLUDE} ${KILN_ZLIB_INCLUDE})  # .gz corpora
 find_path(KILN_ICU_INCLUDE unicode/uchar.h PATHS ${PROJECT_SOURCE_DIR}/.deps/include)
 kiln_import_library(kiln::icuuc NAMES icuuc PATHS ${PROJECT_SOURCE_DIR}/.deps/lib)
 if(KILN_ICU_INCLUDE AND kiln__icuuc_FOUND)

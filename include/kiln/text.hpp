@@ -101,6 +101,14 @@ class BpeTokenizer {
   std::shared_ptr<Impl> impl_;
 };
 
+/// Where Debian's jargon-text package (`make deps` installs it) puts the Jargon File: 1.7 MB of English in the
+/// public domain, kiln's corpus for examples and `kiln tokenize`.
+inline constexpr const char* kJargonFile = "/usr/share/doc/jargon-text/jargon.txt.gz";
+
+/// A text file's bytes, gunzipped when the name ends in .gz. ValueError naming the file (and, for kJargonFile,
+/// the package that provides it).
+std::string read_text(const std::string& path);
+
 /// The on-disk layout of a token file.
 enum class TokenFormat {
   llmc,  ///< llm.c's .bin: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens
@@ -109,6 +117,12 @@ enum class TokenFormat {
 
 /// Writes uint16 tokens (atomically). ValueError for an id outside [0, 65535].
 void write_tokens(const std::string& path, std::span<const int32_t> tokens, TokenFormat format = TokenFormat::llmc);
+
+/// Encodes `text` (special tokens allowed) and writes its tokens to `path`, after one end-of-text token when the
+/// tokenizer has it (llm.c starts each document with it). Returns the number of tokens written. ValueError for a
+/// vocabulary past uint16 (more than 65536 ids).
+int64_t tokenize_to_file(const BpeTokenizer& tokenizer, std::string_view text, const std::string& path,
+                         TokenFormat format = TokenFormat::llmc);
 
 /// A token file mapped read-only into memory (no copy: the OS pages it in as windows are read).
 class TokenFile {

@@ -10,6 +10,11 @@
 #include <cstring>
 #include <vector>
 
+#include <zlib.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "kiln/error.hpp"
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
@@ -161,6 +166,42 @@ std::pair<Array, Array> TokenFile::batch(int64_t batch, int64_t seq, random::Gen
     }
   }
   return {from_data(x, Shape{batch, seq}), from_data(y, Shape{batch, seq})};
+}
+
+std::string read_text(const std::string& path) {
+  const std::string hint = path == kJargonFile ? "; install Debian's jargon-text (make deps does)" : "";
+  if (ends_with(path, ".gz")) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (!f) throw ValueError("text::read_text: cannot open '" + path + "'" + hint);
+    std::string out;
+    char buf[1 << 16];
+    int n;
+    while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    int code = 0;
+    const char* why = n < 0 ? gzerror(f, &code) : nullptr;
+    const std::string reason = why ? why : "";
+    gzclose(f);
+    if (n < 0) throw ValueError("text::read_text: '" + path + "' is not a valid gzip file (" + reason + ")");
+    return out;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError("text::read_text: cannot open '" + path + "'" + hint);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int64_t tokenize_to_file(const BpeTokenizer& tokenizer, std::string_view text, const std::string& path,
+                         TokenFormat format) {
+  if (tokenizer.vocab_size() > 65536)
+    throw ValueError("text::tokenize_to_file: a vocabulary of " + std::to_string(tokenizer.vocab_size()) +
+                     " ids does not fit uint16 token files; train one of at most 65536");
+  std::vector<int32_t> tokens;
+  if (auto eot = tokenizer.special_id()) tokens.push_back(*eot);
+  const std::vector<int32_t> body = tokenizer.encode(text);
+  tokens.insert(tokens.end(), body.begin(), body.end());
+  write_tokens(path, tokens, format);
+  return static_cast<int64_t>(tokens.size());
 }
 
 }  // namespace kiln::text
