@@ -134,9 +134,9 @@ struct DataLoaderOptions {
 };
 
 struct Batch {
-  Array x, y;  ///< fields[0] and fields[1] (y empty when a dataset's batches have one field)
+  Array x, y;                 ///< fields[0] and fields[1] (y empty when a dataset's batches have one field)
   std::vector<Array> fields;  ///< every array of the batch (the collate's output), on the loader's device
-  int64_t index = 0;  ///< the batch's position in its epoch
+  int64_t index = 0;          ///< the batch's position in its epoch
   /// GPU batches: the event recorded after the batch's copy on the loader's side stream. The consumer's current
   /// stream already waits for it (next() queues the wait); query it to see whether the copy is done.
   std::optional<Event> ready{};

@@ -213,7 +213,7 @@ struct DataLoader::Epoch::State {
   int64_t epoch = 0;
   std::vector<int64_t> order;
   int64_t batches = 0;  // -1 for an iterable dataset: its streams say when the epoch ends
-  int64_t first = 0;  // the batch the epoch starts at (a resumed run's)
+  int64_t first = 0;    // the batch the epoch starts at (a resumed run's)
   int64_t next = 0;
   size_t turn = 0;  // iterable: the worker whose batch is handed out next
   std::atomic<bool> stop{false};
@@ -315,8 +315,10 @@ struct DataLoader::Epoch::State {
 
   /// An iterable dataset's worker: consecutive samples of its own stream, batch_size at a time.
   void run_stream(Worker& me, size_t w, const Device& device, std::optional<Stream>& side) {
-    auto next_sample = iterable->stream({.id = static_cast<int>(w), .num_workers = static_cast<int>(workers.size()),
-                                         .epoch = epoch, .seed = options.seed});
+    auto next_sample = iterable->stream({.id = static_cast<int>(w),
+                                         .num_workers = static_cast<int>(workers.size()),
+                                         .epoch = epoch,
+                                         .seed = options.seed});
     for (bool more = true; more;) {
       if (!wait_for_room(me)) return;
       std::vector<Sample> samples;
@@ -376,8 +378,9 @@ DataLoader::DataLoader(std::shared_ptr<const IterableDataset> dataset, DataLoade
   if (!iterable_) throw ValueError("DataLoader: the dataset is null");
   check_options(options_);
   if (options_.shuffle || options_.sampler)
-    throw ValueError("DataLoader: an IterableDataset orders its own samples: shuffle and sampler apply to "
-                     "map-style datasets only (shuffle inside the stream, from WorkerInfo::seed and epoch)");
+    throw ValueError(
+        "DataLoader: an IterableDataset orders its own samples: shuffle and sampler apply to "
+        "map-style datasets only (shuffle inside the stream, from WorkerInfo::seed and epoch)");
   n_ = -1;
 }
 

@@ -1,15 +1,15 @@
 // text::BpeTokenizer: loading and saving Hugging Face's vocab.json + merges.txt, encode and decode.
+#include "text/bpe.hpp"
+
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 #include <tuple>
 
-#include <nlohmann/json.hpp>
-
 #include "kiln/error.hpp"
 #include "kiln/io.hpp"
-#include "text/bpe.hpp"
 #include "text/unicode.hpp"
 
 namespace kiln::text {
@@ -30,11 +30,16 @@ void append_json_string(std::string& out, const std::string& s) {
   out += '"';
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
@@ -127,7 +132,8 @@ void BpeTokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_
     push(pos);
   }
   std::vector<int32_t> ids_out;
-  for (int32_t i = 0; i >= 0 && i < n; i = sym[static_cast<size_t>(i)].next) ids_out.push_back(sym[static_cast<size_t>(i)].id);
+  for (int32_t i = 0; i >= 0 && i < n; i = sym[static_cast<size_t>(i)].next)
+    ids_out.push_back(sym[static_cast<size_t>(i)].id);
   out.insert(out.end(), ids_out.begin(), ids_out.end());
   std::lock_guard lock(cache_mutex);
   if (cache.size() >= kCacheCapacity) cache.clear();
@@ -227,8 +233,8 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, Special special
     }
     if (!found) break;
     if (special == Special::refuse)
-      throw ValueError("text::BpeTokenizer::encode: the text holds the special token '" + found->first +
-                       "' at byte " + std::to_string(best) +
+      throw ValueError("text::BpeTokenizer::encode: the text holds the special token '" + found->first + "' at byte " +
+                       std::to_string(best) +
                        "; pass Special::allow to encode it as its id, or Special::as_text to encode it as text");
     encode_segment(text.substr(start, best - start));
     out.push_back(found->second);
@@ -242,17 +248,14 @@ std::string BpeTokenizer::decode_bytes(std::span<const int32_t> ids) const {
   std::string out;
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= impl_->tokens.size() || impl_->tokens[static_cast<size_t>(id)].empty())
-      throw ValueError("text::BpeTokenizer::decode: the id " + std::to_string(id) +
-                       " is not in the vocabulary of " + std::to_string(vocab_size()) +
-                       " ids; decode ids this tokenizer's encode gave");
+      throw ValueError("text::BpeTokenizer::decode: the id " + std::to_string(id) + " is not in the vocabulary of " +
+                       std::to_string(vocab_size()) + " ids; decode ids this tokenizer's encode gave");
     out += impl_->bytes[static_cast<size_t>(id)];
   }
   return out;
 }
 
-std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
-  return utf8_replace_invalid(decode_bytes(ids));
-}
+std::string BpeTokenizer::decode(std::span<const int32_t> ids) const { return utf8_replace_invalid(decode_bytes(ids)); }
 
 int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->tokens.size()); }
 
@@ -264,8 +267,8 @@ std::optional<int32_t> BpeTokenizer::token_to_id(std::string_view token) const {
 
 const std::string& BpeTokenizer::id_to_token(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->tokens.size() || impl_->tokens[static_cast<size_t>(id)].empty())
-    throw ValueError("text::BpeTokenizer::id_to_token: the id " + std::to_string(id) +
-                     " is not in the vocabulary of " + std::to_string(vocab_size()) + " ids");
+    throw ValueError("text::BpeTokenizer::id_to_token: the id " + std::to_string(id) + " is not in the vocabulary of " +
+                     std::to_string(vocab_size()) + " ids");
   return impl_->tokens[static_cast<size_t>(id)];
 }
 

@@ -21,17 +21,17 @@ struct PairHash {
 };
 
 struct BpeTokenizer::Impl {
-  std::vector<std::string> tokens;  ///< id -> token as vocab.json spells it ("" for an id no token has)
-  std::vector<std::string> bytes;   ///< id -> the raw bytes it stands for
-  std::unordered_map<std::string, int32_t> ids;  ///< vocab.json's token -> id
+  std::vector<std::string> tokens;                  ///< id -> token as vocab.json spells it ("" for an id no token has)
+  std::vector<std::string> bytes;                   ///< id -> the raw bytes it stands for
+  std::unordered_map<std::string, int32_t> ids;     ///< vocab.json's token -> id
   std::vector<std::pair<int32_t, int32_t>> merges;  ///< in rank order
   struct Merge {
     int32_t rank;
     int32_t result;
   };
   std::unordered_map<std::pair<int32_t, int32_t>, Merge, PairHash> merge_of;
-  std::array<int32_t, 256> byte_id{};                        ///< the id of each single-byte token
-  std::vector<std::pair<std::string, int32_t>> specials;     ///< special tokens (text, id), longest first
+  std::array<int32_t, 256> byte_id{};                     ///< the id of each single-byte token
+  std::vector<std::pair<std::string, int32_t>> specials;  ///< special tokens (text, id), longest first
 
   /// Pieces seen before and their ids (HF's cache, bounded the same way: cleared when full).
   mutable std::mutex cache_mutex;

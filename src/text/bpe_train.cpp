@@ -55,8 +55,8 @@ struct Entry {
 BpeTokenizer BpeTokenizer::train(const std::vector<std::string>& texts, const BpeTrainOptions& options) {
   const int64_t floor = static_cast<int64_t>(options.special_tokens.size()) + 256;
   if (options.vocab_size < floor)
-    throw ValueError("text::BpeTokenizer::train: vocab_size " + std::to_string(options.vocab_size) +
-                     " is below the " + std::to_string(options.special_tokens.size()) + " special tokens + 256 byte " +
+    throw ValueError("text::BpeTokenizer::train: vocab_size " + std::to_string(options.vocab_size) + " is below the " +
+                     std::to_string(options.special_tokens.size()) + " special tokens + 256 byte " +
                      "tokens; pass a vocab_size of at least " + std::to_string(floor));
   if (options.min_frequency < 0)
     throw ValueError("text::BpeTokenizer::train: min_frequency " + std::to_string(options.min_frequency) +
@@ -148,8 +148,7 @@ BpeTokenizer BpeTokenizer::train_files(const std::vector<std::string>& paths, co
   std::vector<std::string> lines;
   for (const std::string& path : paths) {
     std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw ValueError("text::BpeTokenizer::train_files: cannot open '" + path + "'; pass text files (UTF-8)");
+    if (!in) throw ValueError("text::BpeTokenizer::train_files: cannot open '" + path + "'; pass text files (UTF-8)");
     std::string line;
     while (std::getline(in, line)) {
       if (!in.eof()) line += '\n';  // each line keeps its ending, as tokenizers reads files

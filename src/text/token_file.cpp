@@ -4,16 +4,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <vector>
-
-#include <zlib.h>
-
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "kiln/error.hpp"
 #include "kiln/io.hpp"

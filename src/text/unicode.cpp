@@ -196,8 +196,10 @@ std::vector<std::string> pretokenize(std::string_view input) {
     // The alternatives in the regex's order; the first that matches at i wins (leftmost-first).
     if (code(i) == '\'') {
       const char32_t a = code(i + 1), b = code(i + 2);
-      if (a == 's' || a == 't' || a == 'm' || a == 'd') end = i + 2;
-      else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) end = i + 3;
+      if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        end = i + 2;
+      else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        end = i + 3;
     }
     if (end == i) {
       const size_t j = code(i) == ' ' && i + 1 < n ? i + 1 : i;  // " ?" takes the space when a class follows

@@ -24,9 +24,8 @@ std::string slurp(const std::string& path) {
 }
 
 TEST(BpeTrain, merges_and_vocabulary_equal_tokenizers_training_on_the_same_corpus) {
-  const auto trained = text::BpeTokenizer::train_files({kData + "/corpus.txt"},
-                                                       {.vocab_size = 1000, .min_frequency = 2,
-                                                        .special_tokens = {text::kEndOfText}});
+  const auto trained = text::BpeTokenizer::train_files(
+      {kData + "/corpus.txt"}, {.vocab_size = 1000, .min_frequency = 2, .special_tokens = {text::kEndOfText}});
   const auto golden = text::BpeTokenizer::load(kData + "/vocab.json", kData + "/merges.txt");
   EXPECT_EQ(trained.vocab_size(), golden.vocab_size());
   const auto a = trained.merges(), b = golden.merges();

@@ -4,11 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kiln/error.hpp"
 #include "kiln/text.hpp"
@@ -97,14 +96,16 @@ TEST(Tokenizer, pretokenize_splits_as_gpt2_regex) {
   EXPECT_EQ(text::pretokenize("a  b"), (V{"a", " ", " b"}));
   EXPECT_EQ(text::pretokenize("x\n\n y   "), (V{"x", "\n\n", " y", "   "}));
   EXPECT_EQ(text::pretokenize("123abc 4.5!!"), (V{"123", "abc", " 4", ".", "5", "!!"}));
-  EXPECT_EQ(text::pretokenize("caf\xC3\xA9 \xE2\x82\xAC" "5"), (V{"caf\xC3\xA9", " \xE2\x82\xAC", "5"}));
+  EXPECT_EQ(text::pretokenize("caf\xC3\xA9 \xE2\x82\xAC"
+                              "5"),
+            (V{"caf\xC3\xA9", " \xE2\x82\xAC", "5"}));
   EXPECT_EQ(text::pretokenize("a\r\nb"), (V{"a", "\r", "\n", "b"}));  // the run less its last space, then \\s+
   EXPECT_EQ(text::pretokenize(""), V{});
 }
 
 TEST(Tokenizer, byte_map_is_gpt2s) {
   EXPECT_EQ(text::byte_to_unicode('!'), U'!');
-  EXPECT_EQ(text::byte_to_unicode(' '), U'\u0120');  // "Ġ"
+  EXPECT_EQ(text::byte_to_unicode(' '), U'\u0120');   // "Ġ"
   EXPECT_EQ(text::byte_to_unicode('\n'), U'\u010A');  // "Ċ"
   EXPECT_EQ(text::byte_to_unicode(0), U'\u0100');
   EXPECT_EQ(text::byte_to_unicode(0xAD), U'\u0143');  // the soft hyphen, the last byte outside the printable runs

@@ -57,8 +57,8 @@ int tokenize(const TokenizeArgs& args) {
                input, std::chrono::duration<double>(clock::now() - start).count(), stem, stem);
   }
   start = clock::now();
-  const int64_t n = text::tokenize_to_file(*tok, corpus, args.output,
-                                           args.raw ? text::TokenFormat::raw : text::TokenFormat::llmc);
+  const int64_t n =
+      text::tokenize_to_file(*tok, corpus, args.output, args.raw ? text::TokenFormat::raw : text::TokenFormat::llmc);
   const double s = std::chrono::duration<double>(clock::now() - start).count();
   fmt::print("{}: {} tokens from {} bytes ({:.2f} bytes a token) in {:.2f} s\n", args.output, n, corpus.size(),
              static_cast<double>(corpus.size()) / static_cast<double>(std::max<int64_t>(n, 1)), s);

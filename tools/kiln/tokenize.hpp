@@ -2,15 +2,14 @@
 // byte-level BPE tokenizer loaded from vocab.json + merges.txt or trained on the text itself.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace kiln_cli {
 
 struct TokenizeArgs {
-  std::string input;   ///< the text (.gz read as gzip); default text::kJargonFile
-  std::string output;  ///< the token file (.bin: llm.c's format; anything else with --raw)
+  std::string input;          ///< the text (.gz read as gzip); default text::kJargonFile
+  std::string output;         ///< the token file (.bin: llm.c's format; anything else with --raw)
   std::string vocab, merges;  ///< a tokenizer to load; else one is trained and saved beside the output
   int64_t train_vocab = 4096;
   bool raw = false;
