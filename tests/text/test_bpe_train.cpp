@@ -10,6 +10,7 @@
 #include "kiln/error.hpp"
 #include "kiln/text.hpp"
 #include "test_util.hpp"
+#include "text/text_test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -24,6 +25,7 @@ std::string slurp(const std::string& path) {
 }
 
 TEST(BpeTrain, merges_and_vocabulary_equal_tokenizers_training_on_the_same_corpus) {
+  KILN_SKIP_WITHOUT_ICU();
   const auto trained = text::BpeTokenizer::train_files(
       {kData + "/corpus.txt"}, {.vocab_size = 1000, .min_frequency = 2, .special_tokens = {text::kEndOfText}});
   const auto golden = text::BpeTokenizer::load(kData + "/vocab.json", kData + "/merges.txt");
@@ -54,6 +56,7 @@ TEST(BpeTrain, most_frequent_pair_first_ties_to_smallest_ids_and_min_frequency_s
 }
 
 TEST(BpeTrain, round_trips_text_it_never_saw) {
+  KILN_SKIP_WITHOUT_ICU();
   const auto t = text::BpeTokenizer::train_files({kData + "/corpus.txt"}, {.vocab_size = 600});
   const std::string s = "Zebras \xF0\x9F\xA6\x93 never appeared\r\n\tin the corpus<|endoftext|>!";
   EXPECT_EQ(t.decode(t.encode(s)), s);

@@ -11,6 +11,7 @@
 #include "kiln/error.hpp"
 #include "kiln/text.hpp"
 #include "test_util.hpp"
+#include "text/text_test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -46,6 +47,7 @@ TEST(TextCorpus, tokenize_to_file_starts_with_end_of_text_and_decodes_back) {
 }
 
 TEST(TextCorpus, the_jargon_file_round_trips_through_a_token_file) {
+  KILN_SKIP_WITHOUT_ICU();
   if (!std::filesystem::exists(text::kJargonFile)) GTEST_SKIP() << "Debian's jargon-text is not installed";
   const std::string corpus = text::read_text(text::kJargonFile);
   EXPECT_GT(corpus.size(), 1000000u);
