@@ -505,7 +505,8 @@ std::optional<Batch> DataLoader::Epoch::next() {
     w.changed.notify_all();
   }
   ++s.next;
-  if (item.ready) {  // the consumer's stream waits for the copy; the allocator learns the arrays are used there
+  // The consumer's stream waits for the copy; the allocator learns the arrays are used there.
+  if (item.ready && !item.batch.fields.empty()) {
     const Stream current = Stream::current(item.batch.fields.front().device());
     item.ready->wait(current);
     for (Array& f : item.batch.fields) f.record_stream(current);
