@@ -2,7 +2,10 @@
 # Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references), and on x86-64
 # oneMKL's static libraries from PyPI, linked by scripts/build-mkl into .deps/mkl/lib/libkiln_mkl.so.
 
-APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin libicu-dev
+# kiln's text corpus (examples, `kiln tokenize`, tests/text): the Jargon File, public domain, from Debian's jargon-text
+# (/usr/share/doc/jargon-text/jargon.txt.gz); libicu-dev gives the tokenizer its Unicode categories.
+APT_PACKAGES += jargon-text
 # The demo trains on Fashion-MNIST: Debian's dataset-fashion-mnist puts it in /usr/share/datasets/fashion-mnist.
 DEMO_PACKAGES := dataset-fashion-mnist
 JOBS ?= $(shell nproc)

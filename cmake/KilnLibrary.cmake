@@ -6,7 +6,7 @@
 # Includes inside src/ are written "core/x.hpp", "cpu/x.hpp", "cuda/x.hpp". A layer's include root
 # is ${PROJECT_BINARY_DIR}/layers/<layer>/, with a symbolic link per folder the layer may see:
 #   core: core     cpu: core cpu     cuda: core cuda     autograd: core autograd     nn: (public API only)
-#   dist: dist (and the public API)     glue (src/backends.cpp): core
+#   dist: dist (and the public API)     text: text (and the public API)     glue (src/backends.cpp): core
 # New .cpp files in a folder are picked up by the globs (CONFIGURE_DEPENDS).
 
 # Compile flags of every layer, kept out of kiln's exported interface.
@@ -100,6 +100,25 @@ else()
   set(KILN_ZLIB kiln::zlib)
 endif()
 target_include_directories(kiln_nn SYSTEM PRIVATE ${KILN_ZLIB_INCLUDE})
+# text (the GPT-2 tokenizer, token files) is written with the public API and its own folder, as dist. The
+# pre-tokenizer's Unicode categories (letter, number, white space) come from ICU's libicuuc (Debian's libicu-dev;
+# or unicode/*.h carried in .deps/include beside the library); without it, text that is not ASCII is refused with
+# an error naming the package.
+kiln_layer(text text)
+target_include_directories(kiln_text SYSTEM PRIVATE ${KILN_JSON_INCLUDE} ${KILN_ZLIB_INCLUDE})  # .gz corpora
+find_path(KILN_ICU_INCLUDE unicode/uchar.h PATHS ${PROJECT_SOURCE_DIR}/.deps/include)
+kiln_import_library(kiln::icuuc NAMES icuuc PATHS ${PROJECT_SOURCE_DIR}/.deps/lib)
+if(KILN_ICU_INCLUDE AND kiln__icuuc_FOUND)
+  set(KILN_ICU ON)
+  get_target_property(KILN_ICU_LIBRARY kiln::icuuc IMPORTED_LOCATION)
+  get_filename_component(KILN_ICU_DIR ${KILN_ICU_LIBRARY} DIRECTORY)
+  target_compile_definitions(kiln_text PRIVATE KILN_HAVE_ICU=1)
+  target_include_directories(kiln_text SYSTEM PRIVATE ${KILN_ICU_INCLUDE})
+  message(STATUS "kiln: ICU ${KILN_ICU_LIBRARY} gives the tokenizer its Unicode categories")
+else()
+  set(KILN_ICU OFF)
+  message(STATUS "kiln: no ICU (apt-get install libicu-dev): the tokenizer takes ASCII text only")
+endif()
 # dist (process groups, DDP, DataParallel) is written with the public API and its own folder; its engines are
 # MPI for CPU arrays (Debian's libopenmpi-dev) and NCCL for GPU arrays (with the CUDA toolkit, or the system's
 # nccl.h / libnccl), as imported targets (MPI::MPI_CXX, kiln::nccl); without one, its calls throw DistError
@@ -128,7 +147,7 @@ if(KILN_CUDA)
     message(STATUS "kiln: no NCCL found: kiln::dist has no GPU engine")
   endif()
 endif()
-set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd kiln_nn kiln_dist)
+set(KILN_LAYERS kiln_core kiln_cpu kiln_autograd kiln_nn kiln_text kiln_dist)
 if(KILN_CUDA)
   kiln_layer(cuda core cuda)
   # Headers only: the CUDA libraries are linked once, by `kiln`.
@@ -171,6 +190,9 @@ if(KILN_LIBMVEC)
   target_link_libraries(kiln PRIVATE mvec)
 endif()
 target_link_libraries(kiln PRIVATE ${KILN_ZLIB})
+if(KILN_ICU)
+  target_link_libraries(kiln PRIVATE kiln::icuuc)
+endif()
 if(KILN_MKL)
   get_filename_component(KILN_MKL_DIR ${KILN_MKL_LIBRARY} DIRECTORY)
   kiln_import_library(kiln::kiln_mkl NAMES kiln_mkl HINTS ${KILN_MKL_DIR} REQUIRED)

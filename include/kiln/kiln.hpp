@@ -28,5 +28,6 @@
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"
 #include "kiln/stream.hpp"
+#include "kiln/text.hpp"
 #include "kiln/train.hpp"
 #include "kiln/version.hpp"

@@ -146,6 +146,52 @@ Dataset fashion_mnist(bool train, const std::string& dir) {
           labels.astype(int64)};
 }
 
+// ---------------------------------------------------------------- datasets
+std::vector<Array> stack_samples(const std::vector<Sample>& samples) {
+  if (samples.empty()) return {};
+  const size_t fields = samples[0].size();
+  std::vector<Array> out;
+  out.reserve(fields);
+  for (size_t f = 0; f < fields; ++f) {
+    std::vector<Array> column;
+    column.reserve(samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (samples[i].size() != fields)
+        throw ShapeError("data::stack_samples: sample " + std::to_string(i) + " of the batch has " +
+                         std::to_string(samples[i].size()) + " fields, sample 0 has " + std::to_string(fields) +
+                         "; a dataset's get() must return the same fields for every index (or pass a collate)");
+      if (samples[i][f].shape() != samples[0][f].shape())
+        throw ShapeError("data::stack_samples: field " + std::to_string(f) + " of sample " + std::to_string(i) +
+                         " has shape " + shape_str(samples[i][f].shape()) + ", sample 0's " +
+                         shape_str(samples[0][f].shape()) + "; pad the samples or pass a collate that does");
+      column.push_back(samples[i][f]);
+    }
+    out.push_back(stack(column, 0));
+  }
+  return out;
+}
+
+ArrayDataset::ArrayDataset(std::vector<Array> arrays) {
+  if (arrays.empty()) throw ValueError("data::ArrayDataset: pass at least one array");
+  for (Array& a : arrays) {
+    a = a.detach().to(cpu()).contiguous();
+    if (a.ndim() == 0 || a.shape(0) != arrays[0].shape(0))
+      throw ShapeError("data::ArrayDataset: an array of shape " + shape_str(a.shape()) + " beside one of shape " +
+                       shape_str(arrays[0].shape()) + "; the arrays need the same number of samples on axis 0");
+  }
+  n_ = arrays[0].shape(0);
+  arrays_ = std::move(arrays);
+}
+
+Sample ArrayDataset::get(int64_t index) const {
+  if (index < 0 || index >= n_)
+    throw ValueError("data::ArrayDataset::get: index " + std::to_string(index) + " is outside the " +
+                     std::to_string(n_) + " samples");
+  Sample s;
+  for (const Array& a : arrays_) s.push_back(a.index({index}));
+  return s;
+}
+
 // ---------------------------------------------------------------- DataLoader
 struct DataLoader::Epoch::State {
   struct Item {
@@ -156,14 +202,20 @@ struct DataLoader::Epoch::State {
     std::mutex mutex;
     std::condition_variable changed;
     std::deque<Item> items;
+    bool finished = false;  // an iterable dataset's stream ended (no more items after those queued)
     std::thread thread;
   };
-  Array inputs, targets;  // host, contiguous
+  // The samples: rows of two arrays (host, contiguous), a map-style dataset or an iterable one.
+  Array inputs, targets;
+  std::shared_ptr<const MapDataset> map;
+  std::shared_ptr<const IterableDataset> iterable;
   DataLoaderOptions options;
+  int64_t epoch = 0;
   std::vector<int64_t> order;
-  int64_t batches = 0;
-  int64_t first = 0;  // the batch the epoch starts at (a resumed run's)
+  int64_t batches = 0;  // -1 for an iterable dataset: its streams say when the epoch ends
+  int64_t first = 0;    // the batch the epoch starts at (a resumed run's)
   int64_t next = 0;
+  size_t turn = 0;  // iterable: the worker whose batch is handed out next
   std::atomic<bool> stop{false};
   std::exception_ptr error;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -188,7 +240,44 @@ struct DataLoader::Epoch::State {
     return out;
   }
 
+  std::vector<Array> collate(const std::vector<Sample>& samples) const {
+    return options.collate ? options.collate(samples) : stack_samples(samples);
+  }
+
+  /// Waits for room in the worker's queue; false when the epoch is being stopped.
+  bool wait_for_room(Worker& me) {
+    std::unique_lock lock(me.mutex);
+    me.changed.wait(lock, [&] { return stop || static_cast<int>(me.items.size()) < options.prefetch; });
+    return !stop;
+  }
+
+  /// Queues a batch's host arrays, copied to the device on the side stream for a GPU.
+  void deliver(Worker& me, std::vector<Array> fields, int64_t k, const Device& device, std::optional<Stream>& side) {
+    Item item;
+    item.batch.index = k;
+    if (side) {
+      StreamGuard on_side(*side);
+      for (Array& f : fields) {
+        if (!f.storage()->pinned()) {  // a dataset's arrays: staged through pinned memory for an async copy
+          Array staged = empty(f.shape(), f.dtype(), cpu(), ArrayOptions{.pinned = true});
+          staged.copy_from(f);
+          f = staged;
+        }
+        f = f.to(device, *side, {.non_blocking = true});
+      }
+      item.ready = Event::create(device, false);
+      item.ready->record(*side);
+    }
+    item.batch.fields = std::move(fields);
+    if (!item.batch.fields.empty()) item.batch.x = item.batch.fields[0];
+    if (item.batch.fields.size() > 1) item.batch.y = item.batch.fields[1];
+    std::lock_guard lock(me.mutex);
+    me.items.push_back(std::move(item));
+    me.changed.notify_all();
+  }
+
   void run(size_t w) {
+    Worker& me = *workers[w];
     try {
       const Device device = options.device.value_or(cpu());
       const bool gpu = device.is_cuda();
@@ -200,38 +289,68 @@ struct DataLoader::Epoch::State {
         // chose another) would wait for the compute queued there, and the prefetch would overlap nothing.
         side = Stream::create(device, {.non_blocking = true});
       }
-      Worker& me = *workers[w];
+      if (iterable) {
+        run_stream(me, w, device, side);
+        return;
+      }
       for (int64_t k = first + static_cast<int64_t>(w); k < batches; k += static_cast<int64_t>(workers.size())) {
-        {
-          std::unique_lock lock(me.mutex);
-          me.changed.wait(lock, [&] { return stop || static_cast<int>(me.items.size()) < options.prefetch; });
-          if (stop) return;
-        }
-        Item item;
-        item.batch.index = k;
-        Array x = gather(inputs, k, gpu), y = gather(targets, k, gpu);
-        if (gpu) {
-          StreamGuard on_side(*side);
-          item.batch.x = x.to(device, *side, {.non_blocking = true});
-          item.batch.y = y.to(device, *side, {.non_blocking = true});
-          item.ready = Event::create(device, false);
-          item.ready->record(*side);
+        if (!wait_for_room(me)) return;
+        std::vector<Array> fields;
+        if (map) {
+          std::vector<Sample> samples;
+          for (int64_t r = 0; r < rows_of(k); ++r)
+            samples.push_back(map->get(order[static_cast<size_t>(k * options.batch_size + r)]));
+          fields = collate(samples);
         } else {
-          item.batch.x = x;
-          item.batch.y = y;
+          fields = {gather(inputs, k, gpu), gather(targets, k, gpu)};
         }
-        std::lock_guard lock(me.mutex);
-        me.items.push_back(std::move(item));
-        me.changed.notify_all();
+        deliver(me, std::move(fields), k, device, side);
       }
     } catch (...) {
-      Worker& me = *workers[w];
       std::lock_guard lock(me.mutex);
       error = std::current_exception();
       me.changed.notify_all();
     }
   }
+
+  /// An iterable dataset's worker: consecutive samples of its own stream, batch_size at a time.
+  void run_stream(Worker& me, size_t w, const Device& device, std::optional<Stream>& side) {
+    auto next_sample = iterable->stream({.id = static_cast<int>(w),
+                                         .num_workers = static_cast<int>(workers.size()),
+                                         .epoch = epoch,
+                                         .seed = options.seed});
+    for (bool more = true; more;) {
+      if (!wait_for_room(me)) return;
+      std::vector<Sample> samples;
+      while (static_cast<int64_t>(samples.size()) < options.batch_size) {
+        std::optional<Sample> s = next_sample();
+        if (!s) {
+          more = false;
+          break;
+        }
+        samples.push_back(std::move(*s));
+      }
+      if (samples.empty() || (!more && options.drop_last && static_cast<int64_t>(samples.size()) < options.batch_size))
+        break;
+      deliver(me, collate(samples), -1, device, side);
+    }
+    std::lock_guard lock(me.mutex);
+    me.finished = true;
+    me.changed.notify_all();
+  }
 };
+
+namespace {
+
+void check_options(const DataLoaderOptions& options) {
+  if (options.batch_size <= 0) throw ValueError("DataLoader: batch_size must be positive");
+  if (options.workers <= 0 || options.prefetch <= 0)
+    throw ValueError("DataLoader: workers and prefetch must be positive");
+  if (options.sampler && options.shuffle)
+    throw ValueError("DataLoader: shuffle and sampler are exclusive; shuffle with DistributedSampler::shuffle");
+}
+
+}  // namespace
 
 DataLoader::DataLoader(Array inputs, Array targets, DataLoaderOptions options)
     : inputs_(inputs.detach().to(cpu()).contiguous()),
@@ -240,13 +359,29 @@ DataLoader::DataLoader(Array inputs, Array targets, DataLoaderOptions options)
   if (inputs_.ndim() == 0 || targets_.ndim() == 0 || inputs_.shape(0) != targets_.shape(0))
     throw ShapeError("DataLoader: inputs of shape " + shape_str(inputs_.shape()) + " and targets of shape " +
                      shape_str(targets_.shape()) + " need the same number of samples on axis 0");
-  if (options_.batch_size <= 0) throw ValueError("DataLoader: batch_size must be positive");
-  if (options_.workers <= 0 || options_.prefetch <= 0)
-    throw ValueError("DataLoader: workers and prefetch must be positive");
-  if (options_.sampler && options_.shuffle)
-    throw ValueError("DataLoader: shuffle and sampler are exclusive; shuffle with DistributedSampler::shuffle");
+  check_options(options_);
   n_ = inputs_.shape(0);
   if (options_.sampler) (void)options_.sampler->num_samples(n_);  // checks rank and num_replicas
+}
+
+DataLoader::DataLoader(std::shared_ptr<const MapDataset> dataset, DataLoaderOptions options)
+    : map_(std::move(dataset)), options_(std::move(options)) {
+  if (!map_) throw ValueError("DataLoader: the dataset is null");
+  check_options(options_);
+  n_ = map_->size();
+  if (n_ < 0) throw ValueError("DataLoader: the dataset's size() is " + std::to_string(n_) + "; it must be >= 0");
+  if (options_.sampler) (void)options_.sampler->num_samples(n_);
+}
+
+DataLoader::DataLoader(std::shared_ptr<const IterableDataset> dataset, DataLoaderOptions options)
+    : iterable_(std::move(dataset)), options_(std::move(options)) {
+  if (!iterable_) throw ValueError("DataLoader: the dataset is null");
+  check_options(options_);
+  if (options_.shuffle || options_.sampler)
+    throw ValueError(
+        "DataLoader: an IterableDataset orders its own samples: shuffle and sampler apply to "
+        "map-style datasets only (shuffle inside the stream, from WorkerInfo::seed and epoch)");
+  n_ = -1;
 }
 
 int64_t DistributedSampler::num_samples(int64_t n) const {
@@ -275,12 +410,13 @@ std::vector<int64_t> DistributedSampler::indices(int64_t n, int64_t epoch) const
 DataLoader::~DataLoader() = default;
 
 int64_t DataLoader::num_batches() const {
+  if (iterable_) return -1;
   const int64_t n = options_.sampler ? options_.sampler->num_samples(n_) : n_;
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
 void DataLoader::set_epoch(int64_t epoch, int64_t batch) {
-  if (epoch < 0 || batch < 0 || batch > num_batches())
+  if (epoch < 0 || batch < 0 || (!iterable_ && batch > num_batches()))
     throw ValueError("DataLoader::set_epoch: epoch " + std::to_string(epoch) + " and batch " + std::to_string(batch) +
                      " must be non-negative, the batch at most the " + std::to_string(num_batches()) +
                      " batches of an epoch; pass the position a checkpoint recorded");
@@ -292,24 +428,37 @@ std::unique_ptr<DataLoader::Epoch> DataLoader::epoch() {
   auto state = std::make_shared<Epoch::State>();
   state->inputs = inputs_;
   state->targets = targets_;
+  state->map = map_;
+  state->iterable = iterable_;
   state->options = options_;
-  state->order.resize(static_cast<size_t>(n_));
-  std::iota(state->order.begin(), state->order.end(), int64_t{0});
-  if (options_.sampler) {
-    state->order = options_.sampler->indices(n_, epoch_);
-  } else if (options_.shuffle) {
-    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch_));
-    std::shuffle(state->order.begin(), state->order.end(), rng);
+  state->epoch = epoch_;
+  if (!iterable_) {
+    state->order.resize(static_cast<size_t>(n_));
+    std::iota(state->order.begin(), state->order.end(), int64_t{0});
+    if (options_.sampler) {
+      state->order = options_.sampler->indices(n_, epoch_);
+    } else if (options_.shuffle) {
+      std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch_));
+      std::shuffle(state->order.begin(), state->order.end(), rng);
+    }
   }
   ++epoch_;
   state->batches = num_batches();
-  state->first = state->next = start_batch_;
+  const int64_t skip = start_batch_;
   start_batch_ = 0;
-  const size_t workers =
-      static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(options_.workers, state->batches - state->first)));
+  size_t workers = static_cast<size_t>(std::max(1, options_.workers));
+  if (!iterable_) {
+    state->first = state->next = skip;
+    workers = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(options_.workers, state->batches - skip)));
+  }
   for (size_t w = 0; w < workers; ++w) state->workers.push_back(std::make_unique<Epoch::State::Worker>());
   for (size_t w = 0; w < workers; ++w) state->workers[w]->thread = std::thread([s = state.get(), w] { s->run(w); });
-  return std::unique_ptr<Epoch>(new Epoch(std::move(state)));
+  auto epoch = std::unique_ptr<Epoch>(new Epoch(std::move(state)));
+  // An iterable dataset's resumed epoch: its streams start over; the batches before `skip` are dropped.
+  if (iterable_)
+    for (int64_t k = 0; k < skip && epoch->next(); ++k) {
+    }
+  return epoch;
 }
 
 DataLoader::Epoch::Epoch(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -327,10 +476,27 @@ DataLoader::Epoch::~Epoch() {
 
 std::optional<Batch> DataLoader::Epoch::next() {
   State& s = *state_;
-  if (s.next >= s.batches) return std::nullopt;
-  State::Worker& w = *s.workers[static_cast<size_t>((s.next - s.first) % static_cast<int64_t>(s.workers.size()))];
   State::Item item;
-  {
+  if (s.iterable) {
+    // Round-robin over the workers, skipping those whose stream ended; done when all have.
+    bool found = false;
+    for (size_t tried = 0; tried < s.workers.size() && !found; ++tried) {
+      State::Worker& w = *s.workers[s.turn];
+      s.turn = (s.turn + 1) % s.workers.size();
+      std::unique_lock lock(w.mutex);
+      w.changed.wait(lock, [&] { return !w.items.empty() || w.finished || s.error; });
+      if (w.items.empty() && !w.finished) std::rethrow_exception(s.error);
+      if (w.items.empty()) continue;
+      item = std::move(w.items.front());
+      w.items.pop_front();
+      w.changed.notify_all();
+      found = true;
+    }
+    if (!found) return std::nullopt;
+    item.batch.index = s.next;
+  } else {
+    if (s.next >= s.batches) return std::nullopt;
+    State::Worker& w = *s.workers[static_cast<size_t>((s.next - s.first) % static_cast<int64_t>(s.workers.size()))];
     std::unique_lock lock(w.mutex);
     w.changed.wait(lock, [&] { return !w.items.empty() || s.error; });
     if (w.items.empty()) std::rethrow_exception(s.error);
@@ -339,11 +505,11 @@ std::optional<Batch> DataLoader::Epoch::next() {
     w.changed.notify_all();
   }
   ++s.next;
-  if (item.ready) {  // the consumer's stream waits for the copy; the allocator learns the arrays are used there
-    const Stream current = Stream::current(item.batch.x.device());
+  // The consumer's stream waits for the copy; the allocator learns the arrays are used there.
+  if (item.ready && !item.batch.fields.empty()) {
+    const Stream current = Stream::current(item.batch.fields.front().device());
     item.ready->wait(current);
-    item.batch.x.record_stream(current);
-    item.batch.y.record_stream(current);
+    for (Array& f : item.batch.fields) f.record_stream(current);
     item.batch.ready = std::move(item.ready);
   }
   return std::move(item.batch);

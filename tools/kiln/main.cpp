@@ -15,6 +15,7 @@
 #include "bench_common.hpp"
 #include "kiln/kiln.hpp"
 #include "launch.hpp"
+#include "tokenize.hpp"
 #include "train.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
@@ -225,13 +226,16 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--node-rank", launch_args.node_rank, "this machine's index in [0, nnodes) (0)");
   launch_cmd->add_option("--master-addr", launch_args.master_addr, "rank 0's address (127.0.0.1)");
   launch_cmd->add_option("--master-port", launch_args.master_port, "rank 0's port (default: a free one)");
-  launch_cmd->prefix_command();  // the first positional argument and everything after it: the program
+  launch_cmd->prefix_command();
+  kiln_cli::TokenizeArgs tokenize_args;
+  auto* tokenize_cmd = kiln_cli::add_tokenize_command(app, tokenize_args);  // the first positional argument and everything after it: the program
   train.argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
     if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
+    if (tokenize_cmd->parsed()) return kiln_cli::tokenize(tokenize_args);
     if (launch_cmd->parsed()) {
       launch_args.command = launch_cmd->remaining();
       return kiln_cli::launch(launch_args);
