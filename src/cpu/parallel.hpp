@@ -47,7 +47,7 @@ int max_threads();
 /// when a region gets fewer threads than it asked for.
 void fixed_openmp_team();
 /// Whether other processes keep the calling thread off its core (measured over windows of 50 ms; see
-/// thread_pool.cpp): its parallel loops then run their chunks on it alone, its products on one BLAS thread.
+/// thread_pool.cpp): its parallel loops then run their chunks on it alone.
 bool contended();
 /// Tests: 1 or 0 fixes contended()'s answer, -1 measures again (KILN_CPU_LOAD=ignore: never contended).
 void set_contended_for_testing(int contended);

@@ -203,9 +203,10 @@ std::atomic<int> g_contended_override{-2};
 /// off its core by another process holds the region for a time slice: a small MLP's epoch on 2 cores, each busy
 /// with another process, took 15 times its idle time. The wait shows in the calling thread's scheduler
 /// statistics (the time it was runnable but had no core). While it exceeds a fifth of the last window, the
-/// thread is contended: its loops run their chunks on it alone and its products on one BLAS thread; a spell
-/// ends once the wait falls below a twentieth. The chunks stay those of the full thread count, so results keep
-/// their bits. An idle machine never reads as contended.
+/// thread is contended and its loops run their chunks on it alone; a spell ends once the wait falls below a
+/// twentieth. The chunks stay those of the full thread count, so results keep their bits. Products keep
+/// their BLAS thread count: OpenBLAS's results may change in the last bits with it, and a resumed run must
+/// repeat the uninterrupted one bit for bit. An idle machine never reads as contended.
 bool contended() {
   int forced = g_contended_override.load(std::memory_order_relaxed);
   if (forced == -2) {
