@@ -194,6 +194,12 @@ constexpr double kBusyShare = 0.2, kCalmShare = 0.05;
 constexpr int64_t kMinHoldNs = 250'000'000, kMaxHoldNs = 4'000'000'000;
 constexpr int64_t kFlapNs = 1'000'000'000;
 
+/// KILN_CPU_LOAD: follow (loops), all (loops and products), ignore.
+const std::string& load_policy() {
+  static const std::string policy = detail::env_choice("KILN_CPU_LOAD", {"follow", "all", "ignore"}, "follow");
+  return policy;
+}
+
 /// -1: measure (unless KILN_CPU_LOAD=ignore), 0 or 1: set by a test.
 std::atomic<int> g_contended_override{-2};
 
@@ -205,12 +211,14 @@ std::atomic<int> g_contended_override{-2};
 /// statistics (the time it was runnable but had no core). While it exceeds a fifth of the last window, the
 /// thread is contended and its loops run their chunks on it alone; a spell ends once the wait falls below a
 /// twentieth. The chunks stay those of the full thread count, so results keep their bits. Products keep
-/// their BLAS thread count: OpenBLAS's results may change in the last bits with it, and a resumed run must
-/// repeat the uninterrupted one bit for bit. An idle machine never reads as contended.
+/// their BLAS thread count: OpenBLAS's results change in their last bits with it (a 100x784x100 product on one
+/// thread and on two differ), and a resumed run must repeat the uninterrupted one bit for bit; with
+/// KILN_CPU_LOAD=all they run on one thread too (much faster under load, results then depend on the load).
+/// An idle machine never reads as contended.
 bool contended() {
   int forced = g_contended_override.load(std::memory_order_relaxed);
   if (forced == -2) {
-    forced = detail::env_choice("KILN_CPU_LOAD", {"follow", "ignore"}, "follow") == "follow" ? -1 : 0;
+    forced = load_policy() == "ignore" ? 0 : -1;
     g_contended_override.store(forced, std::memory_order_relaxed);
   }
   if (forced >= 0) return forced == 1;
@@ -234,6 +242,8 @@ bool contended() {
   }
   return w.contended;
 }
+
+bool contended_products() { return load_policy() == "all" && contended(); }
 
 void set_contended_for_testing(int contended) {
   g_contended_override.store(contended < 0 ? -2 : contended, std::memory_order_relaxed);
