@@ -160,7 +160,14 @@ namespace {
 /// (/proc/thread-self/schedstat: time on a core, time runnable but waiting, time slices); -1 when unreadable.
 /// The file stays open: pread at offset 0 makes the kernel write the figures again.
 int64_t runnable_wait_ns() {
-  thread_local int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  struct File {  // closed when the thread ends: programs may start many short-lived threads
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~File() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  thread_local File file;
+  const int fd = file.fd;
   if (fd < 0) return -1;
   char text[96];
   const ssize_t n = pread(fd, text, sizeof text - 1, 0);

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -227,4 +229,20 @@ TEST(ParallelFor, OpenmpDynamicTeamsAreTurnedOffWhereKilnRuns) {
     on_worker = omp_get_dynamic();
   }).join();
   EXPECT_EQ(on_worker, 0) << "on a thread of the user's";
+}
+
+// The scheduler statistics file each calling thread keeps open is closed when the thread ends: a program that
+// starts many short-lived threads calling kiln does not run out of file descriptors.
+TEST(ParallelFor, ThreadsThatEndCloseTheirLoadWatch) {
+  auto open_files = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{});
+  };
+  cpu_impl::set_contended_for_testing(-1);
+  const auto before = open_files();
+  for (int i = 0; i < 64; ++i)
+    std::thread([] {
+      parallel_for(
+          int64_t{1} << 16, [](int64_t, int64_t) {}, 1024);
+    }).join();
+  EXPECT_LE(open_files(), before + 2);
 }
