@@ -173,6 +173,8 @@ class GradScaler {
   double get_scale() const { return scale_; }
   /// Whether this iteration's unscale() found an inf or a NaN (reset by update()).
   bool found_inf() const { return found_inf_; }
+  /// The steps step() skipped (overflowed gradients) since construction; not part of the state dict.
+  int64_t skipped_steps() const { return skipped_steps_; }
   /// The scaler's state between iterations: "scale" (float64) and "growth_tracker" (int64), 0-d.
   nn::StateDict state_dict() const;
   /// Restores a state_dict() (call between iterations); ValueError naming a missing or unexpected key.
@@ -182,6 +184,7 @@ class GradScaler {
   GradScalerOptions options_;
   double scale_;
   int64_t growth_tracker_ = 0;
+  int64_t skipped_steps_ = 0;
   bool unscaled_ = false, found_inf_ = false;
 };
 

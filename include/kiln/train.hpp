@@ -33,11 +33,31 @@ struct EpochMetrics {
   double seconds = 0;  ///< the epoch's training time (host clock after its metrics were read)
   double samples_per_second = 0;
   double lr = 0;
-  /// The record as one JSON object (the log's line).
+  /// Steps of the epoch skipped for a NaN or Inf loss (FitOptions::on_non_finite_loss = skip); -1 when not
+  /// checked (keep_going).
+  int64_t non_finite_skipped = -1;
+  /// Steps of the epoch the GradScaler skipped (its gradients held an inf or a NaN); -1 without a scaler.
+  int64_t scaler_skipped = -1;
+  /// The record as one JSON object (the log's line; the two skip counts appear when counted).
   std::string json() const;
 };
 
 using LossFn = std::function<Array(const Array& output, const Array& target)>;
+
+/// A NaN or Inf loss met under NonFiniteLoss::raise (a ValueError: catch either).
+class NonFiniteLossError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
+/// What a training step does when its loss is NaN or Inf (PyTorch Lightning's choices). Any other than
+/// keep_going reads the loss on the host before backward: one synchronisation per step.
+enum class NonFiniteLoss {
+  keep_going,  ///< step as usual, no check (the default; the parameters may become NaN)
+  skip,        ///< no backward and no optimizer or scheduler step: parameters and optimizer state stay as they
+               ///< were; the step is counted (TrainStep::non_finite_skipped, EpochMetrics::non_finite_skipped)
+  raise,       ///< NonFiniteLossError naming the step (fit: the epoch and batch too) and the loss, before any update
+};
 
 struct FitOptions {
   int64_t epochs = 1;
@@ -61,6 +81,10 @@ struct FitOptions {
   /// on_epoch_end callbacks); saved in the checkpoints. Not with graph (a replayed step keeps the capture's lr).
   optim::LRScheduler* scheduler = nullptr;
   bool scheduler_per_epoch = false;
+  /// A NaN or Inf loss: go on (default), skip the step, or stop with a ValueError (see NonFiniteLoss).
+  NonFiniteLoss on_non_finite_loss = NonFiniteLoss::keep_going;
+  /// Loss scaling (see StepOptions::scaler); its skipped steps are counted per epoch (EpochMetrics, the log).
+  optim::GradScaler* scaler = nullptr;
   /// The run's state (save_checkpoint: model, optimizer, scheduler, generator, position) is written crash-safely
   /// to this file at the end of each epoch and, when checkpoint_every > 0, after every that many steps. The
   /// position is fit's epoch, the loader's too when fit is the first to run it: pass a loader that has not run.
@@ -85,8 +109,13 @@ struct StepOptions {
   /// 0: no clipping. Captured with the step under graph.
   double max_grad_norm = 0;
   /// Stepped after each optimizer step (a per-iteration schedule). Not with graph: ValueError (a replayed step
-  /// keeps the lr of the capture).
+  /// keeps the lr of the capture). Not stepped when the optimizer was not (a skipped step).
   optim::LRScheduler* scheduler = nullptr;
+  /// A NaN or Inf loss: go on (default), skip the step, or throw (see NonFiniteLoss). Not with graph.
+  NonFiniteLoss on_non_finite_loss = NonFiniteLoss::keep_going;
+  /// Loss scaling: backward from scaler->scale(loss), unscale before clipping, scaler->step(optimizer) (skipped
+  /// when a gradient overflowed) and scaler->update(). Not with graph (GradScaler::step reads the host).
+  optim::GradScaler* scaler = nullptr;
 };
 
 /// One training step (zero_grad, forward, loss, backward, optionally clipping, optimizer.step(), optionally
@@ -121,6 +150,13 @@ class TrainStep {
   int64_t samples() const;
   /// Zeroes the sums (in place; asynchronous).
   void reset_metrics();
+  /// Steps run (skipped ones included) since construction.
+  int64_t steps() const;
+  /// Steps skipped for a NaN or Inf loss (NonFiniteLoss::skip) since construction; they add nothing to the
+  /// metrics.
+  int64_t non_finite_skipped() const;
+  /// Steps the StepOptions::scaler skipped (overflowed gradients) since construction (0 without a scaler).
+  int64_t scaler_skipped() const;
   /// True once a graph has been captured; the number of its nodes and of replays so far.
   bool graphed() const;
   size_t graph_nodes() const;

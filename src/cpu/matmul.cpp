@@ -70,14 +70,15 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
 /// After a oneDNN call with OpenBLAS's pthreads build (keep_openmp_team_hot), a product below 2^28 multiply-adds
 /// runs on one thread: OpenBLAS's woken threads would spin for a while beside OpenMP's, which the next
 /// convolution needs. Only the first product after such a call: a run of products with no OpenMP library call
-/// between them (an MLP's step after a oneMKL product) goes back to OpenBLAS's threads (bench/results/resnet50-h200-2026-11-26.md: a batch-16 ResNet-50 forward, whose only
-/// product is its classifier).
+/// between them (an MLP's step after a oneMKL product) goes back to OpenBLAS's threads
+/// (bench/results/resnet50-h200-2026-11-26.md: a batch-16 ResNet-50 forward, whose only product is its classifier).
 class BlasThreads {
  public:
   BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
     const int64_t work = m * n * k;
     single_ = work < kOneThreadAfterOpenmp && keep_openmp_team_hot();
-    const int want = single_ ? 1 : static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
+    const int want =
+        single_ || contended_products() ? 1 : static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
     if (want != full_ && !in_parallel()) {
       openblas_set_num_threads(want);
       changed_ = true;
@@ -130,9 +131,9 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* 
     // MKL's GNU OpenMP threads are OpenMP's team: later loops run there (note_openmp_library_call).
     const int ta_ = ta == CblasTrans, tb_ = tb == CblasTrans;
     if constexpr (std::is_same_v<T, float>)
-      kiln_mkl_sgemm(max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
+      kiln_mkl_sgemm(contended_products() ? 1 : max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
     else
-      kiln_mkl_dgemm(max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
+      kiln_mkl_dgemm(contended_products() ? 1 : max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
     note_openmp_library_call();
     return;
   }

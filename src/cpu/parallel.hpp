@@ -46,6 +46,13 @@ int max_threads();
 /// Turns OpenMP's dynamic team sizes off for the calling thread: OpenBLAS's OpenMP build hangs
 /// when a region gets fewer threads than it asked for.
 void fixed_openmp_team();
+/// Whether other processes keep the calling thread off its core (measured over windows of 50 ms; see
+/// thread_pool.cpp): its parallel loops then run their chunks on it alone.
+bool contended();
+/// contended() under KILN_CPU_LOAD=all: products then run on one BLAS thread (their bits change with it).
+bool contended_products();
+/// Tests: 1 or 0 fixes contended()'s answer, -1 measures again (KILN_CPU_LOAD=ignore: never contended).
+void set_contended_for_testing(int contended);
 /// True on a thread that is running a chunk of a parallel loop.
 bool in_parallel();
 /// Runs fn(c) for every c in [0, chunks), spread over the pool; returns when all are done.

@@ -1,11 +1,15 @@
 // The CPU backend's parallel loops: chunks claimed from an atomic counter by the threads of
 // an OpenMP team (the team oneDNN and an OpenMP OpenBLAS use too), or of kiln's own pool after
 // a product on OpenBLAS's own threads (see parallel.hpp for why).
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -150,6 +154,108 @@ void fixed_openmp_team() {
   if (omp_get_dynamic()) omp_set_dynamic(0);
 }
 
+namespace {
+
+/// The calling thread's time waiting for a core while runnable (ns), from the kernel's scheduler statistics
+/// (/proc/thread-self/schedstat: time on a core, time runnable but waiting, time slices); -1 when unreadable.
+/// The file stays open: pread at offset 0 makes the kernel write the figures again.
+int64_t runnable_wait_ns() {
+  struct File {  // closed when the thread ends: programs may start many short-lived threads
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~File() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  thread_local File file;
+  const int fd = file.fd;
+  if (fd < 0) return -1;
+  char text[96];
+  const ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  unsigned long long on_cpu = 0, waiting = 0;
+  if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2) return -1;
+  return static_cast<int64_t>(waiting);
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Per calling thread: the current window and whether its loops run on it alone.
+struct LoadWatch {
+  int64_t window_start = 0, wait_at_start = -1;
+  bool contended = false;
+  int64_t hold_until = 0;   // contended at least until then
+  int64_t hold = 0;         // how long the next contended spell holds at least
+  int64_t released_at = 0;  // when the last one ended
+};
+thread_local LoadWatch t_load;
+
+// The window over which the wait is measured; the shares of it spent waiting for a core that start and end a
+// contended spell; its least length, doubled (up to the maximum) when a spell follows the last within a second:
+// with one competing process in all, a window on one thread looks idle and one on two threads waits.
+constexpr int64_t kWindowNs = 50'000'000;
+constexpr double kBusyShare = 0.2, kCalmShare = 0.05;
+constexpr int64_t kMinHoldNs = 250'000'000, kMaxHoldNs = 4'000'000'000;
+constexpr int64_t kFlapNs = 1'000'000'000;
+
+/// KILN_CPU_LOAD: follow (loops), all (loops and products), ignore.
+const std::string& load_policy() {
+  static const std::string policy = detail::env_choice("KILN_CPU_LOAD", {"follow", "all", "ignore"}, "follow");
+  return policy;
+}
+
+/// -1: measure (unless KILN_CPU_LOAD=ignore), 0 or 1: set by a test.
+std::atomic<int> g_contended_override{-2};
+
+}  // namespace
+
+/// With more runnable threads than cores, a parallel region waits for its slowest thread, and a thread kept
+/// off its core by another process holds the region for a time slice: a small MLP's epoch on 2 cores, each busy
+/// with another process, took 15 times its idle time. The wait shows in the calling thread's scheduler
+/// statistics (the time it was runnable but had no core). While it exceeds a fifth of the last window, the
+/// thread is contended and its loops run their chunks on it alone; a spell ends once the wait falls below a
+/// twentieth. The chunks stay those of the full thread count, so results keep their bits. Products keep
+/// their BLAS thread count: OpenBLAS's results change in their last bits with it (a 100x784x100 product on one
+/// thread and on two differ), and a resumed run must repeat the uninterrupted one bit for bit; with
+/// KILN_CPU_LOAD=all they run on one thread too (much faster under load, results then depend on the load).
+/// An idle machine never reads as contended.
+bool contended() {
+  int forced = g_contended_override.load(std::memory_order_relaxed);
+  if (forced == -2) {
+    forced = load_policy() == "ignore" ? 0 : -1;
+    g_contended_override.store(forced, std::memory_order_relaxed);
+  }
+  if (forced >= 0) return forced == 1;
+  LoadWatch& w = t_load;
+  const int64_t now = now_ns();
+  if (now - w.window_start < kWindowNs) return w.contended;
+  const int64_t wait = runnable_wait_ns();
+  if (wait < 0) return false;
+  const bool first = w.wait_at_start < 0;
+  const double share = static_cast<double>(wait - w.wait_at_start) / static_cast<double>(now - w.window_start);
+  w.window_start = now;
+  w.wait_at_start = wait;
+  if (first) return false;
+  if (!w.contended && share > kBusyShare) {
+    w.contended = true;
+    w.hold = now - w.released_at < kFlapNs ? std::min(2 * std::max(w.hold, kMinHoldNs), kMaxHoldNs) : kMinHoldNs;
+    w.hold_until = now + w.hold;
+  } else if (w.contended && share < kCalmShare && now >= w.hold_until) {
+    w.contended = false;
+    w.released_at = now;
+  }
+  return w.contended;
+}
+
+bool contended_products() { return load_policy() == "all" && contended(); }
+
+void set_contended_for_testing(int contended) {
+  g_contended_override.store(contended < 0 ? -2 : contended, std::memory_order_relaxed);
+}
+
 int max_threads() {
   if (t_in_parallel) return 1;
   fixed_openmp_team();
@@ -162,6 +268,14 @@ void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
   fixed_openmp_team();
   if (chunks <= 1 || t_in_parallel) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
+    return;
+  }
+  if (contended()) {  // the same chunks, on the calling thread alone: no peer to wait for, the same bits
+    Job job;
+    job.fn = &fn;
+    job.chunks = chunks;
+    work_on(job);
+    if (job.error) std::rethrow_exception(job.error);
     return;
   }
   if (!on_openmp_team()) {

@@ -422,7 +422,10 @@ bool GradScaler::step(Optimizer& optimizer) {
     return true;
   }
   unscale(optimizer);
-  if (found_inf_) return false;
+  if (found_inf_) {
+    ++skipped_steps_;
+    return false;
+  }
   optimizer.step();
   return true;
 }

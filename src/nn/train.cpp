@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -82,20 +83,55 @@ struct TrainStep::Impl {
   StepOptions options;
   LossFn loss_fn;
   Totals totals;  // samples counts every step, eager or replayed
-  int64_t steps = 0, replays = 0;
+  int64_t steps = 0, replays = 0, non_finite_skipped = 0, scaler_skipped = 0;
 #ifdef KILN_WITH_CUDA
   std::unique_ptr<cuda::Graph> graph;
   Array static_x, static_y;
 #endif
 
+  /// What became of a step: the optimizer stepped, the scaler skipped it (overflowed gradients), or it was
+  /// skipped for a non-finite loss before backward.
+  enum class Outcome { stepped, scaler_skipped, loss_skipped };
+
+  /// Under a NaN/Inf check: whether the loss is finite (a host read). Summed in float64 so a loss of any
+  /// shape is one read; NaN and Inf survive the sum.
+  static bool finite_loss(const Array& loss, double& value) {
+    NoGradGuard no_grad;
+    value = sum(loss.detach().astype(float64)).item<double>();
+    return std::isfinite(value);
+  }
+
   /// forward, loss, backward, optimizer step and the metric updates (no zero_grad: the caller clears).
-  void body(const Array& x, const Array& y) {
+  Outcome body(const Array& x, const Array& y) {
     const Array output = (*model)(x);
     const Array loss = loss_fn(output, y);
-    loss.backward();
-    if (options.max_grad_norm > 0) optim::clip_grad_norm(optimizer->parameters(), options.max_grad_norm);
-    optimizer->step();
+    double value = 0;
+    if (options.on_non_finite_loss != NonFiniteLoss::keep_going && !finite_loss(loss, value)) {
+      if (options.on_non_finite_loss == NonFiniteLoss::skip) return Outcome::loss_skipped;
+      throw NonFiniteLossError("TrainStep: the loss of step " + std::to_string(steps + 1) + " is " +
+                               (std::isnan(value) ? "nan"
+                                : value > 0       ? "inf"
+                                                  : "-inf") +
+                               " (on_non_finite_loss = raise; nothing was updated); find the op that made it "
+                               "with autograd::DetectAnomalyGuard, lower the learning rate or clip the "
+                               "gradients, or skip such steps with NonFiniteLoss::skip");
+    }
+    Outcome outcome = Outcome::stepped;
+    if (options.scaler) {
+      options.scaler->scale(loss).backward();
+      if (options.max_grad_norm > 0) {
+        options.scaler->unscale(*optimizer);  // clip the true gradients
+        optim::clip_grad_norm(optimizer->parameters(), options.max_grad_norm);
+      }
+      if (!options.scaler->step(*optimizer)) outcome = Outcome::scaler_skipped;
+      options.scaler->update();
+    } else {
+      loss.backward();
+      if (options.max_grad_norm > 0) optim::clip_grad_norm(optimizer->parameters(), options.max_grad_norm);
+      optimizer->step();
+    }
     totals.add(loss, output, y, options.accuracy);  // the first (eager) step makes the sums
+    return outcome;
   }
 
 #ifdef KILN_WITH_CUDA
@@ -113,7 +149,7 @@ struct TrainStep::Impl {
     graph = std::make_unique<cuda::Graph>();
     {
       cuda::GraphCapture scope(*graph, side);
-      body(static_x, static_y);
+      body(static_x, static_y);  // stepped: a graph has no scaler nor loss check (refused at construction)
     }
     graph->replay(Stream::current(d));
     ++replays;
@@ -121,13 +157,18 @@ struct TrainStep::Impl {
 #endif
 
   void step(const Array& x, const Array& y) {
-    run(x, y);
-    if (options.scheduler) options.scheduler->step();
-    totals.samples += rows_of(x);
+    const Outcome outcome = run(x, y);
     ++steps;
+    if (outcome == Outcome::loss_skipped) {
+      ++non_finite_skipped;
+      return;
+    }
+    if (outcome == Outcome::scaler_skipped) ++scaler_skipped;
+    if (outcome == Outcome::stepped && options.scheduler) options.scheduler->step();
+    totals.samples += rows_of(x);
   }
 
-  void run(const Array& x, const Array& y) {
+  Outcome run(const Array& x, const Array& y) {
 #ifdef KILN_WITH_CUDA
     if (options.graph && x.device().is_cuda()) {
       auto fits = [](const Array& a, const Array& slot) {
@@ -138,13 +179,16 @@ struct TrainStep::Impl {
         static_y.copy_from(y, {.non_blocking = true});
         graph->replay(Stream::current(x.device()));
         ++replays;
-        return;
+        return Outcome::stepped;
       }
-      if (!graph && steps >= options.warmup) return capture(x, y);
+      if (!graph && steps >= options.warmup) {
+        capture(x, y);
+        return Outcome::stepped;
+      }
     }
 #endif
     optimizer->zero_grad();
-    body(x, y);
+    return body(x, y);
   }
 };
 
@@ -159,6 +203,10 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, StepOptions
     throw ValueError(
         "TrainStep: a scheduler with graph: each replay would keep the lr of the capture; schedule "
         "an eager loop (graph = false), or keep the lr constant");
+  if (options.graph && (options.scaler || options.on_non_finite_loss != NonFiniteLoss::keep_going))
+    throw ValueError(
+        "TrainStep: a GradScaler or a non-finite loss check with graph: both read the host at each step, "
+        "which a replayed graph cannot; train eagerly (graph = false) or drop the scaler and the check");
   if (!(options.max_grad_norm >= 0))
     throw ValueError("TrainStep: max_grad_norm must be >= 0 (0: no clipping), got " +
                      std::to_string(options.max_grad_norm));
@@ -176,6 +224,9 @@ double TrainStep::mean_loss() const { return impl_->totals.mean_loss(); }
 double TrainStep::accuracy() const { return impl_->totals.accuracy(impl_->options.accuracy); }
 int64_t TrainStep::samples() const { return impl_->totals.samples; }
 void TrainStep::reset_metrics() { impl_->totals.reset(); }
+int64_t TrainStep::steps() const { return impl_->steps; }
+int64_t TrainStep::non_finite_skipped() const { return impl_->non_finite_skipped; }
+int64_t TrainStep::scaler_skipped() const { return impl_->scaler_skipped; }
 
 bool TrainStep::graphed() const {
 #ifdef KILN_WITH_CUDA
@@ -201,7 +252,10 @@ std::string EpochMetrics::json() const {
   if (test_loss >= 0) s += ", \"test_loss\": " + number(test_loss);
   if (test_accuracy >= 0) s += ", \"test_accuracy\": " + number(test_accuracy);
   s += ", \"seconds\": " + number(seconds) + ", \"samples_per_second\": " + number(samples_per_second) +
-       ", \"lr\": " + number(lr) + "}";
+       ", \"lr\": " + number(lr);
+  if (non_finite_skipped >= 0) s += ", \"non_finite_skipped\": " + std::to_string(non_finite_skipped);
+  if (scaler_skipped >= 0) s += ", \"scaler_skipped\": " + std::to_string(scaler_skipped);
+  s += "}";
   return s;
 }
 
@@ -232,7 +286,11 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
   }
   std::vector<EpochMetrics> history;
   const int64_t batches = train.num_batches();
-  Checkpoint ckpt{.model = &model, .optimizer = &optimizer, .scheduler = options.scheduler, .loader = &train};
+  Checkpoint ckpt{.model = &model,
+                  .optimizer = &optimizer,
+                  .scheduler = options.scheduler,
+                  .scaler = options.scaler,
+                  .loader = &train};
   if (!options.checkpoint.empty() && options.resume && std::filesystem::exists(options.checkpoint))
     load_checkpoint(options.checkpoint, ckpt);
   TrainStep step(model, optimizer,
@@ -241,13 +299,21 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
                   .graph = options.graph,
                   .warmup = options.graph_warmup,
                   .max_grad_norm = options.max_grad_norm,
-                  .scheduler = options.scheduler_per_epoch ? nullptr : options.scheduler});
+                  .scheduler = options.scheduler_per_epoch ? nullptr : options.scheduler,
+                  .on_non_finite_loss = options.on_non_finite_loss,
+                  .scaler = options.scaler});
   for (int64_t e = ckpt.epoch + 1; e <= options.epochs; ++e) {
     model.train();
     step.reset_metrics();
     const auto start = Clock::now();
+    const int64_t loss_skipped_before = step.non_finite_skipped(), scaler_skipped_before = step.scaler_skipped();
     for (const data::Batch& b : train) {
-      step(b.x, b.y);
+      try {
+        step(b.x, b.y);
+      } catch (const NonFiniteLossError& error) {
+        throw NonFiniteLossError("train::fit: epoch " + std::to_string(e) + ", batch " + std::to_string(b.index + 1) +
+                                 " of " + std::to_string(batches) + ": " + error.what());
+      }
       ++ckpt.step;
       if (options.checkpoint_every > 0 && !options.checkpoint.empty() && ckpt.step % options.checkpoint_every == 0) {
         ckpt.epoch = e - 1;
@@ -271,6 +337,9 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
     m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     m.samples_per_second = static_cast<double>(step.samples()) / std::max(m.seconds, 1e-12);
     m.lr = optimizer.lr();
+    if (options.on_non_finite_loss != NonFiniteLoss::keep_going)
+      m.non_finite_skipped = step.non_finite_skipped() - loss_skipped_before;
+    if (options.scaler) m.scaler_skipped = step.scaler_skipped() - scaler_skipped_before;
     if (test) std::tie(m.test_loss, m.test_accuracy) = evaluate(model, *test, loss_fn, options.accuracy);
     history.push_back(m);
     if (log) log << m.json() << "\n" << std::flush;
@@ -286,6 +355,8 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
       if (m.test_accuracy >= 0) text += "  test acc " + std::to_string(m.test_accuracy).substr(0, 6);
       std::snprintf(line, sizeof line, "  %.2f s  %.0f samples/s", m.seconds, m.samples_per_second);
       text += line;
+      if (m.non_finite_skipped > 0) text += "  skipped (NaN/Inf loss) " + std::to_string(m.non_finite_skipped);
+      if (m.scaler_skipped > 0) text += "  skipped (scaler) " + std::to_string(m.scaler_skipped);
       out << (terminal ? "\r\033[K" : "") << text << "\n" << std::flush;
     }
     if (options.scheduler && options.scheduler_per_epoch) options.scheduler->step();

@@ -1,10 +1,16 @@
-// kiln::parallel_for on both of the CPU's thread teams (OpenMP's and kiln's own pool): every index once, the
-// first exception rethrown, nested loops serial, and the CPU kernels that run on it giving the same bits.
+// kiln::parallel_for on both of the CPU's thread teams (OpenMP's and kiln's own pool) and on a contended calling
+// thread alone: every index once, the first exception rethrown, nested loops serial, and the CPU kernels that run
+// on it giving the same bits.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -17,15 +23,18 @@ using namespace kiln;
 
 namespace {
 
-/// Runs the test body on OpenMP's team, then on kiln's pool, then lets the process choose again.
+/// Runs the test body on OpenMP's team, then on kiln's pool, then on the calling thread alone (as on a machine
+/// whose cores other processes hold), then lets the process choose again.
 template <class F>
 void on_both_teams(F body) {
-  for (int openmp : {1, 0}) {
-    cpu_impl::set_team_for_testing(openmp);
-    SCOPED_TRACE(openmp ? "OpenMP team" : "kiln's pool");
+  for (int mode : {1, 0, 2}) {
+    cpu_impl::set_team_for_testing(mode == 2 ? 1 : mode);
+    cpu_impl::set_contended_for_testing(mode == 2 ? 1 : 0);
+    SCOPED_TRACE(mode == 1 ? "OpenMP team" : mode == 0 ? "kiln's pool" : "contended: the calling thread");
     body();
   }
   cpu_impl::set_team_for_testing(-1);
+  cpu_impl::set_contended_for_testing(-1);
 }
 
 }  // namespace
@@ -80,8 +89,9 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
   on_both_teams([&] {
     got.push_back(stack({exp(x) * 2.0f, sum(x, {1}).reshape({257, 1}).broadcast_to({257, 1031})}));
   });
-  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got.size(), 3u);
   EXPECT_TRUE(array_equal(got[0], got[1]));
+  EXPECT_TRUE(array_equal(got[0], got[2])) << "a contended thread keeps the bits";
 }
 
 // With OpenBLAS's pthreads build, loops follow the last heavy library call: kiln's pool after a product on
@@ -89,6 +99,7 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
 // be the OpenMP build, which always uses the team). Right after a oneDNN call a product below 2^28 multiply-adds
 // runs on one BLAS thread and leaves OpenMP's team in charge; a larger one wakes OpenBLAS's threads.
 TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
+  cpu_impl::set_contended_for_testing(0);  // a busy machine would keep products on one thread
   cpu_impl::set_team_for_testing(2);
   cpu_impl::note_blas_call();
   EXPECT_FALSE(cpu_impl::on_openmp_team());
@@ -123,6 +134,61 @@ TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
   EXPECT_TRUE(cpu_impl::on_openmp_team());
 #endif
   cpu_impl::set_team_for_testing(-1);
+  cpu_impl::set_contended_for_testing(-1);
+}
+
+// A contended thread (other processes hold the cores) runs every chunk of its loops itself, and the chunks are
+// those of the full thread count (so the results keep their bits: KernelsGiveTheSameBitsOnBothTeams).
+TEST(ParallelFor, AContendedThreadRunsTheSameChunksItself) {
+  auto count_ranges = [](std::vector<std::thread::id>* ids) {
+    std::atomic<int> ranges{0};
+    std::mutex mutex;
+    parallel_for(
+        int64_t{1} << 20,
+        [&](int64_t, int64_t) {
+          ++ranges;
+          std::lock_guard<std::mutex> lock(mutex);
+          ids->push_back(std::this_thread::get_id());
+        },
+        1024);
+    return ranges.load();
+  };
+  std::vector<std::thread::id> calm_ids, contended_ids;
+  cpu_impl::set_contended_for_testing(0);
+  const int calm = count_ranges(&calm_ids);
+  cpu_impl::set_contended_for_testing(1);
+  const int contended = count_ranges(&contended_ids);
+  cpu_impl::set_contended_for_testing(-1);
+  EXPECT_EQ(contended, calm);
+  EXPECT_EQ(calm, std::min(omp_get_max_threads(), 1024));
+  for (const std::thread::id& id : contended_ids) EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+// Three threads spinning per core keep the calling thread, busy itself, waiting for a core most of the time:
+// within a few windows of 50 ms it reads as contended (the scheduler's statistics of the thread). Whether an
+// idle machine reads as calm is not asserted: the machine running the tests may be busy.
+TEST(ParallelFor, ThreadsHoldingEveryCoreMakeTheCallerContended) {
+  const char* load = std::getenv("KILN_CPU_LOAD");
+  if (load && std::string(load) == "ignore") GTEST_SKIP() << "KILN_CPU_LOAD=ignore";
+  cpu_impl::set_contended_for_testing(-1);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < 3 * cores; ++i)
+    spinners.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  bool seen = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  volatile double sink = 0;
+  while (!seen && std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 10000; ++i) sink = sink + 1.0;
+    seen = cpu_impl::contended();
+  }
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  EXPECT_TRUE(seen) << "not contended within 5 s with " << 3 * cores << " spinning threads on " << cores << " cores";
 }
 
 // KILN_CPU_POOL takes openmp or kiln; another value is a ValueError naming the variable and both values.
@@ -163,4 +229,20 @@ TEST(ParallelFor, OpenmpDynamicTeamsAreTurnedOffWhereKilnRuns) {
     on_worker = omp_get_dynamic();
   }).join();
   EXPECT_EQ(on_worker, 0) << "on a thread of the user's";
+}
+
+// The scheduler statistics file each calling thread keeps open is closed when the thread ends: a program that
+// starts many short-lived threads calling kiln does not run out of file descriptors.
+TEST(ParallelFor, ThreadsThatEndCloseTheirLoadWatch) {
+  auto open_files = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{});
+  };
+  cpu_impl::set_contended_for_testing(-1);
+  const auto before = open_files();
+  for (int i = 0; i < 64; ++i)
+    std::thread([] {
+      parallel_for(
+          int64_t{1} << 16, [](int64_t, int64_t) {}, 1024);
+    }).join();
+  EXPECT_LE(open_files(), before + 2);
 }

@@ -168,6 +168,13 @@ int launch(const LaunchArgs& args) {
   // When a rank fails, the others get a short grace period to end on their own before SIGTERM: a rank that dies
   // closes its connections while still exiting, a peer that notices can exit first, and the launcher must not
   // kill the rank that failed first (its exit code is the one to report) in the middle of its exit.
+  // A rank by its RANK; with several nodes, its node and local rank too (the others' launchers name theirs).
+  auto name = [&](int local) {
+    const std::string global = "rank " + std::to_string(args.node_rank * args.nproc + local);
+    return args.nnodes > 1
+               ? global + " (node " + std::to_string(args.node_rank) + ", local rank " + std::to_string(local) + ")"
+               : global;
+  };
   constexpr auto kGrace = std::chrono::seconds(1);
   constexpr auto kTermToKill = std::chrono::seconds(5);
   int result = 0, running = args.nproc;
@@ -199,15 +206,15 @@ int launch(const LaunchArgs& args) {
     --running;
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && !stopping) {
-      std::cerr << "kiln launch: rank " << rank << " " << describe(status) << "; stopping the other " << running
-                << " rank(s)\n";
+      std::cerr << "kiln launch: " << name(rank) << " " << describe(status) << "; stopping the other " << running
+                << " rank(s)" << (args.nnodes > 1 ? " of this node" : "") << "\n";
       result = exit_code(status);
       stopping = true;
       stop_started = std::chrono::steady_clock::now();
     } else if (failed && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL))) {
       // Failed on its own while the others were being stopped (it may have been the first to fail: a rank
       // that noticed the loss can exit before the launcher reaps the one that died).
-      std::cerr << "kiln launch: rank " << rank << " " << describe(status) << "\n";
+      std::cerr << "kiln launch: " << name(rank) << " " << describe(status) << "\n";
     }
   }
   signal(SIGINT, SIG_DFL);
