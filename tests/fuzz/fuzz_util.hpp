@@ -1,0 +1,48 @@
+// What every libFuzzer target of tests/fuzz shares: the file a parser reads (kiln's parsers take a path), and the
+// rule that a parser may refuse an input only with a kiln::Error. Anything else thrown (std::out_of_range,
+// std::length_error, a JSON library's exception, std::bad_alloc) escapes the target, and libFuzzer reports it as
+// a crash with the input that caused it, as it does for sanitizer reports.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "kiln/error.hpp"
+
+namespace kiln_fuzz {
+
+/// A path of this process under the temp folder (TMPDIR), ending in `suffix`: parallel fuzzing jobs
+/// (-jobs=N) each write their own file.
+inline std::string scratch_path(const std::string& suffix) {
+  return (std::filesystem::temp_directory_path() /
+          ("kiln_fuzz_" + std::to_string(::getpid()) + suffix))
+      .string();
+}
+
+/// Writes `bytes` as the file `path` (replacing it); aborts when it cannot, since then nothing is fuzzed.
+inline void write_file(const std::string& path, std::string_view bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
+    std::perror(("kiln fuzz: cannot write " + path).c_str());
+    std::abort();
+  }
+  std::fclose(f);
+}
+
+/// Runs `parse`; a kiln::Error is a correct refusal, anything else propagates to libFuzzer.
+template <class F>
+void expect_kiln_errors_only(F&& parse) {
+  try {
+    parse();
+  } catch (const kiln::Error&) {
+  }
+}
+
+}  // namespace kiln_fuzz
