@@ -7,6 +7,7 @@
 
 #include "fuzz_util.hpp"
 #include "kiln/nn.hpp"
+#include "kiln/ops.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/train.hpp"
 
