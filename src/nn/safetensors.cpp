@@ -148,10 +148,14 @@ StateDict load_safetensors(const std::string& path, std::optional<Device> device
     if (end - begin != bytes)
       corrupt(path, where + " holds " + std::to_string(end - begin) + " bytes but its shape " + shape_str(shape) +
                         " of " + dname + " needs " + std::to_string(bytes));
-    Array h = empty(shape, *dtype, cpu());
+    // BOOL bytes are read as uint8 and compared with 0: a byte other than 0 or 1 (the format allows no other)
+    // would be an invalid bool for every kernel that reads it.
+    const bool is_bool = *dtype == bool_;
+    Array h = empty(shape, is_bool ? uint8 : *dtype, cpu());
     in.seekg(static_cast<std::streamoff>(8 + n + begin));
     if (bytes > 0) in.read(static_cast<char*>(h.data_ptr()), static_cast<std::streamsize>(bytes));
     if (!in) corrupt(path, where + ": reading its data failed");
+    if (is_bool) h = h.astype(bool_);
     state.insert(name, device && *device != cpu() ? h.to(*device) : h);
   }
   return state;

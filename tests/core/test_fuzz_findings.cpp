@@ -89,5 +89,15 @@ TEST(FuzzFindings, SafetensorsExtentBeyondInt64IsRefused) {
                            {"neg.safetensors", "entry \"e\"", "9223372036854775808", "beyond int64"});
 }
 
+TEST(FuzzFindings, SafetensorsBoolBytesOtherThanZeroAndOneReadAsTrue) {
+  // A BOOL entry holding the byte 111 (fuzz_checkpoint): loaded as is, it was an invalid bool, undefined
+  // behaviour in every kernel that read it (UBSan: "load of value 111 ... for type 'const bool'").
+  const Bytes f("bool.safetensors",
+                safetensors(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("o\0\1", 3)));
+  const Array m = nn::load_safetensors(f.path()).at("m");
+  EXPECT_EQ(m.dtype(), bool_);
+  EXPECT_EQ(m.astype(int64).to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 1}));
+}
+
 }  // namespace
 }  // namespace kiln
