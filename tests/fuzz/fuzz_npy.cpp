@@ -8,7 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln_fuzz::expect_kiln_errors_only([&] {
     kiln::Array a = kiln::load(path);
     // What loaded must be whole: its bytes are readable (ASan checks each) and within the file.
-    if (static_cast<size_t>(a.nbytes()) > size) std::abort();
+    kiln_fuzz::check_fits(a, size);
     volatile uint8_t sink = 0;
     const auto* p = static_cast<const uint8_t*>(a.data_ptr());
     for (int64_t i = 0; i < a.nbytes(); ++i) sink = sink ^ p[i];

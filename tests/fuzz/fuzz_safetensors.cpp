@@ -9,7 +9,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const kiln::nn::StateDict state = kiln::nn::load_safetensors(path);
     // Every entry's bytes lie in the file: their sum cannot exceed its size.
     size_t total = 0;
-    for (const auto& [name, value] : state) total += static_cast<size_t>(value.nbytes());
+    for (const auto& entry : state) {
+      kiln_fuzz::check_fits(entry.second, size);
+      total += static_cast<size_t>(entry.second.nbytes());
+    }
     if (total > size) std::abort();
   });
   return 0;

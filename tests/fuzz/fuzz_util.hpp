@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/array.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln_fuzz {
@@ -34,6 +35,25 @@ inline void write_file(const std::string& path, std::string_view bytes) {
     std::abort();
   }
   std::fclose(f);
+}
+
+/// Aborts unless `a`'s elements fit in `file_size` bytes: the product of its extents, computed without
+/// overflow, times its item size. (A shape whose product wraps around to a small number describes an array
+/// larger than its memory.)
+inline void check_fits(const kiln::Array& a, size_t file_size) {
+  uint64_t count = 1, bytes = 0;
+  for (int64_t extent : a.shape())
+    if (extent < 0) std::abort();
+  for (int64_t extent : a.shape()) {
+    if (extent == 0) {
+      count = 0;  // empty, whatever the other extents
+      break;
+    }
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(extent), &count)) std::abort();
+  }
+  if (__builtin_mul_overflow(count, static_cast<uint64_t>(kiln::itemsize(a.dtype())), &bytes) || bytes > file_size)
+    std::abort();
+  if (static_cast<uint64_t>(a.size()) != count) std::abort();
 }
 
 /// Runs `parse`; a kiln::Error is a correct refusal, anything else propagates to libFuzzer.

@@ -131,6 +131,7 @@ def idx_seeds():
     put("idx", "zero_extent", b"\0" + idx_bytes(np.zeros((0, 5), dtype="u1"), 0x08))
     put("idx", "truncated", b"\0" + images[:-4])
     put("idx", "huge_dims", b"\0" + bytes([0, 0, 0x08, 3]) + b"\xff\xff\xff\xff" * 3)
+    put("idx", "wrapping_dims", b"\0" + bytes([0, 0, 0x08, 4]) + struct.pack(">IIII", 65536, 65536, 65536, 65536))
     put("idx", "bad_code", b"\0" + bytes([0, 0, 0x0A, 1, 0, 0, 0, 1, 7]))
     put("idx", "gz_file", b"\1" + gzip.compress(images, mtime=0))
     put("idx", "gz_truncated", b"\1" + gzip.compress(images, mtime=0)[:-6])
