@@ -174,7 +174,8 @@ std::optional<CompiledImage> decode_cache_entry(std::string_view bytes, std::str
   const uint64_t header_checksum = header.u64();
   if (!header.ok || header_checksum != xxhash64(bytes.data(), checked_size)) return std::nullopt;
   if (version != kKernelCacheFormatVersion || (flags & ~kFlagCubin) != 0 || !(stored == key)) return std::nullopt;
-  if (payload_size > kKernelCacheMaxPayloadSize || payload_size != bytes.size() - kKernelCacheHeaderSize) return std::nullopt;
+  if (payload_size > kKernelCacheMaxPayloadSize || payload_size != bytes.size() - kKernelCacheHeaderSize)
+    return std::nullopt;
   const std::string_view payload = bytes.substr(kKernelCacheHeaderSize);
   if (xxhash64(payload.data(), payload.size()) != payload_checksum) return std::nullopt;
 

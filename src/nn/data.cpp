@@ -71,8 +71,7 @@ DType idx_dtype(unsigned code, const std::string& path) {
   }
   char hex[8];
   std::snprintf(hex, sizeof hex, "0x%02X", code);
-  throw ValueError("read_idx: " + path + " has data type code " + hex +
-                   ", not one of IDX's (0x08, 0x09, 0x0B-0x0E)");
+  throw ValueError("read_idx: " + path + " has data type code " + hex + ", not one of IDX's (0x08, 0x09, 0x0B-0x0E)");
 }
 
 unsigned idx_code(DType t) {

@@ -18,7 +18,8 @@ struct Run {
   kiln::optim::Adam opt{model->parameters(), kiln::optim::AdamOptions{.lr = 0.01}};
   kiln::optim::StepLR schedule{opt, 4, 0.5};
   kiln::optim::GradScaler scaler;
-  kiln::train::Checkpoint checkpoint{.model = model.get(), .optimizer = &opt, .scheduler = &schedule, .scaler = &scaler};
+  kiln::train::Checkpoint checkpoint{
+      .model = model.get(), .optimizer = &opt, .scheduler = &schedule, .scaler = &scaler};
 };
 
 }  // namespace

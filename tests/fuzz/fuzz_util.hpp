@@ -22,9 +22,7 @@ namespace kiln_fuzz {
 /// A path of this process under the temp folder (TMPDIR), ending in `suffix`: parallel fuzzing jobs
 /// (-jobs=N) each write their own file.
 inline std::string scratch_path(const std::string& suffix) {
-  return (std::filesystem::temp_directory_path() /
-          ("kiln_fuzz_" + std::to_string(::getpid()) + suffix))
-      .string();
+  return (std::filesystem::temp_directory_path() / ("kiln_fuzz_" + std::to_string(::getpid()) + suffix)).string();
 }
 
 /// Writes `bytes` as the file `path` (replacing it); aborts when it cannot, since then nothing is fuzzed.
