@@ -40,15 +40,14 @@ inline void write_file(const std::string& path, std::string_view bytes) {
 /// larger than its memory.)
 inline void check_fits(const kiln::Array& a, size_t file_size) {
   uint64_t count = 1, bytes = 0;
-  for (int64_t extent : a.shape())
-    if (extent < 0) std::abort();
+  bool empty = false;  // an extent of 0 makes the array empty, whatever the others
   for (int64_t extent : a.shape()) {
-    if (extent == 0) {
-      count = 0;  // empty, whatever the other extents
-      break;
-    }
-    if (__builtin_mul_overflow(count, static_cast<uint64_t>(extent), &count)) std::abort();
+    if (extent < 0) std::abort();
+    empty = empty || extent == 0;
   }
+  for (int64_t extent : a.shape())
+    if (!empty && __builtin_mul_overflow(count, static_cast<uint64_t>(extent), &count)) std::abort();
+  if (empty) count = 0;
   if (__builtin_mul_overflow(count, static_cast<uint64_t>(kiln::itemsize(a.dtype())), &bytes) || bytes > file_size)
     std::abort();
   if (static_cast<uint64_t>(a.size()) != count) std::abort();
