@@ -2,7 +2,8 @@
 # Debian packages come from apt-get (run as root), NumPy >= 2 from PyPI (test references), and on x86-64
 # oneMKL's static libraries from PyPI, linked by scripts/build-mkl into .deps/mkl/lib/libkiln_mkl.so.
 
-APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin libicu-dev
+# clang, libFuzzer (libclang-rt-dev) and clang's OpenMP (libomp-dev) build the fuzz preset.
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin libicu-dev clang libclang-rt-dev libomp-dev
 # kiln's text corpus (examples, `kiln tokenize`, tests/text): the Jargon File, public domain, from Debian's jargon-text
 # (/usr/share/doc/jargon-text/jargon.txt.gz); libicu-dev gives the tokenizer its Unicode categories.
 APT_PACKAGES += jargon-text
@@ -11,11 +12,14 @@ DEMO_PACKAGES := dataset-fashion-mnist
 JOBS ?= $(shell nproc)
 HAVE_CUDA := $(shell test -x /usr/local/cuda/bin/nvcc -o -f /usr/local/cuda/include/cuda_runtime.h && echo 1)
 PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)
-# `make test` also builds and runs the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer.
-TEST_PRESETS := $(PRESETS) asan
+# `make test` also builds and runs the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer, with clang:
+# the fuzz preset, whose ctest also replays each libFuzzer target's seeds and fuzzes it for KILN_FUZZ_SECONDS
+# (docs/reliability.md, "Fuzzing"). It replaces the gcc asan preset there, so that kiln is compiled three times,
+# not four; `cmake --preset asan` still builds the gcc one.
+TEST_PRESETS := $(PRESETS) fuzz
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: demo test deps build build-test bench mkl clean format
+.PHONY: demo test deps build build-test bench mkl clean format fuzz
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -37,7 +41,7 @@ build: deps
 	done
 
 build-test: build
-	@cmake --preset asan -DKILN_WERROR=ON >/dev/null && cmake --build --preset asan -j $(JOBS)
+	@cmake --preset fuzz -DKILN_WERROR=ON >/dev/null && cmake --build --preset fuzz -j $(JOBS)
 
 # ctest runs JOBS test processes at once on JOBS cores: OpenMP threads (OpenBLAS's) that spin-wait
 # between parallel regions would fight each other for the cores (a loop of small matmuls ran 30x
@@ -67,6 +71,11 @@ mkl: deps
 	./scripts/build-mkl
 	cmake --preset cpu-mkl -DKILN_WERROR=ON >/dev/null && cmake --build --preset cpu-mkl -j $(JOBS)
 	cd build/cpu-mkl && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest $(CTEST_FLAGS)
+
+# Every libFuzzer target for FUZZ_SECONDS each (scripts/fuzz; docs/reliability.md, "Fuzzing").
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	./scripts/fuzz $(FUZZ_SECONDS)
 
 clean:
 	rm -rf build

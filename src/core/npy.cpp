@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -305,6 +306,15 @@ void save(const std::string& path, const Array& a) {
 Array load(const std::string& path, std::optional<Device> device) {
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) throw ValueError("load: cannot open " + quoted(path) + ": " + std::strerror(errno));
+  // The file's size bounds every size its header claims: nothing larger is allocated. (A pipe has no size:
+  // there the reads below find the end.)
+  uint64_t file_size = std::numeric_limits<uint64_t>::max();
+  if (std::fseek(f.get(), 0, SEEK_END) == 0) {
+    const long end = std::ftell(f.get());
+    if (end >= 0) file_size = static_cast<uint64_t>(end);
+    if (std::fseek(f.get(), 0, SEEK_SET) != 0)
+      throw ValueError("load: cannot read " + quoted(path) + ": " + std::strerror(errno));
+  }
 
   char prefix[8];
   size_t got = read_bytes(f.get(), prefix, sizeof(prefix));
@@ -323,6 +333,11 @@ Array load(const std::string& path, std::optional<Device> device) {
     throw ValueError("load: " + quoted(path) + " is truncated: it ends inside the header length");
   size_t header_length = 0;
   for (size_t i = 0; i < length_bytes; ++i) header_length |= static_cast<size_t>(length_raw[i]) << (8 * i);
+  const uint64_t header_end = sizeof(prefix) + length_bytes + uint64_t{header_length};
+  if (header_end > file_size)
+    throw ValueError("load: " + quoted(path) + " is truncated or corrupt: the header promises " +
+                     std::to_string(header_length) + " bytes but the file holds " + std::to_string(file_size) +
+                     " bytes in all");
   std::string header_text(header_length, '\0');
   if (read_bytes(f.get(), header_text.data(), header_length) != header_length)
     throw ValueError("load: " + quoted(path) + " is truncated: the header promises " + std::to_string(header_length) +
@@ -338,6 +353,10 @@ Array load(const std::string& path, std::optional<Device> device) {
     count *= extent;
   }
   size_t nbytes = static_cast<size_t>(count * size);
+  if (nbytes > file_size - header_end)
+    throw ValueError("load: " + quoted(path) + " is truncated: shape " + shape_str(header.shape) + " of dtype '" +
+                     header.descr + "' needs " + std::to_string(nbytes) + " bytes of data but the file holds " +
+                     std::to_string(file_size - header_end) + " after its header");
 
   Array out = empty(header.shape, file_dtype.dtype, cpu());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());

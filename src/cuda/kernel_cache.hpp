@@ -31,6 +31,8 @@ namespace kiln::cuda_impl {
 inline constexpr uint32_t kKernelCacheFormatVersion = 2;
 /// Size of the fixed file header in bytes.
 inline constexpr size_t kKernelCacheHeaderSize = 56;
+/// A payload larger than this is not a cache file of kiln's (the PTX or CUBIN of a generated kernel is kilobytes).
+inline constexpr uint64_t kKernelCacheMaxPayloadSize = uint64_t{1} << 30;
 /// NVRTC options kiln always passes (before -arch and the user's options); part of every key.
 inline constexpr const char* kDefaultNvrtcOptions[] = {"--std=c++17", "-default-device"};
 
@@ -78,6 +80,7 @@ std::string kernel_cache_directory();
 /// Path of `key`'s file in `directory`.
 std::string cache_file_path(const std::string& directory, const CacheKey& key);
 
+// The format (kernel_cache_format.cpp, built without CUDA: tests/fuzz fuzzes the decoder).
 /// Serialises `entry`, compiled from `material` (cache_key_material's bytes), into the file format above,
 /// under the key cache_key_of(material).
 std::string encode_cache_entry(std::string_view material, const CompiledImage& entry);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -68,8 +69,9 @@ DType idx_dtype(unsigned code, const std::string& path) {
     default:
       break;
   }
-  throw ValueError("read_idx: " + path + " has data type code 0x" + std::to_string(code) +
-                   ", not one of IDX's (0x08, 0x09, 0x0B-0x0E)");
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", code);
+  throw ValueError("read_idx: " + path + " has data type code " + hex + ", not one of IDX's (0x08, 0x09, 0x0B-0x0E)");
 }
 
 unsigned idx_code(DType t) {
@@ -92,18 +94,23 @@ Array read_idx(const std::string& path) {
   const DType dtype = idx_dtype(byte(2), path);
   const size_t rank = byte(3);
   if (bytes.size() < 4 + 4 * rank) throw ValueError("read_idx: " + path + " is truncated inside its dimensions");
+  const size_t header = 4 + 4 * rank, item = static_cast<size_t>(itemsize(dtype));
+  const uint64_t data_bytes = bytes.size() - header;
   Shape shape;
   uint64_t count = 1;
+  bool larger_than_file = false;  // the product of the dimensions exceeds the data (and may overflow 64 bits)
   for (size_t d = 0; d < rank; ++d) {
     const uint64_t e = (uint64_t{byte(4 + 4 * d)} << 24) | (uint64_t{byte(5 + 4 * d)} << 16) |
                        (uint64_t{byte(6 + 4 * d)} << 8) | uint64_t{byte(7 + 4 * d)};
     shape.push_back(static_cast<int64_t>(e));
-    count *= e;
+    if (e != 0 && count > data_bytes / item / e) larger_than_file = true;
+    count = larger_than_file ? count : count * e;
   }
-  const size_t header = 4 + 4 * rank, item = static_cast<size_t>(itemsize(dtype));
-  if (bytes.size() - header != count * item)
-    throw ValueError("read_idx: " + path + " holds " + std::to_string(bytes.size() - header) +
-                     " data bytes but its shape " + shape_str(shape) + " needs " + std::to_string(count * item) +
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) count = 0, larger_than_file = false;
+  if (larger_than_file || data_bytes != count * item)
+    throw ValueError("read_idx: " + path + " holds " + std::to_string(data_bytes) + " data bytes but its shape " +
+                     shape_str(shape) + " needs " +
+                     (larger_than_file ? std::string("more") : std::to_string(count * item)) +
                      "; the file is truncated or corrupt");
   Array out = empty(shape, dtype, cpu());
   auto* dst = static_cast<unsigned char*>(out.data_ptr());

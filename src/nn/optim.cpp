@@ -84,9 +84,9 @@ void require_keys(const nn::StateDict& state, std::initializer_list<const char*>
   std::string missing, unexpected;
   for (const char* k : keys)
     if (!state.find(k)) missing += (missing.empty() ? "\"" : ", \"") + std::string(k) + "\"";
-  for (const auto& [name, v] : state)
-    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return name == k; }))
-      unexpected += (unexpected.empty() ? "\"" : ", \"") + name + "\"";
+  for (const auto& entry : state)  // not a structured binding: clang 14 (the fuzz preset) cannot capture one
+    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return entry.first == k; }))
+      unexpected += (unexpected.empty() ? "\"" : ", \"") + entry.first + "\"";
   if (!missing.empty() || !unexpected.empty())
     throw ValueError(op + ": missing keys: " + (missing.empty() ? "none" : missing) +
                      "; unexpected keys: " + (unexpected.empty() ? "none" : unexpected) +

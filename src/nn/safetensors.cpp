@@ -1,6 +1,7 @@
 // Checkpoints in the safetensors format (https://github.com/huggingface/safetensors): written crash-safely
 // (kiln::write_file_atomically); the JSON header is parsed with nlohmann/json; every size is checked against the
 // file before anything is allocated.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -123,13 +124,18 @@ StateDict load_safetensors(const std::string& path, std::optional<Device> device
     Shape shape;
     uint64_t count = 1;
     if (!entry["shape"].is_array()) corrupt(path, where + " has a shape that is not a list");
+    bool larger_than_file = false;  // the product of the extents exceeds the data (and may overflow 64 bits)
     for (const auto& e : entry["shape"]) {
       if (!e.is_number_unsigned()) corrupt(path, where + " has a negative or non-integer extent");
       const uint64_t extent = e.get<uint64_t>();
-      if (extent != 0 && count > data_size / extent) corrupt(path, where + " has a shape larger than the file");
-      count *= extent;
+      if (extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        corrupt(path, where + " has an extent of " + std::to_string(extent) + ", beyond int64");
+      if (extent != 0 && count > data_size / extent) larger_than_file = true;
+      count = larger_than_file ? count : count * extent;
       shape.push_back(static_cast<int64_t>(extent));
     }
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) count = 0, larger_than_file = false;
+    if (larger_than_file) corrupt(path, where + " has a shape " + shape_str(shape) + " larger than the file");
     const auto& offsets = entry["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
         !offsets[1].is_number_unsigned())
@@ -142,10 +148,14 @@ StateDict load_safetensors(const std::string& path, std::optional<Device> device
     if (end - begin != bytes)
       corrupt(path, where + " holds " + std::to_string(end - begin) + " bytes but its shape " + shape_str(shape) +
                         " of " + dname + " needs " + std::to_string(bytes));
-    Array h = empty(shape, *dtype, cpu());
+    // BOOL bytes are read as uint8 and compared with 0: a byte other than 0 or 1 (the format allows no other)
+    // would be an invalid bool for every kernel that reads it.
+    const bool is_bool = *dtype == bool_;
+    Array h = empty(shape, is_bool ? uint8 : *dtype, cpu());
     in.seekg(static_cast<std::streamoff>(8 + n + begin));
     if (bytes > 0) in.read(static_cast<char*>(h.data_ptr()), static_cast<std::streamsize>(bytes));
     if (!in) corrupt(path, where + ": reading its data failed");
+    if (is_bool) h = h.astype(bool_);
     state.insert(name, device && *device != cpu() ? h.to(*device) : h);
   }
   return state;

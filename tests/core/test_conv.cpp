@@ -111,7 +111,7 @@ TEST(NnConv, Conv2dGradientsPassGradcheck) {
     for (const auto& [groups, dil] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 2}}) {
       const Array x = values({2, 4, 6, 5}, 4, d), w = values({4, 4 / groups, 3, 2}, 5, d), b = values({4}, 6, d);
       const GradcheckResult r = gradcheck(
-          [&](const std::vector<Array>& in) {
+          [&, groups = groups, dil = dil](const std::vector<Array>& in) {  // clang 14 captures no binding
             return nn::conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {dil, 1}, groups);
           },
           {x, w, b});
