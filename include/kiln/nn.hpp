@@ -354,6 +354,82 @@ class MultiheadAttention : public Module {
   std::shared_ptr<Linear> out_proj_;
 };
 
+/// The options of torch.nn.TransformerEncoderLayer / TransformerDecoderLayer, with PyTorch's defaults.
+struct TransformerLayerOptions {
+  int64_t d_model = 512;
+  int64_t nhead = 8;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  std::string activation = "relu";  ///< "relu" or "gelu"
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;
+  bool norm_first = false;  ///< pre-norm (x + f(norm(x))) instead of post-norm (norm(x + f(x)))
+  bool bias = true;
+  DType dtype = float32;
+  std::optional<Device> device;
+};
+
+/// torch.nn.TransformerEncoderLayer: self-attention then the feed-forward block, each with a residual connection
+/// and a LayerNorm; PyTorch's children (self_attn, linear1, dropout, linear2, norm1, norm2, dropout1, dropout2),
+/// so its state dict loads. Masks as MultiheadAttention's (true = not allowed).
+class TransformerEncoderLayer : public Module {
+ public:
+  explicit TransformerEncoderLayer(const TransformerLayerOptions& options);
+  using Module::forward;
+  Array forward(const Array& src, const Array& src_mask, const Array& src_key_padding_mask = {},
+                bool is_causal = false);
+  Array forward(const Array& src) override { return forward(src, Array()); }
+  std::string name() const override { return "TransformerEncoderLayer"; }
+
+ private:
+  TransformerLayerOptions o_;
+};
+
+/// torch.nn.TransformerDecoderLayer: self-attention, attention over the encoder's output (`memory`), then the
+/// feed-forward block; children self_attn, multihead_attn, linear1, dropout, linear2, norm1-3, dropout1-3.
+class TransformerDecoderLayer : public Module {
+ public:
+  explicit TransformerDecoderLayer(const TransformerLayerOptions& options);
+  using Module::forward;
+  Array forward(const Array& tgt, const Array& memory, const Array& tgt_mask = {}, const Array& memory_mask = {},
+                const Array& tgt_key_padding_mask = {}, const Array& memory_key_padding_mask = {},
+                bool tgt_is_causal = false);
+  std::string name() const override { return "TransformerDecoderLayer"; }
+
+ private:
+  TransformerLayerOptions o_;
+};
+
+/// num_layers encoder layers ("layers.0", ...) and, with final_norm, a LayerNorm ("norm") after them
+/// (torch.nn.TransformerEncoder with norm=LayerNorm(d_model)).
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(const TransformerLayerOptions& layer, int64_t num_layers, bool final_norm = false);
+  using Module::forward;
+  Array forward(const Array& src, const Array& mask, const Array& src_key_padding_mask = {}, bool is_causal = false);
+  Array forward(const Array& src) override { return forward(src, Array()); }
+  std::string name() const override { return "TransformerEncoder"; }
+
+ private:
+  std::shared_ptr<ModuleList> layers_;
+  std::shared_ptr<LayerNorm> norm_;
+};
+
+/// num_layers decoder layers and an optional final LayerNorm (torch.nn.TransformerDecoder).
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(const TransformerLayerOptions& layer, int64_t num_layers, bool final_norm = false);
+  using Module::forward;
+  Array forward(const Array& tgt, const Array& memory, const Array& tgt_mask = {}, const Array& memory_mask = {},
+                const Array& tgt_key_padding_mask = {}, const Array& memory_key_padding_mask = {},
+                bool tgt_is_causal = false);
+  std::string name() const override { return "TransformerDecoder"; }
+
+ private:
+  std::shared_ptr<ModuleList> layers_;
+  std::shared_ptr<LayerNorm> norm_;
+};
+
 // ---------------------------------------------------------------- checkpoints
 /// Writes `state` to `path` in the safetensors format (an 8-byte little-endian header size, a JSON header of
 /// dtype/shape/data_offsets per name, then the data, C order, little endian), which the Python `safetensors`

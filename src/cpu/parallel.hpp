@@ -51,7 +51,7 @@ void fixed_openmp_team();
 bool contended();
 /// contended() under KILN_CPU_LOAD=all: products then run on one BLAS thread (their bits change with it).
 bool contended_products();
-/// Tests: 1 or 0 fixes contended()'s answer, -1 measures again (KILN_CPU_LOAD=ignore: never contended).
+/// Tests: 1 or 0 fixes contended()'s answer, -1 measures whatever KILN_CPU_LOAD says, -2 goes back to what it says.
 void set_contended_for_testing(int contended);
 /// True on a thread that is running a chunk of a parallel loop.
 bool in_parallel();
