@@ -1,4 +1,4 @@
-// Layers of transformers: RMSNorm, rotary position embeddings and MultiheadAttention, with PyTorch's (and, for the
+// Layers of transformers: rotary position embeddings and MultiheadAttention, with PyTorch's (and, for the
 // rotary embedding, Hugging Face LLaMA's) names, defaults and initialisation. Attention itself is
 // scaled_dot_product_attention (attention.cpp).
 #include <cmath>
@@ -13,36 +13,6 @@
 #include "kiln/random.hpp"
 
 namespace kiln::nn {
-
-// ---------------------------------------------------------------- RMSNorm
-RMSNorm::RMSNorm(Shape normalized_shape, std::optional<double> eps, bool elementwise_affine, DType dtype,
-                 std::optional<Device> device)
-    : shape_(std::move(normalized_shape)), eps_(eps), affine_(elementwise_affine) {
-  if (eps_ && !(*eps_ >= 0.0)) throw ValueError("RMSNorm: eps must be >= 0, got " + std::to_string(*eps_));
-  if (affine_) register_parameter("weight", ones(shape_, dtype, device));
-}
-
-Array RMSNorm::forward(const Array& x_in) {
-  const Array x = autocast_float32(x_in);
-  const int64_t k = static_cast<int64_t>(shape_.size());
-  bool fits = x.ndim() >= k;
-  for (int64_t i = 0; fits && i < k; ++i) fits = x.shape(x.ndim() - k + i) == shape_[static_cast<size_t>(i)];
-  if (!fits)
-    throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axes must be " +
-                     shape_str(shape_));
-  Shape axes;
-  for (int64_t d = x.ndim() - k; d < x.ndim(); ++d) axes.push_back(d);
-  const double eps = eps_ ? *eps_
-                     : x.dtype() == float64 ? std::numeric_limits<double>::epsilon()
-                                            : static_cast<double>(std::numeric_limits<float>::epsilon());
-  const Array y = x / sqrt(square(x).mean(axes, true) + eps);
-  return affine_ ? y * parameter("weight") : y;
-}
-
-std::string RMSNorm::name() const {
-  return "RMSNorm(" + shape_str(shape_) + (eps_ ? ", eps=" + std::to_string(*eps_) : std::string()) +
-         (affine_ ? "" : ", elementwise_affine=false") + ")";
-}
 
 // ---------------------------------------------------------------- rotary embeddings
 RotaryEmbedding::RotaryEmbedding(int64_t dim, double base) : dim_(dim), base_(base) {

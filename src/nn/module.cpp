@@ -1,6 +1,7 @@
 // nn::Module (parameter/buffer registries, device and dtype moves, state dicts) and the layers.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -453,16 +454,24 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
   }
 }
 
-Array LayerNorm::forward(const Array& x_in) {
-  const Array x = autocast_float32(x_in);
-  const int64_t k = static_cast<int64_t>(shape_.size());
+namespace {
+/// The last axes of `x` that a norm over `shape` reduces; ShapeError naming `who` unless x ends with `shape`.
+Shape normalized_axes(const std::string& who, const Array& x, const Shape& shape) {
+  const int64_t k = static_cast<int64_t>(shape.size());
   bool fits = x.ndim() >= k;
-  for (int64_t i = 0; fits && i < k; ++i) fits = x.shape(x.ndim() - k + i) == shape_[static_cast<size_t>(i)];
+  for (int64_t i = 0; fits && i < k; ++i) fits = x.shape(x.ndim() - k + i) == shape[static_cast<size_t>(i)];
   if (!fits)
-    throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axes must be " +
-                     shape_str(shape_));
+    throw ShapeError(who + ": the input has shape " + shape_str(x.shape()) + "; its last axes must be " +
+                     shape_str(shape));
   Shape axes;
   for (int64_t d = x.ndim() - k; d < x.ndim(); ++d) axes.push_back(d);
+  return axes;
+}
+}  // namespace
+
+Array LayerNorm::forward(const Array& x_in) {
+  const Array x = autocast_float32(x_in);
+  const Shape axes = normalized_axes(name(), x, shape_);
   const Array mu = mean(x, axes, true);
   const Array centred = x - mu;
   const Array y = centred / sqrt(mean(square(centred), axes, true) + eps_);
@@ -470,5 +479,28 @@ Array LayerNorm::forward(const Array& x_in) {
 }
 
 std::string LayerNorm::name() const { return "LayerNorm(" + shape_str(shape_) + ")"; }
+
+// ---------------------------------------------------------------- RMSNorm
+RMSNorm::RMSNorm(Shape normalized_shape, std::optional<double> eps, bool elementwise_affine, DType dtype,
+                 std::optional<Device> device)
+    : shape_(std::move(normalized_shape)), eps_(eps), affine_(elementwise_affine) {
+  if (eps_ && !(*eps_ >= 0.0)) throw ValueError("RMSNorm: eps must be >= 0, got " + std::to_string(*eps_));
+  if (affine_) register_parameter("weight", ones(shape_, dtype, device));
+}
+
+Array RMSNorm::forward(const Array& x_in) {
+  const Array x = autocast_float32(x_in);
+  const Shape axes = normalized_axes(name(), x, shape_);
+  const double eps = eps_ ? *eps_
+                     : x.dtype() == float64 ? std::numeric_limits<double>::epsilon()
+                                            : static_cast<double>(std::numeric_limits<float>::epsilon());
+  const Array y = x / sqrt(square(x).mean(axes, true) + eps);
+  return affine_ ? y * parameter("weight") : y;
+}
+
+std::string RMSNorm::name() const {
+  return "RMSNorm(" + shape_str(shape_) + (eps_ ? ", eps=" + std::to_string(*eps_) : std::string()) +
+         (affine_ ? "" : ", elementwise_affine=false") + ")";
+}
 
 }  // namespace kiln::nn
