@@ -36,7 +36,6 @@ struct Plan {
   double dropout = 0.0;
   bool causal = false;
   Array mask;        // additive, broadcast to (lead..., rows, keys) as a view; undefined: none
-  Shape lead;        // the leading (batch, head) axes
   DType compute = float32;
   random::GeneratorState dropout_state{};
 };
@@ -193,7 +192,6 @@ Array scaled_dot_product_attention(const Array& query, const Array& key, const A
     return broadcast_to(a, s);
   };
   Plan p;
-  p.lead = lead;
   for (int64_t d : lead) p.batch *= d;
   p.rows = rows;
   p.keys = keys;

@@ -15,14 +15,8 @@
 namespace kiln {
 namespace {
 
-const std::string kData = KILN_TEXT_DATA_DIR;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using kiln_test::kData;
+using kiln_test::slurp;
 
 TEST(BpeTrain, merges_and_vocabulary_equal_tokenizers_training_on_the_same_corpus) {
   KILN_SKIP_WITHOUT_ICU();

@@ -17,14 +17,8 @@
 namespace kiln {
 namespace {
 
-const std::string kData = KILN_TEXT_DATA_DIR;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using kiln_test::kData;
+using kiln_test::slurp;
 
 const nlohmann::json& cases() {
   static const nlohmann::json data = nlohmann::json::parse(slurp(kData + "/cases.json"));

@@ -4,10 +4,25 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include "kiln/error.hpp"
 #include "kiln/text.hpp"
 
 namespace kiln_test {
+
+/// The checked-in golden files of tests/text/data.
+inline const std::string kData = KILN_TEXT_DATA_DIR;
+
+/// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 inline bool has_unicode_categories() {
   try {
