@@ -34,6 +34,9 @@ deps:
 	@if [ "$$(uname -m)" = x86_64 ] && [ ! -f .deps/mkl/lib/libkiln_mkl.so ]; then \
 	  ./scripts/build-mkl || echo "make: oneMKL could not be built (PyPI unreachable?): CPU products use OpenBLAS alone"; \
 	fi
+	@if [ -n "$(HAVE_CUDA)" ] && [ ! -f .deps/cudnn-frontend/include/cudnn_frontend.h ]; then \
+	  ./scripts/fetch-cudnn-frontend || echo "make: no cudnn-frontend headers (PyPI unreachable?): GPU attention runs blocked, not fused"; \
+	fi
 
 build: deps
 	@for p in $(PRESETS); do \

@@ -161,6 +161,19 @@ if(KILN_CUDA)
   get_target_property(KILN_CUDNN_LIBRARY kiln::cudnn IMPORTED_LOCATION)
   get_filename_component(KILN_CUDNN_DIR ${KILN_CUDNN_LIBRARY} DIRECTORY)
   target_include_directories(kiln_cuda SYSTEM PRIVATE ${KILN_CUDNN_INCLUDE})
+  # cudnn-frontend (NVIDIA's header-only C++ graph API over cuDNN, from the PyPI package nvidia-cudnn-frontend:
+  # `make deps` unpacks its headers into .deps/cudnn-frontend) builds the fused attention's cuDNN graphs; without
+  # it scaled_dot_product_attention runs its blocked form on the GPU too. It parses JSON with nlohmann/json.
+  find_path(KILN_CUDNN_FRONTEND_INCLUDE cudnn_frontend.h PATHS ${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend/include
+            NO_DEFAULT_PATH)
+  if(KILN_CUDNN_FRONTEND_INCLUDE)
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/cudnn_attention.cpp TARGET_DIRECTORY kiln_cuda
+                                PROPERTIES COMPILE_DEFINITIONS KILN_HAVE_CUDNN_FRONTEND=1)
+    target_include_directories(kiln_cuda SYSTEM PRIVATE ${KILN_CUDNN_FRONTEND_INCLUDE} ${KILN_JSON_INCLUDE})
+    message(STATUS "kiln: cudnn-frontend ${KILN_CUDNN_FRONTEND_INCLUDE}: fused attention in cuDNN")
+  else()
+    message(STATUS "kiln: no cudnn-frontend (make deps): attention on the GPU runs blocked, not fused")
+  endif()
   # The device code in src/cuda/kernels, embedded as generated headers ("kernel_sources/<file>.hpp").
   include(${PROJECT_SOURCE_DIR}/cmake/KilnEmbed.cmake)
   kiln_embed_kernel_sources(kiln_cuda ${PROJECT_SOURCE_DIR}/src/cuda/kernels ${PROJECT_BINARY_DIR}/generated)

@@ -170,6 +170,27 @@ struct BatchNormCall {
   Array dx, dweight, dbias;  ///< Backward
 };
 
+/// Fused scaled dot-product attention (FlashAttention's algorithm: no score matrix in memory) over q (B, H, Sq, D)
+/// and k, v (B, Hk, Skv, D), H a multiple of Hk (grouped-query attention), of one half dtype, the last axis of each
+/// operand contiguous (other strides as they come). Forward: out (q's shape, preallocated by the core) and lse
+/// (B, H, Sq) float32 contiguous, each query row's log-sum-exp of its scaled, masked scores. Backward: dq, dk, dv
+/// (preallocated like q, k, v) from out, dout and lse. causal: query i sees keys j <= i (top-left, as PyTorch's
+/// is_causal). A backend that cannot run the problem returns false and sets `refusal` (the caller falls back).
+enum class AttentionKind { Forward, Backward };
+struct AttentionCall {
+  AttentionKind kind = AttentionKind::Forward;
+  const Array* q = nullptr;
+  const Array* k = nullptr;
+  const Array* v = nullptr;
+  const Array* out = nullptr;   ///< Backward (Forward writes `o`)
+  const Array* dout = nullptr;  ///< Backward
+  Array o, lse;                 ///< Forward writes both; Backward reads lse
+  Array dq, dk, dv;             ///< Backward
+  double scale = 1.0;
+  bool causal = false;
+  std::string refusal;
+};
+
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
 struct RandomCall {
   RandomDistribution distribution;
@@ -228,6 +249,8 @@ class Backend {
   virtual bool convolution(const ConvCall& /*call*/) { return false; }
   virtual bool batch_norm(BatchNormCall& /*call*/) { return false; }
   virtual bool pooling(const PoolCall& /*call*/) { return false; }
+  /// Fused attention; false (with call.refusal) when this backend has no engine for the problem.
+  virtual bool attention(AttentionCall& /*call*/) { return false; }
 
   /// Compiler and launcher of user modules (RawModule), or nullptr when this backend runs none.
   virtual RawKernelBackend* raw_kernels() { return nullptr; }

@@ -54,6 +54,11 @@ class CudaBackend final : public detail::Backend {
     // kiln's kernels (batch_norm.cpp says why), cuDNN for what they decline (KILN_BN_NCHW=cudnn).
     return cuda_batch_norm_kernels(call) || cuda_batch_norm(call);
   }
+  bool attention(detail::AttentionCall& call) override {
+    set_device(call.q->device().index);
+    detail::note_gpu_work(call.q->device().index);
+    return cuda_attention(call);
+  }
   bool pooling(const detail::PoolCall& call) override {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);

@@ -39,6 +39,8 @@ void cuda_user_reduction(const detail::UserReductionCall& call);
 bool cuda_convolution(const detail::ConvCall& call);
 bool cuda_batch_norm(detail::BatchNormCall& call);
 bool cuda_pooling(const detail::PoolCall& call);
+/// Runs fused attention in cuDNN (cudnn_attention.cpp); false with call.refusal when cuDNN cannot.
+bool cuda_attention(detail::AttentionCall& call);
 /// This thread's convolution problems on `device` so far (tests, diagnostics): those with a cached plan of
 /// cuDNN's backend API, and those the backend API had no plan for (the descriptor API ran them).
 struct CudnnPlanCounts {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/autograd.hpp"
+#include "kiln/flash_attention.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -115,6 +116,72 @@ std::vector<Array> backward_blocks(const Plan& p, const Array& q, const Array& k
   return {concatenate(dqs, 1), dk, dv};
 }
 
+/// k (B, Hk, S, F) with each head repeated for the Hq / Hk query heads it serves: (B, Hq, S, F).
+Array repeat_heads(const Array& a, int64_t hq) {
+  const int64_t b = a.shape(0), hk = a.shape(1), s = a.shape(2), f = a.shape(3);
+  if (hk == hq) return a;
+  return broadcast_to(a.reshape({b, hk, 1, s, f}), {b, hk, hq / hk, s, f}).reshape({b, hq, s, f});
+}
+
+/// The gradient of repeat_heads' input from its result's: each k/v head sums its query heads' gradients.
+Array sum_heads(const Array& g, int64_t hk) {
+  const int64_t b = g.shape(0), hq = g.shape(1), s = g.shape(2), f = g.shape(3);
+  if (hk == hq) return g;
+  return g.reshape({b, hk, hq / hk, s, f}).sum({2});
+}
+
+/// Attention over 4-d q (B, H, L, E), k and v (B, Hk, S, E) of a half dtype, with no mask but the causal one
+/// and no dropout: the backend's fused kernel (kiln/flash_attention.hpp: cuDNN's flash attention on a GPU) when it
+/// has one for the problem, else the blocked computation; the backward likewise (the blocked one recomputes
+/// from the forward's log-sum-exp, which both compute alike).
+Array fused_attention(const Array& query, const Array& key, const Array& value, double scale, bool causal) {
+  const int64_t b = query.shape(0), hq = query.shape(1), rows = query.shape(2);
+  const int64_t keys = key.shape(2), hk = key.shape(1);
+  Plan p;
+  p.batch = b * hq, p.rows = rows, p.keys = keys, p.scale = scale, p.causal = causal, p.compute = float32;
+  p.block = std::clamp<int64_t>(kBlockElements / std::max<int64_t>(1, p.batch * keys), 1, rows);
+  auto plan = std::make_shared<const Plan>(p);
+  auto fused = std::make_shared<bool>(false);
+  const AutogradFunction attention{
+      "ScaledDotProductAttentionBackward",
+      [plan, fused, hq](const std::vector<Array>& in, std::vector<Array>& saved) {
+        const Plan& pl = *plan;
+        if (auto r = flash_attention_forward(in[0], in[1], in[2], pl.scale, pl.causal)) {
+          *fused = true;
+          saved = {in[0], in[1], in[2], r->out, r->lse};
+          return r->out;
+        }
+        const Array q = in[0].astype(pl.compute).reshape({pl.batch, pl.rows, -1});
+        const Array k = repeat_heads(in[1], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
+        const Array v = repeat_heads(in[2], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
+        random::GeneratorState unused;
+        auto [out, lse] = forward_blocks(pl, q, k, v, unused);
+        const Array o = out.reshape(in[0].shape()).astype(in[0].dtype());
+        saved = {in[0], in[1], in[2], o, lse.reshape({in[0].shape(0), hq, pl.rows})};
+        return o;
+      },
+      [plan, fused, hq, hk](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+        const Plan& pl = *plan;
+        const DType dtype = saved[0].dtype();
+        if (*fused) {
+          if (auto r = flash_attention_backward(saved[0], saved[1], saved[2], saved[3], g.astype(dtype), saved[4],
+                                                pl.scale, pl.causal))
+            return std::vector<Array>{r->dq, r->dk, r->dv};
+        }
+        const Array q = saved[0].astype(pl.compute).reshape({pl.batch, pl.rows, -1});
+        const Array k = repeat_heads(saved[1], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
+        const Array v = repeat_heads(saved[2], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
+        std::vector<Array> grads =
+            backward_blocks(pl, q, k, v, saved[4].reshape({pl.batch, pl.rows, 1}), g.astype(pl.compute));
+        const int64_t batch = saved[0].shape(0);
+        grads[0] = grads[0].reshape(saved[0].shape()).astype(dtype);
+        for (int i : {1, 2})
+          grads[i] = sum_heads(grads[i].reshape({batch, hq, pl.keys, saved[i].shape(3)}), hk).astype(dtype);
+        return grads;
+      }};
+  return attention.apply({query, key, value});
+}
+
 void require(bool ok, const std::string& message) {
   if (!ok) throw ShapeError(std::string(kOp) + ": " + message);
 }
@@ -153,6 +220,14 @@ Array scaled_dot_product_attention(const Array& query, const Array& key, const A
                                         "attn_mask.detach()");
   if (scale && !(std::isfinite(*scale)))
     throw ValueError(std::string(kOp) + ": scale must be finite, got " + std::to_string(*scale));
+
+  // The fused path: 4-d half-precision operands without a mask (the causal one aside) or dropout, one batch.
+  const bool half = query.dtype() == float16 || query.dtype() == bfloat16;
+  if (half && !attn_mask.defined() && dropout_p == 0 && query.ndim() == 4 && key.ndim() == 4 && value.ndim() == 4 &&
+      key.shape(0) == query.shape(0) && value.shape() == key.shape() && value.shape(-1) == e && rows > 0 &&
+      keys > 0 && query.shape(0) > 0 && query.shape(1) > 0 && key.shape(1) > 0 &&
+      (key.shape(1) == query.shape(1) || (enable_gqa && query.shape(1) % key.shape(1) == 0)))
+    return fused_attention(query, key, value, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(e)), is_causal);
 
   // Grouped-query attention: each k/v head serves Hq / Hk query heads (repeat_interleave over the head axis).
   Array k = key, v = value;

@@ -150,6 +150,72 @@ TEST(Attention, DropoutDropsWeightsAndBackwardUsesTheSameMask) {
   EXPECT_TRUE(r.passed) << r.report;
 }
 
+/// max |got - want| <= tol * max(1, max |want|): the error measure for half-precision results.
+void expect_close_scaled(const Array& got, const Array& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>(), w = want.to_vector<double>();
+  double scale = 1, worst = 0;
+  for (double x : w) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
+  EXPECT_LE(worst, tol * scale) << what << " (largest reference magnitude " << scale << ")";
+}
+
+// float16/bfloat16 4-d operands without a mask take the fused path (cuDNN's flash attention on a GPU; the blocked
+// computation where no engine runs them, as on the CPU), forward and backward, causal or not, grouped-query.
+TEST(Attention, HalfPrecisionOperandsEqualTheFloat64FormulaForwardAndBackwardOnEveryBackend) {
+  random::seed(6);
+  struct Case {
+    int64_t h, hk, l, s, e;
+    bool causal;
+  };
+  for (Device d : harness::backends()) {
+    for (DType dt : {float16, bfloat16}) {
+      const double tol = dt == float16 ? 4e-3 : 3e-2;
+      for (const Case& c : {Case{4, 4, 16, 16, 64, false}, Case{4, 4, 16, 16, 64, true}, Case{4, 2, 9, 24, 32, true},
+                            Case{2, 1, 24, 9, 16, false}}) {
+        const std::string what = d.str() + " " + std::string(dtype_name(dt)) + " h" + std::to_string(c.h) + "/" +
+                                  std::to_string(c.hk) + " l" + std::to_string(c.l) + " s" + std::to_string(c.s) +
+                                  (c.causal ? " causal" : "");
+        const Array q0 = rand({2, c.h, c.l, c.e}, dt, cpu()), k0 = rand({2, c.hk, c.s, c.e}, dt, cpu()),
+                    v0 = rand({2, c.hk, c.s, c.e}, dt, cpu()), w0 = rand({2, c.h, c.l, c.e}, dt, cpu());
+        Array q = q0.to(d).set_requires_grad(), k = k0.to(d).set_requires_grad(), v = v0.to(d).set_requires_grad();
+        const Array out = nn::scaled_dot_product_attention(q, k, v, {}, 0.0, c.causal, {}, c.hk != c.h);
+        ASSERT_EQ(out.dtype(), dt) << what;
+        sum(out * w0.to(d)).backward();
+        Array qr = q0.astype(float64).set_requires_grad(), kr = k0.astype(float64).set_requires_grad(),
+              vr = v0.astype(float64).set_requires_grad();
+        const Array want = reference(qr, kr, vr, {}, c.causal, 1 / std::sqrt(double(c.e)), true);
+        sum(want * w0.astype(float64)).backward();
+        expect_close_scaled(out, want.detach(), tol, "out " + what);
+        expect_close_scaled(q.grad(), qr.grad(), tol, "dq " + what);
+        expect_close_scaled(k.grad(), kr.grad(), tol, "dk " + what);
+        expect_close_scaled(v.grad(), vr.grad(), tol, "dv " + what);
+      }
+    }
+  }
+}
+
+TEST(Attention, TheFusedPrimitiveDeclinesWhereNoEngineRunsItAndChecksItsOperands) {
+  using kiln_test::expect_error;
+  const Array q = ones({1, 2, 4, 8}, float16, cpu()), k = ones({1, 1, 5, 8}, float16, cpu());
+  const int64_t declined = flash_attention_stats().declined;
+  EXPECT_FALSE(flash_attention_forward(q, k, k, 0.5, false).has_value());
+  const FlashAttentionStats stats = flash_attention_stats();
+  EXPECT_EQ(stats.declined, declined + 1);
+  EXPECT_NE(stats.refusal.find("no fused attention engine on cpu"), std::string::npos) << stats.refusal;
+  expect_error<ShapeError>([&] { (void)flash_attention_forward(q.reshape({2, 4, 8}), k, k, 0.5, false); },
+                           {"flash_attention_forward", "4-d", "(2, 4, 8)"});
+  expect_error<ShapeError>([&] { (void)flash_attention_forward(ones({1, 3, 4, 8}, float16, cpu()), ones({1, 2, 5, 8}, float16, cpu()),
+                                                                ones({1, 2, 5, 8}, float16, cpu()), 0.5, false); },
+                           {"number of heads dividing q's"});
+  expect_error<DTypeError>([&] { (void)flash_attention_forward(q, k.astype(bfloat16), k, 0.5, false); }, {"one dtype"});
+  Array qg = q.copy().set_requires_grad();
+  expect_error<DTypeError>([&] { (void)flash_attention_forward(qg, k, k, 0.5, false); },
+                           {"flash_attention_forward", "nn::scaled_dot_product_attention"});
+  expect_error<ShapeError>([&] { (void)flash_attention_backward(q, k, k, q, q, ones({1, 2, 4}, float16, cpu()), 0.5, false); },
+                           {"flash_attention_backward", "lse"});
+}
+
 TEST(Attention, BadInputsAreNamed) {
   const Array q = ones({2, 3, 4}, float32, cpu()), k = ones({2, 5, 4}, float32, cpu()), v = ones({2, 5, 4}, float32, cpu());
   using kiln_test::expect_error;

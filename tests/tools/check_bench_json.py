@@ -26,7 +26,7 @@ def main():
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
     workloads = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-                 "fusion", "alloc", "multigpu", "train", "resnet50"]
+                 "fusion", "alloc", "multigpu", "train", "resnet50", "attention"]
     for name in workloads:
         if f"== {name}:" not in run.stdout:
             fail(f"workload {name} printed no title")
@@ -70,6 +70,8 @@ def main():
     need += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out")]
     need += [("train", c, "seconds") for c in ("cpu_mlp100_sgd", "cpu_mlp1000_adam")]
     need += [("resnet50", "cpu_infer_b16", "seconds")]
+    if not gpu:
+        need += [("attention", f"sdpa_t256_d64_{m}", "fwd_TFLOPs") for m in ("causal", "full")]
     if gpu:
         need += [("matmul", f"gpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
         need += [("matmul", f"speedup_{n}", "x") for n in (1024, 4096)]
@@ -79,6 +81,8 @@ def main():
         need += [("overlap", "overlapped", "hidden_copy_fraction"), ("overhead", "empty_launch", "us_per_op")]
         need += [("train", c, "seconds")
                  for c in ("mlp100_sgd_hostbatches", "mlp100_sgdm_device", "mlp1000_adam_device", "mlp1000_adam_graph")]
+        need += [("attention", f"sdpa_t{t}_d{d}_{m}", p) for t in (1024, 4096) for d in (64, 128)
+                 for m in ("causal", "full") for p in ("fwd_TFLOPs", "fwdbwd_TFLOPs")]
         need += [("resnet50", c, "seconds") for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "train_fp32_graph",
                                                       "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
                                                       "train_bf16_cl_graph")]
@@ -89,6 +93,7 @@ def main():
     checked = [("reduction", "sum", "gbps"), ("fusion", "fused", "ms"), ("logging", "copy_every_step", "seconds"),
                ("logging", "on_device", "seconds"), ("train", "cpu_mlp100_sgd", "seconds"),
                ("resnet50", "cpu_infer_b16", "seconds")]
+    checked += [(k[0], k[1], k[2]) for k in keys if k[0] == "attention" and k[2] == "fwd_TFLOPs"]
     if gpu:
         checked += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds")]
     unchecked = [k for k in checked if keys.get(k, {}).get("check") != "ok"]
