@@ -172,7 +172,8 @@ Array fused_attention(const Array& query, const Array& key, const Array& value, 
         const Array k = repeat_heads(saved[1], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
         const Array v = repeat_heads(saved[2], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
         std::vector<Array> grads =
-            backward_blocks(pl, q, k, v, saved[4].reshape({pl.batch, pl.rows, 1}), g.astype(pl.compute));
+            backward_blocks(pl, q, k, v, saved[4].reshape({pl.batch, pl.rows, 1}),
+                            g.astype(pl.compute).reshape({pl.batch, pl.rows, -1}));
         const int64_t batch = saved[0].shape(0);
         grads[0] = grads[0].reshape(saved[0].shape()).astype(dtype);
         for (int i : {1, 2})

@@ -140,6 +140,43 @@ TEST(AttentionGpu, AFusedCausalAttentionOver32kPositionsInBfloat16KeepsMemoryLin
   }
 }
 
+TEST(AttentionGpu, TheFusedKernelIsCapturedInACudaGraphAfterAnEagerStep) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  random::seed(9);
+  Array q = random::normal({2, 4, 128, 64}, bfloat16, d).set_requires_grad(),
+        k = random::normal({2, 4, 128, 64}, bfloat16, d).set_requires_grad(),
+        v = random::normal({2, 4, 128, 64}, bfloat16, d).set_requires_grad();
+  const Array g = random::normal({2, 4, 128, 64}, bfloat16, d);
+  auto step = [&] {
+    Array out = nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+    out.backward(g);
+    return out;
+  };
+  // The eager step builds cuDNN's graphs (a capture builds none); its results are the reference.
+  const Array eager = step().detach().copy();
+  KILN_REQUIRE_FUSED_ENGINE();
+  const Array eager_dq = q.grad().copy(), eager_dv = v.grad().copy();
+  q.set_grad({}), k.set_grad({}), v.set_grad({});
+  synchronize(d);
+  const FlashAttentionStats before = flash_attention_stats();
+  Stream s = Stream::create(d);
+  cuda::Graph graph;
+  Array captured;
+  {
+    cuda::GraphCapture capture(graph, s);
+    captured = step();
+  }
+  const FlashAttentionStats after = flash_attention_stats();
+  EXPECT_EQ(after.forward, before.forward + 1) << after.refusal;
+  EXPECT_EQ(after.backward, before.backward + 1) << after.refusal;
+  graph.replay();
+  s.synchronize();
+  expect_close_scaled(captured, eager, 1e-2, "captured out");
+  expect_close_scaled(q.grad(), eager_dq, 1e-2, "captured dq");
+  expect_close_scaled(v.grad(), eager_dv, 1e-2, "captured dv");
+}
+
 }  // namespace
 }  // namespace kiln
 

@@ -238,6 +238,59 @@ def checkpoint_seeds(writer):
     put("checkpoint", "truncated", valid[: len(valid) - 7])
 
 
+# ---------------------------------------------------------------- tokenizer (vocab.json \0 merges.txt \0 text)
+def byte_tokens():
+    """GPT-2's byte-to-character map (printable bytes stand for themselves, the others for 256 + n)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def tokenizer_seeds():
+    tokens = byte_tokens()
+    vocab = {"<|endoftext|>": 0}
+    for t in tokens:
+        vocab[t] = len(vocab)
+    space = tokens[ord(" ")]
+    merges = [("h", "e"), (space, "he"), ("l", "l"), ("he", "ll")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    vocab_json = json.dumps(vocab, ensure_ascii=False).encode()
+    merges_txt = ("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)).encode()
+    text = "hello he hell\u00e9 \U0001F600 <|endoftext|> 123  \r\n".encode()
+    put("tokenizer", "valid", vocab_json + b"\0" + merges_txt + b"\0" + text)
+    put("tokenizer", "invalid_utf8_text", vocab_json + b"\0" + merges_txt + b"\0" + b"he\xff\xc3(ll")
+    put("tokenizer", "unknown_merge", vocab_json + b"\0" + b"#version: 0.2\nzz qq\n" + b"\0" + b"he")
+    put("tokenizer", "missing_byte", json.dumps({"a": 0}).encode() + b"\0\0a")
+    put("tokenizer", "duplicate_id", b'{"a": 0, "b": 0}\0\0')
+    put("tokenizer", "bad_json", vocab_json[:-9] + b"\0" + merges_txt)
+
+
+# ---------------------------------------------------------------- token files (format byte, then the file)
+def token_file_seeds():
+    tokens = np.array([50256, 1, 2, 3, 65535, 7, 8], dtype="<u2").tobytes()
+    header = np.zeros(256, dtype="<i4")
+    header[0], header[1], header[2] = 20240520, 1, 7
+    llmc = header.tobytes() + tokens
+    put("token_file", "llmc", b"\0" + llmc)
+    put("token_file", "llmc_truncated", b"\0" + llmc[:-3])
+    put("token_file", "llmc_count_past_end", b"\0" + header.tobytes()[:8] + struct.pack("<i", 1 << 30) +
+        header.tobytes()[12:] + tokens)
+    put("token_file", "llmc_negative_count", b"\0" + header.tobytes()[:8] + struct.pack("<i", -5) +
+        header.tobytes()[12:] + tokens)
+    put("token_file", "bad_magic", b"\0" + struct.pack("<i", 1234) + llmc[4:])
+    put("token_file", "raw", b"\1" + tokens)
+    put("token_file", "raw_odd", b"\1" + tokens[:-1])
+    put("token_file", "deduced", b"\2" + llmc)
+    put("token_file", "empty_raw", b"\1")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint-writer", help="the fuzz_checkpoint program (writes the valid checkpoint)")
@@ -247,6 +300,8 @@ def main():
     json_seeds()
     idx_seeds()
     kernel_cache_seeds()
+    tokenizer_seeds()
+    token_file_seeds()
     if args.checkpoint_writer:
         checkpoint_seeds(args.checkpoint_writer)
 

@@ -61,7 +61,6 @@ void run_attention(BenchContext& ctx) {
             key + "_fwdbwd",
             [&] {
               nn::scaled_dot_product_attention(q, k, v, {}, 0.0, causal).backward(go);
-              q.set_grad({}), k.set_grad({}), v.set_grad({});
             },
             ctx.options(2, 10, 10));
         const double fwd_tflops = attention_flops(b, h, t, d, causal, false) / ctx.seconds(fwd) / 1e12;
