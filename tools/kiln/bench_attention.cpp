@@ -71,7 +71,7 @@ void run_attention(BenchContext& ctx) {
         best_fwd = std::max(best_fwd, fwd_tflops);
         best_fb = std::max(best_fb, fb_tflops);
         table.row({std::to_string(t), std::to_string(d), causal ? "causal" : "full", format_seconds(ctx.seconds(fwd)),
-                   format_number(fwd_tflops, 1), format_seconds(ctx.seconds(fb)), format_number(fb_tflops, 1),
+                   format_number(fwd_tflops, gpu ? 1 : 3), format_seconds(ctx.seconds(fb)), format_number(fb_tflops, gpu ? 1 : 3),
                    engine});
         if (!fused && gpu) ctx.skip("attention fused " + key, after.refusal);
       }
