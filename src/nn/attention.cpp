@@ -5,8 +5,10 @@
 // Computed in blocks of query rows, as the memory-efficient kernels do: each block's scores (rows x keys) exist
 // only while it is computed, so the memory is linear in the sequence length (a block, not T x T). The backward
 // is one custom node that recomputes each block's weights from the saved log-sum-exp of its rows (FlashAttention's
-// recomputation) and regenerates the dropout mask from the generator state the forward started at. Half types
-// compute in float32. The ops are kiln's, so every backend runs it.
+// recomputation) and regenerates the dropout mask from the generator state the forward started at. With is_causal
+// a block of rows computes only the keys its last row can see (about half the work). Half types compute in
+// float32. The ops are kiln's, so every backend runs it; on a GPU, half-precision problems without a mask run
+// cuDNN's fused kernel instead (kiln/flash_attention.hpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,13 +43,18 @@ struct Plan {
   random::GeneratorState dropout_state{};
 };
 
-/// The additive mask of rows [r0, r1) as (batch, r1 - r0, keys), or undefined.
+/// The keys rows [r0, r1) can see: all of them, or with is_causal those before r1 (the block's last row sees
+/// keys j <= r1 - 1), so a causal attention computes about half the scores.
+int64_t visible_keys(const Plan& p, int64_t r1) { return p.causal ? std::min(p.keys, r1) : p.keys; }
+
+/// The additive mask of rows [r0, r1) over their visible keys as (batch, r1 - r0, visible), or undefined.
 Array mask_block(const Plan& p, int64_t r0, int64_t r1, const Device& device) {
   Array m;
+  const int64_t keys = visible_keys(p, r1);
   if (p.mask.defined()) m = p.mask.slice(-2, r0, r1).reshape({p.batch, r1 - r0, p.keys}).astype(p.compute);
   if (p.causal) {
     // Query row i attends keys j <= i (PyTorch's is_causal: the top-left triangle of rows x keys).
-    const Array col = arange(int64_t{0}, p.keys, int64_t{1}, int64, device).reshape({1, 1, p.keys});
+    const Array col = arange(int64_t{0}, keys, int64_t{1}, int64, device).reshape({1, 1, keys});
     const Array row = arange(r0, r1, int64_t{1}, int64, device).reshape({1, r1 - r0, 1});
     const Array c = where(greater(col, row), -std::numeric_limits<double>::infinity(), 0.0).astype(p.compute);
     m = m.defined() ? m + c : c;
@@ -55,16 +62,17 @@ Array mask_block(const Plan& p, int64_t r0, int64_t r1, const Device& device) {
   return m;
 }
 
-/// The scores of rows [r0, r1): q_block k^T * scale + masks, (batch, rows, keys).
+/// The scores of rows [r0, r1): q_block k^T * scale + masks, (batch, rows, visible keys).
 Array scores(const Plan& p, const Array& q, const Array& k, int64_t r0, int64_t r1) {
-  Array s = matmul(q.slice(1, r0, r1), swapaxes(k, 1, 2)) * p.scale;
+  Array s = matmul(q.slice(1, r0, r1), swapaxes(k.slice(1, 0, visible_keys(p, r1)), 1, 2)) * p.scale;
   const Array m = mask_block(p, r0, r1, q.device());
   return m.defined() ? s + m : s;
 }
 
-/// The dropout keep-scale of a block (keep / (1 - p), or 0), drawn from `gen` (the forward's generator state).
-Array dropout_scale(const Plan& p, random::Generator& gen, int64_t rows, const Device& device) {
-  const Array u = gen.uniform({p.batch, rows, p.keys}, 0.0, 1.0, float32, device);
+/// The dropout keep-scale of a block's visible keys (keep / (1 - p), or 0), drawn from `gen` (the forward's
+/// generator state) for all its keys, so that the stream does not depend on the blocking.
+Array dropout_scale(const Plan& p, random::Generator& gen, int64_t r0, int64_t r1, const Device& device) {
+  const Array u = gen.uniform({p.batch, r1 - r0, p.keys}, 0.0, 1.0, float32, device).slice(2, 0, visible_keys(p, r1));
   return (u >= p.dropout).astype(p.compute) * (1.0 / (1.0 - p.dropout));
 }
 
@@ -83,8 +91,8 @@ std::pair<Array, Array> forward_blocks(const Plan& p, const Array& q, const Arra
     Array e = exp(s - m);
     const Array l = e.sum({-1}, true);
     Array w = e / l;
-    if (p.dropout > 0) w = w * dropout_scale(p, gen, r1 - r0, q.device());
-    outs.push_back(matmul(w, v));
+    if (p.dropout > 0) w = w * dropout_scale(p, gen, r0, r1, q.device());
+    outs.push_back(matmul(w, v.slice(1, 0, visible_keys(p, r1))));
     lses.push_back(m + log(l));
   }
   after = gen.get_state();
@@ -100,18 +108,21 @@ std::vector<Array> backward_blocks(const Plan& p, const Array& q, const Array& k
   gen.set_state(p.dropout_state);
   for (int64_t r0 = 0; r0 < p.rows; r0 += p.block) {
     const int64_t r1 = std::min(p.rows, r0 + p.block);
+    const int64_t visible = visible_keys(p, r1);
+    const Array kv = k.slice(1, 0, visible), vv = v.slice(1, 0, visible);
     const Array w = exp(scores(p, q, k, r0, r1) - lse.slice(1, r0, r1));  // the softmax, recomputed
     const Array go = g.slice(1, r0, r1);
-    Array wd = w, dw = matmul(go, swapaxes(v, 1, 2));
+    Array wd = w, dw = matmul(go, swapaxes(vv, 1, 2));
     if (p.dropout > 0) {
-      const Array keep = dropout_scale(p, gen, r1 - r0, q.device());
+      const Array keep = dropout_scale(p, gen, r0, r1, q.device());
       wd = w * keep;
       dw = dw * keep;
     }
-    dv = dv + matmul(swapaxes(wd, 1, 2), go);
+    Array dv_visible = dv.slice(1, 0, visible), dk_visible = dk.slice(1, 0, visible);
+    dv_visible += matmul(swapaxes(wd, 1, 2), go);
     const Array ds = w * (dw - (w * dw).sum({-1}, true));  // softmax's backward
-    dqs.push_back(matmul(ds, k) * p.scale);
-    dk = dk + matmul(swapaxes(ds, 1, 2), q.slice(1, r0, r1)) * p.scale;
+    dqs.push_back(matmul(ds, kv) * p.scale);
+    dk_visible += matmul(swapaxes(ds, 1, 2), q.slice(1, r0, r1)) * p.scale;
   }
   return {concatenate(dqs, 1), dk, dv};
 }
