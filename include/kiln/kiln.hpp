@@ -26,6 +26,7 @@
 #include "kiln/random.hpp"
 #include "kiln/parallel.hpp"
 #include "kiln/raw_module.hpp"
+#include "kiln/rnn.hpp"
 #include "kiln/scalar.hpp"
 #include "kiln/shape.hpp"
 #include "kiln/stream.hpp"

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/array.hpp"
 #include "kiln/random.hpp"
+#include "kiln/rnn.hpp"
 #include "core/iteration.hpp"
 #include "core/op_table.hpp"
 
@@ -191,6 +193,30 @@ struct AttentionCall {
   std::string refusal;
 };
 
+/// A recurrent network over x (T, N, in), every layer and direction in one call (kiln/rnn.hpp's primitives; the
+/// weights in PyTorch's order; every operand contiguous). Forward: y, hy, cy (LSTM; all allocated by the core) and,
+/// in training, reserve (bytes the backend sizes and allocates). Backward: dx, dhx, dcx and dweights (allocated by
+/// the core) from dy, dhy, dcy (dhy/dcy may be undefined: zero). A backend that cannot run the problem returns false
+/// and sets `refusal`.
+enum class RnnKind { Forward, Backward };
+struct RnnCall {
+  RnnKind kind = RnnKind::Forward;
+  RnnMode mode = RnnMode::Lstm;
+  int64_t hidden = 0, layers = 1;
+  bool bidirectional = false, bias = true, training = false;
+  const Array* x = nullptr;
+  const Array* hx = nullptr;
+  const Array* cx = nullptr;  ///< LSTM
+  const std::vector<Array>* weights = nullptr;
+  Array y, hy, cy, reserve;          ///< Forward writes; Backward reads y and reserve
+  const Array* dy = nullptr;         ///< Backward
+  const Array* dhy = nullptr;        ///< Backward, may be undefined
+  const Array* dcy = nullptr;        ///< Backward, may be undefined
+  Array dx, dhx, dcx;                ///< Backward
+  std::vector<Array> dweights;       ///< Backward
+  std::string refusal;
+};
+
 /// Fills `out` (contiguous) from the Philox stream described in include/kiln/random.hpp.
 struct RandomCall {
   RandomDistribution distribution;
@@ -251,6 +277,8 @@ class Backend {
   virtual bool pooling(const PoolCall& /*call*/) { return false; }
   /// Fused attention; false (with call.refusal) when this backend has no engine for the problem.
   virtual bool attention(AttentionCall& /*call*/) { return false; }
+  /// A recurrent network; false (with call.refusal) when this backend has no engine for the problem.
+  virtual bool rnn(RnnCall& /*call*/) { return false; }
 
   /// Compiler and launcher of user modules (RawModule), or nullptr when this backend runs none.
   virtual RawKernelBackend* raw_kernels() { return nullptr; }

@@ -59,6 +59,11 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.q->device().index);
     return cuda_attention(call);
   }
+  bool rnn(detail::RnnCall& call) override {
+    set_device(call.x->device().index);
+    detail::note_gpu_work(call.x->device().index);
+    return cuda_rnn(call);
+  }
   bool pooling(const detail::PoolCall& call) override {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);

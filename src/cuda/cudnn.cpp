@@ -40,38 +40,11 @@ namespace {
 
 cudnnHandle_t bound_handle(int device, cudaStream_t stream) { return bound_state(device, stream)->handle; }
 
-template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
-class Descriptor {
- public:
-  Descriptor() { KILN_CUDNN_CHECK(Create(&desc_)); }
-  ~Descriptor() { (void)Destroy(desc_); }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  operator T() const { return desc_; }
-
- private:
-  T desc_ = nullptr;
-};
 using TensorDesc = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
 using FilterDesc = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using PoolDesc = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 using ConvDesc =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
-
-std::optional<cudnnDataType_t> data_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return CUDNN_DATA_FLOAT;
-    case DType::Float64:
-      return CUDNN_DATA_DOUBLE;
-    case DType::Float16:
-      return CUDNN_DATA_HALF;
-    case DType::BFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    default:
-      return std::nullopt;
-  }
-}
 
 /// Whether every size of a 4-d array fits cuDNN's int (elements included).
 bool fits_int(const Array& a) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -27,6 +28,36 @@ namespace kiln::cuda_impl {
     if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                        \
       ::kiln::cuda_impl::throw_cudnn_error(kiln_status_, #expr, __FILE__, __LINE__); \
   } while (0)
+
+/// An owned cuDNN descriptor (created on construction, destroyed with the object).
+template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class Descriptor {
+ public:
+  Descriptor() { KILN_CUDNN_CHECK(Create(&desc_)); }
+  ~Descriptor() { (void)Destroy(desc_); }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  operator T() const { return desc_; }
+
+ private:
+  T desc_ = nullptr;
+};
+
+/// cuDNN's data type for a floating dtype; nullopt for the others.
+inline std::optional<cudnnDataType_t> data_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return CUDNN_DATA_FLOAT;
+    case DType::Float64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::Float16:
+      return CUDNN_DATA_HALF;
+    case DType::BFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return std::nullopt;
+  }
+}
 
 /// One convolution problem: what an algorithm choice or an execution plan is made for.
 struct ConvKey {

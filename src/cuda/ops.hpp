@@ -41,6 +41,8 @@ bool cuda_batch_norm(detail::BatchNormCall& call);
 bool cuda_pooling(const detail::PoolCall& call);
 /// Runs fused attention in cuDNN (cudnn_attention.cpp); false with call.refusal when cuDNN cannot.
 bool cuda_attention(detail::AttentionCall& call);
+/// Runs a recurrent network in cuDNN (cudnn_rnn.cpp); false with call.refusal when cuDNN cannot.
+bool cuda_rnn(detail::RnnCall& call);
 /// This thread's convolution problems on `device` so far (tests, diagnostics): those with a cached plan of
 /// cuDNN's backend API, and those the backend API had no plan for (the descriptor API ran them).
 struct CudnnPlanCounts {

@@ -1,0 +1,169 @@
+// cuDNN's recurrent networks (kiln/rnn.hpp's rnn_forward / rnn_backward on a GPU) against the equations PyTorch
+// documents for nn.RNN / nn.LSTM / nn.GRU, written out here step by step with kiln's ops in float64 on the CPU
+// (their gradients by autograd): outputs, final states, and the gradients of the input, the initial states and
+// every weight, for 2 layers, both directions, with and without bias.
+#include <gtest/gtest.h>
+
+#ifdef KILN_WITH_CUDA
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/cuda.hpp"
+#include "kiln/kiln.hpp"
+#include "test_util.hpp"
+
+namespace kiln {
+namespace {
+
+struct Reference {
+  Array y, hy, cy;
+};
+
+/// PyTorch's recurrences, one time step at a time: x (T, N, in), hx/cx (L*D, N, H), weights in PyTorch's order.
+Reference reference(RnnMode mode, const Array& x, const Array& hx, const Array& cx, const std::vector<Array>& w,
+                    const RnnParams& p) {
+  const int64_t dirs = p.bidirectional ? 2 : 1, h = p.hidden_size, steps = x.shape(0);
+  const size_t per = p.bias ? 4 : 2;
+  Array input = x;
+  std::vector<Array> hys, cys;
+  for (int64_t layer = 0; layer < p.num_layers; ++layer) {
+    std::vector<Array> outs_by_dir;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const int64_t idx = layer * dirs + d;
+      const size_t base = per * static_cast<size_t>(idx);
+      const Array& wih = w[base];
+      const Array& whh = w[base + 1];
+      Array hstate = hx.slice(0, idx, idx + 1).reshape({hx.shape(1), h});
+      Array cstate = mode == RnnMode::Lstm ? cx.slice(0, idx, idx + 1).reshape({hx.shape(1), h}) : Array();
+      std::vector<Array> outs(static_cast<size_t>(steps));
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t t = d == 0 ? s : steps - 1 - s;
+        const Array xt = input.slice(0, t, t + 1).reshape({input.shape(1), input.shape(2)});
+        Array gi = matmul(xt, wih.T()), gh = matmul(hstate, whh.T());
+        if (p.bias) gi = gi + w[base + 2], gh = gh + w[base + 3];
+        auto gate = [&](const Array& a, int64_t k) { return a.slice(1, k * h, (k + 1) * h); };
+        if (mode == RnnMode::Lstm) {
+          const Array g = gi + gh;
+          const Array i = sigmoid(gate(g, 0)), f = sigmoid(gate(g, 1)), c = tanh(gate(g, 2)), o = sigmoid(gate(g, 3));
+          cstate = f * cstate + i * c;
+          hstate = o * tanh(cstate);
+        } else if (mode == RnnMode::Gru) {
+          const Array r = sigmoid(gate(gi, 0) + gate(gh, 0)), z = sigmoid(gate(gi, 1) + gate(gh, 1));
+          const Array n = tanh(gate(gi, 2) + r * gate(gh, 2));
+          hstate = (1.0 - z) * n + z * hstate;
+        } else {
+          const Array a = gi + gh;
+          hstate = mode == RnnMode::RnnTanh ? tanh(a) : maximum(a, 0.0);
+        }
+        outs[static_cast<size_t>(t)] = hstate;
+      }
+      outs_by_dir.push_back(stack(outs, 0));
+      hys.push_back(hstate);
+      if (mode == RnnMode::Lstm) cys.push_back(cstate);
+    }
+    input = dirs == 2 ? concatenate(outs_by_dir, 2) : outs_by_dir[0];
+  }
+  return {input, stack(hys, 0), mode == RnnMode::Lstm ? stack(cys, 0) : Array()};
+}
+
+void expect_near_scaled(const Array& got, const Array& want, double tol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>(),
+                            r = want.to(cpu()).astype(float64).to_vector<double>();
+  double scale = 1e-3, worst = 0;
+  for (double v : r) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - r[i]));
+  EXPECT_LE(worst, tol * scale) << what << " (largest reference magnitude " << scale << ")";
+}
+
+TEST(RnnGpu, CudnnEqualsPyTorchsEquationsForwardAndBackward) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  cudnn::set_allow_tf32(false);
+  random::seed(11);
+  const int64_t steps = 5, batch = 3, in = 6, h = 8;
+  for (RnnMode mode : {RnnMode::Lstm, RnnMode::Gru, RnnMode::RnnTanh, RnnMode::RnnRelu}) {
+    for (bool bidirectional : {false, true}) {
+      for (bool bias : {true, false}) {
+        const RnnParams p{mode, h, 2, bidirectional, bias};
+        const std::string what = std::string(mode == RnnMode::Lstm ? "lstm" : mode == RnnMode::Gru ? "gru" : "rnn") +
+                                 (bidirectional ? " bidirectional" : "") + (bias ? " bias" : "");
+        const int64_t dirs = bidirectional ? 2 : 1, g = rnn_gates(mode);
+        std::vector<Array> w64;
+        for (int64_t layer = 0; layer < 2; ++layer)
+          for (int64_t dir = 0; dir < dirs; ++dir) {
+            const int64_t lin = layer == 0 ? in : h * dirs;
+            w64.push_back(random::uniform({g * h, lin}, -0.4, 0.4, float64, cpu()));
+            w64.push_back(random::uniform({g * h, h}, -0.4, 0.4, float64, cpu()));
+            if (bias) {
+              w64.push_back(random::uniform({g * h}, -0.4, 0.4, float64, cpu()));
+              w64.push_back(random::uniform({g * h}, -0.4, 0.4, float64, cpu()));
+            }
+          }
+        const Array x64 = random::normal({steps, batch, in}, float64, cpu());
+        const Array h64 = random::normal({2 * dirs, batch, h}, float64, cpu()) * 0.5;
+        const Array c64 = mode == RnnMode::Lstm ? random::normal({2 * dirs, batch, h}, float64, cpu()) * 0.5 : Array();
+        const Array dy64 = random::normal({steps, batch, h * dirs}, float64, cpu());
+        const Array dhy64 = random::normal({2 * dirs, batch, h}, float64, cpu());
+        const Array dcy64 = mode == RnnMode::Lstm ? random::normal({2 * dirs, batch, h}, float64, cpu()) : Array();
+        // The GPU's float32 run.
+        auto to32 = [&](const Array& a) { return a.defined() ? a.astype(float32).to(d) : Array(); };
+        std::vector<Array> w32;
+        for (const Array& a : w64) w32.push_back(to32(a));
+        const auto out = rnn_forward(to32(x64), to32(h64), to32(c64), w32, p, true);
+        ASSERT_TRUE(out.has_value()) << what << ": " << rnn_stats().refusal;
+        const auto grads = rnn_backward(to32(x64), to32(h64), to32(c64), w32, out->y, to32(dy64), to32(dhy64),
+                                        to32(dcy64), out->reserve, p);
+        ASSERT_TRUE(grads.has_value()) << what << ": " << rnn_stats().refusal;
+        // The reference, with autograd's gradients.
+        Array xr = x64.copy().set_requires_grad(), hr = h64.copy().set_requires_grad();
+        Array cr = c64.defined() ? c64.copy().set_requires_grad() : Array();
+        std::vector<Array> wr;
+        for (const Array& a : w64) wr.push_back(a.copy().set_requires_grad());
+        const Reference ref = reference(mode, xr, hr, cr, wr, p);
+        Array loss = sum(ref.y * dy64) + sum(ref.hy * dhy64);
+        if (mode == RnnMode::Lstm) loss = loss + sum(ref.cy * dcy64);
+        loss.backward();
+        const double tol = 2e-5;
+        expect_near_scaled(out->y, ref.y.detach(), tol, "y " + what);
+        expect_near_scaled(out->hy, ref.hy.detach(), tol, "hy " + what);
+        if (mode == RnnMode::Lstm) expect_near_scaled(out->cy, ref.cy.detach(), tol, "cy " + what);
+        expect_near_scaled(grads->dx, xr.grad(), tol, "dx " + what);
+        expect_near_scaled(grads->dhx, hr.grad(), tol, "dhx " + what);
+        if (mode == RnnMode::Lstm) expect_near_scaled(grads->dcx, cr.grad(), tol, "dcx " + what);
+        ASSERT_EQ(grads->dweights.size(), wr.size());
+        for (size_t i = 0; i < wr.size(); ++i)
+          expect_near_scaled(grads->dweights[i], wr[i].grad(), tol, "weight " + std::to_string(i) + " " + what);
+      }
+    }
+  }
+  cudnn::set_allow_tf32(true);
+}
+
+TEST(RnnGpu, ThePrimitivesCheckTheirOperandsAndDeclineBfloat16) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  const RnnParams p{RnnMode::Gru, 4, 1, false, true};
+  const Array x = ones({3, 2, 5}, float32, d), hx = zeros({1, 2, 4}, float32, d);
+  std::vector<Array> w{ones({12, 5}, float32, d), ones({12, 4}, float32, d), ones({12}, float32, d), ones({12}, float32, d)};
+  using kiln_test::expect_error;
+  expect_error<ShapeError>([&] { (void)rnn_forward(x, zeros({2, 2, 4}, float32, d), {}, w, p, false); },
+                           {"rnn_forward", "hx must have shape (1, 2, 4)"});
+  std::vector<Array> bad = w;
+  bad[1] = ones({12, 5}, float32, d);
+  expect_error<ShapeError>([&] { (void)rnn_forward(x, hx, {}, bad, p, false); },
+                           {"layer 0 weight 1 must have shape (12, 4)"});
+  std::vector<Array> bf;
+  for (const Array& a : w) bf.push_back(a.astype(bfloat16));
+  EXPECT_FALSE(rnn_forward(x.astype(bfloat16), hx.astype(bfloat16), {}, bf, p, false).has_value());
+  EXPECT_NE(rnn_stats().refusal.find("bfloat16"), std::string::npos) << rnn_stats().refusal;
+}
+
+}  // namespace
+}  // namespace kiln
+
+#endif  // KILN_WITH_CUDA
