@@ -183,7 +183,7 @@ std::string GPT2::name() const {
 
 nn::StateDict GPT2::hf_state_dict() const {
   nn::StateDict sd = state_dict();
-  sd.insert("lm_head.weight", parts_->wte->weight());
+  sd.insert("lm_head.weight", parts_->wte->weight().detach());
   return sd;
 }
 

@@ -118,7 +118,7 @@ std::string Llama::name() const {
 
 nn::StateDict Llama::hf_state_dict() const {
   nn::StateDict sd = state_dict();
-  if (!parts_->lm_head) sd.insert("lm_head.weight", parts_->embed->weight());
+  if (!parts_->lm_head) sd.insert("lm_head.weight", parts_->embed->weight().detach());
   return sd;
 }
 
