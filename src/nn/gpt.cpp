@@ -116,6 +116,8 @@ GPT2::GPT2(const GPT2Config& c, DType dtype, std::optional<Device> device)
     auto attn = block->add("attn", std::make_shared<detail::Node>("GPT2Attention"));
     b.c_attn = attn->add("c_attn", conv(c.n_embd, 3 * c.n_embd, kStd));
     b.attn_proj = attn->add("c_proj", conv(c.n_embd, c.n_embd, proj_std));
+    // attn_dropout and act complete HF's tree (repr); forward passes attn_pdrop to the attention and calls
+    // gelu_tanh itself.
     attn->add("attn_dropout", std::make_shared<nn::Dropout>(c.attn_pdrop));
     b.attn_resid_drop = attn->add("resid_dropout", std::make_shared<nn::Dropout>(c.resid_pdrop));
     b.ln_2 = block->add("ln_2", norm());
