@@ -85,6 +85,21 @@ TEST(GPT2, PresetsAndDepthConfigs) {
   EXPECT_THROW(models::GPT2({.n_embd = 10, .n_head = 3}), ValueError);
 }
 
+TEST(GPT2, WithoutBiasesTheProjectionsAndNormsHaveWeightsOnly) {
+  models::GPT2 model({.vocab_size = 20, .n_positions = 8, .n_embd = 8, .n_layer = 1, .n_head = 2, .bias = false});
+  std::vector<std::string> names;
+  for (const auto& [name, p] : model.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"transformer.wte.weight", "transformer.wpe.weight",
+                                             "transformer.h.0.ln_1.weight", "transformer.h.0.attn.c_attn.weight",
+                                             "transformer.h.0.attn.c_proj.weight", "transformer.h.0.ln_2.weight",
+                                             "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight",
+                                             "transformer.ln_f.weight"}));
+  EXPECT_EQ(model.forward(zeros({2, 3}, int64)).shape(), (Shape{2, 3, 20}));
+  const std::string tree = model.repr();
+  for (const char* part : {"GPT2Model", "GPT2Block", "GPT2Attention", "GPT2MLP", "Conv1D(nf=24, nx=8, bias=false)"})
+    EXPECT_NE(tree.find(part), std::string::npos) << part << " not in\n" << tree;
+}
+
 TEST(GPT2, InitialisationFollowsHuggingFace) {
   random::seed(3);
   models::GPT2 model({.vocab_size = 100, .n_positions = 32, .n_embd = 64, .n_layer = 8, .n_head = 4});
