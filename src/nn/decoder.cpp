@@ -80,7 +80,11 @@ Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* 
   const bool gqa = k.shape(1) != q.shape(1);
   if (!cache) return nn::scaled_dot_product_attention(q, k, v, {}, dropout_p, true, {}, gqa);
   const int64_t offset = cache->length(), t = q.shape(2);
-  const auto [keys, values] = cache->update(layer, k, v);
+  auto [keys, values] = cache->update(layer, k, v);
+  if (keys.dtype() != q.dtype()) {  // under autocast the projections are low precision, the cache the model's dtype
+    keys = keys.astype(q.dtype());
+    values = values.astype(q.dtype());
+  }
   // One new position sees every cached one (no mask); a first chunk is the plain causal triangle; a later chunk
   // of several positions needs the triangle shifted by the cached length (is_causal's is anchored top-left).
   if (t == 1) return nn::scaled_dot_product_attention(q, keys, values, {}, 0.0, false, {}, gqa);

@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "decoder.hpp"
-#include "kiln/ops.hpp"
+#include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/ops.hpp"
 
 namespace kiln::models {
 
@@ -23,8 +24,19 @@ class Conv1D : public nn::Module {
     bias_ = bias;
   }
   Array forward(const Array& x) override {
-    const Array y = matmul(x, parameter("weight"));
-    return bias_ ? y + parameter("bias") : y;
+    if (x.ndim() == 0 || x.shape(-1) != in_)
+      throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axis must have " +
+                       std::to_string(in_) + " features");
+    const Array xa = autocast_low(x), wa = autocast_low(parameter("weight"));
+    if (xa.dtype() != wa.dtype())
+      throw DTypeError(name() + ": the input is " + std::string(dtype_name(x.dtype())) + " but the weight is " +
+                       std::string(dtype_name(wa.dtype())) + "; convert the input or the model (model.to(dtype))");
+    // One 2-d product over every position: the weight's gradient is then one (in, out) product, not a batch of
+    // them summed.
+    Shape shape = x.shape();
+    shape.back() = out_;
+    const Array y = matmul(xa.reshape(-1, in_), wa);
+    return (bias_ ? y + autocast_low(parameter("bias")) : y).reshape(shape);
   }
   std::string name() const override {
     return "Conv1D(nf=" + std::to_string(out_) + ", nx=" + std::to_string(in_) + (bias_ ? "" : ", bias=false") + ")";
@@ -42,7 +54,8 @@ class LayerNormNoBias : public nn::Module {
       : features_(features), eps_(eps) {
     register_parameter("weight", ones({features}, dtype, device));
   }
-  Array forward(const Array& x) override {
+  Array forward(const Array& x_in) override {
+    const Array x = autocast_float32(x_in);
     const Array centred = x - x.mean({-1}, true);
     return centred / sqrt(square(centred).mean({-1}, true) + eps_) * parameter("weight");
   }
@@ -160,7 +173,8 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
   }
   x = (*parts.ln_f)(x);
   if (cache) cache->advance(t);
-  return matmul(x, wte.T());  // lm_head: the embedding, tied
+  // lm_head is the embedding (tied), applied as one 2-d product over every position.
+  return matmul(autocast_low(x).reshape(-1, c.n_embd), autocast_low(wte).T()).reshape({batch, t, c.vocab_size});
 }
 
 Array GPT2::forward(const Array& tokens) { return run(tokens, nullptr); }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "decoder.hpp"
+#include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/ops.hpp"
 
@@ -91,7 +92,9 @@ Array Llama::run(const Array& tokens, KVCache* cache) {
   }
   x = (*parts.norm)(x);
   if (cache) cache->advance(t);
-  return parts.lm_head ? (*parts.lm_head)(x) : matmul(x, parts.embed->weight().T());
+  if (parts.lm_head) return (*parts.lm_head)(x);
+  return matmul(autocast_low(x).reshape(-1, c.hidden_size), autocast_low(parts.embed->weight()).T())
+      .reshape({batch, t, c.vocab_size});  // tied: the embedding as the head
 }
 
 Array Llama::forward(const Array& tokens) { return run(tokens, nullptr); }

@@ -265,6 +265,28 @@ TEST(GPT2, TheCachedForwardGivesTheFullForwardsLogitsAtEveryStepOnEveryBackend) 
   }
 }
 
+TEST(GPT2, UnderAutocastTheProjectionsRunInBFloat16AndTheGradientsStayFloat32) {
+  const Array tokens = load(kGptGolden + "gpt2_tokens.npy");
+  const Array want = load(kGptGolden + "gpt2_logits.npy");
+  for (Device d : harness::backends()) {
+    auto model = golden_gpt2(float32, d);
+    Array logits;
+    {
+      AutocastGuard amp(bfloat16);
+      logits = model->forward(tokens.to(d));
+      models::lm_loss(logits, ((tokens + 1) % 61).to(d)).backward();
+      // Generation under autocast: the float32 cache meets bfloat16 projections.
+      EXPECT_EQ(models::generate(*model, {3, 14}, {.max_new_tokens = 4, .temperature = 0.0}).size(), 4u);
+    }
+    EXPECT_EQ(logits.dtype(), bfloat16);
+    expect_close(logits, want, 0.1, "bfloat16 logits on " + d.str());  // a few bfloat16 ulps of logits near 5
+    for (const auto& [name, p] : model->named_parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << name;
+      EXPECT_EQ(p.grad().dtype(), float32) << name;
+    }
+  }
+}
+
 TEST(GPT2, PositionsPastTheModelAreRefused) {
   auto model = golden_gpt2(float64, cpu());
   EXPECT_TRUE(message_has([&] { model->forward(zeros({1, 17}, int64)); }, "n_positions"));
