@@ -62,6 +62,7 @@ void add_gpt_train_options(CLI::App& cmd, GptTrainArgs& a) {
   cmd.add_option("--warmup", a.warmup, "gpt: linear warm-up steps before the cosine decay (100)");
   cmd.add_option("--sample-every", a.sample_every, "gpt: print a sample every N steps (0: at the end only)");
   cmd.add_option("--log-every", a.log_every, "gpt: print the loss and tokens/s every N steps (10)");
+  cmd.add_flag("--bf16", a.bf16, "gpt: products and attention in bfloat16 (autocast), parameters float32");
   cmd.add_option("--vocab", a.vocab, "gpt: the tokenizer's vocab.json (needed for a text --data; prints samples)");
   cmd.add_option("--merges", a.merges, "gpt: the tokenizer's merges.txt");
 }
@@ -111,6 +112,9 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
                                                       .temperature = 0.8, .top_k = 40, .seed = 1});
     fmt::print("--- sample ---\n{}\n--------------\n", show(tok, out));
   };
+  // llm.c's count: 6 per parameter and token (forward and backward), plus attention's 12 L C T.
+  const double flops_per_token = 6.0 * static_cast<double>(model.num_parameters()) +
+                                 12.0 * static_cast<double>(config.n_layer * config.n_embd * g.seq);
   std::vector<int64_t> x(static_cast<size_t>(t.batch * g.seq)), y(x.size());
   auto start = clock::now();
   int64_t since = 0;
@@ -124,8 +128,12 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
         x[static_cast<size_t>(b * g.seq + i)] = tokens[at];
         y[static_cast<size_t>(b * g.seq + i)] = tokens[at + 1];
       }
-    const Array loss = models::lm_loss(model.forward(from_data(x, Shape{t.batch, g.seq}, device)),
-                                       from_data(y, Shape{t.batch, g.seq}, device));
+    Array loss;
+    {
+      AutocastGuard amp(g.bf16 ? std::optional<DType>(bfloat16) : std::nullopt);
+      loss = models::lm_loss(model.forward(from_data(x, Shape{t.batch, g.seq}, device)),
+                             from_data(y, Shape{t.batch, g.seq}, device));
+    }
     opt.zero_grad();
     loss.backward();
     if (t.max_grad_norm > 0) optim::clip_grad_norm(model.parameters(), t.max_grad_norm);
@@ -136,8 +144,9 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
     if ((step + 1) % std::max<int64_t>(1, g.log_every) == 0 || step + 1 == g.steps) {
       const double l = loss.item<double>();  // synchronises: the time below is the device's
       const double s = std::chrono::duration<double>(clock::now() - start).count();
-      fmt::print("step {:5d}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s\n", step + 1, g.steps, l, opt.lr(),
-                 static_cast<double>(since * t.batch * g.seq) / s);
+      const double tokens_per_s = static_cast<double>(since * t.batch * g.seq) / s;
+      fmt::print("step {:5d}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  {:.2f} TFLOP/s\n", step + 1, g.steps, l,
+                 opt.lr(), tokens_per_s, tokens_per_s * flops_per_token / 1e12);
       std::fflush(stdout);
       start = clock::now();
       since = 0;
