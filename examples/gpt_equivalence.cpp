@@ -33,18 +33,25 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) throw ValueError("gpt_equivalence: " + a + " needs a value");
       return argv[++i];
     };
-    if (a == "--config") config_name = next();
-    else if (a == "--vocab") vocab = std::stoll(next());
-    else if (a == "--device") device_name = next();
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--seq") seq = std::stoll(next());
-    else if (a == "--steps") steps = std::stoll(next());
-    else out = a;
+    if (a == "--config")
+      config_name = next();
+    else if (a == "--vocab")
+      vocab = std::stoll(next());
+    else if (a == "--device")
+      device_name = next();
+    else if (a == "--batch")
+      batch = std::stoll(next());
+    else if (a == "--seq")
+      seq = std::stoll(next());
+    else if (a == "--steps")
+      steps = std::stoll(next());
+    else
+      out = a;
   }
   std::filesystem::create_directories(out);
   const Device device = parse_device(device_name);
   models::GPT2Config config = models::GPT2Config::from_name(config_name);
-  if (config_name[0] == 'd') config.vocab_size = vocab;  // the presets keep GPT-2's 50257
+  if (config_name[0] == 'd') config.vocab_size = vocab;              // the presets keep GPT-2's 50257
   config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.0;  // dropout masks differ between libraries
 
   random::seed(1234);
@@ -83,9 +90,8 @@ int main(int argc, char** argv) {
        << ", \"steps\": " << steps << ", \"lr\": " << lr << ", \"weight_decay\": " << weight_decay
        << ", \"betas\": [0.9, 0.999], \"eps\": 1e-08, \"prompt\": " << prompt << ", \"new_tokens\": " << new_tokens
        << ", \"device\": \"" << device.str() << "\"}\n";
-  std::printf("gpt_equivalence: %s on %s: loss %.4f -> %.4f over %lld AdamW steps; files in %s\n",
-              model.name().c_str(), device.str().c_str(), losses.front(), losses.back(),
-              static_cast<long long>(steps), out.c_str());
+  std::printf("gpt_equivalence: %s on %s: loss %.4f -> %.4f over %lld AdamW steps; files in %s\n", model.name().c_str(),
+              device.str().c_str(), losses.front(), losses.back(), static_cast<long long>(steps), out.c_str());
   if (!(losses.back() < losses.front())) {
     std::printf("gpt_equivalence: the loss did not fall\n");
     return 1;

@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
   optim::LinearWarmupLR warmup(opt, std::min<int64_t>(50, steps / 4 + 1), 0.1);
   const std::vector<int64_t> prompt{tok.encode("The")[0]};
   auto sample = [&](const char* when) {
-    const auto out = models::generate(model, prompt,
-                                      {.max_new_tokens = gpu_run ? 120 : 40, .temperature = 0.8, .top_k = 40});
+    const auto out =
+        models::generate(model, prompt, {.max_new_tokens = gpu_run ? 120 : 40, .temperature = 0.8, .top_k = 40});
     std::vector<int32_t> v(out.begin(), out.end());
     std::printf("--- %s ---\n%s\n", when, tok.decode(v).c_str());
   };

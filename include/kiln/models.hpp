@@ -120,9 +120,9 @@ struct GPT2Config {
   double embd_pdrop = 0.1, attn_pdrop = 0.1, resid_pdrop = 0.1;
   bool bias = true;  ///< biases in the projections and layer norms (nanoGPT's bias=False drops them)
 
-  static GPT2Config gpt2_124m() { return {}; }                                            ///< Hub "gpt2"
-  static GPT2Config gpt2_355m() { return {.n_embd = 1024, .n_layer = 24, .n_head = 16}; }  ///< "gpt2-medium"
-  static GPT2Config gpt2_774m() { return {.n_embd = 1280, .n_layer = 36, .n_head = 20}; }  ///< "gpt2-large"
+  static GPT2Config gpt2_124m() { return {}; }                                              ///< Hub "gpt2"
+  static GPT2Config gpt2_355m() { return {.n_embd = 1024, .n_layer = 24, .n_head = 16}; }   ///< "gpt2-medium"
+  static GPT2Config gpt2_774m() { return {.n_embd = 1280, .n_layer = 36, .n_head = 20}; }   ///< "gpt2-large"
   static GPT2Config gpt2_1558m() { return {.n_embd = 1600, .n_layer = 48, .n_head = 25}; }  ///< "gpt2-xl"
   /// llm.c's depth-d models: n_layer = d, n_embd = 64 d, n_head = d (heads of 64); d12 is gpt2_124m.
   static GPT2Config depth(int64_t d);
@@ -212,9 +212,9 @@ class Llama : public CausalLM {
 /// How generate() picks each token.
 struct GenerateOptions {
   int64_t max_new_tokens = 32;
-  double temperature = 1.0;  ///< 0: greedy (the first largest logit)
-  int64_t top_k = 0;         ///< keep the k most likely tokens (0: all)
-  double top_p = 1.0;        ///< keep the fewest most likely tokens whose probability reaches top_p (1: all)
+  double temperature = 1.0;           ///< 0: greedy (the first largest logit)
+  int64_t top_k = 0;                  ///< keep the k most likely tokens (0: all)
+  double top_p = 1.0;                 ///< keep the fewest most likely tokens whose probability reaches top_p (1: all)
   std::optional<int64_t> stop_token;  ///< ends generation once generated (it is returned)
   uint64_t seed = 0;                  ///< of the sampling generator (a random::Generator of its own)
   std::function<void(int64_t)> on_token;  ///< called with each token as it is chosen (streaming)
@@ -222,8 +222,8 @@ struct GenerateOptions {
 
 /// The probabilities sampling draws from: softmax(logits / temperature) over the tokens top_k and top_p keep
 /// (the others 0), as Hugging Face's TopK and TopP warpers: top_k keeps every token tied with the k-th, top_p
-/// keeps a token while the more likely ones hold less than top_p (so at least one). temperature 0: all mass on the first largest logit. ValueError for a negative
-/// temperature or top_k, or top_p outside (0, 1].
+/// keeps a token while the more likely ones hold less than top_p (so at least one). temperature 0: all mass on the
+/// first largest logit. ValueError for a negative temperature or top_k, or top_p outside (0, 1].
 std::vector<double> sampling_probabilities(const std::vector<double>& logits, double temperature, int64_t top_k = 0,
                                            double top_p = 1.0);
 

@@ -34,13 +34,13 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t max_le
 
 std::pair<Array, Array> KVCache::update(int64_t layer, const Array& k, const Array& v) {
   if (layer < 0 || layer >= layers())
-    throw ValueError("KVCache::update: layer " + std::to_string(layer) + " of a cache of " +
-                     std::to_string(layers()) + " layers");
+    throw ValueError("KVCache::update: layer " + std::to_string(layer) + " of a cache of " + std::to_string(layers()) +
+                     " layers");
   const Array& buffer = keys_[static_cast<size_t>(layer)];
   const Shape want{buffer.shape(0), buffer.shape(1), k.ndim() == 4 ? k.shape(2) : -1, buffer.shape(3)};
   if (k.shape() != want || v.shape() != want)
-    throw ShapeError("KVCache::update: keys and values must be (batch, kv_heads, T, head_dim) = " +
-                     shape_str(want) + ", got " + shape_str(k.shape()) + " and " + shape_str(v.shape()));
+    throw ShapeError("KVCache::update: keys and values must be (batch, kv_heads, T, head_dim) = " + shape_str(want) +
+                     ", got " + shape_str(k.shape()) + " and " + shape_str(v.shape()));
   const int64_t t = k.shape(2), end = length_ + t;
   if (end > max_length_)
     throw ValueError("KVCache::update: " + std::to_string(t) + " new positions after " + std::to_string(length_) +
@@ -147,8 +147,8 @@ void load_hf(nn::Module& model, const std::string& who, const nn::StateDict& sta
 // ---------------------------------------------------------------- generation
 std::vector<double> sampling_probabilities(const std::vector<double>& logits, double temperature, int64_t top_k,
                                            double top_p) {
-  if (!(temperature >= 0.0)) throw ValueError("sampling_probabilities: temperature must be >= 0, got " +
-                                               std::to_string(temperature));
+  if (!(temperature >= 0.0))
+    throw ValueError("sampling_probabilities: temperature must be >= 0, got " + std::to_string(temperature));
   if (top_k < 0) throw ValueError("sampling_probabilities: top_k must be >= 0 (0: off), got " + std::to_string(top_k));
   if (!(top_p > 0.0 && top_p <= 1.0))
     throw ValueError("sampling_probabilities: top_p must be in (0, 1] (1: off), got " + std::to_string(top_p));

@@ -29,8 +29,7 @@ class Node : public nn::Module {
 
 /// softmax(q k^T / sqrt(D)) v with q (B, H, T, D) at positions offset .. offset + T - 1 and k, v (B, Hkv, T, D):
 /// causal over the new positions; with a cache, also over the cached ones (k and v are written into it first).
-Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* cache, int64_t layer,
-                       double dropout_p);
+Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* cache, int64_t layer, double dropout_p);
 
 /// Loads a Hugging Face state dict into `model`: `map` gives the model's name of each entry, or nullopt for an
 /// entry to ignore. When `tied_embedding` names the embedding that the head shares, an entry mapped to

@@ -102,7 +102,8 @@ GPT2::GPT2(const GPT2Config& c, DType dtype, std::optional<Device> device)
     throw ValueError("GPT2: vocab_size, n_positions, n_layer, n_head and n_embd must be positive and n_embd (" +
                      std::to_string(c.n_embd) + ") a multiple of n_head (" + std::to_string(c.n_head) + ")");
   for (double p : {c.embd_pdrop, c.attn_pdrop, c.resid_pdrop})
-    if (!(p >= 0.0 && p < 1.0)) throw ValueError("GPT2: dropout probabilities must be in [0, 1), got " + std::to_string(p));
+    if (!(p >= 0.0 && p < 1.0))
+      throw ValueError("GPT2: dropout probabilities must be in [0, 1), got " + std::to_string(p));
   constexpr double kStd = 0.02;  // HF's initializer_range
   Parts& parts = *parts_;
   auto norm = [&]() -> std::shared_ptr<nn::Module> {
@@ -238,8 +239,15 @@ std::shared_ptr<GPT2> load_gpt2(const std::string& path, std::optional<GPT2Confi
     const int64_t embd = wte.shape(1);
     if (embd % 64 != 0)
       throw ValueError("load_gpt2: n_embd " + std::to_string(embd) + " is not a multiple of 64: give the config");
-    config = GPT2Config{.vocab_size = wte.shape(0), .n_positions = wpe.shape(0), .n_embd = embd, .n_layer = layers,
-                        .n_head = embd / 64, .embd_pdrop = 0, .attn_pdrop = 0, .resid_pdrop = 0, .bias = bias};
+    config = GPT2Config{.vocab_size = wte.shape(0),
+                        .n_positions = wpe.shape(0),
+                        .n_embd = embd,
+                        .n_layer = layers,
+                        .n_head = embd / 64,
+                        .embd_pdrop = 0,
+                        .attn_pdrop = 0,
+                        .resid_pdrop = 0,
+                        .bias = bias};
   }
   auto model = std::make_shared<GPT2>(*config, dtype, device);
   model->load_hf_state_dict(state);

@@ -32,8 +32,10 @@ Llama::Llama(const LlamaConfig& c, DType dtype, std::optional<Device> device)
   if (c.hidden_size % c.num_attention_heads != 0 || c.num_attention_heads % c.num_key_value_heads != 0 ||
       (c.hidden_size / c.num_attention_heads) % 2 != 0)
     throw ValueError("Llama: hidden_size (" + std::to_string(c.hidden_size) + ") must be num_attention_heads (" +
-                     std::to_string(c.num_attention_heads) + ") times an even head size, and num_attention_heads "
-                     "a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+                     std::to_string(c.num_attention_heads) +
+                     ") times an even head size, and num_attention_heads "
+                     "a multiple of num_key_value_heads (" +
+                     std::to_string(c.num_key_value_heads) + ")");
   Parts& parts = *parts_;
   const int64_t head_dim = c.hidden_size / c.num_attention_heads, kv = c.num_key_value_heads * head_dim;
   auto linear = [&](int64_t in, int64_t out) {
@@ -114,8 +116,9 @@ KVCache Llama::make_cache(int64_t batch, std::optional<int64_t> max_length) cons
 std::string Llama::name() const {
   const LlamaConfig& c = config_;
   return "Llama(vocab_size=" + std::to_string(c.vocab_size) + ", hidden_size=" + std::to_string(c.hidden_size) +
-         ", intermediate_size=" + std::to_string(c.intermediate_size) + ", num_hidden_layers=" +
-         std::to_string(c.num_hidden_layers) + ", num_attention_heads=" + std::to_string(c.num_attention_heads) +
+         ", intermediate_size=" + std::to_string(c.intermediate_size) +
+         ", num_hidden_layers=" + std::to_string(c.num_hidden_layers) +
+         ", num_attention_heads=" + std::to_string(c.num_attention_heads) +
          ", num_key_value_heads=" + std::to_string(c.num_key_value_heads) + ")";
 }
 

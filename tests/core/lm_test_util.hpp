@@ -19,12 +19,24 @@ inline const std::string kGptGolden = std::string(KILN_GOLDEN_DIR) + "/gpt/";
 
 /// The tiny GPT-2 of gpt_golden.py (its config cannot be inferred: n_embd 16 has heads of 4).
 inline kiln::models::GPT2Config tiny_gpt2_config() {
-  return {.vocab_size = 61, .n_positions = 16, .n_embd = 16, .n_layer = 2, .n_head = 4, .embd_pdrop = 0,
-          .attn_pdrop = 0, .resid_pdrop = 0};
+  return {.vocab_size = 61,
+          .n_positions = 16,
+          .n_embd = 16,
+          .n_layer = 2,
+          .n_head = 4,
+          .embd_pdrop = 0,
+          .attn_pdrop = 0,
+          .resid_pdrop = 0};
 }
 inline kiln::models::LlamaConfig tiny_llama_config() {
-  return {.vocab_size = 53, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 2,
-          .num_attention_heads = 4, .num_key_value_heads = 2, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
+  return {.vocab_size = 53,
+          .hidden_size = 16,
+          .intermediate_size = 24,
+          .num_hidden_layers = 2,
+          .num_attention_heads = 4,
+          .num_key_value_heads = 2,
+          .rms_norm_eps = 1e-6,
+          .rope_theta = 10000.0,
           .max_position_embeddings = 16};
 }
 

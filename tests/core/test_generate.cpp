@@ -63,15 +63,15 @@ TEST(Generate, GreedyEqualsTheArgmaxOfRepeatedFullForwardsOnEveryBackend) {
     auto model = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float64, d);
     const std::vector<int64_t> prompt{3, 14, 15};
     std::vector<int64_t> streamed;
-    const auto got = models::generate(*model, prompt,
-                                      {.max_new_tokens = 10, .temperature = 0.0,
-                                       .on_token = [&](int64_t t) { streamed.push_back(t); }});
+    const auto got = models::generate(
+        *model, prompt,
+        {.max_new_tokens = 10, .temperature = 0.0, .on_token = [&](int64_t t) { streamed.push_back(t); }});
     EXPECT_EQ(got, greedy_by_full_forwards(*model, prompt, 10, d)) << d.str();
     EXPECT_EQ(streamed, got);
     EXPECT_TRUE(model->is_training());  // the mode is restored
     // Stopping at the third token's value returns up to and including its first occurrence.
-    const auto stopped = models::generate(*model, prompt, {.max_new_tokens = 10, .temperature = 0.0,
-                                                           .stop_token = got[2]});
+    const auto stopped =
+        models::generate(*model, prompt, {.max_new_tokens = 10, .temperature = 0.0, .stop_token = got[2]});
     size_t first = 0;
     while (got[first] != got[2]) ++first;
     EXPECT_EQ(stopped, std::vector<int64_t>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(first) + 1));

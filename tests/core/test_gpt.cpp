@@ -45,11 +45,18 @@ TEST(GPT2, StateDictHasHuggingFacesNamesAndShapesFor124M) {
                                                   {"transformer.wpe.weight", {1024, 768}}};
   for (int i = 0; i < 12; ++i) {
     const std::string p = "transformer.h." + std::to_string(i) + ".";
-    for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
-             {"ln_1.weight", {768}}, {"ln_1.bias", {768}}, {"attn.c_attn.weight", {768, 2304}},
-             {"attn.c_attn.bias", {2304}}, {"attn.c_proj.weight", {768, 768}}, {"attn.c_proj.bias", {768}},
-             {"ln_2.weight", {768}}, {"ln_2.bias", {768}}, {"mlp.c_fc.weight", {768, 3072}},
-             {"mlp.c_fc.bias", {3072}}, {"mlp.c_proj.weight", {3072, 768}}, {"mlp.c_proj.bias", {768}}})
+    for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{{"ln_1.weight", {768}},
+                                                                                {"ln_1.bias", {768}},
+                                                                                {"attn.c_attn.weight", {768, 2304}},
+                                                                                {"attn.c_attn.bias", {2304}},
+                                                                                {"attn.c_proj.weight", {768, 768}},
+                                                                                {"attn.c_proj.bias", {768}},
+                                                                                {"ln_2.weight", {768}},
+                                                                                {"ln_2.bias", {768}},
+                                                                                {"mlp.c_fc.weight", {768, 3072}},
+                                                                                {"mlp.c_fc.bias", {3072}},
+                                                                                {"mlp.c_proj.weight", {3072, 768}},
+                                                                                {"mlp.c_proj.bias", {768}}})
       want.emplace_back(p + name, shape);
   }
   want.push_back({"transformer.ln_f.weight", {768}});
@@ -89,11 +96,11 @@ TEST(GPT2, WithoutBiasesTheProjectionsAndNormsHaveWeightsOnly) {
   models::GPT2 model({.vocab_size = 20, .n_positions = 8, .n_embd = 8, .n_layer = 1, .n_head = 2, .bias = false});
   std::vector<std::string> names;
   for (const auto& [name, p] : model.named_parameters()) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"transformer.wte.weight", "transformer.wpe.weight",
-                                             "transformer.h.0.ln_1.weight", "transformer.h.0.attn.c_attn.weight",
-                                             "transformer.h.0.attn.c_proj.weight", "transformer.h.0.ln_2.weight",
-                                             "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight",
-                                             "transformer.ln_f.weight"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+                                      "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
+                                      "transformer.h.0.ln_2.weight", "transformer.h.0.mlp.c_fc.weight",
+                                      "transformer.h.0.mlp.c_proj.weight", "transformer.ln_f.weight"}));
   EXPECT_EQ(model.forward(zeros({2, 3}, int64)).shape(), (Shape{2, 3, 20}));
   const std::string tree = model.repr();
   for (const char* part : {"GPT2Model", "GPT2Block", "GPT2Attention", "GPT2MLP", "Conv1D(nf=24, nx=8, bias=false)"})
@@ -199,7 +206,9 @@ Array written_out_forward(const nn::StateDict& p, const Array& tokens, const Arr
   for (int i = 0; p.find("transformer.h." + std::to_string(i) + ".ln_1.weight"); ++i) {
     const std::string h = "transformer.h." + std::to_string(i) + ".";
     const Array qkv = conv(ln(x, h + "ln_1"), h + "attn.c_attn");
-    auto heads = [&](int64_t j) { return swapaxes(qkv.slice(-1, j * c, (j + 1) * c).reshape({b, t, n_head, d}), 1, 2); };
+    auto heads = [&](int64_t j) {
+      return swapaxes(qkv.slice(-1, j * c, (j + 1) * c).reshape({b, t, n_head, d}), 1, 2);
+    };
     Array s = matmul(heads(0), swapaxes(heads(1), 2, 3)) / std::sqrt(static_cast<double>(d));
     s = where(mask, -INFINITY, s);
     const Array a = matmul(nn::softmax(s, -1), heads(2));
@@ -232,8 +241,14 @@ TEST(GPT2, TheTiedEmbeddingGetsTheSumOfTheLookupsAndTheHeadsGradients) {
 
 TEST(GPT2, GradientsOfATinyModelMatchCentralDifferences) {
   random::seed(21);
-  models::GPT2 model({.vocab_size = 11, .n_positions = 6, .n_embd = 8, .n_layer = 2, .n_head = 2, .embd_pdrop = 0,
-                      .attn_pdrop = 0, .resid_pdrop = 0},
+  models::GPT2 model({.vocab_size = 11,
+                      .n_positions = 6,
+                      .n_embd = 8,
+                      .n_layer = 2,
+                      .n_head = 2,
+                      .embd_pdrop = 0,
+                      .attn_pdrop = 0,
+                      .resid_pdrop = 0},
                      float64);
   for (auto& [name, p] : model.named_parameters()) {  // larger weights than HF's 0.02, so every term matters
     NoGradGuard no_grad;
@@ -299,8 +314,14 @@ TEST(GPT2, AFewAdamWStepsOnTheTokenizersCorpusLowerTheLoss) {
   const std::vector<int32_t> ids = tok.encode(text::read_text(data + "/corpus.txt"));
   ASSERT_GT(ids.size(), 2000u);
   random::seed(4);
-  models::GPT2 model({.vocab_size = tok.vocab_size(), .n_positions = 32, .n_embd = 32, .n_layer = 2, .n_head = 2,
-                      .embd_pdrop = 0, .attn_pdrop = 0, .resid_pdrop = 0});
+  models::GPT2 model({.vocab_size = tok.vocab_size(),
+                      .n_positions = 32,
+                      .n_embd = 32,
+                      .n_layer = 2,
+                      .n_head = 2,
+                      .embd_pdrop = 0,
+                      .attn_pdrop = 0,
+                      .resid_pdrop = 0});
   optim::AdamW opt(model.parameters(), {.lr = 3e-3, .weight_decay = 0.01});
   const int64_t batch = 8, seq = 32;
   std::vector<int64_t> x(batch * seq), y(batch * seq);

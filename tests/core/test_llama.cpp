@@ -29,12 +29,16 @@ TEST(Llama, StateDictHasHuggingFacesNamesAndShapes) {
   std::vector<std::pair<std::string, Shape>> want{{"model.embed_tokens.weight", {53, 16}}};
   for (int i = 0; i < 2; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
-             {"self_attn.q_proj.weight", {16, 16}}, {"self_attn.k_proj.weight", {8, 16}},
-             {"self_attn.v_proj.weight", {8, 16}}, {"self_attn.o_proj.weight", {16, 16}},
-             {"mlp.gate_proj.weight", {24, 16}}, {"mlp.up_proj.weight", {24, 16}},
-             {"mlp.down_proj.weight", {16, 24}}, {"input_layernorm.weight", {16}},
-             {"post_attention_layernorm.weight", {16}}})
+    for (const auto& [name, shape] :
+         std::vector<std::pair<std::string, Shape>>{{"self_attn.q_proj.weight", {16, 16}},
+                                                    {"self_attn.k_proj.weight", {8, 16}},
+                                                    {"self_attn.v_proj.weight", {8, 16}},
+                                                    {"self_attn.o_proj.weight", {16, 16}},
+                                                    {"mlp.gate_proj.weight", {24, 16}},
+                                                    {"mlp.up_proj.weight", {24, 16}},
+                                                    {"mlp.down_proj.weight", {16, 24}},
+                                                    {"input_layernorm.weight", {16}},
+                                                    {"post_attention_layernorm.weight", {16}}})
       want.emplace_back(p + name, shape);
   }
   want.push_back({"model.norm.weight", {16}});

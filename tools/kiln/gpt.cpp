@@ -29,7 +29,8 @@ class WarmupCosine : public optim::LRScheduler {
       : LRScheduler(opt), warmup_(warmup), total_(total) {}
   double lr_at(int64_t count) const override {
     if (count < warmup_) return base_lr_ * static_cast<double>(count + 1) / static_cast<double>(warmup_);
-    const double progress = static_cast<double>(count - warmup_) / static_cast<double>(std::max<int64_t>(1, total_ - warmup_));
+    const double progress =
+        static_cast<double>(count - warmup_) / static_cast<double>(std::max<int64_t>(1, total_ - warmup_));
     return base_lr_ * (0.1 + 0.45 * (1.0 + std::cos(M_PI * std::min(progress, 1.0))));
   }
 
@@ -80,8 +81,10 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
     file.emplace(data);
   } else {
     if (!tok)
-      throw ValueError("kiln train gpt: " + data + " is a text: give its tokenizer (--vocab, --merges), or make a "
-                       "token file with `kiln tokenize --input " + data + " -o FILE.bin`");
+      throw ValueError("kiln train gpt: " + data +
+                       " is a text: give its tokenizer (--vocab, --merges), or make a "
+                       "token file with `kiln tokenize --input " +
+                       data + " -o FILE.bin`");
     for (int32_t id : tok->encode(text::read_text(data))) encoded.push_back(static_cast<uint16_t>(id));
   }
   const std::span<const uint16_t> tokens = file ? file->tokens() : std::span<const uint16_t>(encoded);
@@ -108,8 +111,9 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
 
   auto sample = [&](int64_t n) {
     const std::vector<int64_t> prompt{tok && tok->special_id() ? *tok->special_id() : int64_t{tokens[0]}};
-    const auto out = models::generate(model, prompt, {.max_new_tokens = std::min(n, config.n_positions - 1),
-                                                      .temperature = 0.8, .top_k = 40, .seed = 1});
+    const auto out = models::generate(
+        model, prompt,
+        {.max_new_tokens = std::min(n, config.n_positions - 1), .temperature = 0.8, .top_k = 40, .seed = 1});
     fmt::print("--- sample ---\n{}\n--------------\n", show(tok, out));
   };
   // llm.c's count: 6 per parameter and token (forward and backward), plus attention's 12 L C T.
@@ -165,7 +169,8 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   auto* cmd = app.add_subcommand("generate", "text from a GPT-2 safetensors file (Hugging Face's names), streamed");
-  cmd->add_option("--model", a.model, "the model: a Hub model.safetensors or `kiln train gpt --save`'s file")->required();
+  cmd->add_option("--model", a.model, "the model: a Hub model.safetensors or `kiln train gpt --save`'s file")
+      ->required();
   cmd->add_option("--vocab", a.vocab, "the tokenizer's vocab.json (default: vocab.json beside the model)");
   cmd->add_option("--merges", a.merges, "the tokenizer's merges.txt (default: merges.txt beside the model)");
   cmd->add_option("--prompt", a.prompt, "the text to continue (default: the end-of-text token)");
@@ -200,8 +205,12 @@ int generate(const GenerateArgs& a) {
   const auto out = models::generate(
       *model, prompt,
       {.max_new_tokens = std::min(a.max_tokens, model->max_positions() - static_cast<int64_t>(prompt.size())),
-       .temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p, .stop_token = tok.special_id(),
-       .seed = a.seed, .on_token = [&](int64_t id) {
+       .temperature = a.temperature,
+       .top_k = a.top_k,
+       .top_p = a.top_p,
+       .stop_token = tok.special_id(),
+       .seed = a.seed,
+       .on_token = [&](int64_t id) {
          const int32_t one = static_cast<int32_t>(id);
          const std::string piece = tok.decode_bytes(std::span<const int32_t>(&one, 1));
          std::fwrite(piece.data(), 1, piece.size(), stdout);

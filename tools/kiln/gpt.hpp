@@ -19,7 +19,7 @@ struct GptTrainArgs {
   int64_t warmup = 100;
   int64_t sample_every = 0;  ///< 0: no samples during training (one at the end)
   int64_t log_every = 10;
-  bool bf16 = false;  ///< the step under AutocastGuard(bfloat16)
+  bool bf16 = false;          ///< the step under AutocastGuard(bfloat16)
   std::string vocab, merges;  ///< the tokenizer: needed for a text, used to print samples
 };
 
