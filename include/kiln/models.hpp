@@ -137,7 +137,8 @@ struct GPT2Config {
 /// the tanh approximation (HF's "gelu_new"), causal attention through nn::scaled_dot_product_attention.
 /// Initialisation as HF's _init_weights: weights and embeddings normal(0, 0.02), the two c_proj weights
 /// normal(0, 0.02 / sqrt(2 n_layer)), biases 0, layer norms 1 and 0, from kiln's generator (the same seed gives
-/// the same model on every device). Dropout (embd, attn, resid) in training mode only.
+/// the same model on every device, to the few ulps by which the backends' normal draws differ). Dropout (embd,
+/// attn, resid) in training mode only.
 class GPT2 : public CausalLM {
  public:
   explicit GPT2(const GPT2Config& config = {}, DType dtype = float32, std::optional<Device> device = {});

@@ -133,7 +133,8 @@ TEST(GPT2, LogitsOfATinyHubCheckpointEqualNumPysOnEveryBackend) {
   }
 }
 
-TEST(GPT2, ModelsOfOneSeedAreBitIdenticalOnEveryBackend) {
+TEST(GPT2, ModelsOfOneSeedAgreeOnEveryBackend) {
+  // Within the few ulps by which the backends' normal draws differ (their log/sin/cos; tests/cuda/test_random_gpu).
   const models::GPT2Config config{.vocab_size = 50, .n_positions = 8, .n_embd = 16, .n_layer = 2, .n_head = 2};
   random::seed(11);
   const nn::StateDict reference = models::GPT2(config).state_dict();
@@ -141,7 +142,7 @@ TEST(GPT2, ModelsOfOneSeedAreBitIdenticalOnEveryBackend) {
     random::seed(11);
     models::GPT2 model(config, float32, d);
     for (const auto& [name, value] : model.state_dict())
-      EXPECT_TRUE(array_equal(value.to(cpu()), reference.at(name))) << name << " on " << d.str();
+      expect_close(value, reference.at(name), 1e-7, name + " on " + d.str());
   }
 }
 
