@@ -134,7 +134,7 @@ TEST(GPT2, LogitsOfATinyHubCheckpointEqualNumPysOnEveryBackend) {
 }
 
 TEST(GPT2, ModelsOfOneSeedAgreeOnEveryBackend) {
-  // Within the few ulps by which the backends' normal draws differ (their log/sin/cos; tests/cuda/test_random_gpu).
+  // Within the few ulps by which the backends' normal draws differ (their log/sin/cos; tests/cuda/test_random_gpu.cpp).
   const models::GPT2Config config{.vocab_size = 50, .n_positions = 8, .n_embd = 16, .n_layer = 2, .n_head = 2};
   random::seed(11);
   const nn::StateDict reference = models::GPT2(config).state_dict();
