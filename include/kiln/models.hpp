@@ -1,10 +1,15 @@
-// Reference models, built from kiln::nn layers with torchvision's layout and parameter names, so a torchvision
-// state_dict saved as safetensors (as scripts/resnet-reference.py saves one) loads with load_state_dict directly.
+// Reference models, built from kiln::nn layers with their reference implementation's layout and parameter names:
+// ResNets as torchvision's (a torchvision state_dict saved as safetensors, as scripts/resnet-reference.py saves
+// one, loads with load_state_dict directly), GPT-2 and a LLaMA-style decoder as Hugging Face transformers' (a Hub
+// model.safetensors loads with load_hf_state_dict / load_gpt2), with a KV cache and generate().
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/nn.hpp"
@@ -47,5 +52,187 @@ std::shared_ptr<ResNet> resnet18(int64_t num_classes = 1000, DType dtype = float
 std::shared_ptr<ResNet> resnet34(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
 std::shared_ptr<ResNet> resnet50(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
 std::shared_ptr<ResNet> resnet101(int64_t num_classes = 1000, DType dtype = float32, std::optional<Device> device = {});
+
+// ---------------------------------------------------------------- language models
+// GPT-2 and a LLaMA-style decoder with Hugging Face transformers' parameter names and layouts, so a Hub
+// model.safetensors loads (load_hf_state_dict), a key-value cache for generation, and generate().
+
+/// Per-layer keys and values of a decoder, preallocated to `max_length` positions: each forward step writes its
+/// new positions in place (no buffer grows) and attention reads the filled prefix. For inference: the forward
+/// that takes a cache records no gradient.
+class KVCache {
+ public:
+  KVCache() = default;
+  /// `layers` pairs of (batch, kv_heads, max_length, head_dim) zero buffers.
+  KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t max_length, int64_t head_dim, DType dtype,
+          Device device);
+  /// Positions filled so far (the next token's position).
+  int64_t length() const { return length_; }
+  int64_t max_length() const { return max_length_; }
+  int64_t layers() const { return static_cast<int64_t>(keys_.size()); }
+  /// Writes k and v (batch, kv_heads, T, head_dim) of `layer` at positions [length(), length() + T) and returns
+  /// views of positions [0, length() + T). ValueError when the cache would overflow, ShapeError for other shapes.
+  std::pair<Array, Array> update(int64_t layer, const Array& k, const Array& v);
+  /// Marks `t` more positions filled (the model calls it once per forward, after its last layer).
+  void advance(int64_t t);
+  /// Empties the cache (the buffers are kept).
+  void reset() { length_ = 0; }
+
+ private:
+  std::vector<Array> keys_, values_;
+  int64_t length_ = 0, max_length_ = 0;
+};
+
+/// What generate() needs of a decoder-only language model.
+class CausalLM : public nn::Module {
+ public:
+  using nn::Module::forward;
+  /// Logits (B, T, vocab) of integer tokens (B, T) at positions 0..T-1.
+  Array forward(const Array& tokens) override = 0;
+  /// Logits (B, T, vocab) of tokens at positions cache.length() .. + T - 1, attending to the cached positions
+  /// and to each other causally; writes their keys and values into the cache and advances it. Records no
+  /// gradient. ValueError past the cache's or the model's length.
+  virtual Array forward(const Array& tokens, KVCache& cache) = 0;
+  /// A cache for `batch` sequences of up to `max_length` positions (default: the model's maximum), in the
+  /// dtype and on the device of the model's parameters.
+  virtual KVCache make_cache(int64_t batch = 1, std::optional<int64_t> max_length = {}) const = 0;
+  /// The longest sequence the model takes (n_positions, max_position_embeddings).
+  virtual int64_t max_positions() const = 0;
+  /// Hugging Face's state dict (the model's own plus "lm_head.weight" when it is tied to the embedding: the same
+  /// array under both names, as torch's state_dict lists tied weights).
+  virtual nn::StateDict hf_state_dict() const = 0;
+  /// Loads a Hugging Face state dict (see each model for the names it accepts). Strict: ValueError naming the
+  /// missing and the unexpected tensors, ShapeError naming a mis-shaped one.
+  virtual void load_hf_state_dict(const nn::StateDict& state) = 0;
+};
+
+/// Cross entropy of next-token logits (B, T, vocab) against targets (B, T), averaged over every position.
+Array lm_loss(const Array& logits, const Array& targets);
+
+/// GPT-2's hyperparameters with Hugging Face's names (GPT2Config); defaults are gpt2 (124M).
+struct GPT2Config {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  double layer_norm_epsilon = 1e-5;
+  double embd_pdrop = 0.1, attn_pdrop = 0.1, resid_pdrop = 0.1;
+  bool bias = true;  ///< biases in the projections and layer norms (nanoGPT's bias=False drops them)
+
+  static GPT2Config gpt2_124m() { return {}; }                                              ///< Hub "gpt2"
+  static GPT2Config gpt2_355m() { return {.n_embd = 1024, .n_layer = 24, .n_head = 16}; }   ///< "gpt2-medium"
+  static GPT2Config gpt2_774m() { return {.n_embd = 1280, .n_layer = 36, .n_head = 20}; }   ///< "gpt2-large"
+  static GPT2Config gpt2_1558m() { return {.n_embd = 1600, .n_layer = 48, .n_head = 25}; }  ///< "gpt2-xl"
+  /// llm.c's depth-d models: n_layer = d, n_embd = 64 d, n_head = d (heads of 64); d12 is gpt2_124m.
+  static GPT2Config depth(int64_t d);
+  /// "124m", "355m", "774m", "1558m" (or "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"), or "d<depth>" ("d6").
+  /// ValueError listing the names for another.
+  static GPT2Config from_name(const std::string& name);
+};
+
+/// GPT-2 as Hugging Face's GPT2LMHeadModel: transformer.{wte, wpe, h.{i}.{ln_1, attn.{c_attn, c_proj}, ln_2,
+/// mlp.{c_fc, c_proj}}, ln_f} and lm_head tied to wte (one array, so one gradient: the embedding's and the
+/// head's summed). The projections are HF's Conv1D: weight (in, out), y = x W + b. Pre-norm blocks, GELU with
+/// the tanh approximation (HF's "gelu_new"), causal attention through nn::scaled_dot_product_attention.
+/// Initialisation as HF's _init_weights: weights and embeddings normal(0, 0.02), the two c_proj weights
+/// normal(0, 0.02 / sqrt(2 n_layer)), biases 0, layer norms 1 and 0, from kiln's generator (the same seed gives
+/// the same model on every device, to the few ulps by which the backends' normal draws differ). Dropout (embd,
+/// attn, resid) in training mode only.
+class GPT2 : public CausalLM {
+ public:
+  explicit GPT2(const GPT2Config& config = {}, DType dtype = float32, std::optional<Device> device = {});
+  using CausalLM::forward;
+  Array forward(const Array& tokens) override;
+  Array forward(const Array& tokens, KVCache& cache) override;
+  KVCache make_cache(int64_t batch = 1, std::optional<int64_t> max_length = {}) const override;
+  int64_t max_positions() const override { return config_.n_positions; }
+  std::string name() const override;
+  const GPT2Config& config() const { return config_; }
+  nn::StateDict hf_state_dict() const override;
+  /// Takes GPT2LMHeadModel's names, or GPT2Model's (no "transformer." prefix, as the Hub's model.safetensors
+  /// stores them). The attention-mask buffers "h.{i}.attn.bias" / "attn.masked_bias" that older transformers
+  /// saved are ignored; "lm_head.weight", when present, must equal wte (ValueError otherwise: the head is tied).
+  void load_hf_state_dict(const nn::StateDict& state) override;
+
+ private:
+  struct Parts;  // typed pointers to the children forward reads
+  Array run(const Array& tokens, KVCache* cache);
+  GPT2Config config_;
+  std::shared_ptr<Parts> parts_;
+};
+
+/// A GPT-2 from a safetensors file with Hugging Face's names (a Hub model.safetensors, or one saved from
+/// hf_state_dict()). Without `config` the shapes give it: vocab and n_embd from wte, n_positions from wpe,
+/// n_layer from the blocks, n_head = n_embd / 64 (true of every GPT-2 size). Dropout is 0 in the loaded config.
+std::shared_ptr<GPT2> load_gpt2(const std::string& path, std::optional<GPT2Config> config = {}, DType dtype = float32,
+                                std::optional<Device> device = {});
+
+/// A LLaMA-style decoder's hyperparameters with Hugging Face's names (LlamaConfig; defaults: Llama-2-7B's).
+struct LlamaConfig {
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;  ///< fewer than the attention heads: grouped-query attention
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 4096;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;
+};
+
+/// LlamaForCausalLM: model.{embed_tokens, layers.{i}.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
+/// input_layernorm, post_attention_layernorm}, norm}, lm_head (tied to embed_tokens with tie_word_embeddings).
+/// Pre-norm blocks with RMSNorm, rotary position embeddings on q and k (HF's rotate_half convention:
+/// nn::RotaryEmbedding), grouped-query attention, a SwiGLU feed-forward down(silu(gate(x)) * up(x)); no biases.
+/// Weights start normal(0, initializer_range), norms at 1, as HF's _init_weights.
+class Llama : public CausalLM {
+ public:
+  explicit Llama(const LlamaConfig& config = {}, DType dtype = float32, std::optional<Device> device = {});
+  using CausalLM::forward;
+  Array forward(const Array& tokens) override;
+  Array forward(const Array& tokens, KVCache& cache) override;
+  KVCache make_cache(int64_t batch = 1, std::optional<int64_t> max_length = {}) const override;
+  int64_t max_positions() const override { return config_.max_position_embeddings; }
+  std::string name() const override;
+  const LlamaConfig& config() const { return config_; }
+  nn::StateDict hf_state_dict() const override;
+  /// Takes LlamaForCausalLM's names; "lm_head.weight" of a tied model must equal embed_tokens. Buffers
+  /// "*.rotary_emb.inv_freq" that older transformers saved are ignored.
+  void load_hf_state_dict(const nn::StateDict& state) override;
+
+ private:
+  struct Parts;
+  Array run(const Array& tokens, KVCache* cache);
+  LlamaConfig config_;
+  std::shared_ptr<Parts> parts_;
+};
+
+/// How generate() picks each token.
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  double temperature = 1.0;           ///< 0: greedy (the first largest logit)
+  int64_t top_k = 0;                  ///< keep the k most likely tokens (0: all)
+  double top_p = 1.0;                 ///< keep the fewest most likely tokens whose probability reaches top_p (1: all)
+  std::optional<int64_t> stop_token;  ///< ends generation once generated (it is returned)
+  uint64_t seed = 0;                  ///< of the sampling generator (a random::Generator of its own)
+  std::function<void(int64_t)> on_token;  ///< called with each token as it is chosen (streaming)
+};
+
+/// The probabilities sampling draws from: softmax(logits / temperature) over the tokens top_k and top_p keep
+/// (the others 0), as Hugging Face's TopK and TopP warpers: top_k keeps every token tied with the k-th, top_p
+/// keeps a token while the more likely ones hold less than top_p (so at least one). temperature 0: all mass on the
+/// first largest logit. ValueError for a negative temperature or top_k, or top_p outside (0, 1].
+std::vector<double> sampling_probabilities(const std::vector<double>& logits, double temperature, int64_t top_k = 0,
+                                           double top_p = 1.0);
+
+/// Generates up to max_new_tokens tokens after `prompt` (one sequence) and returns them (not the prompt): the
+/// prompt in one forward that fills a KV cache, then one token per forward. Each token is drawn with
+/// sampling_probabilities and one uniform number from a Generator seeded with `seed` (drawn on the CPU, so the
+/// same logits give the same tokens on every device). Runs in evaluation mode with no gradient (the model's
+/// mode is restored). ValueError for an empty prompt or a prompt plus new tokens past max_positions().
+std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& options = {});
 
 }  // namespace kiln::models

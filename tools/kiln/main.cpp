@@ -15,6 +15,7 @@
 #include "bench_common.hpp"
 #include "kiln/kiln.hpp"
 #include "launch.hpp"
+#include "gpt.hpp"
 #include "tokenize.hpp"
 #include "train.hpp"
 #ifdef KILN_WITH_CUDA
@@ -181,13 +182,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--device", device, "cpu or cuda:N (default: the best device present)");
   bench_cmd->add_option("--json", json, "write the records to this file");
   bench_cmd->add_flag("--quick", quick, "smaller sizes and fewer repeats (about a minute)");
-  auto* train_cmd = app.add_subcommand("train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn)");
+  auto* train_cmd = app.add_subcommand(
+      "train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn), or a GPT-2 on a token file or text (gpt)");
   kiln_cli::TrainArgs train;
   std::string hidden;
   train_cmd
       ->add_option("MODEL", train.model,
-                   "mlp: the Chainer MNIST walkthrough's MLP; cnn: two conv/batch-norm/pool blocks and an MLP head")
-      ->check(CLI::IsMember({"mlp", "cnn"}));
+                   "mlp: the Chainer MNIST walkthrough's MLP; cnn: two conv/batch-norm/pool blocks and an MLP head; "
+                   "gpt: GPT-2 from scratch (--config, --seq, --steps; --data a .bin token file or a text)")
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
+  kiln_cli::GptTrainArgs gpt_args;
+  kiln_cli::add_gpt_train_options(*train_cmd, gpt_args);
   train_cmd->add_option("--device", train.device, "cpu or cuda:N (default: the best device present)");
   train_cmd->add_option("--data", train.data,
                         "fashion-mnist (Debian's dataset-fashion-mnist) or a folder of Fashion-MNIST/MNIST IDX files");
@@ -229,6 +234,8 @@ int main(int argc, char** argv) {
   launch_cmd->prefix_command();
   kiln_cli::TokenizeArgs tokenize_args;
   auto* tokenize_cmd = kiln_cli::add_tokenize_command(app, tokenize_args);  // the first positional argument and everything after it: the program
+  kiln_cli::GenerateArgs generate_args;
+  auto* generate_cmd = kiln_cli::add_generate_command(app, generate_args);
   train.argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   try {
@@ -236,6 +243,7 @@ int main(int argc, char** argv) {
     if (demo_cmd->parsed()) return demo();
     if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
     if (tokenize_cmd->parsed()) return kiln_cli::tokenize(tokenize_args);
+    if (generate_cmd->parsed()) return kiln_cli::generate(generate_args);
     if (launch_cmd->parsed()) {
       launch_args.command = launch_cmd->remaining();
       return kiln_cli::launch(launch_args);
@@ -243,6 +251,10 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) {
       if (!hidden.empty()) train.hidden = kiln_cli::parse_widths(hidden);
       if (train.data == "fashion-mnist") train.data = kiln_cli::TrainArgs{}.data;
+      if (train.model == "gpt") {
+        if (train_cmd->count("--batch") == 0) train.batch = 8;
+        return kiln_cli::train_gpt(train, gpt_args);
+      }
       return kiln_cli::train_mlp(train);
     }
   } catch (const std::exception& e) {  // kiln::Error and anything else: a message, not a crash
