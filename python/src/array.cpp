@@ -59,7 +59,7 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep) {
     } else if (PySlice_Check(e.ptr())) {
       auto bound = [](nb::handle v) -> std::optional<int64_t> {
         if (v.is_none()) return std::nullopt;
-        return nb::cast<int64_t>(v.attr("__index__")());
+        return to_index(v);
       };
       std::optional<int64_t> step = bound(e.attr("step"));
       if (step && *step == 0) throw nb::value_error("kiln.Array: slice step cannot be zero");
@@ -70,7 +70,7 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep) {
       keep.push_back(scalar_array(Scalar(e.ptr() == Py_True)));
       out.emplace_back(keep.back());
     } else if (PyLong_Check(e.ptr()) || (nb::hasattr(e, "__index__") && !nb::hasattr(e, "ndim"))) {
-      out.emplace_back(nb::cast<int64_t>(e.attr("__index__")()));
+      out.emplace_back(to_index(e));
     } else {
       keep.push_back(to_array(e));
       out.emplace_back(keep.back());

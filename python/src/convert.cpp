@@ -66,7 +66,7 @@ bool is_array_like(nb::handle obj) {
 // A NumPy array copied into a new kiln array. NumPy dtypes kiln lacks are widened where that keeps every value
 // (uint16 -> int32, uint32 -> int64); others are refused.
 Array from_numpy(nb::handle array, bool from_python_values, std::optional<DType> dtype, std::optional<Device> device) {
-  nb::object arr = numpy().attr("ascontiguousarray")(array);
+  nb::object arr = numpy().attr("asarray")(array, "order"_a = "C");  // ascontiguousarray makes 0-d arrays 1-d
   std::string name = nb::cast<std::string>(nb::str(arr.attr("dtype").attr("name")));
   if (name == "uint16" || name == "uint32") {
     arr = arr.attr("astype")(name == "uint16" ? "int32" : "int64");
@@ -87,6 +87,12 @@ Array from_numpy(nb::handle array, bool from_python_values, std::optional<DType>
 }
 
 }  // namespace
+
+int64_t to_index(nb::handle obj) {
+  PyObject* index = PyNumber_Index(obj.ptr());  // TypeError for anything but an integer
+  if (!index) throw nb::python_error();
+  return nb::cast<int64_t>(nb::steal(index));
+}
 
 DType to_dtype(nb::handle obj) {
   if (nb::isinstance<PyDType>(obj)) return nb::cast<const PyDType&>(obj).type;
@@ -116,14 +122,14 @@ std::optional<Device> to_optional_device(nb::handle obj) {
 Shape to_shape(nb::handle obj) {
   Shape shape;
   if (PyLong_Check(obj.ptr()) || (!nb::isinstance<nb::sequence>(obj) && nb::hasattr(obj, "__index__"))) {
-    shape.push_back(nb::cast<int64_t>(obj));
+    shape.push_back(to_index(obj));
     return shape;
   }
-  if (!nb::isinstance<nb::sequence>(obj))
+  if (!nb::isinstance<nb::sequence>(obj) || nb::isinstance<nb::str>(obj))
     throw nb::type_error(("kiln: a shape is an int or a sequence of ints, got " +
                           nb::cast<std::string>(nb::repr(obj)))
                              .c_str());
-  for (nb::handle extent : obj) shape.push_back(nb::cast<int64_t>(extent.attr("__index__")()));
+  for (nb::handle extent : obj) shape.push_back(to_index(extent));
   return shape;
 }
 
@@ -131,10 +137,10 @@ Axes to_axes(nb::handle obj) {
   if (obj.is_none()) return Axes();
   if (nb::isinstance<nb::sequence>(obj)) {
     std::vector<int64_t> axes;
-    for (nb::handle axis : obj) axes.push_back(nb::cast<int64_t>(axis.attr("__index__")()));
+    for (nb::handle axis : obj) axes.push_back(to_index(axis));
     return Axes(axes);
   }
-  return Axes(nb::cast<int64_t>(obj.attr("__index__")()));
+  return Axes(to_index(obj));
 }
 
 bool is_python_scalar(nb::handle obj) {

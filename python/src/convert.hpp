@@ -13,6 +13,7 @@
 namespace kiln::python {
 
 namespace nb = nanobind;
+using namespace nb::literals;
 
 /// kiln.dtype: a DType as a Python object (kiln.float32, x.dtype). Compares equal to its name and to
 /// NumPy's dtype of the same name.
@@ -26,6 +27,8 @@ DType to_dtype(nb::handle obj);
 std::optional<DType> to_optional_dtype(nb::handle obj);
 /// A device from kiln.Device or a name ("cpu", "cuda:0"); None gives nullopt.
 std::optional<Device> to_optional_device(nb::handle obj);
+/// An integer from an int or an object with __index__ (TypeError otherwise).
+int64_t to_index(nb::handle obj);
 /// A shape from an int or a sequence of ints.
 Shape to_shape(nb::handle obj);
 /// Reduction axes: None (all), an int, or a sequence of ints.

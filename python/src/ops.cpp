@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <string_view>
 #include <vector>
 
 #include "bindings.hpp"
@@ -26,7 +27,7 @@ Shape shape_from_args(const nb::args& args) {
 
 std::optional<int64_t> optional_axis(nb::handle axis) {
   if (axis.is_none()) return std::nullopt;
-  return nb::cast<int64_t>(axis.attr("__index__")());
+  return to_index(axis);
 }
 
 // Two Python scalars (kiln.add(1, 2)): the first becomes a 0-d array, as NumPy does.
@@ -123,6 +124,10 @@ void bind_ops(nb::module_& m) {
 #define KILN_PY_None1(name)
 #define KILN_OP(Code, name, arity, api) KILN_PY_##api##arity(name)
 #include <kiln/ops.def>
+  nb::list elementwise;  // the names bound above: NumPy's ufuncs of the same name dispatch to them
+#define KILN_OP(Code, name, arity, api) if (std::string_view(#api) == "Fn") elementwise.append(#name);
+#include <kiln/ops.def>
+  m.attr("_elementwise_ops") = nb::frozenset(elementwise);
 #undef KILN_PY_Fn1
 #undef KILN_PY_Fn2
 #undef KILN_PY_Own3

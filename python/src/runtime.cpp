@@ -1,5 +1,6 @@
 // kiln.random (the Philox generator), autograd on arrays and its switches, devices and synchronisation.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 
 #include "bindings.hpp"
