@@ -196,6 +196,34 @@ nb::object inplace_operator(nb::handle self_handle, nb::handle other) {
   return nb::borrow(self_handle);
 }
 
+// NumPy's ufuncs on kiln arrays (np.add(x, 1), np.sin(x), ndarray + kiln.Array) run kiln's op of the same name
+// and return a kiln.Array; ufuncs and methods kiln has no op for run in NumPy on the CPU arrays' memory.
+nb::object array_ufunc(nb::handle, nb::handle ufunc, const std::string& method, nb::args inputs, nb::kwargs kwargs) {
+  std::string name = nb::cast<std::string>(ufunc.attr("__name__"));
+  if (name == "true_divide") name = "divide";
+  if (name == "absolute") name = "abs";
+  nb::module_ core = nb::module_::import_("kiln._kiln");
+  const bool only_out = kwargs.size() == 0 || (kwargs.size() == 1 && kwargs.contains("out"));
+  if (method == "__call__" && only_out && core.attr("_elementwise_ops").attr("__contains__")(name).is(Py_True)) {
+    if (kwargs.size() == 0) return core.attr(name.c_str())(*inputs);
+    nb::handle out = kwargs["out"];
+    if (nb::len(out) != 1 || !nb::isinstance<Array>(out[0])) return nb::borrow(Py_NotImplemented);
+    return core.attr(name.c_str())(*inputs, "out"_a = out[0]);
+  }
+  if (kwargs.contains("out")) return nb::borrow(Py_NotImplemented);
+  nb::object np = nb::module_::import_("numpy");
+  nb::list converted;
+  for (nb::handle v : inputs) converted.append(nb::isinstance<Array>(v) ? np.attr("asarray")(v) : nb::borrow(v));
+  return ufunc.attr(method.c_str())(*converted, **kwargs);
+}
+
+nb::object array_iter(const Array& a) {
+  if (a.ndim() == 0) throw nb::type_error("iteration over a 0-d kiln.Array");
+  nb::list rows;
+  for (int64_t i = 0; i < a.shape(0); ++i) rows.append(a[i]);
+  return nb::iter(rows);
+}
+
 }  // namespace
 
 #define KILN_PY_BINARY(cls, dunder, fn)                                                          \
@@ -295,6 +323,8 @@ void bind_array(nb::module_& m) {
         d["version"] = 3;
         return d;
       })
+      .def("__array_ufunc__", &array_ufunc, "ufunc"_a, "method"_a, "inputs"_a, "kwargs"_a)
+      .def("__iter__", &array_iter)
       .def("__getitem__", &getitem)
       .def("__setitem__", &setitem)
       .def("copy", [](const Array& a) { return a.copy(); })
