@@ -18,6 +18,8 @@ void bind_array_methods(nb::class_<Array>& cls);
 void bind_ops(nb::module_& m);
 /// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
 void bind_autograd_methods(nb::class_<Array>& cls);
+/// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
+void bind_nn(nb::module_& m);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).
 void bind_runtime(nb::module_& m);
 

@@ -138,4 +138,5 @@ NB_MODULE(_kiln, m) {
   bind_array(m);
   bind_ops(m);
   bind_runtime(m);
+  bind_nn(m);
 }
