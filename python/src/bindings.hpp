@@ -20,6 +20,10 @@ void bind_ops(nb::module_& m);
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
 void bind_nn(nb::module_& m);
+/// kiln.fuse and kiln.FusionValue (fuse.cpp).
+void bind_fuse(nb::module_& m);
+/// The FusionValue overloads of the elementwise ops and reductions, registered before their Array forms.
+void bind_fusion_overloads(nb::module_& m);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).
 void bind_runtime(nb::module_& m);
 
