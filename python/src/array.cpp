@@ -42,7 +42,7 @@ decltype(auto) with_index_list(const std::vector<Index>& v, F&& f) {
 }
 
 // The key's entries; array entries (masks, index arrays) are held in `keep`, which Index points into.
-std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep) {
+std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep, const Array& target) {
   std::vector<nb::handle> entries;
   if (nb::isinstance<nb::tuple>(key)) {
     for (nb::handle entry : key) entries.push_back(entry);
@@ -72,7 +72,7 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep) {
     } else if (PyLong_Check(e.ptr()) || (nb::hasattr(e, "__index__") && !nb::hasattr(e, "ndim"))) {
       out.emplace_back(to_index(e));
     } else {
-      keep.push_back(to_array(e));
+      keep.push_back(to_array_near(e, target));
       out.emplace_back(keep.back());
     }
   }
@@ -95,7 +95,7 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep) {
 
 Array getitem(const Array& a, nb::handle key) {
   std::vector<Array> keep;
-  std::vector<Index> idx = parse_key(key, keep);
+  std::vector<Index> idx = parse_key(key, keep, a);
   try {
     return with_index_list(idx, [&](std::initializer_list<Index> list) { return a.index(list); });
   } catch (const Error&) {
@@ -105,13 +105,13 @@ Array getitem(const Array& a, nb::handle key) {
 
 void setitem(Array& a, nb::handle key, nb::handle value) {
   std::vector<Array> keep;
-  std::vector<Index> idx = parse_key(key, keep);
+  std::vector<Index> idx = parse_key(key, keep, a);
   try {
     if (is_python_scalar(value)) {
       Scalar s = to_scalar(value);
       with_index_list(idx, [&](std::initializer_list<Index> list) { a.index_put(list, s); });
     } else {
-      Array v = to_array(value);
+      Array v = to_array(value, std::nullopt, a.device());  // a value from another device is copied over
       with_index_list(idx, [&](std::initializer_list<Index> list) { a.index_put(list, v); });
     }
   } catch (const Error&) {
@@ -183,15 +183,15 @@ using BinaryOutFn = Array (*)(const Operand&, const Operand&, const Array&);
 template <BinaryFn fn, bool reflected>
 nb::object binary_operator(const Array& self, nb::handle other) {
   PyOperand o;
-  if (!try_operand(other, o)) return nb::borrow(Py_NotImplemented);
+  if (!try_operand(other, o, self.device())) return nb::borrow(Py_NotImplemented);
   return nb::cast(reflected ? fn(o.operand(), Operand(self)) : fn(Operand(self), o.operand()));
 }
 
 template <BinaryOutFn fn>
 nb::object inplace_operator(nb::handle self_handle, nb::handle other) {
   PyOperand o;
-  if (!try_operand(other, o)) return nb::borrow(Py_NotImplemented);
   Array& self = nb::cast<Array&>(self_handle);
+  if (!try_operand(other, o, self.device())) return nb::borrow(Py_NotImplemented);
   fn(Operand(self), o.operand(), self);
   return nb::borrow(self_handle);
 }
@@ -342,8 +342,8 @@ void bind_array(nb::module_& m) {
       .def("__pos__", [](const Array& a) { return a; })
       .def("__abs__", [](const Array& a) { return kiln::abs(a); })
       .def("__invert__", [](const Array& a) { return a.dtype() == DType::Bool ? kiln::logical_not(a) : kiln::bitwise_not(a); })
-      .def("__matmul__", [](const Array& a, nb::handle b) { return kiln::matmul(a, to_array(b)); }, nb::is_operator())
-      .def("__rmatmul__", [](const Array& a, nb::handle b) { return kiln::matmul(to_array(b), a); }, nb::is_operator());
+      .def("__matmul__", [](const Array& a, nb::handle b) { return kiln::matmul(a, to_array_near(b, a)); }, nb::is_operator())
+      .def("__rmatmul__", [](const Array& a, nb::handle b) { return kiln::matmul(to_array_near(b, a), a); }, nb::is_operator());
   KILN_PY_BINARY(cls, "add", add)
   KILN_PY_BINARY(cls, "sub", subtract)
   KILN_PY_BINARY(cls, "mul", multiply)

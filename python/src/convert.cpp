@@ -189,22 +189,26 @@ Array to_array(nb::handle obj, std::optional<DType> dtype, std::optional<Device>
   return from_numpy(np.attr("asarray")(obj), python_values, dtype, device);
 }
 
-PyOperand to_operand(nb::handle obj) {
+PyOperand to_operand(nb::handle obj, std::optional<Device> device) {
   PyOperand op;
   if (is_python_scalar(obj)) {
     op.scalar = to_scalar(obj);
   } else {
-    op.array = to_array(obj);
+    op.array = nb::isinstance<Array>(obj) ? nb::cast<Array>(obj) : to_array(obj, std::nullopt, device);
     op.is_array = true;
   }
   return op;
 }
 
-bool try_operand(nb::handle obj, PyOperand& out) {
+Array to_array_near(nb::handle obj, const Array& other) {
+  return nb::isinstance<Array>(obj) ? nb::cast<Array>(obj) : to_array(obj, std::nullopt, other.device());
+}
+
+bool try_operand(nb::handle obj, PyOperand& out, std::optional<Device> device) {
   if (!nb::isinstance<Array>(obj) && !is_python_scalar(obj) && !is_array_like(obj) &&
       !nb::isinstance(obj, numpy().attr("generic")))
     return false;
-  out = to_operand(obj);
+  out = to_operand(obj, device);
   return true;
 }
 

@@ -53,10 +53,14 @@ struct PyOperand {
   bool is_array = false;
   Operand operand() const { return is_array ? Operand(array) : Operand(scalar); }
 };
-PyOperand to_operand(nb::handle obj);
+/// Objects that are not kiln arrays (lists, NumPy arrays) are made on `device` (where the kiln operand they
+/// meet lives), as assigning into or combining with a GPU array expects.
+PyOperand to_operand(nb::handle obj, std::optional<Device> device = {});
 /// As to_operand, but false (and no Python error) for an object that is not array-like, so a binary
 /// operator can return NotImplemented.
-bool try_operand(nb::handle obj, PyOperand& out);
+bool try_operand(nb::handle obj, PyOperand& out, std::optional<Device> device = {});
+/// to_array for an operand that meets `other`: a kiln array as it is, anything else made on other's device.
+Array to_array_near(nb::handle obj, const Array& other);
 
 /// The array as a nanobind ndarray object (framework array_api) sharing its memory (it keeps the array alive): NumPy views it
 /// through the buffer protocol, DLPack consumers through its __dlpack__.

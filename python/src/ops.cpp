@@ -30,9 +30,17 @@ std::optional<int64_t> optional_axis(nb::handle axis) {
   return to_index(axis);
 }
 
+// A kiln array among the operands: its device, where the other array-likes are made.
+std::optional<Device> operand_device(std::initializer_list<nb::handle> operands) {
+  for (nb::handle h : operands)
+    if (nb::isinstance<Array>(h)) return nb::cast<const Array&>(h).device();
+  return std::nullopt;
+}
+
 // Two Python scalars (kiln.add(1, 2)): the first becomes a 0-d array, as NumPy does.
 std::pair<PyOperand, PyOperand> binary_operands(nb::handle a, nb::handle b) {
-  PyOperand x = to_operand(a), y = to_operand(b);
+  const std::optional<Device> device = operand_device({a, b});
+  PyOperand x = to_operand(a, device), y = to_operand(b, device);
   if (!x.is_array && !y.is_array) {
     x.array = to_array(a);
     x.is_array = true;
@@ -134,13 +142,15 @@ void bind_ops(nb::module_& m) {
 #undef KILN_PY_None0
 #undef KILN_PY_None1
   m.def("where", [](nb::handle cond, nb::handle x, nb::handle y) {
-    Array c = to_array(cond);
-    PyOperand a = to_operand(x), b = to_operand(y);
+    const std::optional<Device> device = operand_device({cond, x, y});
+    Array c = nb::isinstance<Array>(cond) ? nb::cast<Array>(cond) : to_array(cond, std::nullopt, device);
+    PyOperand a = to_operand(x, device), b = to_operand(y, device);
     return kiln::where(c, a.operand(), b.operand());
   }, "condition"_a, "x"_a, "y"_a);
   m.def("clip", [](nb::handle a, nb::handle lo, nb::handle hi) {
-    PyOperand l = to_operand(lo), h = to_operand(hi);
-    return kiln::clip(to_array(a), l.operand(), h.operand());
+    Array x = to_array(a);
+    PyOperand l = to_operand(lo, x.device()), h = to_operand(hi, x.device());
+    return kiln::clip(x, l.operand(), h.operand());
   }, "a"_a, "a_min"_a, "a_max"_a);
 
   // ---------------------------------------------------------------- reductions (kiln/reductions.def)
@@ -207,8 +217,16 @@ void bind_ops(nb::module_& m) {
         "x"_a, "dtype"_a);
 
   // ---------------------------------------------------------------- linear algebra
-  m.def("matmul", [](nb::handle a, nb::handle b) { return kiln::matmul(to_array(a), to_array(b)); }, "x1"_a, "x2"_a);
-  m.def("dot", [](nb::handle a, nb::handle b) { return kiln::dot(to_array(a), to_array(b)); }, "a"_a, "b"_a);
+  m.def("matmul", [](nb::handle a, nb::handle b) {
+    auto device = operand_device({a, b});
+    return kiln::matmul(to_array(a, std::nullopt, nb::isinstance<Array>(a) ? std::nullopt : device),
+                        to_array(b, std::nullopt, nb::isinstance<Array>(b) ? std::nullopt : device));
+  }, "x1"_a, "x2"_a);
+  m.def("dot", [](nb::handle a, nb::handle b) {
+    auto device = operand_device({a, b});
+    return kiln::dot(to_array(a, std::nullopt, nb::isinstance<Array>(a) ? std::nullopt : device),
+                     to_array(b, std::nullopt, nb::isinstance<Array>(b) ? std::nullopt : device));
+  }, "a"_a, "b"_a);
   nb::module_ linalg = m.def_submodule("linalg", "Linear algebra (kiln::linalg).");
   linalg.def("norm", [](nb::handle a, nb::handle axis, bool keepdims) {
     return kiln::linalg::norm(to_array(a), to_axes(axis), keepdims);
@@ -248,10 +266,10 @@ void bind_array_methods(nb::class_<Array>& cls) {
       .def("flatten", &Array::flatten)
       .def("ravel", [](const Array& a) { return kiln::ravel(a); })
       .def("clip", [](const Array& a, nb::handle lo, nb::handle hi) {
-        PyOperand l = to_operand(lo), h = to_operand(hi);
+        PyOperand l = to_operand(lo, a.device()), h = to_operand(hi, a.device());
         return kiln::clip(a, l.operand(), h.operand());
       }, "a_min"_a, "a_max"_a)
-      .def("dot", [](const Array& a, nb::handle b) { return kiln::dot(a, to_array(b)); }, "b"_a);
+      .def("dot", [](const Array& a, nb::handle b) { return kiln::dot(a, to_array_near(b, a)); }, "b"_a);
 }
 
 }  // namespace kiln::python

@@ -24,6 +24,13 @@ def test_to_gpu_and_back():
     assert x.device == kiln.cuda(0) and str(x.device) == "cuda:0"
     np.testing.assert_array_equal(((x * 2).to(kiln.cpu())).numpy(), ref * 2)
     assert "device='cuda:0'" in repr(x)
+    # NumPy arrays and lists meeting a GPU array are copied to its device
+    y = x + np.ones(3, np.float32)
+    assert y.device == kiln.cuda(0)
+    np.testing.assert_array_equal(y.numpy(), ref + 1)
+    x[0] = [7.0, 8.0, 9.0]
+    np.testing.assert_array_equal(x[0].numpy(), [7.0, 8.0, 9.0])
+    np.testing.assert_array_equal(x[[1, 0]].numpy(), np.array([ref[1], [7.0, 8.0, 9.0]], np.float32))
 
 
 def test_random_is_reproducible_and_shaped():
