@@ -69,7 +69,8 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep, const Arr
     } else if (PyBool_Check(e.ptr())) {  // NumPy: a bool is a 0-d mask, not the integer 0 or 1
       keep.push_back(scalar_array(Scalar(e.ptr() == Py_True)));
       out.emplace_back(keep.back());
-    } else if (PyLong_Check(e.ptr()) || (nb::hasattr(e, "__index__") && !nb::hasattr(e, "ndim"))) {
+    } else if (PyLong_Check(e.ptr()) || (PyIndex_Check(e.ptr()) && !nb::hasattr(e, "__len__"))) {
+      // an int, or an integer scalar such as NumPy's (an array with __index__ has a length: it indexes as one)
       out.emplace_back(to_index(e));
     } else {
       keep.push_back(to_array_near(e, target));

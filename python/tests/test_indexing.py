@@ -10,7 +10,7 @@ REF = np.arange(60).reshape(3, 4, 5)
 KEYS = [
     1, -1, (0, 2), (2, -1, 4), slice(None), slice(1, None), slice(None, None, -1), (slice(None), slice(1, 3)),
     (Ellipsis, 2), (1, Ellipsis, slice(None, None, 2)), (None, 1), (slice(None), None, 2), (0, slice(3, 0, -2), 1),
-    (), ([0, 2],), (slice(None), [3, 0, 0]), ([0, 1], [1, 2]), ([[0], [2]], [1, 3]),
+    (), ([0, 2],), (np.int64(1), slice(None)), np.array([2, 0]), (slice(None), [3, 0, 0]), ([0, 1], [1, 2]), ([[0], [2]], [1, 3]),
 ]
 
 
