@@ -326,6 +326,22 @@ void bind_array(nb::module_& m) {
       })
       .def("__array_ufunc__", &array_ufunc, "ufunc"_a, "method"_a, "inputs"_a, "kwargs"_a)
       .def("__iter__", &array_iter)
+      .def("__array_namespace__", [](const Array&, nb::handle) { return nb::module_::import_("kiln"); },
+           "api_version"_a = nb::none())
+      .def("to_device", [](const Array& a, nb::handle device) { return a.to(*to_optional_device(device)); }, "device"_a)
+      .def("__copy__", [](const Array& a) { return a.copy(); })
+      .def("__deepcopy__", [](const Array& a, nb::handle) { return a.copy(); }, "memo"_a)
+      // Pickling (multiprocessing, checkpoints of Python objects): the values on the host, the dtype and the device.
+      .def("__getstate__", [](const Array& a) {
+        Array host = a.to(cpu());
+        if (host.dtype() == DType::BFloat16) host = host.astype(DType::Float32);
+        return nb::make_tuple(to_numpy(host, nb::none(), nb::handle(Py_True)), std::string(dtype_name(a.dtype())),
+                              a.device().str());
+      })
+      .def("__setstate__", [](Array& self, const nb::tuple& state) {
+        new (&self) Array(to_array(state[0], parse_dtype(nb::cast<std::string>(state[1])),
+                                   parse_device(nb::cast<std::string>(state[2]))));
+      })
       .def("__getitem__", &getitem)
       .def("__setitem__", &setitem)
       .def("copy", [](const Array& a) { return a.copy(); })

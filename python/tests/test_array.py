@@ -115,3 +115,21 @@ def test_bfloat16_arrays_convert_through_float32():
 def test_iteration_yields_rows():
     x = kiln.asarray(np.arange(6).reshape(3, 2))
     assert [row.tolist() for row in x] == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_copy_deepcopy_and_pickle_round_trip():
+    import copy
+    import pickle
+
+    x = kiln.asarray(np.arange(6, dtype=np.int16).reshape(2, 3))
+    for y in (copy.copy(x), copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+        assert y.dtype == kiln.int16 and y.device == x.device and y.data_ptr != x.data_ptr
+        np.testing.assert_array_equal(y.numpy(), np.arange(6, dtype=np.int16).reshape(2, 3))
+    b = pickle.loads(pickle.dumps(kiln.asarray([1.5, -2.0]).astype(kiln.bfloat16)))
+    assert b.dtype == kiln.bfloat16 and b.tolist() == [1.5, -2.0]
+
+
+def test_array_api_namespace_and_to_device():
+    x = kiln.ones(2)
+    assert x.__array_namespace__() is kiln
+    assert x.to_device(kiln.cpu()).device == kiln.cpu()
