@@ -1,6 +1,7 @@
 // Module functions over arrays: creation, the elementwise ops (generated from kiln/ops.def), the reductions
 // (from kiln/reductions.def), shape ops and linear algebra; and the Array methods that mirror them.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -111,7 +112,17 @@ void bind_ops(nb::module_& m) {
     return a;
   }, "obj"_a, "dtype"_a = nb::none(), "device"_a = nb::none(), "copy"_a = true);
   m.def("from_dlpack", [](nb::handle obj, nb::handle device) {
-    Array a = nb::isinstance<Array>(obj) ? nb::cast<Array>(obj) : import_ndarray(nb::cast<nb::ndarray<>>(obj));
+    nb::object source = nb::borrow(obj);
+    if (!nb::isinstance<Array>(obj) && nb::hasattr(obj, "__dlpack_device__")) {
+      auto [type, index] = nb::cast<std::pair<int, int>>(obj.attr("__dlpack_device__")());
+      if (type == nb::device::cuda::value) {
+        // The producer orders its pending work before kiln's current stream on that GPU reads (DLPack's stream
+        // argument: 1 is the legacy default stream, kiln's unless a StreamGuard says otherwise).
+        void* stream = Stream::current(Device{DeviceType::CUDA, index}).handle();
+        source = obj.attr("__dlpack__")("stream"_a = stream ? reinterpret_cast<uintptr_t>(stream) : uintptr_t{1});
+      }
+    }
+    Array a = nb::isinstance<Array>(obj) ? nb::cast<Array>(obj) : import_ndarray(nb::cast<nb::ndarray<>>(source));
     auto d = to_optional_device(device);
     return d && *d != a.device() ? a.to(*d) : a;
   }, "x"_a, "device"_a = nb::none(),
