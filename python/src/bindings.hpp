@@ -22,7 +22,7 @@ void bind_autograd_methods(nb::class_<Array>& cls);
 void bind_nn(nb::module_& m);
 /// kiln.fuse and kiln.FusionValue (fuse.cpp).
 void bind_fuse(nb::module_& m);
-/// The FusionValue overloads of the elementwise ops and reductions, registered before their Array forms.
+/// The FusionValue overloads of the elementwise ops and reductions, registered after their Array forms.
 void bind_fusion_overloads(nb::module_& m);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).
 void bind_runtime(nb::module_& m);

@@ -180,6 +180,9 @@ Array to_array(nb::handle obj, std::optional<DType> dtype, std::optional<Device>
     Array view = import_ndarray(nb::cast<nb::ndarray<>>(obj));
     return to_array(nb::cast(view.copy()), dtype, device);
   }
+  // A value inside a function kiln.fuse traces: the function's FusionValue overload (registered after the Array
+  // one, so arrays never pay for the check) takes it.
+  if (nb::isinstance<FusionValue>(obj)) throw nb::next_overload();
   if (!is_array_like(obj) && !is_numpy)
     throw nb::type_error(("kiln.asarray: cannot make an array from " +
                           nb::cast<std::string>(nb::repr(nb::type_name(obj.type()))) +

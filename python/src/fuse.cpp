@@ -159,8 +159,8 @@ void bind_fuse(nb::module_& m) {
 }
 
 void bind_fusion_overloads(nb::module_& m) {
-  // The module's elementwise functions and reductions on FusionValues, registered before their Array forms
-  // (nanobind tries overloads in order), so kiln.exp(v) works inside a traced function.
+  // The module's elementwise functions and reductions on FusionValues, so kiln.exp(v) works inside a traced
+  // function: registered after their Array forms, which pass a FusionValue on (to_array throws next_overload).
 #define KILN_PY_Fn1(name) m.def(#name, [](const FusionValue& x) { return apply1(#name, nb::cast(x)); }, "x"_a);
 #define KILN_PY_Fn2(name)                                                                                \
   m.def(#name, [](const FusionValue& a, nb::handle b) { return apply2(#name, nb::cast(a), b); }, "x1"_a, "x2"_a); \

@@ -137,8 +137,8 @@ NB_MODULE(_kiln, m) {
   bind_devices(m);
   bind_array(m);
   bind_fuse(m);
-  bind_fusion_overloads(m);
   bind_ops(m);
+  bind_fusion_overloads(m);
   bind_runtime(m);
   bind_nn(m);
 }
