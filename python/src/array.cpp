@@ -9,6 +9,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "typed.hpp"
 
 namespace kiln::python {
 namespace {
@@ -122,7 +123,7 @@ void setitem(Array& a, nb::handle key, nb::handle value) {
 
 // ---------------------------------------------------------------- conversions
 
-nb::object to_numpy(const Array& a, nb::handle dtype, nb::handle copy) {
+nb::object to_numpy(const Array& a, DTypeLike dtype, nb::handle copy) {
   if (a.dtype() == DType::BFloat16)
     throw nb::type_error("kiln.Array: NumPy has no bfloat16; convert first: x.astype(kiln.float32)");
   nb::object np = nb::module_::import_("numpy");
@@ -239,7 +240,7 @@ nb::object array_iter(const Array& a) {
 void bind_array(nb::module_& m) {
   nb::class_<Array> cls(m, "Array", nb::type_slots(array_slots),
                         "An n-d array on one device, with NumPy's semantics (kiln::Array).");
-  cls.def("__init__", [](Array* self, nb::handle obj, nb::handle dtype, nb::handle device) {
+  cls.def("__init__", [](Array* self, nb::handle obj, DTypeLike dtype, DeviceLike device) {
         new (self) Array(to_array(obj, to_optional_dtype(dtype), to_optional_device(device)));
       }, "obj"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
   cls.def_prop_ro("shape", [](const Array& a) { return shape_tuple(a.shape()); })
@@ -287,7 +288,7 @@ void bind_array(nb::module_& m) {
       })
       .def("numpy", [](const Array& a) { return to_numpy(a.to(cpu()), nb::none(), nb::none()); },
            "A NumPy array: a view of a CPU array's memory, a copy of a GPU array's (synchronises).")
-      .def("__array__", [](const Array& a, nb::handle dtype, nb::handle copy) {
+      .def("__array__", [](const Array& a, DTypeLike dtype, nb::handle copy) {
         require_cpu(a, "np.asarray");
         return to_numpy(a, dtype, copy);
       }, "dtype"_a = nb::none(), "copy"_a = nb::none())
@@ -328,7 +329,7 @@ void bind_array(nb::module_& m) {
       .def("__iter__", &array_iter)
       .def("__array_namespace__", [](const Array&, nb::handle) { return nb::module_::import_("kiln"); },
            "api_version"_a = nb::none())
-      .def("to_device", [](const Array& a, nb::handle device) { return a.to(*to_optional_device(device)); }, "device"_a)
+      .def("to_device", [](const Array& a, DeviceLike device) { return a.to(*to_optional_device(device)); }, "device"_a)
       .def("__copy__", [](const Array& a) { return a.copy(); })
       .def("__deepcopy__", [](const Array& a, nb::handle) { return a.copy(); }, "memo"_a)
       // Pickling (multiprocessing, checkpoints of Python objects): the values on the host, the dtype and the device.
@@ -345,12 +346,12 @@ void bind_array(nb::module_& m) {
       .def("__getitem__", &getitem)
       .def("__setitem__", &setitem)
       .def("copy", [](const Array& a) { return a.copy(); })
-      .def("astype", [](const Array& a, nb::handle dtype, bool copy) {
+      .def("astype", [](const Array& a, DTypeLike dtype, bool copy) {
         DType t = to_dtype(dtype);
         if (t == a.dtype()) return copy ? a.copy() : a;
         return a.astype(t);
       }, "dtype"_a, "copy"_a = true)
-      .def("to", [](const Array& a, nb::handle device, bool non_blocking) {
+      .def("to", [](const Array& a, DeviceLike device, bool non_blocking) {
         return a.to(*to_optional_device(device), TransferOptions{non_blocking});
       }, "device"_a, "non_blocking"_a = false)
       .def("fill", [](Array& a, nb::handle v) { a.fill(to_scalar(v)); }, "value"_a)

@@ -14,6 +14,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "typed.hpp"
 
 namespace kiln::python {
 namespace {
@@ -131,7 +132,7 @@ void bind_nn(nb::module_& m) {
       .def("__repr__", &nn::Module::repr);
 
   nb::class_<nn::Linear, nn::Module>(nn, "Linear")
-      .def("__init__", [](nn::Linear* self, int64_t in, int64_t out, bool bias, nb::handle dtype, nb::handle device) {
+      .def("__init__", [](nn::Linear* self, int64_t in, int64_t out, bool bias, DTypeLike dtype, DeviceLike device) {
         auto t = to_optional_dtype(dtype);
         new (self) nn::Linear(in, out, bias, t ? *t : kDefaultFloat, to_optional_device(device));
       }, "in_features"_a, "out_features"_a, "bias"_a = true, "dtype"_a = nb::none(), "device"_a = nb::none());
@@ -142,13 +143,13 @@ void bind_nn(nb::module_& m) {
   nb::class_<nn::Dropout, nn::Module>(nn, "Dropout").def(nb::init<double>(), "p"_a = 0.5);
   nb::class_<nn::Flatten, nn::Module>(nn, "Flatten").def(nb::init<int64_t, int64_t>(), "start_dim"_a = 1, "end_dim"_a = -1);
   nb::class_<nn::Embedding, nn::Module>(nn, "Embedding")
-      .def("__init__", [](nn::Embedding* self, int64_t n, int64_t dim, nb::handle dtype, nb::handle device) {
+      .def("__init__", [](nn::Embedding* self, int64_t n, int64_t dim, DTypeLike dtype, DeviceLike device) {
         auto t = to_optional_dtype(dtype);
         new (self) nn::Embedding(n, dim, t ? *t : kDefaultFloat, to_optional_device(device));
       }, "num_embeddings"_a, "embedding_dim"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
   nb::class_<nn::LayerNorm, nn::Module>(nn, "LayerNorm")
-      .def("__init__", [](nn::LayerNorm* self, nb::handle shape, double eps, bool affine, nb::handle dtype,
-                          nb::handle device) {
+      .def("__init__", [](nn::LayerNorm* self, ShapeLike shape, double eps, bool affine, DTypeLike dtype,
+                          DeviceLike device) {
         auto t = to_optional_dtype(dtype);
         new (self) nn::LayerNorm(to_shape(shape), eps, affine, t ? *t : kDefaultFloat, to_optional_device(device));
       }, "normalized_shape"_a, "eps"_a = 1e-5, "elementwise_affine"_a = true, "dtype"_a = nb::none(),

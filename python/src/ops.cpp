@@ -10,6 +10,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "typed.hpp"
 
 namespace kiln::python {
 namespace {
@@ -26,7 +27,7 @@ Shape shape_from_args(const nb::args& args) {
   return to_shape(args);
 }
 
-std::optional<int64_t> optional_axis(nb::handle axis) {
+std::optional<int64_t> optional_axis(AxisLike axis) {
   if (axis.is_none()) return std::nullopt;
   return to_index(axis);
 }
@@ -39,7 +40,7 @@ std::optional<Device> operand_device(std::initializer_list<nb::handle> operands)
 }
 
 // Two Python scalars (kiln.add(1, 2)): the first becomes a 0-d array, as NumPy does.
-std::pair<PyOperand, PyOperand> binary_operands(nb::handle a, nb::handle b) {
+std::pair<PyOperand, PyOperand> binary_operands(ArrayLike a, ArrayLike b) {
   const std::optional<Device> device = operand_device({a, b});
   PyOperand x = to_operand(a, device), y = to_operand(b, device);
   if (!x.is_array && !y.is_array) {
@@ -64,54 +65,54 @@ void bind_ops(nb::module_& m) {
   };
   for (auto [name, fn] : {shape_dtype_device("zeros", &kiln::zeros), shape_dtype_device("ones", &kiln::ones),
                           shape_dtype_device("empty", &kiln::empty)}) {
-    m.def(name, [fn](nb::handle shape, nb::handle dtype, nb::handle device) {
+    m.def(name, [fn](ShapeLike shape, DTypeLike dtype, DeviceLike device) {
       auto t = to_optional_dtype(dtype);
       return fn(to_shape(shape), t ? *t : kDefaultFloat, to_optional_device(device), ArrayOptions{});
     }, "shape"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
   }
-  m.def("full", [](nb::handle shape, nb::handle value, nb::handle dtype, nb::handle device) {
+  m.def("full", [](ShapeLike shape, ScalarLike value, DTypeLike dtype, DeviceLike device) {
     Scalar v = to_scalar(value);
     auto t = to_optional_dtype(dtype);
     if (!t && v.is_floating()) t = kDefaultFloat;
     return kiln::full(to_shape(shape), v, t, to_optional_device(device));
   }, "shape"_a, "fill_value"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("zeros_like", [](nb::handle a, nb::handle dtype, nb::handle device) {
+  m.def("zeros_like", [](ArrayLike a, DTypeLike dtype, DeviceLike device) {
     return kiln::zeros_like(to_array(a), to_optional_dtype(dtype), to_optional_device(device));
   }, "a"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("ones_like", [](nb::handle a, nb::handle dtype, nb::handle device) {
+  m.def("ones_like", [](ArrayLike a, DTypeLike dtype, DeviceLike device) {
     return kiln::ones_like(to_array(a), to_optional_dtype(dtype), to_optional_device(device));
   }, "a"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("empty_like", [](nb::handle a, nb::handle dtype, nb::handle device) {
+  m.def("empty_like", [](ArrayLike a, DTypeLike dtype, DeviceLike device) {
     return kiln::empty_like(to_array(a), to_optional_dtype(dtype), to_optional_device(device));
   }, "a"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("full_like", [](nb::handle a, nb::handle value, nb::handle dtype, nb::handle device) {
+  m.def("full_like", [](ArrayLike a, ScalarLike value, DTypeLike dtype, DeviceLike device) {
     return kiln::full_like(to_array(a), to_scalar(value), to_optional_dtype(dtype), to_optional_device(device));
   }, "a"_a, "fill_value"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("arange", [](nb::handle start, nb::handle stop, nb::handle step, nb::handle dtype, nb::handle device) {
+  m.def("arange", [](nb::handle start, nb::handle stop, nb::handle step, DTypeLike dtype, DeviceLike device) {
     auto t = to_optional_dtype(dtype);
     auto d = to_optional_device(device);
     if (stop.is_none() && step.is_none()) return kiln::arange(to_scalar(start), t, d);
     if (stop.is_none()) return kiln::arange(Scalar(int64_t{0}), to_scalar(start), to_scalar(step), t, d);
     return kiln::arange(to_scalar(start), to_scalar(stop), step.is_none() ? Scalar(int64_t{1}) : to_scalar(step), t, d);
   }, "start"_a, "stop"_a = nb::none(), "step"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("linspace", [](double start, double stop, int64_t num, bool endpoint, nb::handle dtype, nb::handle device) {
+  m.def("linspace", [](double start, double stop, int64_t num, bool endpoint, DTypeLike dtype, DeviceLike device) {
     auto t = to_optional_dtype(dtype);
     return kiln::linspace(start, stop, num, endpoint, t ? *t : kDefaultFloat, to_optional_device(device));
   }, "start"_a, "stop"_a, "num"_a = 50, "endpoint"_a = true, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("eye", [](int64_t n, std::optional<int64_t> cols, int64_t k, nb::handle dtype, nb::handle device) {
+  m.def("eye", [](int64_t n, std::optional<int64_t> cols, int64_t k, DTypeLike dtype, DeviceLike device) {
     auto t = to_optional_dtype(dtype);
     return kiln::eye(n, cols, k, t ? *t : kDefaultFloat, to_optional_device(device));
   }, "N"_a, "M"_a = nb::none(), "k"_a = 0, "dtype"_a = nb::none(), "device"_a = nb::none());
-  m.def("asarray", [](nb::handle obj, nb::handle dtype, nb::handle device) {
+  m.def("asarray", [](ArrayLike obj, DTypeLike dtype, DeviceLike device) {
     return to_array(obj, to_optional_dtype(dtype), to_optional_device(device));
   }, "obj"_a, "dtype"_a = nb::none(), "device"_a = nb::none(),
      "A kiln.Array from obj: an Array as it is (converted if dtype/device differ), else a copy.");
-  m.def("array", [](nb::handle obj, nb::handle dtype, nb::handle device, bool copy) {
+  m.def("array", [](ArrayLike obj, DTypeLike dtype, DeviceLike device, bool copy) {
     Array a = to_array(obj, to_optional_dtype(dtype), to_optional_device(device));
     if (copy && nb::isinstance<Array>(obj) && a.shares_storage(nb::cast<const Array&>(obj))) a = a.copy();
     return a;
   }, "obj"_a, "dtype"_a = nb::none(), "device"_a = nb::none(), "copy"_a = true);
-  m.def("from_dlpack", [](nb::handle obj, nb::handle device) {
+  m.def("from_dlpack", [](ArrayLike obj, DeviceLike device) {
     nb::object source = nb::borrow(obj);
     if (!nb::isinstance<Array>(obj) && nb::hasattr(obj, "__dlpack_device__")) {
       auto [type, index] = nb::cast<std::pair<int, int>>(obj.attr("__dlpack_device__")());
@@ -130,11 +131,11 @@ void bind_ops(nb::module_& m) {
 
   // ---------------------------------------------------------------- elementwise (kiln/ops.def)
 #define KILN_PY_Fn1(name)                                                                  \
-  m.def(#name, [](nb::handle x, std::optional<Array> out) {                               \
+  m.def(#name, [](ArrayLike x, std::optional<Array> out) {                               \
     return out ? kiln::name(to_array(x), *out) : kiln::name(to_array(x));                  \
   }, "x"_a, "out"_a = nb::none());
 #define KILN_PY_Fn2(name)                                                                  \
-  m.def(#name, [](nb::handle x1, nb::handle x2, std::optional<Array> out) {               \
+  m.def(#name, [](ArrayLike x1, ArrayLike x2, std::optional<Array> out) {               \
     auto [a, b] = binary_operands(x1, x2);                                                 \
     return out ? kiln::name(a.operand(), b.operand(), *out) : kiln::name(a.operand(), b.operand()); \
   }, "x1"_a, "x2"_a, "out"_a = nb::none());
@@ -152,13 +153,13 @@ void bind_ops(nb::module_& m) {
 #undef KILN_PY_Own3
 #undef KILN_PY_None0
 #undef KILN_PY_None1
-  m.def("where", [](nb::handle cond, nb::handle x, nb::handle y) {
+  m.def("where", [](ArrayLike cond, ArrayLike x, ArrayLike y) {
     const std::optional<Device> device = operand_device({cond, x, y});
     Array c = nb::isinstance<Array>(cond) ? nb::cast<Array>(cond) : to_array(cond, std::nullopt, device);
     PyOperand a = to_operand(x, device), b = to_operand(y, device);
     return kiln::where(c, a.operand(), b.operand());
   }, "condition"_a, "x"_a, "y"_a);
-  m.def("clip", [](nb::handle a, nb::handle lo, nb::handle hi) {
+  m.def("clip", [](ArrayLike a, ArrayLike lo, ArrayLike hi) {
     Array x = to_array(a);
     PyOperand l = to_operand(lo, x.device()), h = to_operand(hi, x.device());
     return kiln::clip(x, l.operand(), h.operand());
@@ -166,7 +167,7 @@ void bind_ops(nb::module_& m) {
 
   // ---------------------------------------------------------------- reductions (kiln/reductions.def)
 #define KILN_REDUCTION_Axes(name)                                                          \
-  m.def(#name, [](nb::handle a, nb::handle axis, bool keepdims) {                          \
+  m.def(#name, [](ArrayLike a, AxisLike axis, bool keepdims) {                          \
     return kiln::name(to_array(a), to_axes(axis), keepdims);                               \
   }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false);
 #define KILN_REDUCTION_Own(name)
@@ -176,77 +177,77 @@ void bind_ops(nb::module_& m) {
 #undef KILN_REDUCTION_Axes
 #undef KILN_REDUCTION_Own
 #undef KILN_REDUCTION_None
-  m.def("argmax", [](nb::handle a, nb::handle axis, bool keepdims) {
+  m.def("argmax", [](ArrayLike a, AxisLike axis, bool keepdims) {
     return kiln::argmax(to_array(a), optional_axis(axis), keepdims);
   }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false);
-  m.def("argmin", [](nb::handle a, nb::handle axis, bool keepdims) {
+  m.def("argmin", [](ArrayLike a, AxisLike axis, bool keepdims) {
     return kiln::argmin(to_array(a), optional_axis(axis), keepdims);
   }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false);
-  m.def("var", [](nb::handle a, nb::handle axis, int64_t ddof, bool keepdims) {
+  m.def("var", [](ArrayLike a, AxisLike axis, int64_t ddof, bool keepdims) {
     return kiln::var(to_array(a), to_axes(axis), ddof, keepdims);
   }, "a"_a, "axis"_a = nb::none(), "ddof"_a = 0, "keepdims"_a = false);
-  m.def("std", [](nb::handle a, nb::handle axis, int64_t ddof, bool keepdims) {
+  m.def("std", [](ArrayLike a, AxisLike axis, int64_t ddof, bool keepdims) {
     return kiln::std(to_array(a), to_axes(axis), ddof, keepdims);
   }, "a"_a, "axis"_a = nb::none(), "ddof"_a = 0, "keepdims"_a = false);
-  m.def("cumsum", [](nb::handle a, nb::handle axis) { return kiln::cumsum(to_array(a), optional_axis(axis)); },
+  m.def("cumsum", [](ArrayLike a, AxisLike axis) { return kiln::cumsum(to_array(a), optional_axis(axis)); },
         "a"_a, "axis"_a = nb::none());
-  m.def("cumprod", [](nb::handle a, nb::handle axis) { return kiln::cumprod(to_array(a), optional_axis(axis)); },
+  m.def("cumprod", [](ArrayLike a, AxisLike axis) { return kiln::cumprod(to_array(a), optional_axis(axis)); },
         "a"_a, "axis"_a = nb::none());
 
   // ---------------------------------------------------------------- shape ops
-  m.def("reshape", [](nb::handle a, nb::handle shape) { return kiln::reshape(to_array(a), to_shape(shape)); },
+  m.def("reshape", [](ArrayLike a, ShapeLike shape) { return kiln::reshape(to_array(a), to_shape(shape)); },
         "a"_a, "shape"_a);
-  m.def("transpose", [](nb::handle a, nb::handle axes) {
+  m.def("transpose", [](ArrayLike a, nb::handle axes) {
     Array x = to_array(a);
     return axes.is_none() ? x.transpose() : x.permute(to_shape(axes));
   }, "a"_a, "axes"_a = nb::none());
-  m.def("permute_dims", [](nb::handle a, nb::handle axes) { return kiln::permute(to_array(a), to_shape(axes)); },
+  m.def("permute_dims", [](ArrayLike a, nb::handle axes) { return kiln::permute(to_array(a), to_shape(axes)); },
         "a"_a, "axes"_a);
-  m.def("swapaxes", [](nb::handle a, int64_t x, int64_t y) { return kiln::swapaxes(to_array(a), x, y); },
+  m.def("swapaxes", [](ArrayLike a, int64_t x, int64_t y) { return kiln::swapaxes(to_array(a), x, y); },
         "a"_a, "axis1"_a, "axis2"_a);
-  m.def("moveaxis", [](nb::handle a, int64_t s, int64_t d) { return kiln::moveaxis(to_array(a), s, d); },
+  m.def("moveaxis", [](ArrayLike a, int64_t s, int64_t d) { return kiln::moveaxis(to_array(a), s, d); },
         "a"_a, "source"_a, "destination"_a);
-  m.def("squeeze", [](nb::handle a, nb::handle axis) { return kiln::squeeze(to_array(a), to_axes(axis)); },
+  m.def("squeeze", [](ArrayLike a, AxisLike axis) { return kiln::squeeze(to_array(a), to_axes(axis)); },
         "a"_a, "axis"_a = nb::none());
-  m.def("expand_dims", [](nb::handle a, int64_t axis) { return kiln::expand_dims(to_array(a), axis); },
+  m.def("expand_dims", [](ArrayLike a, int64_t axis) { return kiln::expand_dims(to_array(a), axis); },
         "a"_a, "axis"_a);
-  m.def("broadcast_to", [](nb::handle a, nb::handle shape) { return kiln::broadcast_to(to_array(a), to_shape(shape)); },
+  m.def("broadcast_to", [](ArrayLike a, ShapeLike shape) { return kiln::broadcast_to(to_array(a), to_shape(shape)); },
         "a"_a, "shape"_a);
   m.def("broadcast_arrays", [](nb::args arrays) { return kiln::broadcast_arrays(to_arrays(arrays)); });
-  m.def("ravel", [](nb::handle a) { return kiln::ravel(to_array(a)); }, "a"_a);
+  m.def("ravel", [](ArrayLike a) { return kiln::ravel(to_array(a)); }, "a"_a);
   m.def("concatenate", [](nb::handle arrays, int64_t axis) { return kiln::concatenate(to_arrays(arrays), axis); },
         "arrays"_a, "axis"_a = 0);
   m.def("stack", [](nb::handle arrays, int64_t axis) { return kiln::stack(to_arrays(arrays), axis); },
         "arrays"_a, "axis"_a = 0);
-  m.def("split", [](nb::handle a, nb::handle sections, int64_t axis) {
+  m.def("split", [](ArrayLike a, nb::handle sections, int64_t axis) {
     Array x = to_array(a);
     if (nb::isinstance<nb::sequence>(sections)) return kiln::split(x, nb::cast<std::vector<int64_t>>(sections), axis);
     return kiln::split(x, nb::cast<int64_t>(sections), axis);
   }, "a"_a, "indices_or_sections"_a, "axis"_a = 0);
-  m.def("copy", [](nb::handle a) { return kiln::copy(to_array(a)); }, "a"_a);
-  m.def("astype", [](nb::handle a, nb::handle dtype) { return to_array(a).astype(to_dtype(dtype)); },
+  m.def("copy", [](ArrayLike a) { return kiln::copy(to_array(a)); }, "a"_a);
+  m.def("astype", [](ArrayLike a, DTypeLike dtype) { return to_array(a).astype(to_dtype(dtype)); },
         "x"_a, "dtype"_a);
 
   // ---------------------------------------------------------------- linear algebra
-  m.def("matmul", [](nb::handle a, nb::handle b) {
+  m.def("matmul", [](ArrayLike a, ArrayLike b) {
     auto device = operand_device({a, b});
     return kiln::matmul(to_array(a, std::nullopt, nb::isinstance<Array>(a) ? std::nullopt : device),
                         to_array(b, std::nullopt, nb::isinstance<Array>(b) ? std::nullopt : device));
   }, "x1"_a, "x2"_a);
-  m.def("dot", [](nb::handle a, nb::handle b) {
+  m.def("dot", [](ArrayLike a, ArrayLike b) {
     auto device = operand_device({a, b});
     return kiln::dot(to_array(a, std::nullopt, nb::isinstance<Array>(a) ? std::nullopt : device),
                      to_array(b, std::nullopt, nb::isinstance<Array>(b) ? std::nullopt : device));
   }, "a"_a, "b"_a);
   nb::module_ linalg = m.def_submodule("linalg", "Linear algebra (kiln::linalg).");
-  linalg.def("norm", [](nb::handle a, nb::handle axis, bool keepdims) {
+  linalg.def("norm", [](ArrayLike a, AxisLike axis, bool keepdims) {
     return kiln::linalg::norm(to_array(a), to_axes(axis), keepdims);
   }, "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
 }
 
 void bind_array_methods(nb::class_<Array>& cls) {
 #define KILN_REDUCTION_Axes(name)                                                          \
-  cls.def(#name, [](const Array& a, nb::handle axis, bool keepdims) {                      \
+  cls.def(#name, [](const Array& a, AxisLike axis, bool keepdims) {                      \
     return kiln::name(a, to_axes(axis), keepdims);                                         \
   }, "axis"_a = nb::none(), "keepdims"_a = false);
 #define KILN_REDUCTION_Own(name)
@@ -256,31 +257,31 @@ void bind_array_methods(nb::class_<Array>& cls) {
 #undef KILN_REDUCTION_Axes
 #undef KILN_REDUCTION_Own
 #undef KILN_REDUCTION_None
-  cls.def("argmax", [](const Array& a, nb::handle axis, bool keepdims) { return a.argmax(optional_axis(axis), keepdims); },
+  cls.def("argmax", [](const Array& a, AxisLike axis, bool keepdims) { return a.argmax(optional_axis(axis), keepdims); },
           "axis"_a = nb::none(), "keepdims"_a = false)
-      .def("argmin", [](const Array& a, nb::handle axis, bool keepdims) { return a.argmin(optional_axis(axis), keepdims); },
+      .def("argmin", [](const Array& a, AxisLike axis, bool keepdims) { return a.argmin(optional_axis(axis), keepdims); },
            "axis"_a = nb::none(), "keepdims"_a = false)
-      .def("var", [](const Array& a, nb::handle axis, int64_t ddof, bool keepdims) {
+      .def("var", [](const Array& a, AxisLike axis, int64_t ddof, bool keepdims) {
         return a.var(to_axes(axis), ddof, keepdims);
       }, "axis"_a = nb::none(), "ddof"_a = 0, "keepdims"_a = false)
-      .def("std", [](const Array& a, nb::handle axis, int64_t ddof, bool keepdims) {
+      .def("std", [](const Array& a, AxisLike axis, int64_t ddof, bool keepdims) {
         return a.std(to_axes(axis), ddof, keepdims);
       }, "axis"_a = nb::none(), "ddof"_a = 0, "keepdims"_a = false)
-      .def("cumsum", [](const Array& a, nb::handle axis) { return kiln::cumsum(a, optional_axis(axis)); },
+      .def("cumsum", [](const Array& a, AxisLike axis) { return kiln::cumsum(a, optional_axis(axis)); },
            "axis"_a = nb::none())
-      .def("cumprod", [](const Array& a, nb::handle axis) { return kiln::cumprod(a, optional_axis(axis)); },
+      .def("cumprod", [](const Array& a, AxisLike axis) { return kiln::cumprod(a, optional_axis(axis)); },
            "axis"_a = nb::none())
       .def("reshape", [](const Array& a, nb::args shape) { return a.reshape(shape_from_args(shape)); })
       .def("transpose", &transpose_axes)
-      .def("squeeze", [](const Array& a, nb::handle axis) { return a.squeeze(to_axes(axis)); }, "axis"_a = nb::none())
+      .def("squeeze", [](const Array& a, AxisLike axis) { return a.squeeze(to_axes(axis)); }, "axis"_a = nb::none())
       .def("swapaxes", [](const Array& a, int64_t x, int64_t y) { return kiln::swapaxes(a, x, y); }, "axis1"_a, "axis2"_a)
       .def("flatten", &Array::flatten)
       .def("ravel", [](const Array& a) { return kiln::ravel(a); })
-      .def("clip", [](const Array& a, nb::handle lo, nb::handle hi) {
+      .def("clip", [](const Array& a, ArrayLike lo, ArrayLike hi) {
         PyOperand l = to_operand(lo, a.device()), h = to_operand(hi, a.device());
         return kiln::clip(a, l.operand(), h.operand());
       }, "a_min"_a, "a_max"_a)
-      .def("dot", [](const Array& a, nb::handle b) { return kiln::dot(a, to_array_near(b, a)); }, "b"_a);
+      .def("dot", [](const Array& a, ArrayLike b) { return kiln::dot(a, to_array_near(b, a)); }, "b"_a);
 }
 
 }  // namespace kiln::python

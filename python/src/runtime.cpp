@@ -5,14 +5,15 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "typed.hpp"
 
 namespace kiln::python {
 namespace {
 
 // NumPy's `size` argument: None draws one value (a 0-d array).
-Shape size_shape(nb::handle size) { return size.is_none() ? Shape{} : to_shape(size); }
+Shape size_shape(ShapeLike size) { return size.is_none() ? Shape{} : to_shape(size); }
 
-DType float_dtype(nb::handle dtype) {
+DType float_dtype(DTypeLike dtype) {
   auto t = to_optional_dtype(dtype);
   return t ? *t : kDefaultFloat;
 }
@@ -30,7 +31,7 @@ void bind_runtime(nb::module_& m) {
         "A device from its name: 'cpu', 'cuda', 'cuda:1'.");
   m.def("current_device", &kiln::current_device);
   m.def("set_current_device", [](nb::handle d) { kiln::set_current_device(*to_optional_device(d)); }, "device"_a);
-  m.def("synchronize", [](nb::handle device) {
+  m.def("synchronize", [](DeviceLike device) {
     auto d = to_optional_device(device);
     kiln::synchronize(d ? *d : kiln::current_device());
   }, "device"_a = nb::none(), "Waits for the queued work of the device (the current one by default).");
@@ -44,25 +45,25 @@ void bind_runtime(nb::module_& m) {
   });
   random.def("set_state", [](std::pair<uint64_t, uint64_t> s) { kiln::random::set_state({s.first, s.second}); },
              "state"_a);
-  random.def("normal", [](double loc, double scale, nb::handle size, nb::handle dtype, nb::handle device) {
+  random.def("normal", [](double loc, double scale, ShapeLike size, DTypeLike dtype, DeviceLike device) {
     return kiln::random::normal(size_shape(size), loc, scale, float_dtype(dtype), to_optional_device(device));
   }, "loc"_a = 0.0, "scale"_a = 1.0, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none());
-  random.def("standard_normal", [](nb::handle size, nb::handle dtype, nb::handle device) {
+  random.def("standard_normal", [](ShapeLike size, DTypeLike dtype, DeviceLike device) {
     return kiln::random::normal(size_shape(size), 0.0, 1.0, float_dtype(dtype), to_optional_device(device));
   }, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none());
-  random.def("uniform", [](double low, double high, nb::handle size, nb::handle dtype, nb::handle device) {
+  random.def("uniform", [](double low, double high, ShapeLike size, DTypeLike dtype, DeviceLike device) {
     return kiln::random::uniform(size_shape(size), low, high, float_dtype(dtype), to_optional_device(device));
   }, "low"_a = 0.0, "high"_a = 1.0, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none());
-  random.def("random", [](nb::handle size, nb::handle dtype, nb::handle device) {
+  random.def("random", [](ShapeLike size, DTypeLike dtype, DeviceLike device) {
     return kiln::random::uniform(size_shape(size), 0.0, 1.0, float_dtype(dtype), to_optional_device(device));
   }, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none());
-  random.def("randint", [](int64_t low, std::optional<int64_t> high, nb::handle size, nb::handle dtype,
-                           nb::handle device) {
+  random.def("randint", [](int64_t low, std::optional<int64_t> high, ShapeLike size, DTypeLike dtype,
+                           DeviceLike device) {
     auto t = to_optional_dtype(dtype);
     const int64_t lo = high ? low : 0, hi = high ? *high : low;  // randint(n) draws from [0, n), as NumPy
     return kiln::random::randint(lo, hi, size_shape(size), t ? *t : DType::Int64, to_optional_device(device));
   }, "low"_a, "high"_a = nb::none(), "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none());
-  random.def("permutation", [](nb::handle x, nb::handle device) {
+  random.def("permutation", [](nb::handle x, DeviceLike device) {
     if (PyLong_Check(x.ptr())) return kiln::random::permutation(nb::cast<int64_t>(x), to_optional_device(device));
     return kiln::random::permutation(to_array(x));
   }, "x"_a, "device"_a = nb::none());
