@@ -133,3 +133,11 @@ def test_array_api_namespace_and_to_device():
     x = kiln.ones(2)
     assert x.__array_namespace__() is kiln
     assert x.to_device(kiln.cpu()).device == kiln.cpu()
+
+
+def test_array_copies_and_asarray_shares():
+    x = kiln.arange(3)
+    assert kiln.asarray(x).data_ptr == x.data_ptr
+    assert kiln.array(x).data_ptr != x.data_ptr
+    assert kiln.array(x, copy=False).data_ptr == x.data_ptr
+    assert kiln.Array([1, 2]).tolist() == [1, 2] and kiln.Array(np.ones(2), dtype="int8").dtype == kiln.int8
