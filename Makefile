@@ -31,6 +31,11 @@ deps:
 	  python3 -m pip install -q "numpy>=2" || python3 -m pip install -q --break-system-packages "numpy>=2"
 	@python3 -c 'import safetensors' 2>/dev/null || \
 	  python3 -m pip install -q safetensors || python3 -m pip install -q --break-system-packages safetensors
+	@# The Python package (python/, docs/python.md): nanobind and scikit-build-core build it, pytest runs its tests.
+	@for m in nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest; do \
+	  python3 -c "import $${m%%:*}" 2>/dev/null || python3 -m pip install -q "$${m#*:}" || \
+	    python3 -m pip install -q --break-system-packages "$${m#*:}"; \
+	done
 	@if [ "$$(uname -m)" = x86_64 ] && [ ! -f .deps/mkl/lib/libkiln_mkl.so ]; then \
 	  ./scripts/build-mkl || echo "make: oneMKL could not be built (PyPI unreachable?): CPU products use OpenBLAS alone"; \
 	fi

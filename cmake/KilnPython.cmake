@@ -1,0 +1,32 @@
+# kiln_find_nanobind(<out-var> [REQUIRED]): finds the Python interpreter with its development headers and
+# nanobind (from PyPI: `python3 -m nanobind --cmake_dir` names its CMake package) and sets <out-var> ON when
+# both are there. With REQUIRED a missing piece stops the configure with the command that installs it.
+# A macro: find_package's results (Python_EXECUTABLE, nanobind's functions) must reach the caller's scope.
+macro(kiln_find_nanobind out)
+  set(${out} OFF)
+  set(kiln_python_required ${ARGN})
+  find_package(Python 3.9 COMPONENTS Interpreter Development.Module QUIET)
+  if(Python_FOUND AND NOT nanobind_DIR)
+    execute_process(COMMAND ${Python_EXECUTABLE} -m nanobind --cmake_dir OUTPUT_VARIABLE kiln_nanobind_dir
+                    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE kiln_nanobind_status)
+    if(kiln_nanobind_status EQUAL 0)
+      set(nanobind_DIR ${kiln_nanobind_dir} CACHE PATH "nanobind's CMake package (python3 -m nanobind --cmake_dir)")
+    endif()
+  endif()
+  if(NOT Python_FOUND)
+    set(kiln_python_missing "Python 3.9+ with its headers (apt-get install python3-dev)")
+  else()
+    find_package(nanobind CONFIG QUIET)
+    if(NOT nanobind_FOUND)
+      set(kiln_python_missing "nanobind (python3 -m pip install nanobind; make deps does)")
+    endif()
+  endif()
+  if(kiln_python_missing AND kiln_python_required)
+    message(FATAL_ERROR "kiln: KILN_PYTHON=ON needs ${kiln_python_missing}")
+  elseif(kiln_python_missing)
+    message(STATUS "kiln: no ${kiln_python_missing}: the Python package is not built")
+  else()
+    message(STATUS "kiln: Python package with nanobind ${nanobind_VERSION} for ${Python_EXECUTABLE}")
+    set(${out} ON)
+  endif()
+endmacro()

@@ -1,0 +1,30 @@
+// The parts of the extension module kiln._kiln, one function per binding file.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <kiln/kiln.hpp>
+
+namespace kiln::python {
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+/// kiln.Array: properties, operators, indexing, exchange protocols (array.cpp).
+void bind_array(nb::module_& m);
+/// The Array methods that mirror module functions: reductions, shape ops (ops.cpp).
+void bind_array_methods(nb::class_<Array>& cls);
+/// Creation, the elementwise ops of kiln/ops.def, reductions, shape ops, linear algebra (ops.cpp).
+void bind_ops(nb::module_& m);
+/// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
+void bind_autograd_methods(nb::class_<Array>& cls);
+/// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
+void bind_nn(nb::module_& m);
+/// kiln.fuse and kiln.FusionValue (fuse.cpp).
+void bind_fuse(nb::module_& m);
+/// The FusionValue overloads of the elementwise ops and reductions, registered after their Array forms.
+void bind_fusion_overloads(nb::module_& m);
+/// kiln.random, autograd switches and the device runtime (runtime.cpp).
+void bind_runtime(nb::module_& m);
+
+}  // namespace kiln::python
