@@ -26,7 +26,7 @@ def main():
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
     workloads = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-                 "fusion", "alloc", "multigpu", "train", "resnet50"]
+                 "fusion", "alloc", "multigpu", "train", "resnet50", "lstm"]
     for name in workloads:
         if f"== {name}:" not in run.stdout:
             fail(f"workload {name} printed no title")
@@ -69,7 +69,7 @@ def main():
              ("alloc", "alloc_free_1MB", "us")]
     need += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out")]
     need += [("train", c, "seconds") for c in ("cpu_mlp100_sgd", "cpu_mlp1000_adam")]
-    need += [("resnet50", "cpu_infer_b16", "seconds")]
+    need += [("resnet50", "cpu_infer_b16", "seconds"), ("lstm", "cpu_fwd_bwd", "seconds")]
     if gpu:
         need += [("matmul", f"gpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
         need += [("matmul", f"speedup_{n}", "x") for n in (1024, 4096)]
@@ -82,13 +82,14 @@ def main():
         need += [("resnet50", c, "seconds") for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "train_fp32_graph",
                                                       "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
                                                       "train_bf16_cl_graph")]
+        need += [("lstm", c, "seconds") for c in ("fwd_fp32", "fwd_bwd_fp32")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")
     # The workloads that check what they timed say so in the record (compare flags a failed check "(!)").
     checked = [("reduction", "sum", "gbps"), ("fusion", "fused", "ms"), ("logging", "copy_every_step", "seconds"),
                ("logging", "on_device", "seconds"), ("train", "cpu_mlp100_sgd", "seconds"),
-               ("resnet50", "cpu_infer_b16", "seconds")]
+               ("resnet50", "cpu_infer_b16", "seconds"), ("lstm", "cpu_fwd_bwd", "seconds")]
     if gpu:
         checked += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds")]
     unchecked = [k for k in checked if keys.get(k, {}).get("check") != "ok"]
@@ -97,7 +98,7 @@ def main():
     skipped = {s["what"]: s["reason"] for s in doc.get("skipped", [])}
     if not gpu:
         for what in ("transfer", "overlap", "multigpu", "matmul gpu_N", "train mlp1000_adam_graph", "resnet50 train_fp32",
-                     "resnet50 train_bf16_cl_graph"):
+                     "resnet50 train_bf16_cl_graph", "lstm fwd_bwd_fp32"):
             if not skipped.get(what):
                 fail(f"{what} should be listed as skipped with a reason on the CPU")
         if keys[("logging", "copy_every_step", "syncs")]["value"] != 0:

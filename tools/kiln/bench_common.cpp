@@ -103,6 +103,7 @@ const std::vector<Workload>& workloads() {
       {"multigpu", "two matmuls on two GPUs at once vs one after the other", run_multigpu},
       {"train", "seconds per epoch of two MLPs on Fashion-MNIST (eager, graph, CPU)", run_train},
       {"resnet50", "ResNet-50 inference and training step (GPU), inference (CPU)", run_resnet50},
+      {"lstm", "a 2-layer LSTM (hidden 1024, 256 steps, batch 64) forward and forward+backward", run_lstm},
   };
   return list;
 }
