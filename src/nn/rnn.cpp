@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/autocast.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
@@ -238,6 +239,12 @@ void check_dtype_device(const std::string& who, const char* what, const Array& a
                       weight.device().str() + "; move it with .to() or the module with to()");
 }
 
+/// Inside an autocast scope the recurrence runs in float32 (as normalisations do: its states accumulate over
+/// the steps), so a low-precision input or state is cast up, differentiably, to float32 parameters.
+Array autocast_input(const Array& a, const Array& weight) {
+  return a.defined() && weight.dtype() == float32 && autocast_dtype() ? autocast_float32(a) : a;
+}
+
 void init_uniform(Module& m, int64_t hidden) {
   const double k = 1.0 / std::sqrt(static_cast<double>(hidden));
   for (auto& [name, p] : m.named_parameters(false)) init::uniform(m.parameter(name), -k, k);
@@ -295,11 +302,12 @@ std::string RNNBase::name() const {
 
 Array RNNBase::forward(const Array& input) { return std::get<0>(run(input, Array(), Array())); }
 
-std::tuple<Array, Array, Array> RNNBase::run(const Array& input, const Array& h0, const Array& c0) {
+std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array& h0_arg, const Array& c0_arg) {
   const std::string who = mode_name(mode_);
   const bool lstm = mode_ == Mode::LSTM;
   const int64_t dirs = o_.bidirectional ? 2 : 1, layers = o_.num_layers, states = layers * dirs;
   Array& w0 = parameter("weight_ih_l0");
+  const Array input = autocast_input(input_arg, w0), h0 = autocast_input(h0_arg, w0), c0 = autocast_input(c0_arg, w0);
   if (!input.defined()) throw ValueError(who + ": the input is undefined; pass a (T, N, " + std::to_string(input_) + ") array");
   if (input.ndim() != 2 && input.ndim() != 3)
     throw ShapeError(who + ": the input has shape " + shape_str(input.shape()) + "; it must be " +
@@ -404,9 +412,10 @@ std::string RNNCellBase::name() const {
   return s + ")";
 }
 
-std::pair<Array, Array> RNNCellBase::step(const Array& input, const Array& h, const Array& c) {
+std::pair<Array, Array> RNNCellBase::step(const Array& input_arg, const Array& h_arg, const Array& c_arg) {
   const std::string who = std::string(mode_name(mode_)) + "Cell";
   const Array& w_ih = parameter("weight_ih");
+  const Array input = autocast_input(input_arg, w_ih), h = autocast_input(h_arg, w_ih), c = autocast_input(c_arg, w_ih);
   if (!input.defined() || (input.ndim() != 1 && input.ndim() != 2) || input.shape(-1) != input_)
     throw ShapeError(who + ": the input has shape " + (input.defined() ? shape_str(input.shape()) : "(undefined)") +
                      "; it must be (N, " + std::to_string(input_) + ") or unbatched (" + std::to_string(input_) + ",)");

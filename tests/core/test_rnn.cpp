@@ -105,6 +105,34 @@ TEST(RNN, LayersMatchTheNumPyReferenceWithItsGradientsOnEveryBackend) {
   }
 }
 
+TEST(RNN, Float32MatchesTheReferenceOnEveryBackend) {
+  for (Device d : harness::backends()) {
+    nn::LSTM lstm(2, 3, {.num_layers = 2, .bidirectional = true, .device = d});
+    nn::StateDict state;
+    for (const auto& [name, p] : lstm.named_parameters()) state.insert(name, golden("lstm_bi2", "p_" + name, d));
+    lstm.load_state_dict(state);  // converted to float32
+    auto f32 = [&](const char* name) { return golden("lstm_bi2", name, d).astype(float32); };
+    const auto [y, hn, cn] = lstm.forward(f32("x"), f32("h0"), f32("c0"));
+    EXPECT_EQ(y.dtype(), float32);
+    expect_close(y, golden("lstm_bi2", "y", d), 1e-5, "float32 output on " + d.str());
+    expect_close(cn, golden("lstm_bi2", "cn", d), 1e-5, "float32 c_n on " + d.str());
+  }
+}
+
+TEST(RNN, AutocastRunsTheRecurrenceInFloat32) {
+  random::seed(4);
+  nn::GRU gru(4, 5);
+  const Array x = random::normal({3, 2, 4}).astype(bfloat16);
+  Array want = gru(x.astype(float32)), got;
+  {
+    AutocastGuard amp(bfloat16);
+    got = gru(x);
+  }
+  EXPECT_EQ(got.dtype(), float32);
+  expect_close(got, want, 0.0, "autocast");
+  kiln_test::expect_error<DTypeError>([&] { (void)gru(x); }, {"GRU", "bfloat16", "float32"});
+}
+
 TEST(RNN, CellsMatchTheNumPyReferenceWithItsGradientsOnEveryBackend) {
   for (Device d : harness::backends()) {
     nn::LSTMCell lstm(3, 4, true, float64, d);
