@@ -118,9 +118,13 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
   if (r.mode == Mode::LSTM) inputs.push_back(c0);
   inputs.push_back(w_hh);
   if (r.bias) inputs.push_back(b_hh);
+  // Without a backward to come (inference, no-grad) the gates go to one step's scratch, not T steps' worth.
+  bool keep = false;
+  if (is_grad_enabled())
+    for (const Array& a : inputs) keep = keep || a.requires_grad();
   const AutogradFunction fn{
       std::string(mode_name(r.mode)) + "RecurrenceBackward",
-      [r](const std::vector<Array>& in, std::vector<Array>& saved) {
+      [r, keep](const std::vector<Array>& in, std::vector<Array>& saved) {
         const Array& x = in[0];
         const int64_t steps = x.shape(0), n = x.shape(1), hs = r.hidden;
         const bool lstm = r.mode == Mode::LSTM, gru = r.mode == Mode::GRU;
@@ -133,22 +137,22 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         Array out = empty({lstm ? steps + 1 : steps, n, hs}, x.dtype(), x.device());
         Array acts, extra;  // LSTM: gates (i, f, g, o) and cell states; GRU: gates (r, z, n) and h W_hn^T + b_hn
         if (lstm || gru) {
-          acts = empty({steps, gates_of(r.mode), n, hs}, x.dtype(), x.device());
-          extra = empty({steps, n, hs}, x.dtype(), x.device());
+          acts = empty({keep ? steps : 1, gates_of(r.mode), n, hs}, x.dtype(), x.device());
+          extra = empty({keep ? steps : 2, n, hs}, x.dtype(), x.device());  // LSTM's c: read one, write the other
         }
         Array h = h_init, c = lstm ? in[2] : Array();
         for (int64_t s = 0; s < steps; ++s) {
-          const int64_t t = r.reverse ? steps - 1 - s : s;
+          const int64_t t = r.reverse ? steps - 1 - s : s, slot = keep ? t : s % 2;
           const Array xt = x[t], hh = matmul(h, w_t), ht = out[t];
           if (lstm) {
-            const Array at = acts[t], ct = extra[t];
+            const Array at = acts[keep ? t : 0], ct = extra[slot];
             (void)lstm_step.out({at[0], at[1], at[2], at[3], ct, ht}, gate(xt, 0, hs), gate(xt, 1, hs),
                                 gate(xt, 2, hs), gate(xt, 3, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs),
                                 gate(hh, 3, hs), bias_gate(0), bias_gate(1), bias_gate(2), bias_gate(3), c);
             c = ct;
           } else if (gru) {
-            const Array at = acts[t];
-            (void)gru_step.out({at[0], at[1], at[2], extra[t], ht}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
+            const Array at = acts[keep ? t : 0];
+            (void)gru_step.out({at[0], at[1], at[2], extra[slot], ht}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
                                gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), bias_gate(0), bias_gate(1),
                                bias_gate(2), h);
           } else if (r.mode == Mode::RNNTanh) {
@@ -159,8 +163,10 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           h = ht;
         }
         if (lstm) out[steps].assign(c);
-        saved = {h_init, in[w_at], out, acts, extra};
-        if (lstm) saved.push_back(in[2]);
+        if (keep) {
+          saved = {h_init, in[w_at], out, acts, extra};
+          if (lstm) saved.push_back(in[2]);
+        }
         return out;
       },
       [r](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>& needs) {

@@ -119,6 +119,22 @@ TEST(RNN, Float32MatchesTheReferenceOnEveryBackend) {
   }
 }
 
+TEST(RNN, WithoutGradientsTheOutputsAreTheSame) {
+  // No-grad runs keep one step's gates instead of every step's: the same numbers either way.
+  random::seed(6);
+  const Array x = random::normal({5, 2, 3}, float64, cpu());
+  const nn::RNNOptions o{.num_layers = 2, .bidirectional = true, .dtype = float64};
+  nn::LSTM lstm(3, 4, o);
+  nn::GRU gru(3, 4, o);
+  const auto [y, h, c] = lstm.forward(x, Array(), Array());
+  const Array g = gru(x);
+  NoGradGuard no_grad;
+  const auto [y2, h2, c2] = lstm.forward(x, Array(), Array());
+  expect_close(y2, y, 0.0, "LSTM output");
+  expect_close(c2, c, 0.0, "LSTM c_n");
+  expect_close(gru(x), g, 0.0, "GRU output");
+}
+
 TEST(RNN, AutocastRunsTheRecurrenceInFloat32) {
   random::seed(4);
   nn::GRU gru(4, 5);
