@@ -43,7 +43,9 @@ void write_case(const std::string& dir, const Case& c, Device d, DType dt) {
   if (c.mode == "gru") m = std::make_shared<nn::GRU>(input, hidden, o);
   if (c.mode == "rnn_tanh" || c.mode == "rnn_relu") m = std::make_shared<nn::RNN>(input, hidden, o);
   if (cell) m = std::make_shared<nn::LSTMCell>(input, hidden, true, dt, d);
-  const Shape x_shape = cell ? Shape{batch, input} : c.batch_first ? Shape{batch, steps, input} : Shape{steps, batch, input};
+  const Shape x_shape = cell            ? Shape{batch, input}
+                        : c.batch_first ? Shape{batch, steps, input}
+                                        : Shape{steps, batch, input};
   const Shape s_shape = cell ? Shape{batch, hidden} : Shape{layers * 2, batch, hidden};
   Array x = random::normal(x_shape, 0.0, 1.0, dt, d).set_requires_grad();
   Array h0 = random::normal(s_shape, 0.0, 1.0, dt, d).set_requires_grad();

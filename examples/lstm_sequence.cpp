@@ -38,7 +38,8 @@ int main() {
   random::seed(0);
   const int64_t embed = 32, hidden = 96, batch = 16, steps = 32;
   auto embedding = std::make_shared<nn::Embedding>(vocab, embed, float32, d);
-  auto lstm = std::make_shared<nn::LSTM>(embed, hidden, nn::RNNOptions{.num_layers = 2, .batch_first = true, .device = d});
+  auto lstm =
+      std::make_shared<nn::LSTM>(embed, hidden, nn::RNNOptions{.num_layers = 2, .batch_first = true, .device = d});
   auto head = std::make_shared<nn::Linear>(hidden, vocab, true, float32, d);
   std::vector<Array> params;
   for (const auto* m : {static_cast<nn::Module*>(embedding.get()), static_cast<nn::Module*>(lstm.get()),

@@ -11,6 +11,7 @@
 // weights) would plug in at `run_layer`'s place, chosen as kiln/conv.hpp chooses its convolution engine: behind
 // a public primitive of kiln/conv.hpp's kind, never from src/nn (which holds no device code).
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -31,9 +32,12 @@ int64_t gates_of(Mode mode) { return mode == Mode::LSTM ? 4 : mode == Mode::GRU 
 
 const char* mode_name(Mode mode) {
   switch (mode) {
-    case Mode::LSTM: return "LSTM";
-    case Mode::GRU: return "GRU";
-    default: return "RNN";
+    case Mode::LSTM:
+      return "LSTM";
+    case Mode::GRU:
+      return "GRU";
+    default:
+      return "RNN";
   }
 }
 
@@ -105,7 +109,8 @@ Array gate(const Array& a, int64_t k, int64_t hidden) { return a.slice(-1, k * h
 Array previous_states(const Array& out, const Array& h0, int64_t steps, bool reverse) {
   const Array first = h0.expand_dims(0);
   if (steps == 1) return first;
-  return reverse ? concatenate({out.slice(0, 1, steps), first}, 0) : concatenate({first, out.slice(0, 0, steps - 1)}, 0);
+  return reverse ? concatenate({out.slice(0, 1, steps), first}, 0)
+                 : concatenate({first, out.slice(0, 0, steps - 1)}, 0);
 }
 
 /// Inputs: xp (T, N, G*H) (the input projection with b_ih), h0 (N, H), [c0 (N, H) for LSTM], w_hh (G*H, H),
@@ -146,15 +151,15 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           const Array xt = x[t], hh = matmul(h, w_t), ht = out[t];
           if (lstm) {
             const Array at = acts[keep ? t : 0], ct = extra[slot];
-            (void)lstm_step.out({at[0], at[1], at[2], at[3], ct, ht}, gate(xt, 0, hs), gate(xt, 1, hs),
-                                gate(xt, 2, hs), gate(xt, 3, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs),
-                                gate(hh, 3, hs), bias_gate(0), bias_gate(1), bias_gate(2), bias_gate(3), c);
+            (void)lstm_step.out({at[0], at[1], at[2], at[3], ct, ht}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
+                                gate(xt, 3, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), gate(hh, 3, hs),
+                                bias_gate(0), bias_gate(1), bias_gate(2), bias_gate(3), c);
             c = ct;
           } else if (gru) {
             const Array at = acts[keep ? t : 0];
-            (void)gru_step.out({at[0], at[1], at[2], extra[slot], ht}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
-                               gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), bias_gate(0), bias_gate(1),
-                               bias_gate(2), h);
+            (void)gru_step.out({at[0], at[1], at[2], extra[slot], ht}, gate(xt, 0, hs), gate(xt, 1, hs),
+                               gate(xt, 2, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), bias_gate(0),
+                               bias_gate(1), bias_gate(2), h);
           } else if (r.mode == Mode::RNNTanh) {
             (void)rnn_tanh_step.out({ht}, xt, hh, bias_gate(0));
           } else {
@@ -191,13 +196,12 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           Array direct;  // GRU: the part of h_prev's gradient that skips the matmul (z * dh)
           if (lstm) {
             const Array at = acts[t], c_prev = first ? saved[5] : extra[prev];
-            (void)lstm_step_backward.out({dgt[0], dgt[1], dgt[2], dgt[3], dc}, gout, dh, dc, at[0], at[1], at[2],
-                                         at[3], extra[t], c_prev);
+            (void)lstm_step_backward.out({dgt[0], dgt[1], dgt[2], dgt[3], dc}, gout, dh, dc, at[0], at[1], at[2], at[3],
+                                         extra[t], c_prev);
           } else if (gru) {
             const Array at = acts[t], dght = dgh[t], h_prev = first ? h_init : out[prev];
-            direct = std::get<6>(gru_step_backward.out(
-                {dgt[0], dgt[1], dgt[2], dght[0], dght[1], dght[2], Array()}, gout, dh, at[0], at[1], at[2],
-                extra[t], h_prev));
+            direct = std::get<6>(gru_step_backward.out({dgt[0], dgt[1], dgt[2], dght[0], dght[1], dght[2], Array()},
+                                                       gout, dh, at[0], at[1], at[2], extra[t], h_prev));
           } else if (r.mode == Mode::RNNTanh) {
             (void)rnn_tanh_step_backward.out({dgt[0]}, gout, dh, out[t]);
           } else {
@@ -224,9 +228,8 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
 }
 
 /// One layer and direction over the sequence x (T, N, in): the outputs (T, N, H), the final h and (LSTM) c.
-std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& x, const Array& w_ih,
-                                              const Array& w_hh, const Array& b_ih, const Array& b_hh, const Array& h0,
-                                              const Array& c0) {
+std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& x, const Array& w_ih, const Array& w_hh,
+                                              const Array& b_ih, const Array& b_hh, const Array& h0, const Array& c0) {
   const int64_t steps = x.shape(0), n = x.shape(1), gh = w_ih.shape(0);
   Array xp = matmul(x.reshape(steps * n, x.shape(2)), w_ih.T());
   if (r.bias) xp = xp + b_ih;
@@ -271,8 +274,7 @@ RNNBase::RNNBase(Mode mode, int64_t input_size, int64_t hidden_size, RNNOptions 
   if (input_size <= 0 || hidden_size <= 0)
     throw ValueError(who + ": input_size and hidden_size must be positive, got " + std::to_string(input_size) +
                      " and " + std::to_string(hidden_size));
-  if (o_.num_layers <= 0)
-    throw ValueError(who + ": num_layers must be positive, got " + std::to_string(o_.num_layers));
+  if (o_.num_layers <= 0) throw ValueError(who + ": num_layers must be positive, got " + std::to_string(o_.num_layers));
   if (!(o_.dropout >= 0.0 && o_.dropout <= 1.0))
     throw ValueError(who + ": dropout must be in [0, 1], got " + std::to_string(o_.dropout));
   if (o_.proj_size != 0)
@@ -301,7 +303,11 @@ std::string RNNBase::name() const {
   if (mode_ == Mode::RNNRelu) s += ", nonlinearity=relu";
   if (!o_.bias) s += ", bias=false";
   if (o_.batch_first) s += ", batch_first=true";
-  if (o_.dropout != 0.0) s += ", dropout=" + std::to_string(o_.dropout);
+  if (o_.dropout != 0.0) {
+    std::ostringstream p;  // shortest form: 0.5, not 0.500000
+    p << o_.dropout;
+    s += ", dropout=" + p.str();
+  }
   if (o_.bidirectional) s += ", bidirectional=true";
   return s + ")";
 }
@@ -314,7 +320,8 @@ std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array
   const int64_t dirs = o_.bidirectional ? 2 : 1, layers = o_.num_layers, states = layers * dirs;
   Array& w0 = parameter("weight_ih_l0");
   const Array input = autocast_input(input_arg, w0), h0 = autocast_input(h0_arg, w0), c0 = autocast_input(c0_arg, w0);
-  if (!input.defined()) throw ValueError(who + ": the input is undefined; pass a (T, N, " + std::to_string(input_) + ") array");
+  if (!input.defined())
+    throw ValueError(who + ": the input is undefined; pass a (T, N, " + std::to_string(input_) + ") array");
   if (input.ndim() != 2 && input.ndim() != 3)
     throw ShapeError(who + ": the input has shape " + shape_str(input.shape()) + "; it must be " +
                      (o_.batch_first ? "(N, T, " : "(T, N, ") + std::to_string(input_) + ") or unbatched (T, " +
@@ -348,10 +355,10 @@ std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array
       const std::string suffix = "_l" + std::to_string(k) + (d == 1 ? "_reverse" : "");
       const int64_t i = k * dirs + d;
       const Recurrence r{mode_, hidden_, d == 1, o_.bias};
-      auto [y, h, c] = run_direction(r, x, parameter("weight_ih" + suffix), parameter("weight_hh" + suffix),
-                                     o_.bias ? parameter("bias_ih" + suffix) : Array(),
-                                     o_.bias ? parameter("bias_hh" + suffix) : Array(), h_init[i],
-                                     lstm ? c_init[i] : Array());
+      auto [y, h, c] =
+          run_direction(r, x, parameter("weight_ih" + suffix), parameter("weight_hh" + suffix),
+                        o_.bias ? parameter("bias_ih" + suffix) : Array(),
+                        o_.bias ? parameter("bias_hh" + suffix) : Array(), h_init[i], lstm ? c_init[i] : Array());
       outs.push_back(y);
       h_n.push_back(h);
       if (lstm) c_n.push_back(c);
@@ -440,9 +447,9 @@ std::pair<Array, Array> RNNCellBase::step(const Array& input_arg, const Array& h
   };
   const bool lstm = mode_ == Mode::LSTM;
   const Recurrence r{mode_, hidden_, false, bias_};
-  auto [y, h1, c1] = run_direction(r, x.expand_dims(0), w_ih, parameter("weight_hh"),
-                                   bias_ ? parameter("bias_ih") : Array(), bias_ ? parameter("bias_hh") : Array(),
-                                   state(h, "h"), lstm ? state(c, "c") : Array());
+  auto [y, h1, c1] =
+      run_direction(r, x.expand_dims(0), w_ih, parameter("weight_hh"), bias_ ? parameter("bias_ih") : Array(),
+                    bias_ ? parameter("bias_hh") : Array(), state(h, "h"), lstm ? state(c, "c") : Array());
   if (!batched) return {h1.squeeze({0}), lstm ? c1.squeeze({0}) : Array()};
   return {h1, c1};
 }

@@ -22,9 +22,7 @@ namespace {
 std::string golden_path(const std::string& c, const std::string& name) {
   return harness::golden_dir() + "/rnn/" + c + "_" + name + ".npy";
 }
-bool has_golden(const std::string& c, const std::string& name) {
-  return std::filesystem::exists(golden_path(c, name));
-}
+bool has_golden(const std::string& c, const std::string& name) { return std::filesystem::exists(golden_path(c, name)); }
 Array golden(const std::string& c, const std::string& name, Device d) { return load(golden_path(c, name), d); }
 
 void expect_close(const Array& got, const Array& want, double tol, const std::string& what) {
@@ -57,18 +55,20 @@ void check_case(nn::Module& m, const std::string& c, Device d, Run run) {
   expect_close(x.grad(), golden(c, "d_x", d), 1e-7, what + " d input");
   if (h0.defined()) expect_close(h0.grad(), golden(c, "d_h0", d), 1e-7, what + " d h0");
   if (c0.defined()) expect_close(c0.grad(), golden(c, "d_c0", d), 1e-7, what + " d c0");
-  for (const auto& [name, p] : m.named_parameters()) expect_close(p.grad(), golden(c, "d_" + name, d), 1e-7, what + " d " + name);
+  for (const auto& [name, p] : m.named_parameters())
+    expect_close(p.grad(), golden(c, "d_" + name, d), 1e-7, what + " d " + name);
 }
 
 nn::RNNOptions opts(Device d, int64_t layers = 1, bool bidirectional = false, bool batch_first = false) {
-  return {.num_layers = layers, .batch_first = batch_first, .bidirectional = bidirectional, .dtype = float64,
-          .device = d};
+  return {
+      .num_layers = layers, .batch_first = batch_first, .bidirectional = bidirectional, .dtype = float64, .device = d};
 }
 
 TEST(RNN, LayersMatchTheNumPyReferenceWithItsGradientsOnEveryBackend) {
   for (Device d : harness::backends()) {
     nn::LSTM lstm(2, 3, opts(d, 2, true));
-    check_case(lstm, "lstm_bi2", d, [&](const Array& x, const Array& h0, const Array& c0) { return lstm.forward(x, h0, c0); });
+    check_case(lstm, "lstm_bi2", d,
+               [&](const Array& x, const Array& h0, const Array& c0) { return lstm.forward(x, h0, c0); });
 
     nn::GRU gru(2, 3, opts(d, 2, true, true));
     check_case(gru, "gru_bi2_bf", d, [&](const Array& x, const Array& h0, const Array&) {
@@ -184,15 +184,26 @@ TEST(RNN, StateDictHasPyTorchsNamesAndShapes) {
   // [(k, tuple(v.shape)) for k, v in torch.nn.LSTM(10, 20, num_layers=2, bidirectional=True).state_dict().items()]
   using V = std::vector<std::pair<std::string, Shape>>;
   EXPECT_EQ(names_and_shapes(nn::LSTM(10, 20, {.num_layers = 2, .bidirectional = true})),
-            (V{{"weight_ih_l0", {80, 10}},         {"weight_hh_l0", {80, 20}},         {"bias_ih_l0", {80}},
-               {"bias_hh_l0", {80}},               {"weight_ih_l0_reverse", {80, 10}}, {"weight_hh_l0_reverse", {80, 20}},
-               {"bias_ih_l0_reverse", {80}},       {"bias_hh_l0_reverse", {80}},       {"weight_ih_l1", {80, 40}},
-               {"weight_hh_l1", {80, 20}},         {"bias_ih_l1", {80}},               {"bias_hh_l1", {80}},
-               {"weight_ih_l1_reverse", {80, 40}}, {"weight_hh_l1_reverse", {80, 20}}, {"bias_ih_l1_reverse", {80}},
+            (V{{"weight_ih_l0", {80, 10}},
+               {"weight_hh_l0", {80, 20}},
+               {"bias_ih_l0", {80}},
+               {"bias_hh_l0", {80}},
+               {"weight_ih_l0_reverse", {80, 10}},
+               {"weight_hh_l0_reverse", {80, 20}},
+               {"bias_ih_l0_reverse", {80}},
+               {"bias_hh_l0_reverse", {80}},
+               {"weight_ih_l1", {80, 40}},
+               {"weight_hh_l1", {80, 20}},
+               {"bias_ih_l1", {80}},
+               {"bias_hh_l1", {80}},
+               {"weight_ih_l1_reverse", {80, 40}},
+               {"weight_hh_l1_reverse", {80, 20}},
+               {"bias_ih_l1_reverse", {80}},
                {"bias_hh_l1_reverse", {80}}}));
   // torch.nn.GRU(5, 7, num_layers=2, bias=False)
-  EXPECT_EQ(names_and_shapes(nn::GRU(5, 7, {.num_layers = 2, .bias = false})),
-            (V{{"weight_ih_l0", {21, 5}}, {"weight_hh_l0", {21, 7}}, {"weight_ih_l1", {21, 7}}, {"weight_hh_l1", {21, 7}}}));
+  EXPECT_EQ(
+      names_and_shapes(nn::GRU(5, 7, {.num_layers = 2, .bias = false})),
+      (V{{"weight_ih_l0", {21, 5}}, {"weight_hh_l0", {21, 7}}, {"weight_ih_l1", {21, 7}}, {"weight_hh_l1", {21, 7}}}));
   // torch.nn.RNN(4, 6)
   EXPECT_EQ(names_and_shapes(nn::RNN(4, 6)),
             (V{{"weight_ih_l0", {6, 4}}, {"weight_hh_l0", {6, 6}}, {"bias_ih_l0", {6}}, {"bias_hh_l0", {6}}}));
@@ -262,7 +273,7 @@ TEST(RNN, ASequentialStepReturnsTheOutputAndNamesPrintLikePyTorch) {
   seq->push_back(std::make_shared<nn::GRU>(3, 4, nn::RNNOptions{.batch_first = true, .bidirectional = true}));
   seq->push_back(std::make_shared<nn::Linear>(8, 2));
   EXPECT_EQ((*seq)(random::normal({5, 7, 3})).shape(), (Shape{5, 7, 2}));
-  EXPECT_EQ(nn::LSTM(10, 20, {.num_layers = 2, .dropout = 0.5}).name(), "LSTM(10, 20, num_layers=2, dropout=0.500000)");
+  EXPECT_EQ(nn::LSTM(10, 20, {.num_layers = 2, .dropout = 0.5}).name(), "LSTM(10, 20, num_layers=2, dropout=0.5)");
   EXPECT_EQ(nn::GRUCell(3, 4).name(), "GRUCell(3, 4)");
 }
 
@@ -271,10 +282,16 @@ TEST(RNN, ErrorsNameTheLayerTheOperandAndTheFix) {
   nn::LSTM lstm(4, 5, {.num_layers = 2});
   expect_error<ShapeError>([&] { (void)lstm(zeros({6, 3, 7})); }, {"LSTM", "input", "(6, 3, 7)", "input_size is 4"});
   expect_error<ShapeError>([&] { (void)lstm(zeros({6})); }, {"LSTM", "input", "(T, N, 4)"});
-  expect_error<ShapeError>([&] { (void)lstm.forward(zeros({6, 3, 4}), zeros({1, 3, 5}), Array()); },
-                           {"LSTM", "h0", "(1, 3, 5)", "(2, 3, 5)"});
-  expect_error<ShapeError>([&] { (void)lstm.forward(zeros({6, 3, 4}), Array(), zeros({2, 3, 4})); },
-                           {"LSTM", "c0", "(2, 3, 5)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)lstm.forward(zeros({6, 3, 4}), zeros({1, 3, 5}), Array());
+      },
+      {"LSTM", "h0", "(1, 3, 5)", "(2, 3, 5)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)lstm.forward(zeros({6, 3, 4}), Array(), zeros({2, 3, 4}));
+      },
+      {"LSTM", "c0", "(2, 3, 5)"});
   expect_error<DTypeError>([&] { (void)lstm(zeros({6, 3, 4}, float64)); }, {"LSTM", "input", "float64", "astype"});
   expect_error<ValueError>([] { nn::LSTM(4, 5, {.proj_size = 3}); }, {"LSTM", "proj_size", "not supported"});
   expect_error<ValueError>([] { nn::RNN(4, 5, {.nonlinearity = "sigmoid"}); }, {"RNN", "nonlinearity", "tanh"});
