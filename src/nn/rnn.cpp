@@ -42,12 +42,12 @@ const char* mode_name(Mode mode) {
 }
 
 // ---------------------------------------------------------------- the fused steps
-// Forward: the step's pre-activations are x (this step's rows of the input projection, b_ih included), hh (h W_hh^T)
-// and b (b_hh, or a 0 scalar without bias), each split per gate.
+// Forward: the step's pre-activations are x (this step's rows of the input projection, with b_ih and those parts
+// of b_hh that add to the gates as they are) and hh (h W_hh^T), each split per gate. A GPU kernel of kiln::fuse
+// takes at most 16 arrays (inputs and outputs): folding the biases into x keeps each step under it.
 const auto lstm_step = fuse(
-    [](auto xi, auto xf, auto xg, auto xo, auto hi, auto hf, auto hg, auto ho, auto bi, auto bf, auto bg, auto bo,
-       auto c) {
-      auto i = sigmoid(xi + hi + bi), f = sigmoid(xf + hf + bf), g = tanh(xg + hg + bg), o = sigmoid(xo + ho + bo);
+    [](auto xi, auto xf, auto xg, auto xo, auto hi, auto hf, auto hg, auto ho, auto c) {
+      auto i = sigmoid(xi + hi), f = sigmoid(xf + hf), g = tanh(xg + hg), o = sigmoid(xo + ho);
       auto c2 = f * c + i * g;
       return std::tuple{i, f, g, o, c2, o * tanh(c2)};
     },
@@ -68,8 +68,8 @@ const auto lstm_step_backward = fuse(
 // GRU: n = tanh(x_n + r * (h W_hn^T + b_hn)), h' = (1 - z) n + z h (PyTorch's formula); ghn = h W_hn^T + b_hn
 // is kept for the backward.
 const auto gru_step = fuse(
-    [](auto xr, auto xz, auto xn, auto hr, auto hz, auto hn, auto br, auto bz, auto bn, auto h) {
-      auto r = sigmoid(xr + hr + br), z = sigmoid(xz + hz + bz);
+    [](auto xr, auto xz, auto xn, auto hr, auto hz, auto hn, auto bn, auto h) {
+      auto r = sigmoid(xr + hr), z = sigmoid(xz + hz);
       auto ghn = hn + bn;
       auto n = tanh(xn + r * ghn);
       return std::tuple{r, z, n, ghn, (1.0 - z) * n + z * h};
@@ -87,8 +87,8 @@ const auto gru_step_backward = fuse(
     },
     "gru_step_backward");
 
-const auto rnn_tanh_step = fuse([](auto x, auto hh, auto b) { return tanh(x + hh + b); }, "rnn_tanh_step");
-const auto rnn_relu_step = fuse([](auto x, auto hh, auto b) { return maximum(x + hh + b, 0.0); }, "rnn_relu_step");
+const auto rnn_tanh_step = fuse([](auto x, auto hh) { return tanh(x + hh); }, "rnn_tanh_step");
+const auto rnn_relu_step = fuse([](auto x, auto hh) { return maximum(x + hh, 0.0); }, "rnn_relu_step");
 const auto rnn_tanh_step_backward =
     fuse([](auto gout, auto dh, auto h) { return (gout + dh) * (1.0 - h * h); }, "rnn_tanh_step_backward");
 const auto rnn_relu_step_backward =
@@ -99,7 +99,7 @@ struct Recurrence {
   Mode mode;
   int64_t hidden;
   bool reverse;  // steps run from the last to the first
-  bool bias;     // inputs end with b_hh
+  bool bias;     // GRU: the inputs end with b_hn
 };
 
 /// Gate k of a (..., gates*hidden) array (a view).
@@ -113,32 +113,30 @@ Array previous_states(const Array& out, const Array& h0, int64_t steps, bool rev
                  : concatenate({first, out.slice(0, 0, steps - 1)}, 0);
 }
 
-/// Inputs: xp (T, N, G*H) (the input projection with b_ih), h0 (N, H), [c0 (N, H) for LSTM], w_hh (G*H, H),
-/// [b_hh (G*H,)]. Result (T, N, H): the hidden states; for LSTM (T + 1, N, H) with the final cell state last.
-/// The per-step gate arrays it writes are gate-major, (G, N, H) per step: fused outputs must not share memory,
-/// and the columns of one (N, G*H) row block interleave.
+/// Inputs: xp (T, N, G*H) (the input projection with the biases that add to the gates), h0 (N, H), [c0 (N, H) for
+/// LSTM], w_hh (G*H, H), [b_hn (H,) for GRU with bias]. Result (T, N, H): the hidden states; for LSTM (T + 1, N, H)
+/// with the final cell state last. The per-step gate arrays it writes are gate-major, (G, N, H) per step: fused outputs
+/// must not share memory, and the columns of one (N, G*H) row block interleave.
 Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Array& c0, const Array& w_hh,
                  const Array& b_hh) {
   std::vector<Array> inputs{xp, h0};
   if (r.mode == Mode::LSTM) inputs.push_back(c0);
   inputs.push_back(w_hh);
-  if (r.bias) inputs.push_back(b_hh);
+  const bool gru_bias = r.mode == Mode::GRU && r.bias;
+  if (gru_bias) inputs.push_back(b_hh);
   // Without a backward to come (inference, no-grad) the gates go to one step's scratch, not T steps' worth.
   bool keep = false;
   if (is_grad_enabled())
     for (const Array& a : inputs) keep = keep || a.requires_grad();
   const AutogradFunction fn{
       std::string(mode_name(r.mode)) + "RecurrenceBackward",
-      [r, keep](const std::vector<Array>& in, std::vector<Array>& saved) {
+      [r, keep, gru_bias](const std::vector<Array>& in, std::vector<Array>& saved) {
         const Array& x = in[0];
         const int64_t steps = x.shape(0), n = x.shape(1), hs = r.hidden;
         const bool lstm = r.mode == Mode::LSTM, gru = r.mode == Mode::GRU;
         const Array& h_init = in[1];
         const size_t w_at = lstm ? 3 : 2;
         const Array w_t = in[w_at].T();
-        const Array b = r.bias ? in[w_at + 1] : Array();
-        const Array no_bias = zeros({}, x.dtype(), x.device());
-        auto bias_gate = [&](int64_t k) { return r.bias ? gate(b, k, hs) : no_bias; };
         Array out = empty({lstm ? steps + 1 : steps, n, hs}, x.dtype(), x.device());
         Array acts, extra;  // LSTM: gates (i, f, g, o) and cell states; GRU: gates (r, z, n) and h W_hn^T + b_hn
         if (lstm || gru) {
@@ -152,18 +150,20 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           if (lstm) {
             const Array at = acts[keep ? t : 0], ct = extra[slot];
             (void)lstm_step.out({at[0], at[1], at[2], at[3], ct, ht}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
-                                gate(xt, 3, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), gate(hh, 3, hs),
-                                bias_gate(0), bias_gate(1), bias_gate(2), bias_gate(3), c);
+                                gate(xt, 3, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), gate(hh, 3, hs), c);
             c = ct;
           } else if (gru) {
             const Array at = acts[keep ? t : 0];
-            (void)gru_step.out({at[0], at[1], at[2], extra[slot], ht}, gate(xt, 0, hs), gate(xt, 1, hs),
-                               gate(xt, 2, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), bias_gate(0),
-                               bias_gate(1), bias_gate(2), h);
+            const Array xr = gate(xt, 0, hs), xz = gate(xt, 1, hs), xn = gate(xt, 2, hs);
+            const Array hr = gate(hh, 0, hs), hz = gate(hh, 1, hs), hn = gate(hh, 2, hs);
+            if (gru_bias)
+              (void)gru_step.out({at[0], at[1], at[2], extra[slot], ht}, xr, xz, xn, hr, hz, hn, in[w_at + 1], h);
+            else
+              (void)gru_step.out({at[0], at[1], at[2], extra[slot], ht}, xr, xz, xn, hr, hz, hn, 0.0, h);
           } else if (r.mode == Mode::RNNTanh) {
-            (void)rnn_tanh_step.out({ht}, xt, hh, bias_gate(0));
+            (void)rnn_tanh_step.out({ht}, xt, hh);
           } else {
-            (void)rnn_relu_step.out({ht}, xt, hh, bias_gate(0));
+            (void)rnn_relu_step.out({ht}, xt, hh);
           }
           h = ht;
         }
@@ -174,7 +174,7 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         }
         return out;
       },
-      [r](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>& needs) {
+      [r, gru_bias](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>& needs) {
         const Array &h_init = saved[0], &w = saved[1], &out = saved[2], &acts = saved[3], &extra = saved[4];
         const bool lstm = r.mode == Mode::LSTM, gru = r.mode == Mode::GRU;
         const int64_t steps = lstm ? out.shape(0) - 1 : out.shape(0), n = out.shape(1), hs = r.hidden;
@@ -211,7 +211,7 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           if (gru) dh = dh + direct;
         }
         const size_t w_at = lstm ? 3 : 2;
-        std::vector<Array> grads(w_at + (r.bias ? 2 : 1));
+        std::vector<Array> grads(w_at + (gru_bias ? 2 : 1));
         grads[0] = dg.permute({0, 2, 1, 3}).reshape(steps, n, gates * hs);
         grads[1] = dh;
         if (lstm) grads[2] = dc;
@@ -221,7 +221,7 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           const Array per_gate = dgh.permute({1, 0, 2, 3}).reshape(gates, steps * n, hs);
           grads[w_at] = matmul(swapaxes(per_gate, 1, 2), h_prev).reshape(gates * hs, hs);
         }
-        if (r.bias && needs[w_at + 1]) grads[w_at + 1] = dgh.sum({0, 2}).reshape(gates * hs);
+        if (gru_bias && needs[w_at + 1]) grads[w_at + 1] = dgh.index({Slice(), 2}).sum({0, 1});
         return grads;
       }};
   return fn.apply(inputs);
@@ -232,8 +232,16 @@ std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& 
                                               const Array& b_ih, const Array& b_hh, const Array& h0, const Array& c0) {
   const int64_t steps = x.shape(0), n = x.shape(1), gh = w_ih.shape(0);
   Array xp = matmul(x.reshape(steps * n, x.shape(2)), w_ih.T());
-  if (r.bias) xp = xp + b_ih;
-  const Array out = recurrence(r, xp.reshape(steps, n, gh), h0, c0, w_hh, b_hh);
+  Array b_hn;
+  if (r.bias) {
+    // b_hh adds to the gates as b_ih does, except GRU's n part, which r multiplies: that one goes to the recurrence.
+    const int64_t to = r.mode == Mode::GRU ? 2 * r.hidden : gh;
+    Array b = b_ih.slice(0, 0, to) + b_hh.slice(0, 0, to);
+    if (to < gh) b = concatenate({b, b_ih.slice(0, to, gh)}, 0);
+    xp = xp + b;
+    if (r.mode == Mode::GRU) b_hn = b_hh.slice(0, to, gh);
+  }
+  const Array out = recurrence(r, xp.reshape(steps, n, gh), h0, c0, w_hh, b_hn);
   const Array hidden = out.slice(0, 0, steps);
   const Array h_n = hidden[r.reverse ? 0 : steps - 1];
   return {hidden, h_n, r.mode == Mode::LSTM ? out[steps] : Array()};
