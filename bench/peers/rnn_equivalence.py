@@ -95,7 +95,7 @@ def compare(torch, path, device):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("dir", help="the folder bench/rnn_equivalence wrote")
+    p.add_argument("dir", help="the folder the bench program rnn_equivalence wrote (bench/rnn_equivalence.cpp)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args()
@@ -105,7 +105,7 @@ def main():
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     files = sorted(glob.glob(os.path.join(args.dir, "*.safetensors")))
     if not files:
-        print(f"rnn_equivalence: no .safetensors files in {args.dir}; run bench/rnn_equivalence {args.dir} first")
+        print(f"rnn_equivalence: no .safetensors files in {args.dir}; run build/cuda/bench/rnn_equivalence {args.dir} first")
         return 1
     rows = []
     for path in files:

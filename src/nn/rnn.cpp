@@ -1,15 +1,17 @@
 // torch.nn's recurrent layers (RNN, LSTM, GRU) and cells, with PyTorch's parameter names, gate order and
 // initialisation, so its state dicts load.
 //
-// Each layer and direction projects the whole input sequence at once (one matmul over T*N rows: the larger
-// half of the work, at full matmul efficiency); the recurrence left over is one autograd node (`recurrence`)
-// whose forward runs per step one matmul with weight_hh and one fused elementwise pass over the gates, and
-// whose backward walks the steps in reverse the same way, then forms weight_hh's gradient with one matmul over
-// all steps. Recording the per-step ops instead would make ~15 nodes a step and keep every intermediate.
+// Each layer and direction projects the whole input sequence at once (one matmul over T*N rows: half of the
+// work when input_size = hidden_size, at full matmul efficiency); the recurrence left over is one autograd node
+// (`recurrence`) whose forward runs per step one matmul with weight_hh and one fused elementwise pass over the
+// gates (rnn_steps.hpp), and whose backward walks the steps in reverse the same way, then forms weight_hh's
+// gradient with one matmul over all steps. Recording the per-step ops instead would make ~15 nodes a step and keep
+// every intermediate.
 //
-// A cuDNN engine (cudnnRNNForward / cudnnRNNBackwardData_v8 / cudnnRNNBackwardWeights_v8 over the packed
-// weights) would plug in at `run_layer`'s place, chosen as kiln/conv.hpp chooses its convolution engine: behind
-// a public primitive of kiln/conv.hpp's kind, never from src/nn (which holds no device code).
+// A cuDNN engine (cudnnRNNForward / cudnnRNNBackwardData_v8 / cudnnRNNBackwardWeights_v8 over packed weights,
+// the whole stack of layers in one call) would plug in at RNNBase::run's loop over layers, chosen as
+// kiln/conv.hpp chooses its convolution engine: behind a public primitive of kiln/conv.hpp's kind, never from
+// src/nn (which holds no device code).
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -68,12 +70,12 @@ Array previous_states(const Array& out, const Array& h0, int64_t steps, bool rev
 /// with the final cell state last. The per-step gate arrays it writes are gate-major, (G, N, H) per step: fused outputs
 /// must not share memory, and the columns of one (N, G*H) row block interleave.
 Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Array& c0, const Array& w_hh,
-                 const Array& b_hh) {
+                 const Array& b_hn) {
   std::vector<Array> inputs{xp, h0};
   if (r.mode == Mode::LSTM) inputs.push_back(c0);
   inputs.push_back(w_hh);
   const bool gru_bias = r.mode == Mode::GRU && r.bias;
-  if (gru_bias) inputs.push_back(b_hh);
+  if (gru_bias) inputs.push_back(b_hn);
   // Without a backward to come (inference, no-grad) the gates go to one step's scratch, not T steps' worth.
   bool keep = false;
   if (is_grad_enabled())
@@ -162,7 +164,7 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         }
         const size_t w_at = lstm ? 3 : 2;
         std::vector<Array> grads(w_at + (gru_bias ? 2 : 1));
-        grads[0] = dg.permute({0, 2, 1, 3}).reshape(steps, n, gates * hs);
+        if (needs[0]) grads[0] = dg.permute({0, 2, 1, 3}).reshape(steps, n, gates * hs);
         grads[1] = dh;
         if (lstm) grads[2] = dc;
         if (needs[w_at]) {
