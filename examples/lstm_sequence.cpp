@@ -49,7 +49,7 @@ int main() {
 
   const Array offsets = arange(int64_t{0}, steps + 1, int64_t{1}, int64, d);
   double first = 0, last = 0;
-  const int iterations = 120;
+  const int iterations = 90;
   for (int it = 0; it < iterations; ++it) {
     const Array starts = random::randint(0, n - steps - 1, {batch, 1}, int64, d);
     const Array window = take(data, starts + offsets);  // (batch, steps + 1)
