@@ -440,7 +440,7 @@ struct RNNOptions {
   bool batch_first = false;  ///< input and output (N, T, features) instead of (T, N, features)
   double dropout = 0.0;      ///< on the outputs of each layer but the last, in training mode
   bool bidirectional = false;
-  int64_t proj_size = 0;  ///< LSTM only; a non-zero value is refused (ValueError): projections are not implemented
+  int64_t proj_size = 0;  ///< LSTM only, < hidden_size: h = weight_hr_l{k} (proj_size, hidden) (o * tanh(c))
   DType dtype = float32;
   std::optional<Device> device;
 };

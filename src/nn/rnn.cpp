@@ -51,7 +51,8 @@ struct Recurrence {
   Mode mode;
   int64_t hidden;
   bool reverse;  // steps run from the last to the first
-  bool bias;     // GRU: the inputs end with b_hn
+  bool bias;     // GRU: b_hn follows weight_hh in the inputs
+  int64_t proj;  // LSTM's proj_size (0: none): weight_hr ends the inputs, h = weight_hr (o * tanh(c))
 };
 
 /// Gate k of a (..., gates*hidden) array (a view).
@@ -65,17 +66,19 @@ Array previous_states(const Array& out, const Array& h0, int64_t steps, bool rev
                  : concatenate({first, out.slice(0, 0, steps - 1)}, 0);
 }
 
-/// Inputs: xp (T, N, G*H) (the input projection with the biases that add to the gates), h0 (N, H), [c0 (N, H) for
-/// LSTM], w_hh (G*H, H), [b_hn (H,) for GRU with bias]. Result (T, N, H): the hidden states; for LSTM (T + 1, N, H)
-/// with the final cell state last. The per-step gate arrays it writes are gate-major, (G, N, H) per step: fused outputs
-/// must not share memory, and the columns of one (N, G*H) row block interleave.
+/// Inputs: xp (T, N, G*H) (the input projection with the biases that add to the gates), h0 (N, R), [c0 (N, H) for
+/// LSTM], w_hh (G*H, R), [b_hn (H,) for GRU with bias], [w_hr (R, H) for LSTM with proj_size R] (R = H without).
+/// Result: the hidden states (T, N, R); for LSTM, flat, the hidden states then the final cell state (N, H) (one
+/// result per node: run_direction takes the two views apart). The per-step gate arrays it writes are gate-major,
+/// (G, N, H) per step: fused outputs must not share memory, and the columns of one (N, G*H) row block interleave.
 Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Array& c0, const Array& w_hh,
-                 const Array& b_hn) {
+                 const Array& b_hn, const Array& w_hr) {
   std::vector<Array> inputs{xp, h0};
   if (r.mode == Mode::LSTM) inputs.push_back(c0);
   inputs.push_back(w_hh);
   const bool gru_bias = r.mode == Mode::GRU && r.bias;
   if (gru_bias) inputs.push_back(b_hn);
+  if (r.proj) inputs.push_back(w_hr);
   // Without a backward to come (inference, no-grad) the gates go to one step's scratch, not T steps' worth.
   bool keep = false;
   if (is_grad_enabled())
@@ -88,8 +91,13 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         const bool lstm = r.mode == Mode::LSTM, gru = r.mode == Mode::GRU;
         const Array& h_init = in[1];
         const size_t w_at = lstm ? 3 : 2;
-        const Array w_t = in[w_at].T();
-        Array out = empty({lstm ? steps + 1 : steps, n, hs}, x.dtype(), x.device());
+        const Array w_t = in[w_at].T(), w_hr_t = r.proj ? in.back().T() : Array();
+        const int64_t ps = r.proj ? r.proj : hs;
+        // LSTM: the hidden states and the final cell state in one flat result
+        Array result = empty({steps * n * ps + (lstm ? n * hs : 0)}, x.dtype(), x.device());
+        Array out = result.slice(0, 0, steps * n * ps).reshape(steps, n, ps);
+        Array raw;  // with proj_size: o * tanh(c) before the projection
+        if (r.proj) raw = empty({keep ? steps : 1, n, hs}, x.dtype(), x.device());
         Array acts, extra;  // LSTM: gates (i, f, g, o) and cell states; GRU: gates (r, z, n) and h W_hn^T + b_hn
         if (lstm || gru) {
           acts = empty({keep ? steps : 1, gates_of(r.mode), n, hs}, x.dtype(), x.device());
@@ -98,11 +106,13 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         Array h = h_init, c = lstm ? in[2] : Array();
         for (int64_t s = 0; s < steps; ++s) {
           const int64_t t = r.reverse ? steps - 1 - s : s, slot = keep ? t : s % 2;
-          const Array xt = x[t], hh = matmul(h, w_t), ht = out[t];
+          const Array xt = x[t], hh = matmul(h, w_t);
+          Array ht = out[t];
           if (lstm) {
-            const Array at = acts[keep ? t : 0], ct = extra[slot];
-            (void)lstm_step.out({at[0], at[1], at[2], at[3], ct, ht}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
+            const Array at = acts[keep ? t : 0], ct = extra[slot], rt = r.proj ? raw[keep ? t : 0] : ht;
+            (void)lstm_step.out({at[0], at[1], at[2], at[3], ct, rt}, gate(xt, 0, hs), gate(xt, 1, hs), gate(xt, 2, hs),
                                 gate(xt, 3, hs), gate(hh, 0, hs), gate(hh, 1, hs), gate(hh, 2, hs), gate(hh, 3, hs), c);
+            if (r.proj) ht.assign(matmul(rt, w_hr_t));
             c = ct;
           } else if (gru) {
             const Array at = acts[keep ? t : 0];
@@ -119,17 +129,16 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           }
           h = ht;
         }
-        if (lstm) out[steps].assign(c);
-        if (keep) {
-          saved = {h_init, in[w_at], out, acts, extra};
-          if (lstm) saved.push_back(in[2]);
-        }
-        return out;
+        if (lstm) result.slice(0, steps * n * ps, std::nullopt).reshape(n, hs).assign(c);
+        if (keep)
+          saved = {h_init, in[w_at], out, acts, extra, lstm ? in[2] : Array(), raw, r.proj ? in.back() : Array()};
+        return result;
       },
       [r, gru_bias](const Array& grad, const std::vector<Array>& saved, const std::vector<bool>& needs) {
         const Array &h_init = saved[0], &w = saved[1], &out = saved[2], &acts = saved[3], &extra = saved[4];
+        const Array &raw = saved[6], &w_hr = saved[7];
         const bool lstm = r.mode == Mode::LSTM, gru = r.mode == Mode::GRU;
-        const int64_t steps = lstm ? out.shape(0) - 1 : out.shape(0), n = out.shape(1), hs = r.hidden;
+        const int64_t steps = out.shape(0), n = out.shape(1), hs = r.hidden, ps = out.shape(2);
         const int64_t gates = gates_of(r.mode);
         const DType dt = out.dtype();
         const Device dev = out.device();
@@ -137,19 +146,28 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         // in the n gate). w_gates[k] is gate k's (H, H) block of weight_hh, for one batched matmul per step.
         Array dg = empty({steps, gates, n, hs}, dt, dev);
         Array dgh = gru ? empty({steps, gates, n, hs}, dt, dev) : dg;
-        const Array w_gates = w.reshape(gates, hs, hs);
-        Array dh = zeros({n, hs}, dt, dev);
-        Array dc = lstm ? grad[steps].copy() : Array();
+        const Array w_gates = w.reshape(gates, hs, ps);
+        const Array g_out = grad.slice(0, 0, steps * n * ps).reshape(steps, n, ps);
+        Array dh = zeros({n, ps}, dt, dev);
+        Array dc = lstm ? grad.slice(0, steps * n * ps, std::nullopt).reshape(n, hs).copy() : Array();
+        Array d_proj = r.proj ? empty({steps, n, ps}, dt, dev) : Array();  // h's gradient, before weight_hr
         for (int64_t s = steps - 1; s >= 0; --s) {
           const int64_t t = r.reverse ? steps - 1 - s : s;
           const bool first = s == 0;
           const int64_t prev = r.reverse ? t + 1 : t - 1;
-          const Array dgt = dg[t], gout = grad[t];
+          const Array dgt = dg[t], gout = g_out[t];
           Array direct;  // GRU: the part of h_prev's gradient that skips the matmul (z * dh)
           if (lstm) {
             const Array at = acts[t], c_prev = first ? saved[5] : extra[prev];
-            (void)lstm_step_backward.out({dgt[0], dgt[1], dgt[2], dgt[3], dc}, gout, dh, dc, at[0], at[1], at[2], at[3],
-                                         extra[t], c_prev);
+            if (r.proj) {
+              const Array dpt = d_proj[t];
+              (void)sum_of.out({dpt}, gout, dh);
+              (void)lstm_step_backward.out({dgt[0], dgt[1], dgt[2], dgt[3], dc}, matmul(dpt, w_hr), 0.0, dc, at[0],
+                                           at[1], at[2], at[3], extra[t], c_prev);
+            } else {
+              (void)lstm_step_backward.out({dgt[0], dgt[1], dgt[2], dgt[3], dc}, gout, dh, dc, at[0], at[1], at[2],
+                                           at[3], extra[t], c_prev);
+            }
           } else if (gru) {
             const Array at = acts[t], dght = dgh[t], h_prev = first ? h_init : out[prev];
             direct = std::get<6>(gru_step_backward.out({dgt[0], dgt[1], dgt[2], dght[0], dght[1], dght[2], Array()},
@@ -163,17 +181,19 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           if (gru) dh = dh + direct;
         }
         const size_t w_at = lstm ? 3 : 2;
-        std::vector<Array> grads(w_at + (gru_bias ? 2 : 1));
+        std::vector<Array> grads(w_at + (gru_bias ? 2 : 1) + (r.proj ? 1 : 0));
         if (needs[0]) grads[0] = dg.permute({0, 2, 1, 3}).reshape(steps, n, gates * hs);
         grads[1] = dh;
         if (lstm) grads[2] = dc;
         if (needs[w_at]) {
           // weight_hh's gate k block: the sum over steps and rows of dgh_k^T h_prev, one batched matmul.
-          const Array h_prev = previous_states(out, h_init, steps, r.reverse).reshape(steps * n, hs);
+          const Array h_prev = previous_states(out, h_init, steps, r.reverse).reshape(steps * n, ps);
           const Array per_gate = dgh.permute({1, 0, 2, 3}).reshape(gates, steps * n, hs);
-          grads[w_at] = matmul(swapaxes(per_gate, 1, 2), h_prev).reshape(gates * hs, hs);
+          grads[w_at] = matmul(swapaxes(per_gate, 1, 2), h_prev).reshape(gates * hs, ps);
         }
         if (gru_bias && needs[w_at + 1]) grads[w_at + 1] = dgh.index({Slice(), 2}).sum({0, 1});
+        if (r.proj && needs.back())
+          grads.back() = matmul(d_proj.reshape(steps * n, ps).T(), raw.reshape(steps * n, hs));
         return grads;
       }};
   return fn.apply(inputs);
@@ -181,7 +201,8 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
 
 /// One layer and direction over the sequence x (T, N, in): the outputs (T, N, H), the final h and (LSTM) c.
 std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& x, const Array& w_ih, const Array& w_hh,
-                                              const Array& b_ih, const Array& b_hh, const Array& h0, const Array& c0) {
+                                              const Array& b_ih, const Array& b_hh, const Array& w_hr, const Array& h0,
+                                              const Array& c0) {
   const int64_t steps = x.shape(0), n = x.shape(1), gh = w_ih.shape(0);
   Array xp = matmul(x.reshape(steps * n, x.shape(2)), w_ih.T());
   Array b_hn;
@@ -193,10 +214,12 @@ std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& 
     xp = xp + b;
     if (r.mode == Mode::GRU) b_hn = b_hh.slice(0, to, gh);
   }
-  const Array out = recurrence(r, xp.reshape(steps, n, gh), h0, c0, w_hh, b_hn);
-  const Array hidden = out.slice(0, 0, steps);
+  const Array out = recurrence(r, xp.reshape(steps, n, gh), h0, c0, w_hh, b_hn, w_hr);
+  const int64_t ps = r.proj ? r.proj : r.hidden;
+  const Array hidden = out.slice(0, 0, steps * n * ps).reshape(steps, n, ps);
   const Array h_n = hidden[r.reverse ? 0 : steps - 1];
-  return {hidden, h_n, r.mode == Mode::LSTM ? out[steps] : Array()};
+  if (r.mode != Mode::LSTM) return {hidden, h_n, Array()};
+  return {hidden, h_n, out.slice(0, steps * n * ps, std::nullopt).reshape(n, r.hidden)};
 }
 
 void check_dtype_device(const std::string& who, const char* what, const Array& a, const Array& weight) {
@@ -237,21 +260,25 @@ RNNBase::RNNBase(Mode mode, int64_t input_size, int64_t hidden_size, RNNOptions 
   if (o_.num_layers <= 0) throw ValueError(who + ": num_layers must be positive, got " + std::to_string(o_.num_layers));
   if (!(o_.dropout >= 0.0 && o_.dropout <= 1.0))
     throw ValueError(who + ": dropout must be in [0, 1], got " + std::to_string(o_.dropout));
-  if (o_.proj_size != 0)
-    throw ValueError(who + ": proj_size=" + std::to_string(o_.proj_size) +
-                     " is not supported (LSTM projections are not implemented); use proj_size=0, or a Linear on "
-                     "the output");
+  if (o_.proj_size != 0 && mode != Mode::LSTM)
+    throw ValueError(who + ": proj_size is an LSTM option; pass proj_size=0");
+  if (o_.proj_size < 0 || o_.proj_size >= hidden_size)
+    throw ValueError(who + ": proj_size must be in [0, hidden_size) (as PyTorch), got " + std::to_string(o_.proj_size) +
+                     " with hidden_size " + std::to_string(hidden_size));
   const int64_t gates = gates_of(mode), dirs = o_.bidirectional ? 2 : 1;
   for (int64_t k = 0; k < o_.num_layers; ++k) {
-    const int64_t in = k == 0 ? input_size : hidden_size * dirs;
+    const int64_t real = o_.proj_size ? o_.proj_size : hidden_size;  // h's size
+    const int64_t in = k == 0 ? input_size : real * dirs;
     for (int64_t d = 0; d < dirs; ++d) {
       const std::string suffix = "_l" + std::to_string(k) + (d == 1 ? "_reverse" : "");
       register_parameter("weight_ih" + suffix, empty({gates * hidden_size, in}, o_.dtype, o_.device));
-      register_parameter("weight_hh" + suffix, empty({gates * hidden_size, hidden_size}, o_.dtype, o_.device));
+      register_parameter("weight_hh" + suffix, empty({gates * hidden_size, real}, o_.dtype, o_.device));
       if (o_.bias) {
         register_parameter("bias_ih" + suffix, empty({gates * hidden_size}, o_.dtype, o_.device));
         register_parameter("bias_hh" + suffix, empty({gates * hidden_size}, o_.dtype, o_.device));
       }
+      if (o_.proj_size)
+        register_parameter("weight_hr" + suffix, empty({o_.proj_size, hidden_size}, o_.dtype, o_.device));
     }
   }
   init_uniform(*this, hidden_size);
@@ -269,6 +296,7 @@ std::string RNNBase::name() const {
     s += ", dropout=" + p.str();
   }
   if (o_.bidirectional) s += ", bidirectional=true";
+  if (o_.proj_size) s += ", proj_size=" + std::to_string(o_.proj_size);
   return s + ")";
 }
 
@@ -294,18 +322,20 @@ std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array
   Array x = !batched ? input.expand_dims(1) : o_.batch_first ? swapaxes(input, 0, 1) : input;
   const int64_t steps = x.shape(0), n = x.shape(1);
   if (steps == 0) throw ShapeError(who + ": the input sequence is empty (T = 0); pass at least one step");
-  const Shape state_shape = batched ? Shape{states, n, hidden_} : Shape{states, hidden_};
-  auto state = [&](const Array& s, const char* what) {
-    if (!s.defined()) return zeros({states, n, hidden_}, x.dtype(), x.device());
-    if (s.shape() != state_shape)
-      throw ShapeError(who + ": " + what + " has shape " + shape_str(s.shape()) + "; it must be " +
-                       shape_str(state_shape) + " (num_layers * num_directions, " + (batched ? "N, " : "") +
-                       "hidden_size) for an input of shape " + shape_str(input.shape()));
+  // h's size is proj_size when LSTM projects, c's hidden_size
+  auto state = [&](const Array& s, const char* what, int64_t size) {
+    const Shape want = batched ? Shape{states, n, size} : Shape{states, size};
+    if (!s.defined()) return zeros({states, n, size}, x.dtype(), x.device());
+    if (s.shape() != want)
+      throw ShapeError(who + ": " + what + " has shape " + shape_str(s.shape()) + "; it must be " + shape_str(want) +
+                       " (num_layers * num_directions, " + (batched ? "N, " : "") +
+                       (size == hidden_ ? "hidden_size" : "proj_size") + ") for an input of shape " +
+                       shape_str(input.shape()));
     check_dtype_device(who, what, s, w0);
     return batched ? s : s.expand_dims(1);
   };
-  const Array h_init = state(h0, "h0");
-  const Array c_init = lstm ? state(c0, "c0") : Array();
+  const Array h_init = state(h0, "h0", o_.proj_size ? o_.proj_size : hidden_);
+  const Array c_init = lstm ? state(c0, "c0", hidden_) : Array();
   if (!lstm && c0.defined()) throw ValueError(who + ": only LSTM takes c0");
 
   std::vector<Array> h_n, c_n;
@@ -314,11 +344,11 @@ std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array
     for (int64_t d = 0; d < dirs; ++d) {
       const std::string suffix = "_l" + std::to_string(k) + (d == 1 ? "_reverse" : "");
       const int64_t i = k * dirs + d;
-      const Recurrence r{mode_, hidden_, d == 1, o_.bias};
-      auto [y, h, c] =
-          run_direction(r, x, parameter("weight_ih" + suffix), parameter("weight_hh" + suffix),
-                        o_.bias ? parameter("bias_ih" + suffix) : Array(),
-                        o_.bias ? parameter("bias_hh" + suffix) : Array(), h_init[i], lstm ? c_init[i] : Array());
+      const Recurrence r{mode_, hidden_, d == 1, o_.bias, o_.proj_size};
+      auto [y, h, c] = run_direction(
+          r, x, parameter("weight_ih" + suffix), parameter("weight_hh" + suffix),
+          o_.bias ? parameter("bias_ih" + suffix) : Array(), o_.bias ? parameter("bias_hh" + suffix) : Array(),
+          o_.proj_size ? parameter("weight_hr" + suffix) : Array(), h_init[i], lstm ? c_init[i] : Array());
       outs.push_back(y);
       h_n.push_back(h);
       if (lstm) c_n.push_back(c);
@@ -406,10 +436,10 @@ std::pair<Array, Array> RNNCellBase::step(const Array& input_arg, const Array& h
     return batched ? s : s.expand_dims(0);
   };
   const bool lstm = mode_ == Mode::LSTM;
-  const Recurrence r{mode_, hidden_, false, bias_};
+  const Recurrence r{mode_, hidden_, false, bias_, 0};
   auto [y, h1, c1] =
       run_direction(r, x.expand_dims(0), w_ih, parameter("weight_hh"), bias_ ? parameter("bias_ih") : Array(),
-                    bias_ ? parameter("bias_hh") : Array(), state(h, "h"), lstm ? state(c, "c") : Array());
+                    bias_ ? parameter("bias_hh") : Array(), Array(), state(h, "h"), lstm ? state(c, "c") : Array());
   if (!batched) return {h1.squeeze({0}), lstm ? c1.squeeze({0}) : Array()};
   return {h1, c1};
 }

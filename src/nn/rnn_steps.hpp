@@ -53,6 +53,9 @@ inline const auto gru_step_backward = fuse(
     },
     "gru_step_backward");
 
+// h's gradient before an LSTM's projection: the output's plus the next step's.
+inline const auto sum_of = fuse([](auto a, auto b) { return a + b; }, "rnn_add");
+
 inline const auto rnn_tanh_step = fuse([](auto x, auto hh) { return tanh(x + hh); }, "rnn_tanh_step");
 inline const auto rnn_relu_step = fuse([](auto x, auto hh) { return maximum(x + hh, 0.0); }, "rnn_relu_step");
 inline const auto rnn_tanh_step_backward =

@@ -91,6 +91,12 @@ TEST(RNN, LayersMatchTheNumPyReferenceWithItsGradientsOnEveryBackend) {
       return std::tuple{y, h, Array()};
     });
 
+    auto proj_options = opts(d, 2, true);
+    proj_options.proj_size = 3;
+    nn::LSTM projected(2, 4, proj_options);
+    check_case(projected, "lstm_proj_bi2", d,
+               [&](const Array& x, const Array& h0, const Array& c0) { return projected.forward(x, h0, c0); });
+
     nn::LSTM unbatched(3, 2, opts(d, 2));
     check_case(unbatched, "lstm_unbatched", d,
                [&](const Array& x, const Array& h0, const Array& c0) { return unbatched.forward(x, h0, c0); });
@@ -200,6 +206,17 @@ TEST(RNN, StateDictHasPyTorchsNamesAndShapes) {
                {"weight_hh_l1_reverse", {80, 20}},
                {"bias_ih_l1_reverse", {80}},
                {"bias_hh_l1_reverse", {80}}}));
+  // torch.nn.LSTM(6, 5, num_layers=2, proj_size=2)
+  EXPECT_EQ(names_and_shapes(nn::LSTM(6, 5, {.num_layers = 2, .proj_size = 2})), (V{{"weight_ih_l0", {20, 6}},
+                                                                                    {"weight_hh_l0", {20, 2}},
+                                                                                    {"bias_ih_l0", {20}},
+                                                                                    {"bias_hh_l0", {20}},
+                                                                                    {"weight_hr_l0", {2, 5}},
+                                                                                    {"weight_ih_l1", {20, 2}},
+                                                                                    {"weight_hh_l1", {20, 2}},
+                                                                                    {"bias_ih_l1", {20}},
+                                                                                    {"bias_hh_l1", {20}},
+                                                                                    {"weight_hr_l1", {2, 5}}}));
   // torch.nn.GRU(5, 7, num_layers=2, bias=False)
   EXPECT_EQ(
       names_and_shapes(nn::GRU(5, 7, {.num_layers = 2, .bias = false})),
@@ -256,10 +273,15 @@ TEST(RNN, DropoutActsBetweenLayersInTrainingOnly) {
 
 TEST(RNN, GradcheckThroughTwoBidirectionalLayers) {
   random::seed(9);
-  for (const char* kind : {"lstm", "gru", "rnn"}) {
+  for (const char* kind : {"lstm", "lstm_proj", "gru", "rnn"}) {
     std::shared_ptr<nn::RNNBase> m;
     const nn::RNNOptions o{.num_layers = 2, .bidirectional = true, .dtype = float64};
     if (std::string(kind) == "lstm") m = std::make_shared<nn::LSTM>(2, 2, o);
+    if (std::string(kind) == "lstm_proj") {
+      auto p = o;
+      p.proj_size = 1;
+      m = std::make_shared<nn::LSTM>(2, 2, p);
+    }
     if (std::string(kind) == "gru") m = std::make_shared<nn::GRU>(2, 2, o);
     if (std::string(kind) == "rnn") m = std::make_shared<nn::RNN>(2, 2, o);
     const Array x = random::normal({3, 2, 2}, float64, cpu());
@@ -293,7 +315,14 @@ TEST(RNN, ErrorsNameTheLayerTheOperandAndTheFix) {
       },
       {"LSTM", "c0", "(2, 3, 5)"});
   expect_error<DTypeError>([&] { (void)lstm(zeros({6, 3, 4}, float64)); }, {"LSTM", "input", "float64", "astype"});
-  expect_error<ValueError>([] { nn::LSTM(4, 5, {.proj_size = 3}); }, {"LSTM", "proj_size", "not supported"});
+  expect_error<ValueError>([] { nn::LSTM(4, 5, {.proj_size = 5}); }, {"LSTM", "proj_size", "hidden_size 5"});
+  expect_error<ValueError>([] { nn::GRU(4, 5, {.proj_size = 3}); }, {"GRU", "proj_size is an LSTM option"});
+  nn::LSTM projected(4, 5, {.proj_size = 3});
+  expect_error<ShapeError>(
+      [&] {
+        (void)projected.forward(zeros({6, 3, 4}), zeros({1, 3, 5}), Array());
+      },
+      {"LSTM", "h0", "(1, 3, 3)", "proj_size"});
   expect_error<ValueError>([] { nn::RNN(4, 5, {.nonlinearity = "sigmoid"}); }, {"RNN", "nonlinearity", "tanh"});
   expect_error<ValueError>([] { nn::GRU(4, 0); }, {"GRU", "hidden_size"});
   expect_error<ValueError>([] { nn::GRU(4, 5, {.dropout = 1.5}); }, {"GRU", "dropout"});

@@ -52,6 +52,8 @@ TEST(RnnKernels, EveryStepFitsOneKernelAndCompilesWithoutAGpu) {
     compile_step(gru_step.graph(a, a, a, a, a, a, row, a), "gru_step " + d);
     compile_step(gru_step.graph(a, a, a, a, a, a, 0.0, a), "gru_step without bias " + d);
     compile_step(gru_step_backward.graph(a, a, a, a, a, a, a), "gru_step_backward " + d);
+    compile_step(lstm_step_backward.graph(a, 0.0, a, a, a, a, a, a, a), "lstm_step_backward projected " + d);
+    compile_step(sum_of.graph(a, a), "sum_of " + d);
     compile_step(rnn_tanh_step.graph(a, a), "rnn_tanh_step " + d);
     compile_step(rnn_relu_step.graph(a, a), "rnn_relu_step " + d);
     compile_step(rnn_tanh_step_backward.graph(a, a, a), "rnn_tanh_step_backward " + d);

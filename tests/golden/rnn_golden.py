@@ -3,7 +3,7 @@ GRU, written from PyTorch's documented equations (torch.nn.RNN / LSTM / GRU), no
 
   RNN:  h' = tanh(W_ih x + b_ih + W_hh h + b_hh)               (or relu)
   LSTM: i, f, g, o = sigma, sigma, tanh, sigma of (W_ih x + b_ih + W_hh h + b_hh), split in that order
-        c' = f * c + i * g,  h' = o * tanh(c')
+        c' = f * c + i * g,  h' = o * tanh(c')  (with proj_size: h' = W_hr (o * tanh(c')))
   GRU:  r, z = sigma(W_i{r,z} x + b_i{r,z} + W_h{r,z} h + b_h{r,z})
         n = tanh(W_in x + b_in + r * (W_hn h + b_hn)),  h' = (1 - z) * n + z * h
 
@@ -40,13 +40,16 @@ def cell(mode, p, suffix, x, h, c):
     b_hh = p.get("bias_hh" + suffix, 0.0)
     gi = x @ w_ih.T + b_ih
     gh = h @ w_hh.T + b_hh
-    H = w_hh.shape[1]
+    H = w_hh.shape[0] // GATES[mode]
     if mode == "lstm":
         pre = gi + gh
         i, f, g, o = (pre[:, k * H:(k + 1) * H] for k in range(4))
         i, f, g, o = sigmoid(i), sigmoid(f), np.tanh(g), sigmoid(o)
         c2 = f * c + i * g
-        return o * np.tanh(c2), c2
+        h2 = o * np.tanh(c2)
+        if "weight_hr" + suffix in p:  # proj_size: h = W_hr (o * tanh(c))
+            h2 = h2 @ p["weight_hr" + suffix].T
+        return h2, c2
     if mode == "gru":
         r = sigmoid(gi[:, :H] + gh[:, :H])
         z = sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
@@ -117,6 +120,8 @@ def make_case(case, cfg):
     cfg.setdefault("batch_first", False)
     bias = cfg.get("bias", True)
     k = 1.0 / np.sqrt(H)
+    P = cfg.get("proj", 0)
+    R = P or H  # the size of h (and of the output per direction)
     p = {}
     if cfg.get("cell"):
         p["weight_ih"] = rng.uniform(-k, k, (G * H, I))
@@ -128,11 +133,13 @@ def make_case(case, cfg):
         for layer in range(L):
             for d in range(D):
                 s = "_l%d%s" % (layer, "_reverse" if d else "")
-                p["weight_ih" + s] = rng.uniform(-k, k, (G * H, I if layer == 0 else H * D))
-                p["weight_hh" + s] = rng.uniform(-k, k, (G * H, H))
+                p["weight_ih" + s] = rng.uniform(-k, k, (G * H, I if layer == 0 else R * D))
+                p["weight_hh" + s] = rng.uniform(-k, k, (G * H, R))
                 if bias:
                     p["bias_ih" + s] = rng.uniform(-k, k, G * H)
                     p["bias_hh" + s] = rng.uniform(-k, k, G * H)
+                if P:
+                    p["weight_hr" + s] = rng.uniform(-k, k, (P, H))
     T, N = cfg["T"], cfg["N"]
     unb = cfg.get("unbatched", False)
     if cfg.get("cell"):
@@ -141,8 +148,9 @@ def make_case(case, cfg):
     else:
         x = rng.standard_normal((T, I) if unb else ((N, T, I) if cfg["batch_first"] else (T, N, I)))
         sshape = (L * D, H) if unb else (L * D, N, H)
+    hshape = sshape[:-1] + (R,)
     given = cfg.get("states", True)
-    h0 = rng.standard_normal(sshape) if given else np.zeros(sshape)
+    h0 = rng.standard_normal(hshape) if given else np.zeros(hshape)
     c0 = (rng.standard_normal(sshape) if given else np.zeros(sshape)) if mode == "lstm" else None
     y, hn, cn = module_forward(cfg, p, x, h0, c0)
     gy, gh = rng.standard_normal(y.shape), rng.standard_normal(hn.shape)
@@ -191,6 +199,7 @@ CASES = {
     "gru_bi2_bf": dict(mode="gru", input=2, hidden=3, layers=2, dirs=2, T=4, N=2, batch_first=True),
     "rnn_tanh_bi2": dict(mode="rnn_tanh", input=2, hidden=3, layers=2, dirs=2, T=4, N=2),
     "rnn_relu_nobias": dict(mode="rnn_relu", input=3, hidden=4, T=5, N=3, bias=False, states=False),
+    "lstm_proj_bi2": dict(mode="lstm", input=2, hidden=4, proj=3, layers=2, dirs=2, T=4, N=2),
     "lstm_unbatched": dict(mode="lstm", input=3, hidden=2, layers=2, T=3, N=1, unbatched=True),
     "gru_nobias_nostate": dict(mode="gru", input=2, hidden=3, T=3, N=2, bias=False, states=False),
     "lstm_cell": dict(mode="lstm", input=3, hidden=4, T=1, N=2, cell=True),
