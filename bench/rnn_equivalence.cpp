@@ -1,6 +1,7 @@
 // The kiln side of bench/peers/rnn_equivalence.py: runs nn::LSTM, GRU and RNN (2 layers, bidirectional, given
-// initial states; GRU batch_first, RNN relu) and an LSTMCell on a device, and writes per case one safetensors file
-// with the parameters ("param.<PyTorch name>"), the inputs ("input.x", "input.h0", "input.c0"), the loss weights
+// initial states; an LSTM with proj_size, GRU batch_first, RNN relu) and an LSTMCell on a device, and writes per case
+// one safetensors file with the parameters ("param.<PyTorch name>"), the inputs ("input.x", "input.h0", "input.c0"),
+// the loss weights
 // ("loss.gy", "loss.gh", "loss.gc": L = sum(y gy) + sum(h_n gh) + sum(c_n gc)), the outputs ("out.y", "out.hn",
 // "out.cn") and the gradients of L ("grad.x", "grad.h0", "grad.c0", "grad.<param>"); the metadata holds the
 // layer's options. The script loads the parameters into torch.nn's layer and compares outputs and gradients.
@@ -26,6 +27,7 @@ namespace {
 struct Case {
   std::string name, mode;  // mode: lstm, gru, rnn_tanh, rnn_relu, lstm_cell
   bool batch_first = false;
+  int64_t proj_size = 0;
 };
 
 void write_case(const std::string& dir, const Case& c, Device d, DType dt) {
@@ -37,6 +39,7 @@ void write_case(const std::string& dir, const Case& c, Device d, DType dt) {
                          .nonlinearity = c.mode == "rnn_relu" ? "relu" : "tanh",
                          .batch_first = c.batch_first,
                          .bidirectional = true,
+                         .proj_size = c.proj_size,
                          .dtype = dt,
                          .device = d};
   if (c.mode == "lstm") m = std::make_shared<nn::LSTM>(input, hidden, o);
@@ -47,8 +50,9 @@ void write_case(const std::string& dir, const Case& c, Device d, DType dt) {
                         : c.batch_first ? Shape{batch, steps, input}
                                         : Shape{steps, batch, input};
   const Shape s_shape = cell ? Shape{batch, hidden} : Shape{layers * 2, batch, hidden};
+  const Shape h_shape = c.proj_size ? Shape{layers * 2, batch, c.proj_size} : s_shape;
   Array x = random::normal(x_shape, 0.0, 1.0, dt, d).set_requires_grad();
-  Array h0 = random::normal(s_shape, 0.0, 1.0, dt, d).set_requires_grad();
+  Array h0 = random::normal(h_shape, 0.0, 1.0, dt, d).set_requires_grad();
   Array c0 = lstm ? random::normal(s_shape, 0.0, 1.0, dt, d).set_requires_grad() : Array();
   Array y, hn, cn;
   if (c.mode == "lstm") std::tie(y, hn, cn) = nn::call(dynamic_cast<nn::LSTM&>(*m), x, h0, c0);
@@ -91,6 +95,7 @@ void write_case(const std::string& dir, const Case& c, Device d, DType dt) {
                         {"num_layers", std::to_string(layers)},
                         {"bidirectional", "1"},
                         {"batch_first", c.batch_first ? "1" : "0"},
+                        {"proj_size", std::to_string(c.proj_size)},
                         {"device", d.str()},
                         {"dtype", std::string(dtype_name(dt))}});
   fmt::print("wrote {} ({} on {}, {})\n", path, m->name(), d.str(), dtype_name(dt));
@@ -108,8 +113,8 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir);
     const Device d = argc > 2 ? parse_device(argv[2]) : try_gpu();
     const DType dt = argc > 3 ? parse_dtype(argv[3]) : float32;
-    for (const Case& c : {Case{"lstm", "lstm"}, Case{"gru", "gru", true}, Case{"rnn_tanh", "rnn_tanh"},
-                          Case{"rnn_relu", "rnn_relu"}, Case{"lstm_cell", "lstm_cell"}})
+    for (const Case& c : {Case{"lstm", "lstm"}, Case{"lstm_proj", "lstm", false, 6}, Case{"gru", "gru", true},
+                          Case{"rnn_tanh", "rnn_tanh"}, Case{"rnn_relu", "rnn_relu"}, Case{"lstm_cell", "lstm_cell"}})
       write_case(dir, c, d, dt);
   } catch (const std::exception& e) {
     fmt::print(stderr, "rnn_equivalence: {}\n", e.what());

@@ -46,7 +46,8 @@ def compare(torch, path, device):
     inp, hidden = int(meta["input_size"]), int(meta["hidden_size"])
     layers, bidir, bf = int(meta["num_layers"]), meta["bidirectional"] == "1", meta["batch_first"] == "1"
     if mode == "lstm":
-        m = torch.nn.LSTM(inp, hidden, num_layers=layers, bidirectional=bidir, batch_first=bf)
+        m = torch.nn.LSTM(inp, hidden, num_layers=layers, bidirectional=bidir, batch_first=bf,
+                          proj_size=int(meta.get("proj_size", "0")))
     elif mode == "gru":
         m = torch.nn.GRU(inp, hidden, num_layers=layers, bidirectional=bidir, batch_first=bf)
     elif mode in ("rnn_tanh", "rnn_relu"):
