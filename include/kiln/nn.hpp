@@ -447,7 +447,8 @@ struct RNNOptions {
 
 /// What RNN, LSTM and GRU share: PyTorch's parameters per layer k and direction (suffix "_reverse" for the
 /// backward one), in its order: weight_ih_l{k} (gates*hidden, in), weight_hh_l{k} (gates*hidden, hidden),
-/// bias_ih_l{k}, bias_hh_l{k} (gates*hidden), all uniform(-1/sqrt(hidden), 1/sqrt(hidden)); gate order LSTM
+/// bias_ih_l{k}, bias_hh_l{k} (gates*hidden) [, LSTM with proj_size: weight_hr_l{k} (proj_size, hidden), and
+/// weight_hh's second axis proj_size], all uniform(-1/sqrt(hidden), 1/sqrt(hidden)); gate order LSTM
 /// (i, f, g, o), GRU (r, z, n). Each layer and direction projects the whole input sequence with one matmul, then
 /// runs the recurrence as one autograd node (per step one matmul with weight_hh and one fused elementwise pass,
 /// forward and backward). Input (T, N, in), (N, T, in) with batch_first, or unbatched (T, in); states
