@@ -16,7 +16,7 @@ import sys
 import time
 
 WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-             "fusion", "alloc", "multigpu", "train", "resnet50"]
+             "fusion", "alloc", "multigpu", "train", "resnet50", "lstm"]
 
 # The train workload (kiln bench train): seconds per epoch of Chainer's MNIST MLP (784-100-100-10, dropout 0.5)
 # and of 784-1000-1000-10 with Adam on Fashion-MNIST's 60000 images, batch 100, as ../shared/anchors/peers_nn.py
@@ -34,6 +34,19 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 # TF32 convolutions allowed (PyTorch's defaults), float32 matmul without TF32. --quick: batches 32 and 4.
 RESNET_CASES = ["infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
                 "cpu_infer_b16"]
+
+
+# The lstm workload (kiln bench lstm): torch.nn.LSTM / nn::LSTM, 2 layers, input and hidden 1024, float32, T 256,
+# batch 64, input (T, N, 1024); fwd_fp32 = forward under no_grad on the GPU, fwd_bwd_fp32 = forward, sum of the
+# output, backward (every parameter and the input) on the GPU; cpu_fwd_bwd = the same with input and hidden 256,
+# T 32, batch 16 on the CPU. --quick: T 64 on the GPU.
+LSTM_CASES = ["fwd_fp32", "fwd_bwd_fp32", "cpu_fwd_bwd"]
+
+
+def lstm_sizes(mode):
+    """((T, N, input, hidden) on the GPU, the same on the CPU) of the lstm workload for a size mode."""
+    return {"full": ((256, 64, 1024, 1024), (32, 16, 256, 256)), "quick": ((64, 64, 1024, 1024), (32, 16, 256, 256)),
+            "smoke": ((8, 4, 32, 32), (4, 2, 16, 16))}[mode]
 
 
 def resnet_sizes(mode):
@@ -101,6 +114,7 @@ def plan(sizes):
     rows += [("multigpu", "one_gpu", "seconds"), ("multigpu", "two_gpus", "seconds"), ("multigpu", "two_gpus", "speedup")]
     rows += [("train", c, "seconds") for c in TRAIN_CASES]
     rows += [("resnet50", c, "seconds") for c in RESNET_CASES]
+    rows += [("lstm", c, "seconds") for c in LSTM_CASES]
     return rows
 
 

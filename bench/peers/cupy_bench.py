@@ -350,6 +350,9 @@ class CupyBench:
     def resnet50(self):
         self.rec.skip_workload("resnet50", "CuPy has no autograd, layers or optimizers: PyTorch is the resnet50 peer")
 
+    def lstm(self):
+        self.rec.skip_workload("lstm", "CuPy has no autograd or recurrent layers: PyTorch is the lstm peer")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -388,6 +388,43 @@ class TorchBench:
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cudnn.benchmark = False
 
+    # ------------------------------------------------------------------ lstm
+    def lstm(self):
+        """kiln bench lstm's cases (common.LSTM_CASES): torch.nn.LSTM, 2 layers, forward (no_grad) and
+        forward + backward of the output's sum on the GPU (cuDNN), forward + backward on the CPU."""
+        torch = self.torch
+        lstm_class = torch.nn.LSTM
+        gpu_shape, cpu_shape = common.lstm_sizes(self.sizes.mode)
+
+        def case(name, shape, dev, backward):
+            steps, batch, inp, hidden = shape
+            torch.manual_seed(0)
+            lstm = lstm_class(inp, hidden, num_layers=2).to(dev)
+            x = torch.randn(steps, batch, inp, device=dev, requires_grad=backward)
+            out = []
+
+            def step():
+                if backward:
+                    lstm.zero_grad(set_to_none=True)
+                    x.grad = None
+                    y, _ = lstm(x)
+                    y.sum().backward()
+                    out[:] = [x.grad]
+                else:
+                    with torch.no_grad():
+                        out[:] = [lstm(x)[0]]
+            if dev.type == "cuda":
+                seconds = self.timer.events(step, warm=2, rep=10)
+            else:
+                seconds, _ = common.host_median(step, 1, 3)
+            ok = bool(torch.isfinite(out[0]).all())
+            self.rec.add("lstm", name, "seconds", seconds, note=f"T {steps}, batch {batch}, hidden {hidden}",
+                         check="ok" if ok else "the result is not finite")
+
+        case("fwd_fp32", gpu_shape, self.dev, False)
+        case("fwd_bwd_fp32", gpu_shape, self.dev, True)
+        case("cpu_fwd_bwd", cpu_shape, torch.device("cpu"), True)
+
     # ------------------------------------------------------------------ train
     def train(self):
         """kiln bench train's cases, as ../shared/anchors/peers_nn.py trains them (common.TRAIN_CASES)."""

@@ -22,6 +22,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -428,6 +429,126 @@ class TransformerDecoder : public Module {
  private:
   std::shared_ptr<ModuleList> layers_;
   std::shared_ptr<LayerNorm> norm_;
+};
+
+// ---------------------------------------------------------------- recurrent layers
+/// The options of torch.nn.RNN / LSTM / GRU beyond input_size and hidden_size, with PyTorch's defaults.
+struct RNNOptions {
+  int64_t num_layers = 1;
+  std::string nonlinearity = "tanh";  ///< RNN only: "tanh" or "relu"
+  bool bias = true;
+  bool batch_first = false;  ///< input and output (N, T, features) instead of (T, N, features)
+  double dropout = 0.0;      ///< on the outputs of each layer but the last, in training mode
+  bool bidirectional = false;
+  int64_t proj_size = 0;  ///< LSTM only, < hidden_size: h = weight_hr_l{k} (proj_size, hidden) (o * tanh(c))
+  DType dtype = float32;
+  std::optional<Device> device;
+};
+
+/// What RNN, LSTM and GRU share: PyTorch's parameters per layer k and direction (suffix "_reverse" for the
+/// backward one), in its order: weight_ih_l{k} (gates*hidden, in), weight_hh_l{k} (gates*hidden, hidden),
+/// bias_ih_l{k}, bias_hh_l{k} (gates*hidden) [, LSTM with proj_size: weight_hr_l{k} (proj_size, hidden), and
+/// weight_hh's second axis proj_size], all uniform(-1/sqrt(hidden), 1/sqrt(hidden)); gate order LSTM
+/// (i, f, g, o), GRU (r, z, n). Each layer and direction projects the whole input sequence with one matmul, then
+/// runs the recurrence as one autograd node (per step one matmul with weight_hh and one fused elementwise pass,
+/// forward and backward). Input (T, N, in), (N, T, in) with batch_first, or unbatched (T, in); states
+/// (layers*directions, N, hidden), or (layers*directions, hidden) unbatched; undefined states start at zeros.
+class RNNBase : public Module {
+ public:
+  enum class Mode { RNNTanh, RNNRelu, LSTM, GRU };
+  using Module::forward;
+  /// The output (T, N, directions*hidden) alone: a step of a Sequential.
+  Array forward(const Array& input) override;
+  std::string name() const override;
+  int64_t input_size() const { return input_; }
+  int64_t hidden_size() const { return hidden_; }
+  const RNNOptions& options() const { return o_; }
+
+ protected:
+  RNNBase(Mode mode, int64_t input_size, int64_t hidden_size, RNNOptions options);
+  /// output, h_n and (LSTM) c_n. ShapeError / DTypeError / DeviceError naming the layer and the operand.
+  std::tuple<Array, Array, Array> run(const Array& input, const Array& h0, const Array& c0);
+
+ private:
+  Mode mode_;
+  int64_t input_, hidden_;
+  RNNOptions o_;
+};
+
+/// torch.nn.RNN: h' = tanh(W_ih x + b_ih + W_hh h + b_hh) (or relu, options.nonlinearity).
+class RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+  using RNNBase::forward;
+  /// (output, h_n) from the input and the initial state h0 (undefined: zeros).
+  std::pair<Array, Array> forward(const Array& input, const Array& h0);
+};
+
+/// torch.nn.LSTM: i, f, o = sigmoid(.), g = tanh(.) of W_ih x + b_ih + W_hh h + b_hh; c' = f c + i g,
+/// h' = o tanh(c').
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+  using RNNBase::forward;
+  /// (output, h_n, c_n) from the input and the initial states (PyTorch's (output, (h_n, c_n)); undefined: zeros).
+  std::tuple<Array, Array, Array> forward(const Array& input, const Array& h0, const Array& c0);
+};
+
+/// torch.nn.GRU: r, z = sigmoid(.), n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) n + z h.
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+  using RNNBase::forward;
+  /// (output, h_n) from the input and the initial state h0 (undefined: zeros).
+  std::pair<Array, Array> forward(const Array& input, const Array& h0);
+};
+
+/// What the cells share: weight_ih (gates*hidden, in), weight_hh (gates*hidden, hidden), bias_ih, bias_hh, all
+/// uniform(-1/sqrt(hidden), 1/sqrt(hidden)) as PyTorch's. Input (N, in) or unbatched (in,); states (N, hidden)
+/// or (hidden,); undefined states start at zeros. One step of the matching layer (the same node).
+class RNNCellBase : public Module {
+ public:
+  using Module::forward;
+  std::string name() const override;
+
+ protected:
+  RNNCellBase(RNNBase::Mode mode, int64_t input_size, int64_t hidden_size, bool bias, DType dtype,
+              std::optional<Device> device);
+  /// h' and (LSTM) c'.
+  std::pair<Array, Array> step(const Array& input, const Array& h, const Array& c);
+
+ private:
+  RNNBase::Mode mode_;
+  int64_t input_, hidden_;
+  bool bias_;
+};
+
+/// torch.nn.RNNCell: h' = tanh (or relu) of W_ih x + b_ih + W_hh h + b_hh.
+class RNNCell : public RNNCellBase {
+ public:
+  RNNCell(int64_t input_size, int64_t hidden_size, bool bias = true, std::string nonlinearity = "tanh",
+          DType dtype = float32, std::optional<Device> device = {});
+  Array forward(const Array& input, const Array& h);
+  Array forward(const Array& input) override { return forward(input, Array()); }
+};
+
+/// torch.nn.LSTMCell: returns (h', c').
+class LSTMCell : public RNNCellBase {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true, DType dtype = float32,
+           std::optional<Device> device = {});
+  std::pair<Array, Array> forward(const Array& input, const Array& h, const Array& c);
+  /// h' from zero states.
+  Array forward(const Array& input) override { return forward(input, Array(), Array()).first; }
+};
+
+/// torch.nn.GRUCell: returns h'.
+class GRUCell : public RNNCellBase {
+ public:
+  GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true, DType dtype = float32,
+          std::optional<Device> device = {});
+  Array forward(const Array& input, const Array& h);
+  Array forward(const Array& input) override { return forward(input, Array()); }
 };
 
 // ---------------------------------------------------------------- checkpoints

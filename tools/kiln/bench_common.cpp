@@ -104,6 +104,7 @@ const std::vector<Workload>& workloads() {
       {"train", "seconds per epoch of two MLPs on Fashion-MNIST (eager, graph, CPU)", run_train},
       {"resnet50", "ResNet-50 inference and training step (GPU), inference (CPU)", run_resnet50},
       {"attention", "scaled dot-product attention forward and forward+backward TFLOP/s", run_attention},
+      {"lstm", "a 2-layer LSTM (hidden 1024, 256 steps, batch 64) forward and forward+backward", run_lstm},
   };
   return list;
 }
