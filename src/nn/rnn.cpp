@@ -8,11 +8,13 @@
 // gradient with one matmul over all steps. Recording the per-step ops instead would make ~15 nodes a step and keep
 // every intermediate.
 //
-// A cuDNN engine (cudnnRNNForward / cudnnRNNBackwardData_v8 / cudnnRNNBackwardWeights_v8 over packed weights,
-// the whole stack of layers in one call) would plug in at RNNBase::run's loop over layers, chosen as
-// kiln/conv.hpp chooses its convolution engine: behind a public primitive of kiln/conv.hpp's kind, never from
-// src/nn (which holds no device code).
+// Where the backend has an engine for the whole stack (kiln/rnn.hpp: cuDNN's RNN on a GPU, every layer, direction
+// and step in one call), RNNBase::run hands it the problem instead, as one autograd node (run_engine); the
+// recurrence above remains the reference every backend runs (the CPU, bfloat16, proj_size, dropout between
+// layers in training).
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -23,6 +25,7 @@
 #include "kiln/fuse.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/rnn.hpp"
 #include "rnn_steps.hpp"
 
 namespace kiln::nn {
@@ -222,6 +225,82 @@ std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& 
   return {hidden, h_n, out.slice(0, steps * n * ps, std::nullopt).reshape(n, r.hidden)};
 }
 
+/// What run_engine needs of a layer.
+struct RNNParamsView {
+  int64_t hidden = 0, layers = 1;
+  bool bidirectional = false, bias = true;
+  std::vector<Array> weights;  ///< PyTorch's order
+};
+
+/// The whole stack through the backend's engine (kiln/rnn.hpp), as one autograd node over x (T, N, in), the
+/// initial states and every weight in PyTorch's order: its output, h_n and c_n packed into one array (a node has
+/// one result) and viewed apart. nullopt when no engine runs the problem.
+std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNParamsView& v, const Array& x,
+                                                          const Array& h0, const Array& c0) {
+  const bool lstm = mode == Mode::LSTM;
+  const RnnMode engine = mode == Mode::LSTM  ? RnnMode::Lstm
+                         : mode == Mode::GRU ? RnnMode::Gru
+                         : mode == Mode::RNNRelu ? RnnMode::RnnRelu
+                                                 : RnnMode::RnnTanh;
+  const RnnParams params{engine, v.hidden, v.layers, v.bidirectional, v.bias};
+  std::vector<Array> inputs{x, h0};
+  if (lstm) inputs.push_back(c0);
+  const size_t first_weight = inputs.size();
+  for (const Array& w : v.weights) inputs.push_back(w);
+  bool record = false;
+  if (is_grad_enabled())
+    for (const Array& a : inputs) record = record || a.requires_grad();
+  std::optional<RnnForwardOutput> out;
+  {
+    NoGradGuard no_grad;
+    std::vector<Array> weights;
+    for (const Array& w : v.weights) weights.push_back(w.detach());
+    out = rnn_forward(x.detach(), h0.detach(), lstm ? c0.detach() : Array(), weights, params, record);
+  }
+  if (!out) return std::nullopt;
+  const Shape yshape = out->y.shape(), hshape = out->hy.shape();
+  const int64_t ny = out->y.size(), nh = out->hy.size();
+  Array packed;
+  {
+    NoGradGuard no_grad;
+    std::vector<Array> parts{out->y.reshape({ny}), out->hy.reshape({nh})};
+    if (lstm) parts.push_back(out->cy.reshape({nh}));
+    packed = concatenate(parts, 0);
+  }
+  if (record) {
+    auto result = std::make_shared<RnnForwardOutput>(*out);
+    const AutogradFunction node{
+        lstm ? "CudnnLstmBackward" : mode == Mode::GRU ? "CudnnGruBackward" : "CudnnRnnBackward",
+        [packed, result](const std::vector<Array>& in, std::vector<Array>& saved) {
+          saved = in;
+          saved.push_back(result->y);
+          saved.push_back(result->reserve);
+          return packed;
+        },
+        [params, lstm, first_weight, yshape, hshape, ny, nh](const Array& g, const std::vector<Array>& saved,
+                                                              const std::vector<bool>&) {
+          const Array dy = g.slice(0, 0, ny).reshape(yshape), dhy = g.slice(0, ny, ny + nh).reshape(hshape);
+          const Array dcy = lstm ? g.slice(0, ny + nh, ny + 2 * nh).reshape(hshape) : Array();
+          const size_t n = saved.size();
+          const std::vector<Array> weights(saved.begin() + static_cast<std::ptrdiff_t>(first_weight),
+                                           saved.begin() + static_cast<std::ptrdiff_t>(n - 2));
+          auto grads = rnn_backward(saved[0], saved[1], lstm ? saved[2] : Array(), weights, saved[n - 2], dy, dhy, dcy,
+                                    saved[n - 1], params);
+          if (!grads)
+            throw DeviceError("LSTM/GRU/RNN backward: the engine that ran the forward declined the backward (" +
+                              rnn_stats().refusal + ")");
+          std::vector<Array> out{grads->dx, grads->dhx};
+          if (lstm) out.push_back(grads->dcx);
+          for (Array& dw : grads->dweights) out.push_back(dw);
+          return out;
+        }};
+    packed = node.apply(inputs);
+  }
+  Array y = packed.slice(0, 0, ny).reshape(yshape), hy = packed.slice(0, ny, ny + nh).reshape(hshape);
+  Array cy = lstm ? packed.slice(0, ny + nh, ny + 2 * nh).reshape(hshape) : Array();
+  return std::make_tuple(y, hy, cy);
+}
+
 void check_dtype_device(const std::string& who, const char* what, const Array& a, const Array& weight) {
   if (a.dtype() != weight.dtype())
     throw DTypeError(who + ": " + what + " is " + std::string(dtype_name(a.dtype())) + " but the parameters are " +
@@ -338,6 +417,29 @@ std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array
   const Array c_init = lstm ? state(c0, "c0", hidden_) : Array();
   if (!lstm && c0.defined()) throw ValueError(who + ": only LSTM takes c0");
 
+  // The backend's engine for the whole stack where it has one (not for proj_size, nor dropout between layers).
+  if (o_.proj_size == 0 && !(is_training() && o_.dropout > 0.0 && layers > 1)) {
+    RNNParamsView view{hidden_, layers, o_.bidirectional, o_.bias, {}};
+    for (int64_t k = 0; k < layers; ++k)
+      for (int64_t d = 0; d < dirs; ++d) {
+        const std::string suffix = "_l" + std::to_string(k) + (d == 1 ? "_reverse" : "");
+        view.weights.push_back(parameter("weight_ih" + suffix));
+        view.weights.push_back(parameter("weight_hh" + suffix));
+        if (o_.bias) {
+          view.weights.push_back(parameter("bias_ih" + suffix));
+          view.weights.push_back(parameter("bias_hh" + suffix));
+        }
+      }
+    if (auto r = run_engine(mode_, view, x.contiguous(), h_init.contiguous(), lstm ? c_init.contiguous() : Array())) {
+      auto [y, h_last, c_last] = *r;
+      Array output = !batched ? y.squeeze({1}) : o_.batch_first ? swapaxes(y, 0, 1) : y;
+      if (!batched) {
+        h_last = h_last.squeeze({1});
+        if (lstm) c_last = c_last.squeeze({1});
+      }
+      return {output, h_last, c_last};
+    }
+  }
   std::vector<Array> h_n, c_n;
   for (int64_t k = 0; k < layers; ++k) {
     std::vector<Array> outs;

@@ -112,6 +112,13 @@ TEST(RNN, LayersMatchTheNumPyReferenceWithItsGradientsOnEveryBackend) {
 }
 
 TEST(RNN, Float32MatchesTheReferenceOnEveryBackend) {
+  // cuDNN's float32 RNN may use TF32 tensor cores (kiln::cudnn::allow_tf32, on by default as PyTorch's): off
+  // here, so that the GPU is held to float32's accuracy.
+  struct Tf32Off {
+    bool was = cudnn::allow_tf32();
+    Tf32Off() { cudnn::set_allow_tf32(false); }
+    ~Tf32Off() { cudnn::set_allow_tf32(was); }
+  } tf32_off;
   for (Device d : harness::backends()) {
     nn::LSTM lstm(2, 3, {.num_layers = 2, .bidirectional = true, .device = d});
     nn::StateDict state;
