@@ -144,7 +144,8 @@ void require_cpu(const Array& a, const char* what) {
 // request and stays referenced by the view until it is released.
 int array_getbuffer(PyObject* self, Py_buffer* view, int flags) {
   try {
-    const Array& a = nb::cast<const Array&>(nb::handle(self));
+    const nb::handle handle(self);
+    const Array& a = nb::cast<const Array&>(handle);
     if (!a.device().is_cpu()) {
       PyErr_SetString(PyExc_BufferError, ("kiln.Array: only CPU arrays expose a buffer; this one is on " +
                                           a.device().str() + ": use x.to(kiln.cpu()) or __dlpack__")
