@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // The peer turns TF32 off in PyTorch (cuDNN's RNN would use it in float32, as both libraries allow by default).
+    kiln::cudnn::set_allow_tf32(false);
     const std::string dir = argv[1];
     std::filesystem::create_directories(dir);
     const Device d = argc > 2 ? parse_device(argv[2]) : try_gpu();

@@ -159,6 +159,13 @@ def main():
         losses.append(loss.item())
         opt.step()
     errors = [abs(a - b) / abs(b) for a, b in zip(kiln_losses, losses)]
+    first_off = next((i for i, e in enumerate(errors) if e > args.losses_rtol), None)
+    picks = sorted(set(list(range(min(6, len(losses)))) + list(range(0, len(losses), 10)) + [len(losses) - 1]))
+    print("     step  " + "  ".join(f"{i:>8d}" for i in picks))
+    print("     kiln  " + "  ".join(f"{kiln_losses[i]:8.4f}" for i in picks))
+    print("     torch " + "  ".join(f"{losses[i]:8.4f}" for i in picks))
+    if first_off is not None:
+        print(f"     the losses first differ beyond {args.losses_rtol:g} at step {first_off}")
     report.check(f"losses of {meta['steps']} AdamW steps ({losses[0]:.4f} -> {losses[-1]:.4f})", max(errors),
                  args.losses_rtol)
 

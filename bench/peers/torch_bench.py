@@ -394,6 +394,9 @@ class TorchBench:
         forward + backward of the output's sum on the GPU (cuDNN), forward + backward on the CPU."""
         torch = self.torch
         lstm_class = torch.nn.LSTM
+        # cuDNN may use TF32 for float32 RNNs: PyTorch's default (torch.backends.cudnn.allow_tf32), and kiln's
+        # (kiln::cudnn::allow_tf32), so both sides run alike.
+        torch.backends.cudnn.allow_tf32 = True
         gpu_shape, cpu_shape = common.lstm_sizes(self.sizes.mode)
 
         def case(name, shape, dev, backward):

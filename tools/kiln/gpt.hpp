@@ -20,6 +20,7 @@ struct GptTrainArgs {
   int64_t sample_every = 0;  ///< 0: no samples during training (one at the end)
   int64_t log_every = 10;
   bool bf16 = false;          ///< the step under AutocastGuard(bfloat16)
+  double dropout = -1;        ///< embd/attn/resid dropout; negative: the configuration's (Hugging Face's 0.1)
   std::string vocab, merges;  ///< the tokenizer: needed for a text, used to print samples
 };
 
