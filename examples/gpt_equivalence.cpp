@@ -7,7 +7,7 @@
 //   logits.npy           (batch, seq, vocab) float32 of the initial model
 //   grads.safetensors    the gradient of the mean cross entropy for every parameter (the tied wte's is the sum)
 //   losses.npy           the loss before each of `steps` AdamW steps on the batch (float64)
-//   greedy.npy           greedy tokens after the steps: prompt = tokens[0, :prompt], KV-cache generation
+//   greedy.npy           greedy tokens of the initial model: prompt = tokens[0, :prompt], KV-cache generation
 //
 //   example_gpt_equivalence [OUTDIR] [--config 124m|d6|...] [--vocab N] [--device cuda:0] [--batch B] [--seq T]
 //                           [--steps N]
@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
   save(out + "/tokens.npy", tokens);
   const Array x = tokens.slice(1, 0, seq).to(device), y = tokens.slice(1, 1, seq + 1).to(device);
 
+  // Greedy tokens of the initial model (a trained one's depend on every step's rounding).
+  const std::vector<int64_t> start = tokens[0].slice(0, 0, prompt).to_vector<int64_t>();
+  const std::vector<int64_t> greedy =
+      models::generate(model, start, {.max_new_tokens = new_tokens, .temperature = 0.0});
+  save(out + "/greedy.npy", from_data(greedy));
   optim::AdamW opt(model.parameters(), {.lr = lr, .weight_decay = weight_decay});
   std::vector<double> losses;
   for (int64_t step = 0; step < steps; ++step) {
@@ -78,10 +83,6 @@ int main(int argc, char** argv) {
     opt.step();
   }
   save(out + "/losses.npy", from_data(losses));
-  const std::vector<int64_t> start = tokens[0].slice(0, 0, prompt).to_vector<int64_t>();
-  const std::vector<int64_t> greedy =
-      models::generate(model, start, {.max_new_tokens = new_tokens, .temperature = 0.0});
-  save(out + "/greedy.npy", from_data(greedy));
 
   std::ofstream meta(out + "/meta.json");
   meta << "{\"vocab_size\": " << config.vocab_size << ", \"n_positions\": " << config.n_positions

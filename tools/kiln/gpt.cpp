@@ -63,9 +63,9 @@ void add_gpt_train_options(CLI::App& cmd, GptTrainArgs& a) {
   cmd.add_option("--warmup", a.warmup, "gpt: linear warm-up steps before the cosine decay (100)");
   cmd.add_option("--sample-every", a.sample_every, "gpt: print a sample every N steps (0: at the end only)");
   cmd.add_option("--log-every", a.log_every, "gpt: print the loss and tokens/s every N steps (10)");
-  cmd.add_option("--dropout", a.dropout,
-                 "gpt: dropout of the embeddings, attention and residuals (default: the configuration's 0.1; llm.c "
-                 "trains with 0, which lets a GPU's fused attention run the step)");
+  cmd.add_option("--pdrop", a.dropout,
+                 "gpt: dropout of the embeddings, attention and residuals, Hugging Face's *_pdrop (default: the "
+                 "configuration's 0.1; llm.c trains with 0, which lets a GPU's fused attention run the step)");
   cmd.add_flag("--bf16", a.bf16, "gpt: products and attention in bfloat16 (autocast), parameters float32");
   cmd.add_option("--vocab", a.vocab, "gpt: the tokenizer's vocab.json (needed for a text --data; prints samples)");
   cmd.add_option("--merges", a.merges, "gpt: the tokenizer's merges.txt");
