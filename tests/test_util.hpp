@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -120,5 +121,19 @@ class ScopedEnv {
   std::string name_;
   std::optional<std::string> old_;
 };
+
+/// max |got - want| <= tol * max(floor, max |want|) over every element: the error measure for results of reduced
+/// precision (half types, TF32, cuDNN's kernels), where an element's own magnitude is no scale for its error.
+inline void expect_close_scaled(const kiln::Array& got, const kiln::Array& want, double tol, const std::string& what,
+                                double floor = 1.0) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to(kiln::cpu()).astype(kiln::float64).to_vector<double>(),
+                            w = want.to(kiln::cpu()).astype(kiln::float64).to_vector<double>();
+  double scale = floor, worst = 0;
+  for (double x : w) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
+  EXPECT_LE(worst, tol * scale) << what << " (largest reference magnitude " << scale << ")";
+}
 
 }  // namespace kiln_test

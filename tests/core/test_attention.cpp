@@ -150,16 +150,6 @@ TEST(Attention, DropoutDropsWeightsAndBackwardUsesTheSameMask) {
   EXPECT_TRUE(r.passed) << r.report;
 }
 
-/// max |got - want| <= tol * max(1, max |want|): the error measure for half-precision results.
-void expect_close_scaled(const Array& got, const Array& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>(), w = want.to_vector<double>();
-  double scale = 1, worst = 0;
-  for (double x : w) scale = std::max(scale, std::abs(x));
-  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
-  EXPECT_LE(worst, tol * scale) << what << " (largest reference magnitude " << scale << ")";
-}
-
 // float16/bfloat16 4-d operands without a mask take the fused path (cuDNN's flash attention on a GPU; the blocked
 // computation where no engine runs them, as on the CPU), forward and backward, causal or not, grouped-query.
 TEST(Attention, HalfPrecisionOperandsEqualTheFloat64FormulaForwardAndBackwardOnEveryBackend) {
@@ -186,10 +176,10 @@ TEST(Attention, HalfPrecisionOperandsEqualTheFloat64FormulaForwardAndBackwardOnE
               vr = v0.astype(float64).set_requires_grad();
         const Array want = reference(qr, kr, vr, {}, c.causal, 1 / std::sqrt(double(c.e)), true);
         sum(want * w0.astype(float64)).backward();
-        expect_close_scaled(out, want.detach(), tol, "out " + what);
-        expect_close_scaled(q.grad(), qr.grad(), tol, "dq " + what);
-        expect_close_scaled(k.grad(), kr.grad(), tol, "dk " + what);
-        expect_close_scaled(v.grad(), vr.grad(), tol, "dv " + what);
+        kiln_test::expect_close_scaled(out, want.detach(), tol, "out " + what);
+        kiln_test::expect_close_scaled(q.grad(), qr.grad(), tol, "dq " + what);
+        kiln_test::expect_close_scaled(k.grad(), kr.grad(), tol, "dk " + what);
+        kiln_test::expect_close_scaled(v.grad(), vr.grad(), tol, "dv " + what);
       }
     }
   }

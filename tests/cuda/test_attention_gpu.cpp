@@ -56,16 +56,6 @@ TEST(AttentionGpu, ACausalAttentionOver32kPositionsNeedsNoTxTMatrix) {
     if (s_.refusal.find("no cudnn-frontend") != std::string::npos) GTEST_SKIP() << s_.refusal;     \
   } while (0)
 
-void expect_close_scaled(const Array& got, const Array& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>(),
-                            w = want.to(cpu()).astype(float64).to_vector<double>();
-  double scale = 1, worst = 0;
-  for (double x : w) scale = std::max(scale, std::abs(x));
-  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
-  EXPECT_LE(worst, tol * scale) << what << " (largest reference magnitude " << scale << ")";
-}
-
 TEST(AttentionGpu, HalfTypesRunTheFusedKernelAndEqualTheBlockedFloat32Computation) {
   KILN_REQUIRE_GPU();
   const Device d = gpu(0);
@@ -100,10 +90,10 @@ TEST(AttentionGpu, HalfTypesRunTheFusedKernelAndEqualTheBlockedFloat32Computatio
             vr = v.detach().astype(float32).set_requires_grad();
       const Array want = nn::scaled_dot_product_attention(qr, kr, vr, {}, 0.0, c.causal, {}, c.hk != c.h);
       sum(want * w.astype(float32)).backward();
-      expect_close_scaled(out, want.detach(), tol, "out " + what);
-      expect_close_scaled(q.grad(), qr.grad(), tol, "dq " + what);
-      expect_close_scaled(k.grad(), kr.grad(), tol, "dk " + what);
-      expect_close_scaled(v.grad(), vr.grad(), tol, "dv " + what);
+      kiln_test::expect_close_scaled(out, want.detach(), tol, "out " + what);
+      kiln_test::expect_close_scaled(q.grad(), qr.grad(), tol, "dq " + what);
+      kiln_test::expect_close_scaled(k.grad(), kr.grad(), tol, "dk " + what);
+      kiln_test::expect_close_scaled(v.grad(), vr.grad(), tol, "dv " + what);
     }
   }
 }
@@ -172,9 +162,9 @@ TEST(AttentionGpu, TheFusedKernelIsCapturedInACudaGraphAfterAnEagerStep) {
   EXPECT_EQ(after.backward, before.backward + 1) << after.refusal;
   graph.replay();
   s.synchronize();
-  expect_close_scaled(captured, eager, 1e-2, "captured out");
-  expect_close_scaled(q.grad(), eager_dq, 1e-2, "captured dq");
-  expect_close_scaled(v.grad(), eager_dv, 1e-2, "captured dv");
+  kiln_test::expect_close_scaled(captured, eager, 1e-2, "captured out");
+  kiln_test::expect_close_scaled(q.grad(), eager_dq, 1e-2, "captured dq");
+  kiln_test::expect_close_scaled(v.grad(), eager_dv, 1e-2, "captured dv");
 }
 
 }  // namespace
