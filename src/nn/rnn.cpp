@@ -13,7 +13,6 @@
 // recurrence above remains the reference every backend runs (the CPU, bfloat16, proj_size, dropout between
 // layers in training).
 #include <cmath>
-#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -260,6 +259,8 @@ std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNPa
   if (!out) return std::nullopt;
   const Shape yshape = out->y.shape(), hshape = out->hy.shape();
   const int64_t ny = out->y.size(), nh = out->hy.size();
+  // Without a gradient to record the results are returned as they are; packing costs a copy of the output.
+  if (!record) return std::make_tuple(out->y, out->hy, out->cy);
   Array packed;
   {
     NoGradGuard no_grad;
@@ -267,14 +268,14 @@ std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNPa
     if (lstm) parts.push_back(out->cy.reshape({nh}));
     packed = concatenate(parts, 0);
   }
-  if (record) {
-    auto result = std::make_shared<RnnForwardOutput>(*out);
+  {
+    const Array y_saved = out->y, reserve = out->reserve;
     const AutogradFunction node{
         lstm ? "CudnnLstmBackward" : mode == Mode::GRU ? "CudnnGruBackward" : "CudnnRnnBackward",
-        [packed, result](const std::vector<Array>& in, std::vector<Array>& saved) {
+        [packed, y_saved, reserve](const std::vector<Array>& in, std::vector<Array>& saved) {
           saved = in;
-          saved.push_back(result->y);
-          saved.push_back(result->reserve);
+          saved.push_back(y_saved);
+          saved.push_back(reserve);
           return packed;
         },
         [params, lstm, first_weight, yshape, hshape, ny, nh](const Array& g, const std::vector<Array>& saved,

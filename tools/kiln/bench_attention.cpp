@@ -1,6 +1,6 @@
 // `kiln bench attention`: scaled dot-product attention forward and forward+backward in TFLOP/s (FlashAttention's
-// counting: 4 B H T^2 D per forward, 2.5x that with the backward, half of each when causal), the cases of
-// ../shared/anchors/peers_gpt.py --parts attn (torch's F.scaled_dot_product_attention) so the records join: on a
+// counting: 4 B H T^2 D per forward, 2.5x that with the backward, half of each when causal), at the sizes PyTorch's
+// F.scaled_dot_product_attention is compared at (records sdpa_t<T>_d<D>_<causal|full>_fwd|fwdbwd_TFLOPs): on a
 // GPU bfloat16 (8, 16, T, 64|128), T = 1024, 4096, 8192, causal and not; on the CPU float32 at one small size.
 #include <cmath>
 
