@@ -148,19 +148,26 @@ BpeTokenizer BpeTokenizer::load(const std::string& vocab_json, const std::string
   nlohmann::json vocab;
   try {
     vocab = nlohmann::json::parse(read_file(vocab_json, "vocab.json"));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw ValueError("text::BpeTokenizer::load: '" + vocab_json + "' is not valid JSON (" + e.what() +
                      "); pass Hugging Face's vocab.json, a JSON object from token to id");
   }
   if (!vocab.is_object())
     throw ValueError("text::BpeTokenizer::load: '" + vocab_json +
                      "' holds JSON that is not an object; vocab.json maps each token to its id: {\"!\": 0, ...}");
+  // The ids of n tokens are 0..n-1 (as every Hugging Face vocab.json numbers them): an id past that is refused
+  // before anything is sized by it, so a file naming id 999999999 cannot ask for gigabytes.
+  const auto count = static_cast<int64_t>(vocab.size());
+  impl->tokens.resize(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
       throw ValueError("text::BpeTokenizer::load: '" + vocab_json + "': the token '" + it.key() + "' has the id " +
                        it.value().dump() + "; ids are non-negative integers");
+    if (it.value().get<int64_t>() >= count)
+      throw ValueError("text::BpeTokenizer::load: '" + vocab_json + "': the token '" + it.key() + "' has the id " +
+                       it.value().dump() + " but the file holds " + std::to_string(count) +
+                       " tokens; the ids of n tokens are 0..n-1, each used once");
     const auto id = static_cast<size_t>(it.value().get<int64_t>());
-    if (id >= impl->tokens.size()) impl->tokens.resize(id + 1);
     if (!impl->tokens[id].empty())
       throw ValueError("text::BpeTokenizer::load: '" + vocab_json + "': the tokens '" + impl->tokens[id] + "' and '" +
                        it.key() + "' share the id " + std::to_string(id) + "; each id names one token");

@@ -269,6 +269,8 @@ def tokenizer_seeds():
     put("tokenizer", "unknown_merge", vocab_json + b"\0" + b"#version: 0.2\nzz qq\n" + b"\0" + b"he")
     put("tokenizer", "missing_byte", json.dumps({"a": 0}).encode() + b"\0\0a")
     put("tokenizer", "duplicate_id", b'{"a": 0, "b": 0}\0\0')
+    put("tokenizer", "huge_id", b'{"a": 0, "b": 999999999}\0\0')  # once sized a vector by the id
+    put("tokenizer", "number_overflow", b'{"a": 0, "b": 9e999}\0\0')  # nlohmann's out_of_range, not parse_error
     put("tokenizer", "bad_json", vocab_json[:-9] + b"\0" + merges_txt)
 
 

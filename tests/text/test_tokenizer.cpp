@@ -170,6 +170,12 @@ TEST(Tokenizer, load_errors_name_the_file_the_line_and_the_fix) {
   m = message([&] { text::BpeTokenizer::load(no_bytes, bad_merges); });
   EXPECT_NE(m.find("no token for byte"), std::string::npos) << m;
 
+  // An id past the count is refused before anything is sized by it (the fuzzer's 999999999 asked for 32 GB).
+  const std::string sparse = dir.str() + "/sparse.json";
+  write(sparse, "{\"a\": 0, \"b\": 999999999}");
+  m = message([&] { text::BpeTokenizer::load(sparse, bad_merges); });
+  EXPECT_NE(m.find("'b' has the id 999999999 but the file holds 2 tokens"), std::string::npos) << m;
+
   EXPECT_THROW((void)golden_tokenizer().decode(std::vector<int32_t>{100000}), ValueError);
 }
 
