@@ -67,8 +67,14 @@ demo: build
 	  echo "installing:$$missing"; \
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); ./build/$$p/tools/kiln/kiln info && \
-	  ./build/$$p/tools/kiln/kiln train mlp --epochs 3 && ./build/$$p/tools/kiln/kiln bench --quick
+	@p=$$(echo $(PRESETS) | awk '{print $$NF}'); k=./build/$$p/tools/kiln/kiln; $$k info && \
+	  $$k train mlp --epochs 3 && \
+	  echo "== a tiny GPT learns the Jargon File (a tokenizer of 1024 ids trained on it first)" && \
+	  mkdir -p build/demo && $$k tokenize -o build/demo/jargon.bin --train-vocab 1024 && \
+	  OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $$k train gpt --config d2 --data build/demo/jargon.bin \
+	    --vocab build/demo/jargon.vocab.json --merges build/demo/jargon.merges.txt \
+	    --steps 150 --batch 8 --seq 64 --lr 3e-3 --warmup 10 --log-every 25 && \
+	  $$k bench --quick
 
 bench: build
 	./scripts/bench-cpu

@@ -100,7 +100,15 @@ struct DeviceProperties {
   size_t shared_memory_per_block = 0;
   int warp_size = 0;
   double memory_bandwidth_gbs = 0;  ///< theoretical, from clock and bus width (0 when unknown)
+  int clock_mhz = 0;                ///< the SMs' peak clock as the driver reports it (0 when unknown; CPU: 0)
 };
+/// A GPU's dense bfloat16 tensor-core peak in TFLOP/s (no sparsity): the denominator of model FLOPs utilisation
+/// (MFU) as llm.c and nanoGPT count it. SMs x clock x the architecture's bfloat16 FLOPs per SM and clock (sm_80
+/// 2048; sm_86/sm_89 1024, the data-centre parts' rate (GeForce cards accumulate in float32 at half of it); sm_90
+/// 4096; sm_100 8192). The clock is the one NVIDIA's published figure uses for the H100 and H200 (1830 MHz SXM,
+/// 1620 PCIe, 1545 NVL: 989 TFLOP/s for an H100 SXM, 756 PCIe), else the reported peak clock. 0 for the CPU, an
+/// architecture not listed, or an unknown clock.
+double peak_bf16_tflops(const DeviceProperties& properties);
 /// Properties of `device`; throws DeviceError for a missing GPU.
 DeviceProperties device_properties(Device device);
 /// Blocks until all work queued on `device` (every stream) is done.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "core/device_runtime.hpp"
 #include "core/sync_debug.hpp"
@@ -111,6 +112,24 @@ float Event::elapsed_ms(const Event& end) const {
 
 DeviceProperties device_properties(Device device) {
   return runtime_checked(device, "device_properties").properties(device);
+}
+
+double peak_bf16_tflops(const DeviceProperties& p) {
+  const int arch = p.major * 10 + p.minor;
+  int per_sm_clock = 0;  // dense bfloat16 FLOPs per SM and clock
+  if (arch == 80)
+    per_sm_clock = 2048;
+  else if (arch == 86 || arch == 87 || arch == 89)
+    per_sm_clock = 1024;
+  else if (arch == 90)
+    per_sm_clock = 4096;
+  else if (arch == 100 || arch == 103)
+    per_sm_clock = 8192;
+  const auto named = [&](std::string_view part) { return p.name.find(part) != std::string::npos; };
+  int mhz = p.clock_mhz;
+  if (named("H100") || named("H200"))  // the clock of NVIDIA's datasheet figures, below the reported boost
+    mhz = named("NVL") ? 1545 : named("PCIe") ? 1620 : 1830;
+  return static_cast<double>(per_sm_clock) * p.multiprocessors * mhz * 1e6 / 1e12;
 }
 
 void synchronize(Device device) {

@@ -320,6 +320,12 @@ DeviceProperties CudaRuntime::properties(Device device) {
   }
   if (clock_khz > 0 && bus_bits > 0)  // double data rate: two transfers per clock
     out.memory_bandwidth_gbs = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+  int sm_khz = 0;  // CUDA 13 dropped clockRate from cudaDeviceProp too
+  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, i) != cudaSuccess) {
+    (void)cudaGetLastError();
+    sm_khz = 0;
+  }
+  out.clock_mhz = sm_khz / 1000;
   return out;
 }
 

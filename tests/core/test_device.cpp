@@ -45,3 +45,22 @@ TEST(Device, GuardRestoresThePreviousDevice) {
   EXPECT_THROW(DeviceGuard(Device{DeviceType::CUDA, num_gpus()}), DeviceError);
   EXPECT_EQ(current_device(), cpu());
 }
+
+TEST(Device, PeakBf16TflopsIsTheDatasheetFigure) {
+  // Hand-computed: SMs x clock x dense bfloat16 FLOPs per SM and clock.
+  DeviceProperties h100{.name = "NVIDIA H100 80GB HBM3", .major = 9, .minor = 0, .multiprocessors = 132};
+  h100.clock_mhz = 1980;  // the reported boost; NVIDIA's 989.4 TFLOP/s uses 1830 MHz
+  EXPECT_NEAR(peak_bf16_tflops(h100), 132 * 4096 * 1830e6 / 1e12, 1e-9);
+  EXPECT_NEAR(peak_bf16_tflops(h100), 989.4, 0.1);
+  DeviceProperties pcie = h100;
+  pcie.name = "NVIDIA H100 PCIe";
+  pcie.multiprocessors = 114;
+  EXPECT_NEAR(peak_bf16_tflops(pcie), 756.0, 0.5);
+  DeviceProperties a100{.name = "NVIDIA A100-SXM4-80GB", .major = 8, .minor = 0, .multiprocessors = 108};
+  a100.clock_mhz = 1410;
+  EXPECT_NEAR(peak_bf16_tflops(a100), 311.9, 0.1);  // NVIDIA's 312
+  DeviceProperties turing{.name = "Tesla T4", .major = 7, .minor = 5, .multiprocessors = 40};
+  turing.clock_mhz = 1590;
+  EXPECT_EQ(peak_bf16_tflops(turing), 0.0);  // no bfloat16 tensor cores
+  EXPECT_EQ(peak_bf16_tflops(device_properties(cpu())), 0.0);
+}

@@ -61,6 +61,10 @@ TEST(CudaDevice, properties_describe_a_real_gpu) {
       EXPECT_GE(p.multiprocessors, 114);
       EXPECT_EQ(p.l2_cache_bytes, (h100 ? size_t{50} : size_t{60}) << 20);
       EXPECT_GT(p.memory_bandwidth_gbs, 2000.0);  // HBM3/HBM3e: 3.35 to 4.8 TB/s
+      EXPECT_GE(p.clock_mhz, 1500);                // reported boost clocks 1755-1980 MHz
+      // NVIDIA's dense bfloat16 figures: 989 TFLOP/s (SXM), 756 (PCIe), 835 (NVL).
+      EXPECT_GE(peak_bf16_tflops(p), 750.0) << p.name;
+      EXPECT_LE(peak_bf16_tflops(p), 990.0) << p.name;
     }
   }
 }

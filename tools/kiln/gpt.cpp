@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "kiln/dist.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/models.hpp"
 #include "train.hpp"
@@ -73,7 +74,11 @@ void add_gpt_train_options(CLI::App& cmd, GptTrainArgs& a) {
 
 int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
   using clock = std::chrono::steady_clock;
-  const Device device = t.device.empty() ? try_gpu() : parse_device(t.device);
+  const bool launched = dist::launch_environment().world_size > 1;
+  if (auto status = start_ranks(t, launched)) return *status;
+  const Device device = join_ranks(t, launched);
+  const int ranks = launched ? dist::world_size() : 1;
+  const bool chatty = !launched || dist::rank() == 0;
   const auto tok = tokenizer(g.vocab, g.merges);
   // Tokens: a token file (llm.c's .bin, or raw uint16 with --raw names), else a text encoded with the tokenizer.
   const std::string data = t.data == TrainArgs{}.data ? text::kJargonFile : t.data;
@@ -102,6 +107,14 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
   if (g.seq > config.n_positions) throw ValueError("kiln train gpt: --seq is past the model's 1024 positions");
   random::seed(t.seed);
   models::GPT2 model(config, float32, device);
+  // Data parallel: each rank draws its own windows (a generator of its own per rank) and the gradients are
+  // averaged in the backward (DistributedDataParallel, which also starts every rank from rank 0's weights).
+  std::shared_ptr<nn::Module> trained;
+  std::optional<random::Generator> windows;
+  if (launched) {
+    trained = std::make_shared<dist::DistributedDataParallel>(std::shared_ptr<nn::Module>(&model, [](nn::Module*) {}));
+    windows.emplace(t.seed + 1 + static_cast<uint64_t>(dist::rank()));
+  }
   optim::AdamW opt(model.parameters(), {.lr = t.lr.value_or(6e-4), .beta2 = 0.95, .weight_decay = 0.1});
   WarmupCosine schedule(opt, g.warmup, g.steps);
   train::Checkpoint ckpt{.model = &model, .optimizer = &opt, .scheduler = &schedule};
@@ -109,9 +122,11 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
     train::load_checkpoint(t.resume, ckpt);
     fmt::print("resumed {} at step {}\n", t.resume, ckpt.step);
   }
-  fmt::print("{} ({:.1f}M parameters) on {}: {} tokens of {}, batch {} x {}, {} steps\n", model.name(),
-             static_cast<double>(model.num_parameters()) / 1e6, device.str(), tokens.size(), data, t.batch, g.seq,
-             g.steps);
+  if (chatty)
+    fmt::print("{} ({:.1f}M parameters) on {}{}: {} tokens of {}, batch {} x {}{}, {} steps\n", model.name(),
+               static_cast<double>(model.num_parameters()) / 1e6, device.str(),
+               launched ? fmt::format(" and {} more rank(s)", ranks - 1) : "", tokens.size(), data, t.batch, g.seq,
+               launched ? " per rank (DistributedDataParallel)" : "", g.steps);
 
   auto sample = [&](int64_t n) {
     const std::vector<int64_t> prompt{tok && tok->special_id() ? *tok->special_id() : int64_t{tokens[0]}};
@@ -123,13 +138,17 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
   // llm.c's count: 6 per parameter and token (forward and backward), plus attention's 12 L C T.
   const double flops_per_token = 6.0 * static_cast<double>(model.num_parameters()) +
                                  12.0 * static_cast<double>(config.n_layer * config.n_embd * g.seq);
+  // MFU: each rank's model FLOPs against its GPU's dense bfloat16 peak (llm.c's and nanoGPT's convention,
+  // also for a float32 run); not printed on the CPU.
+  const double peak_tflops = device.is_cuda() ? peak_bf16_tflops(device_properties(device)) : 0.0;
   std::vector<int64_t> x(static_cast<size_t>(t.batch * g.seq)), y(x.size());
   auto start = clock::now();
   int64_t since = 0;
   for (int64_t step = ckpt.step; step < g.steps; ++step) {
     // Random windows drawn from the default generator, which checkpoints save: a resumed run sees the same batches.
-    const auto offsets =
-        random::randint(0, static_cast<int64_t>(tokens.size()) - g.seq - 1, {t.batch}, int64).to_vector<int64_t>();
+    const int64_t last = static_cast<int64_t>(tokens.size()) - g.seq - 1;
+    const auto offsets = (windows ? windows->randint(0, last, {t.batch}, int64) : random::randint(0, last, {t.batch}))
+                             .to_vector<int64_t>();
     for (int64_t b = 0; b < t.batch; ++b)
       for (int64_t i = 0; i < g.seq; ++i) {
         const size_t at = static_cast<size_t>(offsets[static_cast<size_t>(b)] + i);
@@ -139,7 +158,8 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
     Array loss;
     {
       AutocastGuard amp(g.bf16 ? std::optional<DType>(bfloat16) : std::nullopt);
-      loss = models::lm_loss(model.forward(from_data(x, Shape{t.batch, g.seq}, device)),
+      loss = models::lm_loss(launched ? trained->forward(from_data(x, Shape{t.batch, g.seq}, device))
+                                      : model.forward(from_data(x, Shape{t.batch, g.seq}, device)),
                              from_data(y, Shape{t.batch, g.seq}, device));
     }
     opt.zero_grad();
@@ -150,24 +170,37 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
     ++since;
     ckpt.step = step + 1;
     if ((step + 1) % std::max<int64_t>(1, g.log_every) == 0 || step + 1 == g.steps) {
-      const double l = loss.item<double>();  // synchronises: the time below is the device's
+      Array mean_loss = loss.detach().astype(float64);
+      if (launched) {  // the mean over the ranks' batches
+        dist::all_reduce(mean_loss);
+        mean_loss = mean_loss / static_cast<double>(ranks);
+      }
+      const double l = mean_loss.item<double>();  // synchronises: the time below is the device's
       const double s = std::chrono::duration<double>(clock::now() - start).count();
-      const double tokens_per_s = static_cast<double>(since * t.batch * g.seq) / s;
-      fmt::print("step {:5d}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  {:.2f} TFLOP/s\n", step + 1, g.steps, l,
-                 opt.lr(), tokens_per_s, tokens_per_s * flops_per_token / 1e12);
-      std::fflush(stdout);
+      const double tokens_per_s = static_cast<double>(since * t.batch * g.seq) / s;  // this rank's
+      const double tflops = tokens_per_s * flops_per_token / 1e12;
+      if (chatty) {
+        fmt::print("step {:5d}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  {:.2f} TFLOP/s", step + 1, g.steps, l,
+                   opt.lr(), tokens_per_s * ranks, tflops * ranks);
+        if (peak_tflops > 0) fmt::print("  MFU {:.1f}%", 100.0 * tflops / peak_tflops);
+        fmt::print("\n");
+        std::fflush(stdout);
+      }
       start = clock::now();
       since = 0;
     }
-    if (g.sample_every > 0 && (step + 1) % g.sample_every == 0) sample(64);
+    if (chatty && g.sample_every > 0 && (step + 1) % g.sample_every == 0) sample(64);
     if (!t.resume.empty() && t.save_every > 0 && (step + 1) % t.save_every == 0) train::save_checkpoint(t.resume, ckpt);
   }
   if (!t.resume.empty()) train::save_checkpoint(t.resume, ckpt);
-  sample(64);
-  if (!t.checkpoint.empty()) {
-    nn::save_safetensors(t.checkpoint, model.hf_state_dict());
-    fmt::print("saved {} (Hugging Face's GPT-2 names; kiln generate --model {})\n", t.checkpoint, t.checkpoint);
+  if (chatty) {
+    sample(64);
+    if (!t.checkpoint.empty()) {
+      nn::save_safetensors(t.checkpoint, model.hf_state_dict());
+      fmt::print("saved {} (Hugging Face's GPT-2 names; kiln generate --model {})\n", t.checkpoint, t.checkpoint);
+    }
   }
+  if (launched) dist::destroy_process_group();
   return 0;
 }
 

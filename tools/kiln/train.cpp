@@ -32,30 +32,35 @@ std::shared_ptr<nn::Sequential> mlp_model(const std::vector<int64_t>& hidden, do
   return model;
 }
 
-int train_mlp(const TrainArgs& a) {
-  const dist::LaunchEnvironment env = dist::launch_environment();
-  const bool launched = env.world_size > 1;
+std::optional<int> start_ranks(const TrainArgs& a, bool launched) {
   if (!a.resume.empty() && (a.nproc > 1 || launched))
     throw ValueError(
         "kiln train: --resume trains one process; leave out --nproc (data-parallel checkpoints are "
         "not written by kiln train)");
   if (a.save_every > 0 && a.resume.empty())
     throw ValueError("kiln train: --save-every N saves the run's state to the --resume file; give --resume PATH");
-  if (a.nproc > 1 && !launched) {
-    // Start the ranks: the same command line under kiln launch (each rank sees RANK and trains its share).
-    LaunchArgs l;
-    l.nproc = a.nproc;
-    l.command = a.argv;
-    l.command.front() = std::filesystem::read_symlink("/proc/self/exe").string();  // this kiln, by its real path
-    return launch(l);
-  }
-  Device device = a.device.empty() ? try_gpu() : parse_device(a.device);
-  if (launched) {
-    dist::InitOptions init;
-    if (device.is_cpu() || num_gpus() < env.world_size) init.device = cpu();
-    dist::init_process_group(init);
-    device = dist::default_group().device();
-  }
+  if (a.nproc <= 1 || launched) return std::nullopt;
+  // Start the ranks: the same command line under kiln launch (each rank sees RANK and trains its share).
+  LaunchArgs l;
+  l.nproc = a.nproc;
+  l.command = a.argv;
+  l.command.front() = std::filesystem::read_symlink("/proc/self/exe").string();  // this kiln, by its real path
+  return launch(l);
+}
+
+Device join_ranks(const TrainArgs& a, bool launched) {
+  const Device device = a.device.empty() ? try_gpu() : parse_device(a.device);
+  if (!launched) return device;
+  dist::InitOptions init;
+  if (device.is_cpu() || num_gpus() < dist::launch_environment().world_size) init.device = cpu();
+  dist::init_process_group(init);
+  return dist::default_group().device();
+}
+
+int train_mlp(const TrainArgs& a) {
+  const bool launched = dist::launch_environment().world_size > 1;
+  if (auto status = start_ranks(a, launched)) return *status;
+  const Device device = join_ranks(a, launched);
   const bool chatty = dist::rank() == 0;
   random::seed(a.seed);
   const data::Dataset train_set = data::fashion_mnist(true, a.data);

@@ -35,6 +35,13 @@ struct TrainArgs {
 };
 
 int train_mlp(const TrainArgs& args);
+/// The data-parallel start of `kiln train` (--nproc N): in the first process (not `launched`, i.e. no rank of a
+/// launch) with nproc > 1, starts N ranks running this command line under kiln launch and returns their exit
+/// status; otherwise nullopt (train here). Checks --resume/--save-every against --nproc (ValueError).
+std::optional<int> start_ranks(const TrainArgs& args, bool launched);
+/// The device this process trains on (--device, else the best present); a launched rank first joins the
+/// process group (on the CPU when there are fewer GPUs than ranks) and trains on the group's device.
+kiln::Device join_ranks(const TrainArgs& args, bool launched);
 /// 784 -> hidden... -> 10 with ReLU (and Dropout(dropout) when positive) after each hidden layer, float32 on
 /// `device`: the walkthrough's MLP, for `kiln train` and `kiln bench train`.
 std::shared_ptr<kiln::nn::Sequential> mlp_model(const std::vector<int64_t>& hidden, double dropout,
