@@ -16,7 +16,7 @@ import sys
 import time
 
 WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-             "fusion", "alloc", "multigpu", "train", "resnet50", "lstm"]
+             "fusion", "alloc", "multigpu", "train", "resnet50", "lstm", "generate"]
 
 # The train workload (kiln bench train): seconds per epoch of Chainer's MNIST MLP (784-100-100-10, dropout 0.5)
 # and of 784-1000-1000-10 with Adam on Fashion-MNIST's 60000 images, batch 100, as ../shared/anchors/peers_nn.py
@@ -41,6 +41,17 @@ RESNET_CASES = ["infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl"
 # output, backward (every parameter and the input) on the GPU; cpu_fwd_bwd = the same with input and hidden 256,
 # T 32, batch 16 on the CPU. --quick: T 64 on the GPU.
 LSTM_CASES = ["fwd_fp32", "fwd_bwd_fp32", "cpu_fwd_bwd"]
+
+
+# The generate workload (kiln bench generate): GPT-2 (Hugging Face's layout, float32, dropout 0) continuing a
+# prompt of 16 tokens greedily with a KV cache, batch 1; gpt2_124m_token = 124M on the GPU, cpu_d6_token = llm.c's
+# d6 (6 layers of 384) on the CPU; seconds per generated token.
+GENERATE_CASES = ["gpt2_124m_token", "cpu_d6_token"]
+
+
+def generate_tokens(mode):
+    """(new tokens on the GPU, on the CPU) of the generate workload for a size mode."""
+    return {"full": (256, 64), "quick": (32, 16), "smoke": (4, 4)}[mode]
 
 
 def lstm_sizes(mode):
@@ -115,6 +126,7 @@ def plan(sizes):
     rows += [("train", c, "seconds") for c in TRAIN_CASES]
     rows += [("resnet50", c, "seconds") for c in RESNET_CASES]
     rows += [("lstm", c, "seconds") for c in LSTM_CASES]
+    rows += [("generate", c, "seconds") for c in GENERATE_CASES]
     return rows
 
 

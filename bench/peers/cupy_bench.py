@@ -353,6 +353,9 @@ class CupyBench:
     def lstm(self):
         self.rec.skip_workload("lstm", "CuPy has no autograd or recurrent layers: PyTorch is the lstm peer")
 
+    def generate(self):
+        self.rec.skip_workload("generate", "CuPy has no layers: PyTorch is the generate peer")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -428,6 +428,77 @@ class TorchBench:
         case("fwd_bwd_fp32", gpu_shape, self.dev, True)
         case("cpu_fwd_bwd", cpu_shape, torch.device("cpu"), True)
 
+    # ------------------------------------------------------------------ generate
+    def generate(self):
+        """kiln bench generate's cases (common.GENERATE_CASES): GPT-2 written as Hugging Face's GPT2LMHeadModel
+        (pre-norm blocks, tanh gelu, tied head, dropout 0) with a KV cache that grows by torch.cat per token as
+        transformers' DynamicCache does, eager; greedy (argmax, .item() per token), batch 1, prompt 16."""
+        torch = self.torch
+        nn, F = torch.nn, torch.nn.functional
+        gpu_tokens, cpu_tokens = common.generate_tokens(self.sizes.mode)
+
+        class Block(nn.Module):
+            def __init__(self, c, h):
+                super().__init__()
+                self.h = h
+                self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+                self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+                self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+            def forward(self, x, cache):
+                b, t, c = x.shape
+                q, k, v = (y.view(b, t, self.h, c // self.h).transpose(1, 2)
+                           for y in self.c_attn(self.ln_1(x)).split(c, dim=2))
+                if cache:
+                    k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+                cache[:] = [k, v]
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+                x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+                return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+        class GPT2(nn.Module):
+            def __init__(self, layers, c, vocab=50257, positions=1024):
+                super().__init__()
+                self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(positions, c)
+                self.h = nn.ModuleList([Block(c, c // 64) for _ in range(layers)])
+                self.ln_f = nn.LayerNorm(c)
+
+            def forward(self, idx, caches, past):
+                pos = torch.arange(past, past + idx.shape[1], device=idx.device)
+                x = self.wte(idx) + self.wpe(pos)
+                for block, cache in zip(self.h, caches):
+                    x = block(x, cache)
+                return F.linear(self.ln_f(x[:, -1:]), self.wte.weight)  # the last position's logits
+
+        def case(name, layers, width, dev, new_tokens):
+            torch.manual_seed(0)
+            model = GPT2(layers, width).to(dev).eval()
+            prompt = torch.randint(0, 50257, (1, 16), device=dev)
+            out = []
+
+            @torch.no_grad()
+            def run():
+                caches = [[] for _ in model.h]
+                logits = model(prompt, caches, 0)
+                tokens = []
+                for i in range(new_tokens):
+                    token = int(logits[0, -1].argmax().item())
+                    tokens.append(token)
+                    if i + 1 < new_tokens:
+                        logits = model(torch.tensor([[token]], device=dev), caches, 16 + i)
+                out[:] = tokens
+            if dev.type == "cuda":
+                seconds = self.timer.events(run, warm=1, rep=5)
+            else:
+                seconds, _ = common.host_median(run, 1, 3)
+            ok = len(out) == new_tokens and all(0 <= t < 50257 for t in out)
+            self.rec.add("generate", name, "seconds", seconds / new_tokens,
+                         note=f"{layers} layers of {width}, {new_tokens} new tokens",
+                         check="ok" if ok else "a token outside the vocabulary")
+
+        case("gpt2_124m_token", 12, 768, self.dev, gpu_tokens)
+        case("cpu_d6_token", 6, 384, torch.device("cpu"), cpu_tokens)
+
     # ------------------------------------------------------------------ train
     def train(self):
         """kiln bench train's cases, as ../shared/anchors/peers_nn.py trains them (common.TRAIN_CASES)."""

@@ -232,13 +232,16 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
   Array logits = model.forward(from_data(prompt, Shape{1, static_cast<int64_t>(prompt.size())}, device), cache);
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const Array last = logits.slice(1, logits.shape(1) - 1, logits.shape(1)).reshape(-1);
-    const std::vector<double> p =
-        sampling_probabilities(last.to(cpu()).to_vector<double>(), options.temperature, options.top_k, options.top_p);
     int64_t token = 0;
-    if (options.temperature == 0.0)
-      token = static_cast<int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
-    else
+    if (options.temperature == 0.0) {
+      // Greedy: the first largest logit, found where the logits are (one integer crosses to the host, not the
+      // vocabulary's logits); top_k and top_p keep the largest logit, so they cannot change the choice.
+      token = argmax(last).item<int64_t>();
+    } else {
+      const std::vector<double> p = sampling_probabilities(last.to(cpu()).to_vector<double>(), options.temperature,
+                                                           options.top_k, options.top_p);
       token = draw(p, gen.uniform({1}, 0.0, 1.0, float64, cpu()).item<double>());
+    }
     out.push_back(token);
     if (options.on_token) options.on_token(token);
     if ((options.stop_token && token == *options.stop_token) || step + 1 == options.max_new_tokens) break;

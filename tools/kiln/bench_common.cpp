@@ -105,6 +105,7 @@ const std::vector<Workload>& workloads() {
       {"resnet50", "ResNet-50 inference and training step (GPU), inference (CPU)", run_resnet50},
       {"attention", "scaled dot-product attention forward and forward+backward TFLOP/s", run_attention},
       {"lstm", "a 2-layer LSTM (hidden 1024, 256 steps, batch 64) forward and forward+backward", run_lstm},
+      {"generate", "GPT-2 124M greedy generation with the KV cache, seconds per token", run_generate},
   };
   return list;
 }
