@@ -210,6 +210,19 @@ class Llama : public CausalLM {
   std::shared_ptr<Parts> parts_;
 };
 
+/// A LlamaConfig from a Hugging Face config.json: the keys of LlamaConfig (missing ones keep LlamaConfig's
+/// defaults, num_key_value_heads defaults to num_attention_heads and max_position_embeddings to 2048, as
+/// transformers'). A head_dim other than hidden_size / num_attention_heads, a "rope_scaling", a hidden_act other
+/// than "silu" or attention/MLP biases are refused (ValueError naming the key): the decoder does not compute them.
+LlamaConfig load_llama_config(const std::string& config_json);
+
+/// A LLaMA-style decoder from Hugging Face's files: `path` is a folder holding config.json and model.safetensors
+/// (or the shards listed by model.safetensors.index.json), or a .safetensors file with config.json beside it.
+/// `config` replaces config.json. Weights are converted to `dtype` on `device`. Strict as load_hf_state_dict;
+/// ValueError naming a missing file or a shard the index names but the folder lacks.
+std::shared_ptr<Llama> load_llama(const std::string& path, std::optional<LlamaConfig> config = {},
+                                  DType dtype = float32, std::optional<Device> device = {});
+
 /// How generate() picks each token.
 struct GenerateOptions {
   int64_t max_new_tokens = 32;

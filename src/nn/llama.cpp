@@ -1,7 +1,12 @@
 // A LLaMA-style decoder (Hugging Face's LlamaForCausalLM): RMSNorm pre-norm blocks, rotary position embeddings
 // (nn::RotaryEmbedding, HF's rotate_half convention), grouped-query attention and a SwiGLU feed-forward, with
 // HF's module tree and parameter names so its checkpoints load.
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -137,6 +142,108 @@ void Llama::load_hf_state_dict(const nn::StateDict& state) {
   };
   detail::load_hf(*this, "Llama::load_hf_state_dict", state, map,
                   parts_->lm_head ? std::string() : std::string("model.embed_tokens.weight"));
+}
+
+namespace {
+
+nlohmann::json read_json(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw ValueError(std::string("load_llama: cannot open ") + what + " '" + path +
+                     "'; pass the folder Hugging Face's snapshot_download wrote (or the LlamaConfig)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError(std::string("load_llama: ") + what + " '" + path + "' is not valid JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+LlamaConfig load_llama_config(const std::string& config_json) {
+  const nlohmann::json j = read_json(config_json, "config.json");
+  if (!j.is_object()) throw ValueError("load_llama_config: '" + config_json + "' is not a JSON object");
+  LlamaConfig c;
+  const auto get = [&](const char* key, auto& field) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    try {
+      field = j[key].get<std::remove_reference_t<decltype(field)>>();
+    } catch (const nlohmann::json::exception&) {
+      throw ValueError("load_llama_config: '" + config_json + "': \"" + key + "\" is " + j[key].dump() +
+                       ", not the number (or boolean) LlamaConfig holds");
+    }
+    return true;
+  };
+  get("vocab_size", c.vocab_size);
+  get("hidden_size", c.hidden_size);
+  get("intermediate_size", c.intermediate_size);
+  get("num_hidden_layers", c.num_hidden_layers);
+  get("num_attention_heads", c.num_attention_heads);
+  if (!get("num_key_value_heads", c.num_key_value_heads)) c.num_key_value_heads = c.num_attention_heads;
+  get("rms_norm_eps", c.rms_norm_eps);
+  get("rope_theta", c.rope_theta);
+  if (!get("max_position_embeddings", c.max_position_embeddings)) c.max_position_embeddings = 2048;
+  get("tie_word_embeddings", c.tie_word_embeddings);
+  get("initializer_range", c.initializer_range);
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    throw ValueError("load_llama_config: '" + config_json + "' sets \"" + key + "\" = " + j[key].dump() + ": " + why);
+  };
+  if (j.contains("head_dim") && !j["head_dim"].is_null() && c.num_attention_heads > 0 &&
+      j["head_dim"] != c.hidden_size / c.num_attention_heads)
+    refuse("head_dim", "models::Llama uses hidden_size / num_attention_heads");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    refuse("rope_scaling", "models::Llama computes unscaled rotary embeddings (Llama 1/2, TinyLlama, ...)");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    refuse("hidden_act", "models::Llama's MLP is SwiGLU (silu)");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (j.contains(key) && j[key] == true) refuse(key, "models::Llama's projections have no biases");
+  return c;
+}
+
+std::shared_ptr<Llama> load_llama(const std::string& path, std::optional<LlamaConfig> config, DType dtype,
+                                  std::optional<Device> device) {
+  namespace fs = std::filesystem;
+  const bool folder = fs::is_directory(path);
+  const fs::path dir = folder ? fs::path(path) : fs::path(path).parent_path();
+  if (!config) config = load_llama_config((dir / "config.json").string());
+  // The weights: one file, or the shards an index maps each tensor to.
+  std::vector<std::string> files;
+  if (!folder) {
+    files.push_back(path);
+  } else if (fs::exists(dir / "model.safetensors")) {
+    files.push_back((dir / "model.safetensors").string());
+  } else if (fs::exists(dir / "model.safetensors.index.json")) {
+    const std::string index = (dir / "model.safetensors.index.json").string();
+    const nlohmann::json j = read_json(index, "the shard index");
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw ValueError("load_llama: '" + index + "' has no \"weight_map\" object (tensor name -> shard file)");
+    std::set<std::string> shards;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string()) throw ValueError("load_llama: '" + index + "' maps \"" + name + "\" to " + file.dump());
+      shards.insert(file.get<std::string>());
+    }
+    for (const std::string& shard : shards) {
+      if (fs::path(shard).has_parent_path() || !fs::exists(dir / shard))
+        throw ValueError("load_llama: '" + index + "' names the shard '" + shard + "', which " + dir.string() +
+                         " lacks; download every file of the model");
+      files.push_back((dir / shard).string());
+    }
+  } else {
+    throw ValueError("load_llama: " + dir.string() +
+                     " holds neither model.safetensors nor model.safetensors.index.json; pass the folder of a "
+                     "Hugging Face LLaMA model (or its .safetensors file)");
+  }
+  nn::StateDict state;
+  for (const std::string& file : files)
+    for (auto& [name, value] : nn::load_safetensors(file)) {
+      if (state.find(name)) throw ValueError("load_llama: the tensor \"" + name + "\" is in two shards (" + file + ")");
+      state.insert(name, value);
+    }
+  auto model = std::make_shared<Llama>(*config, dtype, device);
+  model->load_hf_state_dict(state);
+  return model;
 }
 
 }  // namespace kiln::models

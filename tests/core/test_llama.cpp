@@ -3,6 +3,8 @@
 // gradients against central differences, the KV cache against the full forward, greedy generation.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "harness/op_harness.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/models.hpp"
+#include "test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -97,6 +100,54 @@ TEST(Llama, LoadingNamesAMissingOrExtraTensorAndChecksATiedHead) {
   tied_config.tie_word_embeddings = true;
   models::Llama tied(tied_config, float64);
   EXPECT_THROW(tied.load_hf_state_dict(file), ValueError);  // its lm_head differs from embed_tokens
+}
+
+TEST(Llama, LoadLlamaReadsAHubFolderWithShardsAndItsConfig) {
+  const std::string hub = kGptGolden + "llama_hub";
+  const models::LlamaConfig c = models::load_llama_config(hub + "/config.json");
+  const models::LlamaConfig want = tiny_llama_config();
+  EXPECT_EQ(c.vocab_size, want.vocab_size);
+  EXPECT_EQ(c.hidden_size, want.hidden_size);
+  EXPECT_EQ(c.intermediate_size, want.intermediate_size);
+  EXPECT_EQ(c.num_hidden_layers, want.num_hidden_layers);
+  EXPECT_EQ(c.num_attention_heads, want.num_attention_heads);
+  EXPECT_EQ(c.num_key_value_heads, want.num_key_value_heads);
+  EXPECT_EQ(c.max_position_embeddings, 64);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  const Array tokens = load(kGptGolden + "llama_tokens.npy");
+  const Array logits = load(kGptGolden + "llama_logits.npy");
+  for (Device d : harness::backends())
+    expect_close(models::load_llama(hub, {}, float64, d)->forward(tokens.to(d)), logits, 1e-6, "on " + d.str());
+
+  kiln_test::TempDir dir;
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir.str() + "/" + name) << text; };
+  // One file with config.json beside it; a config given replaces the file.
+  std::filesystem::copy_file(kGptGolden + "llama_tiny.safetensors", dir.str() + "/weights.safetensors");
+  EXPECT_NE(message([&] { models::load_llama(dir.str() + "/weights.safetensors"); }).find("config.json"),
+            std::string::npos);
+  expect_close(models::load_llama(dir.str() + "/weights.safetensors", tiny_llama_config(), float64)->forward(tokens),
+               logits, 1e-6, "a file and a config");
+  EXPECT_NE(message([&] { models::load_llama(dir.str(), tiny_llama_config()); }).find("neither model.safetensors"),
+            std::string::npos);
+  write("model.safetensors.index.json", R"({"weight_map": {"model.norm.weight": "model-00009.safetensors"}})");
+  EXPECT_NE(message([&] { models::load_llama(dir.str(), tiny_llama_config()); }).find("model-00009.safetensors"),
+            std::string::npos);
+  write("config.json", R"({"hidden_size": 16, "num_attention_heads": 4, "rope_scaling": {"type": "linear"}})");
+  EXPECT_NE(message([&] { models::load_llama_config(dir.str() + "/config.json"); }).find("rope_scaling"),
+            std::string::npos);
+  write("config.json", R"({"hidden_size": "sixteen"})");
+  EXPECT_NE(message([&] { models::load_llama_config(dir.str() + "/config.json"); }).find("hidden_size"),
+            std::string::npos);
+  write("config.json", R"({"num_attention_heads": 8})");  // key-value heads default to the attention heads
+  EXPECT_EQ(models::load_llama_config(dir.str() + "/config.json").num_key_value_heads, 8);
 }
 
 TEST(Llama, GradientsOfATinyModelMatchCentralDifferences) {

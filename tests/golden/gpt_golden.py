@@ -14,6 +14,7 @@ input_layernorm(x), x += down(silu(gate(h)) * up(h)) on post_attention_layernorm
 The rotary angles are float32, as transformers computes them (inv_freq, positions and cos/sin in float32).
 """
 
+import json
 import os
 import sys
 
@@ -153,5 +154,24 @@ tokens = rng.integers(0, V, size=(2, 6)).astype(np.int64)
 np.save(os.path.join(OUT, "llama_tokens.npy"), tokens)
 np.save(os.path.join(OUT, "llama_logits.npy"), llama_logits(m, tokens))
 save_file(m, os.path.join(OUT, "llama_tiny.safetensors"), metadata={"format": "pt"})
+
+# The same model as Hugging Face's snapshot folder of a sharded model: config.json (as transformers writes it,
+# with keys models::Llama ignores), two shards and model.safetensors.index.json.
+hub = os.path.join(OUT, "llama_hub")
+os.makedirs(hub, exist_ok=True)
+with open(os.path.join(hub, "config.json"), "w") as f:
+    json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": HID,
+               "intermediate_size": INTER, "num_hidden_layers": L, "num_attention_heads": H,
+               "num_key_value_heads": KV, "rms_norm_eps": EPS, "rope_theta": THETA, "max_position_embeddings": 64,
+               "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "rope_scaling": None,
+               "torch_dtype": "float64", "bos_token_id": 1, "eos_token_id": 2}, f, indent=2)
+names = sorted(m)
+shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+          "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+for file, part in shards.items():
+    save_file({k: m[k] for k in part}, os.path.join(hub, file), metadata={"format": "pt"})
+with open(os.path.join(hub, "model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {"total_size": sum(v.nbytes for v in m.values())},
+               "weight_map": {k: file for file, part in shards.items() for k in part}}, f, indent=2)
 
 open(os.path.join(sys.argv[1], "gpt_golden.stamp"), "w").close()
