@@ -259,6 +259,13 @@ void bind_array(nb::module_& m) {
       .def_prop_ro("is_contiguous", &Array::is_contiguous)
       .def_prop_ro("data_ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data_ptr()); })
       .def_prop_ro("T", [](const Array& a) { return a.T(); })
+      .def_prop_ro("mT", [](const Array& a) { return kiln::swapaxes(a, -2, -1); },
+                   "The transpose of the last two axes (a view), as the Array API's x.mT.")
+      .def("__array_namespace__", [](const Array&, nb::handle api_version) {
+        if (!api_version.is_none() && !nb::cast<std::string>(api_version).starts_with("202"))
+          throw nb::value_error("__array_namespace__: kiln implements the Array API 2023.12 (api_version=None)");
+        return nb::module_::import_("kiln.array_api");
+      }, nb::kw_only(), "api_version"_a = nb::none(), "kiln.array_api, the Array API namespace of kiln's arrays.")
       .def("__len__", [](const Array& a) {
         if (a.ndim() == 0) throw nb::type_error("len() of unsized object (a 0-d kiln.Array)");
         return a.shape(0);

@@ -16,6 +16,8 @@ void bind_array(nb::module_& m);
 void bind_array_methods(nb::class_<Array>& cls);
 /// Creation, the elementwise ops of kiln/ops.def, reductions, shape ops, linear algebra (ops.cpp).
 void bind_ops(nb::module_& m);
+/// sort, take, tril, tensordot, roll, unique... of kiln/numpy_extra.hpp and kiln/indexing.hpp (extra.cpp).
+void bind_extra(nb::module_& m);
 /// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
