@@ -71,14 +71,15 @@ def positive(x, /):
 
 @_export
 def acosh(x, /):
-    return _k.log(x + _k.sqrt(x * x - 1))
+    # x < 1 (-inf included, where x + sqrt(x * x - 1) would be inf) is outside the domain.
+    return _k.where(x < 1, float("nan"), _k.log(x + _k.sqrt(x * x - 1)))
 
 
 @_export
 def asinh(x, /):
     # asinh(-x) = -asinh(x): computing on |x| keeps the large negative arguments from cancelling.
     a = _k.abs(x)
-    return _k.sign(x) * _k.log(a + _k.sqrt(a * a + 1))
+    return _k.where(x == 0, x, _k.sign(x) * _k.log(a + _k.sqrt(a * a + 1)))  # keeps -0.0
 
 
 @_export
@@ -108,6 +109,37 @@ def hypot(x1, x2, /):
     ratio = _k.where(big == 0, 0 * big, small / _k.where(big == 0, 1 + 0 * big, big))
     out = big * _k.sqrt(1 + ratio * ratio)
     return _k.where(_k.logical_or(_k.isinf(a), _k.isinf(b)), big + float("inf"), out)
+
+
+_BITS = {_k.int8: 8, _k.int16: 16, _k.int32: 32, _k.int64: 64, _k.uint8: 8}
+
+
+def _shift_amount(x1, x2):
+    # The shift in int64, and its two halves as powers of two (2**31 at most each, so that neither power
+    # overflows int64 and x1 * low * high wraps as C's shift does).
+    shift = _k.astype(_k.asarray(x2, device=x1.device), _k.int64)
+    low = _k.minimum(shift, 31)
+    high = _k.maximum(_k.minimum(shift, 62) - 31, 0)
+    two = _k.asarray(2, dtype=_k.int64, device=x1.device)
+    return shift, _k.power(two, low), _k.power(two, high)
+
+
+@_export
+def bitwise_left_shift(x1, x2, /):
+    shift, low, high = _shift_amount(x1, x2)
+    out = _k.astype(_k.multiply(_k.multiply(_k.astype(x1, _k.int64), low), high), x1.dtype)
+    # Shifts by the width or more leave no bits (the standard's choice, as NumPy's).
+    return _k.where(shift >= _BITS[x1.dtype], _k.zeros_like(out), out)
+
+
+@_export
+def bitwise_right_shift(x1, x2, /):
+    shift, low, high = _shift_amount(x1, x2)
+    out = _k.astype(_k.floor_divide(_k.floor_divide(_k.astype(x1, _k.int64), low), high), x1.dtype)
+    # An arithmetic shift by the width or more leaves the sign: -1 for negatives, 0 otherwise.
+    sign = _k.astype(_k.where(x1 < 0, -1, 0), x1.dtype)
+    return _k.where(shift >= _BITS[x1.dtype] - 1, sign, out) if x1.dtype != _k.uint8 else \
+        _k.where(shift >= 8, _k.zeros_like(out), out)
 
 
 @_export
@@ -160,7 +192,7 @@ def concat(arrays, /, *, axis=0):
 
 
 @_export
-def expand_dims(x, /, *, axis=0):
+def expand_dims(x, /, axis=0):
     return _k.expand_dims(x, axis)
 
 

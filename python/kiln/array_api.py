@@ -169,8 +169,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             if flat_arrays:
                 return _k.stack([asarray(v, device=device) for v in obj])
     out = _k.asarray(obj, dtype=dtype, device=device)
-    if copy and out is obj:
-        out = _k.copy(out)
+    if copy and (isinstance(obj, _Array) or hasattr(obj, "__dlpack__")):
+        out = _k.copy(out)  # the result may share obj's memory (a new Array object over the same storage)
     elif copy is False and out is not obj and isinstance(obj, _Array):
         raise ValueError("asarray: copy=False but the dtype or device asked for needs a copy")
     return out

@@ -261,6 +261,22 @@ void bind_array(nb::module_& m) {
       .def_prop_ro("T", [](const Array& a) { return a.T(); })
       .def_prop_ro("mT", [](const Array& a) { return kiln::swapaxes(a, -2, -1); },
                    "The transpose of the last two axes (a view), as the Array API's x.mT.")
+      // The shifts are composed in kiln.array_api (a multiply or floor division by a power of two): kiln has
+      // no shift op of its own.
+      .def("__lshift__", [](nb::handle self, nb::handle other) {
+        return nb::module_::import_("kiln.array_api").attr("bitwise_left_shift")(self, other);
+      }, nb::is_operator())
+      .def("__rshift__", [](nb::handle self, nb::handle other) {
+        return nb::module_::import_("kiln.array_api").attr("bitwise_right_shift")(self, other);
+      }, nb::is_operator())
+      .def("__ilshift__", [](nb::handle self, nb::handle other) {
+        self[nb::ellipsis()] = nb::module_::import_("kiln.array_api").attr("bitwise_left_shift")(self, other);
+        return nb::borrow(self);
+      }, nb::is_operator())
+      .def("__irshift__", [](nb::handle self, nb::handle other) {
+        self[nb::ellipsis()] = nb::module_::import_("kiln.array_api").attr("bitwise_right_shift")(self, other);
+        return nb::borrow(self);
+      }, nb::is_operator())
       .def("__array_namespace__", [](const Array&, nb::handle api_version) {
         if (!api_version.is_none() && !nb::cast<std::string>(api_version).starts_with("202"))
           throw nb::value_error("__array_namespace__: kiln implements the Array API 2023.12 (api_version=None)");
@@ -311,11 +327,13 @@ void bind_array(nb::module_& m) {
         // (stream -1 asks for no synchronisation).
         const bool skip_sync = !stream.is_none() && PyLong_Check(stream.ptr()) && nb::cast<int64_t>(stream) == -1;
         if (a.device().is_cuda() && !skip_sync) synchronize(a.device());
-        nb::object nd = export_ndarray(a);
+        // copy=True: the consumer gets memory of its own, a copy made here (nanobind's ndarray exports views
+        // only); copy=False and None share the array's memory.
+        const bool copied = !copy.is_none() && nb::cast<bool>(copy);
+        nb::object nd = export_ndarray(copied ? kiln::copy(a) : a);
         nb::dict kwargs;
         if (!max_version.is_none()) kwargs["max_version"] = max_version;
         if (!dl_device.is_none()) kwargs["dl_device"] = dl_device;
-        if (!copy.is_none()) kwargs["copy"] = copy;
         return nd.attr("__dlpack__")(**kwargs);
       }, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
          "copy"_a = nb::none())
