@@ -64,6 +64,22 @@ for _name, _kiln_name in _BINARY.items():
     __all__.append(_name)
 
 
+# kiln has no complex dtypes: conj, real and imag take real arrays, as NumPy's (x, x, zeros).
+@_export
+def conj(x, /):
+    return _k.copy(x)
+
+
+@_export
+def real(x, /):
+    return _k.copy(x)
+
+
+@_export
+def imag(x, /):
+    return _k.zeros_like(x)
+
+
 @_export
 def positive(x, /):
     return _k.copy(x)
@@ -98,7 +114,8 @@ def signbit(x, /):
 @_export
 def copysign(x1, x2, /):
     magnitude = _k.abs(x1)
-    return _k.where(signbit(x2), -magnitude, magnitude)
+    out = _k.where(signbit(x2), -magnitude, magnitude)
+    return _k.astype(out, _k.promote_types(x1.dtype, x2.dtype))
 
 
 @_export
@@ -170,7 +187,11 @@ def tensordot(x1, x2, /, *, axes=2):
 
 @_export
 def vecdot(x1, x2, /, *, axis=-1):
-    return _k.sum(x1 * x2, axis=axis)
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: axis {axis} has {x1.shape[axis]} elements in x1 but {x2.shape[axis]} in x2 "
+                         "(the contracted axis is not broadcast)")
+    product = x1 * x2
+    return _k.astype(_k.sum(product, axis=axis), product.dtype)
 
 
 # ---------------------------------------------------------------- manipulation functions
@@ -193,6 +214,9 @@ def concat(arrays, /, *, axis=0):
 
 @_export
 def expand_dims(x, /, axis=0):
+    if not -x.ndim - 1 <= axis <= x.ndim:  # the standard asks for IndexError here (kiln raises ShapeError)
+        raise IndexError(f"expand_dims: axis {axis} is out of bounds for an array of {x.ndim} axes "
+                         f"(valid: {-x.ndim - 1} .. {x.ndim})")
     return _k.expand_dims(x, axis)
 
 

@@ -168,6 +168,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             flat_arrays = [v for v in flat if isinstance(v, _Array)]
             if flat_arrays:
                 return _k.stack([asarray(v, device=device) for v in obj])
+    if copy is not True and isinstance(obj, _Array) and dtype in (None, obj.dtype) and device in (None, obj.device):
+        return obj
     out = _k.asarray(obj, dtype=dtype, device=device)
     if copy and (isinstance(obj, _Array) or hasattr(obj, "__dlpack__")):
         out = _k.copy(out)  # the result may share obj's memory (a new Array object over the same storage)
@@ -229,6 +231,8 @@ def full_like(x, /, fill_value, *, dtype=None, device=None):
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
+    width = n_rows if n_cols is None else n_cols
+    k = _builtins.max(_builtins.min(k, width), -n_rows)  # a diagonal past the corner: all zeros, as any k beyond
     return _k.eye(n_rows, n_cols, k, dtype=dtype, device=device)
 
 

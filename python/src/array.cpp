@@ -23,7 +23,7 @@ nb::tuple shape_tuple(const Shape& s) {
 // ---------------------------------------------------------------- indexing
 // Array::index and index_put take an initializer_list, so a Python key of n entries is expanded into a braced
 // list of n Index values by a template instantiated for every n up to kMaxIndexEntries.
-constexpr size_t kMaxIndexEntries = 24;
+constexpr size_t kMaxIndexEntries = 32;  // the Array API suite indexes arrays of up to 32 axes
 
 template <class F, size_t... I>
 decltype(auto) call_with_list(const std::vector<Index>& v, F&& f, std::index_sequence<I...>) {
@@ -95,7 +95,21 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep, const Arr
   }
 }
 
+// A 0-d bool mask (NumPy's x[True], x[False]) adds an axis of extent 1 or 0; kiln's index takes masks of the
+// indexed axes' shape only, so it is answered here.
+std::optional<bool> zero_d_mask(nb::handle key) {
+  if (!nb::isinstance<Array>(key)) return std::nullopt;
+  const Array& k = nb::cast<const Array&>(key);
+  if (k.ndim() != 0 || k.dtype() != DType::Bool) return std::nullopt;
+  return k.item<bool>();
+}
+
 Array getitem(const Array& a, nb::handle key) {
+  if (std::optional<bool> mask = zero_d_mask(key)) {
+    std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    shape.insert(shape.begin(), *mask ? 1 : 0);
+    return *mask ? kiln::copy(a).reshape(Shape(shape)) : kiln::empty(Shape(shape), a.dtype(), a.device());
+  }
   std::vector<Array> keep;
   std::vector<Index> idx = parse_key(key, keep, a);
   try {
@@ -106,6 +120,10 @@ Array getitem(const Array& a, nb::handle key) {
 }
 
 void setitem(Array& a, nb::handle key, nb::handle value) {
+  if (std::optional<bool> mask = zero_d_mask(key)) {
+    if (*mask) setitem(a, nb::ellipsis(), value);
+    return;
+  }
   std::vector<Array> keep;
   std::vector<Index> idx = parse_key(key, keep, a);
   try {
@@ -296,6 +314,7 @@ void bind_array(nb::module_& m) {
         return a.item_scalar().to_bool();
       })
       .def("__float__", [](const Array& a) { return a.item<double>(); })
+      .def("__complex__", [](const Array& a) { return nb::steal(PyComplex_FromDoubles(a.item<double>(), 0.0)); })
       .def("__int__", [](const Array& a) { return a.item<int64_t>(); })
       .def("__index__", [](const Array& a) {
         if (!is_integral(a.dtype()))
@@ -369,8 +388,8 @@ void bind_array(nb::module_& m) {
         new (&self) Array(to_array(state[0], parse_dtype(nb::cast<std::string>(state[1])),
                                    parse_device(nb::cast<std::string>(state[2]))));
       })
-      .def("__getitem__", &getitem)
-      .def("__setitem__", &setitem)
+      .def("__getitem__", &getitem, "key"_a.none())
+      .def("__setitem__", &setitem, "key"_a.none(), "value"_a)
       .def("copy", [](const Array& a) { return a.copy(); })
       .def("astype", [](const Array& a, DTypeLike dtype, bool copy) {
         DType t = to_dtype(dtype);
