@@ -125,7 +125,7 @@ def hypot(x1, x2, /):
     # big * sqrt(1 + (small / big)^2) cannot overflow where big^2 would; inf wins over NaN as C's hypot.
     ratio = _k.where(big == 0, 0 * big, small / _k.where(big == 0, 1 + 0 * big, big))
     out = big * _k.sqrt(1 + ratio * ratio)
-    return _k.where(_k.logical_or(_k.isinf(a), _k.isinf(b)), big + float("inf"), out)
+    return _k.where(_k.logical_or(_k.isinf(a), _k.isinf(b)), _k.full_like(out, float("inf")), out)
 
 
 _BITS = {_k.int8: 8, _k.int16: 16, _k.int32: 32, _k.int64: 64, _k.uint8: 8}

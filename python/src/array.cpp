@@ -81,15 +81,15 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep, const Arr
   return out;
 }
 
-// kiln reports an index out of range as ShapeError (C++ has no IndexError): Python code expects IndexError
-// there (and iteration over an array relies on it).
+// kiln reports an index out of range or a mask of the wrong shape as ShapeError (C++ has no IndexError):
+// Python code expects IndexError there, as NumPy raises (and iteration over an array relies on it).
 [[noreturn]] void rethrow_index_error() {
   try {
     throw;
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.find("out of bounds") != std::string::npos || what.find("out of range") != std::string::npos ||
-        what.find("too many indices") != std::string::npos)
+        what.find("too many indices") != std::string::npos || what.find("boolean mask has shape") != std::string::npos)
       throw nb::index_error(what.c_str());
     throw;
   }
@@ -104,7 +104,24 @@ std::optional<bool> zero_d_mask(nb::handle key) {
   return k.item<bool>();
 }
 
+// An empty bool mask whose zero extents stand for any of a's (the Array API suite's x[mask] with mask.shape
+// (0,) on an array of shape (3,)) selects nothing: the result's leading axis has extent 0.
+bool selects_nothing(const Array& a, nb::handle key) {
+  if (!nb::isinstance<Array>(key)) return false;
+  const Array& k = nb::cast<const Array&>(key);
+  if (k.dtype() != DType::Bool || k.ndim() == 0 || k.ndim() > a.ndim() || k.size() != 0) return false;
+  for (int64_t d = 0; d < k.ndim(); ++d)
+    if (k.shape(d) != 0 && k.shape(d) != a.shape(d)) return false;
+  return true;
+}
+
 Array getitem(const Array& a, nb::handle key) {
+  if (selects_nothing(a, key)) {
+    std::vector<int64_t> shape{0};
+    const Shape& rest = a.shape();
+    shape.insert(shape.end(), rest.begin() + nb::cast<const Array&>(key).ndim(), rest.end());
+    return kiln::empty(Shape(shape), a.dtype(), a.device());
+  }
   if (std::optional<bool> mask = zero_d_mask(key)) {
     std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     shape.insert(shape.begin(), *mask ? 1 : 0);
@@ -120,6 +137,7 @@ Array getitem(const Array& a, nb::handle key) {
 }
 
 void setitem(Array& a, nb::handle key, nb::handle value) {
+  if (selects_nothing(a, key)) return;
   if (std::optional<bool> mask = zero_d_mask(key)) {
     if (*mask) setitem(a, nb::ellipsis(), value);
     return;
@@ -372,8 +390,6 @@ void bind_array(nb::module_& m) {
       })
       .def("__array_ufunc__", &array_ufunc, "ufunc"_a, "method"_a, "inputs"_a, "kwargs"_a)
       .def("__iter__", &array_iter)
-      .def("__array_namespace__", [](const Array&, nb::handle) { return nb::module_::import_("kiln"); },
-           "api_version"_a = nb::none())
       .def("to_device", [](const Array& a, DeviceLike device) { return a.to(*to_optional_device(device)); }, "device"_a)
       .def("__copy__", [](const Array& a) { return a.copy(); })
       .def("__deepcopy__", [](const Array& a, nb::handle) { return a.copy(); }, "memo"_a)
