@@ -441,6 +441,7 @@ void bind_array(nb::module_& m) {
   KILN_PY_COMPARE(cls, "ge", greater_equal)
   bind_array_methods(cls);
   bind_autograd_methods(cls);
+  bind_pinned_methods(cls);
 }
 
 }  // namespace kiln::python

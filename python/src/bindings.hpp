@@ -26,6 +26,10 @@ void bind_nn(nb::module_& m);
 void bind_fuse(nb::module_& m);
 /// The FusionValue overloads of the elementwise ops and reductions, registered after their Array forms.
 void bind_fusion_overloads(nb::module_& m);
+/// Streams, events, pinned memory, device properties, ElementwiseKernel / ReductionKernel / RawModule (gpu.cpp).
+void bind_gpu(nb::module_& m);
+/// pin_memory() and is_pinned on kiln.Array (gpu.cpp).
+void bind_pinned_methods(nb::class_<Array>& cls);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).
 void bind_runtime(nb::module_& m);
 

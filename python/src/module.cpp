@@ -143,5 +143,6 @@ NB_MODULE(_kiln, m) {
   bind_extra(m);
   bind_fusion_overloads(m);
   bind_runtime(m);
+  bind_gpu(m);
   bind_nn(m);
 }
