@@ -247,7 +247,15 @@ void bind_gpu(nb::module_& m) {
 
 void bind_pinned_methods(nb::class_<Array>& cls) {
   cls.def("pin_memory", &Array::pin_memory, "A copy in page-locked host memory (the array itself when pinned).")
-      .def_prop_ro("is_pinned", &Array::is_pinned);
+      .def_prop_ro("is_pinned", &Array::is_pinned)
+      .def("copy_", [](nb::handle self, const Array& src, bool non_blocking) {
+        nb::cast<Array&>(self).copy_from(src, TransferOptions{non_blocking});
+        return nb::borrow(self);
+      }, "src"_a, "non_blocking"_a = false,
+         "Copies `src` (same shape and dtype, any device) into this array, as torch's copy_; asynchronous with "
+         "non_blocking between pinned host memory and a GPU, or between GPUs.")
+      .def("record_stream", [](const Array& a, const PyStream& s) { a.record_stream(s.stream); }, "stream"_a,
+           "Marks the array as used by `stream`: its memory is not reused until that stream's work is done.");
 }
 
 }  // namespace kiln::python
