@@ -144,5 +144,6 @@ NB_MODULE(_kiln, m) {
   bind_fusion_overloads(m);
   bind_runtime(m);
   bind_gpu(m);
+  bind_data(m);
   bind_nn(m);
 }
