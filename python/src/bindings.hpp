@@ -30,6 +30,8 @@ void bind_fusion_overloads(nb::module_& m);
 void bind_gpu(nb::module_& m);
 /// kiln.data: fashion_mnist, read_idx, DataLoader (data.cpp).
 void bind_data(nb::module_& m);
+/// kiln.models: resnet18/34/50/101 (models.cpp; after bind_nn, whose Module they derive from).
+void bind_models(nb::module_& m);
 /// pin_memory() and is_pinned on kiln.Array (gpu.cpp).
 void bind_pinned_methods(nb::class_<Array>& cls);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).

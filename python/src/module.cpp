@@ -146,4 +146,5 @@ NB_MODULE(_kiln, m) {
   bind_gpu(m);
   bind_data(m);
   bind_nn(m);
+  bind_models(m);
 }

@@ -90,3 +90,12 @@ def test_a_walkthrough_runs_as_a_script():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "add_two_array_2d" in done.stdout
+
+
+def test_resnet_timing_walkthrough_agrees_on_the_cpu(capsys):
+    r = load("resnet50_timing").main(batch=1, model="resnet18", size=32, cpu_repeat=1, gpu_repeat=2)
+    assert r["cpu"]["logits"].shape == (1, 1000)
+    assert r["cpu"]["first"] > 0 and r["cpu"]["with_sync"] > 0
+    if HAVE_GPU:  # the same weights (seed 0) on both devices
+        np.testing.assert_allclose(r["cuda:0"]["logits"].numpy(), r["cpu"]["logits"].numpy(), rtol=2e-3, atol=2e-3)
+    assert "host clock + synchronize" in capsys.readouterr().out
