@@ -41,7 +41,8 @@ class _Info:
     __module__ = "kiln.array_api"
 
     def capabilities(self):
-        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
+        # kiln::kMaxRank: the most axes an op's operands may have (views of any rank are fine).
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 16}
 
     def default_device(self):
         return _k.cpu()
@@ -253,7 +254,12 @@ def triu(x, /, *, k=0):
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
-    return _k.from_dlpack(x)
+    out = _k.from_dlpack(x)  # shares x's memory
+    if device is not None and out.device != device:
+        if copy is False:
+            raise ValueError(f"from_dlpack: copy=False but x is on {out.device}, not {device}")
+        return out.to(device)
+    return _k.copy(out) if copy else out
 
 
 from ._array_api_functions import *  # noqa: E402,F401,F403  (elementwise, manipulation, statistics...)

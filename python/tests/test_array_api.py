@@ -119,3 +119,12 @@ def test_zero_d_and_empty_masks():
     assert y[None].shape == (1, 3) and complex(xp.asarray(2.5)) == 2.5 + 0j
     with pytest.raises(IndexError):
         y[xp.asarray([True, False])]
+
+
+def test_from_dlpack_shares_unless_asked_to_copy():
+    host = np.arange(4.0)
+    shared = xp.from_dlpack(host)
+    copied = xp.from_dlpack(host, copy=True)
+    host[0] = 7.0
+    assert shared.tolist()[0] == 7.0 and copied.tolist()[0] == 0.0
+    assert xp.__array_namespace_info__().capabilities()["max dimensions"] == 16
