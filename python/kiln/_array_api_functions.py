@@ -162,10 +162,13 @@ def bitwise_right_shift(x1, x2, /):
 @_export
 def clip(x, /, min=None, max=None):  # noqa: A002  (the standard's names)
     out = x
+    # A Python bound is made in x's dtype directly: through float32 (kiln's default) a float64 bound would round.
     if min is not None:
-        out = _k.where(out < min, _k.astype(_k.asarray(min, device=x.device), x.dtype), out)
+        bound = min if isinstance(min, _Array) else _k.asarray(min, dtype=x.dtype, device=x.device)
+        out = _k.where(out < bound, _k.astype(bound, x.dtype), out)
     if max is not None:
-        out = _k.where(out > max, _k.astype(_k.asarray(max, device=x.device), x.dtype), out)
+        bound = max if isinstance(max, _Array) else _k.asarray(max, dtype=x.dtype, device=x.device)
+        out = _k.where(out > bound, _k.astype(bound, x.dtype), out)
     return out if out is not x else _k.copy(x)
 
 

@@ -128,3 +128,9 @@ def test_from_dlpack_shares_unless_asked_to_copy():
     host[0] = 7.0
     assert shared.tolist()[0] == 7.0 and copied.tolist()[0] == 0.0
     assert xp.__array_namespace_info__().capabilities()["max dimensions"] == 16
+
+
+def test_clip_keeps_float64_bounds_exact():
+    x = xp.asarray(np.array([1.0, -1.0, 1e-70]))
+    assert xp.clip(x, max=1.0412656316598786e-68).tolist() == [1.0412656316598786e-68, -1.0, 1e-70]
+    assert xp.clip(x, min=-0.5, max=xp.asarray(np.array(0.5))).tolist() == [0.5, -0.5, 1e-70]
