@@ -45,7 +45,7 @@ class _Info:
         return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 16}
 
     def default_device(self):
-        return _k.cpu()
+        return _k.current_device()  # where creation functions allocate: kiln.set_current_device changes it
 
     def devices(self):
         return [_k.cpu()] + [_k.cuda(i) for i in range(_k.num_gpus())]

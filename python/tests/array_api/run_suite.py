@@ -1,6 +1,7 @@
 """Runs the Array API test suite (third_party/array-api-tests) against kiln.array_api, bounded for CI.
 
     PYTHONPATH=build/cpu/python python3 python/tests/array_api/run_suite.py [--max-examples N] [pytest args...]
+    PYTHONPATH=build/cuda/python python3 python/tests/array_api/run_suite.py --device cuda:0   # on a GPU
 
 ctest's `python.array_api` runs it. The tests listed in xfails.txt (each group under a `#` line giving its
 reason) are expected to fail; any other failure fails the run. Hypothesis is derandomized (the same examples
@@ -36,6 +37,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-examples", type=int, default=20, help="hypothesis examples per test (20)")
     parser.add_argument("--random", action="store_true", help="fresh random examples instead of the fixed ones")
+    parser.add_argument("--device", default="cpu",
+                        help="the device the suite's arrays are made on (kiln's current device): cpu or cuda:0")
     parser.add_argument("--list-failures", metavar="FILE", help="write every failing test id to FILE")
     args, pytest_args = parser.parse_known_args()
 
@@ -51,6 +54,10 @@ def main():
 
     import pytest
 
+    import kiln
+
+    # Creation functions without a device allocate on this thread's current device, where pytest runs the suite.
+    kiln.set_current_device(kiln.device(args.device))
     os.environ.setdefault("ARRAY_API_TESTS_MODULE", "kiln.array_api")
     os.environ.setdefault("ARRAY_API_TESTS_SKIP_DTYPES", MISSING_DTYPES)
     # Hypothesis keeps its example database out of the source tree.
