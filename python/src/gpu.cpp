@@ -120,8 +120,9 @@ void bind_gpu(nb::module_& m) {
       .def("__init__", [](PyStream* self, DeviceLike device, bool non_blocking, int priority) {
         new (self) PyStream{Stream::create(device_or_current(device), {non_blocking, priority}), {}};
       }, "device"_a = nb::none(), "non_blocking"_a = false, "priority"_a = 0)
-      .def_static("null", [](DeviceLike device) { return PyStream{Stream::default_stream(device_or_current(device)), {}}; },
-                  "device"_a = nb::none(), "The device's default (legacy NULL) stream.")
+      .def_static("null", [](DeviceLike device) {
+        return PyStream{Stream::default_stream(device_or_current(device)), {}};
+      }, "device"_a = nb::none(), "The device's default (legacy NULL) stream.")
       .def_prop_ro("device", [](const PyStream& s) { return s.stream.device(); })
       .def_prop_ro("ptr", [](const PyStream& s) { return reinterpret_cast<uintptr_t>(s.stream.handle()); },
                    "The cudaStream_t as an int (0 for the default stream and on the CPU).")

@@ -63,7 +63,8 @@ def main():
     # Hypothesis keeps its example database out of the source tree.
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(tempfile.gettempdir()) / "kiln-hypothesis"))
     os.chdir(SUITE)  # the suite's conftest.py and pytest.ini
-    options = ["-q", "-c", str(SUITE / "pytest.ini"), "--rootdir", str(SUITE), "-p", "no:cacheprovider", "--disable-deadline", "--max-examples", str(args.max_examples),
+    options = ["-q", "-c", str(SUITE / "pytest.ini"), "--rootdir", str(SUITE), "-p", "no:cacheprovider",
+               "--disable-deadline", "--max-examples", str(args.max_examples),
                "--xfails-file", str(HERE / "xfails.txt"), "--skips-file", str(HERE / "skips.txt")]
     if not args.random:
         options.append("--hypothesis-derandomize")
