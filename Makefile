@@ -32,7 +32,10 @@ deps:
 	@python3 -c 'import safetensors' 2>/dev/null || \
 	  python3 -m pip install -q safetensors || python3 -m pip install -q --break-system-packages safetensors
 	@# The Python package (python/, docs/python.md): nanobind and scikit-build-core build it, pytest runs its tests.
-	@for m in nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest; do \
+	@# The Array API test suite (third_party/array-api-tests, ctest's python.array_api) needs hypothesis, ndindex
+	@# and pytest-json-report.
+	@for m in nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest "hypothesis:hypothesis>=6.151" \
+	  "ndindex:ndindex>=1.8" pytest_jsonreport:pytest-json-report; do \
 	  python3 -c "import $${m%%:*}" 2>/dev/null || python3 -m pip install -q "$${m#*:}" || \
 	    python3 -m pip install -q --break-system-packages "$${m#*:}"; \
 	done

@@ -38,5 +38,22 @@ class enable_grad(no_grad):
         _kiln.set_grad_enabled(True)
 
 
-__all__ += ["no_grad", "enable_grad", "newaxis"]
+def get_array_module(*args):
+    """kiln when any argument is a kiln.Array, else NumPy: code written once for both, as CuPy's
+    get_array_module and Chainer's backend.get_array_module."""
+    for a in args:
+        if isinstance(a, Array):
+            return _kiln_module()
+    import numpy
+
+    return numpy
+
+
+def _kiln_module():
+    import sys
+
+    return sys.modules[__name__]
+
+
+__all__ += ["no_grad", "enable_grad", "newaxis", "get_array_module"]
 

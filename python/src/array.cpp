@@ -23,7 +23,7 @@ nb::tuple shape_tuple(const Shape& s) {
 // ---------------------------------------------------------------- indexing
 // Array::index and index_put take an initializer_list, so a Python key of n entries is expanded into a braced
 // list of n Index values by a template instantiated for every n up to kMaxIndexEntries.
-constexpr size_t kMaxIndexEntries = 24;
+constexpr size_t kMaxIndexEntries = 32;  // the Array API suite indexes arrays of up to 32 axes
 
 template <class F, size_t... I>
 decltype(auto) call_with_list(const std::vector<Index>& v, F&& f, std::index_sequence<I...>) {
@@ -81,21 +81,52 @@ std::vector<Index> parse_key(nb::handle key, std::vector<Array>& keep, const Arr
   return out;
 }
 
-// kiln reports an index out of range as ShapeError (C++ has no IndexError): Python code expects IndexError
-// there (and iteration over an array relies on it).
+// kiln reports an index out of range or a mask of the wrong shape as ShapeError (C++ has no IndexError):
+// Python code expects IndexError there, as NumPy raises (and iteration over an array relies on it).
 [[noreturn]] void rethrow_index_error() {
   try {
     throw;
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.find("out of bounds") != std::string::npos || what.find("out of range") != std::string::npos ||
-        what.find("too many indices") != std::string::npos)
+        what.find("too many indices") != std::string::npos || what.find("boolean mask has shape") != std::string::npos)
       throw nb::index_error(what.c_str());
     throw;
   }
 }
 
+// A 0-d bool mask (NumPy's x[True], x[False]) adds an axis of extent 1 or 0; kiln's index takes masks of the
+// indexed axes' shape only, so it is answered here.
+std::optional<bool> zero_d_mask(nb::handle key) {
+  if (!nb::isinstance<Array>(key)) return std::nullopt;
+  const Array& k = nb::cast<const Array&>(key);
+  if (k.ndim() != 0 || k.dtype() != DType::Bool) return std::nullopt;
+  return k.item<bool>();
+}
+
+// An empty bool mask whose zero extents stand for any of a's (the Array API suite's x[mask] with mask.shape
+// (0,) on an array of shape (3,)) selects nothing: the result's leading axis has extent 0.
+bool selects_nothing(const Array& a, nb::handle key) {
+  if (!nb::isinstance<Array>(key)) return false;
+  const Array& k = nb::cast<const Array&>(key);
+  if (k.dtype() != DType::Bool || k.ndim() == 0 || k.ndim() > a.ndim() || k.size() != 0) return false;
+  for (int64_t d = 0; d < k.ndim(); ++d)
+    if (k.shape(d) != 0 && k.shape(d) != a.shape(d)) return false;
+  return true;
+}
+
 Array getitem(const Array& a, nb::handle key) {
+  if (selects_nothing(a, key)) {
+    std::vector<int64_t> shape{0};
+    const Shape& rest = a.shape();
+    shape.insert(shape.end(), rest.begin() + nb::cast<const Array&>(key).ndim(), rest.end());
+    return kiln::empty(Shape(shape), a.dtype(), a.device());
+  }
+  if (std::optional<bool> mask = zero_d_mask(key)) {
+    std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    shape.insert(shape.begin(), *mask ? 1 : 0);
+    return *mask ? kiln::copy(a).reshape(Shape(shape)) : kiln::empty(Shape(shape), a.dtype(), a.device());
+  }
   std::vector<Array> keep;
   std::vector<Index> idx = parse_key(key, keep, a);
   try {
@@ -106,6 +137,11 @@ Array getitem(const Array& a, nb::handle key) {
 }
 
 void setitem(Array& a, nb::handle key, nb::handle value) {
+  if (selects_nothing(a, key)) return;
+  if (std::optional<bool> mask = zero_d_mask(key)) {
+    if (*mask) setitem(a, nb::ellipsis(), value);
+    return;
+  }
   std::vector<Array> keep;
   std::vector<Index> idx = parse_key(key, keep, a);
   try {
@@ -259,6 +295,29 @@ void bind_array(nb::module_& m) {
       .def_prop_ro("is_contiguous", &Array::is_contiguous)
       .def_prop_ro("data_ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data_ptr()); })
       .def_prop_ro("T", [](const Array& a) { return a.T(); })
+      .def_prop_ro("mT", [](const Array& a) { return kiln::swapaxes(a, -2, -1); },
+                   "The transpose of the last two axes (a view), as the Array API's x.mT.")
+      // The shifts are composed in kiln.array_api (a multiply or floor division by a power of two): kiln has
+      // no shift op of its own.
+      .def("__lshift__", [](nb::handle self, nb::handle other) {
+        return nb::module_::import_("kiln.array_api").attr("bitwise_left_shift")(self, other);
+      }, nb::is_operator())
+      .def("__rshift__", [](nb::handle self, nb::handle other) {
+        return nb::module_::import_("kiln.array_api").attr("bitwise_right_shift")(self, other);
+      }, nb::is_operator())
+      .def("__ilshift__", [](nb::handle self, nb::handle other) {
+        self[nb::ellipsis()] = nb::module_::import_("kiln.array_api").attr("bitwise_left_shift")(self, other);
+        return nb::borrow(self);
+      }, nb::is_operator())
+      .def("__irshift__", [](nb::handle self, nb::handle other) {
+        self[nb::ellipsis()] = nb::module_::import_("kiln.array_api").attr("bitwise_right_shift")(self, other);
+        return nb::borrow(self);
+      }, nb::is_operator())
+      .def("__array_namespace__", [](const Array&, nb::handle api_version) {
+        if (!api_version.is_none() && !nb::cast<std::string>(api_version).starts_with("202"))
+          throw nb::value_error("__array_namespace__: kiln implements the Array API 2023.12 (api_version=None)");
+        return nb::module_::import_("kiln.array_api");
+      }, nb::kw_only(), "api_version"_a = nb::none(), "kiln.array_api, the Array API namespace of kiln's arrays.")
       .def("__len__", [](const Array& a) {
         if (a.ndim() == 0) throw nb::type_error("len() of unsized object (a 0-d kiln.Array)");
         return a.shape(0);
@@ -273,6 +332,7 @@ void bind_array(nb::module_& m) {
         return a.item_scalar().to_bool();
       })
       .def("__float__", [](const Array& a) { return a.item<double>(); })
+      .def("__complex__", [](const Array& a) { return nb::steal(PyComplex_FromDoubles(a.item<double>(), 0.0)); })
       .def("__int__", [](const Array& a) { return a.item<int64_t>(); })
       .def("__index__", [](const Array& a) {
         if (!is_integral(a.dtype()))
@@ -304,11 +364,13 @@ void bind_array(nb::module_& m) {
         // (stream -1 asks for no synchronisation).
         const bool skip_sync = !stream.is_none() && PyLong_Check(stream.ptr()) && nb::cast<int64_t>(stream) == -1;
         if (a.device().is_cuda() && !skip_sync) synchronize(a.device());
-        nb::object nd = export_ndarray(a);
+        // copy=True: the consumer gets memory of its own, a copy made here (nanobind's ndarray exports views
+        // only); copy=False and None share the array's memory.
+        const bool copied = !copy.is_none() && nb::cast<bool>(copy);
+        nb::object nd = export_ndarray(copied ? kiln::copy(a) : a);
         nb::dict kwargs;
         if (!max_version.is_none()) kwargs["max_version"] = max_version;
         if (!dl_device.is_none()) kwargs["dl_device"] = dl_device;
-        if (!copy.is_none()) kwargs["copy"] = copy;
         return nd.attr("__dlpack__")(**kwargs);
       }, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
          "copy"_a = nb::none())
@@ -328,8 +390,6 @@ void bind_array(nb::module_& m) {
       })
       .def("__array_ufunc__", &array_ufunc, "ufunc"_a, "method"_a, "inputs"_a, "kwargs"_a)
       .def("__iter__", &array_iter)
-      .def("__array_namespace__", [](const Array&, nb::handle) { return nb::module_::import_("kiln"); },
-           "api_version"_a = nb::none())
       .def("to_device", [](const Array& a, DeviceLike device) { return a.to(*to_optional_device(device)); }, "device"_a)
       .def("__copy__", [](const Array& a) { return a.copy(); })
       .def("__deepcopy__", [](const Array& a, nb::handle) { return a.copy(); }, "memo"_a)
@@ -344,8 +404,8 @@ void bind_array(nb::module_& m) {
         new (&self) Array(to_array(state[0], parse_dtype(nb::cast<std::string>(state[1])),
                                    parse_device(nb::cast<std::string>(state[2]))));
       })
-      .def("__getitem__", &getitem)
-      .def("__setitem__", &setitem)
+      .def("__getitem__", &getitem, "key"_a.none())
+      .def("__setitem__", &setitem, "key"_a.none(), "value"_a)
       .def("copy", [](const Array& a) { return a.copy(); })
       .def("astype", [](const Array& a, DTypeLike dtype, bool copy) {
         DType t = to_dtype(dtype);
@@ -381,6 +441,7 @@ void bind_array(nb::module_& m) {
   KILN_PY_COMPARE(cls, "ge", greater_equal)
   bind_array_methods(cls);
   bind_autograd_methods(cls);
+  bind_pinned_methods(cls);
 }
 
 }  // namespace kiln::python

@@ -16,6 +16,8 @@ void bind_array(nb::module_& m);
 void bind_array_methods(nb::class_<Array>& cls);
 /// Creation, the elementwise ops of kiln/ops.def, reductions, shape ops, linear algebra (ops.cpp).
 void bind_ops(nb::module_& m);
+/// sort, take, tril, tensordot, roll, unique... of kiln/numpy_extra.hpp and kiln/indexing.hpp (extra.cpp).
+void bind_extra(nb::module_& m);
 /// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
@@ -24,6 +26,14 @@ void bind_nn(nb::module_& m);
 void bind_fuse(nb::module_& m);
 /// The FusionValue overloads of the elementwise ops and reductions, registered after their Array forms.
 void bind_fusion_overloads(nb::module_& m);
+/// Streams, events, pinned memory, device properties, ElementwiseKernel / ReductionKernel / RawModule (gpu.cpp).
+void bind_gpu(nb::module_& m);
+/// kiln.data: fashion_mnist, read_idx, DataLoader (data.cpp).
+void bind_data(nb::module_& m);
+/// kiln.models: resnet18/34/50/101 (models.cpp; after bind_nn, whose Module they derive from).
+void bind_models(nb::module_& m);
+/// pin_memory() and is_pinned on kiln.Array (gpu.cpp).
+void bind_pinned_methods(nb::class_<Array>& cls);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).
 void bind_runtime(nb::module_& m);
 

@@ -82,21 +82,23 @@ void bind_dtypes(nb::module_& m) {
       .def("__str__", [](const PyDType& d) { return std::string(dtype_name(d.type)); })
       .def("__hash__", [](const PyDType& d) { return nb::hash(nb::str(dtype_name(d.type).data())); })
       .def("__eq__", [](const PyDType& d, nb::handle other) {
+        if (other.is_none()) return false;
         try {
           return to_dtype(other) == d.type;
         } catch (const std::exception&) {
           PyErr_Clear();
           return false;
         }
-      })
+      }, "other"_a.none())
       .def("__ne__", [](const PyDType& d, nb::handle other) {
+        if (other.is_none()) return true;
         try {
           return to_dtype(other) != d.type;
         } catch (const std::exception&) {
           PyErr_Clear();
           return true;
         }
-      });
+      }, "other"_a.none());
   const DType all[] = {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8,
                        DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   for (DType t : all) {
@@ -121,7 +123,7 @@ void bind_devices(nb::module_& m) {
         if (nb::isinstance<Device>(other)) return nb::cast<Device>(other) == d;
         if (nb::isinstance<nb::str>(other)) return parse_device(nb::cast<std::string>(other)) == d;
         return false;
-      })
+      }, "other"_a.none())
       .def("__hash__", [](const Device& d) { return nb::hash(nb::str(d.str().c_str())); });
 }
 
@@ -138,7 +140,11 @@ NB_MODULE(_kiln, m) {
   bind_array(m);
   bind_fuse(m);
   bind_ops(m);
+  bind_extra(m);
   bind_fusion_overloads(m);
   bind_runtime(m);
+  bind_gpu(m);
+  bind_data(m);
   bind_nn(m);
+  bind_models(m);
 }

@@ -131,7 +131,10 @@ def test_copy_deepcopy_and_pickle_round_trip():
 
 def test_array_api_namespace_and_to_device():
     x = kiln.ones(2)
-    assert x.__array_namespace__() is kiln
+    assert x.__array_namespace__() is kiln.array_api
+    assert x.__array_namespace__(api_version="2023.12") is kiln.array_api
+    with pytest.raises(ValueError, match="2023.12"):
+        x.__array_namespace__(api_version="1999.01")
     assert x.to_device(kiln.cpu()).device == kiln.cpu()
 
 

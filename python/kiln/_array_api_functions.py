@@ -1,0 +1,454 @@
+"""The Array API's functions over kiln's (kiln.array_api re-exports them): elementwise, linear algebra,
+manipulation, searching, sets, sorting, statistics and utilities, with the standard's signatures."""
+
+from collections import namedtuple as _namedtuple
+
+from . import _kiln as _k
+from ._kiln import Array as _Array
+
+__all__ = []
+
+
+def _export(function):
+    __all__.append(function.__name__)
+    return function
+
+
+# ---------------------------------------------------------------- elementwise functions
+# The standard's name -> kiln's, for the functions whose binding already has the standard's semantics.
+_UNARY = {
+    "abs": "abs", "acos": "arccos", "asin": "arcsin", "atan": "arctan", "bitwise_invert": "bitwise_not",
+    "ceil": "ceil", "cos": "cos", "cosh": "cosh", "exp": "exp", "expm1": "expm1", "floor": "floor",
+    "isfinite": "isfinite", "isinf": "isinf", "isnan": "isnan", "log": "log", "log1p": "log1p", "log2": "log2",
+    "log10": "log10", "logical_not": "logical_not", "negative": "negative", "round": "round", "sign": "sign",
+    "sin": "sin", "sinh": "sinh", "square": "square", "sqrt": "sqrt", "tan": "tan", "tanh": "tanh",
+    "trunc": "trunc",
+}
+_BINARY = {
+    "add": "add", "atan2": "arctan2", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor", "divide": "divide", "equal": "equal", "floor_divide": "floor_divide",
+    "greater": "greater", "greater_equal": "greater_equal", "less": "less", "less_equal": "less_equal",
+    "logaddexp": "logaddexp", "logical_and": "logical_and", "logical_or": "logical_or",
+    "logical_xor": "logical_xor", "maximum": "maximum", "minimum": "minimum", "multiply": "multiply",
+    "not_equal": "not_equal", "pow": "power", "remainder": "remainder", "subtract": "subtract",
+}
+
+
+def _unary(name, kiln_name):
+    kiln_function = getattr(_k, kiln_name)
+
+    def function(x, /):
+        return kiln_function(x)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"The Array API's {name}: kiln.{kiln_name}."
+    return function
+
+
+def _binary(name, kiln_name):
+    kiln_function = getattr(_k, kiln_name)
+
+    def function(x1, x2, /):
+        return kiln_function(x1, x2)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"The Array API's {name}: kiln.{kiln_name}."
+    return function
+
+
+for _name, _kiln_name in _UNARY.items():
+    globals()[_name] = _unary(_name, _kiln_name)
+    __all__.append(_name)
+for _name, _kiln_name in _BINARY.items():
+    globals()[_name] = _binary(_name, _kiln_name)
+    __all__.append(_name)
+
+
+# kiln has no complex dtypes: conj, real and imag take real arrays, as NumPy's (x, x, zeros).
+@_export
+def conj(x, /):
+    return _k.copy(x)
+
+
+@_export
+def real(x, /):
+    return _k.copy(x)
+
+
+@_export
+def imag(x, /):
+    return _k.zeros_like(x)
+
+
+@_export
+def positive(x, /):
+    return _k.copy(x)
+
+
+@_export
+def acosh(x, /):
+    # x < 1 (-inf included, where x + sqrt(x * x - 1) would be inf) is outside the domain.
+    return _k.where(x < 1, float("nan"), _k.log(x + _k.sqrt(x * x - 1)))
+
+
+@_export
+def asinh(x, /):
+    # asinh(-x) = -asinh(x): computing on |x| keeps the large negative arguments from cancelling.
+    a = _k.abs(x)
+    return _k.where(x == 0, x, _k.sign(x) * _k.log(a + _k.sqrt(a * a + 1)))  # keeps -0.0
+
+
+@_export
+def atanh(x, /):
+    return 0.5 * _k.log1p(2 * x / (1 - x))
+
+
+@_export
+def signbit(x, /):
+    # x < 0, and -0.0 through 1 / x (= -inf); NaN's sign bit is not reachable from arithmetic.
+    if x.dtype in (_k.float32, _k.float64):
+        return _k.logical_or(x < 0, _k.logical_and(x == 0, (1 / x) < 0))
+    return x < 0
+
+
+@_export
+def copysign(x1, x2, /):
+    magnitude = _k.abs(x1)
+    out = _k.where(signbit(x2), -magnitude, magnitude)
+    return _k.astype(out, _k.promote_types(x1.dtype, x2.dtype))
+
+
+@_export
+def hypot(x1, x2, /):
+    a, b = _k.abs(x1), _k.abs(x2)
+    big, small = _k.maximum(a, b), _k.minimum(a, b)
+    # big * sqrt(1 + (small / big)^2) cannot overflow where big^2 would; inf wins over NaN as C's hypot.
+    ratio = _k.where(big == 0, 0 * big, small / _k.where(big == 0, 1 + 0 * big, big))
+    out = big * _k.sqrt(1 + ratio * ratio)
+    return _k.where(_k.logical_or(_k.isinf(a), _k.isinf(b)), _k.full_like(out, float("inf")), out)
+
+
+_BITS = {_k.int8: 8, _k.int16: 16, _k.int32: 32, _k.int64: 64, _k.uint8: 8}
+
+
+def _shift_amount(x1, x2):
+    # The shift in int64, and its two halves as powers of two (2**31 at most each, so that neither power
+    # overflows int64 and x1 * low * high wraps as C's shift does).
+    shift = _k.astype(_k.asarray(x2, device=x1.device), _k.int64)
+    low = _k.minimum(shift, 31)
+    high = _k.maximum(_k.minimum(shift, 62) - 31, 0)
+    two = _k.asarray(2, dtype=_k.int64, device=x1.device)
+    return shift, _k.power(two, low), _k.power(two, high)
+
+
+@_export
+def bitwise_left_shift(x1, x2, /):
+    shift, low, high = _shift_amount(x1, x2)
+    out = _k.astype(_k.multiply(_k.multiply(_k.astype(x1, _k.int64), low), high), x1.dtype)
+    # Shifts by the width or more leave no bits (the standard's choice, as NumPy's).
+    return _k.where(shift >= _BITS[x1.dtype], _k.zeros_like(out), out)
+
+
+@_export
+def bitwise_right_shift(x1, x2, /):
+    shift, low, high = _shift_amount(x1, x2)
+    out = _k.astype(_k.floor_divide(_k.floor_divide(_k.astype(x1, _k.int64), low), high), x1.dtype)
+    # An arithmetic shift by the width or more leaves the sign: -1 for negatives, 0 otherwise.
+    sign = _k.astype(_k.where(x1 < 0, -1, 0), x1.dtype)
+    return _k.where(shift >= _BITS[x1.dtype] - 1, sign, out) if x1.dtype != _k.uint8 else \
+        _k.where(shift >= 8, _k.zeros_like(out), out)
+
+
+@_export
+def clip(x, /, min=None, max=None):  # noqa: A002  (the standard's names)
+    out = x
+    # A Python bound is made in x's dtype directly: through float32 (kiln's default) a float64 bound would round.
+    if min is not None:
+        bound = min if isinstance(min, _Array) else _k.asarray(min, dtype=x.dtype, device=x.device)
+        out = _k.where(out < bound, _k.astype(bound, x.dtype), out)
+    if max is not None:
+        bound = max if isinstance(max, _Array) else _k.asarray(max, dtype=x.dtype, device=x.device)
+        out = _k.where(out > bound, _k.astype(bound, x.dtype), out)
+    return out if out is not x else _k.copy(x)
+
+
+# ---------------------------------------------------------------- linear algebra
+@_export
+def matmul(x1, x2, /):
+    return _k.matmul(x1, x2)
+
+
+@_export
+def matrix_transpose(x, /):
+    return x.mT
+
+
+@_export
+def tensordot(x1, x2, /, *, axes=2):
+    return _k.tensordot(x1, x2, axes)
+
+
+@_export
+def vecdot(x1, x2, /, *, axis=-1):
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: axis {axis} has {x1.shape[axis]} elements in x1 but {x2.shape[axis]} in x2 "
+                         "(the contracted axis is not broadcast)")
+    product = x1 * x2
+    return _k.astype(_k.sum(product, axis=axis), product.dtype)
+
+
+# ---------------------------------------------------------------- manipulation functions
+@_export
+def broadcast_arrays(*arrays):
+    return list(_k.broadcast_arrays(*arrays))
+
+
+@_export
+def broadcast_to(x, /, shape):
+    return _k.broadcast_to(x, shape)
+
+
+@_export
+def concat(arrays, /, *, axis=0):
+    if axis is None:
+        return _k.concatenate([_k.ravel(a) for a in arrays], 0)
+    return _k.concatenate(list(arrays), axis)
+
+
+@_export
+def expand_dims(x, /, axis=0):
+    if not -x.ndim - 1 <= axis <= x.ndim:  # the standard asks for IndexError here (kiln raises ShapeError)
+        raise IndexError(f"expand_dims: axis {axis} is out of bounds for an array of {x.ndim} axes "
+                         f"(valid: {-x.ndim - 1} .. {x.ndim})")
+    return _k.expand_dims(x, axis)
+
+
+@_export
+def flip(x, /, *, axis=None):
+    return _k.flip(x, axis)
+
+
+@_export
+def moveaxis(x, source, destination, /):
+    if isinstance(source, int):
+        return _k.moveaxis(x, source, destination)
+    order = [a % x.ndim for a in source]
+    targets = [d % x.ndim for d in destination]
+    rest = [a for a in range(x.ndim) if a not in order]
+    axes = [None] * x.ndim
+    for s, d in zip(order, targets):
+        axes[d] = s
+    it = iter(rest)
+    return _k.permute_dims(x, [a if a is not None else next(it) for a in axes])
+
+
+@_export
+def permute_dims(x, /, axes):
+    return _k.permute_dims(x, axes)
+
+
+@_export
+def repeat(x, repeats, /, *, axis=None):
+    return _k.repeat(x, repeats, axis)
+
+
+@_export
+def reshape(x, /, shape, *, copy=None):
+    out = _k.reshape(x, shape)
+    return _k.copy(out) if copy else out
+
+
+@_export
+def roll(x, /, shift, *, axis=None):
+    return _k.roll(x, shift, axis)
+
+
+@_export
+def squeeze(x, /, axis):
+    return _k.squeeze(x, axis)
+
+
+@_export
+def stack(arrays, /, *, axis=0):
+    return _k.stack(list(arrays), axis)
+
+
+@_export
+def tile(x, repetitions, /):
+    return _k.tile(x, repetitions)
+
+
+@_export
+def unstack(x, /, *, axis=0):
+    moved = _k.moveaxis(x, axis, 0)
+    return tuple(moved[i] for i in range(moved.shape[0]))
+
+
+@_export
+def take(x, indices, /, *, axis=None):
+    return _k.take(x, indices, axis)
+
+
+# ---------------------------------------------------------------- searching functions
+@_export
+def argmax(x, /, *, axis=None, keepdims=False):
+    return _k.argmax(x, axis, keepdims)
+
+
+@_export
+def argmin(x, /, *, axis=None, keepdims=False):
+    return _k.argmin(x, axis, keepdims)
+
+
+@_export
+def nonzero(x, /):
+    if x.ndim == 0:
+        raise ValueError("nonzero: a 0-d array has no axes to index (x[None] for a 1-d one)")
+    flat = _k.flatnonzero(x)
+    out, stride = [], 1
+    for extent in reversed(x.shape):
+        out.append((flat // stride) % extent)
+        stride *= extent
+    return tuple(reversed(out))
+
+
+@_export
+def searchsorted(x1, x2, /, *, side="left", sorter=None):
+    if sorter is not None:
+        x1 = _k.take(x1, sorter)
+    return _k.searchsorted(x1, x2, side)
+
+
+@_export
+def where(condition, x1, x2, /):
+    return _k.where(condition, x1, x2)
+
+
+# ---------------------------------------------------------------- set functions
+UniqueAllResult = _namedtuple("UniqueAllResult", ["values", "indices", "inverse_indices", "counts"])
+UniqueCountsResult = _namedtuple("UniqueCountsResult", ["values", "counts"])
+UniqueInverseResult = _namedtuple("UniqueInverseResult", ["values", "inverse_indices"])
+
+
+@_export
+def unique_all(x, /):
+    values, indices, inverse, counts = _k.unique(x, True, True, True)
+    return UniqueAllResult(values, indices, _k.reshape(inverse, x.shape), counts)
+
+
+@_export
+def unique_counts(x, /):
+    values, counts = _k.unique(x, False, False, True)
+    return UniqueCountsResult(values, counts)
+
+
+@_export
+def unique_inverse(x, /):
+    values, inverse = _k.unique(x, False, True, False)
+    return UniqueInverseResult(values, _k.reshape(inverse, x.shape))
+
+
+@_export
+def unique_values(x, /):
+    return _k.unique_values(x)
+
+
+# ---------------------------------------------------------------- sorting functions
+@_export
+def argsort(x, /, *, axis=-1, descending=False, stable=True):
+    if not descending:
+        return _k.argsort(x, axis)
+    # Stable descending order: sort the flipped array ascending, then map the indices back and flip again.
+    n = x.shape[axis] if x.ndim else 1
+    return _k.flip(n - 1 - _k.argsort(_k.flip(x, axis), axis), axis)
+
+
+@_export
+def sort(x, /, *, axis=-1, descending=False, stable=True):
+    out = _k.sort(x, axis)
+    return _k.flip(out, axis) if descending else out
+
+
+# ---------------------------------------------------------------- statistical and utility functions
+def _reduce(kiln_function, x, axis, keepdims, dtype=None):
+    if dtype is not None and dtype != x.dtype:
+        x = x.astype(dtype)
+    out = kiln_function(x, axis, keepdims)
+    return out.astype(dtype) if dtype is not None and out.dtype != dtype else out
+
+
+@_export
+def max(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    return _k.max(x, axis, keepdims)
+
+
+@_export
+def min(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    return _k.min(x, axis, keepdims)
+
+
+@_export
+def mean(x, /, *, axis=None, keepdims=False):
+    return _k.mean(x, axis, keepdims)
+
+
+@_export
+def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
+    return _reduce(_k.sum, x, axis, keepdims, dtype)
+
+
+@_export
+def prod(x, /, *, axis=None, dtype=None, keepdims=False):
+    return _reduce(_k.prod, x, axis, keepdims, dtype)
+
+
+def _moments(x, axis, correction, keepdims):
+    mu = _k.mean(x, axis, True)
+    d = x - mu
+    total = _k.sum(d * d, axis, keepdims)
+    count = x.size if axis is None else 1
+    if axis is not None:
+        for a in (axis,) if isinstance(axis, int) else axis:
+            count *= x.shape[a]
+    return total / (count - correction)
+
+
+@_export
+def var(x, /, *, axis=None, correction=0.0, keepdims=False):
+    return _moments(x, axis, correction, keepdims)
+
+
+@_export
+def std(x, /, *, axis=None, correction=0.0, keepdims=False):
+    return _k.sqrt(_moments(x, axis, correction, keepdims))
+
+
+@_export
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError("cumulative_sum: axis is required for an array of more than one axis")
+        axis = 0
+    if dtype is not None and dtype != x.dtype:
+        x = x.astype(dtype)
+    out = _k.cumsum(x, axis)
+    if dtype is not None and out.dtype != dtype:
+        out = out.astype(dtype)
+    if include_initial:
+        shape = list(out.shape)
+        shape[axis] = 1
+        out = _k.concatenate([_k.zeros(tuple(shape), dtype=out.dtype, device=out.device), out], axis)
+    return out
+
+
+@_export
+def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    return _k.all(x, axis, keepdims)
+
+
+@_export
+def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    return _k.any(x, axis, keepdims)
+
+
+del _name, _kiln_name

@@ -1,0 +1,273 @@
+"""kiln as an Array API namespace (the 2023.12 standard): `xp = x.__array_namespace__()` or `import
+kiln.array_api as xp`.
+
+The functions take the standard's names and signatures (positional-only and keyword-only parameters as the
+standard writes them) and run kiln's ops: most are the bindings themselves, the rest are composed of them here,
+so every function runs on every device kiln has. The linear algebra and FFT extensions are not offered (the
+standard makes them optional). docs/python.md lists the Array API test suite's results.
+"""
+
+import builtins as _builtins
+import math as _math
+
+from . import _kiln as _k
+from ._kiln import Array as _Array
+
+__array_api_version__ = "2023.12"
+
+# ---------------------------------------------------------------- data types and constants
+bool = _k.bool  # noqa: A001  (the standard's name)
+int8, int16, int32, int64, uint8 = _k.int8, _k.int16, _k.int32, _k.int64, _k.uint8
+float32, float64 = _k.float32, _k.float64
+
+e, pi, inf, nan = _math.e, _math.pi, _math.inf, _math.nan
+newaxis = None
+
+_SIGNED = (int8, int16, int32, int64)
+_UNSIGNED = (uint8,)
+_INTEGRAL = _SIGNED + _UNSIGNED
+_FLOATING = (float32, float64)
+_ALL = (bool,) + _INTEGRAL + _FLOATING
+
+
+def _dtype(x):
+    return x.dtype if isinstance(x, _Array) else _k.dtype(x)
+
+
+# ---------------------------------------------------------------- the namespace's inspection API
+class _Info:
+    """What __array_namespace_info__() returns: kiln's devices, dtypes and capabilities."""
+
+    __module__ = "kiln.array_api"
+
+    def capabilities(self):
+        # kiln::kMaxRank: the most axes an op's operands may have (views of any rank are fine).
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 16}
+
+    def default_device(self):
+        return _k.current_device()  # where creation functions allocate: kiln.set_current_device changes it
+
+    def devices(self):
+        return [_k.cpu()] + [_k.cuda(i) for i in range(_k.num_gpus())]
+
+    def default_dtypes(self, *, device=None):
+        return {"real floating": float32, "integral": int64, "indexing": int64}
+
+    def dtypes(self, *, device=None, kind=None):
+        if kind is None:
+            chosen = _ALL
+        else:
+            chosen = tuple(t for t in _ALL if isdtype(t, kind))
+        return {str(t): t for t in chosen}
+
+
+def __array_namespace_info__():
+    return _Info()
+
+
+# ---------------------------------------------------------------- data type functions
+def isdtype(dtype, kind):
+    if isinstance(kind, tuple):
+        return _builtins.any(isdtype(dtype, k) for k in kind)
+    if isinstance(kind, str):
+        groups = {
+            "bool": (bool,),
+            "signed integer": _SIGNED,
+            "unsigned integer": _UNSIGNED,
+            "integral": _INTEGRAL,
+            "real floating": _FLOATING,
+            "complex floating": (),
+            "numeric": _INTEGRAL + _FLOATING,
+        }
+        if kind not in groups:
+            raise ValueError(f"isdtype: unknown kind {kind!r} (one of {', '.join(groups)})")
+        return dtype in groups[kind]
+    return dtype == kind
+
+
+def result_type(*arrays_and_dtypes):
+    if not arrays_and_dtypes:
+        raise ValueError("result_type: at least one array or dtype is required")
+    dtypes = [_dtype(a) for a in arrays_and_dtypes]
+    out = dtypes[0]
+    for t in dtypes[1:]:
+        out = _k.promote_types(out, t)
+    return out
+
+
+def can_cast(from_, to, /):
+    source = _dtype(from_)
+    if source == to:
+        return True
+    if source == bool or to == bool:
+        return False
+    if isdtype(source, "real floating") != isdtype(to, "real floating"):
+        return False  # the standard promotes within a kind only
+    return _k.promote_types(source, to) == to
+
+
+class finfo_object:
+    """The machine limits of a floating dtype (finfo)."""
+
+    def __init__(self, dtype):
+        single = dtype == float32
+        self.bits = 32 if single else 64
+        self.eps = 2.0**-23 if single else 2.0**-52
+        self.max = 3.4028234663852886e38 if single else 1.7976931348623157e308
+        self.min = -self.max
+        self.smallest_normal = 2.0**-126 if single else 2.0**-1022
+        self.dtype = dtype
+
+
+class iinfo_object:
+    """The range of an integer dtype (iinfo)."""
+
+    def __init__(self, dtype):
+        self.bits = {int8: 8, int16: 16, int32: 32, int64: 64, uint8: 8}[dtype]
+        signed = dtype in _SIGNED
+        self.min = -(2 ** (self.bits - 1)) if signed else 0
+        self.max = 2 ** (self.bits - 1) - 1 if signed else 2**self.bits - 1
+        self.dtype = dtype
+
+
+def finfo(type, /):  # noqa: A002  (the standard's name)
+    dtype = _dtype(type)
+    if dtype not in _FLOATING:
+        raise ValueError(f"finfo: {dtype} is not a floating dtype (float32, float64)")
+    return finfo_object(dtype)
+
+
+def iinfo(type, /):  # noqa: A002
+    dtype = _dtype(type)
+    if dtype not in _INTEGRAL:
+        raise ValueError(f"iinfo: {dtype} is not an integer dtype")
+    return iinfo_object(dtype)
+
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    if device is not None:
+        x = x.to_device(device)
+    if x.dtype == dtype:
+        return _k.copy(x) if copy else x
+    return x.astype(dtype)
+
+
+# ---------------------------------------------------------------- creation functions
+def asarray(obj, /, *, dtype=None, device=None, copy=None):
+    if copy is False and not isinstance(obj, _Array) and not hasattr(obj, "__dlpack__"):
+        raise ValueError("asarray: copy=False needs an array to share (this object must be copied)")
+    if isinstance(obj, (list, tuple)) and dtype is None:
+        # The standard's default dtypes: a nested sequence of bools, ints or floats.
+        flat = _flatten(obj)
+        if flat and _builtins.all(isinstance(v, _builtins.bool) for v in flat):
+            dtype = bool
+        elif flat and _builtins.all(isinstance(v, int) for v in flat):
+            dtype = int64
+        elif flat and _builtins.all(isinstance(v, (int, float)) for v in flat):
+            dtype = float32
+        else:
+            flat_arrays = [v for v in flat if isinstance(v, _Array)]
+            if flat_arrays:
+                return _k.stack([asarray(v, device=device) for v in obj])
+    if copy is not True and isinstance(obj, _Array) and dtype in (None, obj.dtype) and device in (None, obj.device):
+        return obj
+    out = _k.asarray(obj, dtype=dtype, device=device)
+    if copy and (isinstance(obj, _Array) or hasattr(obj, "__dlpack__")):
+        out = _k.copy(out)  # the result may share obj's memory (a new Array object over the same storage)
+    elif copy is False and out is not obj and isinstance(obj, _Array):
+        raise ValueError("asarray: copy=False but the dtype or device asked for needs a copy")
+    return out
+
+
+def _flatten(seq):
+    out = []
+    for v in seq:
+        if isinstance(v, (list, tuple)):
+            out.extend(_flatten(v))
+        else:
+            out.append(v)
+    return out
+
+
+def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None and _builtins.all(isinstance(v, int) for v in (start, stop, step)):
+        dtype = int64
+    return _k.arange(start, stop, step, dtype=dtype, device=device)
+
+
+def empty(shape, *, dtype=None, device=None):
+    return _k.empty(shape, dtype=dtype, device=device)
+
+
+def zeros(shape, *, dtype=None, device=None):
+    return _k.zeros(shape, dtype=dtype, device=device)
+
+
+def ones(shape, *, dtype=None, device=None):
+    return _k.ones(shape, dtype=dtype, device=device)
+
+
+def full(shape, fill_value, *, dtype=None, device=None):
+    if dtype is None:
+        dtype = bool if isinstance(fill_value, _builtins.bool) else int64 if isinstance(fill_value, int) else float32
+    return _k.full(shape, fill_value, dtype=dtype, device=device)
+
+
+def empty_like(x, /, *, dtype=None, device=None):
+    return _k.empty_like(x, dtype=dtype, device=device)
+
+
+def zeros_like(x, /, *, dtype=None, device=None):
+    return _k.zeros_like(x, dtype=dtype, device=device)
+
+
+def ones_like(x, /, *, dtype=None, device=None):
+    return _k.ones_like(x, dtype=dtype, device=device)
+
+
+def full_like(x, /, fill_value, *, dtype=None, device=None):
+    return _k.full_like(x, fill_value, dtype=dtype, device=device)
+
+
+def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
+    width = n_rows if n_cols is None else n_cols
+    k = _builtins.max(_builtins.min(k, width), -n_rows)  # a diagonal past the corner: all zeros, as any k beyond
+    return _k.eye(n_rows, n_cols, k, dtype=dtype, device=device)
+
+
+def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
+    return _k.linspace(start, stop, num, endpoint=endpoint, dtype=dtype, device=device)
+
+
+def meshgrid(*arrays, indexing="xy"):
+    return list(_k.meshgrid(*arrays, indexing=indexing))
+
+
+def tril(x, /, *, k=0):
+    return _k.tril(x, k)
+
+
+def triu(x, /, *, k=0):
+    return _k.triu(x, k)
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    out = _k.from_dlpack(x)  # shares x's memory
+    if device is not None and out.device != device:
+        if copy is False:
+            raise ValueError(f"from_dlpack: copy=False but x is on {out.device}, not {device}")
+        return out.to(device)
+    return _k.copy(out) if copy else out
+
+
+from ._array_api_functions import *  # noqa: E402,F401,F403  (elementwise, manipulation, statistics...)
+from ._array_api_functions import __all__ as _functions  # noqa: E402
+
+__all__ = [
+    "__array_api_version__", "__array_namespace_info__", "bool", "int8", "int16", "int32", "int64", "uint8",
+    "float32", "float64", "e", "pi", "inf", "nan", "newaxis", "isdtype", "result_type", "can_cast", "finfo",
+    "iinfo", "astype", "asarray", "arange", "empty", "zeros", "ones", "full", "empty_like", "zeros_like",
+    "ones_like", "full_like", "eye", "linspace", "meshgrid", "tril", "triu", "from_dlpack",
+] + _functions

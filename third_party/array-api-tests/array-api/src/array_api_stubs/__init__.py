@@ -1,0 +1,1 @@
+from . import _2023_12  # noqa: F401
