@@ -68,6 +68,17 @@ inline double golden_matmul_tolerance(kiln::DType t) {
   }
 }
 
+/// The message of the kiln::ValueError `fn` throws, or "no error" (for checks that an error names the fix).
+template <class F>
+std::string value_error_message(F&& fn) {
+  try {
+    fn();
+  } catch (const kiln::ValueError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 /// A fresh folder under the system temp folder, removed with its contents at scope exit.
 class TempDir {
  public:

@@ -120,14 +120,7 @@ TEST(Llama, LoadLlamaReadsAHubFolderWithShardsAndItsConfig) {
     expect_close(models::load_llama(hub, {}, float64, d)->forward(tokens.to(d)), logits, 1e-6, "on " + d.str());
 
   kiln_test::TempDir dir;
-  auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const ValueError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto&& fn) { return kiln_test::value_error_message(fn); };
   auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir.str() + "/" + name) << text; };
   // One file with config.json beside it; a config given replaces the file.
   std::filesystem::copy_file(kGptGolden + "llama_tiny.safetensors", dir.str() + "/weights.safetensors");

@@ -137,14 +137,7 @@ TEST(Tokenizer, save_writes_the_files_tokenizers_wrote) {
 TEST(Tokenizer, load_errors_name_the_file_the_line_and_the_fix) {
   kiln_test::TempDir dir;
   const std::string vocab = kData + "/vocab.json", merges = kData + "/merges.txt";
-  auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const ValueError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto&& fn) { return kiln_test::value_error_message(fn); };
   const std::string bad_json = dir.str() + "/bad.json";
   write(bad_json, "{\"a\": 0,\n \"b\" 1}");
   auto m = message([&] { text::BpeTokenizer::load(bad_json, merges); });
