@@ -1,7 +1,7 @@
-// The matrix factorisations of kiln::linalg (inv, det, slogdet, cholesky, qr, svd, eigh) with LAPACK from
-// OpenBLAS, in float64 on the host, batched over leading axes by a loop of one LAPACK call per matrix.
-// Operands on another device are copied to the host and the results back (one round trip, like solve on a
-// backend without solvers). The gradients (linalg_grad.cpp) are recorded here through one AutogradFunction
+// The matrix factorisations of kiln::linalg (inv, det, slogdet, cholesky, qr, svd, eigh) in float64, batched
+// over leading axes. Operands on a device whose backend has factorisations (Backend::linalg_factor: cuSOLVER)
+// are factored there; CPU operands, det/slogdet and other backends' operands use LAPACK from OpenBLAS on
+// the host, one call per matrix (device operands copied there and the results back). The gradients (linalg_grad.cpp) are recorded here through one AutogradFunction
 // whose result packs every output: the outputs users get are views of it, so a loss that uses only some of
 // them gives zero gradients for the others.
 //
@@ -10,11 +10,14 @@
 // triangle of A^T; qr and svd transpose explicitly.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/autograd.hpp"
+#include "core/backend.hpp"
 #include "cpu/linalg_grad.hpp"
 #include "kiln/kiln.hpp"
 
@@ -54,7 +57,8 @@ int lapack_int(int64_t v, const char* op) {
   return static_cast<int>(v);
 }
 
-Batch load(const Array& a, const char* op, bool square) {
+/// The checks and the shapes, without the data.
+Batch describe(const Array& a, const char* op, bool square) {
   if (!a.defined()) throw ValueError(std::string(op) + ": the operand is an undefined Array; create it first");
   if (a.ndim() < 2 || (square && a.shape(-1) != a.shape(-2)))
     throw ShapeError(std::string(op) + ": a must be a " + (square ? "square matrix (..., n, n)" : "matrix (..., m, n)") +
@@ -70,6 +74,11 @@ Batch load(const Array& a, const char* op, bool square) {
   b.device = a.device();
   lapack_int(b.m, op);
   lapack_int(b.n, op);
+  return b;
+}
+
+Batch load(const Array& a, const char* op, bool square) {
+  Batch b = describe(a, op, square);
   b.data = a.astype(float64).to(cpu()).to_vector<double>();
   return b;
 }
@@ -99,6 +108,60 @@ void from_column_major(const double* c, int64_t ld, int64_t rows, int64_t cols, 
 
 std::string which(const Batch& b, int64_t i) {
   return b.count > 1 ? "matrix " + std::to_string(i) + " of a " + b.shape : "the matrix a " + b.shape;
+}
+
+[[noreturn]] void throw_singular(const char* op, const Batch& b, int64_t i, int info) {
+  throw LinAlgError(std::string(op) + ": " + which(b, i) + " is singular (pivot " + std::to_string(info) +
+                    " is exactly zero); use linalg::pinv for a pseudo-inverse or linalg::solve for a system");
+}
+
+[[noreturn]] void throw_not_positive_definite(const Batch& b, int64_t i, int info) {
+  throw LinAlgError("linalg::cholesky: " + which(b, i) + " is not positive-definite (its leading minor of order " +
+                    std::to_string(info) + " is not positive); check that it is symmetric, or add a multiple of "
+                    "the identity");
+}
+
+[[noreturn]] void throw_no_convergence(const char* op, const Batch& b, int64_t i, const char* what) {
+  throw LinAlgError(std::string(op) + ": the " + what + " of " + which(b, i) +
+                    " did not converge; check it for NaN or infinite values");
+}
+
+/// The factorisation on a GPU's backend: outputs of the per-matrix shapes `shapes` (an unset one stays
+/// undefined), returned with the batch axes and the result dtype; `fail` throws for a positive info. nullopt
+/// when a is on the CPU, empty, or its backend has no factorisations: the caller computes on the host.
+std::optional<std::vector<Array>> on_device(const Array& a, const Batch& b, detail::FactorOp op,
+                                            const std::vector<std::optional<Shape>>& shapes, bool upper,
+                                            bool complete, const std::function<void(int64_t, int)>& fail) {
+  if (b.device.is_cpu() || b.count == 0 || b.m == 0 || b.n == 0) return std::nullopt;
+  const Array a3 = a.astype(float64).reshape({b.count, b.m, b.n}).contiguous();
+  detail::FactorCall call;
+  call.op = op;
+  call.a = &a3;
+  call.upper = upper;
+  call.complete = complete;
+  for (const std::optional<Shape>& s : shapes) {
+    if (!s) {
+      call.outputs.emplace_back();
+      continue;
+    }
+    Shape full{b.count};
+    for (int64_t d : *s) full.push_back(d);
+    call.outputs.push_back(detail::make_array(full, float64, b.device));
+  }
+  if (!detail::backend_for(b.device).linalg_factor(call)) return std::nullopt;
+  for (size_t i = 0; i < call.infos.size(); ++i)
+    if (call.infos[i] > 0) fail(static_cast<int64_t>(i), call.infos[i]);
+  std::vector<Array> out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (!shapes[i]) {
+      out.emplace_back();
+      continue;
+    }
+    Shape full = b.batch;
+    for (int64_t d : *shapes[i]) full.push_back(d);
+    out.push_back(call.outputs[i].reshape(full).astype(b.result));
+  }
+  return out;
 }
 
 /// LU factors of each matrix in place (A^T's, which have A's determinant); info per matrix.
@@ -137,15 +200,16 @@ void lu_slogdet(const Batch& b, const std::vector<int>& pivots, std::vector<doub
 
 Array inv_forward(const Array& a) {
   const char* op = "linalg::inv";
+  const Batch described = describe(a, op, true);
+  if (auto r = on_device(a, described, detail::FactorOp::Inverse, {Shape{described.n, described.n}}, false, false,
+                         [&](int64_t i, int info) { throw_singular(op, described, i, info); }))
+    return (*r)[0];
   Batch b = load(a, op, true);
   std::vector<int> pivots;
   const std::vector<int> infos = lu(b, pivots);
   const int n = static_cast<int>(b.n), ld = std::max(n, 1);
   for (int64_t i = 0; i < b.count && n > 0; ++i) {
-    if (infos[static_cast<size_t>(i)] > 0)
-      throw LinAlgError(std::string(op) + ": " + which(b, i) + " is singular (pivot " +
-                        std::to_string(infos[static_cast<size_t>(i)]) +
-                        " is exactly zero); use linalg::pinv for a pseudo-inverse or linalg::solve for a system");
+    if (infos[static_cast<size_t>(i)] > 0) throw_singular(op, b, i, infos[static_cast<size_t>(i)]);
     int lwork = -1, info = 0;
     double query = 0;
     double* m = b.data.data() + i * b.n * b.n;
@@ -168,6 +232,10 @@ std::vector<Array> slogdet_forward(const Array& a, const char* op) {
 
 Array cholesky_forward(const Array& a, bool upper) {
   const char* op = "linalg::cholesky";
+  const Batch described = describe(a, op, true);
+  if (auto r = on_device(a, described, detail::FactorOp::Cholesky, {Shape{described.n, described.n}}, upper, false,
+                         [&](int64_t i, int info) { throw_not_positive_definite(described, i, info); }))
+    return (*r)[0];
   Batch b = load(a, op, true);
   const int n = static_cast<int>(b.n), ld = std::max(n, 1);
   // The buffer is A^T: A's lower triangle is its upper one.
@@ -176,10 +244,7 @@ Array cholesky_forward(const Array& a, bool upper) {
     double* m = b.data.data() + i * b.n * b.n;
     int info = 0;
     dpotrf_(&uplo, &n, m, &ld, &info, 1);
-    if (info > 0)
-      throw LinAlgError(std::string(op) + ": " + which(b, i) + " is not positive-definite (its leading minor of order " +
-                        std::to_string(info) + " is not positive); check that it is symmetric, or add a multiple of "
-                        "the identity");
+    if (info > 0) throw_not_positive_definite(b, i, info);
     for (int64_t r = 0; r < b.n; ++r)
       for (int64_t c = 0; c < b.n; ++c)
         if (upper ? c < r : c > r) m[r * b.n + c] = 0;
@@ -189,6 +254,14 @@ Array cholesky_forward(const Array& a, bool upper) {
 
 std::vector<Array> qr_forward(const Array& a, QrMode mode) {
   const char* op = "linalg::qr";
+  {
+    const Batch d = describe(a, op, false);
+    const int64_t k = std::min(d.m, d.n), q = mode == QrMode::Complete ? d.m : k;
+    const std::optional<Shape> q_shape = mode == QrMode::R ? std::nullopt : std::optional<Shape>(Shape{d.m, q});
+    if (auto r = on_device(a, d, detail::FactorOp::Qr, {q_shape, Shape{q, d.n}}, false, mode == QrMode::Complete,
+                           [](int64_t, int) {}))
+      return mode == QrMode::R ? std::vector<Array>{(*r)[1]} : *r;
+  }
   const Batch b = load(a, op, false);
   const int64_t m = b.m, n = b.n, k = std::min(m, n);
   const int64_t q_cols = mode == QrMode::Complete ? m : k, r_rows = mode == QrMode::Complete ? m : k;
@@ -230,6 +303,18 @@ std::vector<Array> qr_forward(const Array& a, QrMode mode) {
 }
 
 std::vector<Array> svd_forward(const Array& a, bool full, bool uv, const char* op) {
+  {
+    const Batch d = describe(a, op, false);
+    const int64_t k = std::min(d.m, d.n);
+    std::vector<std::optional<Shape>> shapes{Shape{k}};
+    if (uv) {
+      shapes.emplace_back(Shape{d.m, full ? d.m : k});
+      shapes.emplace_back(Shape{full ? d.n : k, d.n});
+    }
+    if (auto r = on_device(a, d, detail::FactorOp::Svd, shapes, false, full,
+                           [&](int64_t i, int) { throw_no_convergence(op, d, i, "SVD"); }))
+      return uv ? std::vector<Array>{(*r)[1], (*r)[0], (*r)[2]} : *r;
+  }
   const Batch b = load(a, op, false);
   const int64_t m = b.m, n = b.n, k = std::min(m, n);
   const int64_t u_cols = full ? m : k, vt_rows = full ? n : k;
@@ -257,9 +342,7 @@ std::vector<Array> svd_forward(const Array& a, bool full, bool uv, const char* o
     std::vector<double> work(static_cast<size_t>(lwork));
     dgesdd_(&jobz, &mi, &ni, f.data(), &ldu, s.data() + i * k, uc.data(), &ldu, vtc.data(), &ldvt, work.data(), &lwork,
             iwork.data(), &info, 1);
-    if (info > 0)
-      throw LinAlgError(std::string(op) + ": the SVD of " + which(b, i) +
-                        " did not converge; check it for NaN or infinite values");
+    if (info > 0) throw_no_convergence(op, b, i, "SVD");
     if (info < 0) throw ValueError(std::string(op) + ": LAPACK dgesdd rejected argument " + std::to_string(-info));
     if (!uv) continue;
     from_column_major(uc.data(), m, m, u_cols, u.data() + i * m * u_cols);
@@ -273,6 +356,14 @@ std::vector<Array> svd_forward(const Array& a, bool full, bool uv, const char* o
 std::vector<Array> eigh_forward(const Array& a, char uplo, bool vectors, const char* op) {
   if (uplo != 'L' && uplo != 'U')
     throw ValueError(std::string(op) + ": uplo must be 'L' or 'U', got '" + std::string(1, uplo) + "'");
+  {
+    const Batch d = describe(a, op, true);
+    std::vector<std::optional<Shape>> shapes{Shape{d.n}};
+    if (vectors) shapes.emplace_back(Shape{d.n, d.n});
+    if (auto r = on_device(a, d, detail::FactorOp::Eigh, shapes, uplo == 'U', false,
+                           [&](int64_t i, int) { throw_no_convergence(op, d, i, "eigen-decomposition"); }))
+      return *r;
+  }
   Batch b = load(a, op, true);
   const int n = static_cast<int>(b.n), ld = std::max(n, 1);
   const char job = vectors ? 'V' : 'N', lapack_uplo = uplo == 'L' ? 'U' : 'L';  // the buffer is A^T
@@ -288,9 +379,7 @@ std::vector<Array> eigh_forward(const Array& a, char uplo, bool vectors, const c
     std::vector<int> iwork(static_cast<size_t>(liwork));
     dsyevd_(&job, &lapack_uplo, &n, m, &ld, w.data() + i * b.n, work.data(), &lwork, iwork.data(), &liwork, &info, 1,
             1);
-    if (info > 0)
-      throw LinAlgError(std::string(op) + ": the eigen-decomposition of " + which(b, i) +
-                        " did not converge; check it for NaN or infinite values");
+    if (info > 0) throw_no_convergence(op, b, i, "eigen-decomposition");
     if (vectors) from_column_major(m, b.n, b.n, b.n, v.data() + i * b.n * b.n);  // eigenvectors are its columns
   }
   Array w_out = result(b, w, with_batch(b, {b.n}));
