@@ -1,9 +1,9 @@
 // numpy.linalg for real dtypes: solvers (solve, lstsq), factorisations (inv, det, slogdet, cholesky, qr, svd,
 // eigh) and what is built on them (pinv, matrix_rank, norm with ord, cond, matrix_power, cross; kron).
 // Computed in float64 (results float32 for float32 or narrower float operands, float64 otherwise, as solve):
-// solve and lstsq on a GPU with cuSOLVER on the device (LU getrf/getrs; the SVD gesvd for lstsq), everything
-// else with LAPACK (OpenBLAS) on the host, GPU operands copied there and back. All of them synchronise: they
-// read LAPACK's info to report a singular / not positive-definite matrix. Factorisations take a batch of
+// with LAPACK (OpenBLAS) on the CPU, with cuSOLVER on a GPU (det and slogdet: LAPACK on the host, GPU
+// operands copied there and back). All of them synchronise: they read the solver's info to report a singular
+// / not positive-definite matrix. Factorisations take a batch of
 // matrices (..., m, n) as NumPy does. eig/eigvals (complex results) wait for complex dtypes.
 // Gradients as torch.linalg's: inv, det, slogdet, cholesky, qr (reduced, m >= n), svd (reduced or square,
 // distinct singular values), eigh (distinct eigenvalues); pinv, norm, cond, matrix_power, cross, kron through
