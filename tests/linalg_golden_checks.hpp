@@ -148,7 +148,11 @@ inline void run_linalg_golden(kiln::Device d) {
   for (const auto& [tag, p] : cond_ords) expect_linalg(linalg::cond(in("sq"), p), "cond_sq_" + tag, 1e-9);
   expect_linalg(linalg::cond(in("tall")), "cond_tall", 1e-9);
   expect_linalg(linalg::cond(in("sq_batch")), "cond_sq_batch", 1e-9);
-  EXPECT_TRUE(std::isinf(linalg::cond(in("singular"), 1.0).item<double>()));
+  // Exactly singular: singular values (2, 0); NumPy gives inf for p unset and 0 for -2.
+  const Array diagonal_singular = from_data({2.0, 0.0, 0.0, 0.0}, {2, 2}, d);
+  EXPECT_TRUE(std::isinf(linalg::cond(diagonal_singular).item<double>()));
+  EXPECT_EQ(linalg::cond(diagonal_singular, -2.0).item<double>(), 0.0);
+  expect_linalg(linalg::cond(in("singular"), 1.0), "cond_singular_1");
 
   expect_linalg(linalg::matrix_power(in("sq"), 3), "power_sq_3");
   expect_linalg(linalg::matrix_power(in("sq"), 0), "power_sq_0");

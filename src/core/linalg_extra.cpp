@@ -177,9 +177,11 @@ Array cond(const Array& a, Ord p) {
   if (svd_based) {
     const Array s = svdvals(a);
     const Array big = max(s, -1), small = min(s, -1);
-    const Array ratio = p.kind == Ord::Kind::Number && p.p < 0 ? divide(small, big) : divide(big, small);
-    // A singular matrix (the smallest value 0) has an infinite condition number, 0/0 included (NumPy's).
-    return where(equal(small, 0.0), std::numeric_limits<double>::infinity(), ratio);
+    // As NumPy: a singular matrix has an infinite condition number for p unset or 2, and 0 for -2; a zero
+    // matrix (0/0) gives inf for both.
+    const double inf = std::numeric_limits<double>::infinity();
+    if (p.kind == Ord::Kind::Number && p.p < 0) return where(equal(big, 0.0), inf, divide(small, big));
+    return where(equal(small, 0.0), inf, divide(big, small));
   }
   // norm(a) * norm(inv(a)); singular matrices are replaced by the identity for inv, their result by inf.
   const Array x = a.astype(float_type(a));

@@ -130,6 +130,7 @@ for tag, p in (("none", None), ("2", 2), ("n2", -2), ("1", 1), ("inf", np.inf), 
     save(f"cond_sq_{tag}", LA.cond(sq, p))
 save("cond_tall", LA.cond(tall))
 save("cond_sq_batch", LA.cond(sq_batch))
+save("cond_singular_1", LA.cond(singular, 1))
 
 # ---- matrix_power
 save("power_sq_3", LA.matrix_power(sq, 3))
