@@ -93,8 +93,7 @@ inline void run_linalg_golden(kiln::Device d) {
       const int64_t k = r.S.shape(-1);
       // Vectors past min(m, n) (full_matrices) span the null space in any basis: compare the first k, and
       // check that the columns of U are orthonormal: U^T U = I.
-      expect_linalg_up_to_sign(r.U.index({Ellipsis{}, Slice(0, k)}),
-                               "svd_" + tag + "_u_" + name + "_k", -2);
+      expect_linalg_up_to_sign(r.U.index({Ellipsis{}, Slice(0, k)}), "svd_" + tag + "_u_" + name + "_k", -2);
       expect_linalg_up_to_sign(r.Vh.index({Ellipsis{}, Slice(0, k), Slice()}), "svd_" + tag + "_vh_" + name + "_k", -1);
       const Array utu = matmul(swapaxes(r.U, -1, -2), r.U);
       EXPECT_LT(max(abs(subtract(utu, eye(r.U.shape(-1), {}, 0, float64, d)))).item<double>(), 1e-12) << name;
@@ -130,9 +129,9 @@ inline void run_linalg_golden(kiln::Device d) {
   const std::vector<std::pair<std::string, linalg::Ord>> vector_ords = {
       {"none", {}}, {"inf", inf}, {"ninf", -inf}, {"0", 0.0}, {"1", 1.0}, {"2", 2.0}, {"3", 3.0}, {"0p5", 0.5}};
   for (const auto& [tag, ord] : vector_ords) expect_linalg(linalg::norm(vec, ord), "norm_vec_" + tag);
-  const std::vector<std::pair<std::string, linalg::Ord>> matrix_ords = {
-      {"none", {}}, {"fro", "fro"}, {"nuc", "nuc"}, {"1", 1.0},  {"n1", -1.0},
-      {"2", 2.0},   {"n2", -2.0},   {"inf", inf},   {"ninf", -inf}};
+  const std::vector<std::pair<std::string, linalg::Ord>> matrix_ords = {{"none", {}}, {"fro", "fro"}, {"nuc", "nuc"},
+                                                                        {"1", 1.0},   {"n1", -1.0},   {"2", 2.0},
+                                                                        {"n2", -2.0}, {"inf", inf},   {"ninf", -inf}};
   for (const auto& [tag, ord] : matrix_ords) expect_linalg(linalg::norm(in("tall"), ord), "norm_mat_" + tag);
   const Array cube = in("cube");
   expect_linalg(linalg::norm(cube, linalg::Ord()), "norm_cube_all");

@@ -102,15 +102,16 @@ struct Ord {
 /// axes. The ord is a floating number, "fro"/"nuc" or an Ord: an integer second argument is an axis, the
 /// norm(a, axes, keepdims) above (write 1.0, not 1, for ord 1).
 Array norm_ord(const Array& a, const Ord& ord, Axes axis = {}, bool keepdims = false);
+/// What norm's ord may be: a floating number, "fro" / "nuc", or an Ord.
 template <class O>
-  requires std::floating_point<O> || std::same_as<O, Ord> || std::convertible_to<const O&, const char*>
+concept NormOrder = std::floating_point<O> || std::same_as<O, Ord> || std::convertible_to<const O&, const char*>;
+template <NormOrder O>
 Array norm(const Array& a, const O& ord, Axes axis = {}, bool keepdims = false) {
   return norm_ord(a, Ord(ord), std::move(axis), keepdims);
 }
 /// The same with one axis given as an integer (exactly matched, so the norm(a, axes, keepdims) above does not
 /// compete for it).
-template <class O, std::integral A>
-  requires std::floating_point<O> || std::same_as<O, Ord> || std::convertible_to<const O&, const char*>
+template <NormOrder O, std::integral A>
 Array norm(const Array& a, const O& ord, A axis, bool keepdims = false) {
   return norm_ord(a, Ord(ord), Axes(static_cast<int64_t>(axis)), keepdims);
 }

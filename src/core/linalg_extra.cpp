@@ -17,8 +17,9 @@ Array mT(const Array& x) { return swapaxes(x, -1, -2); }
 void require_matrix(const Array& a, const char* op, bool square) {
   if (!a.defined()) throw ValueError(std::string(op) + ": the operand is an undefined Array; create it first");
   if (a.ndim() < 2 || (square && a.shape(-1) != a.shape(-2)))
-    throw ShapeError(std::string(op) + ": a must be a " + (square ? "square matrix (..., n, n)" : "matrix (..., m, n)") +
-                     ", got shape " + shape_str(a.shape()));
+    throw ShapeError(std::string(op) + ": a must be a " +
+                     (square ? "square matrix (..., n, n)" : "matrix (..., m, n)") + ", got shape " +
+                     shape_str(a.shape()));
 }
 
 DType float_type(const Array& a) { return is_floating(a.dtype()) ? a.dtype() : float64; }
@@ -53,7 +54,8 @@ Array vector_norm(const Array& x, const Ord& ord, int64_t axis, bool keepdims) {
   if (ord.kind == Ord::Kind::Default || (ord.kind == Ord::Kind::Number && ord.p == 2))
     return norm(x, Axes(axis), keepdims);
   if (ord.kind != Ord::Kind::Number)
-    throw ValueError("linalg::norm: ord " + ord_str(ord) + " is a matrix norm; a vector norm (one axis) takes a number");
+    throw ValueError("linalg::norm: ord " + ord_str(ord) +
+                     " is a matrix norm; a vector norm (one axis) takes a number");
   const double p = ord.p;
   if (std::isinf(p)) return p > 0 ? max(abs(x), axis, keepdims) : min(abs(x), axis, keepdims);
   if (p == 0) return sum(not_equal(x, 0.0), axis, keepdims).astype(x.dtype());
@@ -163,7 +165,8 @@ Array matrix_rank(const Array& a, std::optional<double> tol, bool hermitian) {
   if (tol) {
     cutoff = full({}, *tol, s.dtype(), a.device());
   } else {
-    const double eps = s.dtype() == float32 ? std::numeric_limits<float>::epsilon() : std::numeric_limits<double>::epsilon();
+    const double eps =
+        s.dtype() == float32 ? std::numeric_limits<float>::epsilon() : std::numeric_limits<double>::epsilon();
     cutoff = multiply(max(s, -1, true), eps * static_cast<double>(std::max(a.shape(-2), a.shape(-1))));
   }
   return sum(greater(s, cutoff), -1);

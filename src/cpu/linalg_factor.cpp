@@ -1,9 +1,9 @@
 // The matrix factorisations of kiln::linalg (inv, det, slogdet, cholesky, qr, svd, eigh) in float64, batched
 // over leading axes. Operands on a device whose backend has factorisations (Backend::linalg_factor: cuSOLVER)
 // are factored there; CPU operands, det/slogdet and other backends' operands use LAPACK from OpenBLAS on
-// the host, one call per matrix (device operands copied there and the results back). The gradients (linalg_grad.cpp) are recorded here through one AutogradFunction
-// whose result packs every output: the outputs users get are views of it, so a loss that uses only some of
-// them gives zero gradients for the others.
+// the host, one call per matrix (device operands copied there and the results back). The gradients (linalg_grad.cpp)
+// are recorded here through one AutogradFunction whose result packs every output: the outputs users get are views of
+// it, so a loss that uses only some of them gives zero gradients for the others.
 //
 // LAPACK is column-major and kiln row-major: a row-major buffer of A is the column-major A^T. inv, det and
 // slogdet work on A^T directly (inv(A^T)^T = inv(A), det(A^T) = det(A)); cholesky and eigh read the other
@@ -61,7 +61,8 @@ int lapack_int(int64_t v, const char* op) {
 Batch describe(const Array& a, const char* op, bool square) {
   if (!a.defined()) throw ValueError(std::string(op) + ": the operand is an undefined Array; create it first");
   if (a.ndim() < 2 || (square && a.shape(-1) != a.shape(-2)))
-    throw ShapeError(std::string(op) + ": a must be a " + (square ? "square matrix (..., n, n)" : "matrix (..., m, n)") +
+    throw ShapeError(std::string(op) + ": a must be a " +
+                     (square ? "square matrix (..., n, n)" : "matrix (..., m, n)") +
                      " (a stack of them is batched), got shape " + shape_str(a.shape()) +
                      (a.ndim() < 2 ? "; reshape a vector to (1, n) or (n, 1)" : ""));
   Batch b;
@@ -117,7 +118,8 @@ std::string which(const Batch& b, int64_t i) {
 
 [[noreturn]] void throw_not_positive_definite(const Batch& b, int64_t i, int info) {
   throw LinAlgError("linalg::cholesky: " + which(b, i) + " is not positive-definite (its leading minor of order " +
-                    std::to_string(info) + " is not positive); check that it is symmetric, or add a multiple of "
+                    std::to_string(info) +
+                    " is not positive); check that it is symmetric, or add a multiple of "
                     "the identity");
 }
 
@@ -130,8 +132,8 @@ std::string which(const Batch& b, int64_t i) {
 /// undefined), returned with the batch axes and the result dtype; `fail` throws for a positive info. nullopt
 /// when a is on the CPU, empty, or its backend has no factorisations: the caller computes on the host.
 std::optional<std::vector<Array>> on_device(const Array& a, const Batch& b, detail::FactorOp op,
-                                            const std::vector<std::optional<Shape>>& shapes, bool upper,
-                                            bool complete, const std::function<void(int64_t, int)>& fail) {
+                                            const std::vector<std::optional<Shape>>& shapes, bool upper, bool complete,
+                                            const std::function<void(int64_t, int)>& fail) {
   if (b.device.is_cpu() || b.count == 0 || b.m == 0 || b.n == 0) return std::nullopt;
   const Array a3 = a.astype(float64).reshape({b.count, b.m, b.n}).contiguous();
   detail::FactorCall call;
@@ -176,7 +178,8 @@ std::vector<int> lu(Batch& b, std::vector<int>& pivots) {
 }
 
 /// sign and log|det| of each LU-factored matrix (sign 0, log -inf when a pivot is exactly zero).
-void lu_slogdet(const Batch& b, const std::vector<int>& pivots, std::vector<double>& sign, std::vector<double>& logabs) {
+void lu_slogdet(const Batch& b, const std::vector<int>& pivots, std::vector<double>& sign,
+                std::vector<double>& logabs) {
   sign.assign(static_cast<size_t>(b.count), 1.0);
   logabs.assign(static_cast<size_t>(b.count), 0.0);
   for (int64_t i = 0; i < b.count; ++i) {
@@ -390,8 +393,8 @@ std::vector<Array> eigh_forward(const Array& a, char uplo, bool vectors, const c
 }  // namespace
 
 Array inv(const Array& a) {
-  return detail_linalg::with_grad("InvBackward", a, [&] { return std::vector<Array>{inv_forward(a)}; },
-                                  &detail_linalg::inv_backward)[0];
+  return detail_linalg::with_grad(
+      "InvBackward", a, [&] { return std::vector<Array>{inv_forward(a)}; }, &detail_linalg::inv_backward)[0];
 }
 
 SlogdetResult slogdet(const Array& a) {
@@ -419,8 +422,8 @@ Array cholesky(const Array& a, bool upper) {
 
 QrResult qr(const Array& a, QrMode mode) {
   if (mode == QrMode::Reduced) {
-    std::vector<Array> r =
-        detail_linalg::with_grad("QrBackward", a, [&] { return qr_forward(a, mode); }, &detail_linalg::qr_backward);
+    std::vector<Array> r = detail_linalg::with_grad(
+        "QrBackward", a, [&] { return qr_forward(a, mode); }, &detail_linalg::qr_backward);
     return {r[0], r[1]};
   }
   detail::reject_grad({&a}, "linalg::qr", "only mode Reduced has a gradient");

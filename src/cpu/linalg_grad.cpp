@@ -48,31 +48,30 @@ std::vector<Array> with_grad(const char* name, const Array& a, const std::functi
                              Backward backward) {
   if (!a.defined() || !a.requires_grad() || !is_grad_enabled()) return forward();
   auto shapes = std::make_shared<std::vector<Shape>>();
-  AutogradFunction fn{
-      name,
-      [&forward, shapes](const std::vector<Array>& inputs, std::vector<Array>& saved) {
-        const std::vector<Array> outputs = forward();
-        std::vector<Array> flat;
-        saved = {inputs[0]};
-        for (const Array& o : outputs) {
-          shapes->push_back(o.shape());
-          flat.push_back(o.reshape({-1}));
-          saved.push_back(o);
-        }
-        return concatenate(flat, 0);
-      },
-      [backward, shapes](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
-        std::vector<Array> grads, outputs;
-        int64_t offset = 0;
-        for (size_t i = 0; i < shapes->size(); ++i) {
-          int64_t count = 1;
-          for (int64_t d : (*shapes)[i]) count *= d;
-          grads.push_back(g.index({Slice(offset, offset + count)}).reshape((*shapes)[i]));
-          outputs.push_back(saved[i + 1].astype(g.dtype()));
-          offset += count;
-        }
-        return std::vector<Array>{backward(grads, outputs, saved[0].astype(g.dtype()))};
-      }};
+  AutogradFunction fn{name,
+                      [&forward, shapes](const std::vector<Array>& inputs, std::vector<Array>& saved) {
+                        const std::vector<Array> outputs = forward();
+                        std::vector<Array> flat;
+                        saved = {inputs[0]};
+                        for (const Array& o : outputs) {
+                          shapes->push_back(o.shape());
+                          flat.push_back(o.reshape({-1}));
+                          saved.push_back(o);
+                        }
+                        return concatenate(flat, 0);
+                      },
+                      [backward, shapes](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+                        std::vector<Array> grads, outputs;
+                        int64_t offset = 0;
+                        for (size_t i = 0; i < shapes->size(); ++i) {
+                          int64_t count = 1;
+                          for (int64_t d : (*shapes)[i]) count *= d;
+                          grads.push_back(g.index({Slice(offset, offset + count)}).reshape((*shapes)[i]));
+                          outputs.push_back(saved[i + 1].astype(g.dtype()));
+                          offset += count;
+                        }
+                        return std::vector<Array>{backward(grads, outputs, saved[0].astype(g.dtype()))};
+                      }};
   const Array packed = fn.apply({a});
   std::vector<Array> outputs;
   int64_t offset = 0;
@@ -137,8 +136,7 @@ Array svd_backward(const std::vector<Array>& grads, const std::vector<Array>& ou
   const Array inv_s = divide(1.0, s);
   // The projections are zero for a square matrix (U and V complete): skipped then.
   if (u.shape(-2) > k) ga = add(ga, matmul(multiply(subtract(gu, matmul(u, utgu)), expand_dims(inv_s, -2)), vh));
-  if (vh.shape(-1) > k)
-    ga = add(ga, matmul(u, multiply(expand_dims(inv_s, -1), subtract(gvh, matmul(mT(vtgv), vh)))));
+  if (vh.shape(-1) > k) ga = add(ga, matmul(u, multiply(expand_dims(inv_s, -1), subtract(gvh, matmul(mT(vtgv), vh)))));
   return ga;
 }
 

@@ -104,8 +104,7 @@ void qr(detail::FactorCall& call, cusolverDnHandle_t h, const Batch& b) {
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k), qi = static_cast<int>(q_cols);
   int lwork = 0, lwork_q = 0;
   KILN_CUSOLVER(cusolverDnDgeqrf_bufferSize(h, mi, ni, f64(f), mi, &lwork), op, b.device);
-  if (want_q)
-    KILN_CUSOLVER(cusolverDnDorgqr_bufferSize(h, mi, qi, ki, f64(f), mi, f64(tau), &lwork_q), op, b.device);
+  if (want_q) KILN_CUSOLVER(cusolverDnDorgqr_bufferSize(h, mi, qi, ki, f64(f), mi, f64(tau), &lwork_q), op, b.device);
   Array work = workspace(std::max(lwork, lwork_q), d);
   for (int64_t i = 0; i < b.count; ++i)
     KILN_CUSOLVER(cusolverDnDgeqrf(h, mi, ni, f64(f) + i * cols * m, mi, f64(tau) + i * k, f64(work),
@@ -144,10 +143,11 @@ void svd(detail::FactorCall& call, cusolverDnHandle_t h, const Batch& b) {
   Array rwork = empty({std::max<int64_t>(cols - 1, 1)}, DType::Float64, d);
   const int ldu = vectors ? ri : 1, ldvt = vectors ? ci : 1;
   for (int64_t i = 0; i < b.count; ++i)
-    KILN_CUSOLVER(cusolverDnDgesvd(h, job, job, ri, ci, f64(w) + i * rows * cols, ri, f64(s) + i * cols,
-                                   f64(uc) + i * uc.shape(1) * uc.shape(2), ldu, f64(vtc) + i * vtc.shape(1) * vtc.shape(2),
-                                   ldvt, f64(work), lwork, f64(rwork), i32(b.infos) + i),
-                  op, b.device);
+    KILN_CUSOLVER(
+        cusolverDnDgesvd(h, job, job, ri, ci, f64(w) + i * rows * cols, ri, f64(s) + i * cols,
+                         f64(uc) + i * uc.shape(1) * uc.shape(2), ldu, f64(vtc) + i * vtc.shape(1) * vtc.shape(2), ldvt,
+                         f64(work), lwork, f64(rwork), i32(b.infos) + i),
+        op, b.device);
   if (!vectors) return;
   // Row-major views: uc is U'^T (u_cols, rows); vtc is V' (cols, cols).
   Array u = call.outputs[1], vh = call.outputs[2];

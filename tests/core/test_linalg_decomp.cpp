@@ -53,10 +53,16 @@ TEST(LinalgDecomp, empty_matrices_follow_numpy) {
 TEST(LinalgDecomp, errors_name_the_op_and_the_fix) {
   const Array singular = from_data({1.0, 2.0, 2.0, 4.0}, {2, 2});
   expect_error<LinAlgError>([&] { (void)linalg::inv(singular); }, {"linalg::inv", "singular", "pinv"});
-  expect_error<LinAlgError>([&] { (void)linalg::inv(stack({eye(2, {}, 0, float64), singular})); },
-                            {"linalg::inv", "matrix 1 of a (2, 2, 2)"});
-  expect_error<LinAlgError>([&] { (void)linalg::cholesky(from_data({1.0, 2.0, 2.0, 1.0}, {2, 2})); },
-                            {"linalg::cholesky", "not positive-definite", "order 2"});
+  expect_error<LinAlgError>(
+      [&] {
+        (void)linalg::inv(stack({eye(2, {}, 0, float64), singular}));
+      },
+      {"linalg::inv", "matrix 1 of a (2, 2, 2)"});
+  expect_error<LinAlgError>(
+      [&] {
+        (void)linalg::cholesky(from_data({1.0, 2.0, 2.0, 1.0}, {2, 2}));
+      },
+      {"linalg::cholesky", "not positive-definite", "order 2"});
   expect_error<LinAlgError>([&] { (void)linalg::matrix_power(singular, -1); }, {"linalg::inv", "singular"});
   expect_error<ShapeError>([] { (void)linalg::inv(ones({2, 3})); }, {"linalg::inv", "square", "(2, 3)"});
   expect_error<ShapeError>([] { (void)linalg::det(ones({3})); }, {"linalg::det", "(3,)", "reshape"});
@@ -67,9 +73,21 @@ TEST(LinalgDecomp, errors_name_the_op_and_the_fix) {
   expect_error<ValueError>([] { (void)linalg::norm(ones({2}), "fro"); }, {"linalg::norm", "vector norm"});
   expect_error<ValueError>([] { (void)linalg::Ord("max"); }, {"\"max\"", "\"fro\""});
   expect_error<ShapeError>([] { (void)linalg::norm(ones({2, 2, 2}), 1.0); }, {"linalg::norm", "pass axis"});
-  expect_error<ShapeError>([] { (void)linalg::norm(ones({2, 2}), linalg::Ord(), {0, 1, 0}); }, {"linalg::norm", "3 axes"});
-  expect_error<ValueError>([] { (void)linalg::norm(ones({2, 2}), linalg::Ord(), {1, -1}); }, {"linalg::norm", "same axis"});
-  expect_error<ShapeError>([] { (void)linalg::norm(ones({2, 2}), linalg::Ord(), 2); }, {"linalg::norm", "out of bounds"});
+  expect_error<ShapeError>(
+      [] {
+        (void)linalg::norm(ones({2, 2}), linalg::Ord(), {0, 1, 0});
+      },
+      {"linalg::norm", "3 axes"});
+  expect_error<ValueError>(
+      [] {
+        (void)linalg::norm(ones({2, 2}), linalg::Ord(), {1, -1});
+      },
+      {"linalg::norm", "same axis"});
+  expect_error<ShapeError>(
+      [] {
+        (void)linalg::norm(ones({2, 2}), linalg::Ord(), 2);
+      },
+      {"linalg::norm", "out of bounds"});
   expect_error<ShapeError>([] { (void)linalg::cross(ones({2}), ones({2})); }, {"linalg::cross", "3 elements"});
   expect_error<ShapeError>([] { (void)linalg::cond(ones({2, 3}), 1.0); }, {"linalg::cond", "square"});
   expect_error<ShapeError>([] { (void)linalg::matrix_power(ones({2, 3}), 2); }, {"linalg::matrix_power", "square"});
@@ -181,9 +199,8 @@ TEST(LinalgDecomp, eigh_gradient_passes_gradcheck) {
         },
         {x}, std::string("eigh ") + uplo);
   }
-  expect_gradcheck(
-      [](const std::vector<Array>& in) { return linalg::eigvalsh(add(in[0], swapaxes(in[0], -1, -2))); }, {x},
-      "eigvalsh");
+  expect_gradcheck([](const std::vector<Array>& in) { return linalg::eigvalsh(add(in[0], swapaxes(in[0], -1, -2))); },
+                   {x}, "eigvalsh");
 }
 
 TEST(LinalgDecomp, composite_gradients_pass_gradcheck) {
@@ -193,12 +210,10 @@ TEST(LinalgDecomp, composite_gradients_pass_gradcheck) {
   expect_gradcheck(
       [](const std::vector<Array>& x) { return linalg::pinv(add(x[0], swapaxes(x[0], -1, -2)), {}, true); }, {sq},
       "pinv hermitian");
-  for (const linalg::Ord& ord : std::vector<linalg::Ord>{"fro", "nuc", 2.0, -2.0, 1.0,
-                                                         std::numeric_limits<double>::infinity()})
-    expect_gradcheck([ord](const std::vector<Array>& x) { return linalg::norm(x[0], ord); }, {tall},
-                     "matrix norm");
-  expect_gradcheck([](const std::vector<Array>& x) { return linalg::norm(x[0], 3.0, 0); },
-                   {tall}, "vector 3-norm");
+  for (const linalg::Ord& ord :
+       std::vector<linalg::Ord>{"fro", "nuc", 2.0, -2.0, 1.0, std::numeric_limits<double>::infinity()})
+    expect_gradcheck([ord](const std::vector<Array>& x) { return linalg::norm(x[0], ord); }, {tall}, "matrix norm");
+  expect_gradcheck([](const std::vector<Array>& x) { return linalg::norm(x[0], 3.0, 0); }, {tall}, "vector 3-norm");
   expect_gradcheck([](const std::vector<Array>& x) { return linalg::cond(x[0]); }, {sq}, "cond");
   expect_gradcheck([](const std::vector<Array>& x) { return linalg::cond(x[0], 1.0); }, {sq}, "cond 1");
   expect_gradcheck([](const std::vector<Array>& x) { return linalg::matrix_power(x[0], 3); }, {sq}, "power 3");

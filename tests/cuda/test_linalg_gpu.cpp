@@ -38,7 +38,7 @@ TEST(LinalgGpu, results_stay_on_the_device_in_the_operands_dtype) {
 
 /// d sum(f(x) * w)/dx on `d`, as a float64 CPU array.
 Array gradient_on(const std::function<Array(const Array&)>& f, const Array& x, const Array& w, Device d) {
-  Array xd = x.to(d).set_requires_grad();
+  Array xd = x.to(d).copy().set_requires_grad();  // a fresh leaf: no gradient carried over between cases
   sum(multiply(f(xd), w.to(d))).backward();
   return xd.grad().to(cpu());
 }
@@ -57,17 +57,25 @@ TEST(LinalgGpu, gradients_equal_the_cpu_ones) {
       {"inv", [](const Array& x) { return linalg::inv(x); }},
       {"det", [](const Array& x) { return linalg::det(x); }},
       {"cholesky", [](const Array& x) { return linalg::cholesky(matmul(x, swapaxes(x, -1, -2))); }},
-      {"qr", [&](const Array& x) { return ravel({linalg::qr(x).Q, linalg::qr(x).R}); }},
-      {"svd", [&](const Array& x) {
+      {"qr",
+       [&](const Array& x) {
+         return ravel({linalg::qr(x).Q, linalg::qr(x).R});
+       }},
+      {"svd",
+       [&](const Array& x) {
          const linalg::SvdResult r = linalg::svd(x, false);
          return ravel({r.S, matmul(r.U, r.Vh)});
        }},
-      {"eigh", [&](const Array& x) {
+      {"eigh",
+       [&](const Array& x) {
          const linalg::EighResult r = linalg::eigh(add(x, swapaxes(x, -1, -2)));
          return ravel({r.eigenvalues, multiply(r.eigenvectors, r.eigenvectors)});
        }},
       {"pinv", [](const Array& x) { return linalg::pinv(x); }},
-      {"norm nuc", [](const Array& x) { return linalg::norm(x, "nuc", {-2, -1}); }},
+      {"norm nuc",
+       [](const Array& x) {
+         return linalg::norm(x, "nuc", {-2, -1});
+       }},
   };
   for (const auto& [name, f] : cases) {
     const Array x = name == "pinv" || name == "qr" ? tall : sq;
@@ -77,7 +85,8 @@ TEST(LinalgGpu, gradients_equal_the_cpu_ones) {
     const std::vector<double> want = gradient_on(f, x, w, cpu()).to_vector<double>();
     const std::vector<double> got = gradient_on(f, x, w, gpu(0)).to_vector<double>();
     ASSERT_EQ(got.size(), want.size()) << name;
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-9 * std::max(1.0, std::abs(want[i]))) << name;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-9 * std::max(1.0, std::abs(want[i]))) << name;
   }
 }
 
