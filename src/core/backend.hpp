@@ -86,6 +86,27 @@ struct SvdCall {
   Array u, s, vt;  ///< allocated by the core, written by the backend
 };
 
+/// A factorisation of linalg on the device (linalg_factor.cpp), matrix by matrix over a batch: `a` is float64,
+/// C-contiguous, (batch, m, n), every extent > 0; the outputs are allocated by the core (float64, C-contiguous,
+/// batch first, kiln's row-major matrices) and written by the backend; `infos` gets LAPACK's info per matrix
+/// (> 0: singular, not positive-definite, no convergence), read with one synchronisation.
+///   Inverse  (n, n):  outputs {inv (n, n)}
+///   Cholesky (n, n):  outputs {factor (n, n)}: lower (upper when `upper`), read from that triangle of a
+///   Qr       (m, n):  outputs {Q (m, q), R (r, n)}, q = r = min(m, n), or m when `complete`; Q undefined:
+///                     R only
+///   Svd      (m, n):  outputs {S (k)} or {S (k), U (m, u), Vh (v, n)}, k = min(m, n); u = v = k, or m and n
+///                     when `complete`
+///   Eigh     (n, n):  outputs {w (n)} or {w (n), V (n, n)}, reading a's upper triangle when `upper`
+enum class FactorOp { Inverse, Cholesky, Qr, Svd, Eigh };
+struct FactorCall {
+  FactorOp op = FactorOp::Inverse;
+  const Array* a = nullptr;
+  std::vector<Array> outputs;
+  bool upper = false;
+  bool complete = false;
+  std::vector<int> infos;  ///< one per matrix, filled by the backend
+};
+
 /// sort/argsort of every row of a C-contiguous 2-d `in` (rows, n) on the device, stable, NaN last (NumPy's
 /// kind="stable"): `indices` (int64, (rows, n)) gets each row's argsort and `values` (when defined) the sorted
 /// values. Both are allocated by the core.
@@ -255,6 +276,9 @@ class Backend {
   /// computes on the host, as the CPU does).
   virtual int linalg_solve(const SolveCall& /*call*/) { return -1; }
   virtual int linalg_svd(const SvdCall& /*call*/) { return -1; }
+  /// A factorisation of linalg on the device (synchronises to read the infos); false when this backend has
+  /// none (the front-end then computes on the host).
+  virtual bool linalg_factor(FactorCall& /*call*/) { return false; }
   /// sort/argsort on the device (asynchronous); false when this backend has none (the front-end then sorts on
   /// the host).
   virtual bool sort(const SortCall& /*call*/) { return false; }

@@ -77,6 +77,10 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.a->device().index);
     return cuda_svd(call);
   }
+  bool linalg_factor(detail::FactorCall& call) override {
+    detail::note_gpu_work(call.a->device().index);
+    return cuda_factor(call);
+  }
   bool sort(const detail::SortCall& call) override {
     detail::note_gpu_work(call.in->device().index);
     return cuda_sort(call);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "cuda/cusolver.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/runtime.hpp"
 #include "kiln/error.hpp"
@@ -44,14 +45,16 @@ const char* status_name(cusolverStatus_t status) {
   }
 }
 
-void check(cusolverStatus_t status, const char* call, const char* op, int device) {
+}  // namespace
+
+void cusolver_check(cusolverStatus_t status, const char* call, const char* op, int device) {
   if (status != CUSOLVER_STATUS_SUCCESS)
     throw CudaError(std::string(op) + ": " + call + " failed on cuda:" + std::to_string(device) + " (" +
                     status_name(status) + ", status " + std::to_string(static_cast<int>(status)) +
                     "); linalg functions also run on the CPU: move the operands with .to(cpu())");
 }
 
-#define KILN_CUSOLVER(expr, op, device) check((expr), #expr, op, device)
+namespace {
 
 /// This thread's cuSOLVER handle for `device` (the current device), bound to `stream`.
 cusolverDnHandle_t solver_handle(int device, cudaStream_t stream, const char* op) {
@@ -70,19 +73,18 @@ double* f64(const Array& a) { return static_cast<double*>(a.data_ptr()); }
 /// The int32 infos the calls wrote (one synchronising copy; counted by sync debugging as the op's).
 std::vector<int32_t> read_infos(const Array& info) { return info.to_vector<int32_t>(); }
 
-/// Makes `device` current and returns this thread's handle bound to its current stream.
-cusolverDnHandle_t begin(int device, const char* op) {
+}  // namespace
+
+cusolverDnHandle_t cusolver_begin(int device, const char* op) {
   set_device(device);
   return solver_handle(device, current_stream(device), op);
 }
-
-}  // namespace
 
 int cuda_solve(const detail::SolveCall& call) {
   const char* op = "linalg::solve";
   const Device d = call.a->device();
   const int device = d.index;
-  cusolverDnHandle_t h = begin(device, op);
+  cusolverDnHandle_t h = cusolver_begin(device, op);
   const int n = static_cast<int>(call.a->shape(0)), k = static_cast<int>(call.b->shape(1));
   Array lu = call.a->copy();                    // row-major a = column-major a^T, factored in place
   Array xt = transpose(*call.b).copy();         // row-major (k, n) = column-major (n, k) b, solved in place
@@ -110,7 +112,7 @@ int cuda_svd(const detail::SvdCall& call) {
   const char* op = "linalg::lstsq";
   const Device d = call.a->device();
   const int device = d.index;
-  cusolverDnHandle_t h = begin(device, op);
+  cusolverDnHandle_t h = cusolver_begin(device, op);
   const int64_t m = call.a->shape(0), n = call.a->shape(1);
   // gesvd needs rows >= columns. m >= n: factor a itself (column-major a = row-major a^T, copied);
   // m < n: factor a^T (a's own row-major buffer, copied).

@@ -22,6 +22,9 @@ void cuda_random(const detail::RandomCall& call);
 /// info (0: done), read back with one synchronising copy.
 int cuda_solve(const detail::SolveCall& call);
 int cuda_svd(const detail::SvdCall& call);
+/// linalg's factorisations with cuSOLVER, matrix by matrix, on the operand's device and current stream
+/// (linalg_factor.cpp).
+bool cuda_factor(detail::FactorCall& call);
 /// Stable sort/argsort of the rows of call.in on its device's current stream (sort.cpp).
 bool cuda_sort(const detail::SortCall& call);
 /// The NVRTC source of the sort kernels (sort_block, sort_merge, sort_gather) for `dtype` (no GPU needed).
