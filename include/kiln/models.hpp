@@ -75,11 +75,24 @@ class KVCache {
   std::pair<Array, Array> update(int64_t layer, const Array& k, const Array& v);
   /// Marks `t` more positions filled (the model calls it once per forward, after its last layer).
   void advance(int64_t t);
-  /// Empties the cache (the buffers are kept).
-  void reset() { length_ = 0; }
+  /// Empties the cache (the buffers are kept) and its padding.
+  void reset() {
+    length_ = 0;
+    padding_.clear();
+  }
+  /// The sequences the buffers hold.
+  int64_t batch() const { return keys_.empty() ? 0 : keys_.front().shape(0); }
+  /// Left padding per sequence, for a batch of prompts of different lengths (generate() sets it): the first
+  /// padding[b] positions of sequence b hold no token, so attention never reads them, and a model with learned
+  /// position embeddings (GPT-2) numbers sequence b's tokens from 0 at position padding[b]. Rotary embeddings
+  /// (Llama) need no renumbering: their scores depend on the distance between positions only. ValueError unless
+  /// there is one non-negative value per sequence below max_length; empty: no padding.
+  void set_padding(std::vector<int64_t> padding);
+  const std::vector<int64_t>& padding() const { return padding_; }
 
  private:
   std::vector<Array> keys_, values_;
+  std::vector<int64_t> padding_;
   int64_t length_ = 0, max_length_ = 0;
 };
 
@@ -247,5 +260,13 @@ std::vector<double> sampling_probabilities(const std::vector<double>& logits, do
 /// same logits give the same tokens on every device). Runs in evaluation mode with no gradient (the model's
 /// mode is restored). ValueError for an empty prompt or a prompt plus new tokens past max_positions().
 std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& options = {});
+/// generate() for a batch of prompts, one forward per token for all of them: prompts of different lengths are
+/// left-padded (KVCache::set_padding), so each sequence gets the tokens it would get alone (greedy decoding: the
+/// same tokens; sampling: each sequence draws from the one Generator in turn, sequence 0 first, so a batch of one
+/// is generate()). A sequence that meets stop_token stops (the token is returned); the batch runs until every
+/// sequence has stopped. on_token streams a single sequence: ValueError with it and more than one prompt. Other
+/// errors as generate(), naming the prompt.
+std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& options = {});
 
 }  // namespace kiln::models

@@ -52,6 +52,17 @@ std::pair<Array, Array> KVCache::update(int64_t layer, const Array& k, const Arr
   return {keys.slice(2, 0, end), values.slice(2, 0, end)};
 }
 
+void KVCache::set_padding(std::vector<int64_t> padding) {
+  if (!padding.empty() && static_cast<int64_t>(padding.size()) != batch())
+    throw ValueError("KVCache::set_padding: " + std::to_string(padding.size()) + " values for a cache of " +
+                     std::to_string(batch()) + " sequences; give one per sequence");
+  for (int64_t p : padding)
+    if (p < 0 || p >= max_length_)
+      throw ValueError("KVCache::set_padding: padding " + std::to_string(p) + " outside [0, " +
+                       std::to_string(max_length_) + ")");
+  padding_ = std::move(padding);
+}
+
 void KVCache::advance(int64_t t) {
   if (t < 0 || length_ + t > max_length_)
     throw ValueError("KVCache::advance: " + std::to_string(t) + " positions after " + std::to_string(length_) +
@@ -84,6 +95,17 @@ Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* 
   if (keys.dtype() != q.dtype()) {  // under autocast the projections are low precision, the cache the model's dtype
     keys = keys.astype(q.dtype());
     values = values.astype(q.dtype());
+  }
+  if (!cache->padding().empty()) {
+    // Left-padded sequences: key j is seen from position i when j <= i and j is past the sequence's padding. A
+    // padding position itself sees only itself (its output is never read; a row with nothing to attend to
+    // would make NaNs).
+    const int64_t s = offset + t, b = q.shape(0);
+    const Array col = arange(int64_t{0}, s, int64_t{1}, int64, q.device()).reshape({1, 1, 1, s});
+    const Array row = arange(offset, s, int64_t{1}, int64, q.device()).reshape({1, 1, t, 1});
+    const Array pad = from_data(cache->padding(), Shape{b, 1, 1, 1}, q.device());
+    const Array mask = logical_and(less_equal(col, row), logical_or(greater_equal(col, pad), equal(col, row)));
+    return nn::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, {}, gqa);
   }
   // One new position sees every cached one (no mask); a first chunk is the plain causal triangle; a later chunk
   // of several positions needs the triangle shifted by the cached length (is_causal's is anchored top-left).
@@ -211,43 +233,86 @@ int64_t draw(const std::vector<double>& p, double u) {
 
 }  // namespace
 
-std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& options) {
-  if (prompt.empty()) throw ValueError("generate: the prompt is empty (give at least one token, e.g. end-of-text)");
+std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& options) {
+  if (prompts.empty()) throw ValueError("generate: no prompts (give at least one)");
+  if (options.on_token && prompts.size() > 1)
+    throw ValueError("generate: on_token streams one sequence; with " + std::to_string(prompts.size()) +
+                     " prompts, read the returned tokens (or generate each prompt alone)");
   if (options.max_new_tokens < 0)
     throw ValueError("generate: max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
-  const int64_t length = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+  const auto batch = static_cast<int64_t>(prompts.size());
+  int64_t longest = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const std::string which = batch > 1 ? " " + std::to_string(b) : "";
+    if (prompts[b].empty())
+      throw ValueError("generate: the prompt" + which + " is empty (give at least one token, e.g. end-of-text)");
+    longest = std::max(longest, static_cast<int64_t>(prompts[b].size()));
+  }
+  const int64_t length = longest + options.max_new_tokens;
   if (length > model.max_positions())
-    throw ValueError("generate: the prompt (" + std::to_string(prompt.size()) + " tokens) plus max_new_tokens (" +
+    throw ValueError("generate: the " + std::string(batch > 1 ? "longest prompt" : "prompt") + " (" +
+                     std::to_string(longest) + " tokens) plus max_new_tokens (" +
                      std::to_string(options.max_new_tokens) + ") exceed the model's " +
                      std::to_string(model.max_positions()) + " positions");
   sampling_probabilities({0.0}, options.temperature, options.top_k, options.top_p);  // checks the options
-  std::vector<int64_t> out;
+  std::vector<std::vector<int64_t>> out(prompts.size());
   if (options.max_new_tokens == 0) return out;
   ModeGuard mode{model, model.is_training()};
   model.eval();
   NoGradGuard no_grad;
   const Device device = model.parameters().front().device();
-  KVCache cache = model.make_cache(1, length);
+  KVCache cache = model.make_cache(batch, length);
+  // Left-padded to the longest prompt; a padding slot holds the prompt's first token (never attended to).
+  std::vector<int64_t> tokens(static_cast<size_t>(batch * longest)), padding(static_cast<size_t>(batch));
+  bool padded = false;
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<int64_t>& p = prompts[static_cast<size_t>(b)];
+    const int64_t pad = longest - static_cast<int64_t>(p.size());
+    padding[static_cast<size_t>(b)] = pad;
+    padded = padded || pad > 0;
+    for (int64_t i = 0; i < longest; ++i)
+      tokens[static_cast<size_t>(b * longest + i)] = p[static_cast<size_t>(std::max<int64_t>(0, i - pad))];
+  }
+  if (padded) cache.set_padding(padding);
   random::Generator gen(options.seed);
-  Array logits = model.forward(from_data(prompt, Shape{1, static_cast<int64_t>(prompt.size())}, device), cache);
+  std::vector<bool> done(prompts.size(), false);
+  std::vector<int64_t> next(prompts.size(), 0);
+  Array logits = model.forward(from_data(tokens, Shape{batch, longest}, device), cache);
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    const Array last = logits.slice(1, logits.shape(1) - 1, logits.shape(1)).reshape(-1);
-    int64_t token = 0;
+    const Array last = logits.slice(1, logits.shape(1) - 1, logits.shape(1)).reshape({batch, -1});
     if (options.temperature == 0.0) {
-      // Greedy: the first largest logit, found where the logits are (one integer crosses to the host, not the
-      // vocabulary's logits); top_k and top_p keep the largest logit, so they cannot change the choice.
-      token = argmax(last).item<int64_t>();
+      // Greedy: the first largest logit of each sequence, found where the logits are (one integer per sequence
+      // crosses to the host, not the vocabulary's logits); top_k and top_p keep the largest, so cannot change it.
+      next = argmax(last, 1).to_vector<int64_t>();
     } else {
-      const std::vector<double> p = sampling_probabilities(last.to(cpu()).to_vector<double>(), options.temperature,
-                                                           options.top_k, options.top_p);
-      token = draw(p, gen.uniform({1}, 0.0, 1.0, float64, cpu()).item<double>());
+      const std::vector<double> all = last.to(cpu()).to_vector<double>();
+      const auto vocab = static_cast<size_t>(last.shape(1));
+      for (size_t b = 0; b < prompts.size(); ++b) {
+        if (done[b]) continue;
+        const std::vector<double> row(all.begin() + static_cast<std::ptrdiff_t>(b * vocab),
+                                      all.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
+        const std::vector<double> p = sampling_probabilities(row, options.temperature, options.top_k, options.top_p);
+        next[b] = draw(p, gen.uniform({1}, 0.0, 1.0, float64, cpu()).item<double>());
+      }
     }
-    out.push_back(token);
-    if (options.on_token) options.on_token(token);
-    if ((options.stop_token && token == *options.stop_token) || step + 1 == options.max_new_tokens) break;
-    logits = model.forward(from_data(std::vector<int64_t>{token}, Shape{1, 1}, device), cache);
+    bool all_done = true;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      if (done[b]) continue;
+      out[b].push_back(next[b]);
+      if (options.on_token) options.on_token(next[b]);
+      done[b] = options.stop_token && next[b] == *options.stop_token;
+      all_done = all_done && done[b];
+    }
+    if (all_done || step + 1 == options.max_new_tokens) break;
+    // A stopped sequence is fed its last token again (its results are not read).
+    logits = model.forward(from_data(next, Shape{batch, 1}, device), cache);
   }
   return out;
+}
+
+std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& options) {
+  return generate_batch(model, {prompt}, options).front();
 }
 
 }  // namespace kiln::models

@@ -157,7 +157,10 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
                      " exceed n_positions (" + std::to_string(c.n_positions) + "); pass at most " +
                      std::to_string(c.n_positions - offset) + " tokens");
   const Array& wte = parts.wte->weight();
-  const Array positions = arange(offset, offset + t, int64_t{1}, int64, wte.device());
+  Array positions = arange(offset, offset + t, int64_t{1}, int64, wte.device());
+  if (cache && !cache->padding().empty())  // left-padded sequences count their positions from their first token
+    positions = maximum(positions.reshape({1, t}) - from_data(cache->padding(), Shape{batch, 1}, wte.device()),
+                        Scalar(int64_t{0}));
   Array x = (*parts.drop)((*parts.wte)(tokens) + (*parts.wpe)(positions));
   const double attn_p = is_training() ? c.attn_pdrop : 0.0;
   auto heads_of = [&](const Array& qkv, int64_t part) {  // (B, T, 3C) -> (B, H, T, D)

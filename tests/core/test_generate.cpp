@@ -99,11 +99,64 @@ TEST(Generate, SamplingStaysInTheTopKAndRepeatsWithItsSeed) {
             greedy_by_full_forwards(*model, prompt, 6, cpu()));
 }
 
+// Each prompt of a batch (left-padded to the longest) gets the tokens it gets alone.
+template <class Model>
+void expect_batch_equals_each_alone(Model& model, const std::string& what) {
+  const std::vector<std::vector<int64_t>> prompts{{3, 14, 15, 9, 2}, {7}, {11, 4, 8}};
+  const models::GenerateOptions greedy{.max_new_tokens = 8, .temperature = 0.0};
+  const auto batch = models::generate_batch(model, prompts, greedy);
+  ASSERT_EQ(batch.size(), prompts.size()) << what;
+  for (size_t b = 0; b < prompts.size(); ++b)
+    EXPECT_EQ(batch[b], models::generate(model, prompts[b], greedy)) << what << ", prompt " << b;
+  // A stop token ends its sequence only; the others run on.
+  const int64_t stop = batch[1][1];
+  const auto stopped = models::generate_batch(model, prompts, {.max_new_tokens = 8, .temperature = 0.0, .stop_token = stop});
+  for (size_t b = 0; b < prompts.size(); ++b)
+    EXPECT_EQ(stopped[b], models::generate(model, prompts[b], {.max_new_tokens = 8, .temperature = 0.0, .stop_token = stop}))
+        << what << ", prompt " << b;
+  // Sampling: a batch of one is generate() with the same seed.
+  const models::GenerateOptions sampled{.max_new_tokens = 6, .temperature = 1.2, .top_k = 5, .seed = 3};
+  EXPECT_EQ(models::generate_batch(model, {prompts[2]}, sampled).front(), models::generate(model, prompts[2], sampled))
+      << what;
+}
+
+TEST(Generate, ABatchOfPromptsOfDifferentLengthsGivesEachItsOwnTokensOnEveryBackend) {
+  for (Device d : harness::backends()) {
+    auto gpt = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float64, d);
+    expect_batch_equals_each_alone(*gpt, "GPT-2 on " + d.str());
+    models::Llama llama(kiln_test::tiny_llama_config(), float64, d);
+    llama.load_hf_state_dict(nn::load_safetensors(kGptGolden + "llama_tiny.safetensors"));
+    expect_batch_equals_each_alone(llama, "Llama on " + d.str());
+  }
+}
+
+TEST(Generate, PaddedCachedLogitsEqualEachSequencesOwn) {
+  auto model = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float64);
+  // Row 0: three padding slots, then tokens 5 6; row 1: tokens 1 2 3 4 5.
+  models::KVCache cache = model->make_cache(2, 8);
+  cache.set_padding({3, 0});
+  const Array logits = model->forward(from_data(std::vector<int64_t>{9, 9, 9, 5, 6, 1, 2, 3, 4, 5}, Shape{2, 5}), cache);
+  const Array next = model->forward(from_data(std::vector<int64_t>{7, 6}, Shape{2, 1}), cache);
+  const Array alone0 = model->forward(from_data(std::vector<int64_t>{5, 6, 7}, Shape{1, 3}));
+  const Array alone1 = model->forward(from_data(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, Shape{1, 6}));
+  kiln_test::expect_close(logits.slice(0, 0, 1).slice(1, 3, 5), alone0.slice(1, 0, 2), 1e-12, "row 0's prompt");
+  kiln_test::expect_close(logits.slice(0, 1, 2), alone1.slice(1, 0, 5), 1e-12, "row 1's prompt");
+  kiln_test::expect_close(next.slice(0, 0, 1), alone0.slice(1, 2, 3), 1e-12, "row 0's next token");
+  kiln_test::expect_close(next.slice(0, 1, 2), alone1.slice(1, 5, 6), 1e-12, "row 1's next token");
+  EXPECT_THROW(cache.set_padding({1}), ValueError);      // one value per sequence
+  EXPECT_THROW(cache.set_padding({1, 8}), ValueError);   // below max_length
+  EXPECT_THROW(cache.set_padding({-1, 0}), ValueError);  // non-negative
+}
+
 TEST(Generate, RefusesAnEmptyPromptAndTooManyTokens) {
   auto model = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float64);
   EXPECT_THROW(models::generate(*model, {}), ValueError);
   EXPECT_THROW(models::generate(*model, {1, 2}, {.max_new_tokens = 15}), ValueError);  // 17 > 16 positions
   EXPECT_EQ(models::generate(*model, {1, 2}, {.max_new_tokens = 14, .temperature = 0.0}).size(), 14u);
+  EXPECT_THROW(models::generate_batch(*model, {}), ValueError);
+  EXPECT_THROW(models::generate_batch(*model, {{1}, {}}), ValueError);
+  EXPECT_THROW(models::generate_batch(*model, {{1}, {1, 2}}, {.max_new_tokens = 15}), ValueError);
+  EXPECT_THROW(models::generate_batch(*model, {{1}, {2}}, {.on_token = [](int64_t) {}}), ValueError);
 }
 
 }  // namespace
