@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
+
+#ifdef KILN_WITH_CUDA  // kiln::cuda's allocator functions exist in CUDA builds only
+#include "kiln/cuda.hpp"
 
 namespace {
 
@@ -102,3 +104,4 @@ TEST(OomStep, a_step_past_the_limit_throws_releases_its_memory_and_a_smaller_bat
 }
 
 }  // namespace
+#endif  // KILN_WITH_CUDA
