@@ -267,6 +267,6 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
 /// sequence has stopped. on_token streams a single sequence: ValueError with it and more than one prompt. Other
 /// errors as generate(), naming the prompt.
 std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                           const GenerateOptions& options = {});
+                                                 const GenerateOptions& options = {});
 
 }  // namespace kiln::models

@@ -234,7 +234,7 @@ int64_t draw(const std::vector<double>& p, double u) {
 }  // namespace
 
 std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                           const GenerateOptions& options) {
+                                                 const GenerateOptions& options) {
   if (prompts.empty()) throw ValueError("generate: no prompts (give at least one)");
   if (options.on_token && prompts.size() > 1)
     throw ValueError("generate: on_token streams one sequence; with " + std::to_string(prompts.size()) +

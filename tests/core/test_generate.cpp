@@ -110,9 +110,11 @@ void expect_batch_equals_each_alone(Model& model, const std::string& what) {
     EXPECT_EQ(batch[b], models::generate(model, prompts[b], greedy)) << what << ", prompt " << b;
   // A stop token ends its sequence only; the others run on.
   const int64_t stop = batch[1][1];
-  const auto stopped = models::generate_batch(model, prompts, {.max_new_tokens = 8, .temperature = 0.0, .stop_token = stop});
+  const auto stopped =
+      models::generate_batch(model, prompts, {.max_new_tokens = 8, .temperature = 0.0, .stop_token = stop});
   for (size_t b = 0; b < prompts.size(); ++b)
-    EXPECT_EQ(stopped[b], models::generate(model, prompts[b], {.max_new_tokens = 8, .temperature = 0.0, .stop_token = stop}))
+    EXPECT_EQ(stopped[b],
+              models::generate(model, prompts[b], {.max_new_tokens = 8, .temperature = 0.0, .stop_token = stop}))
         << what << ", prompt " << b;
   // Sampling: a batch of one is generate() with the same seed.
   const models::GenerateOptions sampled{.max_new_tokens = 6, .temperature = 1.2, .top_k = 5, .seed = 3};
@@ -135,7 +137,8 @@ TEST(Generate, PaddedCachedLogitsEqualEachSequencesOwn) {
   // Row 0: three padding slots, then tokens 5 6; row 1: tokens 1 2 3 4 5.
   models::KVCache cache = model->make_cache(2, 8);
   cache.set_padding({3, 0});
-  const Array logits = model->forward(from_data(std::vector<int64_t>{9, 9, 9, 5, 6, 1, 2, 3, 4, 5}, Shape{2, 5}), cache);
+  const Array logits =
+      model->forward(from_data(std::vector<int64_t>{9, 9, 9, 5, 6, 1, 2, 3, 4, 5}, Shape{2, 5}), cache);
   const Array next = model->forward(from_data(std::vector<int64_t>{7, 6}, Shape{2, 1}), cache);
   const Array alone0 = model->forward(from_data(std::vector<int64_t>{5, 6, 7}, Shape{1, 3}));
   const Array alone1 = model->forward(from_data(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, Shape{1, 6}));
