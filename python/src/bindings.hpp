@@ -18,6 +18,8 @@ void bind_array_methods(nb::class_<Array>& cls);
 void bind_ops(nb::module_& m);
 /// sort, take, tril, tensordot, roll, unique... of kiln/numpy_extra.hpp and kiln/indexing.hpp (extra.cpp).
 void bind_extra(nb::module_& m);
+/// kiln.linalg's factorisations, norm with ord, lstsq..., and kiln.kron (linalg.cpp; after bind_ops).
+void bind_linalg(nb::module_& m);
 /// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).

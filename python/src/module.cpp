@@ -141,6 +141,7 @@ NB_MODULE(_kiln, m) {
   bind_fuse(m);
   bind_ops(m);
   bind_extra(m);
+  bind_linalg(m);
   bind_fusion_overloads(m);
   bind_runtime(m);
   bind_gpu(m);

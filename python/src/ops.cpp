@@ -239,10 +239,7 @@ void bind_ops(nb::module_& m) {
     return kiln::dot(to_array(a, std::nullopt, nb::isinstance<Array>(a) ? std::nullopt : device),
                      to_array(b, std::nullopt, nb::isinstance<Array>(b) ? std::nullopt : device));
   }, "a"_a, "b"_a);
-  nb::module_ linalg = m.def_submodule("linalg", "Linear algebra (kiln::linalg).");
-  linalg.def("norm", [](ArrayLike a, AxisLike axis, bool keepdims) {
-    return kiln::linalg::norm(to_array(a), to_axes(axis), keepdims);
-  }, "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
+  m.def_submodule("linalg", "Linear algebra (kiln::linalg); its functions are bound in linalg.cpp.");
 }
 
 void bind_array_methods(nb::class_<Array>& cls) {
