@@ -175,6 +175,22 @@ void bind_nn(nb::module_& m) {
   nn.def("binary_cross_entropy_with_logits", [](const Array& x, nb::handle y, const std::string& reduction) {
     return nn::binary_cross_entropy_with_logits(x, to_array(y), to_reduction(reduction));
   }, "input"_a, "target"_a, "reduction"_a = "mean");
+  nn.def("save_safetensors", [](const std::string& path, nb::dict state, nb::handle metadata) {
+    nn::StateDict sd;
+    for (auto [name, value] : state) sd.insert(nb::cast<std::string>(name), to_array(value));
+    std::vector<std::pair<std::string, std::string>> meta;
+    if (!metadata.is_none())
+      for (auto [key, value] : nb::cast<nb::dict>(metadata))
+        meta.emplace_back(nb::cast<std::string>(key), nb::cast<std::string>(value));
+    nn::save_safetensors(path, sd, meta);
+  }, "path"_a, "tensors"_a, "metadata"_a = nb::none(),
+     "Writes a dict of str -> Array as a safetensors file (crash-safe; GPU arrays copied to the host).");
+  nn.def("load_safetensors", [](const std::string& path, DeviceLike device) {
+    nb::dict out;
+    for (const auto& [name, value] : nn::load_safetensors(path, to_optional_device(device))) out[name.c_str()] = value;
+    return out;
+  }, "path"_a, "device"_a = nb::none(),
+     "A safetensors file as a dict of str -> Array in the file's order, on device (default: the CPU).");
   nn.def("softmax", &nn::softmax, "x"_a, "axis"_a = -1);
   nn.def("log_softmax", &nn::log_softmax, "x"_a, "axis"_a = -1);
   nn.def("accuracy", [](const Array& logits, nb::handle labels) { return nn::accuracy(logits, to_array(labels)); },
