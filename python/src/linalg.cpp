@@ -21,7 +21,7 @@ ResultTypes result_types;
 
 nb::object make_result_type(nb::module_& linalg, const char* name, const char* fields) {
   nb::object type = nb::module_::import_("collections").attr("namedtuple")(name, fields);
-  type.attr("__module__") = "kiln.linalg";
+  type.attr("__module__") = "kiln._kiln.linalg";
   linalg.attr(name) = type;
   return type;
 }
@@ -33,11 +33,6 @@ linalg::Ord to_ord(nb::handle obj) {
   if (!is_python_scalar(obj) || nb::isinstance<nb::bool_>(obj))
     throw nb::type_error("kiln.linalg: ord must be None, a number, 'fro' or 'nuc'");
   return linalg::Ord(nb::cast<double>(obj));
-}
-
-std::optional<double> optional_double(nb::handle obj) {
-  if (obj.is_none()) return std::nullopt;
-  return nb::cast<double>(obj);
 }
 
 linalg::QrMode to_qr_mode(const std::string& mode) {
@@ -97,22 +92,22 @@ void bind_linalg(nb::module_& m) {
      "columns.");
   la.def("eigvalsh", [](ArrayLike a, const std::string& uplo) { return linalg::eigvalsh(to_array(a), to_uplo(uplo)); },
              "a"_a, "UPLO"_a = "L", "The eigenvalues (..., n) of each symmetric matrix, ascending.");
-  la.def("pinv", [](ArrayLike a, nb::handle rcond, bool hermitian) {
-    return linalg::pinv(to_array(a), optional_double(rcond), hermitian);
+  la.def("pinv", [](ArrayLike a, std::optional<double> rcond, bool hermitian) {
+    return linalg::pinv(to_array(a), rcond, hermitian);
   }, "a"_a, "rcond"_a = nb::none(), "hermitian"_a = false,
      "Pseudo-inverse through the SVD; singular values at or below rcond * largest (default 1e-15) are dropped.");
-  la.def("matrix_rank", [](ArrayLike a, nb::handle tol, bool hermitian) {
-    return linalg::matrix_rank(to_array(a), optional_double(tol), hermitian);
+  la.def("matrix_rank", [](ArrayLike a, std::optional<double> tol, bool hermitian) {
+    return linalg::matrix_rank(to_array(a), tol, hermitian);
   }, "A"_a, "tol"_a = nb::none(), "hermitian"_a = false,
      "Number of singular values above tol (default NumPy's: largest * max(m, n) * eps), as int64.");
-  la.def("norm", [](ArrayLike a, nb::handle ord, AxisLike axis, bool keepdims) {
+  la.def("norm", [](ArrayLike a, OrdLike ord, AxisLike axis, bool keepdims) {
     Array x = to_array(a);
     if (ord.is_none()) return linalg::norm(x, to_axes(axis), keepdims);
     return linalg::norm_ord(x, to_ord(ord), to_axes(axis), keepdims);
   }, "x"_a, "ord"_a = nb::none(), "axis"_a = nb::none(), "keepdims"_a = false,
      "Vector or matrix norm as np.linalg.norm: ord None, a number (inf, -inf, 0 included), 'fro' or 'nuc'; axis "
      "one axis (vector norm) or two (matrix norm).");
-  la.def("cond", [](ArrayLike a, nb::handle p) { return linalg::cond(to_array(a), to_ord(p)); }, "x"_a,
+  la.def("cond", [](ArrayLike a, OrdLike p) { return linalg::cond(to_array(a), to_ord(p)); }, "x"_a,
              "p"_a = nb::none(), "Condition number of each matrix (inf for a singular one), as np.linalg.cond.");
   la.def("matrix_power", [](ArrayLike a, int64_t n) { return linalg::matrix_power(to_array(a), n); }, "a"_a,
              "n"_a, "a @ a @ ... n times (n = 0: the identity; n < 0: powers of inv(a)).");
@@ -120,9 +115,9 @@ void bind_linalg(nb::module_& m) {
     Array x = to_array(a);
     return linalg::cross(x, to_array_near(b, x), axis);
   }, "x1"_a, "x2"_a, "axis"_a = -1, "Cross product of 3-vectors along axis, broadcast over the others.");
-  la.def("lstsq", [](ArrayLike a, ArrayLike b, nb::handle rcond) {
+  la.def("lstsq", [](ArrayLike a, ArrayLike b, std::optional<double> rcond) {
     Array x = to_array(a);
-    auto r = linalg::lstsq(x, to_array_near(b, x), optional_double(rcond));
+    auto r = linalg::lstsq(x, to_array_near(b, x), rcond);
     return result_types.lstsq(r.solution, r.residuals, r.rank, r.singular_values);
   }, "a"_a, "b"_a, "rcond"_a = nb::none(),
      "LstsqResult(solution, residuals, rank, singular_values) minimising ||a @ x - b|| (rcond None: NumPy's "

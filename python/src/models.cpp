@@ -30,14 +30,14 @@ nn::StateDict dict_to_state(nb::dict state) {
 }
 
 // A prompt as token ids: a sequence of ints, or a 1-d integer array (kiln's or NumPy's).
-std::vector<int64_t> to_tokens(nb::handle prompt) {
+std::vector<int64_t> to_tokens(TokensLike prompt) {
   if (nb::isinstance<nb::list>(prompt) || nb::isinstance<nb::tuple>(prompt))
     return nb::cast<std::vector<int64_t>>(prompt);
   return nb::cast<std::vector<int64_t>>(nb::module_::import_("numpy").attr("asarray")(prompt).attr("tolist")());
 }
 
 models::GenerateOptions generate_options(int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
-                                         std::optional<int64_t> stop_token, uint64_t seed, nb::handle on_token) {
+                                         std::optional<int64_t> stop_token, uint64_t seed, TokenCallback on_token) {
   models::GenerateOptions options{max_new_tokens, temperature, top_k, top_p, stop_token, seed, {}};
   // The GIL stays held through generate(), so the callback may be called (and copied) without taking it.
   if (!on_token.is_none()) options.on_token = [callback = nb::borrow(on_token)](int64_t token) { callback(token); };
@@ -137,23 +137,23 @@ void bind_language_models(nb::module_& models) {
   }, "path"_a, "config"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none(),
      "A LLaMA-style decoder from a folder with config.json and model.safetensors (or its shards), or a "
      ".safetensors file with config.json beside it.");
-  models.def("generate", [](models::CausalLM& model, nb::handle prompt, int64_t max_new_tokens, double temperature,
+  models.def("generate", [](models::CausalLM& model, TokensLike prompt, int64_t max_new_tokens, double temperature,
                             int64_t top_k, double top_p, std::optional<int64_t> stop_token, uint64_t seed,
-                            nb::handle on_token) {
+                            TokenCallback on_token) {
     return models::generate(model, to_tokens(prompt),
                             generate_options(max_new_tokens, temperature, top_k, top_p, stop_token, seed, on_token));
   }, "model"_a, "prompt"_a, "max_new_tokens"_a = 32, "temperature"_a = 1.0, "top_k"_a = 0, "top_p"_a = 1.0,
      "stop_token"_a = nb::none(), "seed"_a = 0, "on_token"_a = nb::none(),
      "The new tokens (a list of ints) after prompt: temperature 0 is greedy; top_k / top_p filter as Hugging "
      "Face's warpers; on_token(token) is called as each is chosen. Runs in eval mode with no gradient.");
-  models.def("generate_batch", [](models::CausalLM& model, nb::handle prompts, int64_t max_new_tokens,
+  models.def("generate_batch", [](models::CausalLM& model, nb::sequence prompts, int64_t max_new_tokens,
                                   double temperature, int64_t top_k, double top_p, std::optional<int64_t> stop_token,
                                   uint64_t seed) {
     std::vector<std::vector<int64_t>> tokens;
     for (nb::handle prompt : prompts) tokens.push_back(to_tokens(prompt));
     return models::generate_batch(model, tokens,
                                   generate_options(max_new_tokens, temperature, top_k, top_p, stop_token, seed,
-                                                   nb::none()));
+                                                   TokenCallback(nb::none())));
   }, "model"_a, "prompts"_a, "max_new_tokens"_a = 32, "temperature"_a = 1.0, "top_k"_a = 0, "top_p"_a = 1.0,
      "stop_token"_a = nb::none(), "seed"_a = 0,
      "generate() for several prompts in one forward per token (left-padded); greedy gives each the tokens it "

@@ -239,7 +239,7 @@ void bind_ops(nb::module_& m) {
     return kiln::dot(to_array(a, std::nullopt, nb::isinstance<Array>(a) ? std::nullopt : device),
                      to_array(b, std::nullopt, nb::isinstance<Array>(b) ? std::nullopt : device));
   }, "a"_a, "b"_a);
-  m.def_submodule("linalg", "Linear algebra (kiln::linalg); its functions are bound in linalg.cpp.");
+  m.def_submodule("linalg", "Linear algebra (kiln::linalg): numpy.linalg's functions for real dtypes.");
 }
 
 void bind_array_methods(nb::class_<Array>& cls) {

@@ -24,11 +24,14 @@
   };                                                                                                  \
   }
 
-KILN_PY_TYPED_HANDLE(DTypeLike, "dtype | str | type | numpy.dtype")
-KILN_PY_TYPED_HANDLE(DeviceLike, "Device | str")
+KILN_PY_TYPED_HANDLE(DTypeLike, "kiln._kiln.dtype | str | type | numpy.dtype")
+KILN_PY_TYPED_HANDLE(DeviceLike, "kiln._kiln.Device | str")
 KILN_PY_TYPED_HANDLE(ShapeLike, "int | collections.abc.Sequence[int]")
 KILN_PY_TYPED_HANDLE(AxisLike, "int | collections.abc.Sequence[int]")  // None (all axes) is every default
-KILN_PY_TYPED_HANDLE(ArrayLike, "Array | numpy.typing.ArrayLike")
+KILN_PY_TYPED_HANDLE(ArrayLike, "kiln._kiln.Array | numpy.typing.ArrayLike")
 KILN_PY_TYPED_HANDLE(ScalarLike, "bool | int | float")
+KILN_PY_TYPED_HANDLE(OrdLike, "float | str")  // numpy.linalg.norm's ord: a number, "fro" or "nuc"
+KILN_PY_TYPED_HANDLE(TokensLike, "collections.abc.Sequence[int] | kiln._kiln.Array | numpy.typing.ArrayLike")
+KILN_PY_TYPED_HANDLE(TokenCallback, "collections.abc.Callable[[int], object]")
 
 #undef KILN_PY_TYPED_HANDLE
