@@ -31,9 +31,14 @@ nn::StateDict dict_to_state(nb::dict state) {
 
 // A prompt as token ids: a sequence of ints, or a 1-d integer array (kiln's or NumPy's).
 std::vector<int64_t> to_tokens(TokensLike prompt) {
-  if (nb::isinstance<nb::list>(prompt) || nb::isinstance<nb::tuple>(prompt))
-    return nb::cast<std::vector<int64_t>>(prompt);
-  return nb::cast<std::vector<int64_t>>(nb::module_::import_("numpy").attr("asarray")(prompt).attr("tolist")());
+  nb::object list = nb::borrow(prompt);
+  if (!nb::isinstance<nb::list>(prompt) && !nb::isinstance<nb::tuple>(prompt))
+    list = nb::module_::import_("numpy").attr("asarray")(prompt).attr("tolist")();
+  std::vector<int64_t> tokens;
+  if (!nb::try_cast(list, tokens))
+    throw nb::type_error("kiln.models.generate: a prompt must be token ids: a sequence of ints or a 1-d integer "
+                         "array");
+  return tokens;
 }
 
 models::GenerateOptions generate_options(int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,

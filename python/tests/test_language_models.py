@@ -85,6 +85,10 @@ def test_stop_token_and_seeded_sampling():
         M.generate(model, [], max_new_tokens=2)
     with pytest.raises(ValueError):
         M.generate(model, [1] * 30, max_new_tokens=5)  # past n_positions
+    with pytest.raises(TypeError, match="token ids"):
+        M.generate(model, [1.5, 2.0], max_new_tokens=2)
+    with pytest.raises(TypeError, match="token ids"):
+        M.generate_batch(model, [[1, 2], np.ones((2, 2), dtype=np.int64)], max_new_tokens=2)
 
 
 def test_on_token_errors_reach_the_caller():
