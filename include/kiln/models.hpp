@@ -79,6 +79,7 @@ class KVCache {
   void reset() {
     length_ = 0;
     padding_.clear();
+    padding_array_ = Array();
   }
   /// The sequences the buffers hold.
   int64_t batch() const { return keys_.empty() ? 0 : keys_.front().shape(0); }
@@ -89,10 +90,14 @@ class KVCache {
   /// there is one non-negative value per sequence below max_length; empty: no padding.
   void set_padding(std::vector<int64_t> padding);
   const std::vector<int64_t>& padding() const { return padding_; }
+  /// padding() as an int64 array (batch,) on the buffers' device, copied there once by set_padding (undefined
+  /// without padding): what the models' position and mask arithmetic reads at every step.
+  const Array& padding_array() const { return padding_array_; }
 
  private:
   std::vector<Array> keys_, values_;
   std::vector<int64_t> padding_;
+  Array padding_array_;
   int64_t length_ = 0, max_length_ = 0;
 };
 

@@ -61,6 +61,7 @@ void KVCache::set_padding(std::vector<int64_t> padding) {
       throw ValueError("KVCache::set_padding: padding " + std::to_string(p) + " outside [0, " +
                        std::to_string(max_length_) + ")");
   padding_ = std::move(padding);
+  padding_array_ = padding_.empty() ? Array() : from_data(padding_, Shape{batch()}, keys_.front().device());
 }
 
 void KVCache::advance(int64_t t) {
@@ -86,8 +87,19 @@ void check_tokens(const std::string& who, const Array& tokens) {
                      shape_str(tokens.shape()) + " " + std::string(dtype_name(tokens.dtype())));
 }
 
-Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* cache, int64_t layer,
-                       double dropout_p) {
+Array padding_mask(const KVCache* cache, int64_t t) {
+  if (!cache || cache->padding().empty()) return Array();
+  // Key j is seen from position i when j <= i and j is past the sequence's padding. A padding position itself
+  // sees only itself (its output is never read; a row with nothing to attend to would make NaNs).
+  const Array& pad = cache->padding_array();
+  const int64_t offset = cache->length(), s = offset + t;
+  const Array col = arange(int64_t{0}, s, int64_t{1}, int64, pad.device()).reshape({1, 1, 1, s});
+  const Array row = arange(offset, s, int64_t{1}, int64, pad.device()).reshape({1, 1, t, 1});
+  return logical_and(less_equal(col, row), logical_or(greater_equal(col, pad.reshape({-1, 1, 1, 1})), equal(col, row)));
+}
+
+Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* cache, int64_t layer, double dropout_p,
+                       const Array& mask) {
   const bool gqa = k.shape(1) != q.shape(1);
   if (!cache) return nn::scaled_dot_product_attention(q, k, v, {}, dropout_p, true, {}, gqa);
   const int64_t offset = cache->length(), t = q.shape(2);
@@ -96,17 +108,7 @@ Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* 
     keys = keys.astype(q.dtype());
     values = values.astype(q.dtype());
   }
-  if (!cache->padding().empty()) {
-    // Left-padded sequences: key j is seen from position i when j <= i and j is past the sequence's padding. A
-    // padding position itself sees only itself (its output is never read; a row with nothing to attend to
-    // would make NaNs).
-    const int64_t s = offset + t, b = q.shape(0);
-    const Array col = arange(int64_t{0}, s, int64_t{1}, int64, q.device()).reshape({1, 1, 1, s});
-    const Array row = arange(offset, s, int64_t{1}, int64, q.device()).reshape({1, 1, t, 1});
-    const Array pad = from_data(cache->padding(), Shape{b, 1, 1, 1}, q.device());
-    const Array mask = logical_and(less_equal(col, row), logical_or(greater_equal(col, pad), equal(col, row)));
-    return nn::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, {}, gqa);
-  }
+  if (mask.defined()) return nn::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, {}, gqa);
   // One new position sees every cached one (no mask); a first chunk is the plain causal triangle; a later chunk
   // of several positions needs the triangle shifted by the cached length (is_causal's is anchored top-left).
   if (t == 1) return nn::scaled_dot_product_attention(q, keys, values, {}, 0.0, false, {}, gqa);

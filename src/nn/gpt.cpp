@@ -158,9 +158,9 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
                      std::to_string(c.n_positions - offset) + " tokens");
   const Array& wte = parts.wte->weight();
   Array positions = arange(offset, offset + t, int64_t{1}, int64, wte.device());
-  if (cache && !cache->padding().empty())  // left-padded sequences count their positions from their first token
-    positions = maximum(positions.reshape({1, t}) - from_data(cache->padding(), Shape{batch, 1}, wte.device()),
-                        Scalar(int64_t{0}));
+  const Array mask = detail::padding_mask(cache, t);
+  if (mask.defined())  // left-padded sequences count their positions from their first token
+    positions = maximum(positions.reshape({1, t}) - cache->padding_array().reshape({batch, 1}), Scalar(int64_t{0}));
   Array x = (*parts.drop)((*parts.wte)(tokens) + (*parts.wpe)(positions));
   const double attn_p = is_training() ? c.attn_pdrop : 0.0;
   auto heads_of = [&](const Array& qkv, int64_t part) {  // (B, T, 3C) -> (B, H, T, D)
@@ -170,7 +170,7 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
     const Parts::Block& b = parts.blocks[i];
     const Array qkv = (*b.c_attn)((*b.ln_1)(x));
     Array a = detail::causal_attention(heads_of(qkv, 0), heads_of(qkv, 1), heads_of(qkv, 2), cache,
-                                       static_cast<int64_t>(i), attn_p);
+                                       static_cast<int64_t>(i), attn_p, mask);
     a = swapaxes(a, 1, 2).reshape({batch, t, c.n_embd});
     x = x + (*b.attn_resid_drop)((*b.attn_proj)(a));
     x = x + (*b.mlp_drop)((*b.mlp_proj)(gelu_tanh((*b.fc)((*b.ln_2)(x)))));

@@ -6,7 +6,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -86,13 +85,14 @@ Array Llama::run(const Array& tokens, KVCache* cache) {
                      " exceed max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   auto heads = [&](const Array& y, int64_t n) { return swapaxes(y.reshape({batch, t, n, d}), 1, 2); };
   Array x = (*parts.embed)(tokens);
+  const Array mask = detail::padding_mask(cache, t);
   for (size_t i = 0; i < parts.layers.size(); ++i) {
     const Parts::Layer& l = parts.layers[i];
     const Array h = (*l.input_norm)(x);
     const Array q = parts.rope->rotate(heads((*l.q)(h), c.num_attention_heads), offset);
     const Array k = parts.rope->rotate(heads((*l.k)(h), c.num_key_value_heads), offset);
     const Array v = heads((*l.v)(h), c.num_key_value_heads);
-    const Array a = detail::causal_attention(q, k, v, cache, static_cast<int64_t>(i), 0.0);
+    const Array a = detail::causal_attention(q, k, v, cache, static_cast<int64_t>(i), 0.0, mask);
     x = x + (*l.o)(swapaxes(a, 1, 2).reshape({batch, t, c.hidden_size}));
     const Array g = (*l.post_norm)(x);
     x = x + (*l.down)(silu((*l.gate)(g)) * (*l.up)(g));
@@ -151,10 +151,8 @@ nlohmann::json read_json(const std::string& path, const char* what) {
   if (!in)
     throw ValueError(std::string("load_llama: cannot open ") + what + " '" + path +
                      "'; pass the folder Hugging Face's snapshot_download wrote (or the LlamaConfig)");
-  std::ostringstream text;
-  text << in.rdbuf();
   try {
-    return nlohmann::json::parse(text.str());
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(std::string("load_llama: ") + what + " '" + path + "' is not valid JSON (" + e.what() + ")");
   }

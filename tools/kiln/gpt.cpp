@@ -106,13 +106,14 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
   config.n_positions = std::min(config.n_positions, std::max<int64_t>(g.seq, 64));
   if (g.seq > config.n_positions) throw ValueError("kiln train gpt: --seq is past the model's 1024 positions");
   random::seed(t.seed);
-  models::GPT2 model(config, float32, device);
+  const auto gpt2 = std::make_shared<models::GPT2>(config, float32, device);
+  models::GPT2& model = *gpt2;
   // Data parallel: each rank draws its own windows (a generator of its own per rank) and the gradients are
   // averaged in the backward (DistributedDataParallel, which also starts every rank from rank 0's weights).
-  std::shared_ptr<nn::Module> trained;
+  std::shared_ptr<nn::Module> trained = gpt2;
   std::optional<random::Generator> windows;
   if (launched) {
-    trained = std::make_shared<dist::DistributedDataParallel>(std::shared_ptr<nn::Module>(&model, [](nn::Module*) {}));
+    trained = std::make_shared<dist::DistributedDataParallel>(gpt2);
     windows.emplace(t.seed + 1 + static_cast<uint64_t>(dist::rank()));
   }
   optim::AdamW opt(model.parameters(), {.lr = t.lr.value_or(6e-4), .beta2 = 0.95, .weight_decay = 0.1});
@@ -158,8 +159,7 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
     Array loss;
     {
       AutocastGuard amp(g.bf16 ? std::optional<DType>(bfloat16) : std::nullopt);
-      loss = models::lm_loss(launched ? trained->forward(from_data(x, Shape{t.batch, g.seq}, device))
-                                      : model.forward(from_data(x, Shape{t.batch, g.seq}, device)),
+      loss = models::lm_loss(trained->forward(from_data(x, Shape{t.batch, g.seq}, device)),
                              from_data(y, Shape{t.batch, g.seq}, device));
     }
     opt.zero_grad();
