@@ -7,6 +7,42 @@ from ._kiln import *  # noqa: F401,F403  (the functions, dtypes and exceptions o
 from ._kiln import Array, linalg, random  # noqa: F401
 
 __all__ = [name for name in dir(_kiln) if not name.startswith("_")]
+
+# The Array API's three keyword-only methods, defined in Python so inspect.signature sees their parameters
+# (a compiled method's signature is opaque to it, or (*args, **kwargs), depending on the Python version).
+_array_namespace_impl = Array.__array_namespace__
+_dlpack_impl = Array.__dlpack__
+_to_device_impl = Array.to_device
+_DL_CPU = 1  # DLPack's kDLCPU
+
+
+def _array_namespace(self, /, *, api_version=None):
+    """kiln.array_api, the Array API namespace of kiln's arrays."""
+    return _array_namespace_impl(self, api_version=api_version)
+
+
+def _dlpack(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack capsule of this array. dl_device=(kDLCPU, 0) on a GPU array exports a host copy (not with
+    copy=False, which must share memory)."""
+    if dl_device is not None and tuple(dl_device) != tuple(self.__dlpack_device__()):
+        if tuple(dl_device) != (_DL_CPU, 0):
+            raise BufferError(f"__dlpack__: kiln exports to the array's own device or the CPU, not dl_device={dl_device}")
+        if copy is False:
+            raise BufferError("__dlpack__: dl_device=CPU for a GPU array needs a copy, but copy=False; pass copy=None")
+        return _dlpack_impl(self.to(_kiln.cpu()), max_version=max_version)
+    return _dlpack_impl(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+
+def _to_device(self, device, /, *, stream=None):
+    """This array on `device` (itself when it is there already)."""
+    if stream is not None:
+        raise ValueError("to_device: kiln orders copies on its current stream; pass stream=None")
+    return _to_device_impl(self, device)
+
+
+Array.__array_namespace__ = _array_namespace
+Array.__dlpack__ = _dlpack
+Array.to_device = _to_device
 newaxis = None
 
 

@@ -156,6 +156,15 @@ def astype(x, dtype, /, *, copy=True, device=None):
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     if copy is False and not isinstance(obj, _Array) and not hasattr(obj, "__dlpack__"):
         raise ValueError("asarray: copy=False needs an array to share (this object must be copied)")
+    if isinstance(obj, (list, tuple)) and _builtins.any(isinstance(v, _Array) for v in _flatten(obj)):
+        # A nested sequence holding arrays (0-d ones, as x[i, j]): stacked where they are, so GPU arrays never
+        # pass through NumPy.
+        if copy is False:
+            raise ValueError("asarray: copy=False but a sequence of arrays must be copied into one")
+        arrays = [v for v in _flatten(obj) if isinstance(v, _Array)]
+        where = device if device is not None else arrays[0].device
+        out = _k.stack([asarray(v, device=where) for v in obj])
+        return out if dtype is None or out.dtype == dtype else out.astype(dtype)
     if isinstance(obj, (list, tuple)) and dtype is None:
         # The standard's default dtypes: a nested sequence of bools, ints or floats.
         flat = _flatten(obj)
@@ -165,10 +174,6 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             dtype = int64
         elif flat and _builtins.all(isinstance(v, (int, float)) for v in flat):
             dtype = float32
-        else:
-            flat_arrays = [v for v in flat if isinstance(v, _Array)]
-            if flat_arrays:
-                return _k.stack([asarray(v, device=device) for v in obj])
     if copy is not True and isinstance(obj, _Array) and dtype in (None, obj.dtype) and device in (None, obj.device):
         return obj
     out = _k.asarray(obj, dtype=dtype, device=device)

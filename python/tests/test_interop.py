@@ -108,3 +108,43 @@ def test_gpu_exchange_with_torch_and_cupy_when_installed():
         assert other.tolist() == [0.0, 1.0, 2.0, 3.0]
         back = kiln.from_dlpack(other)
         assert back.device == kiln.cuda(0) and back.data_ptr == x.data_ptr
+
+
+def test_array_api_methods_have_inspectable_signatures():
+    import inspect
+
+    x = kiln.ones(2)
+    assert list(inspect.signature(x.__dlpack__).parameters) == ["stream", "max_version", "dl_device", "copy"]
+    assert list(inspect.signature(x.__array_namespace__).parameters) == ["api_version"]
+    assert list(inspect.signature(x.to_device).parameters) == ["device", "stream"]
+
+
+def test_dlpack_to_an_unsupported_device_is_a_buffer_error():
+    with pytest.raises(BufferError, match="dl_device"):
+        kiln.ones(2).__dlpack__(dl_device=(2, 3))
+
+
+@requires_gpu
+def test_dlpack_of_a_gpu_array_to_the_cpu_exports_a_host_copy():
+    x = kiln.arange(5, dtype=kiln.float32, device=kiln.cuda(0))
+
+    class HostExport:  # what a consumer asking for dl_device=(kDLCPU, 0) sees
+        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+            return x.__dlpack__(dl_device=(1, 0), max_version=max_version)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    np.testing.assert_array_equal(np.from_dlpack(HostExport()), np.arange(5, dtype=np.float32))
+    with pytest.raises(BufferError, match="copy=False"):
+        x.__dlpack__(dl_device=(1, 0), copy=False)
+
+
+@requires_gpu
+def test_array_api_asarray_of_gpu_scalars_stays_on_the_gpu():
+    import kiln.array_api as xp
+
+    a = kiln.asarray(np.array([[True, False], [False, True]]), device=kiln.cuda(0))
+    t = xp.asarray([[a[j, i] for j in range(2)] for i in range(2)], dtype=xp.bool)
+    assert t.device == kiln.cuda(0)
+    np.testing.assert_array_equal(t.numpy(), np.array([[True, False], [False, True]]).T)
