@@ -73,14 +73,32 @@ class KVCache {
   /// Writes k and v (batch, kv_heads, T, head_dim) of `layer` at positions [length(), length() + T) and returns
   /// views of positions [0, length() + T). ValueError when the cache would overflow, ShapeError for other shapes.
   std::pair<Array, Array> update(int64_t layer, const Array& k, const Array& v);
-  /// Marks `t` more positions filled (the model calls it once per forward, after its last layer).
+  /// Marks `t` more positions filled (the model calls it once per forward, after its last layer); also moves
+  /// position_array() on the device.
   void advance(int64_t t);
-  /// Empties the cache (the buffers are kept) and its padding.
-  void reset() {
-    length_ = 0;
-    padding_.clear();
-    padding_array_ = Array();
-  }
+  /// Empties the cache (the buffers are kept), its padding and static mode.
+  void reset();
+  /// Keeps the first `length` positions (as Hugging Face's DynamicCache.crop): later ones are forgotten and
+  /// will be overwritten. ValueError for a length outside [0, length()].
+  void crop(int64_t length);
+  /// length() as an int64 array (1,) on the buffers' device, moved by advance(): what a static step reads.
+  const Array& position_array() const { return position_; }
+
+  /// Static mode (for CUDA graphs, as Hugging Face's StaticCache): a forward of one token per sequence writes its
+  /// keys and values at position_array() and attends over the whole buffer with the positions past it masked, so
+  /// every step has the same shapes and addresses and reads its position from the device. generate() captures one
+  /// such step in a CUDA graph and replays it for every token. The logits equal the dynamic mode's.
+  void set_static(bool on) { static_ = on; }
+  bool is_static() const { return static_; }
+  /// Records `t` positions written by a replayed graph of a static step: the graph moved position_array()
+  /// itself; this moves length() to match. ValueError past max_length().
+  void replayed(int64_t t);
+  /// Static mode: writes k and v (batch, kv_heads, 1, head_dim) of `layer` at position_array() and returns the
+  /// whole buffers. ShapeError for other shapes.
+  std::pair<Array, Array> update_static(int64_t layer, const Array& k, const Array& v);
+  /// Static mode: which key positions each sequence's new token sees, (batch or 1, 1, 1, max_length) bool: those
+  /// up to position_array() and past the sequence's padding.
+  Array visible_static() const;
   /// The sequences the buffers hold.
   int64_t batch() const { return keys_.empty() ? 0 : keys_.front().shape(0); }
   /// Left padding per sequence, for a batch of prompts of different lengths (generate() sets it): the first
@@ -98,7 +116,9 @@ class KVCache {
   std::vector<Array> keys_, values_;
   std::vector<int64_t> padding_;
   Array padding_array_;
+  Array position_, columns_;  // (1,) int64; (1, 1, max_length, 1) int64: 0..max_length-1
   int64_t length_ = 0, max_length_ = 0;
+  bool static_ = false;
 };
 
 /// What generate() needs of a decoder-only language model.
@@ -250,6 +270,9 @@ struct GenerateOptions {
   std::optional<int64_t> stop_token;  ///< ends generation once generated (it is returned)
   uint64_t seed = 0;                  ///< of the sampling generator (a random::Generator of its own)
   std::function<void(int64_t)> on_token;  ///< called with each token as it is chosen (streaming)
+  /// On a GPU, capture one decode step (a static KVCache) in a CUDA graph and replay it for every later token:
+  /// one launch per token instead of one per op. Same tokens as without; false runs every step op by op.
+  bool cuda_graph = true;
 };
 
 /// The probabilities sampling draws from: softmax(logits / temperature) over the tokens top_k and top_p keep

@@ -318,11 +318,18 @@ class RotaryEmbedding : public Module {
   explicit RotaryEmbedding(int64_t dim, double base = 10000.0);
   /// cos and sin of positions [offset, offset + length), each (length, dim), in `dtype` on `device`.
   std::pair<Array, Array> cos_sin(int64_t length, int64_t offset, DType dtype, Device device) const;
+  /// cos and sin of integer `positions` (T,), each (T, dim), in `dtype` on the positions' device.
+  std::pair<Array, Array> cos_sin(const Array& positions, DType dtype) const;
+  /// x (..., T, dim) rotated for positions offset .. offset + T - 1.
   Array rotate(const Array& x, int64_t offset = 0) const;
+  /// x (..., T, dim) rotated for the integer positions (T,) given on the device (a static decode step reads its
+  /// position there). ShapeError for another shape or dtype.
+  Array rotate(const Array& x, const Array& positions) const;
   Array forward(const Array& x) override { return rotate(x); }
   std::string name() const override;
 
  private:
+  void check_input(const Array& x) const;
   int64_t dim_;
   double base_;
 };

@@ -42,8 +42,9 @@ std::vector<int64_t> to_tokens(TokensLike prompt) {
 }
 
 models::GenerateOptions generate_options(int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
-                                         std::optional<int64_t> stop_token, uint64_t seed, TokenCallback on_token) {
-  models::GenerateOptions options{max_new_tokens, temperature, top_k, top_p, stop_token, seed, {}};
+                                         std::optional<int64_t> stop_token, uint64_t seed, TokenCallback on_token,
+                                         bool cuda_graph) {
+  models::GenerateOptions options{max_new_tokens, temperature, top_k, top_p, stop_token, seed, {}, cuda_graph};
   // The GIL stays held through generate(), so the callback may be called (and copied) without taking it.
   if (!on_token.is_none()) options.on_token = [callback = nb::borrow(on_token)](int64_t token) { callback(token); };
   return options;
@@ -144,23 +145,24 @@ void bind_language_models(nb::module_& models) {
      ".safetensors file with config.json beside it.");
   models.def("generate", [](models::CausalLM& model, TokensLike prompt, int64_t max_new_tokens, double temperature,
                             int64_t top_k, double top_p, std::optional<int64_t> stop_token, uint64_t seed,
-                            TokenCallback on_token) {
-    return models::generate(model, to_tokens(prompt),
-                            generate_options(max_new_tokens, temperature, top_k, top_p, stop_token, seed, on_token));
+                            TokenCallback on_token, bool cuda_graph) {
+    return models::generate(model, to_tokens(prompt), generate_options(max_new_tokens, temperature, top_k, top_p,
+                                                                       stop_token, seed, on_token, cuda_graph));
   }, "model"_a, "prompt"_a, "max_new_tokens"_a = 32, "temperature"_a = 1.0, "top_k"_a = 0, "top_p"_a = 1.0,
-     "stop_token"_a = nb::none(), "seed"_a = 0, "on_token"_a = nb::none(),
+     "stop_token"_a = nb::none(), "seed"_a = 0, "on_token"_a = nb::none(), "cuda_graph"_a = true,
      "The new tokens (a list of ints) after prompt: temperature 0 is greedy; top_k / top_p filter as Hugging "
-     "Face's warpers; on_token(token) is called as each is chosen. Runs in eval mode with no gradient.");
+     "Face's warpers; on_token(token) is called as each is chosen. Runs in eval mode with no gradient. On a GPU "
+     "the steps after the prompt replay one captured CUDA graph (cuda_graph=False: op by op; same tokens).");
   models.def("generate_batch", [](models::CausalLM& model, nb::sequence prompts, int64_t max_new_tokens,
                                   double temperature, int64_t top_k, double top_p, std::optional<int64_t> stop_token,
-                                  uint64_t seed) {
+                                  uint64_t seed, bool cuda_graph) {
     std::vector<std::vector<int64_t>> tokens;
     for (nb::handle prompt : prompts) tokens.push_back(to_tokens(prompt));
     return models::generate_batch(model, tokens,
                                   generate_options(max_new_tokens, temperature, top_k, top_p, stop_token, seed,
-                                                   TokenCallback(nb::none())));
+                                                   TokenCallback(nb::none()), cuda_graph));
   }, "model"_a, "prompts"_a, "max_new_tokens"_a = 32, "temperature"_a = 1.0, "top_k"_a = 0, "top_p"_a = 1.0,
-     "stop_token"_a = nb::none(), "seed"_a = 0,
+     "stop_token"_a = nb::none(), "seed"_a = 0, "cuda_graph"_a = true,
      "generate() for several prompts in one forward per token (left-padded); greedy gives each the tokens it "
      "would get alone.");
   models.def("sampling_probabilities", &models::sampling_probabilities, "logits"_a, "temperature"_a, "top_k"_a = 0,

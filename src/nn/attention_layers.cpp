@@ -22,23 +22,41 @@ RotaryEmbedding::RotaryEmbedding(int64_t dim, double base) : dim_(dim), base_(ba
 }
 
 std::pair<Array, Array> RotaryEmbedding::cos_sin(int64_t length, int64_t offset, DType dtype, Device device) const {
+  return cos_sin(arange(offset, offset + length, int64_t{1}, int64, device), dtype);
+}
+
+std::pair<Array, Array> RotaryEmbedding::cos_sin(const Array& positions, DType dtype) const {
   // inv_freq[i] = base^(-2i/dim) and the angles in float32, as Hugging Face's LLaMA computes them.
+  const Device device = positions.device();
   const Array i = arange(int64_t{0}, dim_, int64_t{2}, float32, device);
   const Array inv_freq = 1.0 / power(full({1}, base_, float32, device), i / static_cast<double>(dim_));
-  const Array t = arange(offset, offset + length, int64_t{1}, float32, device);
-  const Array freqs = outer(t, inv_freq);
+  const Array freqs = outer(positions.astype(float32), inv_freq);
   const Array emb = concatenate({freqs, freqs}, -1);
   return {cos(emb).astype(dtype), sin(emb).astype(dtype)};
 }
 
 Array RotaryEmbedding::rotate(const Array& x, int64_t offset) const {
+  check_input(x);
+  return rotate(x, arange(offset, offset + x.shape(-2), int64_t{1}, int64, x.device()));
+}
+
+Array RotaryEmbedding::rotate(const Array& x, const Array& positions) const {
+  check_input(x);
+  if (positions.ndim() != 1 || positions.shape(0) != x.shape(-2) || is_floating(positions.dtype()) ||
+      positions.dtype() == bool_)
+    throw ShapeError(name() + ": positions must be a 1-d integer array of the input's " +
+                     std::to_string(x.shape(-2)) + " positions, got " + shape_str(positions.shape()) + " " +
+                     std::string(dtype_name(positions.dtype())));
+  const int64_t half = dim_ / 2;
+  const auto [c, s] = cos_sin(positions, x.dtype());
+  const Array rotated = concatenate({-x.slice(-1, half, dim_), x.slice(-1, 0, half)}, -1);  // rotate_half
+  return x * c + rotated * s;
+}
+
+void RotaryEmbedding::check_input(const Array& x) const {
   if (x.ndim() < 2 || x.shape(-1) != dim_)
     throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; it must be (..., T, " +
                      std::to_string(dim_) + ")");
-  const int64_t t = x.shape(-2), half = dim_ / 2;
-  const auto [c, s] = cos_sin(t, offset, x.dtype(), x.device());
-  const Array rotated = concatenate({-x.slice(-1, half, dim_), x.slice(-1, 0, half)}, -1);  // rotate_half
-  return x * c + rotated * s;
 }
 
 std::string RotaryEmbedding::name() const {

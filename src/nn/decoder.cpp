@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/autograd.hpp"
+#include "kiln/cuda.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -30,6 +31,58 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t max_le
     keys_.push_back(zeros({batch, kv_heads, max_length, head_dim}, dtype, device));
     values_.push_back(zeros({batch, kv_heads, max_length, head_dim}, dtype, device));
   }
+  position_ = zeros({1}, int64, device);
+  columns_ = arange(int64_t{0}, max_length, int64_t{1}, int64, device).reshape({1, 1, max_length, 1});
+}
+
+void KVCache::reset() {
+  length_ = 0;
+  if (position_.defined()) position_.fill(Scalar(int64_t{0}));
+  padding_.clear();
+  padding_array_ = Array();
+  static_ = false;
+}
+
+void KVCache::crop(int64_t length) {
+  if (length < 0 || length > length_)
+    throw ValueError("KVCache::crop: length " + std::to_string(length) + " outside [0, " + std::to_string(length_) +
+                     "] (the positions filled)");
+  length_ = length;
+  if (position_.defined()) position_.fill(Scalar(length));
+}
+
+void KVCache::replayed(int64_t t) {
+  if (t < 0 || length_ + t > max_length_)
+    throw ValueError("KVCache::replayed: " + std::to_string(t) + " positions after " + std::to_string(length_) +
+                     " exceed the cache's " + std::to_string(max_length_));
+  length_ += t;
+  position_ += Scalar(t);
+}
+
+std::pair<Array, Array> KVCache::update_static(int64_t layer, const Array& k, const Array& v) {
+  if (layer < 0 || layer >= layers())
+    throw ValueError("KVCache::update_static: layer " + std::to_string(layer) + " of a cache of " +
+                     std::to_string(layers()) + " layers");
+  Array& keys = keys_[static_cast<size_t>(layer)];
+  Array& values = values_[static_cast<size_t>(layer)];
+  const Shape want{keys.shape(0), keys.shape(1), 1, keys.shape(3)};
+  if (k.shape() != want || v.shape() != want)
+    throw ShapeError("KVCache::update_static: a static step writes one position: keys and values must be " +
+                     shape_str(want) + ", got " + shape_str(k.shape()) + " and " + shape_str(v.shape()));
+  // The new position's row is chosen on the device (no host offset), so a captured step writes where the
+  // replayed position points.
+  const Array here = equal(columns_, position_.reshape({1, 1, 1, 1}));
+  keys.assign(where(here, k.astype(keys.dtype()), keys));
+  values.assign(where(here, v.astype(values.dtype()), values));
+  return {keys, values};
+}
+
+Array KVCache::visible_static() const {
+  Array visible = less_equal(columns_.reshape({1, 1, 1, max_length_}), position_.reshape({1, 1, 1, 1}));
+  if (padding_array_.defined())
+    visible = logical_and(visible, greater_equal(columns_.reshape({1, 1, 1, max_length_}),
+                                                 padding_array_.reshape({-1, 1, 1, 1})));
+  return visible;
 }
 
 std::pair<Array, Array> KVCache::update(int64_t layer, const Array& k, const Array& v) {
@@ -69,6 +122,7 @@ void KVCache::advance(int64_t t) {
     throw ValueError("KVCache::advance: " + std::to_string(t) + " positions after " + std::to_string(length_) +
                      " exceed the cache's " + std::to_string(max_length_));
   length_ += t;
+  position_ += Scalar(t);
 }
 
 Array lm_loss(const Array& logits, const Array& targets) {
@@ -88,6 +142,7 @@ void check_tokens(const std::string& who, const Array& tokens) {
 }
 
 Array padding_mask(const KVCache* cache, int64_t t) {
+  if (cache && cache->is_static()) return cache->visible_static();
   if (!cache || cache->padding().empty()) return Array();
   // Key j is seen from position i when j <= i and j is past the sequence's padding. A padding position itself
   // sees only itself (its output is never read; a row with nothing to attend to would make NaNs).
@@ -102,6 +157,14 @@ Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* 
                        const Array& mask) {
   const bool gqa = k.shape(1) != q.shape(1);
   if (!cache) return nn::scaled_dot_product_attention(q, k, v, {}, dropout_p, true, {}, gqa);
+  if (cache->is_static()) {  // the whole buffer, the positions past this one masked (mask: visible_static)
+    auto [keys, values] = cache->update_static(layer, k, v);
+    if (keys.dtype() != q.dtype()) {
+      keys = keys.astype(q.dtype());
+      values = values.astype(q.dtype());
+    }
+    return nn::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, {}, gqa);
+  }
   const int64_t offset = cache->length(), t = q.shape(2);
   auto [keys, values] = cache->update(layer, k, v);
   if (keys.dtype() != q.dtype()) {  // under autocast the projections are low precision, the cache the model's dtype
@@ -233,6 +296,67 @@ int64_t draw(const std::vector<double>& p, double u) {
   return last;
 }
 
+/// The one-token steps after the prompt. On a GPU with cuda_graph: the first runs op by op in the cache's static
+/// mode (kernels compiled, plans built), the second is captured in a CUDA graph on a side stream and every step
+/// from then on replays it on the current stream, after the token is written into the graph's input buffer.
+/// Otherwise each step is an ordinary forward.
+class StaticDecoder {
+ public:
+  StaticDecoder(CausalLM& model, KVCache& cache, Device device, bool graphed)
+      : model_(model), cache_(cache), device_(device), graphed_(graphed) {}
+  ~StaticDecoder() { cache_.set_static(false); }
+  StaticDecoder(const StaticDecoder&) = delete;
+  StaticDecoder& operator=(const StaticDecoder&) = delete;
+
+  Array step(const std::vector<int64_t>& next) {
+    const Shape shape{cache_.batch(), 1};
+    if (!graphed_) return model_.forward(from_data(next, shape, device_), cache_);
+    const Array host = from_data(next, shape, cpu());
+    if (!tokens_.defined()) {
+      cache_.set_static(true);
+      tokens_ = host.to(device_);
+      return model_.forward(tokens_, cache_);
+    }
+    tokens_.copy_from(host);
+#ifdef KILN_WITH_CUDA
+    if (graph_.is_ready()) {
+      graph_.replay(Stream::current(device_));
+      cache_.replayed(1);
+      return logits_;
+    }
+    if (!capture_failed_) {
+      const int64_t before = cache_.length();
+      try {
+        const Stream side = Stream::create(device_);
+        {
+          cuda::GraphCapture capture(graph_, side);
+          logits_ = model_.forward(tokens_, cache_);  // recorded, not run; moves the host's length
+        }
+        graph_.replay(Stream::current(device_));
+        return logits_;
+      } catch (const Error&) {
+        // Something in the step cannot be captured: the steps run op by op (same results, more launches).
+        capture_failed_ = true;
+        graph_.reset();
+        cache_.crop(before);
+      }
+    }
+#endif
+    return model_.forward(tokens_, cache_);
+  }
+
+ private:
+  CausalLM& model_;
+  KVCache& cache_;
+  Device device_;
+  bool graphed_;
+  Array tokens_, logits_;  // the graph's input (batch, 1) and output
+#ifdef KILN_WITH_CUDA
+  bool capture_failed_ = false;
+  cuda::Graph graph_;
+#endif
+};
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -281,6 +405,7 @@ std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vec
   std::vector<bool> done(prompts.size(), false);
   std::vector<int64_t> next(prompts.size(), 0);
   Array logits = model.forward(from_data(tokens, Shape{batch, longest}, device), cache);
+  StaticDecoder decoder(model, cache, device, options.cuda_graph && device.is_cuda());
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const Array last = logits.slice(1, logits.shape(1) - 1, logits.shape(1)).reshape({batch, -1});
     if (options.temperature == 0.0) {
@@ -308,7 +433,7 @@ std::vector<std::vector<int64_t>> generate_batch(CausalLM& model, const std::vec
     }
     if (all_done || step + 1 == options.max_new_tokens) break;
     // A stopped sequence is fed its last token again (its results are not read).
-    logits = model.forward(from_data(next, Shape{batch, 1}, device), cache);
+    logits = decoder.step(next);
   }
   return out;
 }

@@ -86,11 +86,16 @@ Array Llama::run(const Array& tokens, KVCache* cache) {
   auto heads = [&](const Array& y, int64_t n) { return swapaxes(y.reshape({batch, t, n, d}), 1, 2); };
   Array x = (*parts.embed)(tokens);
   const Array mask = detail::padding_mask(cache, t);
+  // A static step (one token, CUDA-graph friendly) reads its position from the device.
+  const bool on_device = cache && cache->is_static();
+  auto rotate = [&](const Array& y) {
+    return on_device ? parts.rope->rotate(y, cache->position_array()) : parts.rope->rotate(y, offset);
+  };
   for (size_t i = 0; i < parts.layers.size(); ++i) {
     const Parts::Layer& l = parts.layers[i];
     const Array h = (*l.input_norm)(x);
-    const Array q = parts.rope->rotate(heads((*l.q)(h), c.num_attention_heads), offset);
-    const Array k = parts.rope->rotate(heads((*l.k)(h), c.num_key_value_heads), offset);
+    const Array q = rotate(heads((*l.q)(h), c.num_attention_heads));
+    const Array k = rotate(heads((*l.k)(h), c.num_key_value_heads));
     const Array v = heads((*l.v)(h), c.num_key_value_heads);
     const Array a = detail::causal_attention(q, k, v, cache, static_cast<int64_t>(i), 0.0, mask);
     x = x + (*l.o)(swapaxes(a, 1, 2).reshape({batch, t, c.hidden_size}));

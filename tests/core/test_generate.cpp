@@ -151,6 +151,73 @@ TEST(Generate, PaddedCachedLogitsEqualEachSequencesOwn) {
   EXPECT_THROW(cache.set_padding({-1, 0}), ValueError);  // non-negative
 }
 
+// The static cache (one token per step, position read from the device, the whole buffer attended with the
+// positions past it masked: what a CUDA graph replays) gives the dynamic cache's logits, padded rows included.
+template <class Model>
+void expect_static_steps_equal_dynamic(Model& model, Device d, const std::string& what) {
+  const std::vector<int64_t> prompt{9, 9, 5, 6, 1, 2, 3, 4};  // row 0 padded by 2
+  models::KVCache dynamic = model.make_cache(2, 12), fixed = model.make_cache(2, 12);
+  dynamic.set_padding({2, 0});
+  fixed.set_padding({2, 0});
+  kiln_test::expect_close(model.forward(from_data(prompt, Shape{2, 4}, d), fixed),
+                          model.forward(from_data(prompt, Shape{2, 4}, d), dynamic), 0.0, what + ": prompt");
+  fixed.set_static(true);
+  for (int64_t step = 0; step < 4; ++step) {
+    const Array next = from_data(std::vector<int64_t>{7 + step, 3 * step + 1}, Shape{2, 1}, d);
+    const Array want = model.forward(next, dynamic);
+    const Array got = model.forward(next, fixed);
+    kiln_test::expect_close(got, want, 1e-12, what + ": step " + std::to_string(step));
+    EXPECT_EQ(fixed.length(), dynamic.length()) << what;
+    EXPECT_EQ(fixed.position_array().to(cpu()).to_vector<int64_t>(), std::vector<int64_t>{dynamic.length()}) << what;
+  }
+  // A static step writes one position; crop goes back (host and device counts).
+  EXPECT_THROW(model.forward(from_data(std::vector<int64_t>{1, 2, 3, 4}, Shape{2, 2}, d), fixed), ShapeError) << what;
+  fixed.crop(5);
+  EXPECT_EQ(fixed.length(), 5);
+  EXPECT_EQ(fixed.position_array().to(cpu()).to_vector<int64_t>(), std::vector<int64_t>{5}) << what;
+  EXPECT_THROW(fixed.crop(6), ValueError);
+  EXPECT_THROW(fixed.replayed(8), ValueError);  // past max_length 12
+  fixed.reset();
+  EXPECT_FALSE(fixed.is_static());
+  EXPECT_EQ(fixed.position_array().to(cpu()).to_vector<int64_t>(), std::vector<int64_t>{0}) << what;
+}
+
+TEST(Generate, StaticCacheStepsEqualTheDynamicCachesOnEveryBackend) {
+  for (Device d : harness::backends()) {
+    auto gpt = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float64, d);
+    expect_static_steps_equal_dynamic(*gpt, d, "GPT-2 on " + d.str());
+    models::Llama llama(kiln_test::tiny_llama_config(), float64, d);
+    llama.load_hf_state_dict(nn::load_safetensors(kGptGolden + "llama_tiny.safetensors"));
+    expect_static_steps_equal_dynamic(llama, d, "Llama on " + d.str());
+  }
+}
+
+// On a GPU the decode steps replay a captured CUDA graph (cuda_graph, the default); the tokens are those of the
+// op-by-op steps, greedy and sampled, for one prompt and a padded batch.
+TEST(Generate, GraphedDecodingGivesTheTokensOfOpByOpDecoding) {
+  for (Device d : harness::backends()) {
+    auto gpt = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float32, d);
+    for (double temperature : {0.0, 0.9}) {
+      models::GenerateOptions graphed{.max_new_tokens = 12, .temperature = temperature, .top_k = 8, .seed = 5};
+      models::GenerateOptions eager = graphed;
+      eager.cuda_graph = false;
+      EXPECT_EQ(models::generate(*gpt, {3, 14, 15}, graphed), models::generate(*gpt, {3, 14, 15}, eager)) << d.str();
+      const std::vector<std::vector<int64_t>> prompts{{3, 14, 15, 9}, {7}};
+      EXPECT_EQ(models::generate_batch(*gpt, prompts, graphed), models::generate_batch(*gpt, prompts, eager))
+          << d.str();
+    }
+  }
+}
+
+TEST(Generate, RotaryPositionsOnTheDeviceEqualAnOffset) {
+  nn::RotaryEmbedding rope(8);
+  const Array x = random::normal({2, 3, 4, 8}, 0.0, 1.0, float64);
+  kiln_test::expect_close(rope.rotate(x, from_data(std::vector<int64_t>{5, 6, 7, 8}, Shape{4})), rope.rotate(x, 5),
+                          0.0, "rotate");
+  EXPECT_THROW(rope.rotate(x, from_data(std::vector<int64_t>{5, 6}, Shape{2})), ShapeError);
+  EXPECT_THROW(rope.rotate(x, full({4}, 1.0, float64)), ShapeError);
+}
+
 TEST(Generate, RefusesAnEmptyPromptAndTooManyTokens) {
   auto model = models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(), float64);
   EXPECT_THROW(models::generate(*model, {}), ValueError);

@@ -23,14 +23,16 @@ void run_generate(BenchContext& ctx) {
                                 "d6 on the CPU, {} new tokens; seconds per token",
                                 gpu_tokens, cpu_tokens));
   Table table({"case", "device", "model", "new tokens", "per token", "tokens/s", "check"});
-  auto run = [&](const std::string& name, const std::string& config, Device d, int64_t new_tokens) {
+  auto run = [&](const std::string& name, const std::string& config, Device d, int64_t new_tokens, bool graph) {
     random::seed(0);
     models::GPT2Config c = models::GPT2Config::from_name(config);
     c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
     models::GPT2 model(c, float32, d);
     const std::vector<int64_t> prompt = random::randint(0, c.vocab_size, {16}, int64, cpu()).to_vector<int64_t>();
     std::vector<int64_t> out;
-    auto step = [&] { out = models::generate(model, prompt, {.max_new_tokens = new_tokens, .temperature = 0.0}); };
+    auto step = [&] {
+      out = models::generate(model, prompt, {.max_new_tokens = new_tokens, .temperature = 0.0, .cuda_graph = graph});
+    };
     const BenchResult r = bench(name, step, ctx.options(1, 5, 60));
     const double per_token = ctx.seconds(r) / static_cast<double>(new_tokens);
     std::string check = static_cast<int64_t>(out.size()) == new_tokens ? "ok" : "fewer tokens than asked for";
@@ -40,11 +42,13 @@ void run_generate(BenchContext& ctx) {
     table.row({name, d.str(), config, std::to_string(new_tokens), format_seconds(per_token),
                format_number(1.0 / per_token, 0), check});
   };
-  if (ctx.gpu())
-    run("gpt2_124m_token", "124m", ctx.device, gpu_tokens);
-  else
+  if (ctx.gpu()) {
+    run("gpt2_124m_token", "124m", ctx.device, gpu_tokens, true);  // the default: decode steps replay a CUDA graph
+    run("gpt2_124m_token_eager", "124m", ctx.device, gpu_tokens, false);  // op by op, as PyTorch eager
+  } else {
     ctx.skip("generate gpt2_124m_token", ctx.no_gpu_reason());
-  run("cpu_d6_token", "d6", cpu(), cpu_tokens);
+  }
+  run("cpu_d6_token", "d6", cpu(), cpu_tokens, false);
   table.print();
   verdict("compare with bench/peers/torch_bench.py --workloads generate (the same GPT-2 in PyTorch, eager)");
 }
