@@ -51,7 +51,9 @@ std::string show(const std::optional<text::BpeTokenizer>& tok, const std::vector
     for (int64_t id : ids) s += std::to_string(id) + " ";
     return s;
   }
-  std::vector<int32_t> v(ids.begin(), ids.end());
+  std::vector<int32_t> v;
+  for (int64_t id : ids)  // a padded vocabulary's extra ids (never trained as targets) have no text
+    if (id < tok->vocab_size()) v.push_back(static_cast<int32_t>(id));
   return tok->decode(v);
 }
 
@@ -67,6 +69,10 @@ void add_gpt_train_options(CLI::App& cmd, GptTrainArgs& a) {
   cmd.add_option("--pdrop", a.dropout,
                  "gpt: dropout of the embeddings, attention and residuals, Hugging Face's *_pdrop (default: the "
                  "configuration's 0.1; llm.c trains with 0, which lets a GPU's fused attention run the step)");
+  cmd.add_option("--pad-vocab", a.pad_vocab,
+                 "gpt: round the vocabulary up to a multiple of this, as nanoGPT's 50304 (64; 1: none): an odd "
+                 "vocabulary makes the classifier's matrix products use slow unaligned kernels")
+      ->check(CLI::PositiveNumber);
   cmd.add_flag("--bf16", a.bf16, "gpt: products and attention in bfloat16 (autocast), parameters float32");
   cmd.add_option("--vocab", a.vocab, "gpt: the tokenizer's vocab.json (needed for a text --data; prints samples)");
   cmd.add_option("--merges", a.merges, "gpt: the tokenizer's merges.txt");
@@ -103,6 +109,8 @@ int train_gpt(const TrainArgs& t, const GptTrainArgs& g) {
   models::GPT2Config config = models::GPT2Config::from_name(g.config);
   if (g.dropout >= 0) config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = g.dropout;
   if (g.config[0] == 'd' && tok) config.vocab_size = tok->vocab_size();
+  // Extra classes no token uses: the model learns they never come, and the products are aligned.
+  config.vocab_size = (config.vocab_size + g.pad_vocab - 1) / g.pad_vocab * g.pad_vocab;
   config.n_positions = std::min(config.n_positions, std::max<int64_t>(g.seq, 64));
   if (g.seq > config.n_positions) throw ValueError("kiln train gpt: --seq is past the model's 1024 positions");
   random::seed(t.seed);

@@ -21,6 +21,7 @@ struct GptTrainArgs {
   int64_t log_every = 10;
   bool bf16 = false;          ///< the step under AutocastGuard(bfloat16)
   double dropout = -1;        ///< embd/attn/resid dropout; negative: the configuration's (Hugging Face's 0.1)
+  int64_t pad_vocab = 64;     ///< the vocabulary rounded up to a multiple of this (aligned products); 1: none
   std::string vocab, merges;  ///< the tokenizer: needed for a text, used to print samples
 };
 
