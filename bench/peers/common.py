@@ -16,7 +16,7 @@ import sys
 import time
 
 WORKLOADS = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-             "fusion", "alloc", "multigpu", "train", "resnet50", "lstm", "generate"]
+             "fusion", "alloc", "multigpu", "train", "resnet50", "lstm", "generate", "gpt2"]
 
 # The train workload (kiln bench train): seconds per epoch of Chainer's MNIST MLP (784-100-100-10, dropout 0.5)
 # and of 784-1000-1000-10 with Adam on Fashion-MNIST's 60000 images, batch 100, as ../shared/anchors/peers_nn.py
@@ -48,6 +48,18 @@ LSTM_CASES = ["fwd_fp32", "fwd_bwd_fp32", "cpu_fwd_bwd"]
 # d6 (6 layers of 384) on the CPU; seconds per generated token.
 GENERATE_CASES = ["gpt2_124m_token", "cpu_d6_token"]
 
+# The gpt2 workload (kiln bench gpt2): one GPT-2 training step (zero_grad, forward, cross entropy, backward,
+# clip 1.0, AdamW with weight decay 0.1 on matrices) as ../shared/anchors/peers_gpt.py runs it: 124M, vocabulary
+# padded to 50304, batch 16 x 1024 random tokens, bfloat16 autocast on the GPU; llm.c's d6 (6 layers of 384),
+# batch 4 x 128, float32 on the CPU. torch_bench.py --compile adds gpt2_124m_step_compiled (torch.compile).
+GPT2_CASES = ["gpt2_124m_step", "cpu_gpt2_d6_step"]
+GPT2_METRICS = ["seconds", "tokens_per_s", "first_fast_s"]
+
+
+def gpt2_sizes(mode):
+    """((batch, seq) on the GPU, (batch, seq) on the CPU, timed steps) of the gpt2 workload for a size mode."""
+    return {"full": ((16, 1024), (4, 128), 20), "quick": ((4, 1024), (2, 128), 6), "smoke": ((2, 128), (2, 64), 2)}[mode]
+
 
 def generate_tokens(mode):
     """(new tokens on the GPU, on the CPU) of the generate workload for a size mode."""
@@ -76,6 +88,10 @@ METRICS = {
     "x_floor": ("x", False),
     "us": ("us", False),
     "speedup": ("x", True),
+    "tokens_per_s": ("tokens/s", True),
+    "mfu": ("fraction", True),
+    "peak_gib": ("GiB", False),
+    "first_fast_s": ("s", False),
 }
 
 
@@ -127,6 +143,7 @@ def plan(sizes):
     rows += [("resnet50", c, "seconds") for c in RESNET_CASES]
     rows += [("lstm", c, "seconds") for c in LSTM_CASES]
     rows += [("generate", c, "seconds") for c in GENERATE_CASES]
+    rows += [("gpt2", c, m) for c in GPT2_CASES for m in GPT2_METRICS]
     return rows
 
 
@@ -145,6 +162,8 @@ def parse_args(tool, argv=None):
     p.add_argument("--data", metavar="DIR", default=os.environ.get("KILN_FASHION_MNIST", FASHION_MNIST_DIR),
                    help="Fashion-MNIST's .gz files for the train workload (default: $KILN_FASHION_MNIST, else "
                         f"{FASHION_MNIST_DIR}); without them it trains on random data of the same shape")
+    p.add_argument("--compile", action="store_true",
+                   help="gpt2 (torch only): also the step under torch.compile (gpt2_124m_step_compiled, with its wait)")
     args = p.parse_args(argv)
     args.sizes = Sizes("smoke" if args.smoke else "quick" if args.quick else "full")
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -356,6 +356,9 @@ class CupyBench:
     def generate(self):
         self.rec.skip_workload("generate", "CuPy has no layers: PyTorch is the generate peer")
 
+    def gpt2(self):
+        self.rec.skip_workload("gpt2", "CuPy has no layers: PyTorch (and llm.c) are the gpt2 peers")
+
 
 if __name__ == "__main__":
     sys.exit(main())

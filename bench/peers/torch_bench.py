@@ -499,6 +499,113 @@ class TorchBench:
         case("gpt2_124m_token", 12, 768, self.dev, gpu_tokens)
         case("cpu_d6_token", 6, 384, torch.device("cpu"), cpu_tokens)
 
+    # ------------------------------------------------------------------ gpt2
+    def gpt2(self):
+        """kiln bench gpt2's cases (common.GPT2_CASES): GPT-2 as ../shared/anchors/peers_gpt.py builds it (pre-norm
+        blocks, F.scaled_dot_product_attention causal, tanh gelu, tied head, c_proj init scaled by layers), the
+        vocabulary padded to 50304; AdamW fused with weight decay 0.1 on 2-d weights; clip_grad_norm 1.0; bfloat16
+        autocast on the GPU. Steps timed between CUDA events (median) after warm-up; peak memory; first_fast_s from
+        building the model to the end of the first step within 10% of the median."""
+        import math
+        torch = self.torch
+        nn, F = torch.nn, torch.nn.functional
+        (gb, gt), (cb, ct), timed = common.gpt2_sizes(self.sizes.mode)
+
+        class Block(nn.Module):
+            def __init__(self, d, h):
+                super().__init__()
+                self.h = h
+                self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+                self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+                self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+            def forward(self, x):
+                b, t, c = x.shape
+                q, k, v = (y.view(b, t, self.h, c // self.h).transpose(1, 2)
+                           for y in self.c_attn(self.ln_1(x)).split(c, dim=2))
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(b, t, c)
+                x = x + self.c_proj(y)
+                return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+        class GPT(nn.Module):
+            def __init__(self, layers, d, ctx, vocab=50304):
+                super().__init__()
+                self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+                self.h = nn.ModuleList([Block(d, d // 64) for _ in range(layers)])
+                self.ln_f = nn.LayerNorm(d)
+                for name, p in self.named_parameters():
+                    if p.dim() == 2:
+                        std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
+                        nn.init.normal_(p, 0.0, std)
+                    elif name.endswith("bias"):
+                        nn.init.zeros_(p)
+
+            def forward(self, idx, targets):
+                x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+                for b in self.h:
+                    x = b(x)
+                logits = F.linear(self.ln_f(x), self.wte.weight)
+                return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+        def case(name, layers, width, batch, seq, dev, bf16, compiled=False):
+            start = time.perf_counter()
+            torch.manual_seed(0)
+            model = GPT(layers, width, max(seq, 64)).to(dev)
+            flops_per_token = 6 * sum(p.numel() for p in model.parameters()) + 12 * layers * width * seq
+            run_model = torch.compile(model) if compiled else model
+            decay = [p for p in model.parameters() if p.dim() >= 2]
+            other = [p for p in model.parameters() if p.dim() < 2]
+            opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                                    lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
+            gen = torch.Generator(device=dev).manual_seed(1)
+            x = torch.randint(0, 50257, (batch, seq), device=dev, generator=gen)
+            y = torch.randint(0, 50257, (batch, seq), device=dev, generator=gen)
+            out = {}
+
+            def one():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                    loss = run_model(x, y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                out["loss"] = loss
+
+            sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+            if dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            ends, times = [], []
+            for _ in range(2 if self.sizes.mode == "smoke" else 6):
+                t0 = time.perf_counter()
+                one()
+                sync()
+                ends.append(time.perf_counter() - start)
+                times.append(time.perf_counter() - t0)
+            if dev.type == "cuda":
+                seconds = self.timer.events(one, warm=1, rep=timed)
+            else:
+                seconds, _ = common.host_median(one, 1, timed)
+            first_fast = next((e for e, t in zip(ends, times) if t <= 1.1 * seconds), ends[-1])
+            loss = float(out["loss"].item())
+            check = "ok" if math.isfinite(loss) else "the loss is not finite"
+            tokens = batch * seq
+            note = f"{layers} layers of {width}, batch {batch} x {seq}" + (", torch.compile" if compiled else "")
+            self.rec.add("gpt2", name, "seconds", seconds, note=note, check=check)
+            self.rec.add("gpt2", name, "tokens_per_s", tokens / seconds, check=check)
+            self.rec.add("gpt2", name, "first_fast_s", first_fast, check=check)
+            if dev.type == "cuda":
+                self.rec.add("gpt2", name, "peak_gib", torch.cuda.max_memory_allocated() / 2**30, check=check)
+            print(f"  {name}: {seconds * 1e3:.1f} ms/step, {tokens / seconds:.0f} tokens/s, first fast step at "
+                  f"{first_fast:.1f} s", flush=True)
+            del model, run_model, opt
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+
+        case("gpt2_124m_step", 12, 768, gb, gt, self.dev, True)
+        if self.args.compile:
+            case("gpt2_124m_step_compiled", 12, 768, gb, gt, self.dev, True, compiled=True)
+        case("cpu_gpt2_d6_step", 6, 384, cb, ct, torch.device("cpu"), False)
+
     # ------------------------------------------------------------------ train
     def train(self):
         """kiln bench train's cases, as ../shared/anchors/peers_nn.py trains them (common.TRAIN_CASES)."""

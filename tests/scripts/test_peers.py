@@ -44,6 +44,8 @@ REQUIRED_FULL |= {("resnet50", c, "seconds")
                   for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded",
                             "train_bf16_cl", "cpu_infer_b16")}
 REQUIRED_FULL |= {("lstm", c, "seconds") for c in ("fwd_fp32", "fwd_bwd_fp32", "cpu_fwd_bwd")}
+REQUIRED_FULL |= {("gpt2", c, m) for c in ("gpt2_124m_step", "cpu_gpt2_d6_step")
+                  for m in ("seconds", "tokens_per_s", "first_fast_s")}
 
 
 def script(tool):
@@ -160,7 +162,7 @@ class PeersTest(unittest.TestCase):
 
     def check_measured(self, records, log, allowed_skips=()):
         for key, r in records.items():
-            if key[0] in ("train", "resnet50", "lstm", "generate"):
+            if key[0] in ("train", "resnet50", "lstm", "generate", "gpt2"):
                 # The stand-ins have no autograd: CuPy skips train by design (PyTorch is its peer), the fake torch
                 # lacks torch.nn, so the workload is recorded as failed with the reason; it runs on the GPU machine.
                 self.assertRegex(r.get("skipped", ""), "CuPy has no (autograd|layers)|has no attribute 'nn'", key)

@@ -26,7 +26,7 @@ def main():
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
     workloads = ["matmul", "timing", "transfer", "overlap", "logging", "elementwise", "reduction", "overhead",
-                 "fusion", "alloc", "multigpu", "train", "resnet50", "attention", "lstm", "generate"]
+                 "fusion", "alloc", "multigpu", "train", "resnet50", "attention", "lstm", "generate", "gpt2"]
     for name in workloads:
         if f"== {name}:" not in run.stdout:
             fail(f"workload {name} printed no title")
@@ -71,6 +71,7 @@ def main():
     need += [("train", c, "seconds") for c in ("cpu_mlp100_sgd", "cpu_mlp1000_adam")]
     need += [("resnet50", "cpu_infer_b16", "seconds"), ("lstm", "cpu_fwd_bwd", "seconds"),
              ("generate", "cpu_d6_token", "seconds")]
+    need += [("gpt2", "cpu_gpt2_d6_step", m) for m in ("seconds", "tokens_per_s", "first_fast_s")]
     if not gpu:
         need += [("attention", f"sdpa_t256_d64_{m}", "fwd_TFLOPs") for m in ("causal", "full")]
     if gpu:
@@ -88,7 +89,9 @@ def main():
                                                       "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
                                                       "train_bf16_cl_graph")]
         need += [("lstm", c, "seconds") for c in ("fwd_fp32", "fwd_bwd_fp32")]
-        need += [("generate", "gpt2_124m_token", "seconds")]
+        need += [("generate", c, "seconds") for c in ("gpt2_124m_token", "gpt2_124m_token_eager")]
+        need += [("gpt2", "gpt2_124m_step", m) for m in ("seconds", "tokens_per_s", "mfu", "peak_gib", "first_fast_s")]
+        need += [("gpt2", "gpt2_124m_step_graph", m) for m in ("seconds", "tokens_per_s", "mfu")]
     missing = [k for k in need if k not in keys]
     if missing:
         fail(f"missing records: {missing}")
@@ -96,7 +99,7 @@ def main():
     checked = [("reduction", "sum", "gbps"), ("fusion", "fused", "ms"), ("logging", "copy_every_step", "seconds"),
                ("logging", "on_device", "seconds"), ("train", "cpu_mlp100_sgd", "seconds"),
                ("resnet50", "cpu_infer_b16", "seconds"), ("lstm", "cpu_fwd_bwd", "seconds"),
-               ("generate", "cpu_d6_token", "seconds")]
+               ("generate", "cpu_d6_token", "seconds"), ("gpt2", "cpu_gpt2_d6_step", "seconds")]
     checked += [(k[0], k[1], k[2]) for k in keys if k[0] == "attention" and k[2] == "fwd_TFLOPs"]
     if gpu:
         checked += [("overlap", "serial", "seconds"), ("overlap", "overlapped", "seconds")]
@@ -106,7 +109,7 @@ def main():
     skipped = {s["what"]: s["reason"] for s in doc.get("skipped", [])}
     if not gpu:
         for what in ("transfer", "overlap", "multigpu", "matmul gpu_N", "train mlp1000_adam_graph", "resnet50 train_fp32",
-                     "resnet50 train_bf16_cl_graph", "lstm fwd_bwd_fp32", "generate gpt2_124m_token"):
+                     "resnet50 train_bf16_cl_graph", "lstm fwd_bwd_fp32", "generate gpt2_124m_token", "gpt2 gpt2_124m_step"):
             if not skipped.get(what):
                 fail(f"{what} should be listed as skipped with a reason on the CPU")
         if keys[("logging", "copy_every_step", "syncs")]["value"] != 0:

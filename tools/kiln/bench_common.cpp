@@ -106,6 +106,7 @@ const std::vector<Workload>& workloads() {
       {"attention", "scaled dot-product attention forward and forward+backward TFLOP/s", run_attention},
       {"lstm", "a 2-layer LSTM (hidden 1024, 256 steps, batch 64) forward and forward+backward", run_lstm},
       {"generate", "GPT-2 124M greedy generation with the KV cache, seconds per token", run_generate},
+      {"gpt2", "a GPT-2 124M training step (bf16 autocast, AdamW, clip), eager and CUDA graph", run_gpt2},
   };
   return list;
 }

@@ -87,6 +87,7 @@ void run_resnet50(BenchContext& ctx);
 void run_attention(BenchContext& ctx);
 void run_lstm(BenchContext& ctx);
 void run_generate(BenchContext& ctx);
+void run_gpt2(BenchContext& ctx);
 
 /// Host threads the CPU side uses (OpenMP's team size: all cores unless OMP_NUM_THREADS says otherwise).
 int host_threads();
