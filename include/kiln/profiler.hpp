@@ -90,9 +90,10 @@ class Profile {
   void save_chrome_trace(const std::string& path) const;
 };
 
-/// Starts recording. Throws ValueError when a profiler is already active (stop() it first), and DeviceError
-/// when CUPTI refuses (another profiler attached). On a GPU machine whose kiln was built without CUPTI it
-/// records host ranges only, warns once on stderr, and the Profile's gpu_note says how to get CUPTI.
+/// Starts recording. Throws ValueError when a profiler is already active (stop() it first). On a GPU machine
+/// where GPU activity cannot be recorded (a kiln built without CUPTI; CUPTI refusing: another profiler holds
+/// it, profiling restricted to administrators) it records host ranges only, warns once on stderr, and the
+/// Profile's gpu_note says why and how to fix it.
 void start();
 /// Stops recording and returns the profile. Synchronises every GPU first (kernels still queued at stop()
 /// are recorded). Throws ValueError when no profiler is active (call start() first).

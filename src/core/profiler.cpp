@@ -72,10 +72,17 @@ void start() {
     detail::ActivityTracer* t = detail::builtin_activity_tracer();
     std::string why = t ? t->unavailable() : std::string("this kiln has no CUDA backend");
     if (why.empty()) {
-      t->start();  // throws before anything is marked active
-      s.tracer = t;
-      s.clock.store(t);
-    } else {
+      // A refusal (another profiler holds CUPTI, profiling restricted to administrators) leaves the host
+      // ranges worth recording: the profile says why the GPU is missing instead of failing the program.
+      try {
+        t->start();
+        s.tracer = t;
+        s.clock.store(t);
+      } catch (const DeviceError& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {
       static std::once_flag warned;
       std::call_once(warned, [&] { std::cerr << "kiln::profiler: GPU activity is not recorded: " << why << "\n"; });
       s.profile.gpu_note = "GPU activity not recorded: " + why;
@@ -101,7 +108,18 @@ Profile stop() {
       s.clock.store(nullptr);
     }
   } end{s};
-  if (t) t->synchronize();
+  if (t) {
+    try {
+      t->synchronize();
+    } catch (...) {
+      Profile discarded;  // a GPU error: CUPTI still stops recording before the error reaches the caller
+      try {
+        t->stop(discarded);
+      } catch (...) {
+      }
+      throw;
+    }
+  }
   out.stop_ns = now_ns();
   s.active.store(0);  // ranges closing from here on belong to no session
   if (t) t->stop(out);

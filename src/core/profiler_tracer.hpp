@@ -15,7 +15,7 @@ class ActivityTracer {
   /// Empty when start() can record this machine's GPUs; else why it cannot and how to fix it (this build
   /// has no CUPTI). Only asked when num_gpus() > 0.
   virtual std::string unavailable() = 0;
-  /// Enables the activity records. Throws DeviceError naming CUPTI's reason when it refuses.
+  /// Enables the activity records. Throws DeviceError naming CUPTI's reason and the fix when it refuses.
   virtual void start() = 0;
   /// Waits for every GPU to finish its queued work, so that stop() finds every record complete.
   virtual void synchronize() = 0;

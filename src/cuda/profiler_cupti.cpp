@@ -102,7 +102,12 @@ class CuptiTracer final : public detail::ActivityTracer {
       pending_ = profiler::Profile{};
       dropped_ = 0;
     }
-    enable(true);
+    try {
+      enable(true);
+    } catch (...) {
+      enable(false);  // a refused kind must not leave the others recording into no session
+      throw;
+    }
   }
 
   void synchronize() override {
@@ -280,6 +285,7 @@ class NoCuptiTracer final : public detail::ActivityTracer {
            "CUPTI (e.g. the cuda-cupti-dev-<version> package, or extras/CUPTI of a runfile install) and "
            "configure and build kiln again";
   }
+  // Never called: the profiler asks unavailable() first.
   void start() override {}
   void synchronize() override {}
   void stop(profiler::Profile&) override {}

@@ -35,8 +35,8 @@ TEST(ProfilerGpu, records_kiln_kernels_and_cublas_gemm) {
     sum = add(c, a);
   }
   const prof::Profile p = prof::stop();
-  if (p.gpu_note.find("without CUPTI") != std::string::npos) GTEST_SKIP() << p.gpu_note;
-  ASSERT_TRUE(p.gpu_note.empty()) << p.gpu_note;
+  // No CUPTI in this build, or CUPTI refused (another profiler, profiling restricted to administrators).
+  if (p.gpu_note.starts_with("GPU activity not recorded")) GTEST_SKIP() << p.gpu_note;
 
   // Each element: 512 products of 1 * 2, plus 1 (float32 sums of small integers are exact).
   EXPECT_EQ(kiln::max(sum).item<float>(), 1025.0f);
@@ -72,7 +72,9 @@ TEST(ProfilerGpu, records_kiln_kernels_and_cublas_gemm) {
     if (api.name.find("Launch") == std::string::npos) continue;
     launch = true;
     for (const prof::KernelRecord& k : p.kernels)
-      if (k.correlation == api.correlation) EXPECT_LE(api.start_ns, k.start_ns) << api.name << " " << k.name;
+      if (k.correlation == api.correlation) {
+        EXPECT_LE(api.start_ns, k.start_ns) << api.name << " " << k.name;
+      }
   }
   EXPECT_TRUE(launch) << s;
 
@@ -101,7 +103,7 @@ TEST(ProfilerGpu, copies_are_recorded_with_their_bytes) {
   const Array dev = host.to(gpu(0));
   const Array back = dev.to(cpu());
   const prof::Profile p = prof::stop();
-  if (p.gpu_note.find("without CUPTI") != std::string::npos) GTEST_SKIP() << p.gpu_note;
+  if (p.gpu_note.starts_with("GPU activity not recorded")) GTEST_SKIP() << p.gpu_note;
   int64_t htod = 0, dtoh = 0;
   for (const prof::TransferRecord& t : p.transfers) {
     if (t.kind == "HtoD") htod += t.bytes;
@@ -120,6 +122,7 @@ TEST(ProfilerGpu, a_second_session_starts_empty) {
   (void)prof::stop();
   prof::start();
   const prof::Profile p = prof::stop();
+  if (p.gpu_note.starts_with("GPU activity not recorded")) GTEST_SKIP() << p.gpu_note;
   EXPECT_TRUE(p.kernels.empty()) << p.summary();
 }
 
