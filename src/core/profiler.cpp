@@ -1,6 +1,8 @@
 // kiln::profiler's session (include/kiln/profiler.hpp): one active profiler per process, host ranges from
 // any thread, and the GPU's records through the build's ActivityTracer (CUPTI in src/cuda). The summary and
 // the Chrome trace are in profiler_report.cpp.
+#include "kiln/profiler.hpp"
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 #include "core/profiler_tracer.hpp"
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
-#include "kiln/profiler.hpp"
 
 namespace kiln::profiler {
 namespace {

@@ -193,10 +193,11 @@ std::string Profile::summary(const Classifier& classify, int max_rows) const {
     g.total_ns += a.duration_ns();
   }
   const int64_t busy = gpu_busy_ns(), wall = wall_ns();
-  std::string out = fmt::format("kiln profile: wall {:.3f} ms, GPU busy {:.3f} ms ({:.1f}% of wall), {} kernels, "
-                                "{} copies ({}), {} memsets\n",
-                                ms(wall), ms(busy), wall > 0 ? 100.0 * static_cast<double>(busy) / static_cast<double>(wall) : 0.0,
-                                kernels.size(), copies, bytes_str(memcpy_bytes()), memsets);
+  std::string out = fmt::format(
+      "kiln profile: wall {:.3f} ms, GPU busy {:.3f} ms ({:.1f}% of wall), {} kernels, "
+      "{} copies ({}), {} memsets\n",
+      ms(wall), ms(busy), wall > 0 ? 100.0 * static_cast<double>(busy) / static_cast<double>(wall) : 0.0,
+      kernels.size(), copies, bytes_str(memcpy_bytes()), memsets);
   if (!gpu_note.empty()) out += gpu_note + "\n";
   timed_table(out, "Kernels by name (% of kernel time)", names, std::max<int64_t>(kernel_ns, 1), max_rows,
               "no kernels");

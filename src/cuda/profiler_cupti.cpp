@@ -40,9 +40,9 @@ namespace {
   throw DeviceError(std::string("kiln::profiler: ") + call + " failed: " + (text ? text : "unknown CUPTI error") + fix);
 }
 
-#define KILN_CUPTI_CHECK(expr)                             \
-  do {                                                     \
-    CUptiResult kiln_r_ = (expr);                          \
+#define KILN_CUPTI_CHECK(expr)                                 \
+  do {                                                         \
+    CUptiResult kiln_r_ = (expr);                              \
     if (kiln_r_ != CUPTI_SUCCESS) throw_cupti(kiln_r_, #expr); \
   } while (0)
 
@@ -59,8 +59,7 @@ std::string api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   if (cuptiGetCallbackName(domain, cbid, &raw) != CUPTI_SUCCESS || !raw) return {};
   std::string name(raw);
   const size_t v = name.rfind("_v");
-  if (v != std::string::npos && v + 2 < name.size() &&
-      name.find_first_not_of("0123456789", v + 2) == std::string::npos)
+  if (v != std::string::npos && v + 2 < name.size() && name.find_first_not_of("0123456789", v + 2) == std::string::npos)
     name.resize(v);
   return name;
 }
@@ -74,17 +73,28 @@ std::string demangle(const char* name) {
 
 const char* copy_kind(uint8_t kind) {
   switch (kind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return "HtoA";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return "AtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return "AtoA";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD: return "AtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA: return "DtoA";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "PtoP";
-    default: return "unknown";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      return "HtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      return "AtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      return "AtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+      return "AtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
+      return "DtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return "HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return "PtoP";
+    default:
+      return "unknown";
   }
 }
 
@@ -96,7 +106,8 @@ class CuptiTracer final : public detail::ActivityTracer {
   std::string unavailable() override { return {}; }
 
   void start() override {
-    std::call_once(registered_, [] { KILN_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed)); });
+    std::call_once(registered_,
+                   [] { KILN_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed)); });
     {
       std::lock_guard lock(mutex_);
       pending_ = profiler::Profile{};
@@ -133,9 +144,8 @@ class CuptiTracer final : public detail::ActivityTracer {
     };
     append(out.kernels, pending_.kernels);
     append(out.transfers, pending_.transfers);
-    std::erase_if(pending_.api_calls, [&](const profiler::ApiRecord& a) {
-      return a.thread == sync_thread_ && a.start_ns >= sync_start_;
-    });
+    std::erase_if(pending_.api_calls,
+                  [&](const profiler::ApiRecord& a) { return a.thread == sync_thread_ && a.start_ns >= sync_start_; });
     append(out.api_calls, pending_.api_calls);
     if (dropped_ > 0)
       out.gpu_note += (out.gpu_note.empty() ? "" : "; ") + std::to_string(dropped_) +
@@ -255,11 +265,12 @@ class CuptiTracer final : public detail::ActivityTracer {
         auto it = names_.find(key);
         if (it == names_.end()) it = names_.emplace(key, api_name(domain, a->cbid)).first;
         if (!kept_api(it->second)) break;
-        pending_.api_calls.push_back({it->second, static_cast<int64_t>(a->start), static_cast<int64_t>(a->end),
-                                      a->threadId, a->correlationId});
+        pending_.api_calls.push_back(
+            {it->second, static_cast<int64_t>(a->start), static_cast<int64_t>(a->end), a->threadId, a->correlationId});
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 

@@ -175,8 +175,8 @@ TEST(Profiler, summary_of_an_empty_profile) {
 
 TEST(Profiler, double_start_and_stop_without_start_are_errors_naming_the_fix) {
   StopAtExit guard;
-  expect_error<kiln::ValueError>([] { (void)prof::stop(); }, {"kiln::profiler::stop", "no profiler is active",
-                                                               "kiln::profiler::start()"});
+  expect_error<kiln::ValueError>([] { (void)prof::stop(); },
+                                 {"kiln::profiler::stop", "no profiler is active", "kiln::profiler::start()"});
   prof::start();
   expect_error<kiln::ValueError>([] { prof::start(); },
                                  {"kiln::profiler::start", "already active", "kiln::profiler::stop()"});
@@ -205,9 +205,10 @@ prof::Profile hand_profile() {
   };
   // Streams 7 and 8 overlap, and so do the copy and the memset: relative to the start, the GPU is busy over
   // [1000, 20000) and [30000, 50000), 19000 + 20000 ns.
-  p.kernels = {kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", 1000 + 1000, 1000 + 11'000, 7),
-               kernel("kiln_add_f32_f32_cf32_f32_contig_v4_i32", 1000 + 5000, 1000 + 10'000, 8),
-               kernel("kiln_add_f32_f32_cf32_f32_contig_v4_i32", 1000 + 10'000, 1000 + 20'000, 8)};
+  p.kernels = {
+      kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", 1000 + 1000, 1000 + 11'000, 7),
+      kernel("kiln_add_f32_f32_cf32_f32_contig_v4_i32", 1000 + 5000, 1000 + 10'000, 8),
+      kernel("kiln_add_f32_f32_cf32_f32_contig_v4_i32", 1000 + 10'000, 1000 + 20'000, 8)};
   p.transfers = {{"HtoD", 4096, 1000 + 30'000, 1000 + 45'000, 0, 7},
                  {"memset", 1 << 20, 1000 + 40'000, 1000 + 50'000, 0, 7}};
   return p;
@@ -229,8 +230,7 @@ TEST(Profiler, summary_groups_kernels_by_name_and_class) {
   EXPECT_NE(s.find("      1       0.010   40.0%       10.00  sm90_xmma_gemm"), std::string::npos) << s;
   EXPECT_NE(s.find("      2       0.015   60.0%        7.50  elementwise"), std::string::npos) << s;
   EXPECT_NE(s.find("      1       0.010   40.0%       10.00  gemm"), std::string::npos) << s;
-  EXPECT_NE(s.find("GPU busy 0.039 ms (39.0% of wall), 3 kernels, 1 copies (4.00 KiB), 1 memsets"),
-            std::string::npos)
+  EXPECT_NE(s.find("GPU busy 0.039 ms (39.0% of wall), 3 kernels, 1 copies (4.00 KiB), 1 memsets"), std::string::npos)
       << s;
   // The longest group first.
   EXPECT_LT(s.find("kiln_add_f32"), s.find("sm90_xmma_gemm")) << s;
