@@ -106,8 +106,12 @@ class CuptiTracer final : public detail::ActivityTracer {
   std::string unavailable() override { return {}; }
 
   void start() override {
-    std::call_once(registered_,
-                   [] { KILN_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed)); });
+    std::call_once(registered_, [] {
+      // The OS thread id (gettid), as host ranges record it, so that a launch lands on its range's thread
+      // in the trace; CUPTI's default is pthread_self().
+      KILN_CUPTI_CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+      KILN_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed));
+    });
     {
       std::lock_guard lock(mutex_);
       pending_ = profiler::Profile{};

@@ -66,11 +66,14 @@ TEST(ProfilerGpu, records_kiln_kernels_and_cublas_gemm) {
   EXPECT_NE(s.find("  elementwise\n"), std::string::npos) << s;
   EXPECT_NE(s.find("step"), std::string::npos) << s;
 
-  // The launches' host calls, each before the kernel it launched (matched by correlation id).
+  // The launches' host calls, each on the thread of the range around it and before the kernel it launched
+  // (matched by correlation id).
+  ASSERT_EQ(p.ranges.size(), 1u);
   bool launch = false;
   for (const prof::ApiRecord& api : p.api_calls) {
     if (api.name.find("Launch") == std::string::npos) continue;
     launch = true;
+    EXPECT_EQ(api.thread, p.ranges[0].thread) << api.name;
     for (const prof::KernelRecord& k : p.kernels)
       if (k.correlation == api.correlation) {
         EXPECT_LE(api.start_ns, k.start_ns) << api.name << " " << k.name;
