@@ -129,12 +129,13 @@ class CuptiTracer final : public detail::ActivityTracer {
     // The profiler's own waits are not the program's: their API records are dropped at stop().
     sync_thread_ = static_cast<uint32_t>(::syscall(SYS_gettid));
     sync_start_ = timestamp_ns();
-    const int previous = current_device();
+    int previous = 0;  // this thread's device as CUDA sees it (0 when nothing chose one), restored after
+    KILN_CUDA_CHECK(cudaGetDevice(&previous));
     for (int d = 0; d < device_count(); ++d) {
       set_device(d);
       KILN_CUDA_CHECK(cudaDeviceSynchronize());
     }
-    if (previous >= 0) set_device(previous);
+    set_device(previous);
   }
 
   void stop(profiler::Profile& out) override {
