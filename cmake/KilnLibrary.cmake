@@ -89,6 +89,7 @@ kiln_layer(nn)
 # .deps/include on machines without apt.
 find_path(KILN_JSON_INCLUDE nlohmann/json.hpp PATHS ${PROJECT_SOURCE_DIR}/.deps/include REQUIRED)
 target_include_directories(kiln_nn SYSTEM PRIVATE ${KILN_JSON_INCLUDE})
+target_include_directories(kiln_core SYSTEM PRIVATE ${KILN_JSON_INCLUDE})  # kiln::profiler's Chrome trace
 # zlib reads gzip-compressed IDX files (data::read_idx): Debian's zlib1g-dev, or zlib.h carried in .deps/include
 # beside the runtime library every system has (then kiln::zlib, found by the runtime library's name).
 find_path(KILN_ZLIB_INCLUDE zlib.h PATHS ${PROJECT_SOURCE_DIR}/.deps/include REQUIRED)
@@ -174,6 +175,18 @@ if(KILN_CUDA)
   else()
     message(STATUS "kiln: no cudnn-frontend (make deps): attention on the GPU runs blocked, not fused")
   endif()
+  # CUPTI (the toolkit's CUDA::cupti) records kiln::profiler's GPU activity; without it the profiler records host
+  # ranges only and says how to get it.
+  if(TARGET CUDA::cupti)
+    set(KILN_CUPTI ON)
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/profiler_cupti.cpp TARGET_DIRECTORY kiln_cuda
+                                PROPERTIES COMPILE_DEFINITIONS KILN_HAVE_CUPTI=1)
+    target_include_directories(kiln_cuda PRIVATE $<TARGET_PROPERTY:CUDA::cupti,INTERFACE_INCLUDE_DIRECTORIES>)
+    message(STATUS "kiln: CUPTI found: kiln::profiler records GPU activity")
+  else()
+    set(KILN_CUPTI OFF)
+    message(STATUS "kiln: no CUPTI (CUDA::cupti) found: kiln::profiler records host ranges only")
+  endif()
   # The device code in src/cuda/kernels, embedded as generated headers ("kernel_sources/<file>.hpp").
   include(${PROJECT_SOURCE_DIR}/cmake/KilnEmbed.cmake)
   kiln_embed_kernel_sources(kiln_cuda ${PROJECT_SOURCE_DIR}/src/cuda/kernels ${PROJECT_BINARY_DIR}/generated)
@@ -223,6 +236,9 @@ endif()
 if(KILN_CUDA)
   target_compile_definitions(kiln PUBLIC KILN_WITH_CUDA=1)
   target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::nvrtc CUDA::cublas CUDA::cublasLt CUDA::cusolver kiln::cudnn)
+  if(KILN_CUPTI)
+    target_link_libraries(kiln PRIVATE CUDA::cupti)
+  endif()
 endif()
 
 # kiln's own tests and lab benchmarks reach into the layers (src/ as the include root, cblas.h).

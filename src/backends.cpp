@@ -1,7 +1,8 @@
-// The one place that knows which backends this build contains: each device type's ops (Backend)
-// and runtime (DeviceRuntime).
+// The one place that knows which backends this build contains: each device type's ops (Backend) and
+// runtime (DeviceRuntime), and the GPU's activity tracer of kiln::profiler.
 #include "core/backend.hpp"
 #include "core/device_runtime.hpp"
+#include "core/profiler_tracer.hpp"
 
 namespace kiln::detail {
 Backend& cpu_backend();
@@ -9,6 +10,7 @@ DeviceRuntime& cpu_runtime();
 #ifdef KILN_WITH_CUDA
 Backend& cuda_backend();
 DeviceRuntime& cuda_runtime();
+ActivityTracer& cuda_activity_tracer();
 #endif
 
 Backend* builtin_backend(DeviceType type) {
@@ -35,5 +37,12 @@ DeviceRuntime* builtin_runtime(DeviceType type) {
 #endif
   }
   return nullptr;
+}
+ActivityTracer* builtin_activity_tracer() {
+#ifdef KILN_WITH_CUDA
+  return &cuda_activity_tracer();
+#else
+  return nullptr;
+#endif
 }
 }  // namespace kiln::detail

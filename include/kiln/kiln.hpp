@@ -25,6 +25,7 @@
 #include "kiln/optim.hpp"
 #include "kiln/random.hpp"
 #include "kiln/parallel.hpp"
+#include "kiln/profiler.hpp"
 #include "kiln/raw_module.hpp"
 #include "kiln/rnn.hpp"
 #include "kiln/scalar.hpp"
