@@ -55,8 +55,7 @@ void KVCache::replayed(int64_t t) {
   if (t < 0 || length_ + t > max_length_)
     throw ValueError("KVCache::replayed: " + std::to_string(t) + " positions after " + std::to_string(length_) +
                      " exceed the cache's " + std::to_string(max_length_));
-  length_ += t;
-  position_ += Scalar(t);
+  length_ += t;  // the replayed graph moved position_ itself
 }
 
 std::pair<Array, Array> KVCache::update_static(int64_t layer, const Array& k, const Array& v) {

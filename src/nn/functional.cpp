@@ -121,9 +121,11 @@ const Array& class_ids(int64_t classes, Device d) {
 /// is another, (softmax - smoothed one-hot) * g, instead of the ~20 kernels of the composed ops.
 Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   static const auto forward = fuse(
+      // keepdims: a staged (one pass per row) kernel takes reductions over the last axis in their (N, 1) form
+      // only; (N,) would broadcast against (N, C) from the right, so the graph would run op by op.
       [](auto x, auto ids, auto label, auto keep, auto ls) {
-        auto lse = logsumexp(x, 1);
-        return std::tuple{lse - sum(where(ids == label, x, 0.0), 1) * keep - mean(x, 1) * ls, lse};
+        auto lse = logsumexp(x, 1, true);
+        return std::tuple{lse - sum(where(ids == label, x, 0.0), 1, true) * keep - mean(x, 1, true) * ls, lse};
       },
       "cross_entropy");
   static const auto backward = fuse(
@@ -140,10 +142,10 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
         auto [loss, lse] = forward(in[0], ids, label, 1.0 - ls, ls);
         saved = {in[0], lse};
-        return loss;
+        return loss.reshape({n});
       },
       [ids, label, ls, n, classes](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
-        return std::vector<Array>{backward(saved[0], saved[1].reshape({n, 1}), ids, label, g.reshape({n, 1}), 1.0 - ls,
+        return std::vector<Array>{backward(saved[0], saved[1], ids, label, g.reshape({n, 1}), 1.0 - ls,
                                            ls / static_cast<double>(classes))};
       }};
   return f.apply({rows});

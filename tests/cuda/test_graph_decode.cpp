@@ -39,6 +39,41 @@ TEST(GraphDecode, a_captured_advance_moves_the_device_position_once_per_replay) 
   }
 }
 
+// Each action between replays leaves the captured cache's device position alone; each replay moves it by one.
+TEST(GraphDecode, only_replays_move_the_captured_position) {
+  KILN_REQUIRE_GPU();
+  NoGradGuard no_grad;
+  const Device d = gpu(0);
+  auto gpt = models::load_gpt2(kiln_test::kGptGolden + "gpt2_tiny.safetensors", kiln_test::tiny_gpt2_config(),
+                               float32, d);
+  gpt->eval();
+  models::KVCache other = gpt->make_cache(1, 12), fixed = gpt->make_cache(1, 12);
+  gpt->forward(from_data(std::vector<int64_t>{3, 14, 15}, Shape{1, 3}, d), fixed);
+  gpt->forward(from_data(std::vector<int64_t>{3, 14, 15}, Shape{1, 3}, d), other);
+  fixed.set_static(true);
+  Array tokens = from_data(std::vector<int64_t>{5}, Shape{1, 1}, d);
+  gpt->forward(tokens, fixed);
+  ASSERT_EQ(device_position(fixed), 4);
+  cuda::Graph g;
+  {
+    const Stream side = Stream::create(d);
+    cuda::GraphCapture capture(g, side);
+    gpt->forward(tokens, fixed);
+  }
+  EXPECT_EQ(device_position(fixed), 4) << "after the capture";
+  g.replay(Stream::current(d));
+  EXPECT_EQ(device_position(fixed), 5) << "after replay 1";
+  g.replay(Stream::current(d));
+  EXPECT_EQ(device_position(fixed), 6) << "after replay 2 (no work between)";
+  gpt->forward(tokens, other);
+  EXPECT_EQ(device_position(fixed), 6) << "after an eager forward of another cache";
+  tokens.copy_from(from_data(std::vector<int64_t>{9}, Shape{1, 1}));
+  EXPECT_EQ(device_position(fixed), 6) << "after writing the tokens";
+  g.replay(Stream::current(d));
+  EXPECT_EQ(device_position(fixed), 7) << "after replay 3";
+  EXPECT_EQ(device_position(other), 4) << "the other cache (prompt of 3, one step)";
+}
+
 template <class Model>
 void expect_replayed_steps_equal_dynamic(Model& model, const std::string& what) {
   const Device d = gpu(0);
