@@ -31,6 +31,9 @@ struct Record {
 struct BenchContext {
   kiln::Device device = kiln::cpu();  ///< the device under test (cpu, or cuda:N)
   bool quick = false;                 ///< smaller sizes and fewer repeats
+  /// --profile FILE: the workloads that support it (gpt2) profile one step (kiln::profiler), print the time per
+  /// kernel class and per kernel, and write the step's Chrome trace to FILE.
+  std::string profile;
   std::vector<Record> records;
   std::vector<std::pair<std::string, std::string>> skipped;  ///< (workload or case, reason)
   std::map<int64_t, double> copy_gbps_cache;                 ///< device copy bandwidth by element count

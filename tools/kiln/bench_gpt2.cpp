@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "kiln/cuda.hpp"
 #include "kiln/models.hpp"
+#include "kiln/profiler.hpp"
 
 namespace kiln_cli {
 
@@ -108,6 +110,17 @@ void run_gpt2(BenchContext& ctx) {
     table.row({c.name, d.str(), format_seconds(seconds), format_number(tokens / seconds, 0),
                peak > 0 ? format_number(100 * mfu, 1) + "%" : "-",
                d.is_cuda() ? format_number(peak_gib, 2) + " GiB" : "-", format_seconds(first_fast), check});
+    if (!ctx.profile.empty() && d == ctx.device) {  // one step under the profiler: where the time goes
+      profiler::start();
+      {
+        profiler::Range range("gpt2 step");
+        step();
+      }
+      const profiler::Profile prof = profiler::stop();
+      fmt::print("  profile of one {} step on {}:\n{}\n", c.name, d.str(), prof.summary());
+      prof.save_chrome_trace(ctx.profile);
+      fmt::print("  wrote the step's Chrome trace to {}\n", ctx.profile);
+    }
 #ifdef KILN_WITH_CUDA
     if (d.is_cuda()) {  // the same step captured once in a CUDA graph and replayed: the host drops out
       cuda::Graph graph;

@@ -122,10 +122,11 @@ int demo() {
 }
 
 int bench_command(const std::vector<std::string>& names, const std::string& device_name, const std::string& json,
-                  bool quick) {
+                  bool quick, const std::string& profile) {
   using namespace kiln;
   kiln_cli::BenchContext ctx;
   ctx.quick = quick;
+  ctx.profile = profile;
   ctx.device = device_name.empty() ? try_gpu() : parse_device(device_name);
   if (ctx.device.is_cuda()) (void)gpu(ctx.device.index);  // DeviceError naming a missing GPU
   const auto& all = kiln_cli::workloads();
@@ -182,6 +183,10 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--device", device, "cpu or cuda:N (default: the best device present)");
   bench_cmd->add_option("--json", json, "write the records to this file");
   bench_cmd->add_flag("--quick", quick, "smaller sizes and fewer repeats (about a minute)");
+  std::string profile;
+  bench_cmd->add_option("--profile", profile,
+                        "gpt2: profile one step (time per kernel class and kernel) and write its Chrome trace "
+                        "(chrome://tracing, Perfetto) to this file");
   auto* train_cmd = app.add_subcommand(
       "train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn), or a GPT-2 on a token file or text (gpt)");
   kiln_cli::TrainArgs train;
@@ -241,7 +246,7 @@ int main(int argc, char** argv) {
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
-    if (bench_cmd->parsed()) return bench_command(names, device, json, quick);
+    if (bench_cmd->parsed()) return bench_command(names, device, json, quick, profile);
     if (tokenize_cmd->parsed()) return kiln_cli::tokenize(tokenize_args);
     if (generate_cmd->parsed()) return kiln_cli::generate(generate_args);
     if (launch_cmd->parsed()) {
