@@ -28,7 +28,7 @@ struct FlashAttentionOutput {
 /// a contiguous last axis; out is laid out (B, Sq, H, D) in memory, so out.transpose(1, 2) is contiguous.
 /// dropout_p in [0, 1) drops attention weights (the kept ones scaled by 1 / (1 - dropout_p)) with the engine's
 /// mask (cuDNN's Philox, not kiln's stream: it differs from the CPU's dropout), seeded from the default
-/// generator, which advances as a draw of B * H * Sq * Skv float32 values would; a captured CUDA graph takes
+/// generator, whose offset advances by B * H * Sq * Skv blocks (one per weight); a captured CUDA graph takes
 /// its seed at each replay. Nothing is drawn when no engine runs the problem.
 /// Throws ShapeError / DTypeError / DeviceError for operands that do not fit, ValueError for dropout_p outside
 /// [0, 1); nullopt when no engine runs it.

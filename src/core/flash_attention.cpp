@@ -91,10 +91,10 @@ std::optional<FlashAttentionGrads> flash_attention_backward(const Array& q, cons
   constexpr const char* op = "flash_attention_backward";
   check(op, q, k, v);
   check_dropout(op, dropout_p);
-  if (dropout_p > 0 && (!rng.defined() || rng.dtype() != int64 || rng.shape() != Shape{2} ||
-                        rng.device() != q.device()))
-    throw ValueError(std::string(op) + ": a backward with dropout needs the forward's rng (its int64 (2,) seed and "
-                                       "offset on " + q.device().str() + "), which regenerates the same mask");
+  if (dropout_p > 0 &&
+      (!rng.defined() || rng.dtype() != int64 || rng.shape() != Shape{2} || rng.device() != q.device()))
+    throw ValueError(std::string(op) + ": a backward with dropout needs the forward's rng (its seed and offset, " +
+                     "int64 (2,) on " + q.device().str() + "), which regenerates the same mask");
   if (!out.defined() || !dout.defined() || out.shape() != q.shape() || dout.shape() != q.shape() ||
       out.dtype() != q.dtype() || dout.dtype() != q.dtype())
     throw ShapeError(std::string(op) + ": out and dout must have q's shape " + shape_str(q.shape()) + " and dtype");

@@ -92,8 +92,12 @@ std::shared_ptr<AttentionPlan> build(const AttentionKey& key, cudnnHandle_t hand
   std::shared_ptr<fe::graph::Tensor_attributes> seed, offset;
   if (key.dropout > 0) {
     const auto scalar = [&](const char* name, Uid uid) {
-      return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({1, 1, 1, 1})
-                           .set_stride({1, 1, 1, 1}).set_data_type(fe::DataType_t::INT64));
+      return g->tensor(fe::graph::Tensor_attributes()
+                           .set_name(name)
+                           .set_uid(uid)
+                           .set_dim({1, 1, 1, 1})
+                           .set_stride({1, 1, 1, 1})
+                           .set_data_type(fe::DataType_t::INT64));
     };
     seed = scalar("seed", kSeed);
     offset = scalar("offset", kOffset);
@@ -139,13 +143,14 @@ std::shared_ptr<AttentionPlan> build(const AttentionKey& key, cudnnHandle_t hand
 
 thread_local std::unordered_map<AttentionKey, std::shared_ptr<AttentionPlan>> t_plans;
 
-/// Writes the forward's dropout (seed, offset) into call.rng on `stream`, reserving the Philox blocks a draw of
-/// one float32 per attention weight takes: from the default generator, or, while `stream` is capturing, from
-/// the graph's random word at each replay (the blocks counted in the capture, as a captured random draw does).
+/// Writes the forward's dropout (seed, offset) into call.rng on `stream`, reserving one Philox block per attention
+/// weight: cuDNN does not say in which unit it counts the offset (PyTorch advances its generator by one number
+/// per weight), and a block per weight is at least as much as any unit needs, so two calls' streams never
+/// overlap. The blocks come from the default generator, or, while `stream` is capturing, from the graph's random
+/// word at each replay (counted in the capture, as a captured random draw's are).
 void write_dropout_state(const detail::AttentionCall& call, int device, cudaStream_t stream) {
   const Array& q = *call.q;
-  const uint64_t weights = static_cast<uint64_t>(q.shape(0) * q.shape(1) * q.shape(2) * call.k->shape(2));
-  const uint64_t blocks = (weights + 3) / 4;
+  const auto blocks = static_cast<uint64_t>(q.shape(0) * q.shape(1) * q.shape(2) * call.k->shape(2));
   void* rng = const_cast<void*>(call.rng.data_ptr());
   if (detail::GraphRandom* graph = capture_random(device, stream)) {
     write_graph_random_state(device, rng, graph->state, 0, graph->blocks, stream);

@@ -187,10 +187,10 @@ Array fused_attention(const Array& query, const Array& key, const Array& value, 
                                                 pl.scale, pl.causal, pl.dropout, saved[5]))
             return std::vector<Array>{r->dq, r->dk, r->dv};
           if (pl.dropout > 0)
-            throw DeviceError(std::string(kOp) + ": the fused forward ran with dropout but the engine declined the "
-                              "backward (" + flash_attention_stats().refusal + "); its dropout mask exists only "
-                              "in the engine, so no other backward can match it; pass dropout_p = 0, or float32 "
-                              "operands (the blocked attention) for this problem");
+            throw DeviceError(std::string(kOp) + ": the fused forward ran with dropout but the engine declined " +
+                              "the backward (" + flash_attention_stats().refusal + "); its dropout mask exists " +
+                              "only in the engine, so no other backward can match it; pass dropout_p = 0, or " +
+                              "float32 operands (the blocked attention) for this problem");
         }
         const Array q = saved[0].astype(pl.compute).reshape({pl.batch, pl.rows, -1});
         const Array k = repeat_heads(saved[1], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
@@ -249,9 +249,9 @@ Array scaled_dot_product_attention(const Array& query, const Array& key, const A
   // The fused path: 4-d half-precision operands without a mask (the causal one aside), one batch. With dropout
   // only on a GPU, whose engine draws its own mask: elsewhere no engine runs, and the general path keeps kiln's.
   const bool half = query.dtype() == float16 || query.dtype() == bfloat16;
-  if (half && !attn_mask.defined() && (dropout_p == 0 || query.device().is_cuda()) && query.ndim() == 4 && key.ndim() == 4 && value.ndim() == 4 &&
-      key.shape(0) == query.shape(0) && value.shape() == key.shape() && value.shape(-1) == e && rows > 0 &&
-      keys > 0 && query.shape(0) > 0 && query.shape(1) > 0 && key.shape(1) > 0 &&
+  if (half && !attn_mask.defined() && (dropout_p == 0 || query.device().is_cuda()) && query.ndim() == 4 &&
+      key.ndim() == 4 && value.ndim() == 4 && key.shape(0) == query.shape(0) && value.shape() == key.shape() &&
+      value.shape(-1) == e && rows > 0 && keys > 0 && query.shape(0) > 0 && query.shape(1) > 0 && key.shape(1) > 0 &&
       (key.shape(1) == query.shape(1) || (enable_gqa && query.shape(1) % key.shape(1) == 0)))
     return fused_attention(query, key, value, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(e)), is_causal,
                            dropout_p);
