@@ -118,9 +118,15 @@ void mask_follows_the_generator(bool causal) {
   }
 }
 
-TEST(AttentionDropoutGpu, TheFusedMaskIsRecoverableAndFollowsTheGenerator) { mask_follows_the_generator(false); }
+TEST(AttentionDropoutGpu, TheFusedMaskIsRecoverableAndFollowsTheGenerator) {
+  KILN_REQUIRE_GPU();
+  mask_follows_the_generator(false);
+}
 
-TEST(AttentionDropoutGpu, TheFusedCausalMaskIsRecoverableAndFollowsTheGenerator) { mask_follows_the_generator(true); }
+TEST(AttentionDropoutGpu, TheFusedCausalMaskIsRecoverableAndFollowsTheGenerator) {
+  KILN_REQUIRE_GPU();
+  mask_follows_the_generator(true);
+}
 
 /// The composed float32 attention with an explicit mask: softmax(q k^T scale [+ causal]) * keep / (1 - p) @ v.
 Array composed(const Array& q, const Array& k, const Array& v, const Array& keep, double p, bool causal) {
@@ -168,10 +174,12 @@ void fused_dropout_equals_the_composed_attention(bool causal) {
 }
 
 TEST(AttentionDropoutGpu, TheFusedForwardAndBackwardEqualTheComposedAttentionWithItsMask) {
+  KILN_REQUIRE_GPU();
   fused_dropout_equals_the_composed_attention(false);
 }
 
 TEST(AttentionDropoutGpu, TheFusedCausalForwardAndBackwardEqualTheComposedAttentionWithItsMask) {
+  KILN_REQUIRE_GPU();
   fused_dropout_equals_the_composed_attention(true);
 }
 
