@@ -718,10 +718,11 @@ Array softmax(const Array& x, int64_t axis = -1);
 /// query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); the leading (batch, head) axes broadcast.
 /// attn_mask: boolean (true: the position takes part) or additive (added to the scores), broadcast to
 /// (..., L, S); is_causal: query i sees keys j <= i (not with attn_mask). dropout_p drops attention weights (pass
-/// 0 in eval); scale defaults to 1/sqrt(E); enable_gqa: key/value with fewer heads (axis -3) than query, each
-/// serving Hq/Hk query heads. Differentiable in query, key and value (not the mask). Computed in blocks of query
-/// rows with the backward recomputing them, so memory grows linearly with the sequence (no L x S matrix); float16
-/// and bfloat16 compute in float32. A row whose keys are all masked gives NaN, as PyTorch.
+/// 0 in eval; where cuDNN's fused attention runs, on a GPU, the mask is cuDNN's, not the CPU's); scale defaults to
+/// 1/sqrt(E); enable_gqa: key/value with fewer heads (axis -3) than query, each serving Hq/Hk query heads.
+/// Differentiable in query, key and value (not the mask). Computed in blocks of query rows with the backward
+/// recomputing them, so memory grows linearly with the sequence (no L x S matrix); float16 and bfloat16 compute in
+/// float32. A row whose keys are all masked gives NaN, as PyTorch.
 Array scaled_dot_product_attention(const Array& query, const Array& key, const Array& value,
                                    const Array& attn_mask = {}, double dropout_p = 0.0, bool is_causal = false,
                                    std::optional<double> scale = {}, bool enable_gqa = false);

@@ -198,7 +198,11 @@ struct BatchNormCall {
 /// operand contiguous (other strides as they come). Forward: out (q's shape, preallocated by the core) and lse
 /// (B, H, Sq) float32 contiguous, each query row's log-sum-exp of its scaled, masked scores. Backward: dq, dk, dv
 /// (preallocated like q, k, v) from out, dout and lse. causal: query i sees keys j <= i (top-left, as PyTorch's
-/// is_causal). A backend that cannot run the problem returns false and sets `refusal` (the caller falls back).
+/// is_causal). dropout > 0 drops attention weights with the engine's own mask (scaled by 1 / (1 - dropout)): the
+/// core allocates `rng`, int64 (2,) on the device; a Forward that runs writes the mask's (seed, offset) there,
+/// taken from the default generator (or, inside a CUDA graph capture, from the graph's random state at each
+/// replay), and its Backward reads them to regenerate the same mask. A Forward that declines takes nothing from
+/// the generator. A backend that cannot run the problem returns false and sets `refusal` (the caller falls back).
 enum class AttentionKind { Forward, Backward };
 struct AttentionCall {
   AttentionKind kind = AttentionKind::Forward;
@@ -211,6 +215,8 @@ struct AttentionCall {
   Array dq, dk, dv;             ///< Backward
   double scale = 1.0;
   bool causal = false;
+  double dropout = 0.0;
+  Array rng;  ///< with dropout: (seed, offset) of the mask; Forward writes it, Backward reads it
   std::string refusal;
 };
 

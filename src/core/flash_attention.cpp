@@ -51,12 +51,18 @@ void check(const char* op, const Array& q, const Array& k, const Array& v) {
                      "number of heads dividing q's");
 }
 
+void check_dropout(const char* op, double dropout_p) {
+  if (!(dropout_p >= 0.0 && dropout_p < 1.0))
+    throw ValueError(std::string(op) + ": dropout_p must be in [0, 1), got " + std::to_string(dropout_p));
+}
+
 }  // namespace
 
 std::optional<FlashAttentionOutput> flash_attention_forward(const Array& q, const Array& k, const Array& v,
-                                                            double scale, bool causal) {
+                                                            double scale, bool causal, double dropout_p) {
   constexpr const char* op = "flash_attention_forward";
   check(op, q, k, v);
+  check_dropout(op, dropout_p);
   detail::reject_grad({&q, &k, &v}, op, "use nn::scaled_dot_product_attention, which records the gradient");
   const Array qc = unit_last(q), kc = unit_last(k), vc = unit_last(v);
   detail::AttentionCall call;
@@ -68,19 +74,27 @@ std::optional<FlashAttentionOutput> flash_attention_forward(const Array& q, cons
   // (B, Sq, H, D) in memory, as PyTorch's kernels lay it out: the heads' merge after it is a view.
   call.o = empty({b, s, h, d}, q.dtype(), q.device()).permute({0, 2, 1, 3});
   call.lse = empty({b, h, s}, float32, q.device());
+  call.dropout = dropout_p;
+  if (dropout_p > 0) call.rng = empty({2}, int64, q.device());
   const bool ran = b > 0 && h > 0 && s > 0 && k.shape(2) > 0 && d > 0 &&
                    detail::backend_for(q.device()).attention(call);
   if (!ran && call.refusal.empty()) call.refusal = "no fused attention engine on " + q.device().str();
   count(ran, true, call.refusal);
   if (!ran) return std::nullopt;
-  return FlashAttentionOutput{call.o, call.lse};
+  return FlashAttentionOutput{call.o, call.lse, call.rng};
 }
 
 std::optional<FlashAttentionGrads> flash_attention_backward(const Array& q, const Array& k, const Array& v,
                                                             const Array& out, const Array& dout, const Array& lse,
-                                                            double scale, bool causal) {
+                                                            double scale, bool causal, double dropout_p,
+                                                            const Array& rng) {
   constexpr const char* op = "flash_attention_backward";
   check(op, q, k, v);
+  check_dropout(op, dropout_p);
+  if (dropout_p > 0 &&
+      (!rng.defined() || rng.dtype() != int64 || rng.shape() != Shape{2} || rng.device() != q.device()))
+    throw ValueError(std::string(op) + ": a backward with dropout needs the forward's rng (its seed and offset, " +
+                     "int64 (2,) on " + q.device().str() + "), which regenerates the same mask");
   if (!out.defined() || !dout.defined() || out.shape() != q.shape() || dout.shape() != q.shape() ||
       out.dtype() != q.dtype() || dout.dtype() != q.dtype())
     throw ShapeError(std::string(op) + ": out and dout must have q's shape " + shape_str(q.shape()) + " and dtype");
@@ -95,6 +109,8 @@ std::optional<FlashAttentionGrads> flash_attention_backward(const Array& q, cons
   call.lse = lse.contiguous();
   call.scale = scale;
   call.causal = causal;
+  call.dropout = dropout_p;
+  if (dropout_p > 0) call.rng = rng.contiguous();
   call.dq = empty(q.shape(), q.dtype(), q.device());
   call.dk = empty(k.shape(), k.dtype(), k.device());
   call.dv = empty(v.shape(), v.dtype(), v.device());

@@ -5,6 +5,11 @@
 // size it has no kernel for, a GPU before Ampere) is remembered as refused, with cuDNN's reason, and declined.
 // Inside a CUDA graph capture only an already-built graph runs (building may load modules); otherwise the
 // caller's fallback (the blocked attention) is captured.
+// Dropout runs inside the kernels, as PyTorch's cuDNN attention does: cuDNN draws its mask from Philox with a
+// seed and offset it reads from device memory (the call's `rng`), so the probability is part of the graph but
+// the seed is not. The forward writes them with a one-thread kernel whose arguments are the default generator's
+// reserved state, or, inside a capture, which copies the graph's random word (written before each replay) plus
+// the capture's relative offset: a captured step draws a new mask at every replay instead of the capture's.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +17,8 @@
 
 #include "cuda/cudnn_common.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/random.hpp"
+#include "kiln/random.hpp"
 
 #if KILN_HAVE_CUDNN_FRONTEND
 #include <cudnn_frontend.h>
@@ -31,6 +38,7 @@ struct AttentionKey {
   DType dtype = DType::Float16;
   bool causal = false;
   double scale = 1.0;
+  double dropout = 0.0;
   // Shapes (B, H, S, D) and strides of q, k, v, o, and (backward) dout, dq, dk, dv.
   std::array<int64_t, 4> q{}, k{};
   std::array<std::array<int64_t, 4>, 8> strides{};
@@ -40,13 +48,13 @@ struct AttentionKey {
 }  // namespace
 }  // namespace kiln::cuda_impl
 
-KILN_HASH_EVERY_FIELD(kiln::cuda_impl::AttentionKey, device, kind, dtype, causal, scale, q, k, strides);
+KILN_HASH_EVERY_FIELD(kiln::cuda_impl::AttentionKey, device, kind, dtype, causal, scale, dropout, q, k, strides);
 
 namespace kiln::cuda_impl {
 namespace {
 
 // The tensors' uids in the graphs' variant packs.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv, kSeed, kOffset };
 
 struct AttentionPlan {
   std::shared_ptr<fe::graph::Graph> graph;  // null: refused
@@ -79,10 +87,27 @@ std::shared_ptr<AttentionPlan> build(const AttentionKey& key, cudnnHandle_t hand
   auto k = input(*g, "k", kK, kv, key.strides[1]);
   auto v = input(*g, "v", kV, kv, key.strides[2]);
   const auto scale = static_cast<float>(key.scale);
+  // The mask's seed and offset: int64 scalars in device memory (read when the kernels run, so a captured graph
+  // sees each replay's values).
+  std::shared_ptr<fe::graph::Tensor_attributes> seed, offset;
+  if (key.dropout > 0) {
+    const auto scalar = [&](const char* name, Uid uid) {
+      return g->tensor(fe::graph::Tensor_attributes()
+                           .set_name(name)
+                           .set_uid(uid)
+                           .set_dim({1, 1, 1, 1})
+                           .set_stride({1, 1, 1, 1})
+                           .set_data_type(fe::DataType_t::INT64));
+    };
+    seed = scalar("seed", kSeed);
+    offset = scalar("offset", kOffset);
+  }
+  const auto probability = static_cast<float>(key.dropout);
   if (key.kind == detail::AttentionKind::Forward) {
     auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
     if (key.causal)
       options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+    if (seed) options.set_dropout(probability, seed, offset);
     auto [o, stats] = g->sdpa(q, k, v, options);
     o->set_output(true).set_uid(kO).set_dim(vec(key.q)).set_stride(vec(key.strides[3]));
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(vec(stats_dim))
@@ -96,6 +121,7 @@ std::shared_ptr<AttentionPlan> build(const AttentionKey& key, cudnnHandle_t hand
     auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_attn_scale(scale);
     if (key.causal)
       options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+    if (seed) options.set_dropout(probability, seed, offset);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
     dq->set_output(true).set_uid(kDq).set_dim(vec(key.q)).set_stride(vec(key.strides[5]));
     dk->set_output(true).set_uid(kDk).set_dim(vec(kv)).set_stride(vec(key.strides[6]));
@@ -117,6 +143,24 @@ std::shared_ptr<AttentionPlan> build(const AttentionKey& key, cudnnHandle_t hand
 
 thread_local std::unordered_map<AttentionKey, std::shared_ptr<AttentionPlan>> t_plans;
 
+/// Writes the forward's dropout (seed, offset) into call.rng on `stream`, reserving one Philox block per attention
+/// weight: cuDNN does not say in which unit it counts the offset (PyTorch advances its generator by one number
+/// per weight), and a block per weight is at least as much as any unit needs, so two calls' streams never
+/// overlap. The blocks come from the default generator, or, while `stream` is capturing, from the graph's random
+/// word at each replay (counted in the capture, as a captured random draw's are).
+void write_dropout_state(const detail::AttentionCall& call, int device, cudaStream_t stream) {
+  const Array& q = *call.q;
+  const auto blocks = static_cast<uint64_t>(q.shape(0) * q.shape(1) * q.shape(2) * call.k->shape(2));
+  void* rng = const_cast<void*>(call.rng.data_ptr());
+  if (detail::GraphRandom* graph = capture_random(device, stream)) {
+    write_graph_random_state(device, rng, graph->state, 0, graph->blocks, stream);
+    graph->blocks += blocks;
+  } else {
+    const random::GeneratorState state = detail::reserve_random_blocks(blocks);
+    write_graph_random_state(device, rng, nullptr, state.seed, state.offset, stream);
+  }
+}
+
 }  // namespace
 
 bool cuda_attention(detail::AttentionCall& call) {
@@ -136,6 +180,7 @@ bool cuda_attention(detail::AttentionCall& call) {
   const bool forward = call.kind == detail::AttentionKind::Forward;
   AttentionKey key;
   key.device = device, key.kind = call.kind, key.dtype = dtype, key.causal = call.causal, key.scale = call.scale;
+  key.dropout = call.dropout;
   key.q = dims(q), key.k = dims(*call.k);
   key.strides[0] = strides(q), key.strides[1] = strides(*call.k), key.strides[2] = strides(*call.v);
   key.strides[3] = strides(forward ? call.o : *call.out);
@@ -165,6 +210,11 @@ bool cuda_attention(detail::AttentionCall& call) {
                            " bytes of workspace and the GPU has no room; free memory or use a smaller batch");
   const auto ptr = [](const Array& a) { return const_cast<void*>(a.data_ptr()); };
   std::unordered_map<int64_t, void*> pack{{kQ, ptr(q)}, {kK, ptr(*call.k)}, {kV, ptr(*call.v)}};
+  if (call.dropout > 0) {
+    if (forward) write_dropout_state(call, device, stream);
+    pack[kSeed] = ptr(call.rng);
+    pack[kOffset] = static_cast<int64_t*>(ptr(call.rng)) + 1;
+  }
   if (forward) {
     pack[kO] = ptr(call.o);
     pack[kStats] = ptr(call.lse);

@@ -8,7 +8,8 @@
 // recomputation) and regenerates the dropout mask from the generator state the forward started at. With is_causal
 // a block of rows computes only the keys its last row can see (about half the work). Half types compute in
 // float32. The ops are kiln's, so every backend runs it; on a GPU, half-precision problems without a mask run
-// cuDNN's fused kernel instead (kiln/flash_attention.hpp).
+// cuDNN's fused kernel instead (kiln/flash_attention.hpp), dropout included: its mask is then cuDNN's, saved for
+// the backward as the (seed, offset) the forward drew with.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -141,32 +142,39 @@ Array sum_heads(const Array& g, int64_t hk) {
   return g.reshape({b, hk, hq / hk, s, f}).sum({2});
 }
 
-/// Attention over 4-d q (B, H, L, E), k and v (B, Hk, S, E) of a half dtype, with no mask but the causal one
-/// and no dropout: the backend's fused kernel (kiln/flash_attention.hpp: cuDNN's flash attention on a GPU) when it
-/// has one for the problem, else the blocked computation; the backward likewise (the blocked one recomputes
-/// from the forward's log-sum-exp, which both compute alike).
-Array fused_attention(const Array& query, const Array& key, const Array& value, double scale, bool causal) {
+/// Attention over 4-d q (B, H, L, E), k and v (B, Hk, S, E) of a half dtype, with no mask but the causal one:
+/// the backend's fused kernel (kiln/flash_attention.hpp: cuDNN's flash attention on a GPU) when it has one for
+/// the problem, else the blocked computation; the backward likewise (the blocked one recomputes from the
+/// forward's log-sum-exp, which both compute alike). With dropout the fused forward saves the (seed, offset) of
+/// the engine's mask, which only the fused backward can regenerate; the blocked forward draws kiln's mask.
+Array fused_attention(const Array& query, const Array& key, const Array& value, double scale, bool causal,
+                      double dropout) {
   const int64_t b = query.shape(0), hq = query.shape(1), rows = query.shape(2);
   const int64_t keys = key.shape(2), hk = key.shape(1);
   Plan p;
   p.batch = b * hq, p.rows = rows, p.keys = keys, p.scale = scale, p.causal = causal, p.compute = float32;
+  p.dropout = dropout;
   p.block = std::clamp<int64_t>(kBlockElements / std::max<int64_t>(1, p.batch * keys), 1, rows);
-  auto plan = std::make_shared<const Plan>(p);
+  // Not const: the blocked forward records the generator state its dropout starts at for the backward.
+  auto plan = std::make_shared<Plan>(p);
   auto fused = std::make_shared<bool>(false);
   const AutogradFunction attention{
       "ScaledDotProductAttentionBackward",
       [plan, fused, hq](const std::vector<Array>& in, std::vector<Array>& saved) {
-        const Plan& pl = *plan;
-        if (auto r = flash_attention_forward(in[0], in[1], in[2], pl.scale, pl.causal)) {
+        Plan& pl = *plan;
+        if (auto r = flash_attention_forward(in[0], in[1], in[2], pl.scale, pl.causal, pl.dropout)) {
           *fused = true;
-          saved = {in[0], in[1], in[2], r->out, r->lse};
+          saved = {in[0], in[1], in[2], r->out, r->lse, r->rng};
           return r->out;
         }
         const Array q = in[0].astype(pl.compute).reshape({pl.batch, pl.rows, -1});
         const Array k = repeat_heads(in[1], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
         const Array v = repeat_heads(in[2], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
-        random::GeneratorState unused;
-        auto [out, lse] = forward_blocks(pl, q, k, v, unused);
+        // As the general path: dropout from the default generator's stream, which then moves past the draws.
+        if (pl.dropout > 0) pl.dropout_state = random::get_state();
+        random::GeneratorState after;
+        auto [out, lse] = forward_blocks(pl, q, k, v, after);
+        if (pl.dropout > 0) random::set_state(after);
         const Array o = out.reshape(in[0].shape()).astype(in[0].dtype());
         saved = {in[0], in[1], in[2], o, lse.reshape({in[0].shape(0), hq, pl.rows})};
         return o;
@@ -176,8 +184,13 @@ Array fused_attention(const Array& query, const Array& key, const Array& value, 
         const DType dtype = saved[0].dtype();
         if (*fused) {
           if (auto r = flash_attention_backward(saved[0], saved[1], saved[2], saved[3], g.astype(dtype), saved[4],
-                                                pl.scale, pl.causal))
+                                                pl.scale, pl.causal, pl.dropout, saved[5]))
             return std::vector<Array>{r->dq, r->dk, r->dv};
+          if (pl.dropout > 0)
+            throw DeviceError(std::string(kOp) + ": the fused forward ran with dropout but the engine declined " +
+                              "the backward (" + flash_attention_stats().refusal + "); its dropout mask exists " +
+                              "only in the engine, so no other backward can match it; pass dropout_p = 0, or " +
+                              "float32 operands (the blocked attention) for this problem");
         }
         const Array q = saved[0].astype(pl.compute).reshape({pl.batch, pl.rows, -1});
         const Array k = repeat_heads(saved[1], hq).astype(pl.compute).reshape({pl.batch, pl.keys, -1});
@@ -233,13 +246,15 @@ Array scaled_dot_product_attention(const Array& query, const Array& key, const A
   if (scale && !(std::isfinite(*scale)))
     throw ValueError(std::string(kOp) + ": scale must be finite, got " + std::to_string(*scale));
 
-  // The fused path: 4-d half-precision operands without a mask (the causal one aside) or dropout, one batch.
+  // The fused path: 4-d half-precision operands without a mask (the causal one aside), one batch. With dropout
+  // only on a GPU, whose engine draws its own mask: elsewhere no engine runs, and the general path keeps kiln's.
   const bool half = query.dtype() == float16 || query.dtype() == bfloat16;
-  if (half && !attn_mask.defined() && dropout_p == 0 && query.ndim() == 4 && key.ndim() == 4 && value.ndim() == 4 &&
-      key.shape(0) == query.shape(0) && value.shape() == key.shape() && value.shape(-1) == e && rows > 0 &&
-      keys > 0 && query.shape(0) > 0 && query.shape(1) > 0 && key.shape(1) > 0 &&
+  if (half && !attn_mask.defined() && (dropout_p == 0 || query.device().is_cuda()) && query.ndim() == 4 &&
+      key.ndim() == 4 && value.ndim() == 4 && key.shape(0) == query.shape(0) && value.shape() == key.shape() &&
+      value.shape(-1) == e && rows > 0 && keys > 0 && query.shape(0) > 0 && query.shape(1) > 0 && key.shape(1) > 0 &&
       (key.shape(1) == query.shape(1) || (enable_gqa && query.shape(1) % key.shape(1) == 0)))
-    return fused_attention(query, key, value, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(e)), is_causal);
+    return fused_attention(query, key, value, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(e)), is_causal,
+                           dropout_p);
 
   // Grouped-query attention: each k/v head serves Hq / Hk query heads (repeat_interleave over the head axis).
   Array k = key, v = value;

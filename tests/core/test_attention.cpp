@@ -204,6 +204,38 @@ TEST(Attention, TheFusedPrimitiveDeclinesWhereNoEngineRunsItAndChecksItsOperands
                            {"flash_attention_forward", "nn::scaled_dot_product_attention"});
   expect_error<ShapeError>([&] { (void)flash_attention_backward(q, k, k, q, q, ones({1, 2, 4}, float16, cpu()), 0.5, false); },
                            {"flash_attention_backward", "lse"});
+  // Dropout: a declined call draws nothing from the generator; the probability and the backward's rng are checked.
+  const random::GeneratorState state = random::get_state();
+  EXPECT_FALSE(flash_attention_forward(q, k, k, 0.5, false, 0.1).has_value());
+  EXPECT_EQ(random::get_state().offset, state.offset);
+  expect_error<ValueError>([&] { (void)flash_attention_forward(q, k, k, 0.5, false, 1.0); },
+                           {"flash_attention_forward", "dropout_p", "[0, 1)"});
+  expect_error<ValueError>([&] { (void)flash_attention_forward(q, k, k, 0.5, false, -0.1); }, {"dropout_p"});
+  const Array lse = ones({1, 2, 4}, float32, cpu());
+  expect_error<ValueError>([&] { (void)flash_attention_backward(q, k, k, q, q, lse, 0.5, false, 0.1); },
+                           {"flash_attention_backward", "rng", "same mask"});
+  expect_error<ValueError>(
+      [&] { (void)flash_attention_backward(q, k, k, q, q, lse, 0.5, false, 0.1, zeros({2}, int32, cpu())); },
+      {"flash_attention_backward", "rng"});
+}
+
+// On the CPU, half-precision 4-d operands with dropout draw kiln's mask (uniform draws below p, from the state the
+// call starts at), as every dtype does there: only a GPU's fused engine draws its own.
+TEST(Attention, HalfPrecisionDropoutOnTheCpuDrawsKilnsMask) {
+  random::seed(12);
+  const Array q = rand({1, 2, 6, 8}, float64, cpu()), k = rand({1, 2, 9, 8}, float64, cpu()),
+              v = rand({1, 2, 9, 8}, float64, cpu());
+  for (DType dtype : {bfloat16, float16}) {
+    random::seed(13);
+    const Array a = nn::scaled_dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), {}, 0.3);
+    random::seed(13);
+    const Array keep = (random::uniform({1, 2, 6, 9}, float32, cpu()) >= 0.3f).astype(float64) / 0.7;
+    const Array qd = q.astype(dtype).astype(float64), kd = k.astype(dtype).astype(float64),
+                vd = v.astype(dtype).astype(float64);
+    const Array weights = nn::softmax(matmul(qd, swapaxes(kd, -1, -2)) / std::sqrt(8.0), -1) * keep;
+    kiln_test::expect_close_scaled(a, matmul(weights, vd), dtype == float16 ? 2e-3 : 1e-2,
+                                   std::string("dropout output ") + std::string(dtype_name(dtype)));
+  }
 }
 
 TEST(Attention, BadInputsAreNamed) {
