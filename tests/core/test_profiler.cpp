@@ -53,8 +53,8 @@ TEST(Profiler, ranges_nest_and_last_at_least_what_they_slept) {
   const prof::Profile p = prof::stop();
   EXPECT_FALSE(prof::active());
   ASSERT_EQ(p.ranges.size(), 2u);
-  const prof::RangeRecord& outer = find_range(p, "outer");
-  const prof::RangeRecord& inner = find_range(p, "inner");
+  const prof::RangeRecord outer = find_range(p, "outer");
+  const prof::RangeRecord inner = find_range(p, "inner");
   EXPECT_EQ(outer.depth, 0);
   EXPECT_EQ(inner.depth, 1);
   EXPECT_EQ(outer.thread, inner.thread);
