@@ -73,22 +73,23 @@ class KVCache {
   /// Writes k and v (batch, kv_heads, T, head_dim) of `layer` at positions [length(), length() + T) and returns
   /// views of positions [0, length() + T). ValueError when the cache would overflow, ShapeError for other shapes.
   std::pair<Array, Array> update(int64_t layer, const Array& k, const Array& v);
-  /// Marks `t` more positions filled (the model calls it once per forward, after its last layer); also moves
-  /// position_array() on the device.
+  /// Marks `t` more positions filled (the model calls it once per forward, after its last layer); in static mode
+  /// also moves position_array() on the device.
   void advance(int64_t t);
   /// Empties the cache (the buffers are kept), its padding and static mode.
   void reset();
   /// Keeps the first `length` positions (as Hugging Face's DynamicCache.crop): later ones are forgotten and
   /// will be overwritten. ValueError for a length outside [0, length()].
   void crop(int64_t length);
-  /// length() as an int64 array (1,) on the buffers' device, moved by advance(): what a static step reads.
+  /// In static mode, length() as an int64 array (1,) on the buffers' device (set_static(true) writes it, advance
+  /// moves it): what a static step reads. Undefined before the first set_static(true).
   const Array& position_array() const { return position_; }
 
   /// Static mode (for CUDA graphs, as Hugging Face's StaticCache): a forward of one token per sequence writes its
   /// keys and values at position_array() and attends over the whole buffer with the positions past it masked, so
   /// every step has the same shapes and addresses and reads its position from the device. generate() captures one
   /// such step in a CUDA graph and replays it for every token. The logits equal the dynamic mode's.
-  void set_static(bool on) { static_ = on; }
+  void set_static(bool on);
   bool is_static() const { return static_; }
   /// Records `t` positions written by a replayed graph of a static step: the graph moved position_array()
   /// itself; this moves length() to match. ValueError past max_length().
@@ -116,7 +117,7 @@ class KVCache {
   std::vector<Array> keys_, values_;
   std::vector<int64_t> padding_;
   Array padding_array_;
-  Array position_, columns_;  // (1,) int64; (1, 1, max_length, 1) int64: 0..max_length-1
+  Array position_, columns_;  // static mode: (1,) int64; (1, 1, max_length, 1) int64 0..max_length-1
   int64_t length_ = 0, max_length_ = 0;
   bool static_ = false;
 };

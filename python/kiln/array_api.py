@@ -156,18 +156,18 @@ def astype(x, dtype, /, *, copy=True, device=None):
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     if copy is False and not isinstance(obj, _Array) and not hasattr(obj, "__dlpack__"):
         raise ValueError("asarray: copy=False needs an array to share (this object must be copied)")
-    if isinstance(obj, (list, tuple)) and _builtins.any(isinstance(v, _Array) for v in _flatten(obj)):
+    flat = _flatten(obj) if isinstance(obj, (list, tuple)) else None
+    arrays = [v for v in flat if isinstance(v, _Array)] if flat else []
+    if arrays:
         # A nested sequence holding arrays (0-d ones, as x[i, j]): stacked where they are, so GPU arrays never
         # pass through NumPy.
         if copy is False:
             raise ValueError("asarray: copy=False but a sequence of arrays must be copied into one")
-        arrays = [v for v in _flatten(obj) if isinstance(v, _Array)]
         where = device if device is not None else arrays[0].device
         out = _k.stack([asarray(v, device=where) for v in obj])
         return out if dtype is None or out.dtype == dtype else out.astype(dtype)
-    if isinstance(obj, (list, tuple)) and dtype is None:
+    if flat is not None and dtype is None:
         # The standard's default dtypes: a nested sequence of bools, ints or floats.
-        flat = _flatten(obj)
         if flat and _builtins.all(isinstance(v, _builtins.bool) for v in flat):
             dtype = bool
         elif flat and _builtins.all(isinstance(v, int) for v in flat):

@@ -31,16 +31,23 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t max_le
     keys_.push_back(zeros({batch, kv_heads, max_length, head_dim}, dtype, device));
     values_.push_back(zeros({batch, kv_heads, max_length, head_dim}, dtype, device));
   }
-  position_ = zeros({1}, int64, device);
-  columns_ = arange(int64_t{0}, max_length, int64_t{1}, int64, device).reshape({1, 1, max_length, 1});
 }
 
 void KVCache::reset() {
   length_ = 0;
-  if (position_.defined()) position_.fill(Scalar(int64_t{0}));
   padding_.clear();
   padding_array_ = Array();
   static_ = false;
+}
+
+void KVCache::set_static(bool on) {
+  if (on && !static_ && !keys_.empty()) {  // the device's copy of length() is kept only while static
+    const Device device = keys_.front().device();
+    if (!columns_.defined())
+      columns_ = arange(int64_t{0}, max_length_, int64_t{1}, int64, device).reshape({1, 1, max_length_, 1});
+    position_ = full({1}, Scalar(length_), int64, device);
+  }
+  static_ = on;
 }
 
 void KVCache::crop(int64_t length) {
@@ -48,7 +55,7 @@ void KVCache::crop(int64_t length) {
     throw ValueError("KVCache::crop: length " + std::to_string(length) + " outside [0, " + std::to_string(length_) +
                      "] (the positions filled)");
   length_ = length;
-  if (position_.defined()) position_.fill(Scalar(length));
+  if (static_) position_.fill(Scalar(length));
 }
 
 void KVCache::replayed(int64_t t) {
@@ -121,7 +128,7 @@ void KVCache::advance(int64_t t) {
     throw ValueError("KVCache::advance: " + std::to_string(t) + " positions after " + std::to_string(length_) +
                      " exceed the cache's " + std::to_string(max_length_));
   length_ += t;
-  position_ += Scalar(t);
+  if (static_) position_ += Scalar(t);
 }
 
 Array lm_loss(const Array& logits, const Array& targets) {
@@ -140,7 +147,7 @@ void check_tokens(const std::string& who, const Array& tokens) {
                      shape_str(tokens.shape()) + " " + std::string(dtype_name(tokens.dtype())));
 }
 
-Array padding_mask(const KVCache* cache, int64_t t) {
+Array decode_mask(const KVCache* cache, int64_t t) {
   if (cache && cache->is_static()) return cache->visible_static();
   if (!cache || cache->padding().empty()) return Array();
   // Key j is seen from position i when j <= i and j is past the sequence's padding. A padding position itself

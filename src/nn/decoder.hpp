@@ -29,14 +29,14 @@ class Node : public nn::Module {
 
 /// softmax(q k^T / sqrt(D)) v with q (B, H, T, D) at positions offset .. offset + T - 1 and k, v (B, Hkv, T, D):
 /// causal over the new positions; with a cache, also over the cached ones (k and v are written into it first).
-/// `mask` (padding_mask's, for a left-padded cache) replaces the causal one.
+/// `mask` (decode_mask's, for a left-padded or static cache) replaces the causal one.
 Array causal_attention(const Array& q, const Array& k, const Array& v, KVCache* cache, int64_t layer, double dropout_p,
                        const Array& mask = {});
 
-/// The attention mask of T new positions after the cache's filled ones when the cache holds left-padded
-/// sequences (B, 1, T, length + T); undefined without a cache or padding. Built once per forward, shared by its
-/// layers.
-Array padding_mask(const KVCache* cache, int64_t t);
+/// The attention mask of T new positions after the cache's filled ones, built once per forward and shared by its
+/// layers: for a static cache its visible_static(); for left-padded sequences (B, 1, T, length + T); else
+/// undefined (the causal structure needs none).
+Array decode_mask(const KVCache* cache, int64_t t);
 
 /// Loads a Hugging Face state dict into `model`: `map` gives the model's name of each entry, or nullopt for an
 /// entry to ignore. When `tied_embedding` names the embedding that the head shares, an entry mapped to

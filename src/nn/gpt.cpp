@@ -160,7 +160,7 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
   // A static step (one token, CUDA-graph friendly) reads its position from the device.
   Array positions = cache && cache->is_static() ? cache->position_array()
                                                 : arange(offset, offset + t, int64_t{1}, int64, wte.device());
-  const Array mask = detail::padding_mask(cache, t);
+  const Array mask = detail::decode_mask(cache, t);
   if (cache && !cache->padding().empty())  // left-padded sequences count their positions from their first token
     positions = maximum(positions.reshape({1, t}) - cache->padding_array().reshape({batch, 1}), Scalar(int64_t{0}));
   Array x = (*parts.drop)((*parts.wte)(tokens) + (*parts.wpe)(positions));

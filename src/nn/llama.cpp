@@ -85,7 +85,7 @@ Array Llama::run(const Array& tokens, KVCache* cache) {
                      " exceed max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   auto heads = [&](const Array& y, int64_t n) { return swapaxes(y.reshape({batch, t, n, d}), 1, 2); };
   Array x = (*parts.embed)(tokens);
-  const Array mask = detail::padding_mask(cache, t);
+  const Array mask = detail::decode_mask(cache, t);
   // A static step (one token, CUDA-graph friendly) reads its position from the device.
   const bool on_device = cache && cache->is_static();
   auto rotate = [&](const Array& y) {

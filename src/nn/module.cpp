@@ -471,7 +471,7 @@ Shape normalized_axes(const std::string& who, const Array& x, const Shape& shape
 
 namespace {
 
-/// Layer norm of rows (M, D) with weight and bias (D,), as one function: a forward of one staged kernel (each
+/// Layer norm of rows (M, D) with weight and bias (D,) (undefined: 1 and 0), as one function: a forward of one staged kernel (each
 /// row's mean, then its variance about it, then the normalised, scaled, shifted row; the mean and 1/std kept
 /// for backward) and a backward of one staged kernel for dx and one column reduction each for dw and db —
 /// instead of the ~10 kernels and (M, D) temporaries of the composed ops, each way.
@@ -494,22 +494,23 @@ Array layer_norm_rows(const Array& x, const Array& w, const Array& b, double eps
       "layer_norm_backward");
   static const auto backward_w = fuse(
       [](auto x, auto mu, auto rstd, auto g) { return sum((x - mu) * rstd * g, 0); }, "layer_norm_backward_weight");
+  const bool affine = w.defined();
   const AutogradFunction f{
       "LayerNormBackward",
-      [eps](const std::vector<Array>& in, std::vector<Array>& saved) {
-        auto [y, mu, rstd] = forward(in[0], in[1], in[2], eps);
-        saved = {in[0], in[1], mu, rstd};
+      [eps, affine](const std::vector<Array>& in, std::vector<Array>& saved) {
+        auto [y, mu, rstd] = affine ? forward(in[0], in[1], in[2], eps) : forward(in[0], 1.0, 0.0, eps);
+        saved = {in[0], affine ? in[1] : Array(), mu, rstd};
         return y;
       },
-      [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
+      [affine](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
         const Array &x = saved[0], &w = saved[1], &mu = saved[2], &rstd = saved[3];
-        std::vector<Array> grads(3);
-        if (needs[0]) grads[0] = backward_x(x, mu, rstd, w, g);
-        if (needs[1]) grads[1] = backward_w(x, mu, rstd, g);
-        if (needs[2]) grads[2] = sum(g, 0);
+        std::vector<Array> grads(affine ? 3 : 1);
+        if (needs[0]) grads[0] = affine ? backward_x(x, mu, rstd, w, g) : backward_x(x, mu, rstd, 1.0, g);
+        if (affine && needs[1]) grads[1] = backward_w(x, mu, rstd, g);
+        if (affine && needs[2]) grads[2] = sum(g, 0);
         return grads;
       }};
-  return f.apply({x, w, b});
+  return affine ? f.apply({x, w, b}) : f.apply({x});
 }
 
 }  // namespace
@@ -526,9 +527,9 @@ Array LayerNorm::forward(const Array& x_in) {
     return affine_ ? y * parameter("weight") + parameter("bias") : y;
   }
   const Array rows = x.reshape({x.size() / d, d});
-  const Array w = affine_ ? parameter("weight").reshape({d}) : ones({d}, x.dtype(), x.device());
-  const Array b = affine_ ? parameter("bias").reshape({d}) : zeros({d}, x.dtype(), x.device());
-  return layer_norm_rows(rows, w, b, eps_).reshape(x.shape());
+  if (!affine_) return layer_norm_rows(rows, Array(), Array(), eps_).reshape(x.shape());
+  return layer_norm_rows(rows, parameter("weight").reshape({d}), parameter("bias").reshape({d}), eps_)
+      .reshape(x.shape());
 }
 
 std::string LayerNorm::name() const { return "LayerNorm(" + shape_str(shape_) + ")"; }

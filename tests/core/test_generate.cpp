@@ -179,6 +179,8 @@ void expect_static_steps_equal_dynamic(Model& model, Device d, const std::string
   EXPECT_THROW(fixed.replayed(8), ValueError);  // past max_length 12
   fixed.reset();
   EXPECT_FALSE(fixed.is_static());
+  EXPECT_EQ(fixed.length(), 0);
+  fixed.set_static(true);  // static again: the device's position is written from the (reset) length
   EXPECT_EQ(fixed.position_array().to(cpu()).to_vector<int64_t>(), std::vector<int64_t>{0}) << what;
 }
 

@@ -196,6 +196,12 @@ TEST(NnModule, FlattenEmbeddingLayerNormAndActivations) {
     }
     const GradcheckResult r = gradcheck([&](auto& in) { return norm(in[0]); }, {x});
     EXPECT_TRUE(r.passed) << r.report;
+    // Without weight and bias: (x - mean) / sqrt(var + eps) per row, by hand (row 0: mean 2.5, var 1.25).
+    nn::LayerNorm plain({4}, 1e-5, false, float64, d);
+    const std::vector<double> p = host(plain(x));
+    for (int c = 0; c < 4; ++c) EXPECT_NEAR(p[static_cast<size_t>(c)], (c + 1 - 2.5) / std::sqrt(1.25 + 1e-5), 1e-12);
+    const GradcheckResult rp = gradcheck([&](auto& in) { return plain(in[0]); }, {x});
+    EXPECT_TRUE(rp.passed) << rp.report;
 
     const Array z = from_data(std::vector<double>{-1, 0.5}, Shape{2}, d);
     EXPECT_EQ(host(nn::ReLU()(z)), (std::vector<double>{0, 0.5}));

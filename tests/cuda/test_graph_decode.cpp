@@ -26,6 +26,7 @@ TEST(GraphDecode, a_captured_advance_moves_the_device_position_once_per_replay) 
   KILN_REQUIRE_GPU();
   models::KVCache cache(1, 1, 1, 8, 4, float32, gpu(0));
   cache.advance(2);
+  cache.set_static(true);  // the device's position is kept while static
   cuda::Graph g;
   const Stream side = Stream::create(gpu(0));
   {
