@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -69,8 +70,11 @@ std::unique_ptr<CommBackend> make_mpi_backend(int rank, int size, std::chrono::m
 bool nccl_available();
 /// A fresh ncclUniqueId as bytes (rank 0 makes it, the others receive it through MPI or the store).
 std::string nccl_unique_id();
+/// `departed` (optional) names the ranks known to have exited (the rendezvous' closed connections): a
+/// collective that times out says which rank it was waiting for.
 std::unique_ptr<CommBackend> make_nccl_backend(int rank, int size, Device device, const std::string& unique_id,
-                                               std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout,
+                                               std::function<std::string()> departed = {});
 /// One communicator per device of this process (ncclCommInitAll), rank i on devices[i].
 std::vector<std::unique_ptr<CommBackend>> make_nccl_clique(const std::vector<Device>& devices,
                                                            std::chrono::milliseconds timeout);

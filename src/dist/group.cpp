@@ -313,7 +313,9 @@ ProcessGroup::ProcessGroup(InitOptions options) : impl_(std::make_unique<Impl>()
       else
         id = g.store->broadcast(id, "init (NCCL id)");
     }
-    g.gpu_engine = detail::make_nccl_backend(g.rank, g.size, g.device, id, g.timeout);
+    std::function<std::string()> departed;
+    if (g.store) departed = [store = g.store.get()] { return store->departed(); };
+    g.gpu_engine = detail::make_nccl_backend(g.rank, g.size, g.device, id, g.timeout, std::move(departed));
   }
 }
 

@@ -92,6 +92,14 @@ struct NcclState {
   bool stop = false;
   std::vector<std::shared_ptr<NcclWork>> pending;
   std::thread watchdog;
+  std::function<std::string()> departed;  // see make_nccl_backend
+
+  /// What the rendezvous knows of exited ranks, as a clause to append to a timeout's message.
+  std::string departed_clause() const {
+    if (!departed) return "";
+    const std::string who = departed();
+    return who.empty() ? "" : "; " + who + " exited (its connection to the rendezvous closed)";
+  }
 
   // Under `mutex`: abort the communicator once, remembering why.
   void abort_locked(const std::string& reason) {
@@ -180,8 +188,9 @@ struct NcclWork : Work::Impl {
         if (Clock::now() >= deadline) {
           const std::string why = op + " on rank " + std::to_string(state->rank) + " did not complete within " +
                                   seconds_str(state->timeout);
-          state->abort_locked(why);
-          throw timeout_error(op, state->rank, state->size, state->timeout, "; the communicator is aborted");
+          const std::string gone = state->departed_clause();
+          state->abort_locked(why + gone);
+          throw timeout_error(op, state->rank, state->size, state->timeout, "; the communicator is aborted" + gone);
         }
       }
       pause_between_polls(spins);
@@ -201,7 +210,8 @@ void watchdog_loop(NcclState* s) {
         ncclResult_t st = ncclSuccess;
         if (ncclCommGetAsyncError(s->comm, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
           const std::string why =
-              std::string("NCCL reported ") + ncclGetErrorString(st) + " (" + ncclGetLastError(s->comm) + ")";
+              std::string("NCCL reported ") + ncclGetErrorString(st) + " (" + ncclGetLastError(s->comm) + ")" +
+              s->departed_clause();
           std::fprintf(stderr, "kiln dist: rank %d: %s; aborting the communicator\n", s->rank, why.c_str());
           s->abort_locked(why);
         }
@@ -209,7 +219,8 @@ void watchdog_loop(NcclState* s) {
       for (const auto& w : s->pending) {
         if (Clock::now() - w->started > s->timeout && s->comm) {
           const std::string why = w->op + " on rank " + std::to_string(s->rank) + " did not complete within " +
-                                  seconds_str(s->timeout) + " (a rank died, hangs, or skipped it)";
+                                  seconds_str(s->timeout) + " (a rank died, hangs, or skipped it)" +
+                                  s->departed_clause();
           std::fprintf(stderr, "kiln dist: %s; aborting the communicator\n", why.c_str());
           s->abort_locked(why);
         }
@@ -357,8 +368,10 @@ std::string nccl_unique_id() {
 }
 
 std::unique_ptr<CommBackend> make_nccl_backend(int rank, int size, Device device, const std::string& unique_id,
-                                               std::chrono::milliseconds timeout) {
+                                               std::chrono::milliseconds timeout,
+                                               std::function<std::string()> departed) {
   auto s = new_state(rank, size, device, timeout);
+  s->departed = std::move(departed);
   ncclUniqueId id;
   if (unique_id.size() != sizeof id)
     throw DistError("NCCL init: the unique id has " + std::to_string(unique_id.size()) + " bytes, expected " +
@@ -428,7 +441,8 @@ namespace {
 }  // namespace
 bool nccl_available() { return false; }
 std::string nccl_unique_id() { no_nccl(); }
-std::unique_ptr<CommBackend> make_nccl_backend(int, int, Device, const std::string&, std::chrono::milliseconds) {
+std::unique_ptr<CommBackend> make_nccl_backend(int, int, Device, const std::string&, std::chrono::milliseconds,
+                                               std::function<std::string()>) {
   no_nccl();
 }
 std::vector<std::unique_ptr<CommBackend>> make_nccl_clique(const std::vector<Device>&, std::chrono::milliseconds) {

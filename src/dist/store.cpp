@@ -128,6 +128,23 @@ Store::Store(const std::string& addr, int port, int rank, int size, std::chrono:
   }
 }
 
+std::string Store::departed() const {
+  std::string out;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    const int fd = peers_[i];
+    if (fd < 0) continue;
+    pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+    if (poll(&p, 1, 0) <= 0) continue;
+    bool closed = (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+    if (!closed && (p.revents & POLLIN)) {
+      char c = 0;  // readable: a message waiting, or the end of the stream (0 bytes)
+      closed = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    if (closed) out += (out.empty() ? "rank " : ", rank ") + std::to_string(rank_ == 0 ? static_cast<int>(i) : 0);
+  }
+  return out;
+}
+
 Store::~Store() {
   for (int fd : peers_)
     if (fd >= 0) close(fd);

@@ -23,6 +23,10 @@ class Store {
   /// Rank `root`'s blob on every rank (root 0 only).
   std::string broadcast(const std::string& blob, const char* what);
   void barrier(const char* what) { (void)all_gather(std::string(), what); }
+  /// The ranks whose connection to this one has closed (their process exited), as "rank 1, rank 3", or ""
+  /// — without waiting or reading anything (rank 0 sees every rank; the others see rank 0 only). It names the
+  /// rank a timed-out collective of another engine (NCCL) was waiting for.
+  std::string departed() const;
 
  private:
   void send_all(int fd, const std::string& data, int peer, const char* what);

@@ -3,6 +3,7 @@
 // launch environment. The multi-process tests are tests/dist (mpirun, kiln launch).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -81,6 +82,40 @@ TEST(DistStore, a_peer_that_exits_is_reported_not_waited_for) {
   } catch (const DistError& e) {
     EXPECT_NE(std::string(e.what()).find("lost its connection to rank 1"), std::string::npos) << e.what();
   }
+}
+
+TEST(DistStore, departed_names_the_ranks_whose_connection_closed_and_only_those) {
+  const int port = test_port(5), n = 3;
+  std::atomic<int> joined{0};
+  std::atomic<bool> release{false};
+  std::string seen_by_two;
+  // Rank 1 leaves at once; rank 2 stays until rank 0 has looked, then asks who left (rank 0 has not).
+  std::thread one([&] {
+    dist::detail::Store s("127.0.0.1", port, 1, n, std::chrono::seconds(5));
+    ++joined;
+  });
+  std::thread two([&] {
+    dist::detail::Store s("127.0.0.1", port, 2, n, std::chrono::seconds(5));
+    ++joined;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    seen_by_two = s.departed();
+  });
+  dist::detail::Store s("127.0.0.1", port, 0, n, std::chrono::seconds(5));
+  one.join();
+  std::string who;
+  for (int i = 0; i < 200 && who.empty(); ++i) {  // the close travels through the loopback
+    who = s.departed();
+    if (who.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(who, "rank 1");
+  release = true;
+  two.join();
+  EXPECT_EQ(seen_by_two, "");  // rank 0 is still there
+  for (int i = 0; i < 200 && who != "rank 1, rank 2"; ++i) {
+    who = s.departed();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(who, "rank 1, rank 2");
 }
 
 TEST(DistLaunch, the_environment_is_read_as_torchrun_sets_it) {

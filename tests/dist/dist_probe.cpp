@@ -69,7 +69,7 @@ int ddp_equals_whole_batch() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int fail_rank = -1, skip_rank = -1;
+  int fail_rank = -1, skip_rank = -1, die_rank = -1;
   bool check_omp = false, ddp = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check-omp") == 0) check_omp = true;
@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--fail-rank") == 0) fail_rank = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--skip-init-rank") == 0) skip_rank = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--die-mid-collective") == 0) die_rank = std::atoi(argv[i + 1]);
   }
   const auto env = kiln::dist::launch_environment();
   if (check_omp) {
@@ -100,6 +101,17 @@ int main(int argc, char** argv) {
   }
   try {
     kiln::dist::init_process_group({.device = ddp ? kiln::gpu(env.local_rank) : kiln::cpu()});
+    if (ddp && die_rank >= 0) {
+      kiln::Array x = kiln::ones({1 << 20}, kiln::float32, kiln::dist::default_group().device());
+      kiln::dist::default_group().all_reduce(x).synchronize();
+      std::printf("probe rank %d: first all_reduce done\n", env.rank);
+      std::fflush(stdout);
+      auto work = kiln::dist::default_group().all_reduce(x);
+      if (env.rank == die_rank) std::_Exit(7);  // the collective is queued on this rank's GPU
+      work.synchronize();
+      std::printf("probe rank %d: the second all_reduce completed without rank %d\n", env.rank, die_rank);
+      return 3;
+    }
     if (ddp) {
       const int rc = ddp_equals_whole_batch();
       kiln::dist::destroy_process_group();
