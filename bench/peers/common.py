@@ -164,6 +164,8 @@ def parse_args(tool, argv=None):
                         f"{FASHION_MNIST_DIR}); without them it trains on random data of the same shape")
     p.add_argument("--compile", action="store_true",
                    help="gpt2 (torch only): also the step under torch.compile (gpt2_124m_step_compiled, with its wait)")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="train (torch only): the CPU cases alone (cpu_mlp100_sgd, cpu_mlp1000_adam)")
     args = p.parse_args(argv)
     args.sizes = Sizes("smoke" if args.smoke else "quick" if args.quick else "full")
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -707,7 +707,16 @@ class TorchBench:
             self.rec.add("train", case, "seconds", seconds, note=f"{note}; seconds per epoch, median after the first",
                          check=common.check_text(ok, f"final loss {loss}"))
 
-        gpu, cpu = self.dev, torch.device("cpu")
+        cpu = torch.device("cpu")
+        if not self.args.cpu_only:
+            self.train_gpu_cases(mlp, epoch_times, graphed, record, self.dev)
+        m = mlp(100, True, cpu)
+        record("cpu_mlp100_sgd", *epoch_times(m, torch.optim.SGD(m.parameters(), lr=0.01), cpu, True))
+        m = mlp(1000, False, cpu)
+        record("cpu_mlp1000_adam", *epoch_times(m, torch.optim.Adam(m.parameters()), cpu, True))
+
+    def train_gpu_cases(self, mlp, epoch_times, graphed, record, gpu):
+        torch = self.torch
         m = mlp(100, True, gpu)
         record("mlp100_sgd_hostbatches", *epoch_times(m, torch.optim.SGD(m.parameters(), lr=0.01), gpu, True))
         m = mlp(100, True, gpu)
@@ -717,10 +726,6 @@ class TorchBench:
         record("mlp1000_adam_device", *epoch_times(m, torch.optim.Adam(m.parameters()), gpu, False))
         m = mlp(1000, False, gpu)
         record("mlp1000_adam_graph", *graphed(m, torch.optim.Adam(m.parameters(), capturable=True), gpu))
-        m = mlp(100, True, cpu)
-        record("cpu_mlp100_sgd", *epoch_times(m, torch.optim.SGD(m.parameters(), lr=0.01), cpu, True))
-        m = mlp(1000, False, cpu)
-        record("cpu_mlp1000_adam", *epoch_times(m, torch.optim.Adam(m.parameters()), cpu, True))
 
 
 if __name__ == "__main__":
