@@ -101,15 +101,9 @@ struct NcclState {
     return who.empty() ? "" : "; " + who + " exited (its connection to the rendezvous closed)";
   }
 
-  // Under `mutex`: abort the communicator once, remembering why.
-  void abort_locked(const std::string& reason) {
-    if (failure.empty()) failure = reason;
-    if (comm) {
-      cudaSetDevice(device.index);
-      ncclCommAbort(comm);
-      comm = nullptr;
-    }
-  }
+  // Under `mutex`: abort the communicator once, remembering why. The collectives still in flight are marked
+  // failed: their kernels return when the communicator is aborted, but what they wrote is not the result.
+  void abort_locked(const std::string& reason);
 
   // Under `mutex`, after a call: in nonblocking mode NCCL may still be working on it; wait for the result.
   void settle_locked(ncclResult_t rc, const std::string& what) {
@@ -142,6 +136,7 @@ struct NcclWork : Work::Impl {
   Clock::time_point started = Clock::now();
   bool completed = false;
   bool captured = false;  // queued during a graph capture: its events belong to the graph
+  bool failed = false;    // in flight when the communicator was aborted
 
   /// The error of asking a captured collective for completion (it has none: it runs at each replay).
   ValueError captured_error(const char* call) const {
@@ -160,10 +155,20 @@ struct NcclWork : Work::Impl {
     }
     return completed;
   }
+
+  // Under state->mutex, once complete: a collective the abort cut short is an error, not a result.
+  void throw_if_failed_locked() const {
+    if (failed)
+      throw DistError(op + ": rank " + std::to_string(state->rank) + " of " + std::to_string(state->size) +
+                      ": the communicator was aborted while this collective was in flight (" + state->failure +
+                      "); its output is not the result; make a new process group after fixing the cause");
+  }
   bool is_completed() override {
     if (captured) throw captured_error("is_completed()");
     std::lock_guard<std::mutex> lock(state->mutex);
-    return poll_locked();
+    if (!poll_locked()) return false;
+    throw_if_failed_locked();
+    return true;
   }
   void wait() override {
     if (captured) {
@@ -174,6 +179,7 @@ struct NcclWork : Work::Impl {
     std::lock_guard<std::mutex> lock(state->mutex);
     if (!state->failure.empty() && !poll_locked())
       throw DistError(op + ": the communicator was aborted: " + state->failure);
+    throw_if_failed_locked();
     done->wait(Stream::current(state->device));
   }
   void synchronize() override {
@@ -183,7 +189,10 @@ struct NcclWork : Work::Impl {
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(state->mutex);
-        if (poll_locked()) return;
+        if (poll_locked()) {
+          throw_if_failed_locked();
+          return;
+        }
         if (!state->failure.empty()) throw DistError(op + ": the communicator was aborted: " + state->failure);
         if (Clock::now() >= deadline) {
           const std::string why = op + " on rank " + std::to_string(state->rank) + " did not complete within " +
@@ -197,6 +206,17 @@ struct NcclWork : Work::Impl {
     }
   }
 };
+
+void NcclState::abort_locked(const std::string& reason) {
+  if (failure.empty()) failure = reason;
+  if (comm) {
+    for (const auto& w : pending)
+      if (!w->poll_locked()) w->failed = true;
+    cudaSetDevice(device.index);
+    ncclCommAbort(comm);
+    comm = nullptr;
+  }
+}
 
 void watchdog_loop(NcclState* s) {
   check_cuda(cudaSetDevice(s->device.index), "cudaSetDevice");
