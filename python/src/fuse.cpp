@@ -74,6 +74,19 @@ class PyFused {
   size_t cache_size() const { return detail::fusion_cache_size(*cache_); }
   const std::string& name() const { return name_; }
 
+  // The garbage collector's view of the one Python object held: a Fused stored where its function can reach it
+  // (a module-level `f = kiln.fuse(lambda ...)`: the lambda's globals hold f) is a cycle only the collector frees.
+  static int traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    if (!nb::inst_ready(self)) return 0;
+    Py_VISIT(nb::inst_ptr<PyFused>(self)->fn_.ptr());
+    return 0;
+  }
+  static int clear(PyObject* self) {
+    nb::inst_ptr<PyFused>(self)->fn_ = nb::object();
+    return 0;
+  }
+
  private:
   static std::vector<FusionValue> trace(void* context, const std::vector<FusionValue>& values) {
     auto* self = static_cast<PyFused*>(context);
@@ -147,7 +160,10 @@ void bind_fuse(nb::module_& m) {
       .def("__eq__", [](const FusionValue& a, nb::handle b) { return apply2("equal", nb::cast(a), b); }, nb::is_operator())
       .def("__ne__", [](const FusionValue& a, nb::handle b) { return apply2("not_equal", nb::cast(a), b); }, nb::is_operator());
 
-  nb::class_<PyFused>(m, "Fused", "A function traced by kiln.fuse; call it like the function.")
+  static PyType_Slot fused_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(&PyFused::traverse)},
+                                      {Py_tp_clear, reinterpret_cast<void*>(&PyFused::clear)},
+                                      {0, nullptr}};
+  nb::class_<PyFused>(m, "Fused", nb::type_slots(fused_slots), "A function traced by kiln.fuse; call it like the function.")
       .def("__call__", &PyFused::call, "args"_a, "out"_a = nb::none())
       .def_prop_ro("cache_size", &PyFused::cache_size)
       .def_prop_ro("name", &PyFused::name);

@@ -57,3 +57,29 @@ def test_captured_arrays_and_bad_results_are_refused():
         kiln.fuse(lambda x: x + y)(kiln.ones(3))
     with pytest.raises(TypeError):
         kiln.fuse(lambda x: 3)(kiln.ones(3))
+
+
+def test_a_module_level_fused_function_is_freed_at_exit():
+    # The lambda's globals hold the Fused that holds the lambda: a cycle only the garbage collector can free, so
+    # Fused must let it see the function (nanobind reports leaked instances, types and functions at exit).
+    import os
+    import subprocess
+    import sys
+    program = (
+        "import kiln\n"
+        "f = kiln.fuse(lambda a, b: a * b + 1)\n"
+        "y = f(kiln.asarray([1.0, 2.0]), kiln.asarray([3.0, 4.0]))\n"
+        "class M(kiln.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.l = kiln.nn.Linear(2, 2)\n"
+        "    def forward(self, x):\n"
+        "        return self.l(x)\n"
+        "m = M()\n"
+        "m(kiln.asarray([[1.0, 2.0]])).sum().backward()\n"
+        "print(y.tolist())\n")
+    done = subprocess.run([sys.executable, "-c", program], env=dict(os.environ), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[4.0, 9.0]"
+    assert "leaked" not in done.stderr, done.stderr
