@@ -18,6 +18,8 @@ void bind_array_methods(nb::class_<Array>& cls);
 void bind_ops(nb::module_& m);
 /// sort, take, tril, tensordot, roll, unique... of kiln/numpy_extra.hpp and kiln/indexing.hpp (extra.cpp).
 void bind_extra(nb::module_& m);
+/// pad, quantile, percentile, median, histogram, bincount (statistics.cpp).
+void bind_statistics(nb::module_& m);
 /// kiln.linalg's factorisations, norm with ord, lstsq..., and kiln.kron (linalg.cpp; after bind_ops).
 void bind_linalg(nb::module_& m);
 /// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
@@ -32,6 +34,8 @@ void bind_fusion_overloads(nb::module_& m);
 void bind_gpu(nb::module_& m);
 /// kiln.data: fashion_mnist, read_idx, DataLoader (data.cpp).
 void bind_data(nb::module_& m);
+/// kiln.text: the BPE tokenizer and token files (text.cpp; after bind_runtime, whose Generator batch takes).
+void bind_text(nb::module_& m);
 /// kiln.models: resnet18/34/50/101 (models.cpp; after bind_nn, whose Module they derive from).
 void bind_models(nb::module_& m);
 /// pin_memory() and is_pinned on kiln.Array (gpu.cpp).

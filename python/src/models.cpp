@@ -107,9 +107,35 @@ void bind_language_models(nb::module_& models) {
                   "A LlamaConfig from the text of a Hugging Face config.json (ValueError for what the decoder "
                   "does not compute: rope_scaling, biases, another head_dim).");
 
+  nb::class_<models::KVCache>(models, "KVCache",
+                              "Per-layer keys and values of a decoder preallocated to max_length positions (as "
+                              "Hugging Face's cache): model(tokens, cache) writes the new positions in place and "
+                              "attends to the cached ones. Make one with model.make_cache(batch, max_length).")
+      .def(nb::init<int64_t, int64_t, int64_t, int64_t, int64_t, DType, Device>(), "layers"_a, "batch"_a,
+           "kv_heads"_a, "max_length"_a, "head_dim"_a, "dtype"_a, "device"_a)
+      .def_prop_ro("length", &models::KVCache::length, "Positions filled so far (the next token's position).")
+      .def("__len__", &models::KVCache::length)
+      .def_prop_ro("max_length", &models::KVCache::max_length)
+      .def_prop_ro("layers", &models::KVCache::layers)
+      .def_prop_ro("batch", &models::KVCache::batch)
+      .def("reset", &models::KVCache::reset, "Empties the cache (the buffers are kept).")
+      .def("crop", &models::KVCache::crop, "length"_a,
+           "Keeps the first length positions (Hugging Face's DynamicCache.crop).")
+      .def("get_seq_length", &models::KVCache::length, "Hugging Face's name for length.");
+
+  auto causal_forward = [](models::CausalLM& self, const Array& tokens, models::KVCache* cache) {
+    return cache ? self.forward(tokens, *cache) : self.forward(tokens);
+  };
   nb::class_<models::CausalLM, nn::Module>(models, "CausalLM",
                                            "A decoder-only language model: forward(tokens (B, T)) gives logits "
                                            "(B, T, vocab).")
+      .def("forward", causal_forward, "tokens"_a, "cache"_a = nb::none(),
+           "Logits (B, T, vocab) of tokens (B, T); with a cache, of positions cache.length ... + T - 1, writing "
+           "their keys and values into it (no gradient recorded).")
+      .def("__call__", causal_forward, "tokens"_a, "cache"_a = nb::none())
+      .def("make_cache", &models::CausalLM::make_cache, "batch"_a = 1, "max_length"_a = nb::none(),
+           "A KVCache for batch sequences of up to max_length positions (default: the model's), in the model's "
+           "dtype and on its device.")
       .def_prop_ro("max_positions", &models::CausalLM::max_positions)
       .def("hf_state_dict", [](const models::CausalLM& self) { return state_to_dict(self.hf_state_dict()); },
            "Hugging Face's state dict (a tied lm_head listed under its own name too).")

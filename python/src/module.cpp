@@ -141,9 +141,11 @@ NB_MODULE(_kiln, m) {
   bind_fuse(m);
   bind_ops(m);
   bind_extra(m);
+  bind_statistics(m);
   bind_linalg(m);
   bind_fusion_overloads(m);
   bind_runtime(m);
+  bind_text(m);
   bind_gpu(m);
   bind_data(m);
   bind_nn(m);

@@ -68,6 +68,42 @@ void bind_runtime(nb::module_& m) {
     return kiln::random::permutation(to_array(x));
   }, "x"_a, "device"_a = nb::none());
 
+  // An independent stream beside the global one, as numpy.random.Generator / torch.Generator: its draws depend
+  // on its own seed and offset only.
+  using kiln::random::Generator;
+  nb::class_<Generator>(random, "Generator",
+                        "An independent Philox stream (numpy.random.Generator's methods; kiln.random.default_rng "
+                        "makes one): draws from it leave the global stream, and other generators, as they were.")
+      .def(nb::init<uint64_t>(), "seed"_a = 0)
+      .def("seed", &Generator::seed, "seed"_a, "Reseeds the stream and rewinds it.")
+      .def("get_state", [](const Generator& g) {
+        auto st = g.get_state();
+        return std::make_pair(st.seed, st.offset);
+      }, "(seed, offset): set_state of it repeats the draws made after it.")
+      .def("set_state", [](Generator& g, std::pair<uint64_t, uint64_t> st) { g.set_state({st.first, st.second}); },
+           "state"_a)
+      .def("normal", [](Generator& g, double loc, double scale, ShapeLike size, DTypeLike dtype, DeviceLike device) {
+        return g.normal(size_shape(size), loc, scale, float_dtype(dtype), to_optional_device(device));
+      }, "loc"_a = 0.0, "scale"_a = 1.0, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none())
+      .def("standard_normal", [](Generator& g, ShapeLike size, DTypeLike dtype, DeviceLike device) {
+        return g.normal(size_shape(size), 0.0, 1.0, float_dtype(dtype), to_optional_device(device));
+      }, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none())
+      .def("uniform", [](Generator& g, double low, double high, ShapeLike size, DTypeLike dtype, DeviceLike device) {
+        return g.uniform(size_shape(size), low, high, float_dtype(dtype), to_optional_device(device));
+      }, "low"_a = 0.0, "high"_a = 1.0, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none())
+      .def("random", [](Generator& g, ShapeLike size, DTypeLike dtype, DeviceLike device) {
+        return g.uniform(size_shape(size), 0.0, 1.0, float_dtype(dtype), to_optional_device(device));
+      }, "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none())
+      .def("integers", [](Generator& g, int64_t low, std::optional<int64_t> high, ShapeLike size, DTypeLike dtype,
+                          DeviceLike device) {
+        auto t = to_optional_dtype(dtype);
+        const int64_t lo = high ? low : 0, hi = high ? *high : low;  // integers(n) draws from [0, n), as NumPy
+        return g.randint(lo, hi, size_shape(size), t ? *t : DType::Int64, to_optional_device(device));
+      }, "low"_a, "high"_a = nb::none(), "size"_a = nb::none(), "dtype"_a = nb::none(), "device"_a = nb::none(),
+         "Integers in [low, high) (NumPy's endpoint=False).");
+  random.def("default_rng", [](uint64_t seed) { return Generator(seed); }, "seed"_a = 0,
+             "A new Generator (numpy.random.default_rng).");
+
   // ---------------------------------------------------------------- autograd
   m.def("is_grad_enabled", &kiln::is_grad_enabled);
   m.def("set_grad_enabled", &kiln::set_grad_enabled, "enabled"_a);

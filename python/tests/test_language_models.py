@@ -174,3 +174,28 @@ def test_load_llama_from_a_folder(tmp_path):
     assert loaded.config.num_key_value_heads == 2
     tokens = kiln.asarray(np.array([[1, 2, 3]], dtype=np.int64))
     np.testing.assert_array_equal(loaded.eval()(tokens).numpy(), model.eval()(tokens).numpy())
+
+
+@pytest.mark.parametrize("make", [tiny_gpt2, tiny_llama], ids=["gpt2", "llama"])
+def test_stepping_with_a_kv_cache_gives_the_full_forwards_logits(make):
+    model = make()
+    model.eval()
+    tokens = np.array([[3, 14, 15, 9, 2, 6, 5]], dtype=np.int64)
+    with kiln.no_grad():
+        full = model(kiln.asarray(tokens)).numpy()
+    cache = model.make_cache(1, 16)
+    assert isinstance(cache, M.KVCache) and cache.max_length == 16 and cache.length == 0 and cache.batch == 1
+    got = [model(kiln.asarray(tokens[:, :3]), cache).numpy()]  # the prompt, then one token at a time
+    assert cache.length == 3
+    for t in range(3, tokens.shape[1]):
+        got.append(model.forward(kiln.asarray(tokens[:, t:t + 1]), cache=cache).numpy())
+    assert len(cache) == tokens.shape[1] == cache.get_seq_length()
+    np.testing.assert_allclose(np.concatenate(got, axis=1), full, rtol=1e-5, atol=1e-5)
+    # crop forgets the last positions: recomputing them gives the same logits again
+    cache.crop(5)
+    again = model(kiln.asarray(tokens[:, 5:]), cache).numpy()
+    np.testing.assert_allclose(again, full[:, 5:], rtol=1e-5, atol=1e-5)
+    cache.reset()
+    assert cache.length == 0
+    with pytest.raises(ValueError):
+        model(kiln.asarray(np.zeros((1, 17), dtype=np.int64)), cache)
