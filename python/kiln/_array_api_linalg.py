@@ -1,0 +1,162 @@
+"""The Array API's linear algebra extension (2023.12), `xp.linalg` of kiln.array_api: kiln.linalg's LAPACK and
+cuSOLVER functions under the standard's signatures, results as named tuples with the standard's field names.
+Every function is batched over leading axes and runs on every device kiln has."""
+
+from collections import namedtuple as _namedtuple
+
+from . import _kiln as _k
+from . import _array_api_functions as _f
+
+_la = _k.linalg
+
+EighResult = _namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+QRResult = _namedtuple("QRResult", ["Q", "R"])
+SlogdetResult = _namedtuple("SlogdetResult", ["sign", "logabsdet"])
+SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
+
+
+def _eps(dtype):
+    return 2.0 ** -52 if dtype == _k.float64 else 2.0 ** -23
+
+
+def cholesky(x, /, *, upper=False):
+    return _la.cholesky(x, upper=upper)
+
+
+def cross(x1, x2, /, *, axis=-1):
+    if axis >= 0:
+        raise ValueError(f"linalg.cross: axis={axis}; the standard takes a negative axis (counted from the end), "
+                         "which names the same axis of both operands after broadcasting")
+    return _la.cross(x1, x2, axis=axis)
+
+
+def det(x, /):
+    return _la.det(x)
+
+
+def diagonal(x, /, *, offset=0):
+    return _k.diagonal(x, offset=offset, axis1=-2, axis2=-1)
+
+
+def eigh(x, /):
+    r = _la.eigh(x)
+    return EighResult(r.eigenvalues, r.eigenvectors)
+
+
+def eigvalsh(x, /):
+    return _la.eigvalsh(x)
+
+
+def inv(x, /):
+    return _la.inv(x)
+
+
+def matmul(x1, x2, /):
+    return _f.matmul(x1, x2)
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002  (the standard's name)
+    return _la.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def matrix_power(x, n, /):
+    return _la.matrix_power(x, n)
+
+
+def _relative_cutoff(x, s, rtol):
+    """rtol (default max(m, n) * eps) times the largest singular value of each matrix, shaped to compare with s."""
+    if rtol is None:
+        rtol = max(x.shape[-2], x.shape[-1]) * _eps(x.dtype)
+    largest = _k.max(s, axis=-1, keepdims=True) if s.shape[-1] > 0 else _k.zeros_like(s[..., :1])
+    if isinstance(rtol, _k.Array):
+        return largest * _k.expand_dims(rtol.astype(s.dtype), axis=-1)
+    return largest * rtol
+
+
+def matrix_rank(x, /, *, rtol=None):
+    s = _la.svdvals(x)
+    return _k.sum((s > _relative_cutoff(x, s, rtol)).astype(_k.int64), axis=-1)
+
+
+def matrix_transpose(x, /):
+    return _f.matrix_transpose(x)
+
+
+def outer(x1, x2, /):
+    if x1.ndim != 1 or x2.ndim != 1:
+        raise ValueError(f"linalg.outer: x1 and x2 must be 1-d, got {x1.ndim} and {x2.ndim} axes")
+    return _k.outer(x1, x2)
+
+
+def pinv(x, /, *, rtol=None):
+    if rtol is None:
+        rtol = max(x.shape[-2], x.shape[-1]) * _eps(x.dtype)
+    if isinstance(rtol, _k.Array):
+        # one cutoff per matrix: through the SVD here
+        u, s, vh = _la.svd(x, full_matrices=False)
+        keep = s > _relative_cutoff(x, s, rtol)
+        inv_s = _k.where(keep, 1.0 / _k.where(keep, s, _k.ones_like(s)), _k.zeros_like(s))
+        return _f.matmul(_f.matrix_transpose(vh) * _k.expand_dims(inv_s, axis=-2), _f.matrix_transpose(u))
+    return _la.pinv(x, rcond=float(rtol))
+
+
+def qr(x, /, *, mode="reduced"):
+    if mode not in ("reduced", "complete"):
+        raise ValueError(f"linalg.qr: mode={mode!r} is not 'reduced' or 'complete'")
+    r = _la.qr(x, mode=mode)
+    return QRResult(r.Q, r.R)
+
+
+def slogdet(x, /):
+    r = _la.slogdet(x)
+    return SlogdetResult(r.sign, r.logabsdet)
+
+
+def solve(x1, x2, /):
+    return _la.solve(x1, x2)
+
+
+def svd(x, /, *, full_matrices=True):
+    r = _la.svd(x, full_matrices=full_matrices)
+    return SVDResult(r.U, r.S, r.Vh)
+
+
+def svdvals(x, /):
+    return _la.svdvals(x)
+
+
+def tensordot(x1, x2, /, *, axes=2):
+    return _f.tensordot(x1, x2, axes=axes)
+
+
+def trace(x, /, *, offset=0, dtype=None):
+    return _f.sum(_k.diagonal(x, offset=offset, axis1=-2, axis2=-1), axis=-1, dtype=dtype)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    return _f.vecdot(x1, x2, axis=axis)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002
+    if axis is None and x.ndim != 1:
+        flat = _k.reshape(x, (-1,))
+        out = _la.norm(flat, ord=ord, axis=0)
+        return _k.reshape(out, (1,) * x.ndim) if keepdims else out
+    if isinstance(axis, tuple) and len(axis) != 1:
+        # several axes: move them last, flatten them, and take the vector norm of the rows
+        axes = tuple(a % x.ndim for a in axis)
+        rest = [a for a in range(x.ndim) if a not in axes]
+        moved = _f.permute_dims(x, tuple(rest) + axes)
+        flat = _k.reshape(moved, tuple(x.shape[a] for a in rest) + (-1,))
+        out = _la.norm(flat, ord=ord, axis=-1)
+        if keepdims:
+            out = _k.reshape(out, tuple(1 if a in axes else x.shape[a] for a in range(x.ndim)))
+        return out
+    return _la.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+
+
+__all__ = [
+    "cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm", "matrix_power",
+    "matrix_rank", "matrix_transpose", "outer", "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot",
+    "trace", "vecdot", "vector_norm",
+]
