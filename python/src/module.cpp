@@ -147,5 +147,6 @@ NB_MODULE(_kiln, m) {
   bind_gpu(m);
   bind_data(m);
   bind_nn(m);
+  bind_nn_layers(m);
   bind_models(m);
 }

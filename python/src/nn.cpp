@@ -22,7 +22,10 @@ namespace {
 // A Module subclass defined in Python: forward dispatches to the Python method; name() is the class's name.
 struct PyModule : nn::Module {
   NB_TRAMPOLINE(nn::Module, 1);
-  Array forward(const Array& x) override { NB_OVERRIDE(forward, x); }
+  Array forward(const Array& x) override {
+    nb::gil_scoped_acquire gil;  // train.fit and the DataLoader's workers run with the GIL released
+    NB_OVERRIDE(forward, x);
+  }
   std::string name() const override {
     nb::gil_scoped_acquire gil;
     return nb::cast<std::string>(nb::type_name(nb_trampoline.base().type()));
@@ -100,6 +103,9 @@ void bind_nn(nb::module_& m) {
       .def(nb::init<>())
       .def("forward", &nn::Module::forward, "x"_a)
       .def("__call__", [](nn::Module& self, const Array& x) { return self(x); }, "x"_a)
+      .def("__call__", [](nb::handle self, nb::args args, nb::kwargs kwargs) {  // a Python forward(x, mask, ...)
+        return self.attr("forward")(*args, **kwargs);
+      })
       .def("__setattr__", &module_setattr)
       .def("__getattr__", &module_getattr)
       .def("parameters", &nn::Module::parameters, "recurse"_a = true)
