@@ -1,5 +1,7 @@
 // kiln.data: the datasets (Fashion-MNIST, IDX files) and the DataLoader, which assembles shuffled batches on
-// worker threads and puts them on a device; iterating it runs one epoch of (x, y) pairs.
+// worker threads and puts them on a device; iterating it runs one epoch of (x, y) pairs. It also takes a Python
+// dataset (datasets.cpp), whose code the workers run holding the GIL: so the loader releases the GIL whenever it
+// waits for them (starting, advancing and dropping an epoch).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -9,17 +11,42 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "datasets.hpp"
 #include "typed.hpp"
 
 namespace kiln::python {
 namespace {
 
+// The loader and, over a Python dataset, how its samples look (batches as tuples or as single arrays).
+struct PyDataLoader : data::DataLoader {
+  using data::DataLoader::DataLoader;
+  std::shared_ptr<SampleKind> kind;  // null over arrays: batches are (x, y)
+};
+
 // One epoch of a DataLoader as a Python iterator (the loader is kept alive by nanobind's keep_alive).
 struct PyEpoch {
-  data::DataLoader* loader;
+  PyEpoch(PyDataLoader* l, data::DataLoader::Iterator i) : loader(l), it(std::move(i)) {}
+  PyEpoch(PyEpoch&&) = default;
+  PyEpoch(const PyEpoch&) = delete;
+  // Ending an epoch joins its workers, which may be waiting for the GIL inside a Python dataset.
+  ~PyEpoch() {
+    if (PyGILState_Check()) {
+      nb::gil_scoped_release release;
+      it = data::DataLoader::Iterator();
+    }
+  }
+  PyDataLoader* loader;
   data::DataLoader::Iterator it;
   bool started = false;
 };
+
+nb::object batch_to_python(const data::Batch& b, const SampleKind* kind) {
+  if (!kind) return nb::make_tuple(b.x, b.y.defined() ? nb::cast(b.y) : nb::none());
+  if (kind->kind.load() == SampleKind::Single) return nb::cast(b.fields.at(0));
+  nb::list fields;
+  for (const Array& f : b.fields) fields.append(f);
+  return nb::tuple(fields);
+}
 
 }  // namespace
 
@@ -36,16 +63,21 @@ void bind_data(nb::module_& m) {
   nb::class_<PyEpoch>(data, "Epoch", "The batches of one epoch: an iterator of (x, y).")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__next__", [](PyEpoch& e) {
-        if (e.started) ++e.it;
+        {
+          nb::gil_scoped_release release;
+          if (e.started) ++e.it;
+        }
         e.started = true;
         if (e.it == data::DataLoader::Iterator()) throw nb::stop_iteration();
-        const data::Batch& b = *e.it;
-        return nb::make_tuple(b.x, b.y.defined() ? nb::cast(b.y) : nb::none());
+        return batch_to_python(*e.it, e.loader->kind.get());
       });
-  nb::class_<data::DataLoader>(data, "DataLoader",
-                               "Batches of (inputs, targets) along their first axis, assembled by worker threads, "
-                               "shuffled per epoch when asked, on `device`; `for x, y in loader:` runs an epoch.")
-      .def("__init__", [](data::DataLoader* self, ArrayLike inputs, ArrayLike targets, int64_t batch_size,
+  nb::class_<data::DataLoader>(data, "_DataLoaderBase");
+  nb::class_<PyDataLoader, data::DataLoader>(
+      data, "DataLoader",
+      "Batches of (inputs, targets) along their first axis, or of a Python dataset's samples (an object with "
+      "__len__ and __getitem__, or with __iter__; targets omitted), assembled by worker threads, shuffled per epoch "
+      "when asked, on `device`; `for x, y in loader:` runs an epoch.")
+      .def("__init__", [](PyDataLoader* self, nb::handle inputs, nb::handle targets, int64_t batch_size,
                           bool shuffle, bool drop_last, uint64_t seed, int workers, DeviceLike device) {
         data::DataLoaderOptions o;
         o.batch_size = batch_size;
@@ -54,13 +86,39 @@ void bind_data(nb::module_& m) {
         o.seed = seed;
         o.workers = workers;
         o.device = to_optional_device(device);
-        new (self) data::DataLoader(to_array(inputs), to_array(targets), o);
-      }, "inputs"_a, "targets"_a, "batch_size"_a = 64, "shuffle"_a = false, "drop_last"_a = false, "seed"_a = 0,
-         "workers"_a = 2, "device"_a = nb::none())
-      .def("__iter__", [](data::DataLoader& loader) { return PyEpoch{&loader, loader.begin()}; },
-           nb::keep_alive<0, 1>(), "Starts the next epoch (reshuffled when shuffle).")
-      .def("__len__", &data::DataLoader::num_batches)
+        if (targets.is_none() && is_python_dataset(inputs)) {
+          auto kind = std::make_shared<SampleKind>();
+          if (nb::hasattr(inputs, "__getitem__") && nb::hasattr(inputs, "__len__")) {
+            new (self) PyDataLoader(map_dataset(inputs, kind), o);
+          } else {
+            new (self) PyDataLoader(iterable_dataset(inputs, kind), o);
+          }
+          self->kind = std::move(kind);
+          return;
+        }
+        if (targets.is_none())
+          throw nb::type_error("kiln.data.DataLoader: give inputs and targets (arrays sharing their first axis), or "
+                               "a dataset (an object with __len__ and __getitem__, or with __iter__) alone");
+        new (self) PyDataLoader(to_array(inputs), to_array(targets), o);
+      }, "dataset"_a, "targets"_a = nb::none(), "batch_size"_a = 64, "shuffle"_a = false, "drop_last"_a = false,
+         "seed"_a = 0, "workers"_a = 2, "device"_a = nb::none())
+      .def("__iter__", [](PyDataLoader& loader) {
+        data::DataLoader::Iterator it;
+        {
+          nb::gil_scoped_release release;
+          it = loader.begin();
+        }
+        return PyEpoch(&loader, std::move(it));
+      }, nb::keep_alive<0, 1>(), "Starts the next epoch (reshuffled when shuffle).")
+      .def("__len__", [](const PyDataLoader& loader) {
+        if (loader.num_batches() < 0)
+          throw nb::type_error("kiln.data.DataLoader: an iterable dataset's loader has no len()");
+        return loader.num_batches();
+      })
+      .def("set_epoch", &data::DataLoader::set_epoch, "epoch"_a, "batch"_a = 0,
+           "Makes the next epoch `epoch` (its shuffle), starting at its batch `batch` (a resumed run).")
       .def_prop_ro("num_samples", &data::DataLoader::num_samples);
+  bind_datasets(data);
 }
 
 }  // namespace kiln::python
