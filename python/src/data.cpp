@@ -17,11 +17,29 @@
 namespace kiln::python {
 namespace {
 
-// The loader and, over a Python dataset, how its samples look (batches as tuples or as single arrays).
+// The loader and, over a Python dataset, the dataset (owned here, borrowed by the C++ loader) and how its samples
+// look (batches as tuples or as single arrays).
 struct PyDataLoader : data::DataLoader {
   using data::DataLoader::DataLoader;
+  nb::object dataset;
   std::shared_ptr<SampleKind> kind;  // null over arrays: batches are (x, y)
 };
+
+// The garbage collector's view of the loader: the dataset it holds (a cycle when the dataset's code refers to the
+// loader, through a module's globals for instance).
+int loader_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<PyDataLoader>(self)->dataset.ptr());
+  return 0;
+}
+int loader_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<PyDataLoader>(self)->dataset.reset();
+  return 0;
+}
+PyType_Slot loader_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(loader_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(loader_clear)},
+                              {0, nullptr}};
 
 // One epoch of a DataLoader as a Python iterator (the loader is kept alive by nanobind's keep_alive).
 struct PyEpoch {
@@ -76,7 +94,8 @@ void bind_data(nb::module_& m) {
       data, "DataLoader",
       "Batches of (inputs, targets) along their first axis, or of a Python dataset's samples (an object with "
       "__len__ and __getitem__, or with __iter__; targets omitted), assembled by worker threads, shuffled per epoch "
-      "when asked, on `device`; `for x, y in loader:` runs an epoch.")
+      "when asked, on `device`; `for x, y in loader:` runs an epoch.",
+      nb::type_slots(loader_slots))
       .def("__init__", [](PyDataLoader* self, nb::handle inputs, nb::handle targets, int64_t batch_size,
                           bool shuffle, bool drop_last, uint64_t seed, int workers, DeviceLike device) {
         data::DataLoaderOptions o;
@@ -93,6 +112,7 @@ void bind_data(nb::module_& m) {
           } else {
             new (self) PyDataLoader(iterable_dataset(inputs, kind), o);
           }
+          self->dataset = nb::borrow(inputs);
           self->kind = std::move(kind);
           return;
         }

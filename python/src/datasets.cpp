@@ -56,31 +56,29 @@ data::Sample to_sample(nb::handle sample, SampleKind& kind) {
 class PyMapDataset : public data::MapDataset {
  public:
   PyMapDataset(nb::handle dataset, std::shared_ptr<SampleKind> kind)
-      : dataset_(std::make_shared<SharedObject>(dataset)), kind_(std::move(kind)),
-        size_(static_cast<int64_t>(nb::len(dataset))) {}
+      : dataset_(dataset), kind_(std::move(kind)), size_(static_cast<int64_t>(nb::len(dataset))) {}
   int64_t size() const override { return size_; }
   data::Sample get(int64_t index) const override {
     nb::gil_scoped_acquire gil;
-    return to_sample(dataset_->object[nb::int_(index)], *kind_);
+    return to_sample(dataset_[nb::int_(index)], *kind_);
   }
 
  private:
-  std::shared_ptr<SharedObject> dataset_;
+  nb::handle dataset_;
   std::shared_ptr<SampleKind> kind_;
   int64_t size_;
 };
 
 class PyIterableDataset : public data::IterableDataset {
  public:
-  PyIterableDataset(nb::handle dataset, std::shared_ptr<SampleKind> kind)
-      : dataset_(std::make_shared<SharedObject>(dataset)), kind_(std::move(kind)) {}
+  PyIterableDataset(nb::handle dataset, std::shared_ptr<SampleKind> kind) : dataset_(dataset), kind_(std::move(kind)) {}
   std::function<std::optional<data::Sample>()> stream(const data::WorkerInfo& info) const override {
     auto worker = std::make_shared<data::WorkerInfo>(info);
     std::shared_ptr<SharedObject> iterator;
     {
       nb::gil_scoped_acquire gil;
       WorkerScope scope(worker.get());
-      iterator = std::make_shared<SharedObject>(nb::iter(dataset_->object));
+      iterator = std::make_shared<SharedObject>(nb::iter(dataset_));
     }
     return [iterator, worker, kind = kind_]() -> std::optional<data::Sample> {
       nb::gil_scoped_acquire gil;
@@ -95,7 +93,7 @@ class PyIterableDataset : public data::IterableDataset {
   }
 
  private:
-  std::shared_ptr<SharedObject> dataset_;
+  nb::handle dataset_;
   std::shared_ptr<SampleKind> kind_;
 };
 

@@ -19,7 +19,8 @@ struct SampleKind {
 /// True when `obj` is a Python dataset the DataLoader takes (not an array-like).
 bool is_python_dataset(nb::handle obj);
 /// The adapter of a map-style dataset (__len__ read once here, __getitem__ called by the workers, which take the
-/// GIL for it).
+/// GIL for it). The adapters borrow `dataset`: the Python loader owns it, so that the garbage collector sees a
+/// cycle through it (a dataset whose methods' globals hold the loader), and outlives every epoch.
 std::shared_ptr<const data::MapDataset> map_dataset(nb::handle dataset, std::shared_ptr<SampleKind> kind);
 /// The adapter of an iterable dataset: each worker iterates its own iter(dataset); get_worker_info() tells it which.
 std::shared_ptr<const data::IterableDataset> iterable_dataset(nb::handle dataset, std::shared_ptr<SampleKind> kind);

@@ -107,27 +107,29 @@ void bind_schedules(nb::module_& optim) {
            "state_dict"_a);
 }
 
+// A TrainStep that owns its Python loss (the C++ step borrows it), so that the garbage collector sees the cycle of a
+// loss whose globals hold the step.
+struct PyTrainStep : train::TrainStep {
+  using train::TrainStep::TrainStep;
+  nb::object loss;
+};
+
+int step_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<PyTrainStep>(self)->loss.ptr());
+  return 0;
+}
+int step_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<PyTrainStep>(self)->loss.reset();
+  return 0;
+}
+PyType_Slot step_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(step_traverse)},
+                            {Py_tp_clear, reinterpret_cast<void*>(step_clear)},
+                            {0, nullptr}};
+
 void bind_train_step(nb::module_& train) {
-  nb::class_<train::TrainStep>(train, "TrainStep",
-                               "One training step per call step(x, y) (zero_grad, forward, loss, backward, clipping, "
-                               "optimizer and scheduler steps), with the loss and accuracy summed on the device.")
-      .def("__init__", [](train::TrainStep* self, nn::Module& model, optim::Optimizer& optimizer, LossCallable loss,
-                          bool accuracy, bool graph, int warmup, double max_grad_norm, nb::handle scheduler,
-                          const std::string& on_non_finite_loss, nb::handle scaler) {
-        train::StepOptions o;
-        if (loss) o.loss = *loss;
-        o.accuracy = accuracy;
-        o.graph = graph;
-        o.warmup = warmup;
-        o.max_grad_norm = max_grad_norm;
-        o.scheduler = optional_ptr<optim::LRScheduler>(scheduler);
-        o.on_non_finite_loss = to_non_finite(on_non_finite_loss);
-        o.scaler = optional_ptr<optim::GradScaler>(scaler);
-        new (self) train::TrainStep(model, optimizer, o);
-      }, "model"_a, "optimizer"_a, nb::kw_only(), "loss"_a = nb::none(), "accuracy"_a = true, "graph"_a = false,
-         "warmup"_a = 3, "max_grad_norm"_a = 0.0, "scheduler"_a = nb::none(), "on_non_finite_loss"_a = "keep_going",
-         "scaler"_a = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 9>(),
-         nb::keep_alive<1, 11>())
+  nb::class_<train::TrainStep>(train, "_TrainStepBase")
       .def("__call__", [](train::TrainStep& step, nb::handle x, nb::handle y) {
         const Array xa = to_array(x), ya = to_array(y);
         nb::gil_scoped_release release;
@@ -143,6 +145,36 @@ void bind_train_step(nb::module_& train) {
       .def_prop_ro("graphed", &train::TrainStep::graphed)
       .def_prop_ro("graph_nodes", &train::TrainStep::graph_nodes)
       .def_prop_ro("replays", &train::TrainStep::replays);
+  nb::class_<PyTrainStep, train::TrainStep>(train, "TrainStep",
+                                            "One training step per call step(x, y) (zero_grad, forward, loss, "
+                                            "backward, clipping, optimizer and scheduler steps), with the loss and "
+                                            "accuracy summed on the device.",
+                                            nb::type_slots(step_slots))
+      .def("__init__", [](PyTrainStep* self, nn::Module& model, optim::Optimizer& optimizer, nb::handle loss,
+                          bool accuracy, bool graph, int warmup, double max_grad_norm, nb::handle scheduler,
+                          const std::string& on_non_finite_loss, nb::handle scaler) {
+        train::StepOptions o;
+        if (!loss.is_none()) {
+          if (!PyCallable_Check(loss.ptr()))
+            throw nb::type_error("kiln.train.TrainStep: loss is a callable loss(output, target) -> Array, or None");
+          o.loss = [f = loss.ptr()](const Array& output, const Array& target) {
+            nb::gil_scoped_acquire gil;
+            return nb::cast<Array>(nb::handle(f)(output, target));
+          };
+        }
+        o.accuracy = accuracy;
+        o.graph = graph;
+        o.warmup = warmup;
+        o.max_grad_norm = max_grad_norm;
+        o.scheduler = optional_ptr<optim::LRScheduler>(scheduler);
+        o.on_non_finite_loss = to_non_finite(on_non_finite_loss);
+        o.scaler = optional_ptr<optim::GradScaler>(scaler);
+        new (self) PyTrainStep(model, optimizer, o);
+        self->loss = nb::borrow(loss);
+      }, "model"_a, "optimizer"_a, nb::kw_only(), "loss"_a = nb::none(), "accuracy"_a = true, "graph"_a = false,
+         "warmup"_a = 3, "max_grad_norm"_a = 0.0, "scheduler"_a = nb::none(), "on_non_finite_loss"_a = "keep_going",
+         "scaler"_a = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 9>(),
+         nb::keep_alive<1, 11>());
 }
 
 void bind_fit(nb::module_& train) {
