@@ -17,14 +17,6 @@
 namespace kiln::python {
 namespace {
 
-// The loader and, over a Python dataset, the dataset (owned here, borrowed by the C++ loader) and how its samples
-// look (batches as tuples or as single arrays).
-struct PyDataLoader : data::DataLoader {
-  using data::DataLoader::DataLoader;
-  nb::object dataset;
-  std::shared_ptr<SampleKind> kind;  // null over arrays: batches are (x, y)
-};
-
 // The garbage collector's view of the loader: the dataset it holds (a cycle when the dataset's code refers to the
 // loader, through a module's globals for instance).
 int loader_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -89,8 +81,7 @@ void bind_data(nb::module_& m) {
         if (e.it == data::DataLoader::Iterator()) throw nb::stop_iteration();
         return batch_to_python(*e.it, e.loader->kind.get());
       });
-  nb::class_<data::DataLoader>(data, "_DataLoaderBase");
-  nb::class_<PyDataLoader, data::DataLoader>(
+  nb::class_<PyDataLoader>(
       data, "DataLoader",
       "Batches of (inputs, targets) along their first axis, or of a Python dataset's samples (an object with "
       "__len__ and __getitem__, or with __iter__; targets omitted), assembled by worker threads, shuffled per epoch "
@@ -135,9 +126,10 @@ void bind_data(nb::module_& m) {
           throw nb::type_error("kiln.data.DataLoader: an iterable dataset's loader has no len()");
         return loader.num_batches();
       })
-      .def("set_epoch", &data::DataLoader::set_epoch, "epoch"_a, "batch"_a = 0,
+      .def("set_epoch", [](PyDataLoader& loader, int64_t epoch, int64_t batch) { loader.set_epoch(epoch, batch); },
+           "epoch"_a, "batch"_a = 0,
            "Makes the next epoch `epoch` (its shuffle), starting at its batch `batch` (a resumed run).")
-      .def_prop_ro("num_samples", &data::DataLoader::num_samples);
+      .def_prop_ro("num_samples", [](const PyDataLoader& loader) { return loader.num_samples(); });
   bind_datasets(data);
 }
 

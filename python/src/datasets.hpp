@@ -16,6 +16,14 @@ struct SampleKind {
   std::atomic<int> kind{Unknown};
 };
 
+/// kiln.data.DataLoader: the loader and, over a Python dataset, the dataset (owned here, borrowed by the C++ loader)
+/// and how its samples look (batches as tuples or as single arrays). data.cpp binds it; train.cpp takes it.
+struct PyDataLoader : data::DataLoader {
+  using data::DataLoader::DataLoader;
+  nb::object dataset;
+  std::shared_ptr<SampleKind> kind;  // null over arrays: batches are (x, y)
+};
+
 /// True when `obj` is a Python dataset the DataLoader takes (not an array-like).
 bool is_python_dataset(nb::handle obj);
 /// The adapter of a map-style dataset (__len__ read once here, __getitem__ called by the workers, which take the

@@ -79,12 +79,12 @@ struct DecoderLayer : nn::TransformerDecoderLayer {
 
 // The stack starts with copies of `layer`'s parameters in every layer, and `norm`'s in the final norm, as
 // PyTorch's deep copies do.
-void copy_into_stack(nn::Module& stack, const nn::Module& layer, int64_t num_layers, nb::handle norm) {
+void copy_into_stack(nn::Module& stack, const nn::Module& layer, int64_t num_layers, const nn::LayerNorm* norm) {
   nn::StateDict state;
   for (int64_t i = 0; i < num_layers; ++i)
     for (const auto& [name, value] : layer.state_dict()) state.insert("layers." + std::to_string(i) + "." + name, value);
-  if (!norm.is_none())
-    for (const auto& [name, value] : nb::cast<nn::Module&>(norm).state_dict()) state.insert("norm." + name, value);
+  if (norm)
+    for (const auto& [name, value] : norm->state_dict()) state.insert("norm." + name, value);
   stack.load_state_dict(state, true);
 }
 
@@ -280,17 +280,19 @@ void bind_attention(nb::module_& nn) {
   nb::class_<nn::TransformerEncoder, nn::Module>(nn, "TransformerEncoder",
                                                  "num_layers copies of encoder_layer ('layers.0', ...) and an optional "
                                                  "final LayerNorm, as torch.nn.TransformerEncoder.")
-      .def("__init__", [](nn::TransformerEncoder* self, const EncoderLayer& layer, int64_t num_layers, nb::handle norm) {
-        new (self) nn::TransformerEncoder(layer.options, num_layers, !norm.is_none());
+      .def("__init__", [](nn::TransformerEncoder* self, const EncoderLayer& layer, int64_t num_layers,
+                          const nn::LayerNorm* norm) {
+        new (self) nn::TransformerEncoder(layer.options, num_layers, norm != nullptr);
         copy_into_stack(*self, layer, num_layers, norm);
-      }, "encoder_layer"_a, "num_layers"_a, "norm"_a = nb::none());
+      }, "encoder_layer"_a, "num_layers"_a, "norm"_a.none() = nb::none());
   nb::class_<nn::TransformerDecoder, nn::Module>(nn, "TransformerDecoder",
                                                  "num_layers copies of decoder_layer and an optional final LayerNorm, "
                                                  "as torch.nn.TransformerDecoder.")
-      .def("__init__", [](nn::TransformerDecoder* self, const DecoderLayer& layer, int64_t num_layers, nb::handle norm) {
-        new (self) nn::TransformerDecoder(layer.options, num_layers, !norm.is_none());
+      .def("__init__", [](nn::TransformerDecoder* self, const DecoderLayer& layer, int64_t num_layers,
+                          const nn::LayerNorm* norm) {
+        new (self) nn::TransformerDecoder(layer.options, num_layers, norm != nullptr);
         copy_into_stack(*self, layer, num_layers, norm);
-      }, "decoder_layer"_a, "num_layers"_a, "norm"_a = nb::none());
+      }, "decoder_layer"_a, "num_layers"_a, "norm"_a.none() = nb::none());
   for (nb::handle cls : {nb::type<nn::TransformerEncoderLayer>(), nb::type<nn::TransformerEncoder>()}) {
     const bool layer = cls.is(nb::type<nn::TransformerEncoderLayer>());
     for (const char* name : {"forward", "__call__"})

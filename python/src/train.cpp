@@ -15,6 +15,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "datasets.hpp"
 
 namespace kiln::python {
 namespace {
@@ -41,10 +42,6 @@ train::NonFiniteLoss to_non_finite(const std::string& name) {
       ("kiln.train: on_non_finite_loss '" + name + "' is none of 'keep_going', 'skip', 'raise'").c_str());
 }
 
-template <class T>
-T* optional_ptr(nb::handle obj) {
-  return obj.is_none() ? nullptr : &nb::cast<T&>(obj);
-}
 
 void bind_schedules(nb::module_& optim) {
   nb::handle optimizer = nb::type<optim::Optimizer>();
@@ -129,30 +126,15 @@ PyType_Slot step_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(step_traver
                             {0, nullptr}};
 
 void bind_train_step(nb::module_& train) {
-  nb::class_<train::TrainStep>(train, "_TrainStepBase")
-      .def("__call__", [](train::TrainStep& step, nb::handle x, nb::handle y) {
-        const Array xa = to_array(x), ya = to_array(y);
-        nb::gil_scoped_release release;
-        step(xa, ya);
-      }, "x"_a, "y"_a)
-      .def("mean_loss", &train::TrainStep::mean_loss, "Mean loss per sample since reset_metrics (synchronises).")
-      .def("accuracy", &train::TrainStep::accuracy, "Accuracy since reset_metrics; -1 without accuracy=True.")
-      .def("reset_metrics", &train::TrainStep::reset_metrics)
-      .def_prop_ro("samples", &train::TrainStep::samples)
-      .def_prop_ro("steps", &train::TrainStep::steps)
-      .def_prop_ro("non_finite_skipped", &train::TrainStep::non_finite_skipped)
-      .def_prop_ro("scaler_skipped", &train::TrainStep::scaler_skipped)
-      .def_prop_ro("graphed", &train::TrainStep::graphed)
-      .def_prop_ro("graph_nodes", &train::TrainStep::graph_nodes)
-      .def_prop_ro("replays", &train::TrainStep::replays);
-  nb::class_<PyTrainStep, train::TrainStep>(train, "TrainStep",
+  using Step = PyTrainStep;
+  nb::class_<PyTrainStep>(train, "TrainStep",
                                             "One training step per call step(x, y) (zero_grad, forward, loss, "
                                             "backward, clipping, optimizer and scheduler steps), with the loss and "
                                             "accuracy summed on the device.",
                                             nb::type_slots(step_slots))
       .def("__init__", [](PyTrainStep* self, nn::Module& model, optim::Optimizer& optimizer, nb::handle loss,
-                          bool accuracy, bool graph, int warmup, double max_grad_norm, nb::handle scheduler,
-                          const std::string& on_non_finite_loss, nb::handle scaler) {
+                          bool accuracy, bool graph, int warmup, double max_grad_norm, optim::LRScheduler* scheduler,
+                          const std::string& on_non_finite_loss, optim::GradScaler* scaler) {
         train::StepOptions o;
         if (!loss.is_none()) {
           if (!PyCallable_Check(loss.ptr()))
@@ -166,15 +148,32 @@ void bind_train_step(nb::module_& train) {
         o.graph = graph;
         o.warmup = warmup;
         o.max_grad_norm = max_grad_norm;
-        o.scheduler = optional_ptr<optim::LRScheduler>(scheduler);
+        o.scheduler = scheduler;
         o.on_non_finite_loss = to_non_finite(on_non_finite_loss);
-        o.scaler = optional_ptr<optim::GradScaler>(scaler);
+        o.scaler = scaler;
         new (self) PyTrainStep(model, optimizer, o);
         self->loss = nb::borrow(loss);
       }, "model"_a, "optimizer"_a, nb::kw_only(), "loss"_a = nb::none(), "accuracy"_a = true, "graph"_a = false,
-         "warmup"_a = 3, "max_grad_norm"_a = 0.0, "scheduler"_a = nb::none(), "on_non_finite_loss"_a = "keep_going",
-         "scaler"_a = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 9>(),
-         nb::keep_alive<1, 11>());
+         "warmup"_a = 3, "max_grad_norm"_a = 0.0, "scheduler"_a.none() = nb::none(),
+         "on_non_finite_loss"_a = "keep_going", "scaler"_a.none() = nb::none(), nb::keep_alive<1, 2>(),
+         nb::keep_alive<1, 3>(), nb::keep_alive<1, 9>(), nb::keep_alive<1, 11>())
+      .def("__call__", [](Step& step, nb::handle x, nb::handle y) {
+        const Array xa = to_array(x), ya = to_array(y);
+        nb::gil_scoped_release release;
+        step(xa, ya);
+      }, "x"_a, "y"_a)
+      .def("mean_loss", [](const Step& s) { return s.mean_loss(); },
+           "Mean loss per sample since reset_metrics (synchronises).")
+      .def("accuracy", [](const Step& s) { return s.accuracy(); },
+           "Accuracy since reset_metrics; -1 without accuracy=True.")
+      .def("reset_metrics", [](Step& s) { s.reset_metrics(); })
+      .def_prop_ro("samples", [](const Step& s) { return s.samples(); })
+      .def_prop_ro("steps", [](const Step& s) { return s.steps(); })
+      .def_prop_ro("non_finite_skipped", [](const Step& s) { return s.non_finite_skipped(); })
+      .def_prop_ro("scaler_skipped", [](const Step& s) { return s.scaler_skipped(); })
+      .def_prop_ro("graphed", [](const Step& s) { return s.graphed(); })
+      .def_prop_ro("graph_nodes", [](const Step& s) { return s.graph_nodes(); })
+      .def_prop_ro("replays", [](const Step& s) { return s.replays(); });
 }
 
 void bind_fit(nb::module_& train) {
@@ -192,11 +191,11 @@ void bind_fit(nb::module_& train) {
       .def("json", &train::EpochMetrics::json)
       .def("__repr__", [](const train::EpochMetrics& e) { return "EpochMetrics(" + e.json() + ")"; });
 
-  train.def("fit", [](nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& loader, nb::handle test,
+  train.def("fit", [](nn::Module& model, optim::Optimizer& optimizer, PyDataLoader& loader, PyDataLoader* test,
                       int64_t epochs, LossCallable loss, bool accuracy, const std::string& log_path, bool progress,
                       bool graph, int graph_warmup, nb::handle on_epoch_end, double max_grad_norm,
-                      nb::handle scheduler, bool scheduler_per_epoch, const std::string& on_non_finite_loss,
-                      nb::handle scaler, const std::string& checkpoint, int64_t checkpoint_every, bool resume) {
+                      optim::LRScheduler* scheduler, bool scheduler_per_epoch, const std::string& on_non_finite_loss,
+                      optim::GradScaler* scaler, const std::string& checkpoint, int64_t checkpoint_every, bool resume) {
     train::FitOptions o;
     o.epochs = epochs;
     if (loss) o.loss = *loss;
@@ -224,30 +223,29 @@ void bind_fit(nb::module_& train) {
         });
     }
     o.max_grad_norm = max_grad_norm;
-    o.scheduler = optional_ptr<optim::LRScheduler>(scheduler);
+    o.scheduler = scheduler;
     o.scheduler_per_epoch = scheduler_per_epoch;
     o.on_non_finite_loss = to_non_finite(on_non_finite_loss);
-    o.scaler = optional_ptr<optim::GradScaler>(scaler);
+    o.scaler = scaler;
     o.checkpoint = checkpoint;
     o.checkpoint_every = checkpoint_every;
     o.resume = resume;
-    data::DataLoader* test_loader = optional_ptr<data::DataLoader>(test);
     std::vector<train::EpochMetrics> history;
     {
       nb::gil_scoped_release release;
-      history = train::fit(model, optimizer, loader, test_loader, o);
+      history = train::fit(model, optimizer, loader, test, o);
     }
     o = {};  // the callbacks' Python references, dropped with the GIL held
     return history;
-  }, "model"_a, "optimizer"_a, "train_loader"_a, "test_loader"_a = nb::none(), nb::kw_only(), "epochs"_a = 1,
+  }, "model"_a, "optimizer"_a, "train_loader"_a, "test_loader"_a.none() = nb::none(), nb::kw_only(), "epochs"_a = 1,
      "loss"_a = nb::none(), "accuracy"_a = true, "log_path"_a = "", "progress"_a = true, "graph"_a = false,
-     "graph_warmup"_a = 3, "on_epoch_end"_a = nb::none(), "max_grad_norm"_a = 0.0, "scheduler"_a = nb::none(),
-     "scheduler_per_epoch"_a = false, "on_non_finite_loss"_a = "keep_going", "scaler"_a = nb::none(),
+     "graph_warmup"_a = 3, "on_epoch_end"_a = nb::none(), "max_grad_norm"_a = 0.0, "scheduler"_a.none() = nb::none(),
+     "scheduler_per_epoch"_a = false, "on_non_finite_loss"_a = "keep_going", "scaler"_a.none() = nb::none(),
      "checkpoint"_a = "", "checkpoint_every"_a = 0, "resume"_a = false,
      "Trains for `epochs` epochs (train mode), evaluating on test_loader after each; returns their EpochMetrics. "
      "loss(output, target) defaults to cross_entropy; on_epoch_end: a callable (or list) of an EpochMetrics, False "
      "stops; checkpoint: a file written each epoch (and every checkpoint_every steps), resumed with resume=True.");
-  train.def("evaluate", [](nn::Module& model, data::DataLoader& loader, LossCallable loss, bool accuracy) {
+  train.def("evaluate", [](nn::Module& model, PyDataLoader& loader, LossCallable loss, bool accuracy) {
     train::LossFn fn = loss ? train::LossFn(*loss) : train::LossFn();
     std::pair<double, double> r;
     {
@@ -261,27 +259,26 @@ void bind_fit(nb::module_& train) {
 
 void bind_checkpoints(nb::module_& train) {
   train.def("save_checkpoint", [](const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
-                                  nb::handle scheduler, nb::handle scaler, nb::handle loader, int64_t epoch,
-                                  int64_t batch, int64_t step) {
-    train::Checkpoint c{&model, &optimizer, optional_ptr<optim::LRScheduler>(scheduler),
-                        optional_ptr<optim::GradScaler>(scaler), optional_ptr<data::DataLoader>(loader), epoch, batch,
-                        step};
+                                  optim::LRScheduler* scheduler, optim::GradScaler* scaler, PyDataLoader* loader,
+                                  int64_t epoch, int64_t batch, int64_t step) {
+    train::Checkpoint c{&model, &optimizer, scheduler, scaler, loader, epoch, batch, step};
     train::save_checkpoint(path, c);
-  }, "path"_a, "model"_a, "optimizer"_a, "scheduler"_a = nb::none(), "scaler"_a = nb::none(), "loader"_a = nb::none(),
+  }, "path"_a, "model"_a, "optimizer"_a, "scheduler"_a.none() = nb::none(), "scaler"_a.none() = nb::none(),
+     "loader"_a.none() = nb::none(),
      "epoch"_a = 0, "batch"_a = 0, "step"_a = 0,
      "Writes the run's state (model, optimizer, scheduler, scaler, the generator, the position epoch/batch/step) to "
      "one safetensors file, crash-safely.");
   train.def("load_checkpoint", [](const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
-                                  nb::handle scheduler, nb::handle scaler, nb::handle loader) {
-    train::Checkpoint c{&model, &optimizer, optional_ptr<optim::LRScheduler>(scheduler),
-                        optional_ptr<optim::GradScaler>(scaler), optional_ptr<data::DataLoader>(loader)};
+                                  optim::LRScheduler* scheduler, optim::GradScaler* scaler, PyDataLoader* loader) {
+    train::Checkpoint c{&model, &optimizer, scheduler, scaler, loader};
     train::load_checkpoint(path, c);
     nb::dict position;
     position["epoch"] = c.epoch;
     position["batch"] = c.batch;
     position["step"] = c.step;
     return position;
-  }, "path"_a, "model"_a, "optimizer"_a, "scheduler"_a = nb::none(), "scaler"_a = nb::none(), "loader"_a = nb::none(),
+  }, "path"_a, "model"_a, "optimizer"_a, "scheduler"_a.none() = nb::none(), "scaler"_a.none() = nb::none(),
+     "loader"_a.none() = nb::none(),
      "Restores a save_checkpoint file into the given objects, strictly (ValueError naming a section without its "
      "object or an object without its section), sets the generator and the loader's position, and returns the "
      "position {'epoch', 'batch', 'step'}.");
