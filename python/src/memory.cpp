@@ -17,12 +17,14 @@
 namespace kiln::python {
 namespace {
 
+#ifndef KILN_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op) {
   throw DeviceError(std::string("kiln.") + op +
                     ": this kiln was built without the CUDA backend, which holds the caching allocator and the "
                     "pinned pool; build with the cuda preset (or pip install with KILN_CUDA=ON) on a machine with "
                     "the CUDA toolkit");
 }
+#endif
 
 #ifdef KILN_WITH_CUDA
 // torch.cuda's rule: no device means the current one, here the thread's current device when it is a GPU, else GPU 0.
