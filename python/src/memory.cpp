@@ -61,6 +61,8 @@ nb::dict stats_dict(const cuda::MemoryStats& s) {
 }  // namespace
 
 void bind_memory(nb::module_& m) {
+  m.def("built_with_cuda", &kiln::built_with_cuda,
+        "Whether this kiln holds the CUDA backend (torch.backends.cuda.is_built); a GPU may still be missing.");
 #ifdef KILN_WITH_CUDA
   m.def("memory_stats", [](DeviceLike device) { return stats_dict(cuda::memory_stats(gpu_of(device))); },
         "device"_a = nb::none(), "The caching allocator's statistics of a GPU as a dict (bytes and counts).");

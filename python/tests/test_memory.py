@@ -6,18 +6,35 @@ import pytest
 import kiln
 from conftest import requires_gpu
 
-CALLS = {
+DEVICE_CALLS = {
     "memory_stats": (), "memory_allocated": (), "memory_reserved": (), "max_memory_allocated": (),
     "max_memory_reserved": (), "reset_peak_memory_stats": (), "empty_cache": (), "memory_limit": (),
-    "set_memory_limit": (1 << 30,), "host_memory_stats": (), "empty_host_cache": (),
+    "set_memory_limit": (1 << 30,),
 }
+HOST_CALLS = {"host_memory_stats": (), "empty_host_cache": ()}
 
 
 @pytest.mark.skipif(kiln.num_gpus() > 0, reason="this machine has a GPU")
-@pytest.mark.parametrize("name", sorted(CALLS))
-def test_without_a_gpu_every_memory_function_raises_device_error(name):
+@pytest.mark.parametrize("name", sorted(DEVICE_CALLS))
+def test_without_a_gpu_the_device_allocators_functions_raise_device_error(name):
     with pytest.raises(kiln.DeviceError):
-        getattr(kiln, name)(*CALLS[name])
+        getattr(kiln, name)(*DEVICE_CALLS[name])
+    with pytest.raises(kiln.DeviceError):  # the CPU has no caching allocator, in any build
+        getattr(kiln, name)(*DEVICE_CALLS[name], device=kiln.cpu())
+
+
+@pytest.mark.skipif(kiln.built_with_cuda(), reason="a CUDA build has the pinned pool")
+@pytest.mark.parametrize("name", sorted(HOST_CALLS))
+def test_a_cpu_only_build_has_no_pinned_pool(name):
+    with pytest.raises(kiln.DeviceError, match="without the CUDA backend"):
+        getattr(kiln, name)()
+
+
+@pytest.mark.skipif(not kiln.built_with_cuda(), reason="a CPU-only build")
+def test_the_pinned_pool_counts_in_a_cuda_build():
+    stats = kiln.host_memory_stats()
+    assert stats["reserved_bytes"] >= stats["allocated_bytes"] >= 0
+    kiln.empty_host_cache()
 
 
 @requires_gpu
