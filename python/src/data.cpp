@@ -23,10 +23,14 @@ int loader_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   if (!nb::inst_ready(self)) return 0;
   Py_VISIT(nb::inst_ptr<PyDataLoader>(self)->dataset.ptr());
+  Py_VISIT(nb::inst_ptr<PyDataLoader>(self)->collate_fn.ptr());
   return 0;
 }
 int loader_clear(PyObject* self) {
-  if (nb::inst_ready(self)) nb::inst_ptr<PyDataLoader>(self)->dataset.reset();
+  if (nb::inst_ready(self)) {
+    nb::inst_ptr<PyDataLoader>(self)->dataset.reset();
+    nb::inst_ptr<PyDataLoader>(self)->collate_fn.reset();
+  }
   return 0;
 }
 PyType_Slot loader_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(loader_traverse)},
@@ -88,7 +92,8 @@ void bind_data(nb::module_& m) {
       "when asked, on `device`; `for x, y in loader:` runs an epoch.",
       nb::type_slots(loader_slots))
       .def("__init__", [](PyDataLoader* self, nb::handle inputs, nb::handle targets, int64_t batch_size,
-                          bool shuffle, bool drop_last, uint64_t seed, int workers, DeviceLike device) {
+                          bool shuffle, bool drop_last, uint64_t seed, int workers, DeviceLike device,
+                          nb::handle collate_fn) {
         data::DataLoaderOptions o;
         o.batch_size = batch_size;
         o.shuffle = shuffle;
@@ -97,22 +102,33 @@ void bind_data(nb::module_& m) {
         o.workers = workers;
         o.device = to_optional_device(device);
         if (targets.is_none() && is_python_dataset(inputs)) {
-          auto kind = std::make_shared<SampleKind>();
+          auto samples = std::make_shared<SampleKind>();
+          std::shared_ptr<SampleKind> batches = samples;
+          if (!collate_fn.is_none()) {
+            if (!PyCallable_Check(collate_fn.ptr()))
+              throw nb::type_error("kiln.data.DataLoader: collate_fn is a callable of the list of a batch's samples");
+            batches = std::make_shared<SampleKind>();  // the batches look as collate_fn's results
+            o.collate = python_collate(collate_fn, samples, batches);
+          }
           if (nb::hasattr(inputs, "__getitem__") && nb::hasattr(inputs, "__len__")) {
-            new (self) PyDataLoader(map_dataset(inputs, kind), o);
+            new (self) PyDataLoader(map_dataset(inputs, samples), o);
           } else {
-            new (self) PyDataLoader(iterable_dataset(inputs, kind), o);
+            new (self) PyDataLoader(iterable_dataset(inputs, samples), o);
           }
           self->dataset = nb::borrow(inputs);
-          self->kind = std::move(kind);
+          if (!collate_fn.is_none()) self->collate_fn = nb::borrow(collate_fn);
+          self->kind = std::move(batches);
           return;
         }
         if (targets.is_none())
           throw nb::type_error("kiln.data.DataLoader: give inputs and targets (arrays sharing their first axis), or "
                                "a dataset (an object with __len__ and __getitem__, or with __iter__) alone");
+        if (!collate_fn.is_none())
+          throw nb::type_error("kiln.data.DataLoader: collate_fn applies to a dataset's samples; arrays' batches "
+                               "are their rows (wrap the arrays in a dataset to collate them)");
         new (self) PyDataLoader(to_array(inputs), to_array(targets), o);
       }, "dataset"_a, "targets"_a = nb::none(), "batch_size"_a = 64, "shuffle"_a = false, "drop_last"_a = false,
-         "seed"_a = 0, "workers"_a = 2, "device"_a = nb::none())
+         "seed"_a = 0, "workers"_a = 2, "device"_a = nb::none(), "collate_fn"_a = nb::none())
       .def("__iter__", [](PyDataLoader& loader) {
         data::DataLoader::Iterator it;
         {

@@ -114,6 +114,25 @@ std::shared_ptr<const data::IterableDataset> iterable_dataset(nb::handle dataset
   return std::make_shared<PyIterableDataset>(dataset, std::move(kind));
 }
 
+data::Collate python_collate(nb::handle collate_fn, std::shared_ptr<SampleKind> sample_kind,
+                             std::shared_ptr<SampleKind> batch_kind) {
+  return [fn = collate_fn.ptr(), sample_kind, batch_kind](const std::vector<data::Sample>& samples) {
+    nb::gil_scoped_acquire gil;
+    const bool single = sample_kind->kind.load() == SampleKind::Single;
+    nb::list items;
+    for (const data::Sample& sample : samples) {
+      if (single) {
+        items.append(sample.at(0));
+      } else {
+        nb::list fields;
+        for (const Array& field : sample) fields.append(field);
+        items.append(nb::tuple(fields));
+      }
+    }
+    return to_sample(nb::handle(fn)(items), *batch_kind);
+  };
+}
+
 void bind_datasets(nb::module_& data) {
   nb::class_<data::WorkerInfo>(data, "WorkerInfo", "Which loader worker is running the dataset's code.")
       .def_ro("id", &data::WorkerInfo::id)

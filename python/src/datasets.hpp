@@ -20,8 +20,8 @@ struct SampleKind {
 /// and how its samples look (batches as tuples or as single arrays). data.cpp binds it; train.cpp takes it.
 struct PyDataLoader : data::DataLoader {
   using data::DataLoader::DataLoader;
-  nb::object dataset;
-  std::shared_ptr<SampleKind> kind;  // null over arrays: batches are (x, y)
+  nb::object dataset, collate_fn;
+  std::shared_ptr<SampleKind> kind;  // of the batches; null over arrays: batches are (x, y)
 };
 
 /// True when `obj` is a Python dataset the DataLoader takes (not an array-like).
@@ -32,6 +32,11 @@ bool is_python_dataset(nb::handle obj);
 std::shared_ptr<const data::MapDataset> map_dataset(nb::handle dataset, std::shared_ptr<SampleKind> kind);
 /// The adapter of an iterable dataset: each worker iterates its own iter(dataset); get_worker_info() tells it which.
 std::shared_ptr<const data::IterableDataset> iterable_dataset(nb::handle dataset, std::shared_ptr<SampleKind> kind);
+/// torch's collate_fn: `collate_fn` (borrowed) called by the workers, holding the GIL, with the list of a batch's
+/// samples (each a tuple of arrays, or an array, as the dataset gave it); its result (an array-like or a tuple of
+/// them) is the batch, whose look `batch_kind` learns.
+data::Collate python_collate(nb::handle collate_fn, std::shared_ptr<SampleKind> sample_kind,
+                             std::shared_ptr<SampleKind> batch_kind);
 /// kiln.data.get_worker_info and the WorkerInfo class (datasets.cpp).
 void bind_datasets(nb::module_& data);
 

@@ -120,3 +120,33 @@ def test_a_loader_needs_targets_or_a_dataset():
         kiln.data.DataLoader(kiln.ones((4, 2)))
     with pytest.raises(TypeError, match="dataset"):
         kiln.data.DataLoader([[1.0], [2.0]])
+
+
+def test_collate_fn_receives_the_samples_and_makes_the_batch():
+    class Ragged:
+        """Sequences of length i % 3 + 1, padded by the collate_fn to the batch's longest."""
+
+        def __len__(self):
+            return 7
+
+        def __getitem__(self, i):
+            return np.arange(i % 3 + 1, dtype=np.float32) + 10 * i, i
+
+    def pad(samples):
+        assert isinstance(samples, list) and all(isinstance(s, tuple) and len(s) == 2 for s in samples)
+        longest = max(s[0].shape[0] for s in samples)
+        x = np.zeros((len(samples), longest), np.float32)
+        for row, (seq, _) in enumerate(samples):
+            x[row, :seq.shape[0]] = np.asarray(seq)
+        return x, [int(label) for _, label in samples], [s[0].shape[0] for s in samples]
+
+    batches = list(kiln.data.DataLoader(Ragged(), batch_size=3, workers=2, collate_fn=pad))
+    assert len(batches) == 3
+    x, labels, lengths = batches[0]
+    assert x.tolist() == [[0, 0, 0], [10, 11, 0], [20, 21, 22]]
+    assert labels.tolist() == [0, 1, 2] and lengths.tolist() == [1, 2, 3]
+    assert batches[2][0].tolist() == [[60]]
+    total = kiln.data.DataLoader(Ragged(), batch_size=7, collate_fn=lambda s: np.float64(len(s)))
+    assert [float(b) for b in total] == [7.0]  # one array-like result: the batch is that array
+    with pytest.raises(TypeError, match="collate_fn"):
+        kiln.data.DataLoader(kiln.ones((4, 2)), kiln.ones(4), collate_fn=pad)
