@@ -43,6 +43,36 @@ train::NonFiniteLoss to_non_finite(const std::string& name) {
 }
 
 
+// torch.optim.lr_scheduler.LambdaLR: lr = base * lr_lambda(count), the Python function called holding the GIL
+// (fit steps a schedule with it released). The function is owned here, visible to the garbage collector.
+class PyLambdaLR : public optim::LRScheduler {
+ public:
+  PyLambdaLR(optim::Optimizer& optimizer, nb::handle lr_lambda) : LRScheduler(optimizer), lr_lambda(nb::borrow(lr_lambda)) {
+    optimizer.set_lr(lr_at(0));
+  }
+  double lr_at(int64_t count) const override {
+    nb::gil_scoped_acquire gil;
+    if (!lr_lambda.is_valid())
+      throw ValueError("LambdaLR: its lr_lambda was cleared by the garbage collector");
+    return base_lr_ * nb::cast<double>(lr_lambda(count));
+  }
+  nb::object lr_lambda;
+};
+
+int lambda_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<PyLambdaLR>(self)->lr_lambda.ptr());
+  return 0;
+}
+int lambda_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<PyLambdaLR>(self)->lr_lambda.reset();
+  return 0;
+}
+PyType_Slot lambda_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(lambda_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(lambda_clear)},
+                              {0, nullptr}};
+
 void bind_schedules(nb::module_& optim) {
   nb::handle optimizer = nb::type<optim::Optimizer>();
   optimizer.attr("state_dict") = nb::cpp_function(
@@ -74,6 +104,14 @@ void bind_schedules(nb::module_& optim) {
       optim, "LinearWarmupLR", "Linear warm-up from base * start_factor to base over `warmup` steps, then constant.")
       .def(nb::init<optim::Optimizer&, int64_t, double>(), "optimizer"_a, "warmup"_a, "start_factor"_a = 1.0 / 3.0,
            nb::keep_alive<1, 2>());
+  nb::class_<PyLambdaLR, optim::LRScheduler>(optim, "LambdaLR",
+                                             "lr = base * lr_lambda(count), as torch.optim.lr_scheduler.LambdaLR.",
+                                             nb::type_slots(lambda_slots))
+      .def("__init__", [](PyLambdaLR* self, optim::Optimizer& optimizer, nb::handle lr_lambda) {
+        if (!PyCallable_Check(lr_lambda.ptr()))
+          throw nb::type_error("kiln.optim.LambdaLR: lr_lambda is a callable of the step count returning a factor");
+        new (self) PyLambdaLR(optimizer, lr_lambda);
+      }, "optimizer"_a, "lr_lambda"_a, nb::keep_alive<1, 2>());
   // torch.optim.lr_scheduler.LinearLR, in the case kiln's warm-up covers: ending at the base lr.
   optim.def("LinearLR", [](optim::Optimizer& o, double start_factor, double end_factor, int64_t total_iters) {
     if (end_factor != 1.0)

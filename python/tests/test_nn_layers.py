@@ -322,3 +322,36 @@ def test_layers_are_sequential_steps_and_errors_name_the_fix():
         kiln.nn.LSTM(2, 3)(kiln.ones((4, 1, 2)), kiln.ones((1, 1, 3)))
     with pytest.raises(ValueError, match="kernel_size"):
         kiln.nn.MaxPool2d((1, 2, 3))
+
+
+def test_a_python_module_of_conv_batchnorm_and_lstm_layers_trains():
+    class Net(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = kiln.nn.Conv2d(1, 2, 3, padding=1)
+            self.bn = kiln.nn.BatchNorm2d(2)
+            self.lstm = kiln.nn.LSTM(2, 3, batch_first=True)
+            self.head = kiln.nn.Linear(3, 2)
+
+        def forward(self, x):  # (N, 1, 4, 4) images read as sequences of 16 two-channel steps
+            h = kiln.nn.max_pool2d(kiln.maximum(self.bn(self.conv(x)), 0.0), 1)
+            seq = h.reshape(h.shape[0], 2, 16).swapaxes(1, 2)
+            out, (h_n, _) = self.lstm(seq)
+            return self.head(h_n[0])
+
+    net = Net()
+    names = {name for name, _ in net.named_parameters()}
+    assert {"conv.weight", "bn.weight", "lstm.weight_ih_l0", "head.bias"} <= names
+    assert {name for name, _ in net.named_buffers()} >= {"bn.running_mean", "bn.running_var"}
+    x = kiln.random.normal(size=(6, 1, 4, 4))
+    labels = kiln.asarray([0, 1, 0, 1, 1, 0])
+    opt = kiln.optim.Adam(net.parameters(), lr=0.05)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = kiln.nn.cross_entropy(net(x), labels)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert all(p.grad is not None for p in net.parameters())
+    assert losses[-1] < 0.5 * losses[0]

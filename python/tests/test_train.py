@@ -38,6 +38,21 @@ def test_step_cosine_and_linear_schedules_follow_their_formulas():
     assert isinstance(kiln.optim.LinearWarmupLR(opt, 3), kiln.optim.LRScheduler)
 
 
+def test_lambda_lr_scales_the_base_lr_by_a_python_function_also_inside_fit():
+    model = kiln.nn.Linear(2, 1, dtype=F64)
+    opt = kiln.optim.SGD(model.parameters(), lr=0.5)
+    sched = kiln.optim.LambdaLR(opt, lambda count: 1.0 / (count + 1))
+    assert opt.lr == 0.5  # the factor of count 0, set at once as PyTorch's
+    sched.step()
+    assert opt.lr == 0.25
+    x, y = regression_data(8)
+    kiln.train.fit(model, opt, kiln.data.DataLoader(x, y, batch_size=2), progress=False, loss=kiln.nn.mse_loss,
+                   accuracy=False, scheduler=sched)  # four steps, with the GIL released
+    assert sched.last_epoch == 5 and opt.lr == pytest.approx(0.5 / 6)
+    with pytest.raises(TypeError, match="callable"):
+        kiln.optim.LambdaLR(opt, 0.5)
+
+
 def test_a_schedule_resumes_from_its_state_dict():
     opt = kiln.optim.SGD(kiln.nn.Linear(1, 1).parameters(), lr=0.8)
     sched = kiln.optim.StepLR(opt, 3, gamma=0.1)
