@@ -87,9 +87,9 @@ void bind_data(nb::module_& m) {
       });
   nb::class_<PyDataLoader>(
       data, "DataLoader",
-      "Batches of (inputs, targets) along their first axis, or of a Python dataset's samples (an object with "
-      "__len__ and __getitem__, or with __iter__; targets omitted), assembled by worker threads, shuffled per epoch "
-      "when asked, on `device`; `for x, y in loader:` runs an epoch.",
+      "Batches of (inputs, targets) along their first axis (of one array's rows without targets), or of a Python "
+      "dataset's samples (an object with __len__ and __getitem__, or with __iter__), assembled by worker threads, "
+      "shuffled per epoch when asked, on `device`; `for x, y in loader:` runs an epoch.",
       nb::type_slots(loader_slots))
       .def("__init__", [](PyDataLoader* self, nb::handle inputs, nb::handle targets, int64_t batch_size,
                           bool shuffle, bool drop_last, uint64_t seed, int workers, DeviceLike device,
@@ -120,12 +120,15 @@ void bind_data(nb::module_& m) {
           self->kind = std::move(batches);
           return;
         }
-        if (targets.is_none())
-          throw nb::type_error("kiln.data.DataLoader: give inputs and targets (arrays sharing their first axis), or "
-                               "a dataset (an object with __len__ and __getitem__, or with __iter__) alone");
         if (!collate_fn.is_none())
           throw nb::type_error("kiln.data.DataLoader: collate_fn applies to a dataset's samples; arrays' batches "
                                "are their rows (wrap the arrays in a dataset to collate them)");
+        if (targets.is_none()) {  // one array: batches of its rows, as torch's DataLoader(tensor)
+          new (self) PyDataLoader(std::make_shared<data::ArrayDataset>(std::vector<Array>{to_array(inputs)}), o);
+          self->kind = std::make_shared<SampleKind>();
+          self->kind->kind = SampleKind::Single;
+          return;
+        }
         new (self) PyDataLoader(to_array(inputs), to_array(targets), o);
       }, "dataset"_a, "targets"_a = nb::none(), "batch_size"_a = 64, "shuffle"_a = false, "drop_last"_a = false,
          "seed"_a = 0, "workers"_a = 2, "device"_a = nb::none(), "collate_fn"_a = nb::none())

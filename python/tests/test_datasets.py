@@ -115,11 +115,15 @@ def test_leaving_an_epoch_early_and_errors_in_the_dataset_do_not_hang():
         list(kiln.data.DataLoader(Broken(), batch_size=2, workers=2))
 
 
-def test_a_loader_needs_targets_or_a_dataset():
-    with pytest.raises(TypeError, match="dataset"):
-        kiln.data.DataLoader(kiln.ones((4, 2)))
-    with pytest.raises(TypeError, match="dataset"):
-        kiln.data.DataLoader([[1.0], [2.0]])
+def test_one_array_gives_batches_of_its_rows_and_set_epoch_resumes():
+    loader = kiln.data.DataLoader(np.arange(10.0).reshape(5, 2), batch_size=2)
+    assert [b.tolist() for b in loader] == [[[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]], [[8.0, 9.0]]]
+    loader.set_epoch(0, 2)  # the epoch's batch 2 is the next one
+    assert [b.tolist() for b in loader] == [[[8.0, 9.0]]]
+    assert [b.tolist() for b in kiln.data.DataLoader([[1.0], [2.0]], batch_size=2)] == [[[1.0], [2.0]]]
+    shuffled = kiln.data.DataLoader(kiln.arange(6), batch_size=6, shuffle=True, seed=1)
+    first, second = next(iter(shuffled)).tolist(), next(iter(shuffled)).tolist()
+    assert sorted(first) == list(range(6)) and sorted(second) == list(range(6)) and first != second
 
 
 def test_collate_fn_receives_the_samples_and_makes_the_batch():
