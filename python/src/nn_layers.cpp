@@ -412,6 +412,14 @@ void bind_recurrent(nb::module_& nn) {
 }
 
 void bind_functional(nb::module_& nn) {
+  nn.def("fuse_conv_bn_eval", &nn::fuse_conv_bn_eval, "conv"_a, "bn"_a,
+         "A new Conv2d computing bn(conv(x)) as bn evaluates (its running statistics folded into the weights), as "
+         "torch.nn.utils.fusion.fuse_conv_bn_eval.");
+  nb::type<nn::Module>().attr("to_channels_last") = nb::cpp_function(
+      [](nn::Module& self) -> nn::Module& { return self.to_channels_last(); }, nb::is_method(),
+      nb::name("to_channels_last"), nb::rv_policy::reference,
+      "Lays every 4-d parameter out channels-last (model.to(memory_format=torch.channels_last)); make the optimizer "
+      "after it.");
   nn.def("conv2d", [](const Array& x, ArrayLike weight, ArrayLike bias, nb::handle stride, nb::handle padding,
                       nb::handle dilation, int64_t groups) {
     return nn::conv2d(x, to_array(weight), optional_array(bias), to_pair(stride, "stride"), to_pair(padding, "padding"),

@@ -355,3 +355,21 @@ def test_a_python_module_of_conv_batchnorm_and_lstm_layers_trains():
         losses.append(float(loss))
     assert all(p.grad is not None for p in net.parameters())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_fuse_conv_bn_eval_and_channels_last_keep_the_values():
+    rng = np.random.default_rng(8)
+    conv, bn = kiln.nn.Conv2d(2, 3, 3, padding=1, dtype=F64), kiln.nn.BatchNorm2d(3, dtype=F64)
+    bn.load_state_dict({**bn.state_dict(), "running_mean": rng.standard_normal(3), "running_var": rng.random(3) + 0.5,
+                        "weight": rng.standard_normal(3), "bias": rng.standard_normal(3)})
+    bn.eval()
+    x = rng.standard_normal((2, 2, 5, 5))
+    p, b = params(conv), params(bn)
+    y = conv2d_ref(x, p["weight"], p["bias"], (1, 1), (1, 1), (1, 1), 1)
+    scale = b["weight"] / np.sqrt(b["running_var"] + 1e-5)
+    expected = (y - b["running_mean"][None, :, None, None]) * scale[None, :, None, None] + b["bias"][None, :, None, None]
+    fused = kiln.nn.fuse_conv_bn_eval(conv, bn)
+    np.testing.assert_allclose(np.asarray(fused(kiln.asarray(x))), expected, rtol=1e-10, atol=1e-10)
+    assert conv.to_channels_last() is conv
+    assert not conv.weight.is_contiguous and conv.weight.shape == (3, 2, 3, 3)
+    np.testing.assert_allclose(np.asarray(conv(kiln.asarray(x))), y, rtol=1e-10, atol=1e-12)
