@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
+from conftest import requires_gpu
 
 
 class Squares:
@@ -154,3 +155,14 @@ def test_collate_fn_receives_the_samples_and_makes_the_batch():
     assert [float(b) for b in total] == [7.0]  # one array-like result: the batch is that array
     with pytest.raises(TypeError, match="collate_fn"):
         kiln.data.DataLoader(kiln.ones((4, 2)), kiln.ones(4), collate_fn=pad)
+
+
+@requires_gpu
+def test_a_python_datasets_batches_go_to_the_gpu():
+    loader = kiln.data.DataLoader(Squares(20), batch_size=4, shuffle=True, workers=2, device=kiln.cuda(0))
+    seen = []
+    for x, y in loader:
+        assert x.device == kiln.cuda(0) and y.device == kiln.cuda(0)
+        np.testing.assert_array_equal(y.numpy(), x.numpy().astype(np.int64) ** 2)
+        seen += x.numpy()[:, 0].astype(int).tolist()
+    assert sorted(seen) == list(range(20))
