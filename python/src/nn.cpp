@@ -216,14 +216,18 @@ void bind_nn(nb::module_& m) {
          "nesterov"_a = false);
   nb::class_<optim::Adam, optim::Optimizer>(optim, "Adam")
       .def("__init__", [](optim::Adam* self, std::vector<Array> params, double lr, std::pair<double, double> betas,
-                          double eps, double weight_decay) {
-        new (self) optim::Adam(std::move(params), optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay});
-      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.0);
+                          double eps, double weight_decay, bool capturable) {
+        new (self) optim::Adam(std::move(params),
+                               optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay, capturable});
+      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.0,
+         "capturable"_a = false);
   nb::class_<optim::AdamW, optim::Adam>(optim, "AdamW")
       .def("__init__", [](optim::AdamW* self, std::vector<Array> params, double lr, std::pair<double, double> betas,
-                          double eps, double weight_decay) {
-        new (self) optim::AdamW(std::move(params), optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay});
-      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.01);
+                          double eps, double weight_decay, bool capturable) {
+        new (self) optim::AdamW(std::move(params),
+                               optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay, capturable});
+      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.01,
+         "capturable"_a = false);
   optim.def("clip_grad_norm", &optim::clip_grad_norm, "parameters"_a, "max_norm"_a);
 }
 

@@ -274,3 +274,23 @@ def test_checkpoint_restores_model_optimizer_schedule_and_position(tmp_path):
     with pytest.raises(ValueError, match="scheduler"):
         kiln.train.load_checkpoint(path, model, opt)
     assert kiln.nn.load_safetensors(path)["position"].tolist() == [1, 3, 5]
+
+
+@pytest.mark.skipif(kiln.num_gpus() == 0, reason="no CUDA GPU in this build or on this machine")
+def test_a_graphed_train_step_with_a_python_loss_matches_eager_steps_on_the_cpu():
+    x, y = regression_data(8)
+    runs = {}
+    for device, graph in ((kiln.cpu(), False), (kiln.cuda(0), True)):
+        model = kiln.nn.Linear(2, 1)
+        model.load_state_dict({"weight": np.array([[0.1, 0.2]], np.float32), "bias": np.array([0.0], np.float32)})
+        model.to(device)
+        opt = kiln.optim.Adam(model.parameters(), lr=0.01, capturable=graph)
+        step = kiln.train.TrainStep(model, opt, loss=lambda o, t: kiln.nn.mse_loss(o, t), accuracy=False,
+                                    graph=graph, warmup=2)
+        xs, ys = kiln.asarray(x.astype(np.float32), device=device), kiln.asarray(y.astype(np.float32), device=device)
+        for _ in range(6):
+            step(xs, ys)
+        if graph:
+            assert step.graphed and step.replays == 4  # the captured step replays too
+        runs[graph] = model.weight.numpy()
+    np.testing.assert_allclose(runs[True], runs[False], rtol=1e-5, atol=1e-6)
