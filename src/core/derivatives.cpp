@@ -9,7 +9,37 @@
 
 #include "core/autograd.hpp"
 #include "core/reduce.hpp"
+#include "kiln/fuse.hpp"
 #include "kiln/scalar.hpp"
+
+namespace kiln::derivatives {
+
+Array gelu_backward(const Array& g, const Array& a) {
+  static const auto f = fuse([](auto g, auto a) { return g * gelu_grad(a); }, "gelu_backward");
+  return f(g, a);
+}
+
+Array gelu_tanh_backward(const Array& g, const Array& a) {
+  static const auto f = fuse([](auto g, auto a) { return g * gelu_tanh_grad(a); }, "gelu_tanh_backward");
+  return f(g, a);
+}
+
+Array silu_backward(const Array& g, const Array& a) {
+  static const auto f = fuse([](auto g, auto a) { return g * silu_grad(a); }, "silu_backward");
+  return f(g, a);
+}
+
+Array tanh_backward(const Array& g, const Array& out) {
+  static const auto f = fuse([](auto g, auto out) { return g * (1.0 - out * out); }, "tanh_backward");
+  return f(g, out);
+}
+
+Array sigmoid_backward(const Array& g, const Array& out) {
+  static const auto f = fuse([](auto g, auto out) { return g * out * (1.0 - out); }, "sigmoid_backward");
+  return f(g, out);
+}
+
+}  // namespace kiln::derivatives
 
 namespace kiln::detail {
 

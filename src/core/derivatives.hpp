@@ -32,22 +32,42 @@ inline constexpr double kSqrt1Over2 = 0.70710678118654752440;
 inline constexpr double k1OverSqrt2Pi = 0.39894228040143267794;
 inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
+// The activations' derivatives, written once for Arrays and for the values fuse() traces (the *_backward
+// functions below evaluate them fused).
 /// d/dx of x * Phi(x): Phi(x) + x * phi(x).
-inline Array gelu_grad(const Array& a) {
+template <class T>
+auto gelu_grad(const T& a) {
   return (erf(a * kSqrt1Over2) + 1.0) * 0.5 + a * exp(square(a) * -0.5) * k1OverSqrt2Pi;
 }
 
 /// d/dx of x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
-inline Array gelu_tanh_grad(const Array& a) {
-  const Array t = tanh((a + a * square(a) * 0.044715) * kSqrt2OverPi);
+template <class T>
+auto gelu_tanh_grad(const T& a) {
+  const auto t = tanh((a + a * square(a) * 0.044715) * kSqrt2OverPi);
   return (t + 1.0) * 0.5 + a * 0.5 * (1.0 - square(t)) * kSqrt2OverPi * (square(a) * (3 * 0.044715) + 1.0);
 }
 
 /// d/dx of x * sigmoid(x): s (1 + x (1 - s)).
-inline Array silu_grad(const Array& a) {
-  const Array s = sigmoid(a);
+template <class T>
+auto silu_grad(const T& a) {
+  const auto s = sigmoid(a);
   return s * (a * (1.0 - s) + 1.0);
 }
+
+// The backward of the activations, each as one fused function of the incoming gradient g and the op's input a
+// (or output): one kernel on a GPU and one pass on the CPU instead of a dozen array-sized temporaries, with the
+// bits of the formulas above (fuse rounds float16/bfloat16 intermediates where the unfused ops do). With grad
+// mode on and an argument requiring grad (double backward) fuse runs the same ops one by one, recorded.
+/// g * gelu_grad(a).
+Array gelu_backward(const Array& g, const Array& a);
+/// g * gelu_tanh_grad(a).
+Array gelu_tanh_backward(const Array& g, const Array& a);
+/// g * silu_grad(a).
+Array silu_backward(const Array& g, const Array& a);
+/// g * (1 - out^2): tanh's, from its output.
+Array tanh_backward(const Array& g, const Array& out);
+/// g * out * (1 - out): sigmoid's, from its output.
+Array sigmoid_backward(const Array& g, const Array& out);
 
 /// `x` reversed along `axis` (a view).
 inline Array flip(const Array& x, int64_t axis) { return x.slice(axis, std::nullopt, std::nullopt, -1); }

@@ -1,5 +1,5 @@
-// The layers GPT-2's step leans on run as fused kernels on the GPU: cross entropy over 50304 classes and
-// LayerNorm, forward and backward, allocate no (rows, columns) temporaries beyond their results (a graph that
+// The layers GPT-2's step leans on run as fused kernels on the GPU: cross entropy over 50304 classes,
+// LayerNorm forward and backward, and the activations' backward (GELU's tanh form: one kernel, not a dozen), allocate no (rows, columns) temporaries beyond their results (a graph that
 // fell back to op-by-op execution would: float64 copies of the logits, centred rows, squares), and equal the
 // CPU's results. Skipped without a GPU.
 #ifdef KILN_WITH_CUDA
@@ -82,6 +82,41 @@ TEST(FusedLayersGpu, layer_norm_forward_and_backward_make_no_row_sized_temporari
   EXPECT_LT(max_rel_diff(x.grad(), xc.grad()), 1e-4);
   EXPECT_LT(max_rel_diff(ln_gpu.parameter("weight").grad(), ln_cpu.parameter("weight").grad()), 1e-4);
   EXPECT_LT(max_rel_diff(ln_gpu.parameter("bias").grad(), ln_cpu.parameter("bias").grad()), 1e-4);
+}
+
+TEST(FusedLayersGpu, activation_backward_makes_no_temporaries_of_the_activations_size) {
+  KILN_REQUIRE_GPU();
+  const Device g = gpu(0);
+  const int64_t n = 4096, d = 3072;  // GPT-2's MLP activation of 4 x 1024 tokens
+  for (DType t : {float32, bfloat16}) {
+    for (const std::string name : {"gelu_tanh", "gelu", "silu", "tanh", "sigmoid"}) {
+      auto f = [&](const Array& a) {
+        return name == "gelu_tanh" ? gelu_tanh(a)
+               : name == "gelu"    ? gelu(a)
+               : name == "silu"    ? silu(a)
+               : name == "tanh"    ? tanh(a)
+                                   : sigmoid(a);
+      };
+      const Array host = random::normal({n, d}, 0.0, 2.0, float32, cpu()).astype(t);
+      const Array upstream = random::normal({n, d}, 0.0, 1.0, float32, cpu()).astype(t);
+      Array x = host.to(g);
+      x.set_requires_grad(true);
+      const Array up = upstream.to(g);
+      Array y = f(x);
+      synchronize(g);
+      const size_t before = cuda::memory_stats(g).allocated;
+      cuda::reset_peak_memory_stats(g);
+      y.backward(up);
+      synchronize(g);
+      const size_t bytes = static_cast<size_t>(n * d) * itemsize(t);
+      // The gradient itself; the composed formula made ten or so arrays of this size.
+      EXPECT_LT(cuda::memory_stats(g).peak_allocated - before, 2 * bytes) << name << " " << dtype_name(t);
+      Array xc = host;
+      xc.set_requires_grad(true);
+      f(xc).backward(upstream);
+      EXPECT_LT(max_rel_diff(x.grad(), xc.grad()), t == bfloat16 ? 2e-2 : 1e-5) << name << " " << dtype_name(t);
+    }
+  }
 }
 
 }  // namespace
