@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPT-2 in kiln against the same GPT-2 in plain PyTorch (no transformers package), from the same weights.
 
-    build/cuda/examples/example_gpt_equivalence $OUT/geq --config 124m --device cuda:0 --batch 4 --seq 128
+    build/cuda/examples/example_gpt_equivalence $OUT/geq --config 124m --device cuda:0 --batch 4 --seq 128 [--lr 1e-4]
     python3 bench/peers/gpt_equivalence.py $OUT/geq [--device cuda] [--json FILE]
 
 The kiln side (examples/gpt_equivalence.cpp) writes meta.json, weights.safetensors (Hugging Face's
@@ -112,7 +112,9 @@ def main():
     ap.add_argument("--logits-rtol", type=float, default=1e-4)
     ap.add_argument("--grads-rtol", type=float, default=1e-3)
     ap.add_argument("--losses-rtol", type=float, default=1e-3)
-    ap.add_argument("--loss-steps", type=int, default=10, help="steps whose losses must agree (all are printed)")
+    ap.add_argument("--loss-steps", type=int, default=None,
+                    help="steps whose losses must agree (all are printed; default: all of them at lr <= 1e-4, the "
+                         "first 10 at a larger lr, where memorising one batch is chaotic)")
     args = ap.parse_args()
     try:
         import torch
@@ -181,7 +183,8 @@ def main():
         print(f"     the losses first differ beyond {args.losses_rtol:g} at step {first_off}")
     # Memorising one batch at lr 1e-3 is chaotic (the loss jumps at step 3): float32's different summation orders
     # grow until the runs part, as two PyTorch runs with other kernels would. The first steps are compared.
-    n = min(args.loss_steps, len(errors))
+    loss_steps = args.loss_steps if args.loss_steps is not None else (len(errors) if meta["lr"] <= 1e-4 else 10)
+    n = min(loss_steps, len(errors))
     report.check(f"losses of the first {n} of {meta['steps']} AdamW steps ({losses[0]:.4f} -> {losses[n - 1]:.4f})",
                  max(errors[:n]), args.losses_rtol)
 

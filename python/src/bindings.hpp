@@ -26,6 +26,12 @@ void bind_linalg(nb::module_& m);
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
 void bind_nn(nb::module_& m);
+/// Conv2d, pooling, BatchNorm2d, attention, transformer and recurrent layers of kiln.nn (nn_layers.cpp; after bind_nn).
+void bind_nn_layers(nb::module_& m);
+/// kiln.optim's schedules and GradScaler, optimizer state dicts, and kiln.train (train.cpp; after bind_nn).
+void bind_train(nb::module_& m);
+/// memory_stats, empty_cache, set_memory_limit... of the GPU allocator (memory.cpp; DeviceError without CUDA).
+void bind_memory(nb::module_& m);
 /// kiln.fuse and kiln.FusionValue (fuse.cpp).
 void bind_fuse(nb::module_& m);
 /// The FusionValue overloads of the elementwise ops and reductions, registered after their Array forms.

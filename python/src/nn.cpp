@@ -22,7 +22,10 @@ namespace {
 // A Module subclass defined in Python: forward dispatches to the Python method; name() is the class's name.
 struct PyModule : nn::Module {
   NB_TRAMPOLINE(nn::Module, 1);
-  Array forward(const Array& x) override { NB_OVERRIDE(forward, x); }
+  Array forward(const Array& x) override {
+    nb::gil_scoped_acquire gil;  // train.fit and the DataLoader's workers run with the GIL released
+    NB_OVERRIDE(forward, x);
+  }
   std::string name() const override {
     nb::gil_scoped_acquire gil;
     return nb::cast<std::string>(nb::type_name(nb_trampoline.base().type()));
@@ -100,6 +103,9 @@ void bind_nn(nb::module_& m) {
       .def(nb::init<>())
       .def("forward", &nn::Module::forward, "x"_a)
       .def("__call__", [](nn::Module& self, const Array& x) { return self(x); }, "x"_a)
+      .def("__call__", [](nb::handle self, nb::args args, nb::kwargs kwargs) {  // a Python forward(x, mask, ...)
+        return self.attr("forward")(*args, **kwargs);
+      })
       .def("__setattr__", &module_setattr)
       .def("__getattr__", &module_getattr)
       .def("parameters", &nn::Module::parameters, "recurse"_a = true)
@@ -210,14 +216,18 @@ void bind_nn(nb::module_& m) {
          "nesterov"_a = false);
   nb::class_<optim::Adam, optim::Optimizer>(optim, "Adam")
       .def("__init__", [](optim::Adam* self, std::vector<Array> params, double lr, std::pair<double, double> betas,
-                          double eps, double weight_decay) {
-        new (self) optim::Adam(std::move(params), optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay});
-      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.0);
+                          double eps, double weight_decay, bool capturable) {
+        new (self) optim::Adam(std::move(params),
+                               optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay, capturable});
+      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.0,
+         "capturable"_a = false);
   nb::class_<optim::AdamW, optim::Adam>(optim, "AdamW")
       .def("__init__", [](optim::AdamW* self, std::vector<Array> params, double lr, std::pair<double, double> betas,
-                          double eps, double weight_decay) {
-        new (self) optim::AdamW(std::move(params), optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay});
-      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.01);
+                          double eps, double weight_decay, bool capturable) {
+        new (self) optim::AdamW(std::move(params),
+                               optim::AdamOptions{lr, betas.first, betas.second, eps, weight_decay, capturable});
+      }, "params"_a, "lr"_a = 1e-3, "betas"_a = std::make_pair(0.9, 0.999), "eps"_a = 1e-8, "weight_decay"_a = 0.01,
+         "capturable"_a = false);
   optim.def("clip_grad_norm", &optim::clip_grad_norm, "parameters"_a, "max_norm"_a);
 }
 

@@ -32,3 +32,20 @@ def test_submodule_stubs_name_their_functions():
     assert {"generate", "generate_batch", "load_gpt2", "load_llama", "resnet18"} <= functions
     classes, functions = names(folder / "nn.pyi")
     assert "Module" in classes and {"load_safetensors", "save_safetensors", "cross_entropy"} <= functions
+
+
+def test_layer_training_and_memory_stubs_name_their_api():
+    folder = pathlib.Path(kiln._kiln.__file__).parent / "_kiln"
+    classes, functions = names(folder / "nn.pyi")
+    assert {"Conv2d", "BatchNorm2d", "MaxPool2d", "MultiheadAttention", "TransformerEncoder", "LSTM", "GRU",
+            "ModuleList", "ModuleDict", "RMSNorm"} <= classes
+    assert {"conv2d", "scaled_dot_product_attention", "batch_norm"} <= functions
+    classes, functions = names(folder / "optim.pyi")
+    assert {"StepLR", "CosineAnnealingLR", "LinearWarmupLR", "GradScaler", "LRScheduler"} <= classes
+    classes, functions = names(folder / "train.pyi")
+    assert {"TrainStep", "EpochMetrics"} <= classes
+    assert {"fit", "evaluate", "save_checkpoint", "load_checkpoint"} <= functions
+    classes, functions = names(folder / "data.pyi")
+    assert {"DataLoader", "WorkerInfo"} <= classes and "get_worker_info" in functions
+    _, functions = names(folder / "__init__.pyi")
+    assert {"memory_allocated", "memory_reserved", "empty_cache", "set_memory_limit"} <= functions
