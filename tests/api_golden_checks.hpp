@@ -108,6 +108,15 @@ inline void run_api_golden(kiln::Device d) {
   const Array sa = api_golden("in_solve_a", d), sb = api_golden("in_solve_b", d);
   expect_golden(linalg::solve(sa, sb), "solve_mat", 1e-12);
   expect_golden(linalg::solve(sa, sb.index({Slice(), 0})), "solve_vec", 1e-12);
+  const Array ta = api_golden("in_solve_stack_a", d), tb = api_golden("in_solve_stack_b", d);
+  const Array tv = api_golden("in_solve_stack_v", d);
+  expect_golden(linalg::solve(ta, tb), "solve_stack", 1e-12);
+  expect_golden(linalg::solve(ta, tv), "solve_stack_vec", 1e-12);
+  expect_golden(linalg::solve(ta.index({1, 0}), tb), "solve_one_a_stack_b", 1e-12);
+  expect_golden(linalg::solve(ta.astype(float32), tb.astype(float32)), "solve_stack_f32", 1e-5);
+  EXPECT_EQ(linalg::solve(ta, tb).device(), d);
+  EXPECT_EQ(linalg::solve(zeros({0, 3, 3}, float64, d), tv).shape(), (Shape{0, 3}));
+  EXPECT_EQ(linalg::solve(ta, zeros({4, 3, 0}, float64, d)).shape(), (Shape{2, 4, 3, 0}));
   const linalg::LstsqResult r = linalg::lstsq(api_golden("in_lstsq_a", d), api_golden("in_lstsq_b", d));
   expect_golden(r.solution, "lstsq_x", 1e-12);
   expect_golden(r.residuals, "lstsq_res", 1e-12);

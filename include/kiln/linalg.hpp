@@ -5,7 +5,7 @@
 // operands copied there and back). All of them synchronise: they read the solver's info to report a singular
 // / not positive-definite matrix. Factorisations take a batch of
 // matrices (..., m, n) as NumPy does. eig/eigvals (complex results) wait for complex dtypes.
-// Gradients as torch.linalg's: inv, det, slogdet, cholesky, qr (reduced, m >= n), svd (reduced or square,
+// Gradients as torch.linalg's: solve, inv, det, slogdet, cholesky, qr (reduced, m >= n), svd (reduced or square,
 // distinct singular values), eigh (distinct eigenvalues); pinv, norm, cond, matrix_power, cross, kron through
 // their parts.
 #pragma once
@@ -21,9 +21,10 @@
 
 namespace kiln::linalg {
 
-/// x with a @ x = b for a square 2-d `a` and `b` of shape (n,) or (n, k). Result float32 for float32 (or
-/// narrower float) operands, else float64, on a's device. Throws ShapeError (shapes), DeviceError (devices),
-/// LinAlgError (a singular matrix). Syncs for GPU operands.
+/// x with a @ x = b for square matrices a (..., n, n) and b (..., n, k), the stacks broadcast (NumPy 2's rule),
+/// or a 1-d b (n,), one vector for every matrix (x (..., n)). Result float32 for float32 (or narrower float)
+/// operands, else float64, on a's device. Throws ShapeError (shapes), DeviceError (devices), LinAlgError (a
+/// singular matrix). Syncs for GPU operands (one solver call per matrix). Differentiable in a and b.
 Array solve(const Array& a, const Array& b);
 
 /// numpy.linalg.lstsq's four results.

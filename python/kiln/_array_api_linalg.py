@@ -56,6 +56,10 @@ def matmul(x1, x2, /):
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002  (the standard's name)
+    if x.ndim >= 2 and (x.shape[-2] == 0 or x.shape[-1] == 0):
+        # Every norm of an empty matrix is 0 (the orders that take a max or a min have no identity to reduce to).
+        shape = x.shape[:-2] + ((1, 1) if keepdims else ())
+        return _k.zeros(shape, dtype=x.dtype if x.dtype in (_k.float32, _k.float64) else _k.float32, device=x.device)
     return _la.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 

@@ -1,4 +1,5 @@
-"""bench/python_overhead.py runs and writes records in the bench JSON format (no timing is asserted)."""
+"""bench/python_overhead.py and bench/python_mlp.py run and write records in the bench JSON format (no timing is
+asserted)."""
 
 import json
 import os
@@ -19,3 +20,19 @@ def test_overhead_script_writes_records(tmp_path):
     for record in report["records"]:
         assert record["workload"] == "python_overhead" and record["metric"] == "us_per_op"
         assert record["value"] > 0
+
+
+def test_mlp_script_writes_train_records_under_the_cli_case_names(tmp_path):
+    out = tmp_path / "mlp.json"
+    script = SCRIPT.parent / "python_mlp.py"
+    env = dict(os.environ, KILN_FASHION_MNIST=str(tmp_path))  # no data set there: random data of its shape
+    subprocess.run([sys.executable, str(script), "--smoke", "--cpu-only", "--json", str(out)], check=True, env=env,
+                   capture_output=True)
+    report = json.loads(out.read_text())
+    assert report["tool"] == "kiln-python" and report["smoke"]
+    # The case names of tools/kiln/bench_train.cpp, so scripts/compare joins the two runs.
+    assert [(r["workload"], r["case"], r["metric"]) for r in report["records"]] == [
+        ("train", "cpu_mlp100_sgd", "seconds")]
+    record = report["records"][0]
+    assert record["value"] > 0 and record["check"] == "ok" and not record["higher_is_better"]
+    assert {s["what"] for s in report["skipped"]} == {"train mlp100_sgd_hostbatches", "train mlp100_sgdm_device"}

@@ -2,7 +2,9 @@
 // (Backend::linalg_solve / linalg_svd: cuSOLVER, float64 on the device); a backend
 // without solvers, and CPU operands, use LAPACK on the host (OpenBLAS ships it:
 // dgesv_, dgelsd_): operands copied to the host as float64, column-major; results
-// cast to the result dtype and moved to the operands' device.
+// cast to the result dtype and moved to the operands' device. solve takes stacks
+// (NumPy 2's rule: b is one vector only when it is 1-d, else (..., n, k), the stacks
+// broadcast): one factorisation per matrix; its gradient is torch.linalg.solve's.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -139,10 +141,8 @@ int lapack_int(int64_t v, const char* op) {
   return static_cast<int>(v);
 }
 
-}  // namespace
-
-Array solve(const Array& a, const Array& b) {
-  detail::reject_grad({&a, &b}, "linalg::solve", "it has no gradient yet");
+/// solve of one 2-d a and a b of shape (n,) or (n, k).
+Array solve_matrix(const Array& a, const Array& b) {
   const Operands checked = check_operands(a, b, "linalg::solve", true);
   if (!checked.device.is_cpu() && checked.n > 0 && checked.k > 0) {
     const DeviceOperands d = device_operands(checked, a, b);
@@ -159,6 +159,112 @@ Array solve(const Array& a, const Array& b) {
   if (info > 0) throw_singular(a, info);
   if (info < 0) throw ValueError("linalg::solve: LAPACK dgesv rejected argument " + std::to_string(-info));
   return result_array(o, o.b, ld, o.n);
+}
+
+[[noreturn]] void throw_singular_in_stack(const Array& a, int64_t index, int info) {
+  throw LinAlgError("linalg::solve: matrix " + std::to_string(index) + " of the stack a " + shape_str(a.shape()) +
+                    " (counted in C order over the broadcast stack) is singular (pivot " + std::to_string(info) +
+                    " is exactly zero); use linalg::lstsq for a least-squares solution");
+}
+
+/// solve over stacks: a (..., n, n) and b (..., n, k) broadcast against each other, or b (n,) for every matrix.
+Array solve_stack(const Array& a, const Array& b) {
+  const char* op = "linalg::solve";
+  const int64_t n = a.shape(-1);
+  const bool vector_b = b.ndim() == 1;
+  const Array bm = vector_b ? b.reshape(Shape{n, 1}) : b;
+  const int64_t k = bm.shape(-1);
+  const Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(bm.shape().begin(), bm.shape().end() - 2);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(a_batch, b_batch, op);
+  } catch (const ShapeError&) {
+    throw ShapeError("linalg::solve: the stacks of a " + shape_str(a.shape()) + " and b " + shape_str(b.shape()) +
+                     " do not broadcast (" + shape_str(a_batch) + " against " + shape_str(b_batch) +
+                     "); each stack axis must match or be 1");
+  }
+  int64_t count = 1;
+  for (int64_t e : batch) count *= e;
+  Shape a_full = batch, b_full = batch, out = batch;
+  a_full.push_back(n);
+  a_full.push_back(n);
+  b_full.push_back(n);
+  b_full.push_back(k);
+  out.push_back(n);
+  if (!vector_b) out.push_back(k);
+  const DType t = promote_types(a.dtype(), b.dtype());
+  const DType result = is_floating(t) && t != float64 ? float32 : float64;
+  const Device device = a.device();
+  if (count == 0 || n == 0 || k == 0) return zeros(out, result, device);
+  const Array as = broadcast_to(a, a_full).reshape(Shape{count, n, n});
+  const Array bs = broadcast_to(bm, b_full).reshape(Shape{count, n, k});
+  if (!device.is_cpu()) {
+    // The backend's solver takes one matrix: a call per matrix, each reading its info.
+    std::vector<Array> parts;
+    for (int64_t i = 0; i < count; ++i) {
+      const Array ai = as.index({i}).astype(float64).contiguous(), bi = bs.index({i}).astype(float64).contiguous();
+      detail::SolveCall call{&ai, &bi, detail::make_array({n, k}, float64, device)};
+      const int info = detail::backend_for(device).linalg_solve(call);
+      if (info < 0) break;  // no solver on this backend: LAPACK on the host below
+      if (info > 0) throw_singular_in_stack(a, i, info);
+      parts.push_back(call.x);
+    }
+    if (static_cast<int64_t>(parts.size()) == count) return stack(parts, 0).reshape(out).astype(result);
+  }
+  // Each matrix's column-major buffer is the row-major buffer of its transpose.
+  std::vector<double> ca = swapaxes(as, -1, -2).to_vector<double>(), cb = swapaxes(bs, -1, -2).to_vector<double>();
+  const int ni = lapack_int(n, op), ki = lapack_int(k, op);
+  std::vector<int> ipiv(static_cast<size_t>(ni));
+  for (int64_t i = 0; i < count; ++i) {
+    int info = 0;
+    dgesv_(&ni, &ki, ca.data() + i * n * n, &ni, ipiv.data(), cb.data() + i * n * k, &ni, &info);
+    if (info > 0) throw_singular_in_stack(a, i, info);
+    if (info < 0) throw ValueError("linalg::solve: LAPACK dgesv rejected argument " + std::to_string(-info));
+  }
+  return swapaxes(from_data(cb, Shape{count, k, n}, cpu()), -1, -2).reshape(out).astype(result).to(device);
+}
+
+/// solve without recording: one matrix, or stacks.
+Array solve_forward(const Array& a, const Array& b) {
+  if (!a.defined() || !b.defined())
+    throw ValueError("linalg::solve: an operand is an undefined Array; create it first");
+  if (a.ndim() == 2 && b.ndim() <= 2) return solve_matrix(a, b);
+  const std::string shapes = "a " + shape_str(a.shape()) + ", b " + shape_str(b.shape());
+  if (a.ndim() < 2 || a.shape(-1) != a.shape(-2))
+    throw ShapeError("linalg::solve: a must be a square matrix or a stack of them (..., n, n), got " + shapes);
+  if (a.device() != b.device())
+    throw DeviceError("linalg::solve: a is on " + a.device().str() + " but b is on " + b.device().str() +
+                      "; move one with .to(" + a.device().str() + ")");
+  const int64_t n = a.shape(-1);
+  if (b.ndim() == 0 || (b.ndim() == 1 ? b.shape(0) : b.shape(-2)) != n)
+    throw ShapeError("linalg::solve: b must have shape (" + std::to_string(n) + ",) or (..., " + std::to_string(n) +
+                     ", k) to match a, got " + shapes + " (b is one vector only when it is 1-d)");
+  return solve_stack(a, b);
+}
+
+}  // namespace
+
+Array solve(const Array& a, const Array& b) {
+  const bool record = is_grad_enabled() && ((a.defined() && a.requires_grad()) || (b.defined() && b.requires_grad()));
+  if (!record) return solve_forward(a, b);
+  // X = A^-1 B: dX = A^-1 (dB - dA X), so G_B = A^-T G_X and G_A = -G_B X^T (torch.linalg.solve's). A 1-d b is
+  // a column here; the autograd engine sums each gradient over the stack axes its input was broadcast along.
+  const bool vector_b = b.ndim() == 1;
+  AutogradFunction fn{"linalg::solve",
+                      [](const std::vector<Array>& in, std::vector<Array>& saved) {
+                        const Array x = solve_forward(in[0], in[1]);
+                        saved = {in[0], x};
+                        return x;
+                      },
+                      [vector_b](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
+                        const Array x = vector_b ? expand_dims(saved[1], -1) : saved[1];
+                        const Array gx = vector_b ? expand_dims(g, -1) : g;
+                        const Array gb = solve_forward(swapaxes(saved[0].astype(g.dtype()), -1, -2), gx);
+                        Array ga;
+                        if (needs[0]) ga = negative(matmul(gb, swapaxes(x.astype(g.dtype()), -1, -2)));
+                        return std::vector<Array>{ga, needs[1] ? (vector_b ? squeeze(gb, {-1}) : gb) : Array()};
+                      }};
+  return fn.apply({a, b});
 }
 
 LstsqResult lstsq(const Array& a, const Array& b, std::optional<double> rcond) {

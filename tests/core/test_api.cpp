@@ -192,6 +192,16 @@ TEST(Api, bad_linear_systems_name_the_problem) {
   expect_error<ShapeError>([&] { (void)linalg::solve(ones({2, 3}), ones({2})); }, {"linalg::solve", "square"});
   expect_error<ShapeError>([&] { (void)linalg::solve(ones({2, 2}), ones({3})); }, {"linalg::solve", "(2,) or (2, k)"});
   expect_error<ShapeError>([&] { (void)linalg::lstsq(ones({2, 2, 2}), ones({2})); }, {"linalg::lstsq", "batched"});
+  // Stacks: the singular matrix is named by its place in the stack; b's stack must broadcast with a's.
+  const Array stack_a = stack({eye(2, {}, 0, float64), singular});
+  expect_error<LinAlgError>([&] { (void)linalg::solve(stack_a, ones({2}, float64)); },
+                            {"linalg::solve", "matrix 1 of the stack", "singular", "lstsq"});
+  expect_error<ShapeError>([&] { (void)linalg::solve(ones({3, 2, 2}), ones({4, 2, 1})); },
+                           {"linalg::solve", "stacks", "(3, 2, 2)", "(4, 2, 1)", "(3,) against (4,)"});
+  expect_error<ShapeError>([&] { (void)linalg::solve(ones({3, 2, 2}), ones({3, 2})); },
+                           {"linalg::solve", "(2,) or (..., 2, k)", "only when it is 1-d"});
+  expect_error<ShapeError>([&] { (void)linalg::solve(ones({3, 2, 3}), ones({3, 2, 1})); },
+                           {"linalg::solve", "square matrix or a stack"});
   // float32 operands give a float32 solution (NumPy's rule)
   const Array x = linalg::solve(from_data({2.f, 0.f, 0.f, 4.f}, {2, 2}), from_data({1.f, 1.f}));
   EXPECT_EQ(x.dtype(), float32);

@@ -135,6 +135,32 @@ TEST(LinalgDecomp, inv_det_slogdet_gradients_pass_gradcheck) {
   expect_gradcheck([](const std::vector<Array>& x) { return linalg::matrix_power(x[0], -2); }, {a}, "power -2");
 }
 
+TEST(LinalgDecomp, solve_gradient_passes_gradcheck) {
+  // One matrix, a stack with a broadcast b, a 1-d b for a stack (its gradient summed over the stack), and a
+  // matrix a broadcast over a stack of b (summed the same way).
+  const Array a = well_conditioned({3, 3}, 4), stacked = well_conditioned({2, 1, 3, 3}, 5);
+  random::seed(6);
+  const Array b = random::uniform({3, 2}, float64, cpu()), bs = random::uniform({4, 3, 2}, float64, cpu());
+  const Array v = random::uniform({3}, float64, cpu());
+  const auto f = [](const std::vector<Array>& x) { return linalg::solve(x[0], x[1]); };
+  expect_gradcheck(f, {a, b}, "solve");
+  expect_gradcheck(f, {a, v}, "solve vector");
+  expect_gradcheck(f, {stacked, bs}, "solve stacks");
+  expect_gradcheck(f, {stacked, v}, "solve stack, vector");
+  expect_gradcheck(f, {a, bs}, "solve matrix, stack");
+}
+
+TEST(LinalgDecomp, solve_gradient_by_hand) {
+  // x = b / 2 for a = 2 I: d sum(x) / db = 1/2 each, d sum(x) / da = -(1/2)(x) per row: -x_j / 2 at (i, j).
+  Array a = multiply(eye(2, {}, 0, float64), 2.0);
+  a.set_requires_grad();
+  Array b = from_data({2.0, 4.0});
+  b.set_requires_grad();
+  sum(linalg::solve(a, b)).backward();
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{-0.5, -1.0, -0.5, -1.0}));
+}
+
 TEST(LinalgDecomp, cholesky_gradient_passes_gradcheck) {
   random::seed(2);
   const Array x = random::uniform({2, 3, 3}, float64, cpu());

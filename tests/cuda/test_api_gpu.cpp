@@ -98,6 +98,10 @@ TEST(ApiGpu, solve_runs_on_the_gpu_with_cusolver_and_matches_the_cpu) {
   kiln_test::expect_error<LinAlgError>(
       [&] { (void)linalg::solve(from_data({1.0, 2.0, 2.0, 4.0}, {2, 2}, d), from_data({1.0, 2.0}, {2}, d)); },
       {"linalg::solve", "singular", "lstsq"});
+  // In a stack: the matrix is named by its place (a solver call per matrix).
+  const Array stacked = stack({eye(2, {}, 0, float64, d), from_data({1.0, 2.0, 2.0, 4.0}, {2, 2}, d)});
+  kiln_test::expect_error<LinAlgError>([&] { (void)linalg::solve(stacked, from_data({1.0, 2.0}, {2}, d)); },
+                                       {"linalg::solve", "matrix 1 of the stack", "singular"});
 }
 
 TEST(ApiGpu, lstsq_runs_on_the_gpu_with_the_svd_and_matches_the_cpu) {
