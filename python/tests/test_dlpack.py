@@ -173,3 +173,21 @@ def test_pinned_host_arrays_export_as_cuda_host():
     capsule = x.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
     assert _versioned(capsule).dl_tensor.device_type == 1
     np.testing.assert_array_equal(np.from_dlpack(x), [0, 1, 2])
+
+
+@requires_gpu
+def test_torch_and_cupy_read_kiln_work_queued_on_a_side_stream_when_installed():
+    for name in ("torch", "cupy"):
+        try:
+            lib = __import__(name)
+        except ImportError:
+            continue
+        side = kiln.Stream(device=kiln.cuda(0), non_blocking=True)  # no implicit order with their stream
+        with side:
+            x = kiln.zeros(1 << 18, dtype=kiln.float32, device=kiln.cuda(0))
+            for _ in range(50):  # sums stay below 2**24: exact in float32
+                x += 1.0  # queued on the side stream
+            other = lib.from_dlpack(x)  # their stream waits for kiln's event; the host does not
+            assert int(other.sum().item()) == 50 * (1 << 18), name
+        back = kiln.from_dlpack(other)  # kiln's stream waits for theirs, zero-copy
+        assert back.data_ptr == x.data_ptr and back.sum().item() == 50 * (1 << 18)

@@ -145,7 +145,10 @@ Array import_tensor(Managed* managed) {
                         " is neither the CPU (kDLCPU, kDLCUDAHost) nor a CUDA GPU (kDLCUDA, kDLCUDAManaged); copy "
                         "the tensor to one of them first");
   }
-  if (t.ndim < 0) throw ValueError("from_dlpack: the tensor's ndim is " + std::to_string(t.ndim) + "; it must be >= 0");
+  if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr))
+    throw ValueError("from_dlpack: the tensor has ndim " + std::to_string(t.ndim) +
+                     (t.ndim < 0 ? "" : " but a null shape") +
+                     "; a producer bug: ndim >= 0 with a shape of ndim extents");
   Shape shape(t.shape, t.shape + t.ndim), strides(static_cast<size_t>(t.ndim), 0);
   int64_t size = 1;
   for (int32_t i = t.ndim - 1; i >= 0; --i) {

@@ -294,6 +294,11 @@ TEST(DLPack, refusals_name_the_field_and_release_the_tensor) {
   expect_error<ValueError>([&] { (void)from_dlpack(misaligned); }, {"from_dlpack", "aligned", "byte_offset"});
   EXPECT_EQ(deletions, 10);
 
+  DLManagedTensorVersioned* shapeless = make(dl(kDLFloat, 64));
+  shapeless->dl_tensor.shape = nullptr;
+  expect_error<ValueError>([&] { (void)from_dlpack(shapeless); }, {"from_dlpack", "null shape"});
+  EXPECT_EQ(deletions, 11);
+
   expect_error<ValueError>([] { (void)to_dlpack_versioned(Array()); }, {"to_dlpack_versioned", "undefined"});
   expect_error<ValueError>([] { (void)to_dlpack(Array()); }, {"to_dlpack", "undefined"});
 }
