@@ -7,6 +7,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# kiln/dlpack.hpp includes <dlpack/dlpack.h>: the vendored header goes beside kiln's, with its licence.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/third_party/dlpack/include/dlpack DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/third_party/dlpack/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/kiln
+        RENAME LICENSE.dlpack)
 install(TARGETS kiln EXPORT kilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

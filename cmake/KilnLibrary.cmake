@@ -13,6 +13,8 @@
 add_library(kiln_build_flags INTERFACE)
 target_link_libraries(kiln_build_flags INTERFACE kiln_warnings OpenMP::OpenMP_CXX)
 target_include_directories(kiln_build_flags INTERFACE ${PROJECT_SOURCE_DIR}/include)
+# DLPack's C header (kiln/dlpack.hpp includes it): vendored, and installed beside kiln's headers.
+target_include_directories(kiln_build_flags SYSTEM INTERFACE ${PROJECT_SOURCE_DIR}/third_party/dlpack/include)
 target_compile_features(kiln_build_flags INTERFACE cxx_std_20)
 # The CPU kernels must keep IEEE semantics (NaN/Inf tests), so no -ffast-math;
 # errno-free math lets the compiler vectorise sqrt and friends.
@@ -202,6 +204,7 @@ foreach(layer ${KILN_LAYERS})
   target_sources(kiln PRIVATE $<TARGET_OBJECTS:${layer}>)
 endforeach()
 target_include_directories(kiln PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
+                           $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/third_party/dlpack/include>
                            PRIVATE ${KILN_LAYER_ROOT_glue})
 target_compile_features(kiln PUBLIC cxx_std_20)
 # Every dependency is an imported target or a plain library name, so the exported kilnTargets.cmake records no

@@ -27,9 +27,10 @@ def _dlpack(self, /, *, stream=None, max_version=None, dl_device=None, copy=None
     if dl_device is not None and tuple(dl_device) != tuple(self.__dlpack_device__()):
         if tuple(dl_device) != (_DL_CPU, 0):
             raise BufferError(f"__dlpack__: kiln exports to the array's own device or the CPU, not dl_device={dl_device}")
-        if copy is False:
-            raise BufferError("__dlpack__: dl_device=CPU for a GPU array needs a copy, but copy=False; pass copy=None")
-        return _dlpack_impl(self.to(_kiln.cpu()), max_version=max_version)
+        if self.device.type != "cpu":  # a pinned host array is exported to the CPU as it is, below
+            if copy is False:
+                raise BufferError("__dlpack__: dl_device=CPU for a GPU array needs a copy, but copy=False; pass copy=None")
+            return _dlpack_impl(self.to(_kiln.cpu()), max_version=max_version)
     return _dlpack_impl(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
 

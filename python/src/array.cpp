@@ -9,6 +9,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "dlpack.hpp"
 #include "typed.hpp"
 
 namespace kiln::python {
@@ -353,27 +354,9 @@ void bind_array(nb::module_& m) {
         require_cpu(a, "np.asarray");
         return to_numpy(a, dtype, copy);
       }, "dtype"_a = nb::none(), "copy"_a = nb::none())
-      .def("__dlpack_device__", [](const Array& a) {
-        const Device d = a.device();
-        return nb::make_tuple(d.is_cuda() ? nb::device::cuda::value : nb::device::cpu::value,
-                              d.is_cuda() ? d.index : 0);
-      })
-      .def("__dlpack__", [](const Array& a, nb::handle stream, nb::handle max_version, nb::handle dl_device,
-                            nb::handle copy) {
-        // kiln's GPU work is ordered on its own streams: finish it before a consumer on another stream reads
-        // (stream -1 asks for no synchronisation).
-        const bool skip_sync = !stream.is_none() && PyLong_Check(stream.ptr()) && nb::cast<int64_t>(stream) == -1;
-        if (a.device().is_cuda() && !skip_sync) synchronize(a.device());
-        // copy=True: the consumer gets memory of its own, a copy made here (nanobind's ndarray exports views
-        // only); copy=False and None share the array's memory.
-        const bool copied = !copy.is_none() && nb::cast<bool>(copy);
-        nb::object nd = export_ndarray(copied ? kiln::copy(a) : a);
-        nb::dict kwargs;
-        if (!max_version.is_none()) kwargs["max_version"] = max_version;
-        if (!dl_device.is_none()) kwargs["dl_device"] = dl_device;
-        return nd.attr("__dlpack__")(**kwargs);
-      }, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
-         "copy"_a = nb::none())
+      .def("__dlpack_device__", &dlpack_device)
+      .def("__dlpack__", &dlpack_capsule, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(),
+           "dl_device"_a = nb::none(), "copy"_a = nb::none())
       .def_prop_ro("__cuda_array_interface__", [](const Array& a) {
         if (!a.device().is_cuda())
           throw nb::attribute_error("__cuda_array_interface__: a CPU array has none (it exists for GPU arrays)");

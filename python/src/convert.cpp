@@ -1,6 +1,8 @@
 // Python values to kiln's C++ values and back (see convert.hpp).
 #include "convert.hpp"
 
+#include "dlpack.hpp"
+
 #include <nanobind/stl/string.h>
 
 #include <string>
@@ -34,28 +36,6 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
     case DType::Float64: break;
   }
   return make(C::Float, 64);
-}
-
-DType from_dlpack_dtype(nb::dlpack::dtype d) {
-  using C = nb::dlpack::dtype_code;
-  const auto code = static_cast<C>(d.code);
-  if (d.lanes == 1) {
-    if (code == C::Bool && d.bits == 8) return DType::Bool;
-    if (code == C::Int && d.bits == 8) return DType::Int8;
-    if (code == C::Int && d.bits == 16) return DType::Int16;
-    if (code == C::Int && d.bits == 32) return DType::Int32;
-    if (code == C::Int && d.bits == 64) return DType::Int64;
-    if (code == C::UInt && d.bits == 8) return DType::UInt8;
-    if (code == C::Float && d.bits == 16) return DType::Float16;
-    if (code == C::Bfloat && d.bits == 16) return DType::BFloat16;
-    if (code == C::Float && d.bits == 32) return DType::Float32;
-    if (code == C::Float && d.bits == 64) return DType::Float64;
-  }
-  throw nb::type_error(("kiln.from_dlpack: DLPack dtype (code " + std::to_string(d.code) + ", " +
-                        std::to_string(d.bits) + " bits, " + std::to_string(d.lanes) +
-                        " lanes) has no kiln dtype; kiln holds bool, int8-64, uint8, float16, bfloat16, float32 and "
-                        "float64: convert the tensor first")
-                           .c_str());
 }
 
 bool is_array_like(nb::handle obj) {
@@ -177,8 +157,7 @@ Array to_array(nb::handle obj, std::optional<DType> dtype, std::optional<Device>
   const bool is_numpy = nb::isinstance(obj, np.attr("ndarray")) || nb::isinstance(obj, np.attr("generic"));
   if (!is_numpy && !nb::hasattr(obj, "__array__") && nb::hasattr(obj, "__dlpack__")) {
     // A GPU tensor of another library (a CPU one has __array__ or a buffer): viewed, then copied.
-    Array view = import_ndarray(nb::cast<nb::ndarray<>>(obj));
-    return to_array(nb::cast(view.copy()), dtype, device);
+    return to_array(nb::cast(array_from_dlpack(obj).copy()), dtype, device);
   }
   // A value inside a function kiln.fuse traces: the function's FusionValue overload (registered after the Array
   // one, so arrays never pay for the check) takes it.
@@ -223,37 +202,6 @@ nb::object export_ndarray(const Array& a) {
   nb::ndarray<nb::array_api> nd(a.data_ptr(), shape.size(), shape.data(), owner, strides.data(), dlpack_dtype(a.dtype()),
                    d.is_cuda() ? nb::device::cuda::value : nb::device::cpu::value, d.is_cuda() ? d.index : 0);
   return nb::cast(nd);
-}
-
-Array import_ndarray(const nb::ndarray<>& nd) {
-  const DType dtype = from_dlpack_dtype(nd.dtype());
-  Device device = cpu();
-  if (nd.device_type() == nb::device::cuda::value) {
-    device = Device{DeviceType::CUDA, nd.device_id()};
-  } else if (nd.device_type() != nb::device::cpu::value && nd.device_type() != nb::device::cuda_host::value) {
-    throw DeviceError("kiln.from_dlpack: DLPack device type " + std::to_string(nd.device_type()) +
-                      " is neither the CPU nor a CUDA GPU; copy the tensor to one of them first");
-  }
-  Shape shape, strides;
-  int64_t low = 0, high = 0, size = 1;  // element offsets reached from the data pointer
-  for (size_t i = 0; i < nd.ndim(); ++i) {
-    const auto extent = static_cast<int64_t>(nd.shape(i));
-    const int64_t stride = nd.stride(i);
-    shape.push_back(extent);
-    strides.push_back(stride);
-    size *= extent;
-    if (extent > 1) (stride < 0 ? low : high) += (extent - 1) * stride;
-  }
-  const int64_t item = itemsize(dtype);
-  auto* first = static_cast<char*>(const_cast<void*>(nd.data()));
-  const size_t nbytes = size == 0 ? 0 : static_cast<size_t>((high - low + 1) * item);
-  auto deleter = [](void* context, void*) {
-    if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing left to release
-    nb::gil_scoped_acquire gil;
-    delete static_cast<nb::ndarray<>*>(context);
-  };
-  auto storage = std::make_shared<Storage>(first + low * item, nbytes, device, deleter, new nb::ndarray<>(nd));
-  return Array(std::move(storage), shape, strides, -low, dtype);
 }
 
 }  // namespace kiln::python

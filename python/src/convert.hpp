@@ -1,6 +1,6 @@
 // Conversions between Python objects and kiln's C++ values, shared by the binding files: dtypes, devices,
 // shapes, axes, scalars, array-likes (lists, NumPy arrays, anything with __dlpack__) and the export of an
-// Array as a nanobind ndarray (the one object behind __array__, the buffer protocol and __dlpack__).
+// Array as a nanobind ndarray (the one object behind __array__ and the buffer protocol).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -63,9 +63,7 @@ bool try_operand(nb::handle obj, PyOperand& out, std::optional<Device> device = 
 Array to_array_near(nb::handle obj, const Array& other);
 
 /// The array as a nanobind ndarray object (framework array_api) sharing its memory (it keeps the array alive): NumPy views it
-/// through the buffer protocol, DLPack consumers through its __dlpack__.
+/// through the buffer protocol (DLPack consumers get kiln's own capsules: dlpack.hpp).
 nb::object export_ndarray(const Array& a);
-/// An Array over the memory of a DLPack tensor (zero-copy; the tensor's owner is kept alive).
-Array import_ndarray(const nb::ndarray<>& nd);
 
 }  // namespace kiln::python

@@ -10,6 +10,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "dlpack.hpp"
 #include "typed.hpp"
 
 namespace kiln::python {
@@ -113,17 +114,7 @@ void bind_ops(nb::module_& m) {
     return a;
   }, "obj"_a, "dtype"_a = nb::none(), "device"_a = nb::none(), "copy"_a = true);
   m.def("from_dlpack", [](ArrayLike obj, DeviceLike device) {
-    nb::object source = nb::borrow(obj);
-    if (!nb::isinstance<Array>(obj) && nb::hasattr(obj, "__dlpack_device__")) {
-      auto [type, index] = nb::cast<std::pair<int, int>>(obj.attr("__dlpack_device__")());
-      if (type == nb::device::cuda::value) {
-        // The producer orders its pending work before kiln's current stream on that GPU reads (DLPack's stream
-        // argument: 1 is the legacy default stream, kiln's unless a StreamGuard says otherwise).
-        void* stream = Stream::current(Device{DeviceType::CUDA, index}).handle();
-        source = obj.attr("__dlpack__")("stream"_a = stream ? reinterpret_cast<uintptr_t>(stream) : uintptr_t{1});
-      }
-    }
-    Array a = nb::isinstance<Array>(obj) ? nb::cast<Array>(obj) : import_ndarray(nb::cast<nb::ndarray<>>(source));
+    Array a = array_from_dlpack(obj);
     auto d = to_optional_device(device);
     return d && *d != a.device() ? a.to(*d) : a;
   }, "x"_a, "device"_a = nb::none(),
