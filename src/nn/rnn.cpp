@@ -145,17 +145,10 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
         const DType dt = out.dtype();
         const Device dev = out.device();
         // dg: the input projection's gradient per step and gate; dgh: that of h W_hh^T + b_hh (GRU's differs
-        // in the n gate). A step's gates are stored (G, H, N), each gate's (N, H) gradient written transposed:
-        // the step is then one (G*H, N) matrix, h_prev's gradient one product with weight_hh (G*H, R), and the
-        // gates' outputs stay apart in memory (fused outputs must not share it).
-        Array dg = empty({steps, gates, hs, n}, dt, dev);
-        Array dgh = gru ? empty({steps, gates, hs, n}, dt, dev) : dg;
-        auto by_gate = [gates](const Array& step) {
-          std::vector<Array> v;
-          for (int64_t k = 0; k < gates; ++k) v.push_back(step[k].T());
-          v.resize(4);
-          return v;
-        };
+        // in the n gate). w_gates[k] is gate k's (H, H) block of weight_hh, for one batched matmul per step.
+        Array dg = empty({steps, gates, n, hs}, dt, dev);
+        Array dgh = gru ? empty({steps, gates, n, hs}, dt, dev) : dg;
+        const Array w_gates = w.reshape(gates, hs, ps);
         const Array g_out = grad.slice(0, 0, steps * n * ps).reshape(steps, n, ps);
         Array dh = zeros({n, ps}, dt, dev);
         Array dc = lstm ? grad.slice(0, steps * n * ps, std::nullopt).reshape(n, hs).copy() : Array();
@@ -164,8 +157,7 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           const int64_t t = r.reverse ? steps - 1 - s : s;
           const bool first = s == 0;
           const int64_t prev = r.reverse ? t + 1 : t - 1;
-          const std::vector<Array> dgt = by_gate(dg[t]);
-          const Array gout = g_out[t];
+          const Array dgt = dg[t], gout = g_out[t];
           Array direct;  // GRU: the part of h_prev's gradient that skips the matmul (z * dh)
           if (lstm) {
             const Array at = acts[t], c_prev = first ? saved[5] : extra[prev];
@@ -179,8 +171,7 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
                                            at[3], extra[t], c_prev);
             }
           } else if (gru) {
-            const std::vector<Array> dght = by_gate(dgh[t]);
-            const Array at = acts[t], h_prev = first ? h_init : out[prev];
+            const Array at = acts[t], dght = dgh[t], h_prev = first ? h_init : out[prev];
             direct = std::get<6>(gru_step_backward.out({dgt[0], dgt[1], dgt[2], dght[0], dght[1], dght[2], Array()},
                                                        gout, dh, at[0], at[1], at[2], extra[t], h_prev));
           } else if (r.mode == Mode::RNNTanh) {
@@ -188,24 +179,21 @@ Array recurrence(const Recurrence& r, const Array& xp, const Array& h0, const Ar
           } else {
             (void)rnn_relu_step_backward.out({dgt[0]}, gout, dh, out[t]);
           }
-          dh = matmul(dgh[t].reshape(gates * hs, n).T(), w);
+          dh = matmul(dgh[t], w_gates).sum({0});
           if (gru) dh = dh + direct;
         }
         const size_t w_at = lstm ? 3 : 2;
         std::vector<Array> grads(w_at + (gru_bias ? 2 : 1) + (r.proj ? 1 : 0));
-        // The gates' gradients as rows (T*N, G*H), as the input projection's result was laid out.
-        auto rows = [&](const Array& d) { return d.permute({0, 3, 1, 2}).reshape(steps * n, gates * hs); };
-        Array dg_rows;
-        if (needs[0] || (needs[w_at] && !gru)) dg_rows = rows(dg);
-        if (needs[0]) grads[0] = dg_rows.reshape(steps, n, gates * hs);
+        if (needs[0]) grads[0] = dg.permute({0, 2, 1, 3}).reshape(steps, n, gates * hs);
         grads[1] = dh;
         if (lstm) grads[2] = dc;
         if (needs[w_at]) {
-          // weight_hh's gradient: the sum over steps and rows of dgh^T h_prev, one product over all steps.
+          // weight_hh's gate k block: the sum over steps and rows of dgh_k^T h_prev, one batched matmul.
           const Array h_prev = previous_states(out, h_init, steps, r.reverse).reshape(steps * n, ps);
-          grads[w_at] = matmul((gru ? rows(dgh) : dg_rows).T(), h_prev);
+          const Array per_gate = dgh.permute({1, 0, 2, 3}).reshape(gates, steps * n, hs);
+          grads[w_at] = matmul(swapaxes(per_gate, 1, 2), h_prev).reshape(gates * hs, ps);
         }
-        if (gru_bias && needs[w_at + 1]) grads[w_at + 1] = dgh.index({Slice(), 2}).sum({0, 2});
+        if (gru_bias && needs[w_at + 1]) grads[w_at + 1] = dgh.index({Slice(), 2}).sum({0, 1});
         if (r.proj && needs.back())
           grads.back() = matmul(d_proj.reshape(steps * n, ps).T(), raw.reshape(steps * n, hs));
         return grads;
