@@ -72,9 +72,9 @@ struct RnnGrads {
 /// The gradients of a training rnn_forward's inputs from those of its outputs (dy; dhy and dcy may be undefined:
 /// zero), given its x, states, weights (and weight_space, as rnn_forward), y and reserve. nullopt when no engine
 /// runs it.
-std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Array& cx, const std::vector<Array>& weights,
-                                     const Array& y, const Array& dy, const Array& dhy, const Array& dcy,
-                                     const Array& reserve, const RnnParams& params,
+std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Array& cx,
+                                     const std::vector<Array>& weights, const Array& y, const Array& dy,
+                                     const Array& dhy, const Array& dcy, const Array& reserve, const RnnParams& params,
                                      const Array& weight_space = Array());
 
 /// Counts of the engine's calls in this process, and why the last declined problem was declined.

@@ -150,9 +150,10 @@ std::optional<RnnForwardOutput> rnn_forward(const Array& x, const Array& hx, con
   return RnnForwardOutput{call.y, call.hy, call.cy, call.reserve, packed};
 }
 
-std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Array& cx, const std::vector<Array>& weights,
-                                     const Array& y, const Array& dy, const Array& dhy, const Array& dcy,
-                                     const Array& reserve, const RnnParams& params, const Array& weight_space) {
+std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Array& cx,
+                                     const std::vector<Array>& weights, const Array& y, const Array& dy,
+                                     const Array& dhy, const Array& dcy, const Array& reserve, const RnnParams& params,
+                                     const Array& weight_space) {
   constexpr const char* op = "rnn_backward";
   check(op, x, hx, cx, weights, params);
   const int64_t dirs = params.bidirectional ? 2 : 1;

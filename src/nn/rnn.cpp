@@ -224,6 +224,19 @@ std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& 
   return {hidden, h_n, out.slice(0, steps * n * ps, std::nullopt).reshape(n, r.hidden)};
 }
 
+RnnMode engine_mode(Mode mode) {
+  switch (mode) {
+    case Mode::LSTM:
+      return RnnMode::Lstm;
+    case Mode::GRU:
+      return RnnMode::Gru;
+    case Mode::RNNRelu:
+      return RnnMode::RnnRelu;
+    default:
+      return RnnMode::RnnTanh;
+  }
+}
+
 /// What run_engine needs of a layer.
 struct RNNParamsView {
   int64_t hidden = 0, layers = 1;
@@ -238,10 +251,7 @@ struct RNNParamsView {
 std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNParamsView& v, const Array& x,
                                                           const Array& h0, const Array& c0) {
   const bool lstm = mode == Mode::LSTM;
-  const RnnMode engine = mode == Mode::LSTM  ? RnnMode::Lstm
-                         : mode == Mode::GRU ? RnnMode::Gru
-                         : mode == Mode::RNNRelu ? RnnMode::RnnRelu
-                                                 : RnnMode::RnnTanh;
+  const RnnMode engine = engine_mode(mode);
   const RnnParams params{engine, v.hidden, v.layers, v.bidirectional, v.bias};
   std::vector<Array> inputs{x, h0};
   if (lstm) inputs.push_back(c0);
@@ -273,7 +283,7 @@ std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNPa
           return packed;
         },
         [params, lstm, first_weight, yshape, hshape, ny, nh, space](const Array& g, const std::vector<Array>& saved,
-                                                                     const std::vector<bool>&) {
+                                                                    const std::vector<bool>&) {
           const Array dy = g.slice(0, 0, ny).reshape(yshape), dhy = g.slice(0, ny, ny + nh).reshape(hshape);
           const Array dcy = lstm ? g.slice(0, ny + nh, ny + 2 * nh).reshape(hshape) : Array();
           const size_t n = saved.size();
@@ -411,14 +421,11 @@ void RNNBase::flatten_parameters() {
     }
   // The engine's layout (cuDNN's weight space) where the device has one; else PyTorch's order, packed.
   RnnWeightLayout layout;
-  const RnnMode engine = mode_ == Mode::LSTM  ? RnnMode::Lstm
-                         : mode_ == Mode::GRU ? RnnMode::Gru
-                         : mode_ == Mode::RNNRelu ? RnnMode::RnnRelu
-                                                  : RnnMode::RnnTanh;
   std::optional<RnnWeightLayout> wanted;
-  if (o_.proj_size == 0)
-    wanted = rnn_weight_layout(input_, RnnParams{engine, hidden_, o_.num_layers, o_.bidirectional, o_.bias}, dtype,
-                               device);
+  if (o_.proj_size == 0) {
+    const RnnParams params{engine_mode(mode_), hidden_, o_.num_layers, o_.bidirectional, o_.bias};
+    wanted = rnn_weight_layout(input_, params, dtype, device);
+  }
   if (wanted && wanted->offsets.size() == params.size()) {
     layout = std::move(*wanted);
   } else {

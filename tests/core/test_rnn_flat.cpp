@@ -36,10 +36,10 @@ void expect_views_in_order(nn::RNNBase& m, const std::vector<std::string>& names
 
 TEST(RnnFlat, ParametersAreViewsOfOneSpaceInPyTorchsOrder) {
   nn::LSTM lstm(3, 4, {.num_layers = 2, .bidirectional = true});
-  expect_views_in_order(lstm, {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse",
-                               "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1",
-                               "weight_hh_l1", "bias_ih_l1", "bias_hh_l1", "weight_ih_l1_reverse",
-                               "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"});
+  expect_views_in_order(
+      lstm, {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse", "weight_hh_l0_reverse",
+             "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1",
+             "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"});
   // 16*3 + 16*4 + 16 + 16 per direction of layer 0, 16*8 + 16*4 + 32 after
   EXPECT_EQ(lstm.flat_weights().size(), 2 * (48 + 64 + 32) + 2 * (128 + 64 + 32));
   nn::LSTM proj(3, 4, {.bias = false, .proj_size = 2});
@@ -97,10 +97,10 @@ TEST(RnnFlat, ToLaysTheMovedParametersOutAgainAndRetiresTheOldOnes) {
   const std::vector<double> value = values(old), grad = values(old.grad());
   gru.to(float64);
   EXPECT_EQ(gru.flat_weights().dtype(), float64);
-  expect_views_in_order(gru, {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse",
-                              "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1",
-                              "weight_hh_l1", "bias_ih_l1", "bias_hh_l1", "weight_ih_l1_reverse",
-                              "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"});
+  expect_views_in_order(
+      gru, {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse", "weight_hh_l0_reverse",
+            "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1",
+            "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"});
   const Array& now = gru.parameter("weight_hh_l1_reverse");
   EXPECT_EQ(now.dtype(), float64);
   const std::vector<double> v = values(now), g = values(now.grad());

@@ -165,7 +165,8 @@ void expect_matches_cpu_float64(nn::LSTM& m, const Array& x, const std::string& 
     const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>();
     const std::vector<double> w = want.to_vector<double>();
     ASSERT_EQ(g.size(), w.size()) << what << " " << name;
-    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 2e-4 * (1 + std::abs(w[i]))) << what << " " << name << " " << i;
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], 2e-4 * (1 + std::abs(w[i]))) << what << " " << name << " " << i;
   };
   near(y, y_ref, "output");
   for (const auto& [name, p] : m.named_parameters()) near(p.grad(), ref.parameter(name).grad(), name + " gradient");
