@@ -38,9 +38,9 @@ RESNET_CASES = ["infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl"
 
 # The lstm workload (kiln bench lstm): torch.nn.LSTM / nn::LSTM, 2 layers, input and hidden 1024, float32, T 256,
 # batch 64, input (T, N, 1024); fwd_fp32 = forward under no_grad on the GPU, fwd_bwd_fp32 = forward, sum of the
-# output, backward (every parameter and the input) on the GPU; cpu_fwd_bwd = the same with input and hidden 256,
-# T 32, batch 16 on the CPU. --quick: T 64 on the GPU.
-LSTM_CASES = ["fwd_fp32", "fwd_bwd_fp32", "cpu_fwd_bwd"]
+# output, backward (every parameter and the input) on the GPU; cpu_fwd / cpu_fwd_bwd = the same with input and
+# hidden 256, T 32, batch 16 on the CPU, and small_fwd_bwd_fp32 that shape on the GPU. --quick: T 64 on the GPU.
+LSTM_CASES = ["fwd_fp32", "fwd_bwd_fp32", "small_fwd_bwd_fp32", "cpu_fwd", "cpu_fwd_bwd"]
 
 
 # The generate workload (kiln bench generate): GPT-2 (Hugging Face's layout, float32, dropout 0) continuing a

@@ -426,6 +426,8 @@ class TorchBench:
 
         case("fwd_fp32", gpu_shape, self.dev, False)
         case("fwd_bwd_fp32", gpu_shape, self.dev, True)
+        case("small_fwd_bwd_fp32", cpu_shape, self.dev, True)  # the CPU cases' shape on the GPU
+        case("cpu_fwd", cpu_shape, torch.device("cpu"), False)
         case("cpu_fwd_bwd", cpu_shape, torch.device("cpu"), True)
 
     # ------------------------------------------------------------------ generate

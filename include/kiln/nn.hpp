@@ -118,6 +118,9 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Puts `module` in place of the child registered as `name` (its parameters and buffers under that name from
   /// then on); a null module removes the child. ValueError when there is no such child.
   void replace_module(const std::string& name, std::shared_ptr<Module> module);
+  /// Called on each module of the tree after to(device/dtype) put new arrays in its parameters (the recurrent
+  /// layers lay theirs out again as views of one weight space).
+  virtual void parameters_moved() {}
 
  private:
   using Entries = std::deque<std::pair<std::string, Array>>;  // a deque: registering keeps earlier entries in place
@@ -470,16 +473,30 @@ class RNNBase : public Module {
   int64_t input_size() const { return input_; }
   int64_t hidden_size() const { return hidden_; }
   const RNNOptions& options() const { return o_; }
+  /// Lays the parameters out as views of one flat array, each where the device's engine wants it (cuDNN's weight
+  /// space on a GPU, which it then reads without a copy; PyTorch's order elsewhere), values, gradients and
+  /// requires-grad kept, as torch's flatten_parameters. The constructor and to() call it; call it yourself after
+  /// putting a new array in a parameter's entry, and make optimizers after it (it retires the arrays it replaces).
+  /// Until then a GPU call copies the weights into a scratch space. No-op when already laid out.
+  void flatten_parameters();
+  /// The flat array the parameters are views of (undefined before flatten_parameters).
+  const Array& flat_weights() const;
 
  protected:
   RNNBase(Mode mode, int64_t input_size, int64_t hidden_size, RNNOptions options);
   /// output, h_n and (LSTM) c_n. ShapeError / DTypeError / DeviceError naming the layer and the operand.
   std::tuple<Array, Array, Array> run(const Array& input, const Array& h0, const Array& c0);
+  void parameters_moved() override { flatten_parameters(); }
 
  private:
+  struct FlatWeights;
+  /// The parameters' names in PyTorch's order (weight_ih, weight_hh, [bias_ih, bias_hh], [weight_hr] per layer
+  /// and direction).
+  std::vector<std::string> weight_names() const;
   Mode mode_;
   int64_t input_, hidden_;
   RNNOptions o_;
+  std::shared_ptr<FlatWeights> flat_;
 };
 
 /// torch.nn.RNN: h' = tanh(W_ih x + b_ih + W_hh h + b_hh) (or relu, options.nonlinearity).

@@ -222,15 +222,22 @@ struct AttentionCall {
 
 /// A recurrent network over x (T, N, in), every layer and direction in one call (kiln/rnn.hpp's primitives; the
 /// weights in PyTorch's order; every operand contiguous). Forward: y, hy, cy (LSTM; all allocated by the core) and,
-/// in training, reserve (bytes the backend sizes and allocates). Backward: dx, dhx, dcx and dweights (allocated by
-/// the core) from dy, dhy, dcy (dhy/dcy may be undefined: zero). A backend that cannot run the problem returns false
-/// and sets `refusal`.
-enum class RnnKind { Forward, Backward };
+/// in training, reserve (bytes the backend sizes and allocates). Backward: dx, dhx, dcx (allocated by the core) and
+/// dweights (the backend's: views of one weight-gradient space where the layout allows) from dy, dhy, dcy (dhy/dcy
+/// may be undefined: zero). Layout: no operands but `device`, `dtype` and `input`; the backend fills
+/// `layout_size` and `layout_offsets` (kiln/rnn.hpp's RnnWeightLayout). `weight_space`, when defined, is the flat
+/// array the weights may be views of (rnn_weight_layout): the backend uses it as it is when every weight is its
+/// view at the layout's offset, else packs as without. A backend that cannot run the problem returns false and
+/// sets `refusal`.
+enum class RnnKind { Forward, Backward, Layout };
 struct RnnCall {
   RnnKind kind = RnnKind::Forward;
   RnnMode mode = RnnMode::Lstm;
   int64_t hidden = 0, layers = 1;
   bool bidirectional = false, bias = true, training = false;
+  Device device;
+  DType dtype = DType::Float32;
+  int64_t input = 0;  ///< x's features (Layout, where there is no x)
   const Array* x = nullptr;
   const Array* hx = nullptr;
   const Array* cx = nullptr;  ///< LSTM
@@ -240,7 +247,11 @@ struct RnnCall {
   const Array* dhy = nullptr;        ///< Backward, may be undefined
   const Array* dcy = nullptr;        ///< Backward, may be undefined
   Array dx, dhx, dcx;                ///< Backward
-  std::vector<Array> dweights;       ///< Backward
+  std::vector<Array> dweights;       ///< Backward (the backend allocates them)
+  const Array* weight_space = nullptr;  ///< Forward, Backward: may be null or undefined
+  bool packed = false;                  ///< Forward, Backward: the backend copied the weights into a space
+  int64_t layout_size = 0;              ///< Layout: the weight space's elements
+  std::vector<int64_t> layout_offsets;  ///< Layout: each weight's first element in it
   std::string refusal;
 };
 

@@ -17,14 +17,29 @@ namespace {
 std::mutex g_mutex;
 RnnStats g_stats;
 
-void count(bool ran, bool forward, const std::string& refusal) {
+void count(bool ran, bool forward, const detail::RnnCall& call) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!ran) {
     ++g_stats.declined;
-    g_stats.refusal = refusal;
+    g_stats.refusal = call.refusal;
   } else {
     ++(forward ? g_stats.forward : g_stats.backward);
+    if (call.packed) ++g_stats.packed;
   }
+}
+
+detail::RnnCall make_call(detail::RnnKind kind, const RnnParams& p, Device device, DType dtype) {
+  detail::RnnCall call;
+  call.kind = kind, call.mode = p.mode, call.hidden = p.hidden_size, call.layers = p.num_layers;
+  call.bidirectional = p.bidirectional, call.bias = p.bias, call.device = device, call.dtype = dtype;
+  return call;
+}
+
+/// The weight space passed in, when it is one: a contiguous array of the weights' dtype and device.
+const Array* space_of(const Array& space, const Array& x) {
+  return space.defined() && space.is_contiguous() && space.dtype() == x.dtype() && space.device() == x.device()
+             ? &space
+             : nullptr;
 }
 
 void require(bool ok, const char* op, const std::string& what) {
@@ -95,9 +110,21 @@ int64_t rnn_gates(RnnMode mode) {
   }
 }
 
+std::optional<RnnWeightLayout> rnn_weight_layout(int64_t input_size, const RnnParams& params, DType dtype,
+                                                 Device device) {
+  if (input_size <= 0 || params.hidden_size <= 0 || params.num_layers <= 0)
+    throw ValueError("rnn_weight_layout: input_size, hidden_size and num_layers must be positive, got " +
+                     std::to_string(input_size) + ", " + std::to_string(params.hidden_size) + " and " +
+                     std::to_string(params.num_layers));
+  detail::RnnCall call = make_call(detail::RnnKind::Layout, params, device, dtype);
+  call.input = input_size;
+  if (!detail::backend_for(device).rnn(call)) return std::nullopt;
+  return RnnWeightLayout{call.layout_size, std::move(call.layout_offsets)};
+}
+
 std::optional<RnnForwardOutput> rnn_forward(const Array& x, const Array& hx, const Array& cx,
-                                            const std::vector<Array>& weights, const RnnParams& params,
-                                            bool training) {
+                                            const std::vector<Array>& weights, const RnnParams& params, bool training,
+                                            const Array& weight_space) {
   constexpr const char* op = "rnn_forward";
   check(op, x, hx, cx, weights, params);
   for (const Array* a : {&x, &hx, &cx})
@@ -106,25 +133,27 @@ std::optional<RnnForwardOutput> rnn_forward(const Array& x, const Array& hx, con
   std::vector<Array> ws;
   for (const Array& w : weights) ws.push_back(w.contiguous());
   const Array xc = x.contiguous(), hc = hx.contiguous(), cc = cx.defined() ? cx.contiguous() : cx;
-  detail::RnnCall call;
-  call.kind = detail::RnnKind::Forward;
-  call.mode = params.mode, call.hidden = params.hidden_size, call.layers = params.num_layers;
-  call.bidirectional = params.bidirectional, call.bias = params.bias, call.training = training;
-  call.x = &xc, call.hx = &hc, call.cx = &cc, call.weights = &ws;
-  const int64_t dirs = params.bidirectional ? 2 : 1;
-  call.y = empty({x.shape(0), x.shape(1), params.hidden_size * dirs}, x.dtype(), x.device());
-  call.hy = empty(hx.shape(), x.dtype(), x.device());
-  if (params.mode == RnnMode::Lstm) call.cy = empty(hx.shape(), x.dtype(), x.device());
+  detail::RnnCall call = make_call(detail::RnnKind::Forward, params, x.device(), x.dtype());
+  call.training = training, call.input = x.shape(2);
+  call.x = &xc, call.hx = &hc, call.cx = &cc, call.weights = &ws, call.weight_space = space_of(weight_space, x);
+  // y, hy and cy as views of one array: the layers return it as their autograd node's one result without a copy.
+  const int64_t dirs = params.bidirectional ? 2 : 1, ny = x.shape(0) * x.shape(1) * params.hidden_size * dirs;
+  const int64_t nh = hx.size(), states = params.mode == RnnMode::Lstm ? 2 : 1;
+  const Array packed = empty({ny + states * nh}, x.dtype(), x.device());
+  call.y = packed.slice(0, 0, ny).reshape({x.shape(0), x.shape(1), params.hidden_size * dirs});
+  call.hy = packed.slice(0, ny, ny + nh).reshape(hx.shape());
+  if (params.mode == RnnMode::Lstm) call.cy = packed.slice(0, ny + nh, ny + 2 * nh).reshape(hx.shape());
   const bool ran = x.size() > 0 && detail::backend_for(x.device()).rnn(call);
   if (!ran && call.refusal.empty()) call.refusal = "no recurrent-network engine on " + x.device().str();
-  count(ran, true, call.refusal);
+  count(ran, true, call);
   if (!ran) return std::nullopt;
-  return RnnForwardOutput{call.y, call.hy, call.cy, call.reserve};
+  return RnnForwardOutput{call.y, call.hy, call.cy, call.reserve, packed};
 }
 
-std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Array& cx, const std::vector<Array>& weights,
-                                     const Array& y, const Array& dy, const Array& dhy, const Array& dcy,
-                                     const Array& reserve, const RnnParams& params) {
+std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Array& cx,
+                                     const std::vector<Array>& weights, const Array& y, const Array& dy,
+                                     const Array& dhy, const Array& dcy, const Array& reserve, const RnnParams& params,
+                                     const Array& weight_space) {
   constexpr const char* op = "rnn_backward";
   check(op, x, hx, cx, weights, params);
   const int64_t dirs = params.bidirectional ? 2 : 1;
@@ -140,20 +169,20 @@ std::optional<RnnGrads> rnn_backward(const Array& x, const Array& hx, const Arra
   const Array yc = y.contiguous(), dyc = dy.astype(x.dtype()).contiguous();
   const Array dhc = dhy.defined() ? dhy.astype(x.dtype()).contiguous() : dhy;
   const Array dcc = dcy.defined() ? dcy.astype(x.dtype()).contiguous() : dcy;
-  detail::RnnCall call;
-  call.kind = detail::RnnKind::Backward;
-  call.mode = params.mode, call.hidden = params.hidden_size, call.layers = params.num_layers;
-  call.bidirectional = params.bidirectional, call.bias = params.bias, call.training = true;
-  call.x = &xc, call.hx = &hc, call.cx = &cc, call.weights = &ws;
+  detail::RnnCall call = make_call(detail::RnnKind::Backward, params, x.device(), x.dtype());
+  call.training = true, call.input = x.shape(2);
+  call.x = &xc, call.hx = &hc, call.cx = &cc, call.weights = &ws, call.weight_space = space_of(weight_space, x);
   call.y = yc, call.reserve = reserve, call.dy = &dyc, call.dhy = &dhc, call.dcy = &dcc;
   call.dx = empty(x.shape(), x.dtype(), x.device());
   call.dhx = empty(hx.shape(), x.dtype(), x.device());
   if (params.mode == RnnMode::Lstm) call.dcx = empty(hx.shape(), x.dtype(), x.device());
-  for (const Array& w : ws) call.dweights.push_back(empty(w.shape(), w.dtype(), w.device()));
   const bool ran = detail::backend_for(x.device()).rnn(call);
   if (!ran && call.refusal.empty()) call.refusal = "no recurrent-network engine on " + x.device().str();
-  count(ran, false, call.refusal);
+  count(ran, false, call);
   if (!ran) return std::nullopt;
+  if (call.dweights.size() != ws.size())
+    throw DeviceError("rnn_backward: the engine returned " + std::to_string(call.dweights.size()) +
+                      " weight gradients for " + std::to_string(ws.size()) + " weights; please report it");
   return RnnGrads{call.dx, call.dhx, call.dcx, call.dweights};
 }
 

@@ -60,8 +60,8 @@ class CudaBackend final : public detail::Backend {
     return cuda_attention(call);
   }
   bool rnn(detail::RnnCall& call) override {
-    set_device(call.x->device().index);
-    detail::note_gpu_work(call.x->device().index);
+    set_device(call.device.index);
+    detail::note_gpu_work(call.device.index);
     return cuda_rnn(call);
   }
   bool pooling(const detail::PoolCall& call) override {

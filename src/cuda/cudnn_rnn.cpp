@@ -3,9 +3,12 @@
 // (mode, dtype, sizes, layers, directions, bias, TF32), built once per thread and device: its descriptors, the
 // device array of sequence lengths, the sizes of the weight space, workspace and reserve, and where each of
 // PyTorch's weight blocks (one gate's rows of weight_ih / weight_hh / the biases) lives in cuDNN's packed weight
-// space. Each call packs the weights into that space with device copies (PyTorch keeps its parameters as views of
-// the space instead: flatten_parameters) and unpacks the weight gradients the same way. Inside a CUDA graph
-// capture only an already-built plan runs.
+// space. Where each weight's blocks follow each other there (cuDNN's layout does), the weight is one contiguous
+// range of the space: RnnKind::Layout reports those ranges, nn's layers keep their parameters as views of one
+// such space (PyTorch's flatten_parameters), and a call given that space reads it as it is. Otherwise a call
+// packs the weights into a scratch space with device copies. The weight gradients come back as views of one
+// gradient space where the layout allows. Inside a CUDA graph capture only an already-built plan runs.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -57,7 +60,33 @@ struct RnnPlan {
   std::shared_ptr<Storage> lengths;  // int32 per batch element, on the device
   size_t weight_bytes = 0, work_train = 0, work_infer = 0, reserve = 0;
   std::vector<Block> blocks;
+  /// Per weight (PyTorch's order): its first element in the weight space when its blocks lie there one after
+  /// the other in its own order (the weight is one range of the space), else -1.
+  std::vector<int64_t> whole;
+  bool all_whole = false;
+  int64_t space_elements = 0;  // weight_bytes in elements, rounded up
 };
+
+/// Fills plan.whole from plan.blocks: a weight is whole when its block at element e sits at the byte where its
+/// first block sits plus e elements.
+void find_whole_weights(RnnPlan& plan, size_t weights, size_t elem) {
+  constexpr int64_t kUnset = -2;
+  std::vector<int64_t> start(weights, kUnset);
+  for (const Block& b : plan.blocks)
+    if (b.offset == 0) start[b.param] = static_cast<int64_t>(b.space_bytes);
+  plan.whole.assign(weights, -1);
+  std::vector<bool> ok(weights, true);
+  for (const Block& b : plan.blocks)
+    ok[b.param] = ok[b.param] && start[b.param] != kUnset &&
+                  b.space_bytes == static_cast<size_t>(start[b.param]) + static_cast<size_t>(b.offset) * elem;
+  plan.all_whole = true;
+  for (size_t i = 0; i < weights; ++i) {
+    if (ok[i] && start[i] >= 0 && static_cast<size_t>(start[i]) % elem == 0)
+      plan.whole[i] = start[i] / static_cast<int64_t>(elem);
+    plan.all_whole = plan.all_whole && plan.whole[i] >= 0;
+  }
+  plan.space_elements = static_cast<int64_t>((plan.weight_bytes + elem - 1) / elem);
+}
 
 std::shared_ptr<Storage> need(int device, size_t bytes, cudaStream_t stream, const char* what) {
   if (bytes == 0) return nullptr;
@@ -146,6 +175,7 @@ std::unique_ptr<RnnPlan> build(const RnnKey& key, cudnnDataType_t type, cudnnHan
   for (const Block& blk : plan->blocks)
     if (blk.space_bytes + static_cast<size_t>(blk.count) * elem > plan->weight_bytes)
       throw DeviceError("rnn: cuDNN's weight space layout was not understood (a block past its end); please report it");
+  find_whole_weights(*plan, per * static_cast<size_t>(key.layers * dirs), elem);
   return plan;
 }
 
@@ -153,20 +183,38 @@ thread_local std::unordered_map<RnnKey, std::unique_ptr<RnnPlan>> t_plans;
 
 void* ptr(const Array& a) { return a.defined() ? const_cast<void*>(a.data_ptr()) : nullptr; }
 
+/// Whether every weight is the view of `space` at its place in the plan's layout: the space then serves as it is.
+bool weights_in_space(const RnnPlan& plan, const std::vector<Array>& weights, const Array* space, size_t elem) {
+  if (!space || !space->defined() || !plan.all_whole || space->nbytes() < static_cast<int64_t>(plan.weight_bytes))
+    return false;
+  const auto* base = static_cast<const char*>(space->data_ptr());
+  for (size_t i = 0; i < weights.size(); ++i)
+    if (weights[i].data_ptr() != base + static_cast<size_t>(plan.whole[i]) * elem) return false;
+  return true;
+}
+
+/// A device array of `elements` elements of `dtype` (the caching allocator's memory).
+Array device_array(int device, int64_t elements, DType dtype, cudaStream_t stream) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(elements, 1)) * static_cast<size_t>(itemsize(dtype));
+  return Array(device_alloc(device, bytes, stream), {elements}, {1}, 0, dtype);
+}
+
 }  // namespace
 
 bool cuda_rnn(detail::RnnCall& call) {
-  const Array& x = *call.x;
-  const DType dtype = x.dtype();
+  const DType dtype = call.dtype;
   if (dtype != DType::Float32 && dtype != DType::Float64 && dtype != DType::Float16) {
     call.refusal = "cuDNN's RNN takes float32, float64 and float16, not " + std::string(dtype_name(dtype));
     return false;
   }
-  const int device = x.device().index;
+  const int device = call.device.index;
+  const bool layout = call.kind == detail::RnnKind::Layout;
   RnnKey key;
-  key.device = device, key.mode = call.mode, key.dtype = dtype, key.input = x.shape(2), key.hidden = call.hidden;
-  key.layers = call.layers, key.steps = x.shape(0), key.batch = x.shape(1), key.bidirectional = call.bidirectional;
-  key.bias = call.bias, key.tf32 = dtype == DType::Float32 && kiln::cudnn::allow_tf32();
+  key.device = device, key.mode = call.mode, key.dtype = dtype, key.input = call.input, key.hidden = call.hidden;
+  // The weight layout does not depend on the sequence: a layout query shares the plan of a (1, 1) problem.
+  key.layers = call.layers, key.steps = layout ? 1 : call.x->shape(0), key.batch = layout ? 1 : call.x->shape(1);
+  key.bidirectional = call.bidirectional, key.bias = call.bias;
+  key.tf32 = dtype == DType::Float32 && kiln::cudnn::allow_tf32();
   const cudaStream_t stream = current_stream(device);
   CudnnState* state = bound_state(device, stream);
   auto it = t_plans.find(key);
@@ -178,14 +226,32 @@ bool cuda_rnn(detail::RnnCall& call) {
     it = t_plans.emplace(key, build(key, *data_type(dtype), state->handle, stream)).first;
   }
   const RnnPlan& plan = *it->second;
+  if (layout) {
+    if (!plan.all_whole) {
+      call.refusal = "cuDNN's weight space holds a weight in pieces; the weights are packed on each call";
+      return false;
+    }
+    call.layout_size = plan.space_elements;
+    call.layout_offsets = plan.whole;
+    return true;
+  }
+  const Array& x = *call.x;
   const std::vector<Array>& weights = *call.weights;
   const size_t elem = static_cast<size_t>(itemsize(dtype));
-  std::shared_ptr<Storage> space = need(device, plan.weight_bytes, stream, "weight space");
-  auto* base = static_cast<char*>(space->data());
-  for (const Block& b : plan.blocks)
-    KILN_CUDA_CHECK(cudaMemcpyAsync(base + b.space_bytes,
-                                    static_cast<const char*>(weights[b.param].data_ptr()) + b.offset * elem,
-                                    static_cast<size_t>(b.count) * elem, cudaMemcpyDeviceToDevice, stream));
+  // The weights as they are where they are views of the space passed in; else packed into a scratch space.
+  std::shared_ptr<Storage> scratch;
+  void* base = nullptr;
+  if (weights_in_space(plan, weights, call.weight_space, elem)) {
+    base = const_cast<void*>(call.weight_space->data_ptr());
+  } else {
+    scratch = need(device, plan.weight_bytes, stream, "weight space");
+    base = scratch->data();
+    for (const Block& b : plan.blocks)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(base) + b.space_bytes,
+                                      static_cast<const char*>(weights[b.param].data_ptr()) + b.offset * elem,
+                                      static_cast<size_t>(b.count) * elem, cudaMemcpyDeviceToDevice, stream));
+    call.packed = true;
+  }
   const int32_t* lengths = static_cast<const int32_t*>(plan.lengths->data());
   const bool lstm = call.mode == RnnMode::Lstm;
   if (call.kind == detail::RnnKind::Forward) {
@@ -197,9 +263,10 @@ bool cuda_rnn(detail::RnnCall& call) {
     }
     KILN_CUDNN_CHECK(cudnnRNNForward(
         state->handle, plan.rnn, call.training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE, lengths, plan.x,
-        ptr(x), plan.y, ptr(call.y), plan.h, ptr(*call.hx), ptr(call.hy), lstm ? static_cast<cudnnTensorDescriptor_t>(plan.h) : nullptr,
-        lstm ? ptr(*call.cx) : nullptr, lstm ? ptr(call.cy) : nullptr, plan.weight_bytes, base, work_bytes,
-        work ? work->data() : nullptr, call.training ? plan.reserve : 0, call.training ? ptr(call.reserve) : nullptr));
+        ptr(x), plan.y, ptr(call.y), plan.h, ptr(*call.hx), ptr(call.hy),
+        lstm ? static_cast<cudnnTensorDescriptor_t>(plan.h) : nullptr, lstm ? ptr(*call.cx) : nullptr,
+        lstm ? ptr(call.cy) : nullptr, plan.weight_bytes, base, work_bytes, work ? work->data() : nullptr,
+        call.training ? plan.reserve : 0, call.training ? ptr(call.reserve) : nullptr));
     return true;
   }
   if (call.reserve.nbytes() < static_cast<int64_t>(plan.reserve))
@@ -211,18 +278,29 @@ bool cuda_rnn(detail::RnnCall& call) {
       ptr(*call.hx), ptr(*call.dhy), ptr(call.dhx), lstm ? static_cast<cudnnTensorDescriptor_t>(plan.h) : nullptr,
       lstm ? ptr(*call.cx) : nullptr, lstm ? ptr(*call.dcy) : nullptr, lstm ? ptr(call.dcx) : nullptr,
       plan.weight_bytes, base, plan.work_train, work ? work->data() : nullptr, plan.reserve, ptr(call.reserve)));
-  // The weight gradients accumulate (cuDNN's only mode): into a zeroed space, then unpacked block by block.
-  std::shared_ptr<Storage> dspace = need(device, plan.weight_bytes, stream, "weight-gradient space");
-  KILN_CUDA_CHECK(cudaMemsetAsync(dspace->data(), 0, plan.weight_bytes, stream));
+  // The weight gradients accumulate (cuDNN's only mode) into a zeroed space; each weight's gradient is then its
+  // view there when the weight is whole in the layout, else a copy of its blocks.
+  const Array dspace = device_array(device, plan.space_elements, dtype, stream);
+  KILN_CUDA_CHECK(cudaMemsetAsync(dspace.data_ptr(), 0, plan.weight_bytes, stream));
   KILN_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(state->handle, plan.rnn, CUDNN_WGRAD_MODE_ADD, lengths, plan.x, ptr(x),
                                               plan.h, ptr(*call.hx), plan.y, ptr(call.y), plan.weight_bytes,
-                                              dspace->data(), plan.work_train, work ? work->data() : nullptr,
+                                              dspace.data_ptr(), plan.work_train, work ? work->data() : nullptr,
                                               plan.reserve, ptr(call.reserve)));
-  const auto* dbase = static_cast<const char*>(dspace->data());
+  call.dweights.clear();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const Shape& shape = weights[i].shape();
+    const int64_t count = weights[i].size();
+    if (plan.whole[i] >= 0)
+      call.dweights.push_back(dspace.slice(0, plan.whole[i], plan.whole[i] + count).reshape(shape));
+    else
+      call.dweights.push_back(device_array(device, count, dtype, stream).reshape(shape));
+  }
+  const auto* dbase = static_cast<const char*>(dspace.data_ptr());
   for (const Block& b : plan.blocks)
-    KILN_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(call.dweights[b.param].data_ptr()) + b.offset * elem,
-                                    dbase + b.space_bytes, static_cast<size_t>(b.count) * elem,
-                                    cudaMemcpyDeviceToDevice, stream));
+    if (plan.whole[b.param] < 0)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(call.dweights[b.param].data_ptr()) + b.offset * elem,
+                                      dbase + b.space_bytes, static_cast<size_t>(b.count) * elem,
+                                      cudaMemcpyDeviceToDevice, stream));
   return true;
 }
 

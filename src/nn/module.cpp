@@ -172,6 +172,7 @@ Module& Module::to(Device device) {
     for (auto& [name, p] : m.parameters_)
       p = moved_parameter(p, prefix + name, how, [&](const Array& a) { return a.to(device); });
     for (auto& [name, b] : m.buffers_) b = b.to(device);
+    m.parameters_moved();
   });
   return *this;
 }
@@ -185,6 +186,7 @@ Module& Module::to(DType dtype) {
       p = moved_parameter(p, prefix + name, how, [&](const Array& a) { return a.astype(dtype); });
     for (auto& [name, b] : m.buffers_)
       if (is_floating(b.dtype())) b = b.astype(dtype);
+    m.parameters_moved();
   });
   return *this;
 }

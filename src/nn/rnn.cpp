@@ -224,23 +224,34 @@ std::tuple<Array, Array, Array> run_direction(const Recurrence& r, const Array& 
   return {hidden, h_n, out.slice(0, steps * n * ps, std::nullopt).reshape(n, r.hidden)};
 }
 
+RnnMode engine_mode(Mode mode) {
+  switch (mode) {
+    case Mode::LSTM:
+      return RnnMode::Lstm;
+    case Mode::GRU:
+      return RnnMode::Gru;
+    case Mode::RNNRelu:
+      return RnnMode::RnnRelu;
+    default:
+      return RnnMode::RnnTanh;
+  }
+}
+
 /// What run_engine needs of a layer.
 struct RNNParamsView {
   int64_t hidden = 0, layers = 1;
   bool bidirectional = false, bias = true;
   std::vector<Array> weights;  ///< PyTorch's order
+  Array space;                 ///< the flat array the weights are views of (flatten_parameters), or undefined
 };
 
 /// The whole stack through the backend's engine (kiln/rnn.hpp), as one autograd node over x (T, N, in), the
-/// initial states and every weight in PyTorch's order: its output, h_n and c_n packed into one array (a node has
-/// one result) and viewed apart. nullopt when no engine runs the problem.
+/// initial states and every weight in PyTorch's order: its result is the one array the engine wrote the output,
+/// h_n and c_n into (a node has one result), viewed apart. nullopt when no engine runs the problem.
 std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNParamsView& v, const Array& x,
                                                           const Array& h0, const Array& c0) {
   const bool lstm = mode == Mode::LSTM;
-  const RnnMode engine = mode == Mode::LSTM  ? RnnMode::Lstm
-                         : mode == Mode::GRU ? RnnMode::Gru
-                         : mode == Mode::RNNRelu ? RnnMode::RnnRelu
-                                                 : RnnMode::RnnTanh;
+  const RnnMode engine = engine_mode(mode);
   const RnnParams params{engine, v.hidden, v.layers, v.bidirectional, v.bias};
   std::vector<Array> inputs{x, h0};
   if (lstm) inputs.push_back(c0);
@@ -254,22 +265,15 @@ std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNPa
     NoGradGuard no_grad;
     std::vector<Array> weights;
     for (const Array& w : v.weights) weights.push_back(w.detach());
-    out = rnn_forward(x.detach(), h0.detach(), lstm ? c0.detach() : Array(), weights, params, record);
+    out = rnn_forward(x.detach(), h0.detach(), lstm ? c0.detach() : Array(), weights, params, record, v.space);
   }
   if (!out) return std::nullopt;
   const Shape yshape = out->y.shape(), hshape = out->hy.shape();
   const int64_t ny = out->y.size(), nh = out->hy.size();
-  // Without a gradient to record the results are returned as they are; packing costs a copy of the output.
   if (!record) return std::make_tuple(out->y, out->hy, out->cy);
-  Array packed;
+  Array packed = out->packed;
   {
-    NoGradGuard no_grad;
-    std::vector<Array> parts{out->y.reshape({ny}), out->hy.reshape({nh})};
-    if (lstm) parts.push_back(out->cy.reshape({nh}));
-    packed = concatenate(parts, 0);
-  }
-  {
-    const Array y_saved = out->y, reserve = out->reserve;
+    const Array y_saved = out->y, reserve = out->reserve, space = v.space;
     const AutogradFunction node{
         lstm ? "CudnnLstmBackward" : mode == Mode::GRU ? "CudnnGruBackward" : "CudnnRnnBackward",
         [packed, y_saved, reserve](const std::vector<Array>& in, std::vector<Array>& saved) {
@@ -278,15 +282,15 @@ std::optional<std::tuple<Array, Array, Array>> run_engine(Mode mode, const RNNPa
           saved.push_back(reserve);
           return packed;
         },
-        [params, lstm, first_weight, yshape, hshape, ny, nh](const Array& g, const std::vector<Array>& saved,
-                                                              const std::vector<bool>&) {
+        [params, lstm, first_weight, yshape, hshape, ny, nh, space](const Array& g, const std::vector<Array>& saved,
+                                                                    const std::vector<bool>&) {
           const Array dy = g.slice(0, 0, ny).reshape(yshape), dhy = g.slice(0, ny, ny + nh).reshape(hshape);
           const Array dcy = lstm ? g.slice(0, ny + nh, ny + 2 * nh).reshape(hshape) : Array();
           const size_t n = saved.size();
           const std::vector<Array> weights(saved.begin() + static_cast<std::ptrdiff_t>(first_weight),
                                            saved.begin() + static_cast<std::ptrdiff_t>(n - 2));
           auto grads = rnn_backward(saved[0], saved[1], lstm ? saved[2] : Array(), weights, saved[n - 2], dy, dhy, dcy,
-                                    saved[n - 1], params);
+                                    saved[n - 1], params, space);
           if (!grads)
             throw DeviceError("LSTM/GRU/RNN backward: the engine that ran the forward declined the backward (" +
                               rnn_stats().refusal + ")");
@@ -362,6 +366,92 @@ RNNBase::RNNBase(Mode mode, int64_t input_size, int64_t hidden_size, RNNOptions 
     }
   }
   init_uniform(*this, hidden_size);
+  flatten_parameters();
+}
+
+struct RNNBase::FlatWeights {
+  Array space;
+  std::vector<int64_t> offsets;  ///< per weight_names() entry
+};
+
+std::vector<std::string> RNNBase::weight_names() const {
+  std::vector<std::string> names;
+  const int64_t dirs = o_.bidirectional ? 2 : 1;
+  for (int64_t k = 0; k < o_.num_layers; ++k)
+    for (int64_t d = 0; d < dirs; ++d) {
+      const std::string suffix = "_l" + std::to_string(k) + (d == 1 ? "_reverse" : "");
+      names.push_back("weight_ih" + suffix);
+      names.push_back("weight_hh" + suffix);
+      if (o_.bias) {
+        names.push_back("bias_ih" + suffix);
+        names.push_back("bias_hh" + suffix);
+      }
+      if (o_.proj_size) names.push_back("weight_hr" + suffix);
+    }
+  return names;
+}
+
+const Array& RNNBase::flat_weights() const {
+  static const Array none;
+  return flat_ ? flat_->space : none;
+}
+
+void RNNBase::flatten_parameters() {
+  const std::vector<std::string> names = weight_names();
+  std::vector<Array*> params;
+  for (const std::string& name : names) params.push_back(&parameter(name));
+  const DType dtype = params[0]->dtype();
+  const Device device = params[0]->device();
+  const size_t elem = static_cast<size_t>(itemsize(dtype));
+  // Already laid out: every parameter the contiguous view of the space at its offset.
+  auto in_place = [&] {
+    if (!flat_ || flat_->space.dtype() != dtype || flat_->space.device() != device) return false;
+    const auto* base = static_cast<const char*>(flat_->space.data_ptr());
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!params[i]->shares_storage(flat_->space) || !params[i]->is_contiguous() ||
+          params[i]->data_ptr() != base + static_cast<size_t>(flat_->offsets[i]) * elem)
+        return false;
+    return true;
+  };
+  if (in_place()) return;
+  for (const Array* p : params)
+    if (p->dtype() != dtype || p->device() != device) {
+      flat_.reset();  // mixed parameters: each call reports the mismatch as it does without a layout
+      return;
+    }
+  // The engine's layout (cuDNN's weight space) where the device has one; else PyTorch's order, packed.
+  RnnWeightLayout layout;
+  std::optional<RnnWeightLayout> wanted;
+  if (o_.proj_size == 0) {
+    const RnnParams params{engine_mode(mode_), hidden_, o_.num_layers, o_.bidirectional, o_.bias};
+    wanted = rnn_weight_layout(input_, params, dtype, device);
+  }
+  if (wanted && wanted->offsets.size() == params.size()) {
+    layout = std::move(*wanted);
+  } else {
+    layout.offsets.clear();
+    for (const Array* p : params) {
+      layout.offsets.push_back(layout.size);
+      layout.size += p->size();
+    }
+  }
+  NoGradGuard no_grad;
+  auto flat = std::make_shared<FlatWeights>();
+  flat->space = zeros({layout.size}, dtype, device);  // zeros: what lies between the weights is defined
+  flat->offsets = layout.offsets;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Array& p = *params[i];
+    const int64_t at = layout.offsets[i];
+    Array view = flat->space.slice(0, at, at + p.size()).reshape(p.shape());
+    view.assign(p.detach());
+    view.set_requires_grad(p.requires_grad());
+    if (p.grad().defined()) view.set_grad(p.grad());
+    retire(p, "parameter \"" + names[i] + "\" was replaced by " + name() +
+                  ".flatten_parameters() (its parameters are views of one weight space); use the module's entry "
+                  "(module.parameter(name) or named_parameters()), and make optimizers after moving the model");
+    p = view;
+  }
+  flat_ = std::move(flat);
 }
 
 std::string RNNBase::name() const {
@@ -420,17 +510,8 @@ std::tuple<Array, Array, Array> RNNBase::run(const Array& input_arg, const Array
 
   // The backend's engine for the whole stack where it has one (not for proj_size, nor dropout between layers).
   if (o_.proj_size == 0 && !(is_training() && o_.dropout > 0.0 && layers > 1)) {
-    RNNParamsView view{hidden_, layers, o_.bidirectional, o_.bias, {}};
-    for (int64_t k = 0; k < layers; ++k)
-      for (int64_t d = 0; d < dirs; ++d) {
-        const std::string suffix = "_l" + std::to_string(k) + (d == 1 ? "_reverse" : "");
-        view.weights.push_back(parameter("weight_ih" + suffix));
-        view.weights.push_back(parameter("weight_hh" + suffix));
-        if (o_.bias) {
-          view.weights.push_back(parameter("bias_ih" + suffix));
-          view.weights.push_back(parameter("bias_hh" + suffix));
-        }
-      }
+    RNNParamsView view{hidden_, layers, o_.bidirectional, o_.bias, {}, flat_weights()};
+    for (const std::string& name : weight_names()) view.weights.push_back(parameter(name));
     if (auto r = run_engine(mode_, view, x.contiguous(), h_init.contiguous(), lstm ? c_init.contiguous() : Array())) {
       auto [y, h_last, c_last] = *r;
       Array output = !batched ? y.squeeze({1}) : o_.batch_first ? swapaxes(y, 0, 1) : y;

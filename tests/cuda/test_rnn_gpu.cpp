@@ -152,6 +152,68 @@ TEST(RnnGpu, ThePrimitivesCheckTheirOperandsAndDeclineBfloat16) {
   EXPECT_NE(rnn_stats().refusal.find("bfloat16"), std::string::npos) << rnn_stats().refusal;
 }
 
+/// Output and every parameter's gradient of `m` (on a GPU) against the same weights in float64 on the CPU.
+void expect_matches_cpu_float64(nn::LSTM& m, const Array& x, const std::string& what) {
+  nn::LSTM ref(m.input_size(), m.hidden_size(), {.num_layers = m.options().num_layers, .dtype = float64});
+  ref.load_state_dict(m.state_dict());
+  m.zero_grad();
+  const Array y = m(x);
+  sum(y * y).backward();
+  const Array y_ref = ref(x.to(cpu()).astype(float64));
+  sum(y_ref * y_ref).backward();
+  auto near = [&](const Array& got, const Array& want, const std::string& name) {
+    const std::vector<double> g = got.to(cpu()).astype(float64).to_vector<double>();
+    const std::vector<double> w = want.to_vector<double>();
+    ASSERT_EQ(g.size(), w.size()) << what << " " << name;
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], 2e-4 * (1 + std::abs(w[i]))) << what << " " << name << " " << i;
+  };
+  near(y, y_ref, "output");
+  for (const auto& [name, p] : m.named_parameters()) near(p.grad(), ref.parameter(name).grad(), name + " gradient");
+}
+
+TEST(RnnGpu, LstmParametersAreViewsOfCudnnsWeightSpaceAndNoCallPacksThem) {
+  KILN_REQUIRE_GPU();
+  const bool tf32 = kiln::cudnn::allow_tf32();
+  kiln::cudnn::set_allow_tf32(false);
+  const Device d = gpu(0);
+  random::seed(21);
+  nn::LSTM lstm(5, 8, {.num_layers = 2});
+  lstm.to(d);  // laid out again in cuDNN's weight space on the GPU
+  const Array& space = lstm.flat_weights();
+  ASSERT_TRUE(space.defined());
+  EXPECT_EQ(space.device(), d);
+  const auto layout = rnn_weight_layout(5, RnnParams{RnnMode::Lstm, 8, 2, false, true}, float32, d);
+  ASSERT_TRUE(layout.has_value());
+  const auto* base = static_cast<const char*>(space.data_ptr());
+  size_t i = 0;
+  for (const auto& [name, p] : lstm.named_parameters()) {
+    EXPECT_TRUE(p.shares_storage(space)) << name;
+    EXPECT_EQ(p.data_ptr(), base + layout->offsets[i++] * 4) << name;
+  }
+  const Array x = random::normal({6, 3, 5}, float32, d);
+  const int64_t packed = rnn_stats().packed, forward = rnn_stats().forward, backward = rnn_stats().backward;
+  expect_matches_cpu_float64(lstm, x, "flat");
+  EXPECT_EQ(rnn_stats().forward, forward + 1);
+  EXPECT_EQ(rnn_stats().backward, backward + 1);
+  EXPECT_EQ(rnn_stats().packed, packed);  // neither call copied the weights
+  // The weight gradients are views of one gradient space.
+  EXPECT_TRUE(lstm.parameter("weight_ih_l0").grad().shares_storage(lstm.parameter("bias_hh_l1").grad()));
+  // An optimizer step writes through the views; the next calls read the stepped values, still without packing.
+  optim::SGD sgd(lstm.parameters(), {.lr = 0.05});
+  sgd.step();
+  expect_matches_cpu_float64(lstm, x, "after a step");
+  EXPECT_EQ(rnn_stats().packed, packed);
+  // A parameter the user replaced is packed with the others on each call, then flatten_parameters lays it out.
+  lstm.parameter("weight_hh_l1") = random::normal({32, 8}, float32, d).set_requires_grad();
+  expect_matches_cpu_float64(lstm, x, "replaced");
+  EXPECT_EQ(rnn_stats().packed, packed + 2);
+  lstm.flatten_parameters();
+  expect_matches_cpu_float64(lstm, x, "flattened again");
+  EXPECT_EQ(rnn_stats().packed, packed + 2);
+  kiln::cudnn::set_allow_tf32(tf32);
+}
+
 }  // namespace
 }  // namespace kiln
 

@@ -43,7 +43,8 @@ REQUIRED_FULL |= {("train", c, "seconds") for c in ("mlp100_sgd_hostbatches", "m
 REQUIRED_FULL |= {("resnet50", c, "seconds")
                   for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "infer_bf16_cl", "infer_bf16_cl_folded",
                             "train_bf16_cl", "cpu_infer_b16")}
-REQUIRED_FULL |= {("lstm", c, "seconds") for c in ("fwd_fp32", "fwd_bwd_fp32", "cpu_fwd_bwd")}
+REQUIRED_FULL |= {("lstm", c, "seconds")
+                  for c in ("fwd_fp32", "fwd_bwd_fp32", "small_fwd_bwd_fp32", "cpu_fwd", "cpu_fwd_bwd")}
 REQUIRED_FULL |= {("gpt2", c, m) for c in ("gpt2_124m_step", "cpu_gpt2_d6_step")
                   for m in ("seconds", "tokens_per_s", "first_fast_s")}
 

@@ -69,7 +69,7 @@ def main():
              ("alloc", "alloc_free_1MB", "us")]
     need += [("overhead", c, "us_per_op") for c in ("small_add", "small_add_out")]
     need += [("train", c, "seconds") for c in ("cpu_mlp100_sgd", "cpu_mlp1000_adam")]
-    need += [("resnet50", "cpu_infer_b16", "seconds"), ("lstm", "cpu_fwd_bwd", "seconds"),
+    need += [("resnet50", "cpu_infer_b16", "seconds"), ("lstm", "cpu_fwd", "seconds"), ("lstm", "cpu_fwd_bwd", "seconds"),
              ("generate", "cpu_d6_token", "seconds")]
     need += [("gpt2", "cpu_gpt2_d6_step", m) for m in ("seconds", "tokens_per_s", "first_fast_s")]
     if not gpu:
@@ -88,7 +88,7 @@ def main():
         need += [("resnet50", c, "seconds") for c in ("infer_fp32", "infer_fp32_folded", "train_fp32", "train_fp32_graph",
                                                       "infer_bf16_cl", "infer_bf16_cl_folded", "train_bf16_cl",
                                                       "train_bf16_cl_graph")]
-        need += [("lstm", c, "seconds") for c in ("fwd_fp32", "fwd_bwd_fp32")]
+        need += [("lstm", c, "seconds") for c in ("fwd_fp32", "fwd_bwd_fp32", "small_fwd_bwd_fp32")]
         need += [("generate", c, "seconds") for c in ("gpt2_124m_token", "gpt2_124m_token_eager")]
         need += [("gpt2", "gpt2_124m_step", m) for m in ("seconds", "tokens_per_s", "mfu", "peak_gib", "first_fast_s")]
         need += [("gpt2", "gpt2_124m_step_graph", m) for m in ("seconds", "tokens_per_s", "mfu")]

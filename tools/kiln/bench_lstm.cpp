@@ -2,8 +2,11 @@
 // float32, as its PyTorch peer bench/peers/torch_bench.py --workloads lstm runs torch.nn.LSTM (the same records;
 // cases in bench/peers/common.py, LSTM_CASES): fwd_fp32 (forward under no-grad), fwd_bwd_fp32 (forward, the sum
 // of the output, backward into every parameter and the input) on the GPU, timed with events (median);
-// cpu_fwd_bwd (hidden and input 256, 32 steps, batch 16) on the CPU with the host clock. PyTorch runs cuDNN's
-// LSTM; kiln runs its own recurrence (per step one matmul and one fused gate kernel). --quick: 64 steps.
+// cpu_fwd and cpu_fwd_bwd (hidden and input 256, 32 steps, batch 16) on the CPU with the host clock, and
+// small_fwd_bwd_fp32, that shape on the GPU. Both run cuDNN's LSTM on the GPU (kiln's parameters are views of
+// cuDNN's weight space, as PyTorch's after flatten_parameters); on the CPU kiln runs its own recurrence (the
+// input projection of all steps in one product, then per step one product and one fused gate kernel).
+// --quick: 64 steps on the GPU.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -63,9 +66,12 @@ void run_lstm(BenchContext& ctx) {
   if (ctx.gpu()) {
     run("fwd_fp32", gpu_shape, ctx.device, false);
     run("fwd_bwd_fp32", gpu_shape, ctx.device, true);
+    run("small_fwd_bwd_fp32", cpu_shape, ctx.device, true);
   } else {
-    for (const char* c : {"fwd_fp32", "fwd_bwd_fp32"}) ctx.skip(std::string("lstm ") + c, ctx.no_gpu_reason());
+    for (const char* c : {"fwd_fp32", "fwd_bwd_fp32", "small_fwd_bwd_fp32"})
+      ctx.skip(std::string("lstm ") + c, ctx.no_gpu_reason());
   }
+  run("cpu_fwd", cpu_shape, cpu(), false);
   run("cpu_fwd_bwd", cpu_shape, cpu(), true);
   table.print();
   verdict("compare with bench/peers/torch_bench.py --workloads lstm (torch.nn.LSTM, cuDNN on the GPU)");
