@@ -148,7 +148,10 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   AutogradFunction f{
       "CrossEntropyBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
-        const Array picked = take_along_axis(in[0], label, 1);  // (N, 1): each row's score of its label
+        // (N, 1): each row's score of its label, gathered by flat index (take_along_axis would build indices
+        // of the logits' size); a strided view of the logits takes the general gather.
+        const Array picked = in[0].is_contiguous() ? pick(in[0], labels).reshape({n, 1})
+                                                   : take_along_axis(in[0], label, 1);
         auto [loss, lse] = ls == 0.0 ? forward(in[0], picked) : forward_smoothed(in[0], picked, 1.0 - ls, ls);
         saved = {in[0], lse};
         return loss.reshape({n});
