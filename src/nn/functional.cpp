@@ -117,25 +117,17 @@ const Array& class_ids(int64_t classes, Device d) {
 }
 
 /// Cross entropy of (N, C) logits against integer labels with label smoothing `ls`, per row, as one function
-/// whose forward is one fused kernel (each row's logsumexp, and its mean when smoothing) and whose gradient is
-/// another, (softmax - smoothed one-hot) * g, instead of the ~20 kernels of the composed ops. The label's score
-/// is gathered before the kernel (N values): comparing every column with the label would be a whole pass over
-/// the logits more; without smoothing the mean's pass is skipped too.
+/// whose forward is one fused kernel (each row's logsumexp, its label's score and its mean) and whose gradient
+/// is another, (softmax - smoothed one-hot) * g, instead of the ~20 kernels of the composed ops.
 Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
-  // keepdims: a staged (one pass per row) kernel takes reductions over the last axis in their (N, 1) form only;
-  // (N,) would broadcast against (N, C) from the right, so the graph would run op by op.
   static const auto forward = fuse(
-      [](auto x, auto picked) {
+      // keepdims: a staged (one pass per row) kernel takes reductions over the last axis in their (N, 1) form
+      // only; (N,) would broadcast against (N, C) from the right, so the graph would run op by op.
+      [](auto x, auto ids, auto label, auto keep, auto ls) {
         auto lse = logsumexp(x, 1, true);
-        return std::tuple{lse - picked, lse};
+        return std::tuple{lse - sum(where(ids == label, x, 0.0), 1, true) * keep - mean(x, 1, true) * ls, lse};
       },
       "cross_entropy");
-  static const auto forward_smoothed = fuse(
-      [](auto x, auto picked, auto keep, auto ls) {
-        auto lse = logsumexp(x, 1, true);
-        return std::tuple{lse - picked * keep - mean(x, 1, true) * ls, lse};
-      },
-      "cross_entropy_smoothed");
   static const auto backward = fuse(
       [](auto x, auto lse, auto ids, auto label, auto g, auto keep, auto ls_over_c) {
         auto e = exp(x - lse);
@@ -148,11 +140,7 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   AutogradFunction f{
       "CrossEntropyBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
-        // (N, 1): each row's score of its label, gathered by flat index (take_along_axis would build indices
-        // of the logits' size); a strided view of the logits takes the general gather.
-        const Array picked = in[0].is_contiguous() ? pick(in[0], labels).reshape({n, 1})
-                                                   : take_along_axis(in[0], label, 1);
-        auto [loss, lse] = ls == 0.0 ? forward(in[0], picked) : forward_smoothed(in[0], picked, 1.0 - ls, ls);
+        auto [loss, lse] = forward(in[0], ids, label, 1.0 - ls, ls);
         saved = {in[0], lse};
         return loss.reshape({n});
       },
