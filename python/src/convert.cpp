@@ -204,4 +204,16 @@ nb::object export_ndarray(const Array& a) {
   return nb::cast(nd);
 }
 
+nb::dict state_to_dict(const nn::StateDict& state) {
+  nb::dict out;
+  for (const auto& [name, value] : state) out[name.c_str()] = value;
+  return out;
+}
+
+nn::StateDict dict_to_state(nb::dict state) {
+  nn::StateDict out;
+  for (auto [name, value] : state) out.insert(nb::cast<std::string>(name), to_array(value));
+  return out;
+}
+
 }  // namespace kiln::python

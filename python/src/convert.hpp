@@ -62,6 +62,10 @@ bool try_operand(nb::handle obj, PyOperand& out, std::optional<Device> device = 
 /// to_array for an operand that meets `other`: a kiln array as it is, anything else made on other's device.
 Array to_array_near(nb::handle obj, const Array& other);
 
+/// A state dict as a Python dict {name: Array} in its order, and back (values: anything to_array takes).
+nb::dict state_to_dict(const nn::StateDict& state);
+nn::StateDict dict_to_state(nb::dict state);
+
 /// The array as a nanobind ndarray object (framework array_api) sharing its memory (it keeps the array alive): NumPy views it
 /// through the buffer protocol (DLPack consumers get kiln's own capsules: dlpack.hpp).
 nb::object export_ndarray(const Array& a);

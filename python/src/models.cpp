@@ -17,18 +17,6 @@
 namespace kiln::python {
 namespace {
 
-nb::dict state_to_dict(const nn::StateDict& state) {
-  nb::dict out;
-  for (const auto& [name, value] : state) out[name.c_str()] = value;
-  return out;
-}
-
-nn::StateDict dict_to_state(nb::dict state) {
-  nn::StateDict out;
-  for (auto [name, value] : state) out.insert(nb::cast<std::string>(name), to_array(value));
-  return out;
-}
-
 // A prompt as token ids: a sequence of ints, or a 1-d integer array (kiln's or NumPy's).
 std::vector<int64_t> to_tokens(TokensLike prompt) {
   nb::object list = nb::borrow(prompt);

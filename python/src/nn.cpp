@@ -125,15 +125,9 @@ void bind_nn(nb::module_& m) {
           return self.to(*to_optional_device(target));
         return self.to(to_dtype(target));
       }, "device_or_dtype"_a, nb::rv_policy::reference)
-      .def("state_dict", [](const nn::Module& self) {
-        nb::dict out;
-        for (const auto& [name, value] : self.state_dict()) out[name.c_str()] = value;
-        return out;
-      })
+      .def("state_dict", [](const nn::Module& self) { return state_to_dict(self.state_dict()); })
       .def("load_state_dict", [](nn::Module& self, nb::dict state, bool strict) {
-        nn::StateDict sd;
-        for (auto [name, value] : state) sd.insert(nb::cast<std::string>(name), to_array(value));
-        self.load_state_dict(sd, strict);
+        self.load_state_dict(dict_to_state(state), strict);
       }, "state_dict"_a, "strict"_a = true)
       .def("__repr__", &nn::Module::repr);
 
@@ -182,8 +176,7 @@ void bind_nn(nb::module_& m) {
     return nn::binary_cross_entropy_with_logits(x, to_array(y), to_reduction(reduction));
   }, "input"_a, "target"_a, "reduction"_a = "mean");
   nn.def("save_safetensors", [](const std::string& path, nb::dict state, nb::handle metadata) {
-    nn::StateDict sd;
-    for (auto [name, value] : state) sd.insert(nb::cast<std::string>(name), to_array(value));
+    const nn::StateDict sd = dict_to_state(state);
     std::vector<std::pair<std::string, std::string>> meta;
     if (!metadata.is_none())
       for (auto [key, value] : nb::cast<nb::dict>(metadata))

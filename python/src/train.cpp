@@ -22,18 +22,6 @@ namespace {
 
 using LossCallable = std::optional<std::function<Array(const Array&, const Array&)>>;
 
-nb::dict to_dict(const nn::StateDict& state) {
-  nb::dict out;
-  for (const auto& [name, value] : state) out[name.c_str()] = value;
-  return out;
-}
-
-nn::StateDict from_dict(nb::dict state) {
-  nn::StateDict sd;
-  for (auto [name, value] : state) sd.insert(nb::cast<std::string>(name), to_array(value));
-  return sd;
-}
-
 train::NonFiniteLoss to_non_finite(const std::string& name) {
   if (name == "keep_going") return train::NonFiniteLoss::keep_going;
   if (name == "skip") return train::NonFiniteLoss::skip;
@@ -76,10 +64,10 @@ PyType_Slot lambda_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(lambda_tr
 void bind_schedules(nb::module_& optim) {
   nb::handle optimizer = nb::type<optim::Optimizer>();
   optimizer.attr("state_dict") = nb::cpp_function(
-      [](const optim::Optimizer& o) { return to_dict(o.state_dict()); }, nb::is_method(), nb::name("state_dict"),
+      [](const optim::Optimizer& o) { return state_to_dict(o.state_dict()); }, nb::is_method(), nb::name("state_dict"),
       "The optimizer's state: lr, step, its kind and the per-parameter buffers (exp_avg.3, ...).");
   optimizer.attr("load_state_dict") = nb::cpp_function(
-      [](optim::Optimizer& o, nb::dict state) { o.load_state_dict(from_dict(state)); }, nb::is_method(),
+      [](optim::Optimizer& o, nb::dict state) { o.load_state_dict(dict_to_state(state)); }, nb::is_method(),
       nb::name("load_state_dict"), "state_dict"_a,
       "Restores a state_dict() of an optimizer of the same kind over as many parameters (ValueError otherwise).");
 
@@ -90,8 +78,8 @@ void bind_schedules(nb::module_& optim) {
       .def("lr_at", &optim::LRScheduler::lr_at, "count"_a)
       .def_prop_ro("last_epoch", &optim::LRScheduler::count)
       .def_prop_ro("base_lrs", [](const optim::LRScheduler& s) { return std::vector<double>{s.base_lr()}; })
-      .def("state_dict", [](const optim::LRScheduler& s) { return to_dict(s.state_dict()); })
-      .def("load_state_dict", [](optim::LRScheduler& s, nb::dict state) { s.load_state_dict(from_dict(state)); },
+      .def("state_dict", [](const optim::LRScheduler& s) { return state_to_dict(s.state_dict()); })
+      .def("load_state_dict", [](optim::LRScheduler& s, nb::dict state) { s.load_state_dict(dict_to_state(state)); },
            "state_dict"_a);
   nb::class_<optim::StepLR, optim::LRScheduler>(optim, "StepLR", "lr = base * gamma ** (count // step_size).")
       .def(nb::init<optim::Optimizer&, int64_t, double>(), "optimizer"_a, "step_size"_a, "gamma"_a = 0.1,
@@ -137,8 +125,8 @@ void bind_schedules(nb::module_& optim) {
       .def("get_scale", &optim::GradScaler::get_scale)
       .def_prop_ro("found_inf", &optim::GradScaler::found_inf)
       .def_prop_ro("skipped_steps", &optim::GradScaler::skipped_steps)
-      .def("state_dict", [](const optim::GradScaler& s) { return to_dict(s.state_dict()); })
-      .def("load_state_dict", [](optim::GradScaler& s, nb::dict state) { s.load_state_dict(from_dict(state)); },
+      .def("state_dict", [](const optim::GradScaler& s) { return state_to_dict(s.state_dict()); })
+      .def("load_state_dict", [](optim::GradScaler& s, nb::dict state) { s.load_state_dict(dict_to_state(state)); },
            "state_dict"_a);
 }
 
