@@ -26,6 +26,8 @@ void bind_linalg(nb::module_& m);
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
 void bind_nn(nb::module_& m);
+/// kiln.nn.init: torch.nn.init's initialisers (nn_init.cpp; after bind_nn).
+void bind_nn_init(nb::module_& m);
 /// Conv2d, pooling, BatchNorm2d, attention, transformer and recurrent layers of kiln.nn (nn_layers.cpp; after bind_nn).
 void bind_nn_layers(nb::module_& m);
 /// kiln.optim's schedules and GradScaler, optimizer state dicts, and kiln.train (train.cpp; after bind_nn).

@@ -149,6 +149,7 @@ NB_MODULE(_kiln, m) {
   bind_gpu(m);
   bind_data(m);
   bind_nn(m);
+  bind_nn_init(m);
   bind_nn_layers(m);
   bind_train(m);
   bind_memory(m);
