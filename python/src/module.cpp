@@ -154,4 +154,5 @@ NB_MODULE(_kiln, m) {
   bind_train(m);
   bind_memory(m);
   bind_models(m);
+  bind_module_gc(m);
 }
