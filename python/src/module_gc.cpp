@@ -59,10 +59,12 @@ void for_each_owned_child(nn::Module& m, const Children& children, F&& f) {
   }
 }
 
-// Every bound module type derives from nn::Module through single inheritance, so the instance's pointer is the
-// Module's.
+// The module of an instance that owns it (made from Python: destroyed with the instance, and any C++ holder keeps
+// the instance alive); none for a wrapper of a module C++ owns, whose children outlive the wrapper. Every bound
+// module type derives from nn::Module through single inheritance, so the instance's pointer is the Module's.
 nn::Module* module_of(PyObject* self) {
-  return nb::inst_ready(self) ? nb::inst_ptr<nn::Module>(self) : nullptr;
+  const auto [ready, owned] = nb::inst_state(self);
+  return ready && owned ? nb::inst_ptr<nn::Module>(self) : nullptr;
 }
 
 int module_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -98,24 +100,32 @@ int module_clear(PyObject* self) {
   return nanobind_clear(self);
 }
 
+// Gives every module type of `scope` and its submodules the collector's view above.
+void install_module_gc(nb::handle scope, PyTypeObject* base) {
+  const std::string prefix = nb::cast<std::string>(scope.attr("__name__")) + ".";
+  for (nb::handle value : nb::borrow<nb::dict>(scope.attr("__dict__")).values()) {
+    if (PyModule_Check(value.ptr())) {  // its own submodules only (kiln._kiln.nn, kiln._kiln.nn.init), no others
+      if (nb::cast<std::string>(value.attr("__name__")).rfind(prefix, 0) == 0) install_module_gc(value, base);
+      continue;
+    }
+    if (!PyType_Check(value.ptr())) continue;
+    auto* type = reinterpret_cast<PyTypeObject*>(value.ptr());
+    if (!PyType_IsSubtype(type, base) || type->tp_traverse == module_traverse) continue;
+    if (type->tp_traverse != nanobind_traverse || type->tp_clear != nanobind_clear)
+      throw std::logic_error(std::string("kiln: module type ") + type->tp_name + " has GC slots of its own");
+    type->tp_traverse = module_traverse;
+    type->tp_clear = module_clear;
+  }
+}
+
 }  // namespace
 
 void bind_module_gc(nb::module_& m) {
   auto* base = reinterpret_cast<PyTypeObject*>(nb::type<nn::Module>().ptr());
   nanobind_traverse = base->tp_traverse;
   nanobind_clear = base->tp_clear;
-  // Types made later (Python subclasses) inherit the slots; every C++ module type is bound by now.
-  for (const char* submodule : {"nn", "models"}) {
-    for (nb::handle value : nb::borrow<nb::dict>(m.attr(submodule).attr("__dict__")).values()) {
-      if (!PyType_Check(value.ptr())) continue;
-      auto* type = reinterpret_cast<PyTypeObject*>(value.ptr());
-      if (!PyType_IsSubtype(type, base)) continue;
-      if (type->tp_traverse != nanobind_traverse || type->tp_clear != nanobind_clear)
-        throw std::logic_error(std::string("kiln.nn: module type ") + type->tp_name + " has its own GC slots");
-      type->tp_traverse = module_traverse;
-      type->tp_clear = module_clear;
-    }
-  }
+  // Python subclasses made later inherit the slots; every C++ module type is bound by now.
+  install_module_gc(m, base);
 }
 
 }  // namespace kiln::python
