@@ -100,6 +100,9 @@ def test_initialises_a_modules_parameters_in_place_without_recording():
     np.testing.assert_array_equal(lin.state_dict()["weight"].numpy(), np.zeros((3, 4), np.float32))
     np.testing.assert_array_equal(lin(kiln.ones((2, 4))).numpy(), np.full((2, 3), 0.5, np.float32))
     assert lin.weight.requires_grad and lin.weight.grad is None
+    init.trunc_normal_(lin.weight, std=0.02, a=-0.04, b=0.04, generator=kiln.random.default_rng(1))
+    weight = lin.state_dict()["weight"].numpy()
+    assert np.abs(weight).max() <= 0.04 and weight.std() > 0.005
 
 
 def test_a_generator_draws_reproducibly_apart_from_the_global_stream():
