@@ -129,3 +129,15 @@ def test_bad_arguments_are_value_errors():
         init.calculate_gain("swish")
     with pytest.raises(ValueError, match="a < b"):
         init.trunc_normal_(kiln.zeros(3), a=1.0, b=-1.0)
+
+
+def test_submodules_import_as_torchs_do():
+    import importlib
+
+    import kiln.nn.init as init_module
+    from kiln.nn import init
+    from kiln.optim import SGD  # noqa: F401
+
+    assert init is kiln.nn.init and init_module is kiln.nn.init
+    assert importlib.import_module("kiln.nn.init") is kiln.nn.init
+    assert importlib.import_module("kiln.linalg") is kiln.linalg
