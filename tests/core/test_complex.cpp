@@ -302,6 +302,10 @@ TEST(ComplexErrors, OpsNumPyDoesNotDefineNameTheOpAndTheDtype) {
   expect_error<DTypeError>([&] { (void)var(z); }, {"var", "complex64"});
   expect_error<DTypeError>([&] { (void)argmax(z); }, {"argmax", "complex64"});
   expect_error<DTypeError>([&] { (void)cumsum(z, 0); }, {"complex64"});
+  expect_error<DTypeError>([&] { (void)sort(z); }, {"complex64", "Complex numbers"});
+  expect_error<DTypeError>([&] { (void)quantile(z, 0.5); }, {"complex64"});
+  expect_error<DTypeError>([&] { (void)linalg::inv(z.reshape({1, 1})); }, {"linalg::inv", "complex64"});
+  expect_error<DTypeError>([&] { (void)linalg::norm(z); }, {"norm", "complex64", "abs(a)"});
   expect_error<DTypeError>([&] { (void)z.set_requires_grad(); }, {"complex64"});  // autograd: real arrays only
 }
 
