@@ -128,7 +128,9 @@ class DonorScope {
 // comment in ops.def for kiln's choices. Unary ops also take a temporary, whose memory may hold the result.
 // Throw DTypeError for dtypes the op rejects (bitwise ops on floats, subtract/negative on bool),
 // ShapeError when shapes do not broadcast, DeviceError for operands on different devices.
-// Asynchronous on a GPU. The ops beyond NumPy's, for neural networks (float results; integer inputs
+// Asynchronous on a GPU.
+/// signbit(x): the sign bit, so true for -0.0 and -NaN, which no comparison sees (x < 0 for integers).
+// The ops beyond NumPy's, for neural networks (float results; integer inputs
 // compute in float as exp does):
 /// erf(x): the error function.
 /// softplus(x) = log(1 + exp(x)), computed as log1p(exp(-|x|)) + max(x, 0): no overflow for large x.

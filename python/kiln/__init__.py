@@ -92,5 +92,22 @@ def _kiln_module():
     return sys.modules[__name__]
 
 
+def _register_submodules(module, prefix):
+    """The extension's submodules (kiln.nn, kiln.nn.init, kiln.optim...) in sys.modules, so that
+    `import kiln.nn.init` and `from kiln.nn import init` work as they do for torch.nn.init."""
+    import sys
+    import types
+
+    for name in dir(module):
+        sub = getattr(module, name)
+        if name.startswith("_") or not isinstance(sub, types.ModuleType):
+            continue
+        full = prefix + "." + name
+        if sys.modules.setdefault(full, sub) is sub:
+            _register_submodules(sub, full)
+
+
+_register_submodules(_kiln, __name__)
+
 __all__ += ["no_grad", "enable_grad", "newaxis", "get_array_module"]
 

@@ -21,8 +21,8 @@ _UNARY = {
     "ceil": "ceil", "cos": "cos", "cosh": "cosh", "exp": "exp", "expm1": "expm1", "floor": "floor",
     "isfinite": "isfinite", "isinf": "isinf", "isnan": "isnan", "log": "log", "log1p": "log1p", "log2": "log2",
     "log10": "log10", "logical_not": "logical_not", "negative": "negative", "round": "round", "sign": "sign",
-    "sin": "sin", "sinh": "sinh", "square": "square", "sqrt": "sqrt", "tan": "tan", "tanh": "tanh",
-    "trunc": "trunc",
+    "signbit": "signbit", "sin": "sin", "sinh": "sinh", "square": "square", "sqrt": "sqrt", "tan": "tan",
+    "tanh": "tanh", "trunc": "trunc",
 }
 _BINARY = {
     "add": "add", "atan2": "arctan2", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
@@ -101,14 +101,6 @@ def asinh(x, /):
 @_export
 def atanh(x, /):
     return 0.5 * _k.log1p(2 * x / (1 - x))
-
-
-@_export
-def signbit(x, /):
-    # x < 0, and -0.0 through 1 / x (= -inf); NaN's sign bit is not reachable from arithmetic.
-    if x.dtype in (_k.float32, _k.float64):
-        return _k.logical_or(x < 0, _k.logical_and(x == 0, (1 / x) < 0))
-    return x < 0
 
 
 @_export

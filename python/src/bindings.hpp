@@ -26,6 +26,8 @@ void bind_linalg(nb::module_& m);
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).
 void bind_nn(nb::module_& m);
+/// kiln.nn.init: torch.nn.init's initialisers (nn_init.cpp; after bind_nn).
+void bind_nn_init(nb::module_& m);
 /// Conv2d, pooling, BatchNorm2d, attention, transformer and recurrent layers of kiln.nn (nn_layers.cpp; after bind_nn).
 void bind_nn_layers(nb::module_& m);
 /// kiln.optim's schedules and GradScaler, optimizer state dicts, and kiln.train (train.cpp; after bind_nn).
@@ -44,6 +46,8 @@ void bind_data(nb::module_& m);
 void bind_text(nb::module_& m);
 /// kiln.models: resnet18/34/50/101 (models.cpp; after bind_nn, whose Module they derive from).
 void bind_models(nb::module_& m);
+/// The garbage collector's view of the children of every kiln.nn / kiln.models module type (module_gc.cpp; last).
+void bind_module_gc(nb::module_& m);
 /// pin_memory() and is_pinned on kiln.Array (gpu.cpp).
 void bind_pinned_methods(nb::class_<Array>& cls);
 /// kiln.random, autograd switches and the device runtime (runtime.cpp).

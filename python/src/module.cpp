@@ -149,8 +149,10 @@ NB_MODULE(_kiln, m) {
   bind_gpu(m);
   bind_data(m);
   bind_nn(m);
+  bind_nn_init(m);
   bind_nn_layers(m);
   bind_train(m);
   bind_memory(m);
   bind_models(m);
+  bind_module_gc(m);
 }

@@ -12,7 +12,12 @@ from kiln import __main__ as main
 
 
 def run_module(args, env_updates, cwd):
-    env = dict(os.environ, **env_updates)
+    # The child runs in another folder: it finds kiln where this process did (a relative PYTHONPATH would not).
+    import kiln
+
+    path = [os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))]
+    path += [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, **env_updates, PYTHONPATH=os.pathsep.join(path))
     return subprocess.run([sys.executable, "-m", "kiln", *args], env=env, cwd=cwd, capture_output=True, text=True)
 
 

@@ -29,7 +29,7 @@ EXTRA = {
     "gelu_tanh": lambda v: 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3))),
     "silu": lambda v: v / (1.0 + np.exp(-v)),
 }
-BOOL_RESULT = {"logical_not", "isnan", "isinf", "isfinite"}
+BOOL_RESULT = {"logical_not", "isnan", "isinf", "isfinite", "signbit"}
 INTEGER_ONLY = {"bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor"}
 
 
@@ -53,6 +53,22 @@ def test_unary_op_matches_reference(name, device):
     else:
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_signbit_reads_the_sign_of_zeros_and_nans(dtype, device):
+    values = np.array([-0.0, 0.0, -np.nan, np.nan, -np.inf, np.inf, -2.5, 3.0], dtype)
+    assert np.signbit(values[2]) and not np.signbit(values[3])  # the NaNs keep their signs in NumPy's cast
+    got = kiln.signbit(kiln.asarray(values, device=device)).numpy()
+    np.testing.assert_array_equal(got, [True, False, True, False, True, False, True, False])
+
+
+def test_signbit_of_integers_and_bool_is_x_below_zero(device):
+    ints = np.array([-128, -1, 0, 1, 127], np.int8)
+    np.testing.assert_array_equal(kiln.signbit(kiln.asarray(ints, device=device)).numpy(), np.signbit(ints))
+    np.testing.assert_array_equal(kiln.signbit(kiln.asarray(np.array([255, 0], np.uint8), device=device)).numpy(),
+                                  [False, False])
+    np.testing.assert_array_equal(kiln.signbit(kiln.asarray([True, False], device=device)).numpy(), [False, False])
 
 
 @pytest.mark.parametrize("name", BINARY)

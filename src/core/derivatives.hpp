@@ -55,9 +55,10 @@ auto silu_grad(const T& a) {
 }
 
 // The backward of the activations, each as one fused function of the incoming gradient g and the op's input a
-// (or output): one kernel on a GPU and one pass on the CPU instead of a dozen array-sized temporaries, with the
-// bits of the formulas above (fuse rounds float16/bfloat16 intermediates where the unfused ops do). With grad
-// mode on and an argument requiring grad (double backward) fuse runs the same ops one by one, recorded.
+// (or output): one kernel on a GPU and one pass on the CPU instead of a dozen array-sized temporaries. float16
+// and bfloat16 arguments are computed in float32 and rounded once (as PyTorch's backward kernels), so these
+// equal the formulas below applied to the float32 values, cast back. With grad mode on and an argument
+// requiring grad (double backward) fuse runs the same ops one by one, recorded.
 /// g * gelu_grad(a).
 Array gelu_backward(const Array& g, const Array& a);
 /// g * gelu_tanh_grad(a).

@@ -36,6 +36,17 @@ bool is_injective(const Shape& shape, const Shape& strides) {
   return true;
 }
 
+/// True when (shape, strides) is the row-major layout of shape (axes of extent 1 may have any stride).
+bool is_row_major(const Shape& shape, const Shape& strides) {
+  int64_t expected = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
 /// The node of a view of `base` (the first array of a chain of views that is not itself a view: a view of a
 /// view records against it, so the chain collapses). Its gradient: the view's gradient written through the
 /// view's geometry into zeros of the base's storage extent, read back through the base's geometry.
@@ -54,7 +65,14 @@ struct ViewNode : detail::Node {
       const int64_t reach = (v.base_shape[d] - 1) * v.base_strides[d];
       (reach < 0 ? lo : hi) += reach;
     }
-    Array buffer = zeros({hi - lo + 1}, grad.dtype(), grad.device());
+    // A view that reaches every element of its extent exactly once (a reshape, a transpose, a whole-array
+    // view) needs no zeros under it; a reshape of the row-major base is the gradient itself, reshaped back.
+    const bool covers = grad.size() == hi - lo + 1 && is_injective(grad.shape(), v.view_strides);
+    if (covers && v.view_offset == v.base_offset && is_row_major(grad.shape(), v.view_strides) &&
+        is_row_major(v.base_shape, v.base_strides))
+      return {grad.reshape(v.base_shape)};
+    Array buffer = covers ? empty({hi - lo + 1}, grad.dtype(), grad.device())
+                          : zeros({hi - lo + 1}, grad.dtype(), grad.device());
     if (grad.size() > 0) as_strided(buffer, grad.shape(), v.view_strides, v.view_offset - lo).assign(grad);
     return {as_strided(buffer, v.base_shape, v.base_strides, v.base_offset - lo)};
   }

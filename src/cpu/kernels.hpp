@@ -190,6 +190,12 @@ template <class T> inline bool isfinite(T a) {
   else if constexpr (std::is_floating_point_v<T>) return std::isfinite(a);
   else return true;
 }
+// The sign bit itself, so -0.0 and -NaN count as negative (no comparison sees them); integers: a < 0 (NumPy).
+template <class T> inline bool signbit(T a) {
+  if constexpr (std::is_floating_point_v<T>) return std::signbit(a);
+  else if constexpr (std::is_signed_v<T>) return a < T(0);
+  else return false;
+}
 template <class T> inline T bitwise_not(T a) {
   if constexpr (std::is_same_v<T, bool>) return !a;
   else return static_cast<T>(~a);

@@ -143,5 +143,41 @@ TEST(Amp, AutocastCachesParameterCastsWithoutGradients) {
   }
 }
 
+
+// Under autocast, cross entropy of low-precision logits with integer labels reads them as they are and widens
+// them inside its kernels: the loss and the logits' gradient must be the bits of the float32 path (a cast first,
+// the cast's backward rounding the float32 gradient), with and without label smoothing.
+TEST(Amp, CrossEntropyOfLowPrecisionLogitsEqualsTheFloat32PathBitForBit) {
+  for (Device d : harness::backends())
+    for (DType low : {bfloat16, float16})
+      for (double ls : {0.0, 0.1}) {
+        const Array logits = (random::normal({37, 301}, 0.0, 3.0, float32, d)).astype(low);
+        const Array labels = random::randint(0, 301, {37}, int64, d);
+        Array widened = logits.copy(), cast = logits.copy();
+        widened.set_requires_grad(true);
+        cast.set_requires_grad(true);
+        Array loss_widened, loss_cast;
+        {
+          AutocastGuard amp(low);
+          loss_widened = nn::cross_entropy(widened, labels, nn::Reduction::Sum, ls);
+          loss_cast = nn::cross_entropy(cast.astype(float32), labels, nn::Reduction::Sum, ls);
+        }
+        const std::string what = d.str() + " " + std::string(dtype_name(low)) + " ls " + std::to_string(ls);
+        EXPECT_EQ(loss_widened.dtype(), float32) << what;
+        EXPECT_EQ(loss_widened.item<float>(), loss_cast.item<float>()) << what;
+        (loss_widened * 0.37).backward();
+        (loss_cast * 0.37).backward();
+        ASSERT_EQ(widened.grad().dtype(), low) << what;
+        EXPECT_TRUE(all(widened.grad() == cast.grad()).item<bool>()) << what;
+        EXPECT_GT(max(abs(widened.grad().astype(float32))).item<float>(), 0.0f) << what;
+        // and against float64 on the same (rounded) logits: the loss within float32's rounding
+        const Array x = logits.astype(float64);
+        const Array lse = log(sum(exp(x - max(x, 1, true)), 1)) + max(x, 1);
+        const Array picked = take_along_axis(x, labels.reshape({37, 1}), 1).reshape({37});
+        const double ref = sum(lse - picked * (1.0 - ls) - mean(x, 1) * ls).item<double>();
+        EXPECT_NEAR(loss_widened.item<float>(), ref, 1e-5 * std::abs(ref)) << what;
+      }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -210,6 +210,38 @@ TEST(AutogradReduce, ProdWithZerosAndMaxTiesMatchHandValues) {
 }
 
 // ---------------------------------------------------------------- views, joins, gathers, conversions
+// A view's gradient lands in its base: with no zeros under a view that reaches every element (reshape,
+// transpose, flip), with zeros where a view does not reach (strided slices and windows, a broadcast row).
+TEST(AutogradViews, GradientsThroughCoveringAndPartialViewsAreExact) {
+  for (Device d : harness::backends()) {
+    const std::vector<float> w{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // upstream weights, one per element
+    auto grad_of = [&](const std::function<Array(const Array&)>& view) {
+      Array x = arange(12, float32, d).reshape({3, 4});
+      x.set_requires_grad(true);
+      const Array y = view(x * 1.0);  // a non-leaf base: the view records against x * 1.0
+      sum(y * from_data(std::vector<float>(w.begin(), w.begin() + y.size()), y.shape(), d)).backward();
+      return x.grad().to(cpu()).to_vector<float>();
+    };
+    // reshape: element i of the view is element i of the base
+    EXPECT_EQ(grad_of([](const Array& a) { return a.reshape({6, 2}); }), w) << d.str();
+    // transpose (4, 3): view element (j, i) is base element (i, j)
+    EXPECT_EQ(grad_of([](const Array& a) { return a.T(); }),
+              (std::vector<float>{1, 4, 7, 10, 2, 5, 8, 11, 3, 6, 9, 12})) << d.str();
+    // a flip of the rows: the base's row r gets the view's row 2 - r
+    EXPECT_EQ(grad_of([](const Array& a) { return a.slice(0, std::nullopt, std::nullopt, -1); }),
+              (std::vector<float>{9, 10, 11, 12, 5, 6, 7, 8, 1, 2, 3, 4})) << d.str();
+    // every other column: the others get zeros
+    EXPECT_EQ(grad_of([](const Array& a) { return a.slice(1, std::nullopt, std::nullopt, 2); }),
+              (std::vector<float>{1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0})) << d.str();
+    // windows of 3 every 4 elements of the flat 12: the fourth of each gets zero
+    EXPECT_EQ(grad_of([](const Array& a) { return as_strided(a, {3, 3}, {4, 1}); }),
+              (std::vector<float>{1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0})) << d.str();
+    // row 0 broadcast to 3 rows: its gradient is the column sums, the other rows get zeros
+    EXPECT_EQ(grad_of([](const Array& a) { return a.slice(0, 0, 1).broadcast_to({3, 4}); }),
+              (std::vector<float>{15, 18, 21, 24, 0, 0, 0, 0, 0, 0, 0, 0})) << d.str();
+  }
+}
+
 TEST(AutogradViews, EveryViewAndJoinPassesGradcheck) {
   for (Device d : devices()) {
     const Array x = values({2, 3, 4}, -1, 1, 1, d);

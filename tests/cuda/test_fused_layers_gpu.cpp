@@ -47,6 +47,45 @@ TEST(FusedLayersGpu, cross_entropy_over_50304_classes_makes_no_logit_sized_tempo
   EXPECT_LT(max_rel_diff(x.grad(), xc.grad()), 1e-6);
 }
 
+// Under autocast, bfloat16 logits are read as they are and widened inside the kernels: no float32 copy of the
+// logits (2x their size) and no float32 gradient (2x again) before the cast's backward rounds it.
+TEST(FusedLayersGpu, autocast_cross_entropy_of_bfloat16_logits_makes_no_float32_copy) {
+  KILN_REQUIRE_GPU();
+  const Device g = gpu(0);
+  const int64_t n = 2048, c = 50304;
+  const Array host = random::normal({n, c}, 0.0, 3.0, float32, cpu()).astype(bfloat16);
+  const Array labels = random::randint(0, c, {n}, int64, cpu());
+  for (double ls : {0.0, 0.1}) {
+    Array x = host.to(g);
+    x.set_requires_grad(true);
+    const Array lg = labels.to(g);
+    synchronize(g);
+    const size_t before = cuda::memory_stats(g).allocated;
+    cuda::reset_peak_memory_stats(g);
+    Array loss;
+    {
+      AutocastGuard amp(bfloat16);
+      loss = nn::cross_entropy(x, lg, nn::Reduction::Mean, ls);
+    }
+    loss.backward();
+    synchronize(g);
+    const size_t logits = static_cast<size_t>(n * c) * 2;
+    EXPECT_EQ(x.grad().dtype(), bfloat16);
+    // The bfloat16 gradient and per-row arrays; the float32 path held 4x the logits' bytes at its peak.
+    EXPECT_LT(cuda::memory_stats(g).peak_allocated - before, logits + logits / 4) << "ls " << ls;
+    Array xc = host;
+    xc.set_requires_grad(true);
+    Array lc;
+    {
+      AutocastGuard amp(bfloat16);
+      lc = nn::cross_entropy(xc, labels, nn::Reduction::Mean, ls);
+    }
+    lc.backward();
+    EXPECT_LT(max_rel_diff(loss, lc), 1e-6) << "ls " << ls;
+    EXPECT_LT(max_rel_diff(x.grad(), xc.grad()), 1e-2) << "ls " << ls;
+  }
+}
+
 TEST(FusedLayersGpu, layer_norm_forward_and_backward_make_no_row_sized_temporaries) {
   KILN_REQUIRE_GPU();
   const Device g = gpu(0);

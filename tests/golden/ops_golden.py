@@ -64,7 +64,7 @@ class Op:
     domains: list  # one Domain per operand
     kind: str = "exact"  # "exact", "math" or "approx" (see the module docstring)
     extremes: bool = True  # integer min/max (and float specials) go into the inputs
-    large: list = None  # extra float specials (large |x|) injected after SPECIALS
+    large: list = None  # extra float specials (large |x|, signbit's -NaN) injected after SPECIALS
     mixed: list = field(default_factory=list)  # extra dtype combinations, one tuple per case
     int_scalar: int = 3
     float_scalar: float = 0.1
@@ -177,6 +177,8 @@ OPS = [
     unary("isnan", np.isnan, ALL),
     unary("isinf", np.isinf, ALL),
     unary("isfinite", np.isfinite, ALL),
+    # -NaN besides the specials' NaN: only the sign bit tells them apart
+    unary("signbit", np.signbit, ALL, large=[-np.nan]),
     unary("bitwise_not", np.bitwise_not, BITWISE),
     binary("add", np.add, ALL, mixed=ARITH_MIXED),
     binary("subtract", np.subtract, NUMERIC, mixed=ARITH_MIXED[:1] + ARITH_MIXED[2:]),

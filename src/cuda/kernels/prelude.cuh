@@ -352,6 +352,15 @@ __device__ __forceinline__ bool isfinite(T a) {
     return true;
 }
 template <class T>
+__device__ __forceinline__ bool signbit(T a) {
+  if constexpr (is_fp<T>)
+    return ::signbit(a);
+  else if constexpr (is_signed_int<T>)
+    return a < T(0);
+  else
+    return false;
+}
+template <class T>
 __device__ __forceinline__ T bitwise_not(T a) {
   if constexpr (is_bool<T>)
     return !a;
