@@ -1,21 +1,23 @@
-// Element types: the DType enum, the 16-bit float storage types, and NumPy 2
+// Element types: the DType enum, the 16-bit float and complex storage types, and NumPy 2
 // type promotion. dtype is data, not a template parameter.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <iosfwd>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace kiln {
 
 /// Element type of an Array. The order is fixed (it indexes tables).
 enum class DType : uint8_t {
-  Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64,
+  Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64, Complex64, Complex128,
 };
-inline constexpr int kNumDTypes = 10;
+inline constexpr int kNumDTypes = 12;
 
 inline constexpr DType bool_ = DType::Bool;
 inline constexpr DType int8 = DType::Int8;
@@ -27,18 +29,25 @@ inline constexpr DType float16 = DType::Float16;
 inline constexpr DType bfloat16 = DType::BFloat16;
 inline constexpr DType float32 = DType::Float32;
 inline constexpr DType float64 = DType::Float64;
+inline constexpr DType complex64 = DType::Complex64;
+inline constexpr DType complex128 = DType::Complex128;
+
+/// Storage types of the complex dtypes: interleaved (real, imaginary), as NumPy, C and CUDA lay them out.
+using complex64_t = std::complex<float>;
+using complex128_t = std::complex<double>;
 
 /// Size of one element in bytes.
 constexpr int64_t itemsize(DType t) {
-  constexpr int64_t sizes[] = {1, 1, 2, 4, 8, 1, 2, 2, 4, 8};
+  constexpr int64_t sizes[] = {1, 1, 2, 4, 8, 1, 2, 2, 4, 8, 8, 16};
   return sizes[static_cast<int>(t)];
 }
 /// Canonical NumPy name ("float32", "bool", ...).
 std::string_view dtype_name(DType t);
 /// Writes dtype_name(t): "float32".
 std::ostream& operator<<(std::ostream& os, DType t);
-/// Parses "float32", "f4", "<f4", "int32", "i4", "bool", "?", "half", "bf16"...; throws DTypeError.
-/// Python type names mean what they mean in NumPy: "float" and "double" are float64, "int" and "long" int64.
+/// Parses "float32", "f4", "<f4", "int32", "i4", "bool", "?", "half", "bf16", "c8", "complex64"...; throws
+/// DTypeError. Python type names mean what they mean in NumPy: "float" and "double" are float64, "int" and
+/// "long" int64, "complex" complex128; PyTorch's "cfloat" is complex64 and "cdouble" complex128.
 DType parse_dtype(std::string_view name);
 /// The dtype parse_dtype reads from `name`, or nullopt for a name it does not know (never throws).
 std::optional<DType> find_dtype(std::string_view name);
@@ -50,15 +59,25 @@ constexpr bool is_integral(DType t) {  // bool excluded
   return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 || t == DType::UInt8;
 }
 constexpr bool is_signed_integral(DType t) { return is_integral(t) && t != DType::UInt8; }
+constexpr bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
+/// Floating or complex (NumPy's np.inexact).
+constexpr bool is_inexact(DType t) { return is_floating(t) || is_complex(t); }
+/// The dtype of a complex dtype's real and imaginary parts (complex64 -> float32); other dtypes map to themselves.
+constexpr DType real_dtype(DType t) {
+  return t == DType::Complex64 ? DType::Float32 : t == DType::Complex128 ? DType::Float64 : t;
+}
 
 /// NumPy 2 promotion of two array dtypes (np.promote_types). bfloat16 behaves like
 /// ml_dtypes: bfloat16+float16 -> float32, bfloat16+int8/uint8/bool -> bfloat16.
 DType promote_types(DType a, DType b);
 /// Smallest float type that holds `t` exactly, as NumPy picks for exp/sin/sqrt...
-/// (bool/int8/uint8 -> float16, int16 -> float32, int32/int64 -> float64).
+/// (bool/int8/uint8 -> float16, int16 -> float32, int32/int64 -> float64; complex dtypes keep theirs).
 DType float_result_type(DType t);
+/// Smallest complex type that holds `t` exactly: float64, int32 and int64 -> complex128, other real dtypes
+/// -> complex64 (np.promote_types(t, complex64)); complex dtypes keep theirs.
+DType complex_result_type(DType t);
 /// True when a value of `from` converts to `to` without leaving its kind order
-/// (bool < integer < floating), i.e. NumPy's "same_kind" casting.
+/// (bool < integer < floating < complex), i.e. NumPy's "same_kind" casting.
 bool can_cast_same_kind(DType from, DType to);
 
 /// IEEE 754 binary16 storage type; arithmetic happens in float.
@@ -115,10 +134,20 @@ template <> constexpr DType dtype_of<Half>() { return DType::Float16; }
 template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
 template <> constexpr DType dtype_of<float>() { return DType::Float32; }
 template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<complex64_t>() { return DType::Complex64; }
+template <> constexpr DType dtype_of<complex128_t>() { return DType::Complex128; }
 
-/// Calls f(T{}) with the C++ type of `t` (Half/BFloat16 for the 16-bit floats).
+namespace detail {
+/// Throws DTypeError: `t` (complex) reached code written for real dtypes only.
+[[noreturn]] void throw_no_complex(DType t);
+}  // namespace detail
+
+/// Calls f(T{}) with the C++ type of `t` (Half/BFloat16 for the 16-bit floats). Real dtypes only: a complex
+/// `t` throws DTypeError (code that handles complex calls visit_any_dtype).
 template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
+    case DType::Complex64:
+    case DType::Complex128: detail::throw_no_complex(t);
     case DType::Bool: return f(bool{});
     case DType::Int8: return f(int8_t{});
     case DType::Int16: return f(int16_t{});
@@ -131,6 +160,13 @@ template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::Float64: break;
   }
   return f(double{});
+}
+
+/// visit_dtype over every dtype, complex64_t/complex128_t included.
+template <class F> decltype(auto) visit_any_dtype(DType t, F&& f) {
+  if (t == DType::Complex64) return f(complex64_t{});
+  if (t == DType::Complex128) return f(complex128_t{});
+  return visit_dtype(t, std::forward<F>(f));
 }
 
 }  // namespace kiln

@@ -95,6 +95,7 @@ class Operand {
  public:
   Operand(const Array& a) : array_(&a) {}  // NOLINT
   template <Arithmetic T> Operand(T v) : scalar_(v) {}  // NOLINT
+  template <std::floating_point F> Operand(std::complex<F> v) : scalar_(v) {}  // NOLINT: a complex scalar
   Operand(const Scalar& s) : scalar_(s) {}  // NOLINT
   bool is_array() const { return array_ != nullptr; }
   const Array& array() const { return *array_; }

@@ -210,6 +210,8 @@ const char* typestr(DType t) {
     case DType::Float16: return "<f2";
     case DType::BFloat16: return "<V2";  // no typestr for bfloat16: raw 2-byte values
     case DType::Float32: return "<f4";
+    case DType::Complex64: return "<c8";
+    case DType::Complex128: return "<c16";
     case DType::Float64: break;
   }
   return "<f8";

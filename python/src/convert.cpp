@@ -3,6 +3,7 @@
 
 #include "dlpack.hpp"
 
+#include <nanobind/stl/complex.h>
 #include <nanobind/stl/string.h>
 
 #include <string>
@@ -33,6 +34,8 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
     case DType::Float16: return make(C::Float, 16);
     case DType::BFloat16: return make(C::Bfloat, 16);
     case DType::Float32: return make(C::Float, 32);
+    case DType::Complex64: return make(C::Complex, 64);
+    case DType::Complex128: return make(C::Complex, 128);
     case DType::Float64: break;
   }
   return make(C::Float, 64);
@@ -137,6 +140,7 @@ nb::object scalar_to_python(const Scalar& s) {
   switch (s.kind()) {
     case Scalar::Kind::Bool: return nb::bool_(s.to_bool());
     case Scalar::Kind::Int: return nb::int_(s.to_int64());
+    case Scalar::Kind::Complex: return nb::cast(std::complex<double>(s.to_double(), s.imag()));
     case Scalar::Kind::Float: break;
   }
   return nb::float_(s.to_double());

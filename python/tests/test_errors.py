@@ -27,7 +27,7 @@ def test_dtype_errors_are_type_errors():
     with pytest.raises(TypeError):
         kiln.zeros(3, dtype=object())
     with pytest.raises(kiln.DTypeError):
-        kiln.zeros(3, dtype="complex128")
+        kiln.zeros(3, dtype="complex256")
 
 
 def test_device_errors():

@@ -177,6 +177,7 @@ Array& Array::fill(const Scalar& v) {
 
 Scalar Array::item_scalar() const {
   if (dtype_ == DType::Bool) return Scalar(item<bool>());
+  if (is_complex(dtype_)) return Scalar(item<complex128_t>());
   if (is_floating(dtype_)) return Scalar(item<double>());
   return Scalar(item<int64_t>());
 }
@@ -193,7 +194,9 @@ Array& Array::operator/=(const Scalar& o) { divide(*this, o, *this); return *thi
 namespace detail {
 void read_elements(const Array& a, DType as, void* dst, const char* op) {
   SyncOpScope scope(op);
-  Array host = a.detach().astype(as).to(cpu()).contiguous();
+  // Complex arrays convert on the CPU (GPUs have no complex kernels yet); others where they live.
+  Array host = is_complex(a.dtype()) || is_complex(as) ? a.detach().to(cpu()).astype(as).contiguous()
+                                                       : a.detach().astype(as).to(cpu()).contiguous();
   if (host.size() > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(host.nbytes()));
 }
 }  // namespace detail

@@ -20,6 +20,7 @@ DType default_dtype_for(const Scalar& v) {
     case Scalar::Kind::Bool: return DType::Bool;
     case Scalar::Kind::Int: return DType::Int64;
     case Scalar::Kind::Float: return DType::Float32;
+    case Scalar::Kind::Complex: return DType::Complex64;  // float32's complex, as PyTorch
   }
   return DType::Float32;
 }

@@ -201,6 +201,10 @@ DLDataType to_dlpack_dtype(DType dtype) {
       return make(kDLBfloat, 16);
     case DType::Float32:
       return make(kDLFloat, 32);
+    case DType::Complex64:
+      return make(kDLComplex, 64);
+    case DType::Complex128:
+      return make(kDLComplex, 128);
     case DType::Float64:
       break;
   }
@@ -219,14 +223,15 @@ DType from_dlpack_dtype(DLDataType d) {
     if (d.code == kDLBfloat && d.bits == 16) return DType::BFloat16;
     if (d.code == kDLFloat && d.bits == 32) return DType::Float32;
     if (d.code == kDLFloat && d.bits == 64) return DType::Float64;
+    if (d.code == kDLComplex && d.bits == 64) return DType::Complex64;
+    if (d.code == kDLComplex && d.bits == 128) return DType::Complex128;
   }
   const std::string what = d.lanes != 1           ? " is a vector type (lanes != 1)"
-                           : d.code == kDLComplex ? " is complex"
                            : d.code == kDLUInt    ? " is an unsigned integer wider than 8 bits"
                                                   : " is not one kiln holds";
   throw DTypeError("from_dlpack: DLPack dtype " + dtype_text(d) + what +
-                   "; kiln holds bool, int8-64, uint8, float16, bfloat16, float32 and float64: convert the tensor "
-                   "first (e.g. to int64 or float32)");
+                   "; kiln holds bool, int8-64, uint8, float16, bfloat16, float32, float64, complex64 and "
+                   "complex128: convert the tensor first (e.g. to int64 or float32)");
 }
 
 DLManagedTensorVersioned* to_dlpack_versioned(const Array& a, const DLPackExportOptions& options) {

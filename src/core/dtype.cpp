@@ -1,4 +1,4 @@
-// DType names, parsing, NumPy 2 promotion and IEEE half conversion.
+// DType names, parsing, NumPy 2 promotion (complex included) and IEEE half conversion.
 #include "kiln/dtype.hpp"
 
 #include <cmath>
@@ -11,7 +11,8 @@ namespace kiln {
 
 std::string_view dtype_name(DType t) {
   constexpr std::string_view names[] = {"bool",    "int8",     "int16",   "int32",   "int64",
-                                        "uint8",   "float16",  "bfloat16", "float32", "float64"};
+                                        "uint8",   "float16",  "bfloat16", "float32", "float64",
+                                        "complex64", "complex128"};
   return names[static_cast<int>(t)];
 }
 
@@ -31,6 +32,9 @@ std::optional<DType> find_dtype(std::string_view name) {
       {"half", DType::Float16},    {"bfloat16", DType::BFloat16}, {"bf16", DType::BFloat16},
       {"float32", DType::Float32}, {"f4", DType::Float32},    {"float", DType::Float64},
       {"float64", DType::Float64}, {"f8", DType::Float64},    {"double", DType::Float64},
+      {"complex64", DType::Complex64}, {"c8", DType::Complex64}, {"cfloat", DType::Complex64},
+      {"complex128", DType::Complex128}, {"c16", DType::Complex128}, {"complex", DType::Complex128},
+      {"cdouble", DType::Complex128},
   };
   for (const auto& a : aliases)
     if (n == a.text) return a.type;
@@ -40,28 +44,32 @@ std::optional<DType> find_dtype(std::string_view name) {
 DType parse_dtype(std::string_view name) {
   if (std::optional<DType> t = find_dtype(name)) return *t;
   throw DTypeError("parse_dtype: unknown dtype '" + std::string(name) +
-                   "'; use one of bool, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64");
+                   "'; use one of bool, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64, "
+                   "complex64, complex128");
 }
 
 namespace {
 // Promotion lattice of NumPy 2 (np.promote_types) over kiln's dtypes, with
-// bfloat16 placed as ml_dtypes does. Index order: b i1 i2 i4 i8 u1 f2 bf f4 f8.
+// bfloat16 placed as ml_dtypes does (bfloat16 + complex64 -> complex64, as float16).
+// Index order: b i1 i2 i4 i8 u1 f2 bf f4 f8 c8 c16.
 constexpr DType B = DType::Bool, I1 = DType::Int8, I2 = DType::Int16, I4 = DType::Int32, I8 = DType::Int64,
                 U1 = DType::UInt8, F2 = DType::Float16, BF = DType::BFloat16, F4 = DType::Float32,
-                F8 = DType::Float64;
+                F8 = DType::Float64, C8 = DType::Complex64, C16 = DType::Complex128;
 constexpr DType kPromote[kNumDTypes][kNumDTypes] = {
-    /* b  */ {B, I1, I2, I4, I8, U1, F2, BF, F4, F8},
-    /* i1 */ {I1, I1, I2, I4, I8, I2, F2, BF, F4, F8},
-    /* i2 */ {I2, I2, I2, I4, I8, I2, F4, F4, F4, F8},
-    /* i4 */ {I4, I4, I4, I4, I8, I4, F8, F8, F8, F8},
-    /* i8 */ {I8, I8, I8, I8, I8, I8, F8, F8, F8, F8},
-    /* u1 */ {U1, I2, I2, I4, I8, U1, F2, BF, F4, F8},
-    /* f2 */ {F2, F2, F4, F8, F8, F2, F2, F4, F4, F8},
-    /* bf */ {BF, BF, F4, F8, F8, BF, F4, BF, F4, F8},
-    /* f4 */ {F4, F4, F4, F8, F8, F4, F4, F4, F4, F8},
-    /* f8 */ {F8, F8, F8, F8, F8, F8, F8, F8, F8, F8},
+    /* b   */ {B, I1, I2, I4, I8, U1, F2, BF, F4, F8, C8, C16},
+    /* i1  */ {I1, I1, I2, I4, I8, I2, F2, BF, F4, F8, C8, C16},
+    /* i2  */ {I2, I2, I2, I4, I8, I2, F4, F4, F4, F8, C8, C16},
+    /* i4  */ {I4, I4, I4, I4, I8, I4, F8, F8, F8, F8, C16, C16},
+    /* i8  */ {I8, I8, I8, I8, I8, I8, F8, F8, F8, F8, C16, C16},
+    /* u1  */ {U1, I2, I2, I4, I8, U1, F2, BF, F4, F8, C8, C16},
+    /* f2  */ {F2, F2, F4, F8, F8, F2, F2, F4, F4, F8, C8, C16},
+    /* bf  */ {BF, BF, F4, F8, F8, BF, F4, BF, F4, F8, C8, C16},
+    /* f4  */ {F4, F4, F4, F8, F8, F4, F4, F4, F4, F8, C8, C16},
+    /* f8  */ {F8, F8, F8, F8, F8, F8, F8, F8, F8, F8, C16, C16},
+    /* c8  */ {C8, C8, C8, C16, C16, C8, C8, C8, C8, C16, C8, C16},
+    /* c16 */ {C16, C16, C16, C16, C16, C16, C16, C16, C16, C16, C16, C16},
 };
-int kind_rank(DType t) { return t == DType::Bool ? 0 : is_integral(t) ? 1 : 2; }
+int kind_rank(DType t) { return t == DType::Bool ? 0 : is_integral(t) ? 1 : is_floating(t) ? 2 : 3; }
 }  // namespace
 
 DType promote_types(DType a, DType b) { return kPromote[static_cast<int>(a)][static_cast<int>(b)]; }
@@ -78,7 +86,17 @@ DType float_result_type(DType t) {
   }
 }
 
+DType complex_result_type(DType t) { return promote_types(t, DType::Complex64); }
+
 bool can_cast_same_kind(DType from, DType to) { return kind_rank(from) <= kind_rank(to); }
+
+namespace detail {
+void throw_no_complex(DType t) {
+  throw DTypeError("dtype " + std::string(dtype_name(t)) +
+                   " is not supported by this operation; docs/numpy-users.md (Complex numbers) lists the ops that "
+                   "take complex arrays (convert with real(a), imag(a) or abs(a) for the others)");
+}
+}  // namespace detail
 
 float half_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

@@ -92,12 +92,21 @@ Scalar round_scalar(const Scalar& s, DType compute) {
     case DType::BFloat16:
       return Scalar(static_cast<double>(float(BFloat16(double_to_float_round_odd(s.to_double())))));
     case DType::Float32: return Scalar(static_cast<double>(static_cast<float>(s.to_double())));
+    case DType::Complex64: return Scalar(s.to<complex64_t>());
     default: return s;
   }
 }
 
 OpTypes op_types(OpCode op, DType p) {
   const OpInfo& info = op_info(op);
+  if (is_complex(p)) {
+    // One rule for every op NumPy (or PyTorch, for orderings) does not define on complex numbers.
+    if (!op_supports(op, p))
+      unsupported(op, p,
+                  "complex numbers have no order, rounding or bit pattern here; apply it to real(a), imag(a) or "
+                  "abs(a) (docs/numpy-users.md, Complex numbers)");
+    if (returns_real(op)) return {p, real_dtype(p)};
+  }
   switch (info.rule) {
     case TypeRule::Keep:
       if (p == DType::Bool) {
@@ -119,12 +128,12 @@ OpTypes op_types(OpCode op, DType p) {
       }
       return {p, p};
     case TypeRule::TrueDivide:
-      return is_floating(p) ? OpTypes{p, p} : OpTypes{DType::Float64, DType::Float64};
+      return is_inexact(p) ? OpTypes{p, p} : OpTypes{DType::Float64, DType::Float64};
     case TypeRule::Compare: return {p, DType::Bool};
     case TypeRule::Logical: return {DType::Bool, DType::Bool};
     case TypeRule::Predicate: return {p, DType::Bool};
     case TypeRule::Bitwise:
-      if (is_floating(p)) unsupported(op, p, "bitwise ops take bool or integer arrays; use astype(int32) first");
+      if (is_inexact(p)) unsupported(op, p, "bitwise ops take bool or integer arrays; use astype(int32) first");
       return {p, p};
     case TypeRule::Select: return {p, p};
   }
@@ -153,7 +162,7 @@ OpTypes resolve_op_types(OpCode op, const TypingOperand* operands, int count) {
     have_array_dtype = true;
   }
   OpTypes types = op_types(op, promoted);
-  if (info.rule == TypeRule::Float && !is_floating(promoted) && arrays_promoted_defined) {
+  if (info.rule == TypeRule::Float && !is_inexact(promoted) && arrays_promoted_defined) {
     // NumPy picks the first float loop every integer input casts to safely: arctan2(int8, uint8)
     // is float16, not float_result_type(int16) = float32. A scalar of a higher kind still counts
     // (arctan2(bool_array, 3) is float64 through int64).

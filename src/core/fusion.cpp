@@ -67,7 +67,10 @@ std::string signature(const std::vector<FusionArgument>& args) {
 }
 
 Scalar::Kind kind_of(DType t) {
-  return t == DType::Bool ? Scalar::Kind::Bool : is_floating(t) ? Scalar::Kind::Float : Scalar::Kind::Int;
+  return t == DType::Bool     ? Scalar::Kind::Bool
+         : is_complex(t)      ? Scalar::Kind::Complex
+         : is_floating(t)     ? Scalar::Kind::Float
+                              : Scalar::Kind::Int;
 }
 
 OpCode op_by_name(const char* name, int arity) {

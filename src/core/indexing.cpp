@@ -514,7 +514,7 @@ Array isclose(const Array& a, const Array& b, double rtol, double atol, bool equ
   require_defined(b, "isclose", "the second array");
   require_same_device(a, b, "isclose", "the second array");
   DType t = promote_types(a.dtype(), b.dtype());
-  if (!is_floating(t)) t = float64;
+  if (!is_inexact(t)) t = float64;
   const Array x = a.astype(t), y = b.astype(t);
   Array close = logical_and(logical_and(isfinite(x), isfinite(y)), abs(x - y) <= atol + rtol * abs(y));
   Array result = logical_or(x == y, close);
@@ -532,7 +532,7 @@ bool array_equal(const Array& a, const Array& b, bool equal_nan) {
   require_same_device(a, b, "array_equal", "the second array");
   if (!(a.shape() == b.shape())) return false;
   Array same = a == b;
-  if (equal_nan && (is_floating(a.dtype()) || is_floating(b.dtype())))
+  if (equal_nan && (is_inexact(a.dtype()) || is_inexact(b.dtype())))
     same = logical_or(same, logical_and(isnan(a), isnan(b)));
   return all(same).item<bool>();
 }

@@ -263,6 +263,9 @@ Array norm(const Array& a, Axes axes, bool keepdims) {
   }
   // One backend reduction: squares summed in float64 (no float16/float32 overflow or rounding of the partial
   // sums), the square root taken in float64 and narrowed once, in the same kernel on a GPU.
+  if (is_complex(a.dtype()))
+    throw DTypeError("norm: dtype " + std::string(dtype_name(a.dtype())) +
+                     " is not supported yet; take the norm of abs(a)");
   const DType out = is_floating(a.dtype()) ? a.dtype() : DType::Float64;
   detail::GradRecorder record({&a});
   Array result = detail::reduction_axes(axes, a.ndim(), "norm", &a.shape()).empty()

@@ -22,7 +22,10 @@ void require_matrix(const Array& a, const char* op, bool square) {
                      shape_str(a.shape()));
 }
 
-DType float_type(const Array& a) { return is_floating(a.dtype()) ? a.dtype() : float64; }
+DType float_type(const Array& a) {
+  if (is_complex(a.dtype())) detail::throw_no_complex(a.dtype());  // complex linear algebra comes later
+  return is_floating(a.dtype()) ? a.dtype() : float64;
+}
 
 /// A (...) mask as (..., 1, 1), to pick whole matrices.
 Array per_matrix_mask(const Array& m) { return expand_dims(expand_dims(m, -1), -1); }

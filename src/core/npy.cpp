@@ -56,6 +56,10 @@ std::string descr_for(DType t, const std::string& path) {
       return "<f4";
     case DType::Float64:
       return "<f8";
+    case DType::Complex64:
+      return "<c8";
+    case DType::Complex128:
+      return "<c16";
     case DType::BFloat16:
       break;
   }
@@ -217,7 +221,8 @@ FileDType parse_descr(const std::string& descr, const std::string& path) {
       {"b1", DType::Bool},   {"?", DType::Bool},     {"i1", DType::Int8},   {"b", DType::Int8},
       {"i2", DType::Int16},  {"i4", DType::Int32},   {"i8", DType::Int64},  {"u1", DType::UInt8},
       {"B", DType::UInt8},   {"f2", DType::Float16}, {"e", DType::Float16}, {"f4", DType::Float32},
-      {"f", DType::Float32}, {"f8", DType::Float64}, {"d", DType::Float64},
+      {"f", DType::Float32}, {"f8", DType::Float64}, {"d", DType::Float64}, {"c8", DType::Complex64},
+      {"F", DType::Complex64}, {"c16", DType::Complex128}, {"D", DType::Complex128},
   };
   for (const auto& k : known) {
     if (d != k.code) continue;
@@ -227,8 +232,8 @@ FileDType parse_descr(const std::string& descr, const std::string& path) {
   }
   std::string what;
   char kind = d.empty() ? '\0' : d[0];
-  if (kind == 'c' || kind == 'F' || kind == 'D' || kind == 'G')
-    what = "complex numbers";
+  if (kind == 'c' || kind == 'G')
+    what = "complex numbers of an unsupported width";
   else if (kind == 'O')
     what = "Python objects";
   else if (kind == 'U' || kind == 'S' || kind == 'a')
@@ -245,7 +250,8 @@ FileDType parse_descr(const std::string& descr, const std::string& path) {
     what = "an unknown type";
   throw ValueError("load: " + quoted(path) + " holds dtype '" + descr + "' (" + what +
                    "), which kiln does not support; kiln reads bool, int8, int16, int32, int64, uint8, float16, "
-                   "float32 and float64, so convert the array in NumPy first (e.g. arr.astype(np.float64))");
+                   "float32, float64, complex64 and complex128, so convert the array in NumPy first (e.g. "
+                   "arr.astype(np.float64))");
 }
 
 void swap_bytes_in_place(uint8_t* data, int64_t count, int64_t size) {
@@ -371,7 +377,10 @@ Array load(const std::string& path, std::optional<Device> device) {
     throw ValueError("load: " + quoted(path) + " is truncated: shape " + shape_str(header.shape) + " of dtype '" +
                      header.descr + "' needs " + std::to_string(nbytes) + " bytes of data but the file holds " +
                      std::to_string(data_got));
-  if (file_dtype.swap_bytes) swap_bytes_in_place(read_target, count, size);
+  if (file_dtype.swap_bytes) {  // a complex element is two floats, each swapped on its own
+    const int64_t parts = is_complex(file_dtype.dtype) ? 2 : 1;
+    swap_bytes_in_place(read_target, count * parts, size / parts);
+  }
   if (read_target != dst) fortran_to_c_order(read_target, dst, header.shape, size);
   if (file_dtype.dtype == DType::Bool) {
     // NumPy bools are 0/1 bytes; normalise anything else so kiln's kernels see canonical values.

@@ -52,6 +52,7 @@ Array quantiles(const Array& a, const std::vector<double>& qs, const Axes& axis,
                      " hold no elements; a quantile needs at least one");
   Shape merged = kept;
   merged.push_back(m);
+  if (is_complex(a.dtype())) detail::throw_no_complex(a.dtype());  // quantiles need an order
   const DType ftype = is_floating(a.dtype()) ? a.dtype() : DType::Float64;
   const Array x = reshape(permute(a, perm), merged).astype(ftype);
   // take_along_axis carries the gradient back to the chosen elements; sort alone is cheaper without one.
@@ -253,6 +254,7 @@ HistogramResult histogram(const Array& a, int64_t bins, std::optional<std::pair<
   const double step = (hi - lo) / static_cast<double>(bins);
   for (int64_t i = 0; i <= bins; ++i) edges[static_cast<size_t>(i)] = lo + static_cast<double>(i) * step;
   edges.back() = hi;
+  if (is_complex(a.dtype())) detail::throw_no_complex(a.dtype());  // bins need an order
   const DType edge_type = is_floating(a.dtype()) ? a.dtype() : DType::Float64;
   return histogram(a, from_data(edges, {}, a.device()).astype(edge_type), weights);
 }

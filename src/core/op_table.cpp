@@ -8,8 +8,8 @@ namespace kiln::detail {
 
 DType reduce_result_dtype(ReduceOp op, DType in) {
   switch (reduce_info(op).result) {
-    case ReduceResult::Sum: return is_floating(in) ? in : DType::Int64;
-    case ReduceResult::Mean: return is_floating(in) ? in : DType::Float64;
+    case ReduceResult::Sum: return is_inexact(in) ? in : DType::Int64;
+    case ReduceResult::Mean: return is_inexact(in) ? in : DType::Float64;
     case ReduceResult::Same: return in;
     case ReduceResult::Index: return DType::Int64;
     case ReduceResult::Bool: return DType::Bool;

@@ -33,8 +33,12 @@ enum class TypeRule : uint8_t {
   Select,      ///< where: condition as bool, values promoted
 };
 
-/// Compute dtypes an op has a kernel for (the front-end's typing never asks for others).
-enum class OpDTypes : uint8_t { AnyType, NoBool, FloatOnly, IntOnly, BoolOnly, NoType };
+/// Compute dtypes an op has a kernel for (the front-end's typing never asks for others). The real sets
+/// (AnyType, NoBool, FloatOnly, IntOnly, BoolOnly) exclude complex dtypes; their *Complex variants add them
+/// (the ops NumPy defines on complex numbers).
+enum class OpDTypes : uint8_t {
+  AnyType, NoBool, FloatOnly, IntOnly, BoolOnly, NoType, AnyComplex, NoBoolComplex, FloatComplex
+};
 /// Exact: correctly rounded (bit-exact against NumPy); Math: libm-like, a few ulps; Approx: float64 results
 /// within 64 ulps (see ops.def).
 enum class Accuracy : uint8_t { Exact, Math, Approx };
@@ -139,16 +143,25 @@ constexpr const OpInfo& op_info(OpCode op) { return kOpInfo[static_cast<size_t>(
 /// Whether `op` has a kernel computing in dtype `compute` -- on every backend (float16/bfloat16 compute
 /// in float32 on both, so ask with the kernel's compute dtype).
 constexpr bool op_supports(OpCode op, DType compute) {
-  switch (op_info(op).dtypes) {
-    case OpDTypes::AnyType: return true;
-    case OpDTypes::NoBool: return compute != DType::Bool;
-    case OpDTypes::FloatOnly: return is_floating(compute);
+  const OpDTypes dtypes = op_info(op).dtypes;
+  if (is_complex(compute))
+    return dtypes == OpDTypes::AnyComplex || dtypes == OpDTypes::NoBoolComplex || dtypes == OpDTypes::FloatComplex;
+  switch (dtypes) {
+    case OpDTypes::AnyType:
+    case OpDTypes::AnyComplex: return true;
+    case OpDTypes::NoBool:
+    case OpDTypes::NoBoolComplex: return compute != DType::Bool;
+    case OpDTypes::FloatOnly:
+    case OpDTypes::FloatComplex: return is_floating(compute);
     case OpDTypes::IntOnly: return !is_floating(compute);
     case OpDTypes::BoolOnly: return compute == DType::Bool;
     case OpDTypes::NoType: return false;
   }
   return false;
 }
+
+/// True when the op's result on a complex compute dtype is the real dtype of its parts (abs).
+constexpr bool returns_real(OpCode op) { return op == OpCode::Abs; }
 
 /// True when the op's result is bool whatever its compute dtype (comparisons, predicates, logical ops).
 constexpr bool returns_bool(OpCode op) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <ostream>
 #include <string>
@@ -249,12 +250,23 @@ int64_t read_integer(const uint8_t* p, DType t) {
   }
 }
 
-/// NumPy's BoolFormat / IntegerFormat / FloatingFormat: widths fixed from the displayed elements.
+/// NumPy's BoolFormat / IntegerFormat / FloatingFormat / ComplexFloatingFormat: widths fixed from the
+/// displayed elements. A complex element is its real part's text, then its imaginary part's with an explicit
+/// sign and 'j' (each part formatted over the parts shown, as NumPy).
 class ElementFormat {
  public:
-  ElementFormat(DType t, bool zero_dim, int precision, const std::vector<const uint8_t*>& shown)
-      : dtype_(t), precision_(precision) {
-    if (t == DType::Bool) {
+  ElementFormat(DType t, bool zero_dim, int precision, const std::vector<const uint8_t*>& shown,
+                bool plus_sign = false)
+      : dtype_(t), precision_(precision), plus_(plus_sign) {
+    if (is_complex(t)) {
+      const DType part = real_dtype(t);
+      part_size_ = itemsize(part);
+      std::vector<const uint8_t*> imag;
+      imag.reserve(shown.size());
+      for (const uint8_t* p : shown) imag.push_back(p + part_size_);
+      real_ = std::make_shared<ElementFormat>(part, zero_dim, precision, shown);
+      imag_ = std::make_shared<ElementFormat>(part, zero_dim, precision, imag, true);
+    } else if (t == DType::Bool) {
       true_text_ = zero_dim ? "True" : " True";
     } else if (!is_floating(t)) {
       for (const uint8_t* p : shown) {
@@ -267,6 +279,11 @@ class ElementFormat {
   }
 
   std::string operator()(const uint8_t* p) const {
+    if (real_) {
+      std::string imag = (*imag_)(p + part_size_);
+      const size_t end = imag.find_last_not_of(' ') + 1;  // the 'j' goes before the padding
+      return (*real_)(p) + imag.insert(end, "j");
+    }
     if (dtype_ == DType::Bool) return *p ? true_text_ : "False";
     if (!is_floating(dtype_)) {
       std::string s = std::to_string(read_integer(p, dtype_));
@@ -275,12 +292,12 @@ class ElementFormat {
     double v = read_float(p, dtype_);
     std::string body;
     if (!std::isfinite(v)) {
-      body = std::isnan(v) ? "nan" : v < 0 ? "-inf" : "inf";
+      body = std::isnan(v) ? (plus_ ? "+nan" : "nan") : v < 0 ? "-inf" : plus_ ? "+inf" : "inf";
       int width = pad_left_ + pad_right_ + 1;
       return std::string(static_cast<size_t>(std::max(0, width - static_cast<int>(body.size()))), ' ') + body;
     }
     std::string int_part, frac_part;
-    std::string sign = std::signbit(v) ? "-" : "";
+    std::string sign = std::signbit(v) ? "-" : plus_ ? "+" : "";
     std::string tail;
     if (exp_format_) {
       int exponent = 0;
@@ -337,7 +354,7 @@ class ElementFormat {
         scientific(v, dtype_, precision_, -1, int_part, frac, exponent);
         fraction_digits = std::max(fraction_digits, static_cast<int>(frac.size()));
         exp_digits = std::max(exp_digits, static_cast<int>(exponent_text(exponent, 2).size()) - 2);
-        int_width = std::max(int_width, static_cast<int>(int_part.size()) + (std::signbit(v) ? 1 : 0));
+        int_width = std::max(int_width, static_cast<int>(int_part.size()) + (std::signbit(v) || plus_ ? 1 : 0));
       }
       exp_fraction_digits_ = fraction_digits;
       precision_ = fraction_digits;
@@ -348,13 +365,13 @@ class ElementFormat {
       for (double v : finite) {
         std::string int_part, frac;
         positional(v, dtype_, precision_, int_part, frac);
-        pad_left_ = std::max(pad_left_, static_cast<int>(int_part.size()) + (std::signbit(v) ? 1 : 0));
+        pad_left_ = std::max(pad_left_, static_cast<int>(int_part.size()) + (std::signbit(v) || plus_ ? 1 : 0));
         pad_right_ = std::max(pad_right_, static_cast<int>(frac.size()));
       }
     }
     if (any_nonfinite) {
       int offset = pad_right_ + 1;
-      pad_left_ = std::max({pad_left_, 3 - offset, 3 + (negative_inf ? 1 : 0) - offset});
+      pad_left_ = std::max({pad_left_, 3 - offset, 3 + (negative_inf || plus_ ? 1 : 0) - offset});
     }
   }
 
@@ -374,6 +391,9 @@ class ElementFormat {
 
   DType dtype_;
   int precision_;
+  bool plus_ = false;  // sign '+': the imaginary part of a complex element
+  std::shared_ptr<ElementFormat> real_, imag_;  // a complex dtype's parts
+  int64_t part_size_ = 0;
   std::string true_text_;
   int width_ = 0;                 // integers
   bool exp_format_ = false;       // floats
@@ -483,7 +503,9 @@ class Layout {
 };
 
 /// NumPy leaves the dtype out of the repr for these (float64, int64 and bool).
-bool dtype_is_implied(DType t) { return t == DType::Float64 || t == DType::Int64 || t == DType::Bool; }
+bool dtype_is_implied(DType t) {
+  return t == DType::Float64 || t == DType::Int64 || t == DType::Bool || t == DType::Complex128;
+}
 
 }  // namespace
 

@@ -110,8 +110,17 @@ Array fresh_copy(const Array& a, DType dtype) {
   return converted.shares_storage(a) ? converted.copy() : converted;
 }
 
+/// Throws DTypeError for a complex `a` unless `op` is sum or prod (mean is a sum), the reductions kiln
+/// defines on complex numbers.
+void check_complex_reduction(const Array& a, const char* op) {
+  if (is_complex(a.dtype()))
+    throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(a.dtype())) +
+                     " is not supported (sum, prod and mean take complex arrays); reduce real(a), imag(a) or abs(a)");
+}
+
 /// Runs one backend reduction into a new array of `out_dtype`, handling zero axes and empty reductions.
 Array run_reduce(const Array& a, ReduceOp op, const Reduction& r, DType out_dtype, bool keepdims) {
+  if (op != ReduceOp::Sum && op != ReduceOp::Prod) check_complex_reduction(a, detail::reduce_op_name(op));
   if (r.axes.empty()) return fresh_copy(a, out_dtype);
   Array out = detail::make_array(r.keep_shape, out_dtype, a.device());
   if (out.size() > 0) {
@@ -176,6 +185,7 @@ Array mean_keepdims(const Array& a, const Reduction& r) {
 
 /// Two-pass variance in float64: the mean first, then the mean squared deviation.
 Array variance_float64(const Array& a, const Axes& axes, int64_t ddof, bool keepdims, const char* op) {
+  check_complex_reduction(a, op);
   Reduction r = plan_reduction(a, axes, op);
   // Deviations in float32 for float16/bfloat16/float32 (exact enough, no float16 overflow), else float64.
   DType work = is_floating(a.dtype()) && a.dtype() != DType::Float64 ? DType::Float32 : DType::Float64;
@@ -215,8 +225,10 @@ Array prod(const Array& a, Axes axes, bool keepdims) {
 Array mean(const Array& a, Axes axes, bool keepdims) {
   return recorded(ReduceOp::Mean, a, axes, keepdims, 0, [&] {
     Reduction r = plan_reduction(a, axes, "mean");
-    // Sum into float64 whatever the input (no float16 overflow, no float32 rounding), divide, then narrow.
-    Array total = run_reduce(a, ReduceOp::Sum, r, DType::Float64, keepdims);
+    // Sum into float64 whatever the input (no float16 overflow, no float32 rounding), divide, then narrow;
+    // complex inputs into complex128.
+    Array total = run_reduce(a, ReduceOp::Sum, r, is_complex(a.dtype()) ? DType::Complex128 : DType::Float64,
+                             keepdims);
     return divide(total, static_cast<double>(r.count)).astype(mean_dtype(a.dtype()));
   });
 }

@@ -12,8 +12,19 @@ namespace {
 
 template <class T> using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
+template <class T> inline constexpr bool is_complex_type = std::is_same_v<T, complex64_t> || std::is_same_v<T, complex128_t>;
+
 template <class D, class S> inline D cast_value(S v) {
-  if constexpr (std::is_same_v<D, bool>) {
+  if constexpr (is_complex_type<S> && std::is_same_v<D, bool>) {
+    return v.real() != 0 || v.imag() != 0;
+  } else if constexpr (is_complex_type<S> && is_complex_type<D>) {
+    return D(static_cast<typename D::value_type>(v.real()), static_cast<typename D::value_type>(v.imag()));
+  } else if constexpr (is_complex_type<S>) {
+    return cast_value<D>(v.real());  // complex -> real keeps the real part, as NumPy's astype
+  } else if constexpr (is_complex_type<D>) {
+    using F = typename D::value_type;
+    return D(static_cast<F>(static_cast<Wide<S>>(v)), F(0));
+  } else if constexpr (std::is_same_v<D, bool>) {
     return static_cast<Wide<S>>(v) != Wide<S>(0);
   } else if constexpr ((std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) && std::is_same_v<S, double>) {
     return D(double_to_float_round_odd(v));  // one rounding, not double -> float -> half
@@ -45,8 +56,8 @@ struct Table {
   Table() {
     for (int a = 0; a < kNumDTypes; ++a)
       for (int b = 0; b < kNumDTypes; ++b)
-        visit_dtype(static_cast<DType>(a), [&](auto s) {
-          visit_dtype(static_cast<DType>(b), [&](auto d) {
+        visit_any_dtype(static_cast<DType>(a), [&](auto s) {
+          visit_any_dtype(static_cast<DType>(b), [&](auto d) {
             fn[a][b] = &convert_loop<decltype(s), decltype(d)>;
           });
         });

@@ -96,6 +96,7 @@ const Row kKernels[kNumDTypes] = {
     row<int64_t>(std::make_index_sequence<kNumOps>{}), row<uint8_t>(std::make_index_sequence<kNumOps>{}),
     Row{},                                             Row{},
     row<float>(std::make_index_sequence<kNumOps>{}),   row<double>(std::make_index_sequence<kNumOps>{}),
+    row<complex64_t>(std::make_index_sequence<kNumOps>{}), row<complex128_t>(std::make_index_sequence<kNumOps>{}),
 };
 
 // Raw copies for Identity between equal dtypes: by item size, no conversion (float16 stays bits).
@@ -110,7 +111,8 @@ KernelFn raw_copy_kernel(int64_t size) {
     case 1: return &raw_copy<uint8_t>;
     case 2: return &raw_copy<uint16_t>;
     case 4: return &raw_copy<uint32_t>;
-    default: return &raw_copy<uint64_t>;
+    case 8: return &raw_copy<uint64_t>;
+    default: return &raw_copy<complex128_t>;
   }
 }
 
@@ -139,7 +141,7 @@ void run_range(const Plan& p, int64_t begin, int64_t end) {
   int64_t col = begin % inner;
   bool any_buffered = false;
   for (int k = 0; k < p.num; ++k) any_buffered |= p.buffered[k];
-  alignas(64) unsigned char buffers[kMaxOperands][kBlock * 8];
+  alignas(64) unsigned char buffers[kMaxOperands][kBlock * 16];  // up to complex128
   char* ptrs[kMaxOperands];
   int64_t steps[kMaxOperands];
   for (int64_t pos = begin; pos < end;) {
@@ -248,7 +250,8 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
     const Array* a = k == 0 ? &call.out : call.inputs[k - 1].array;
     DType want;
     if (raw) want = call.out.dtype();
-    else if (k == 0) want = detail::returns_bool(call.op) ? DType::Bool : compute;
+    else if (k == 0) want = detail::returns_bool(call.op) ? DType::Bool
+                            : detail::returns_real(call.op) ? real_dtype(compute) : compute;
     else if (call.op == OpCode::Where && k == 1) want = DType::Bool;
     else want = compute;
     p.kernel_dtype[k] = want;
@@ -259,7 +262,7 @@ void cpu_elementwise(const detail::ElementwiseCall& call) {
       for (int d = 0; d < plan.ndim; ++d) p.strides[k][d] = plan.strides[array_index][d] * itemsize(a->dtype());
       ++array_index;
     } else {  // a scalar: stored once in the compute type, read with stride 0
-      visit_dtype(want, [&](auto tag) { store_scalar<decltype(tag)>(p.scalars[k], call.inputs[k - 1].scalar); });
+      visit_any_dtype(want, [&](auto tag) { store_scalar<decltype(tag)>(p.scalars[k], call.inputs[k - 1].scalar); });
       p.base[k] = reinterpret_cast<char*>(p.scalars[k]);
       p.dtype[k] = want;
       p.buffered[k] = false;

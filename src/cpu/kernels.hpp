@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -17,9 +18,14 @@ using detail::OpCode;
 
 constexpr int arity_of(OpCode op) { return detail::op_info(op).arity; }
 
-/// Result C++ type of OP computed in T.
+template <class T> struct real_of { using type = T; };
+template <class F> struct real_of<std::complex<F>> { using type = F; };
+template <class T> inline constexpr bool is_complex_v = !std::is_same_v<typename real_of<T>::type, T>;
+
+/// Result C++ type of OP computed in T (a complex T's part type for abs).
 template <OpCode OP, class T>
-using result_t = std::conditional_t<detail::returns_bool(OP), bool, T>;
+using result_t = std::conditional_t<detail::returns_bool(OP), bool,
+                                    std::conditional_t<detail::returns_real(OP), typename real_of<T>::type, T>>;
 
 /// Whether OP has a CPU kernel for compute type T: the table's one dtype rule (detail::op_supports).
 template <OpCode OP, class T> constexpr bool has_kernel() { return detail::op_supports(OP, dtype_of<T>()); }
@@ -95,6 +101,50 @@ template <class T> inline T float_floor_divide(T a, T b) {
   return std::copysign(T(0), a / b);
 }
 
+// Complex products and quotients as NumPy writes them (numpy/_core/src/umath/loops.c.src): the textbook
+// product, Smith's quotient. C++'s operator* and operator/ add C99 Annex G's recovery of infinite results,
+// which NumPy does not do.
+template <class F> inline std::complex<F> complex_multiply(std::complex<F> a, std::complex<F> b) {
+  const F ar = a.real(), ai = a.imag(), br = b.real(), bi = b.imag();
+  return {ar * br - ai * bi, ar * bi + ai * br};
+}
+template <class F> inline std::complex<F> complex_divide(std::complex<F> a, std::complex<F> b) {
+  const F ar = a.real(), ai = a.imag(), br = b.real(), bi = b.imag();
+  const F abs_br = std::fabs(br), abs_bi = std::fabs(bi);
+  if (abs_br >= abs_bi) {
+    if (abs_br == 0 && abs_bi == 0) return {ar / abs_br, ai / abs_br};  // divide by zero: inf/nan as NumPy
+    const F rat = bi / br, scl = F(1) / (br + bi * rat);
+    return {(ar + ai * rat) * scl, (ai - ar * rat) * scl};
+  }
+  const F rat = br / bi, scl = F(1) / (bi + br * rat);
+  return {(ar * rat + ai) * scl, (ai * rat - ar) * scl};
+}
+// NumPy's complex power (nc_pow): exact cases for b = 0 and a = 0, repeated products for integer b with
+// |b| < 100, else exp(b log a) (the C library's cpow).
+template <class F> inline std::complex<F> complex_power(std::complex<F> a, std::complex<F> b) {
+  const F br = b.real(), bi = b.imag();
+  if (br == 0 && bi == 0) return {F(1), F(0)};
+  if (a.real() == 0 && a.imag() == 0) {
+    if (br > 0 && bi == 0) return {F(0), F(0)};
+    return {std::numeric_limits<F>::quiet_NaN(), std::numeric_limits<F>::quiet_NaN()};
+  }
+  if (bi == 0 && br == std::trunc(br) && br > -100 && br < 100) {
+    int64_t n = static_cast<int64_t>(br);
+    if (n == 1) return a;
+    if (n == 2) return complex_multiply(a, a);
+    if (n == 3) return complex_multiply(a, complex_multiply(a, a));
+    if (n < 0) n = -n;
+    std::complex<F> result(F(1), F(0)), p = a;
+    for (int64_t mask = 1;; mask <<= 1) {
+      if (n & mask) result = complex_multiply(result, p);
+      if (n < (mask << 1)) break;
+      p = complex_multiply(p, p);
+    }
+    return br < 0 ? complex_divide(std::complex<F>(F(1), F(0)), result) : result;
+  }
+  return std::pow(a, b);
+}
+
 template <class T> inline T maximum(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     if (a != a) return a;
@@ -111,8 +161,9 @@ template <class T> inline T minimum(T a, T b) {
 }
 
 
-template <class T> inline T abs(T a) {
-  if constexpr (std::is_floating_point_v<T>) return std::fabs(a);
+template <class T> inline auto abs(T a) {
+  if constexpr (is_complex_v<T>) return std::hypot(a.real(), a.imag());  // NumPy's npy_cabs
+  else if constexpr (std::is_floating_point_v<T>) return std::fabs(a);
   else if constexpr (std::is_signed_v<T>) return a < 0 ? wrap_neg(a) : a;
   else return a;
 }
@@ -124,9 +175,21 @@ template <class T> inline T floor(T a) { if constexpr (std::is_floating_point_v<
 template <class T> inline T ceil(T a) { if constexpr (std::is_floating_point_v<T>) return std::ceil(a); else return a; }
 template <class T> inline T trunc(T a) { if constexpr (std::is_floating_point_v<T>) return std::trunc(a); else return a; }
 template <class T> inline T round(T a) { if constexpr (std::is_floating_point_v<T>) return std::nearbyint(a); else return a; }
-template <class T> inline bool isnan(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }
-template <class T> inline bool isinf(T a) { if constexpr (std::is_floating_point_v<T>) return std::isinf(a); else return false; }
-template <class T> inline bool isfinite(T a) { if constexpr (std::is_floating_point_v<T>) return std::isfinite(a); else return true; }
+template <class T> inline bool isnan(T a) {
+  if constexpr (is_complex_v<T>) return std::isnan(a.real()) || std::isnan(a.imag());
+  else if constexpr (std::is_floating_point_v<T>) return std::isnan(a);
+  else return false;
+}
+template <class T> inline bool isinf(T a) {
+  if constexpr (is_complex_v<T>) return std::isinf(a.real()) || std::isinf(a.imag());
+  else if constexpr (std::is_floating_point_v<T>) return std::isinf(a);
+  else return false;
+}
+template <class T> inline bool isfinite(T a) {
+  if constexpr (is_complex_v<T>) return std::isfinite(a.real()) && std::isfinite(a.imag());
+  else if constexpr (std::is_floating_point_v<T>) return std::isfinite(a);
+  else return true;
+}
 // The sign bit itself, so -0.0 and -NaN count as negative (no comparison sees them); integers: a < 0 (NumPy).
 template <class T> inline bool signbit(T a) {
   if constexpr (std::is_floating_point_v<T>) return std::signbit(a);
@@ -143,6 +206,7 @@ template <class T> inline T add(T a, T b) {
 }
 template <class T> inline T multiply(T a, T b) {
   if constexpr (std::is_same_v<T, bool>) return a && b;
+  else if constexpr (is_complex_v<T>) return complex_multiply(a, b);
   else return static_cast<T>(a * b);
 }
 template <class T> inline T floor_divide(T a, T b) {
@@ -154,8 +218,17 @@ template <class T> inline T remainder(T a, T b) {
   else return int_remainder(a, b);
 }
 template <class T> inline T power(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
+  if constexpr (is_complex_v<T>) return complex_power(a, b);
+  else if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
   else return int_power(a, b);
+}
+template <class T> inline T divide(T a, T b) {
+  if constexpr (is_complex_v<T>) return complex_divide(a, b);
+  else return a / b;
+}
+template <class T> inline T square(T a) {
+  if constexpr (is_complex_v<T>) return complex_multiply(a, a);
+  else return a * a;
 }
 template <class T> inline T sigmoid(T a) {
   if (a >= 0) return T(1) / (T(1) + std::exp(-a));

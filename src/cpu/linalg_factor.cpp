@@ -60,6 +60,9 @@ int lapack_int(int64_t v, const char* op) {
 /// The checks and the shapes, without the data.
 Batch describe(const Array& a, const char* op, bool square) {
   if (!a.defined()) throw ValueError(std::string(op) + ": the operand is an undefined Array; create it first");
+  if (is_complex(a.dtype()))
+    throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(a.dtype())) +
+                     " is not supported yet (complex linear algebra comes after matmul)");
   if (a.ndim() < 2 || (square && a.shape(-1) != a.shape(-2)))
     throw ShapeError(std::string(op) + ": a must be a " +
                      (square ? "square matrix (..., n, n)" : "matrix (..., m, n)") +

@@ -44,6 +44,10 @@ Operands check_operands(const Array& a, const Array& b, const char* op, bool squ
   if (a.device() != b.device())
     throw DeviceError(std::string(op) + ": a is on " + a.device().str() + " but b is on " + b.device().str() +
                       "; move one with .to(" + a.device().str() + ")");
+  for (const Array* x : {&a, &b})
+    if (is_complex(x->dtype()))
+      throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(x->dtype())) +
+                       " is not supported yet (complex linear algebra comes after matmul)");
   const std::string shapes = "a " + shape_str(a.shape()) + ", b " + shape_str(b.shape());
   if (a.ndim() != 2 || (square && a.shape(0) != a.shape(1)))
     throw ShapeError(std::string(op) + ": a must be a " + (square ? "square " : "") + "2-d matrix, got " + shapes +

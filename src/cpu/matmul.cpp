@@ -244,6 +244,34 @@ void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
   }
 }
 
+/// complex64/complex128 through cblas_cgemm/cblas_zgemm on contiguous copies of each batch's operands (the
+/// strides of a complex view need not suit BLAS, and a copy costs little beside the product's 4x flops).
+template <class C>
+void complex_matmul(const detail::MatmulCall& call) {
+  const Operand3 a(*call.a), b(*call.b);
+  const DType dtype = call.a->dtype();
+  const int64_t batches = call.out.shape()[0], m = a.rows, k = a.cols, n = b.cols, isz = itemsize(dtype);
+  if (std::max({m, n, k}) > INT_MAX)
+    throw ValueError("matmul: a (" + std::to_string(m) + ", " + std::to_string(k) + ") x (" + std::to_string(k) +
+                     ", " + std::to_string(n) + ") complex product has an extent beyond the 32-bit BLAS interface; "
+                     "split the product into blocks");
+  std::vector<C> abuf(static_cast<size_t>(m * k)), bbuf(static_cast<size_t>(k * n));
+  const C one(1), zero(0);
+  char* out = static_cast<char*>(call.out.data_ptr());
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    load_matrix(a.data + batch * a.batch_stride * isz, dtype, m, k, a.row_stride, a.col_stride, dtype, abuf.data());
+    load_matrix(b.data + batch * b.batch_stride * isz, dtype, k, n, b.row_stride, b.col_stride, dtype, bbuf.data());
+    C* c = reinterpret_cast<C*>(out + batch * m * n * isz);  // out is a fresh contiguous array
+    const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+    if constexpr (std::is_same_v<C, complex64_t>)
+      cblas_cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, in, ik, &one, abuf.data(), ik, bbuf.data(), in,
+                  &zero, c, in);
+    else
+      cblas_zgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, in, ik, &one, abuf.data(), ik, bbuf.data(), in,
+                  &zero, c, in);
+  }
+}
+
 }  // namespace
 
 void cpu_matmul(const detail::MatmulCall& call) {
@@ -256,6 +284,8 @@ void cpu_matmul(const detail::MatmulCall& call) {
     std::fill_n(static_cast<char*>(out.data_ptr()), out.nbytes(), char{0});
     return;
   }
+  if (dtype == DType::Complex64) return complex_matmul<complex64_t>(call);
+  if (dtype == DType::Complex128) return complex_matmul<complex128_t>(call);
   if (dtype == DType::Float32 || dtype == DType::Float64) {
     CBLAS_TRANSPOSE trans = CblasNoTrans;
     int64_t ld_a = 1, ld_b = 1;

@@ -147,10 +147,21 @@ ReduceKernels kernels_of(DType out_dtype) {
   }
 }
 
+template <class T>
+ReduceKernels complex_kernels(ReduceOp op) {
+  if (op == ReduceOp::Sum) return kernels_for<T, SumOp>();  // complex128 accumulators (ArithmeticOp)
+  if (op == ReduceOp::Prod) return kernels_for<T, ProdOp>();
+  throw DTypeError(std::string("cpu reduce: ") + detail::reduce_op_name(op) + " has no kernel for dtype " +
+                   std::string(dtype_name(dtype_of<T>())));
+}
+
 }  // namespace
 
 /// The kernels of `op` (a kernel row of kiln/reductions.def) over `dtype` into `out_dtype`.
 ReduceKernels select_kernels(ReduceOp op, DType dtype, DType out_dtype) {
+  // Complex inputs: sum and prod only (the core refuses the others).
+  if (dtype == DType::Complex64) return complex_kernels<complex64_t>(op);
+  if (dtype == DType::Complex128) return complex_kernels<complex128_t>(op);
   return visit_dtype(dtype, [op, out_dtype](auto tag) -> ReduceKernels {
     using T = decltype(tag);
     switch (op) {

@@ -64,17 +64,22 @@ inline uint8_t load_truth(T v) {
 
 // ---------------------------------------------------------------- the reduction ops
 
-/// Sums and products: double for floats, uint64 (wrapping, read back as int64) for bool and integers.
+template <class T>
+constexpr bool kComplexInput = std::is_same_v<T, complex64_t> || std::is_same_v<T, complex128_t>;
+
+/// Sums and products: double for floats, complex128 for complex inputs, uint64 (wrapping, read back as int64)
+/// for bool and integers.
 struct ArithmeticOp {
   template <class T>
-  using Acc = std::conditional_t<kFloatInput<T>, double, uint64_t>;
+  using Acc = std::conditional_t<kComplexInput<T>, complex128_t, std::conditional_t<kFloatInput<T>, double, uint64_t>>;
   template <class T>
   static constexpr DType acc_dtype() {
-    return kFloatInput<T> ? DType::Float64 : DType::Int64;
+    return kComplexInput<T> ? DType::Complex128 : kFloatInput<T> ? DType::Float64 : DType::Int64;
   }
   template <class A, class T>
   static A load(T v) {
-    return load_value<A>(v);
+    if constexpr (kComplexInput<T>) return A(v.real(), v.imag());
+    else return load_value<A>(v);
   }
 };
 struct SumOp : ArithmeticOp {
@@ -94,7 +99,10 @@ struct ProdOp : ArithmeticOp {
   }
   template <class A>
   static A apply(A a, A x) {
-    return a * x;
+    if constexpr (std::is_same_v<A, complex128_t>)  // the textbook product, as NumPy (no Annex G recovery)
+      return A(a.real() * x.real() - a.imag() * x.imag(), a.real() * x.imag() + a.imag() * x.real());
+    else
+      return a * x;
   }
 };
 /// A sum or product into a floating out (mean, var): double for every input, so integer sums round like

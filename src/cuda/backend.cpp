@@ -13,19 +13,35 @@ namespace kiln::cuda_impl {
 
 namespace {
 
+// The GPU has no complex kernels yet (no complex type in the NVRTC prelude): complex arrays move between
+// devices as bytes (.to), and every op on them says so here, before a generator indexes a dtype table.
+void reject_complex(const char* op, std::initializer_list<const Array*> arrays) {
+  for (const Array* a : arrays)
+    if (a && a->defined() && is_complex(a->dtype()))
+      throw DTypeError(std::string(op) + ": " + std::string(dtype_name(a->dtype())) +
+                       " arrays are not supported on CUDA devices yet (the CPU runs them); move the operands "
+                       "with .to(kiln::cpu()), or split them with real(a) and imag(a)");
+}
+
 class CudaBackend final : public detail::Backend {
  public:
   void elementwise(const detail::ElementwiseCall& call) override {
+    const char* name = detail::op_info(call.op).name;
+    reject_complex(name, {&call.out});
+    for (int k = 0; k < call.num_inputs; ++k) reject_complex(name, {call.inputs[static_cast<size_t>(k)].array});
+    if (is_complex(call.compute)) reject_complex(name, {&call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_elementwise(call);
   }
   void reduce(const detail::ReduceCall& call) override {
+    reject_complex(detail::reduce_info(call.op).name, {call.in, &call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_reduce(call);
   }
   void scan(const detail::ScanCall& call) override {
+    reject_complex("scan", {call.in, &call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_scan(call);
@@ -39,6 +55,7 @@ class CudaBackend final : public detail::Backend {
     cuda_user_reduction(call);
   }
   void matmul(const detail::MatmulCall& call) override {
+    reject_complex("matmul", {call.a, call.b, &call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_matmul(call);
@@ -82,6 +99,7 @@ class CudaBackend final : public detail::Backend {
     return cuda_factor(call);
   }
   bool sort(const detail::SortCall& call) override {
+    reject_complex("sort", {call.in});
     detail::note_gpu_work(call.in->device().index);
     return cuda_sort(call);
   }

@@ -72,6 +72,9 @@ MPI_Datatype mpi_type(DType t, const char* op) {
     case DType::Float16:
     case DType::BFloat16:
       return MPI_UINT16_T;  // data movement only: reductions go through float32
+    case DType::Complex64:
+    case DType::Complex128:
+      break;
   }
   throw DTypeError(std::string(op) + ": no MPI type for " + std::string(dtype_name(t)));
 }

@@ -58,6 +58,8 @@ ncclDataType_t nccl_reduce_type(DType t, const char* op) {
     case DType::Float64:
       return ncclFloat64;
     case DType::Int16:
+    case DType::Complex64:
+    case DType::Complex128:
       break;
   }
   throw DTypeError(std::string(op) + ": NCCL cannot reduce " + std::string(dtype_name(t)) +

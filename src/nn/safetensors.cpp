@@ -24,11 +24,14 @@ struct DTypeName {
 };
 constexpr DTypeName kNames[] = {{bool_, "BOOL"},  {uint8, "U8"},   {int8, "I8"},     {int16, "I16"},
                                 {int32, "I32"},   {int64, "I64"},  {float16, "F16"}, {bfloat16, "BF16"},
-                                {float32, "F32"}, {float64, "F64"}};
+                                {float32, "F32"}, {float64, "F64"},  {complex64, "C64"}};
 
 const char* safetensors_name(DType t) {
   for (const DTypeName& n : kNames)
     if (n.dtype == t) return n.name;
+  if (t == complex128)  // the format's dtype list stops at C64
+    throw DTypeError("save_safetensors: dtype complex128 has no safetensors name (the format defines C64 only); "
+                     "save a.astype(complex64), or real(a) and imag(a) as two float64 tensors");
   throw DTypeError("save_safetensors: dtype " + std::string(dtype_name(t)) + " has no safetensors name");
 }
 

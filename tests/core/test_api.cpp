@@ -98,7 +98,7 @@ TEST(Api, to_and_astype_take_names) {
   EXPECT_EQ(d.to_vector<double>(), (std::vector<double>{1.5, -2.0}));
   EXPECT_EQ(x.astype("int").dtype(), int64);      // NumPy: int is int64
   EXPECT_EQ(x.astype("float").dtype(), float64);  // NumPy: float is float64
-  expect_error<DTypeError>([&] { (void)x.astype("complex64"); }, {"parse_dtype", "complex64"});
+  expect_error<DTypeError>([&] { (void)x.astype("complex32"); }, {"parse_dtype", "complex32"});
   expect_error<ValueError>([&] { (void)x.to("tpu:0"); }, {"tpu:0"});
   if (num_gpus() < 8) expect_error<DeviceError>([&] { (void)x.to("cuda:7"); }, {"gpu(7)", "try_gpu"});
 }

@@ -37,17 +37,19 @@ TEST(DType, FindDtypeReadsWhatParseDtypeReadsAndNeverThrows) {
   EXPECT_EQ(parse_dtype("float"), float64);
   EXPECT_EQ(parse_dtype("int"), int64);
   EXPECT_EQ(find_dtype("?"), bool_);
-  EXPECT_EQ(find_dtype("complex64"), std::nullopt);
+  EXPECT_EQ(find_dtype("complex64"), complex64);
+  EXPECT_EQ(find_dtype("complex32"), std::nullopt);
   EXPECT_EQ(find_dtype(""), std::nullopt);
   EXPECT_EQ(find_dtype("long long"), std::nullopt);  // a C spelling, not a NumPy name
 }
 
 TEST(DType, UnknownNameThrowsWithTheValidNames) {
   try {
-    parse_dtype("complex64");
+    parse_dtype("complex32");
     FAIL();
   } catch (const DTypeError& e) {
-    EXPECT_NE(std::string(e.what()).find("complex64"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("complex32"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("complex128"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos);
   }
 }

@@ -21,7 +21,8 @@ namespace kiln {
 namespace {
 
 const std::string kDir = std::string(KILN_GOLDEN_DIR) + "/io/";
-const char* kDTypes[] = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"};
+const char* kDTypes[] = {"bool",    "int8",    "int16",   "int32",     "int64",     "uint8",
+                         "float16", "float32", "float64", "complex64", "complex128"};
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -49,10 +50,12 @@ using kiln_test::expect_error;
 Array arange6(DType t) {
   std::vector<uint8_t> bytes(static_cast<size_t>(6 * itemsize(t)));
   for (int i = 0; i < 6; ++i) {
-    visit_dtype(t, [&](auto zero) {
+    visit_any_dtype(t, [&](auto zero) {
       using T = decltype(zero);
       T v;
-      if constexpr (std::is_same_v<T, bool>)
+      if constexpr (std::is_same_v<T, complex64_t> || std::is_same_v<T, complex128_t>)
+        v = T(static_cast<typename T::value_type>(i), 0);
+      else if constexpr (std::is_same_v<T, bool>)
         v = i != 0;
       else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
         v = T(static_cast<float>(i));
@@ -215,7 +218,7 @@ TEST_F(NpyTest, LoadErrorsNameTheFileAndTheProblem) {
                            {"truncated.npy", "truncated", "(2, 3, 4)", "96 bytes", "holds 86"});
   expect_error<ValueError>([&] { load(kDir + "truncated_header.npy"); }, {"truncated_header.npy", "truncated"});
   expect_error<ValueError>([&] { load(kDir + "bad_version.npy"); }, {"bad_version.npy", "version 7.0"});
-  expect_error<ValueError>([&] { load(kDir + "complex128.npy"); }, {"complex128.npy", "<c16", "complex"});
+  expect_error<ValueError>([&] { load(kDir + "complex256.npy"); }, {"complex256.npy", "c32", "complex"});
   expect_error<ValueError>([&] { load(kDir + "object.npy"); }, {"object.npy", "|O", "Python objects"});
   expect_error<ValueError>([&] { load(kDir + "uint16.npy"); }, {"uint16.npy", "<u2", "astype"});
   expect_error<ValueError>([&] { load(kDir + "structured.npy"); }, {"structured.npy", "structured"});

@@ -59,8 +59,8 @@ TEST(UserKernelTypes, ReduceTypeTakesParseDtypeNamesAndCSpellings) {
   EXPECT_EQ(detail::parse_type_spec("signed  char", "k", "reduce_type").dtype, DType::Int8);
   EXPECT_EQ(detail::parse_type_spec("unsigned char", "k", "reduce_type").dtype, DType::UInt8);
   EXPECT_EQ(detail::parse_type_spec("long long", "k", "reduce_type").dtype, DType::Int64);
-  expect_error<ValueError>([] { (void)detail::parse_type_spec("complex64", "k", "reduce_type"); },
-                           {"k: unknown reduce_type 'complex64'", "C type"});
+  expect_error<ValueError>([] { (void)detail::parse_type_spec("complex32", "k", "reduce_type"); },
+                           {"k: unknown reduce_type 'complex32'", "C type"});
 }
 
 }  // namespace

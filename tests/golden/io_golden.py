@@ -34,7 +34,8 @@ def write_raw(name, a):
         f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
 
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64", "complex64",
+          "complex128"]
 
 
 def values(dtype, shape):
@@ -47,6 +48,8 @@ def values(dtype, shape):
     elif dtype.startswith("int"):
         info = np.iinfo(dtype)
         v = (i - n // 2) * (info.max // (n + 1)) + i % 5
+    elif dtype.startswith("complex"):
+        v = (i - n / 2) * 0.37 + 1j / (i + 3)
     else:
         v = (i - n / 2) * 0.37 + 1.0 / (i + 3)
     return v.astype(dtype).reshape(shape)
@@ -112,7 +115,7 @@ with open(path("native_order_f64.npy"), "wb") as f:
 write_raw("native_order_f64", a)
 
 # Files kiln must reject.
-np.save(path("complex128.npy"), np.arange(4) * (1 + 2j))
+np.save(path("complex256.npy"), (np.arange(4) * (1 + 2j)).astype(np.clongdouble))
 np.save(path("object.npy"), np.array([1, "a", None], dtype=object), allow_pickle=True)
 np.save(path("uint16.npy"), np.arange(4, dtype=np.uint16))
 np.save(path("structured.npy"), np.zeros(3, dtype=[("x", "<f4"), ("y", "<i4")]))
@@ -203,6 +206,16 @@ case("i64_threshold5", np.arange(10), (5, 3, 8, 75))
 case("f64_edgeitems1", np.arange(100.0).reshape(10, 10), (50, 1, 8, 75))
 case("f64_linewidth40", np.arange(20.0) / 3, (1000, 3, 8, 40))
 case("i64_linewidth20_2d", np.arange(30).reshape(3, 10), (1000, 3, 8, 20))
+# Complex: the real and imaginary parts are formatted apart (the imaginary one with its sign), then joined.
+case("c8_basic", np.array([1 + 2j, -1j], dtype=np.complex64))
+case("c16_implied_dtype", np.array([1.5 + 2j, 0.25 - 3j]))
+case("c16_nan_inf", np.array([1.5 + 2j, complex(np.nan, 1), complex(np.inf, -np.inf), complex(0, np.nan)]))
+case("c16_sci", np.array([1e-8 + 1j, 2 + 3e10j]))
+case("c8_2d", (np.arange(6, dtype=np.float32) / 3 - 1j * np.arange(6, dtype=np.float32)).reshape(2, 3))
+case("c16_0d", np.array(-0.5 + 0.25j))
+case("c8_empty", np.zeros(0, dtype=np.complex64))
+case("c16_summary", np.arange(2000) * (1 + 0.5j))
+case("c16_negzero", np.array([complex(-0.0, -0.0), complex(0.0, 0.0)]))
 
 with open(path("repr_cases.txt"), "w") as listing:
     for name, (a, (threshold, edgeitems, precision, linewidth)) in cases.items():

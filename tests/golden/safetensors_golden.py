@@ -59,6 +59,6 @@ with open(os.path.join(OUT, "outside.safetensors"), "wb") as f:
 with open(os.path.join(OUT, "mismatch.safetensors"), "wb") as f:
     f.write(raw({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\x00" * 8))
 with open(os.path.join(OUT, "bad_dtype.safetensors"), "wb") as f:
-    f.write(raw({"x": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}, b"\x00" * 8))
+    f.write(raw({"x": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}}, b"\x00"))
 
 open(os.path.join(sys.argv[1], "safetensors_golden.stamp"), "w").write("ok\n")
