@@ -335,7 +335,10 @@ void bind_array(nb::module_& m) {
         return a.item_scalar().to_bool();
       })
       .def("__float__", [](const Array& a) { return a.item<double>(); })
-      .def("__complex__", [](const Array& a) { return nb::steal(PyComplex_FromDoubles(a.item<double>(), 0.0)); })
+      .def("__complex__", [](const Array& a) {
+        const Scalar s = a.item_scalar();
+        return nb::steal(PyComplex_FromDoubles(s.to_double(), s.is_complex() ? s.imag() : 0.0));
+      })
       .def("__int__", [](const Array& a) { return a.item<int64_t>(); })
       .def("__index__", [](const Array& a) {
         if (!is_integral(a.dtype()))

@@ -65,7 +65,10 @@ Array from_numpy(nb::handle array, bool from_python_values, std::optional<DType>
   Shape shape;
   for (size_t i = 0; i < nd.ndim(); ++i) shape.push_back(static_cast<int64_t>(nd.shape(i)));
   Array out = from_data(nd.data(), shape, *source, device);
-  DType target = dtype ? *dtype : (from_python_values && *source == DType::Float64) ? kDefaultFloat : *source;
+  DType target = dtype                                                     ? *dtype
+                 : (from_python_values && *source == DType::Float64)    ? kDefaultFloat
+                 : (from_python_values && *source == DType::Complex128) ? kDefaultComplex
+                                                                        : *source;
   return target == out.dtype() ? out : out.astype(target);
 }
 
@@ -127,12 +130,14 @@ Axes to_axes(nb::handle obj) {
 }
 
 bool is_python_scalar(nb::handle obj) {
-  return PyBool_Check(obj.ptr()) || PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr());
+  return PyBool_Check(obj.ptr()) || PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr()) || PyComplex_Check(obj.ptr());
 }
 
 Scalar to_scalar(nb::handle obj) {
   if (PyBool_Check(obj.ptr())) return Scalar(obj.ptr() == Py_True);
   if (PyLong_Check(obj.ptr())) return Scalar(nb::cast<int64_t>(obj));
+  if (PyComplex_Check(obj.ptr()))  // a weak complex scalar (NEP 50), never its real part alone
+    return Scalar(std::complex<double>(PyComplex_RealAsDouble(obj.ptr()), PyComplex_ImagAsDouble(obj.ptr())));
   return Scalar(nb::cast<double>(obj));
 }
 
@@ -155,7 +160,7 @@ Array to_array(nb::handle obj, std::optional<DType> dtype, std::optional<Device>
   }
   if (is_python_scalar(obj)) {
     Scalar s = to_scalar(obj);
-    return scalar_array(s, dtype ? *dtype : s.is_floating() ? kDefaultFloat : s.default_dtype(), device);
+    return scalar_array(s, dtype ? *dtype : python_default_dtype(s), device);
   }
   nb::handle np = numpy();
   const bool is_numpy = nb::isinstance(obj, np.attr("ndarray")) || nb::isinstance(obj, np.attr("generic"));

@@ -41,6 +41,12 @@ nb::object scalar_to_python(const Scalar& s);
 /// The default floating dtype of creation functions, and of arrays made from Python floats (as PyTorch;
 /// NumPy arrays keep theirs).
 inline constexpr DType kDefaultFloat = DType::Float32;
+/// The dtype of Python complex numbers (as torch's default complex dtype, the partner of kDefaultFloat).
+inline constexpr DType kDefaultComplex = DType::Complex64;
+/// The dtype a Python number becomes: kDefaultFloat for a float, kDefaultComplex for a complex, else its own.
+inline DType python_default_dtype(const Scalar& s) {
+  return s.is_complex() ? kDefaultComplex : s.is_floating() ? kDefaultFloat : s.default_dtype();
+}
 
 /// asarray: a kiln.Array is returned as it is (converted when dtype/device differ); a NumPy array, a buffer,
 /// a nested list or a Python scalar is copied into a new array. Python floats give float32, ints int64.

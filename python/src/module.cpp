@@ -100,7 +100,8 @@ void bind_dtypes(nb::module_& m) {
         }
       }, "other"_a.none());
   const DType all[] = {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8,
-                       DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+                       DType::Float16, DType::BFloat16, DType::Float32, DType::Float64,
+                       DType::Complex64, DType::Complex128};
   for (DType t : all) {
     const std::string name(dtype_name(t));
     m.attr(name == "bool" ? "bool_" : name.c_str()) = PyDType{t};

@@ -74,7 +74,7 @@ void bind_ops(nb::module_& m) {
   m.def("full", [](ShapeLike shape, ScalarLike value, DTypeLike dtype, DeviceLike device) {
     Scalar v = to_scalar(value);
     auto t = to_optional_dtype(dtype);
-    if (!t && v.is_floating()) t = kDefaultFloat;
+    if (!t) t = python_default_dtype(v);
     return kiln::full(to_shape(shape), v, t, to_optional_device(device));
   }, "shape"_a, "fill_value"_a, "dtype"_a = nb::none(), "device"_a = nb::none());
   m.def("zeros_like", [](ArrayLike a, DTypeLike dtype, DeviceLike device) {
