@@ -12,16 +12,14 @@ namespace {
 
 template <class T> using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
-template <class T> inline constexpr bool is_complex_type = std::is_same_v<T, complex64_t> || std::is_same_v<T, complex128_t>;
-
 template <class D, class S> inline D cast_value(S v) {
-  if constexpr (is_complex_type<S> && std::is_same_v<D, bool>) {
+  if constexpr (is_complex_v<S> && std::is_same_v<D, bool>) {
     return v.real() != 0 || v.imag() != 0;
-  } else if constexpr (is_complex_type<S> && is_complex_type<D>) {
+  } else if constexpr (is_complex_v<S> && is_complex_v<D>) {
     return D(static_cast<typename D::value_type>(v.real()), static_cast<typename D::value_type>(v.imag()));
-  } else if constexpr (is_complex_type<S>) {
+  } else if constexpr (is_complex_v<S>) {
     return cast_value<D>(v.real());  // complex -> real keeps the real part, as NumPy's astype
-  } else if constexpr (is_complex_type<D>) {
+  } else if constexpr (is_complex_v<D>) {
     using F = typename D::value_type;
     return D(static_cast<F>(static_cast<Wide<S>>(v)), F(0));
   } else if constexpr (std::is_same_v<D, bool>) {

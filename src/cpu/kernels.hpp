@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/op_table.hpp"
+#include "cpu/convert.hpp"
 
 namespace kiln::cpu_impl {
 
@@ -18,9 +19,6 @@ using detail::OpCode;
 
 constexpr int arity_of(OpCode op) { return detail::op_info(op).arity; }
 
-template <class T> struct real_of { using type = T; };
-template <class F> struct real_of<std::complex<F>> { using type = F; };
-template <class T> inline constexpr bool is_complex_v = !std::is_same_v<typename real_of<T>::type, T>;
 
 /// Result C++ type of OP computed in T (a complex T's part type for abs).
 template <OpCode OP, class T>

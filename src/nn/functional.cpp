@@ -183,8 +183,11 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
 }
 
 Array cross_entropy_rows(const Array& rows, const Array& labels, double ls, bool widen) {
-  if (widen) return ls > 0 ? cross_entropy_rows<true, true>(rows, labels, ls) : cross_entropy_rows<true, false>(rows, labels, ls);
-  return ls > 0 ? cross_entropy_rows<false, true>(rows, labels, ls) : cross_entropy_rows<false, false>(rows, labels, ls);
+  if (widen)
+    return ls > 0 ? cross_entropy_rows<true, true>(rows, labels, ls)
+                  : cross_entropy_rows<true, false>(rows, labels, ls);
+  return ls > 0 ? cross_entropy_rows<false, true>(rows, labels, ls)
+                : cross_entropy_rows<false, false>(rows, labels, ls);
 }
 
 Array as_rows(const Array& x, const char* op) {
