@@ -245,6 +245,14 @@ Array cumprod(const Array& a, std::optional<int64_t> axis = {});
 /// float32/float64 through BLAS (cuBLAS on a GPU); other dtypes through a plain loop. Throws ShapeError on a
 /// contraction mismatch, naming both shapes.
 Array matmul(const Array& a, const Array& b);
+/// torch.addmm(bias, a, b) (beta = alpha = 1): the 2-d product a @ b plus `bias` broadcast to it. When a, b and a
+/// bias of n values (shape (n,) or (1, n)) share one floating dtype, the bias is folded into the product where
+/// the backend can (cuBLASLt's bias epilogue on the GPU, as PyTorch's addmm; the float accumulator on the CPU,
+/// where the sum is rounded once); otherwise it is matmul(a, b) + bias (float16/bfloat16: a float32 product plus
+/// the bias, rounded once). Differentiable (the bias's gradient is the
+/// result's summed over the rows). ShapeError when a or b is not 2-d, the inner sizes differ or the bias does
+/// not broadcast to (m, n).
+Array addmm(const Array& bias, const Array& a, const Array& b);
 /// NumPy dot: scalar product of 1-d arrays, matmul for 2-d, sum over last axis of a and second-to-last of b.
 Array dot(const Array& a, const Array& b);
 namespace linalg {

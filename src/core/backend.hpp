@@ -128,10 +128,16 @@ struct ScanCall {
 /// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
 /// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix
 /// (either the last or the second-to-last stride is 1); out is C-contiguous.
+/// With `bias` (addmm: a contiguous 1-d array of n elements of the same floating dtype, batch 1) the backend
+/// folds it into the product, out = a @ b + bias on every row with the sum rounded once (cuBLASLt's bias
+/// epilogue; the CPU adds it to its float accumulator), and sets `bias_added`; a backend that cannot fold it
+/// computes nothing and leaves it false (the core then computes the same sum its own way).
 struct MatmulCall {
   const Array* a = nullptr;
   const Array* b = nullptr;
   Array out;
+  const Array* bias = nullptr;
+  mutable bool bias_added = false;  ///< set by the backend (matmul takes the call as const)
 };
 
 /// A 2-d convolution step on operands of one floating dtype, each NCHW-contiguous or channels-last (all in one

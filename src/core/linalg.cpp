@@ -111,7 +111,7 @@ bool layout_ok(const Array& m) {
 
 }  // namespace
 
-static Array matmul_impl(const Array& a_in, const Array& b_in);
+static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias = nullptr, bool* folded = nullptr);
 
 namespace {
 /// matmul's backward: g @ b^T and a^T @ g, a 1-d operand treated as a row (a) or a column (b) vector.
@@ -148,7 +148,7 @@ Array matmul(const Array& a, const Array& b) {
   return out;
 }
 
-static Array matmul_impl(const Array& a_in, const Array& b_in) {
+static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias, bool* folded) {
   require_operands(a_in, b_in, "matmul");
   if (a_in.ndim() == 0 || b_in.ndim() == 0)
     throw ShapeError("matmul: " + operand_shapes(a_in, b_in) +
@@ -175,8 +175,10 @@ static Array matmul_impl(const Array& a_in, const Array& b_in) {
   out_shape.push_back(n);
   Array out = detail::make_array(out_shape, dtype, a.device());
 
+  if (folded) *folded = true;  // an empty result, or the empty contraction's below
   if (out.size() > 0 && k == 0) {
     out.fill(0);  // a sum over an empty axis
+    if (bias) out.assign(add(out, *bias));
   } else if (out.size() > 0) {
     auto full_view = [&batch](const Array& x, int64_t rows, int64_t cols) {
       Shape s = batch;
@@ -210,7 +212,9 @@ static Array matmul_impl(const Array& a_in, const Array& b_in) {
         out_view = Array(out.storage(), Shape{1, inner_batch * m, n}, Shape{0, n, 1}, out.offset() + out_offset, dtype);
       }
       detail::MatmulCall call{&a3, &b3, out_view};
+      call.bias = bias;  // addmm passes it for one 2-d product only (outer_count == inner_batch == 1)
       backend.matmul(call);
+      if (folded) *folded = !bias || call.bias_added;  // not folded: nothing was computed
       for (size_t d = first; d-- > 0;) {
         a_offset += a_full.strides()[d];
         b_offset += b_full.strides()[d];
@@ -226,6 +230,62 @@ static Array matmul_impl(const Array& a_in, const Array& b_in) {
   if (!a_vector) result_shape.push_back(m);
   if (!b_vector) result_shape.push_back(n);
   return out.reshape(result_shape);
+}
+
+namespace {
+/// addmm's backward: the bias's gradient is g summed over the rows (to the bias's shape), the matrices' as matmul's.
+std::vector<Array> addmm_backward(const detail::Node& node, const Array& g) {
+  const Array &a = node.saved_array(0), &b = node.saved_array(1);
+  std::vector<Array> r(3);
+  if (node.needs(0)) r[0] = sum(g, 0).reshape(node.saved_array(2).shape());
+  if (node.needs(1)) r[1] = matmul(g, b.T());
+  if (node.needs(2)) r[2] = matmul(a.T(), g);
+  return r;
+}
+}  // namespace
+
+Array addmm(const Array& bias, const Array& a, const Array& b) {
+  require_operands(a, b, "addmm");
+  require_operands(a, bias, "addmm");
+  if (a.ndim() != 2 || b.ndim() != 2)
+    throw ShapeError("addmm: " + operand_shapes(a, b) + ": both matrices must have 2 axes; use matmul(a, b) + bias "
+                     "for vectors and batches");
+  check_contraction(a, b, "addmm");
+  const int64_t n = b.shape(1);
+  const Shape product{a.shape(0), n};
+  bool fits = false;
+  try {
+    fits = broadcast_shapes(bias.shape(), product, "addmm") == product;
+  } catch (const ShapeError&) {
+  }
+  if (!fits)
+    throw ShapeError("addmm: the bias of shape " + shape_str(bias.shape()) + " does not broadcast to the product's " +
+                     shape_str(product) + "; pass a bias of shape (" + std::to_string(n) + ",) or " +
+                     shape_str(product));
+  // The folded form: one dtype (floating, not complex) and a bias that is one row of n values. Anything else is
+  // the product plus a broadcast add, recorded through those two ops.
+  const DType t = a.dtype();
+  const bool row_bias = bias.size() == n && (bias.ndim() == 1 || (bias.ndim() == 2 && bias.shape(0) == 1));
+  if (!(row_bias && b.dtype() == t && bias.dtype() == t && is_floating(t)))
+    return add(matmul(a, b), bias);
+  detail::GradRecorder record({&bias, &a, &b});
+  const Array row = bias.reshape({n}).contiguous();
+  bool folded = false;
+  Array out = matmul_impl(a, b, &row, &folded);
+  if (!folded) {
+    // The backend could not fold it (a layout cuBLASLt does not take): the same sum, rounded once for float16 and
+    // bfloat16 (a float32 product plus the bias, then the cast), float32/float64 products plus the bias.
+    out = t == float16 || t == bfloat16
+              ? add(matmul_impl(a.astype(float32), b.astype(float32)), row.astype(float32)).astype(t)
+              : add(matmul_impl(a, b), row);
+  }
+  if (record)
+    detail::record(out,
+                   std::make_shared<detail::Node>(
+                       "AddmmBackward", &addmm_backward,
+                       std::vector{detail::SavedArray(a), detail::SavedArray(b), detail::SavedArray(bias)}),
+                   {&bias, &a, &b});
+  return out;
 }
 
 Array dot(const Array& a, const Array& b) {

@@ -224,6 +224,21 @@ void loop_product_rows(const Acc* a, const Acc* b, Acc* c, int64_t row_begin, in
   }
 }
 
+/// c[i][j] += bias[j] for an m x n row-major block (addmm's folded bias, before the block's one rounding).
+template <class T>
+void add_bias_rows(T* c, const T* bias, int64_t m, int64_t n) {
+  parallel_for(
+      m,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          T* row = c + i * n;
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+        }
+      },
+      std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(1, n)));
+}
+
 /// The whole call through the loop: Acc is float, double, uint64_t (integers, wrapping) or uint8_t (bool).
 template <class Acc>
 void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
@@ -231,6 +246,11 @@ void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
   const DType dtype = call.a->dtype();
   const int64_t batches = call.out.shape()[0], m = a.rows, k = a.cols, n = b.cols, isz = itemsize(dtype);
   std::vector<Acc> abuf(static_cast<size_t>(m * k)), bbuf(static_cast<size_t>(k * n)), cbuf(static_cast<size_t>(m * n));
+  std::vector<Acc> bias;  // addmm's bias in the accumulator type, added before the one rounding to the output
+  if (call.bias) {
+    bias.resize(static_cast<size_t>(n));
+    convert(call.bias->data_ptr(), dtype, 1, bias.data(), acc_dtype, 1, n);
+  }
   char* out = static_cast<char*>(call.out.data_ptr());
   for (int64_t batch = 0; batch < batches; ++batch) {
     load_matrix(a.data + batch * a.batch_stride * isz, dtype, m, k, a.row_stride, a.col_stride, acc_dtype, abuf.data());
@@ -240,6 +260,7 @@ void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
         m,
         [&](int64_t begin, int64_t end) { loop_product_rows(abuf.data(), bbuf.data(), cbuf.data(), begin, end, n, k); },
         std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(1, n * k)));
+    if (call.bias) add_bias_rows(cbuf.data(), bias.data(), m, n);
     convert(cbuf.data(), acc_dtype, 1, out + batch * m * n * isz, call.out.dtype(), 1, m * n);
   }
 }
@@ -303,17 +324,24 @@ void cpu_matmul(const detail::MatmulCall& call) {
       for (int64_t batch = 0; batch < batches; ++batch) {
         const char* pa = a.data + batch * a.batch_stride * isz;
         const char* pb = b.data + batch * b.batch_stride * isz;
-        if (dtype == DType::Float32)
-          blas_product(a, b, pa, pb, reinterpret_cast<float*>(c + batch * m * n * isz), m, n, k);
-        else
-          blas_product(a, b, pa, pb, reinterpret_cast<double*>(c + batch * m * n * isz), m, n, k);
+        if (dtype == DType::Float32) {
+          float* block = reinterpret_cast<float*>(c + batch * m * n * isz);
+          blas_product(a, b, pa, pb, block, m, n, k);
+          if (call.bias) add_bias_rows(block, static_cast<const float*>(call.bias->data_ptr()), m, n);
+        } else {
+          double* block = reinterpret_cast<double*>(c + batch * m * n * isz);
+          blas_product(a, b, pa, pb, block, m, n, k);
+          if (call.bias) add_bias_rows(block, static_cast<const double*>(call.bias->data_ptr()), m, n);
+        }
       }
+      call.bias_added = call.bias != nullptr;
       return;
     }
     if (dtype == DType::Float32)
       loop_matmul<float>(call, DType::Float32);
     else
       loop_matmul<double>(call, DType::Float64);
+    call.bias_added = call.bias != nullptr;
     return;
   }
   switch (dtype) {
@@ -323,6 +351,7 @@ void cpu_matmul(const detail::MatmulCall& call) {
     case DType::Float16:
     case DType::BFloat16:
       loop_matmul<float>(call, DType::Float32);
+      call.bias_added = call.bias != nullptr;
       break;
     default:
       loop_matmul<uint64_t>(call, DType::Int64);

@@ -25,6 +25,7 @@
 // multiplied and summed modulo 2^64 then narrowed like the CPU, bool as or-of-ands.
 #include "cuda/matmul.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -87,10 +89,13 @@ namespace {
 
 // ------------------------------------------------------------------ handles and workspaces
 
-/// A cuBLAS handle and the workspaces it has used, one per stream.
+/// A cuBLAS handle and the workspaces it has used, one per stream; the thread's cuBLASLt handle (made at its
+/// first fused product) shares them.
 struct HandleState {
   cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
   std::vector<std::pair<cudaStream_t, std::shared_ptr<Storage>>> workspaces;
+  Storage* workspace = nullptr;  ///< the bound stream's
 };
 
 /// A new handle, reductions kept in the compute type.
@@ -108,8 +113,9 @@ HandleState* create_handle() {
   return state.release();
 }
 
-/// This thread's handle for `device` (the current device), bound to `stream` and to that stream's workspace.
-cublasHandle_t bound_handle(int device, cudaStream_t stream) {
+/// This thread's handles for `device` (the current device), cuBLAS's bound to `stream` and to that stream's
+/// workspace (state->workspace).
+HandleState* bound_state(int device, cudaStream_t stream) {
   HandleState* state = thread_handle<HandleState>(device, create_handle);
   // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace is set after it, every call.
   KILN_CUBLAS_CHECK(cublasSetStream(state->handle, stream));
@@ -124,7 +130,8 @@ cublasHandle_t bound_handle(int device, cudaStream_t stream) {
     workspace = state->workspaces.back().second.get();
   }
   KILN_CUBLAS_CHECK(cublasSetWorkspace(state->handle, workspace->data(), workspace->nbytes()));
-  return state->handle;
+  state->workspace = workspace;
+  return state;
 }
 
 // ------------------------------------------------------------------ the cuBLAS path
@@ -192,6 +199,130 @@ void run_gemm(cublasHandle_t handle, const GemmPlan& p, const GemmData& d) {
   }
 }
 
+// ------------------------------------------------------------------ cuBLASLt: the bias epilogue (addmm)
+
+/// Owners of cuBLASLt descriptors, destroyed when the call returns or throws.
+struct LtDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtDesc() {
+    if (preference) (void)cublasLtMatmulPreferenceDestroy(preference);
+    if (out) (void)cublasLtMatrixLayoutDestroy(out);
+    if (second) (void)cublasLtMatrixLayoutDestroy(second);
+    if (first) (void)cublasLtMatrixLayoutDestroy(first);
+    if (desc) (void)cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+/// The largest power of two up to 16 dividing a pointer's address (cuBLASLt's kernels need their operands'
+/// alignment; the heuristic is told it).
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 1;
+  while (alignment < 16 && address % (alignment * 2) == 0) alignment *= 2;
+  return alignment;
+}
+
+/// The algorithm cuBLASLt's heuristic picked for one shape, layout, dtype and alignment; looked up once per
+/// thread and kept (the heuristic costs more host time than the launch).
+struct LtKey {
+  int device;
+  int64_t m, n, k, ld_first, ld_second;
+  bool transpose_first, transpose_second;
+  int type, compute;
+  uint32_t align_first, align_second, align_out, align_bias;
+  bool operator==(const LtKey&) const = default;
+};
+struct LtEntry {
+  LtKey key;
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+/// out = B^T-side product + bias (a row of n) through cuBLASLt's CUBLASLT_EPILOGUE_BIAS, the sum rounded once;
+/// false (nothing queued) when the plan is batched or the heuristic offers no algorithm.
+bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, const GemmPlan& p, const GemmData& d,
+                        const void* bias) {
+  if (p.batch != 1 || p.per_matrix) return false;
+  const LtKey key{device,
+                  p.m,
+                  p.n,
+                  p.k,
+                  p.ld_first,
+                  p.ld_second,
+                  p.transpose_first,
+                  p.transpose_second,
+                  static_cast<int>(d.type),
+                  static_cast<int>(d.compute),
+                  alignment_of(d.first),
+                  alignment_of(d.second),
+                  alignment_of(d.out),
+                  alignment_of(bias)};
+  thread_local std::vector<LtEntry> algos;
+  const LtEntry* entry = nullptr;
+  for (const LtEntry& e : algos)
+    if (e.key == key) entry = &e;
+  if (entry && !entry->found) return false;
+  if (!state.lt) {
+    RelaxedCaptureMode relaxed;  // a first fused product during a graph capture: creating the handle allocates
+    KILN_CUBLAS_CHECK(cublasLtCreate(&state.lt));
+  }
+  const cudaDataType scale = d.type == CUDA_R_64F ? CUDA_R_64F : CUDA_R_32F;
+  LtDesc lt;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.desc, d.compute, scale));
+  const cublasOperation_t op_first = operation(p.transpose_first), op_second = operation(p.transpose_second);
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d.type, sizeof d.type));
+  // Column-major: the first operand is n x k (stored k x n when transposed), the second k x m, the output n x m.
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.first, d.type, p.transpose_first ? u(p.k) : u(p.n),
+                                               p.transpose_first ? u(p.n) : u(p.k), p.ld_first));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.second, d.type, p.transpose_second ? u(p.m) : u(p.k),
+                                               p.transpose_second ? u(p.k) : u(p.m), p.ld_second));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.out, d.type, u(p.n), u(p.m), p.n));
+  Storage& workspace = *state.workspace;
+  if (!entry) {
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&lt.preference));
+    const uint64_t bytes = workspace.nbytes();
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &bytes, sizeof bytes));
+    // As the cuBLAS path's CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: split-K partial sums stay in the
+    // compute type, never the output's.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                           &schemes, sizeof schemes));
+    const std::tuple<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_first},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_second},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out}};
+    for (const auto& [attribute, value] : alignments)
+      KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.preference, attribute, &value, sizeof value));
+    LtEntry found{key};
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, lt.desc, lt.first, lt.second, lt.out,
+                                                                 lt.out, lt.preference, 1, &result, &count);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && key.align_bias >= 16) {
+      found.found = true;
+      found.algo = result.algo;
+    }
+    algos.push_back(found);
+    entry = &algos.back();
+    if (!entry->found) return false;
+  }
+  KILN_CUBLAS_CHECK(cublasLtMatmul(state.lt, lt.desc, d.alpha, d.first, lt.first, d.second, lt.second, d.beta, d.out,
+                                   lt.out, d.out, lt.out, &entry->algo, workspace.data(), workspace.nbytes(), stream));
+  return true;
+}
+
 /// The product through cuBLAS; false (nothing queued) when the dtype or a layout does not suit it.
 bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stream) {
   const DType dtype = call.out.dtype();
@@ -227,7 +358,12 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
   d.second = call.a->data_ptr();
   d.out = call.out.data_ptr();
 
-  cublasHandle_t handle = bound_handle(device, stream);
+  HandleState& state = *bound_state(device, stream);
+  cublasHandle_t handle = state.handle;
+  if (call.bias) {  // folded through cuBLASLt, or nothing computed (the core's way then)
+    call.bias_added = cublaslt_bias_gemm(state, device, stream, *plan, d, call.bias->data_ptr());
+    return true;
+  }
   if (!plan->per_matrix) {
     run_gemm(handle, *plan, d);
     return true;
@@ -381,7 +517,7 @@ void cuda_matmul(const detail::MatmulCall& call) {
     KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), stream));
     return;
   }
-  if (cublas_matmul(call, device, stream)) return;
+  if (cublas_matmul(call, device, stream) || call.bias) return;  // a bias cuBLAS could not take: nothing computed
   fallback_matmul(call, device, stream);
 }
 

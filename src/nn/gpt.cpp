@@ -32,11 +32,11 @@ class Conv1D : public nn::Module {
       throw DTypeError(name() + ": the input is " + std::string(dtype_name(x.dtype())) + " but the weight is " +
                        std::string(dtype_name(wa.dtype())) + "; convert the input or the model (model.to(dtype))");
     // One 2-d product over every position: the weight's gradient is then one (in, out) product, not a batch of
-    // them summed.
+    // them summed; the bias folded into it (addmm: cuBLASLt's bias epilogue on a GPU).
     Shape shape = x.shape();
     shape.back() = out_;
-    const Array y = matmul(xa.reshape(-1, in_), wa);
-    return (bias_ ? y + autocast_low(parameter("bias")) : y).reshape(shape);
+    const Array x2 = xa.reshape(-1, in_);
+    return (bias_ ? addmm(autocast_low(parameter("bias")), x2, wa) : matmul(x2, wa)).reshape(shape);
   }
   std::string name() const override {
     return "Conv1D(nf=" + std::to_string(out_) + ", nx=" + std::to_string(in_) + (bias_ ? "" : ", bias=false") + ")";

@@ -343,8 +343,11 @@ Array Linear::forward(const Array& x) {
       "LinearBackward",
       [](const std::vector<Array>& in, std::vector<Array>& saved) {
         saved = {in[0], in[1]};
-        const Array y = matmul(in[0], in[1].T());
-        return in.size() > 2 ? y + in[2] : y;
+        if (in.size() < 3) return matmul(in[0], in[1].T());
+        // The bias folded into the product (cuBLASLt's epilogue on a GPU): one 2-d addmm over every position.
+        Shape shape = in[0].shape();
+        shape.back() = in[1].shape(0);
+        return addmm(in[2], in[0].reshape({-1, in[0].shape(-1)}), in[1].T()).reshape(shape);
       },
       [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
         const Array &x = saved[0], &w = saved[1];

@@ -13,6 +13,8 @@
 
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
+#include "harness/op_harness.hpp"
+#include "kiln/autograd.hpp"
 #include "kiln/random.hpp"
 #include "test_util.hpp"
 
@@ -234,6 +236,99 @@ TEST(MatmulErrors, zero_d_operand_is_rejected) {
 TEST(MatmulErrors, undefined_operand_and_bad_norm_axis) {
   expect_error<ValueError>([] { matmul(Array(), ones({2})); }, {"matmul", "undefined"});
   expect_error<ShapeError>([] { linalg::norm(ones({2, 2}), 2); }, {"norm", "axis 2", "ndim 2"});
+}
+
+// ---------------------------------------------------------------- addmm (the bias folded into the product)
+
+/// Bound on |got - exact| for addmm's element j of row i: float32 accumulation (float64 for float64) of a depth-k
+/// product scaled by (|a| |b|)[i][j] + |bias[j]|, plus the final rounding: half an ulp of the output dtype where
+/// the sum is rounded once (the CPU, every float32/float64 product), one ulp for float16/bfloat16 on a GPU, whose
+/// cuBLASLt epilogue may round the product to the output dtype before it adds the bias (as in PyTorch's addmm).
+void expect_addmm_close(const Array& got, const std::vector<double>& exact, const std::vector<double>& magnitude,
+                        DType t, int64_t k, const std::string& what) {
+  const double rounding = (t == float16 || t == bfloat16) && got.device().is_cuda() ? 1.0 : 0.5;
+  const double u_acc = t == float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+  const int mantissa = t == float16 ? 11 : t == bfloat16 ? 8 : t == float32 ? 24 : 53;
+  const std::vector<double> g = got.astype(float64).to(kiln::cpu()).to_vector<double>();
+  ASSERT_EQ(g.size(), exact.size()) << what;
+  for (size_t i = 0; i < g.size(); ++i) {
+    // the output's half ulp at the exact value (one rounding), with float accumulation's error on top
+    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(exact[i]), 1e-30)) - mantissa + 1);
+    const double allowed = 2.0 * static_cast<double>(k + 2) * u_acc * magnitude[i] + rounding * ulp * (1 + 1e-9);
+    ASSERT_LE(std::abs(g[i] - exact[i]), allowed) << what << " [" << i << "]: got " << g[i] << ", exact " << exact[i];
+  }
+}
+
+/// a @ b + bias (bias a row of n) in float64 from the operands' stored values, and (|a| |b|) + |bias|.
+void addmm_reference(const Array& a, const Array& b, const Array& bias, std::vector<double>& exact,
+                     std::vector<double>& magnitude) {
+  const Array a64 = a.to(kiln::cpu()).astype(float64), b64 = b.to(kiln::cpu()).astype(float64);
+  const Array bias64 = bias.to(kiln::cpu()).astype(float64);
+  exact = (matmul(a64, b64) + bias64).to_vector<double>();
+  magnitude = (matmul(abs(a64), abs(b64)) + abs(bias64)).to_vector<double>();
+}
+
+TEST(Addmm, folded_bias_is_the_product_plus_the_bias_for_every_float_dtype) {
+  const int64_t m = 37, k = 70, n = 19;
+  for (const Device& device : harness::backends()) {
+    for (DType t : {float64, float32, float16, bfloat16}) {
+      random::set_state({7, 0});
+      const Array a = random::uniform({m, k}, -1.0, 1.0, t, device), w = random::uniform({n, k}, -1.0, 1.0, t, device);
+      const Array bias = random::uniform({n}, -4.0, 4.0, t, device);
+      const std::string what = device.str() + " " + std::string(dtype_name(t));
+      std::vector<double> exact, magnitude;
+      addmm_reference(a, w.T(), bias, exact, magnitude);
+      const Array y = addmm(bias, a, w.T());  // the Linear layer's form: the weight read transposed, no copy
+      EXPECT_EQ(y.dtype(), t) << what;
+      EXPECT_EQ(shape_str(y.shape()), "(37, 19)") << what;
+      expect_addmm_close(y, exact, magnitude, t, k, what + " a @ w.T + b");
+      // a (1, n) bias folds too; a row-major b
+      addmm_reference(a, w.T().contiguous(), bias, exact, magnitude);
+      expect_addmm_close(addmm(bias.reshape({1, n}), a, w.T().contiguous()), exact, magnitude, t, k,
+                         what + " (1, n) bias");
+    }
+  }
+}
+
+TEST(Addmm, other_biases_broadcast_as_matmul_plus_add) {
+  const int64_t m = 5, k = 4, n = 3;
+  for (const Device& device : harness::backends()) {
+    const Array a = from_data(pattern(m, k, 1), Shape{m, k}).to(device);
+    const Array b = from_data(pattern(k, n, 2), Shape{k, n}).to(device);
+    const Array full = from_data(pattern(m, n, 3), Shape{m, n}).to(device);
+    const Array column = from_data(pattern(m, 1, 4), Shape{m, 1}).to(device);
+    for (const Array& bias : {full, column, Array(full.astype(float32)), scalar_array(2.5, float64, device)}) {
+      const Array want = matmul(a, b) + bias;  // float64 (and the float32 bias promotes to it)
+      const Array got = addmm(bias, a, b);
+      EXPECT_EQ(got.dtype(), want.dtype());
+      EXPECT_TRUE(allclose(got.to(kiln::cpu()), want.to(kiln::cpu()), 1e-13, 1e-13))
+          << device.str() << " bias " << shape_str(bias.shape());
+    }
+    // an empty contraction leaves the bias
+    const Array y = addmm(from_data(std::vector<double>{1, 2, 3}, Shape{3}).to(device), zeros({2, 0}, float64, device),
+                          zeros({0, 3}, float64, device));
+    EXPECT_EQ(y.to(kiln::cpu()).to_vector<double>(), (std::vector<double>{1, 2, 3, 1, 2, 3})) << device.str();
+  }
+}
+
+TEST(Addmm, gradients_of_the_bias_and_both_matrices_pass_gradcheck) {
+  random::set_state({11, 0});
+  const Array a = random::normal({4, 6}, float64), w = random::normal({3, 6}, float64);
+  for (const Array& bias : {random::normal({3}, float64), random::normal({1, 3}, float64),
+                            random::normal({4, 3}, float64)}) {
+    const GradcheckResult r = gradcheck(
+        [](const std::vector<Array>& in) { return addmm(in[0], in[1], in[2].T()); }, {bias, a, w});
+    EXPECT_TRUE(r.passed) << "bias " << shape_str(bias.shape()) << ": " << r.report;
+  }
+}
+
+TEST(AddmmErrors, shapes_name_the_op_and_the_fix) {
+  const Array a = zeros({2, 3}), b = zeros({3, 4});
+  expect_error<ShapeError>([&] { addmm(zeros({4}), zeros({2, 2, 3}), b); },
+                           {"addmm", "(2, 2, 3)", "must have 2 axes", "matmul(a, b) + bias"});
+  expect_error<ShapeError>([&] { addmm(zeros({4}), a, zeros({2, 4})); }, {"addmm", "do not align"});
+  expect_error<ShapeError>([&] { addmm(zeros({5}), a, b); },
+                           {"addmm", "bias of shape (5,)", "(2, 4)", "pass a bias of shape (4,)"});
 }
 
 TEST(MatmulErrors, operands_on_two_devices_name_both) {

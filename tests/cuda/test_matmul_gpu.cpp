@@ -26,6 +26,7 @@
 #include "kiln/cuda.hpp"
 #include "kiln/io.hpp"
 #include "kiln/kiln.hpp"
+#include "kiln/profiler.hpp"
 
 using namespace kiln;
 
@@ -493,6 +494,60 @@ TEST(GpuMatmul, runs_on_the_current_stream_of_a_stream_guard) {
   EXPECT_EQ(got_int.to(kiln::cpu()).to_vector<int64_t>(), matmul(ai, bi).to_vector<int64_t>());
   // And again on the default stream with the same thread's handle (a second workspace).
   expect_close_to_float64(a, b, matmul(a.to(d), b.to(d)), relative_bound(float32, 80), "float32 on the default stream");
+}
+
+TEST(GpuMatmul, addmm_folds_the_bias_into_the_cublaslt_product_without_an_add_kernel) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  const int64_t m = 256, k = 192, n = 320;  // Linear(192, 320) over 256 positions
+  for (DType t : {DType::BFloat16, DType::Float16, DType::Float32}) {
+    const Array x = random_matrix({m, k}, t, 61).to(d), w = random_matrix({n, k}, t, 62).to(d);
+    const Array bias = random_matrix({1, n}, t, 63).reshape({n}).to(d);
+    (void)addmm(bias, x, w.T());  // the heuristic's lookup and the handle outside the profile
+    synchronize(d);
+    profiler::start();
+    const Array y = addmm(bias, x, w.T());
+    synchronize(d);
+    const profiler::Profile p = profiler::stop();
+    const std::string what = std::string(dtype_name(t));
+    if (p.gpu_note.starts_with("GPU activity not recorded")) GTEST_SKIP() << p.gpu_note;
+    ASSERT_EQ(p.kernels.size(), 1u) << what << ": one kernel, the product with its epilogue; got "
+                                    << p.summary(profiler::default_classifier, 5);
+    EXPECT_EQ(p.kernels[0].name.find("kiln_add"), std::string::npos) << p.kernels[0].name;
+    // the product plus the bias, rounded once: against float64 from the same operands
+    const Array x64 = x.to(kiln::cpu()).astype(float64), w64 = w.to(kiln::cpu()).astype(float64);
+    const Array b64 = bias.to(kiln::cpu()).astype(float64);
+    const std::vector<double> exact = (matmul(x64, w64.T()) + b64).to_vector<double>();
+    const std::vector<double> scale = (matmul(abs(x64), abs(w64.T())) + abs(b64)).to_vector<double>();
+    const std::vector<double> got = y.to(kiln::cpu()).astype(float64).to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_LE(std::abs(got[i] - exact[i]), relative_bound(t, k) * scale[i] + 1e-300) << what << " [" << i << "]";
+  }
+}
+
+TEST(GpuMatmul, addmm_inside_a_captured_graph_replays_with_new_inputs) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  const int64_t m = 64, k = 96, n = 128;
+  Array x = random_matrix({m, k}, DType::BFloat16, 71).to(d);
+  const Array w = random_matrix({n, k}, DType::BFloat16, 72).to(d);
+  const Array bias = random_matrix({1, n}, DType::BFloat16, 73).to(d);
+  Stream stream = Stream::create(d, {.non_blocking = true});
+  Array y;
+  cuda::Graph graph;
+  {
+    StreamGuard guard(stream);
+    (void)addmm(bias.reshape({n}), x, w.T());  // warm-up on the capturing stream
+    stream.synchronize();
+    graph.capture_begin(stream);
+    y = addmm(bias.reshape({n}), x, w.T());
+    graph.capture_end();
+  }
+  x.assign(random_matrix({m, k}, DType::BFloat16, 74).to(d));
+  graph.replay();
+  stream.synchronize();
+  const Array want = addmm(bias.reshape({n}), x, w.T());
+  EXPECT_TRUE(array_equal(y.to(kiln::cpu()), want.to(kiln::cpu())));
 }
 
 }  // namespace
