@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/autograd.hpp"
@@ -134,6 +135,26 @@ Array fit(const Array& g, const Node::InputInfo& info, const std::string& who) {
 // hook gets its own list.
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 
+/// A partial view's gradient added into the buffer of its input (Node::scatters): the first such gradient of an
+/// input makes a zero buffer of the input's shape, later ones (and other gradients) add into it in place. False
+/// when the node is not such a view or the input's buffer is one the engine does not own (apply then runs).
+bool scatter_view_gradient(const Node& node, const Array& g, std::unordered_map<Node*, Array>& buffers,
+                           std::unordered_set<Node*>& owned) {
+  if (node.next.size() != 1 || !node.next[0].node || !node.scatters(g)) return false;
+  Node* child = node.next[0].node.get();
+  const Node::InputInfo& info = node.inputs[0];
+  if (g.dtype() != info.dtype || g.device() != info.device) return false;
+  auto it = buffers.find(child);
+  if (it == buffers.end()) {
+    Array buffer = zeros(info.shape, info.dtype, info.device);
+    if (!node.scatter_add(g, buffer)) return false;
+    buffers.emplace(child, std::move(buffer));
+    owned.insert(child);
+    return true;
+  }
+  return owned.count(child) && node.scatter_add(g, it->second);
+}
+
 class CallbackScope {
  public:
   CallbackScope() : previous_(t_callbacks) { t_callbacks = &list_; }
@@ -204,6 +225,9 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
     }
   }
   std::unordered_map<Node*, Array> buffers;
+  // Buffers the engine allocated itself (sums, views' scatter buffers): nothing else sees them, so later
+  // gradients are added into them in place.
+  std::unordered_set<Node*> owned;
   buffers[start.node.get()] = seed;
   std::vector<std::shared_ptr<Node>> ready{start.node};
   while (!ready.empty()) {
@@ -213,6 +237,7 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
     if (auto it = buffers.find(node.get()); it != buffers.end()) {
       g = std::move(it->second);
       buffers.erase(it);
+      owned.erase(node.get());
     }
     std::vector<Array> grads;
     if (g.defined()) {
@@ -224,7 +249,7 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
         if (Array replaced = hook(g); replaced.defined()) g = replaced;
       if (auto meta = node->result.lock(); meta && meta->retains_grad)
         meta->grad = meta->grad.defined() ? add(meta->grad, g) : g.copy();
-      grads = node->apply(g);
+      if (!scatter_view_gradient(*node, g, buffers, owned)) grads = node->apply(g);
       if (anomaly)
         for (size_t i = 0; i < grads.size(); ++i)
           check_finite(grads[i], node->name + "'s gradient for input " + std::to_string(i), node->anomaly_context);
@@ -236,7 +261,12 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
       if (i < grads.size() && grads[i].defined()) {
         Array gi = fit(grads[i], node->inputs[i], node->name);
         auto [it, fresh] = buffers.try_emplace(child.get(), gi);
-        if (!fresh) it->second = add(it->second, gi);
+        if (!fresh && owned.count(child.get())) {
+          add(it->second, gi, it->second);
+        } else if (!fresh) {
+          it->second = add(it->second, gi);
+          owned.insert(child.get());
+        }
       }
       if (--deps[child.get()] == 0) ready.push_back(child);
     }

@@ -81,6 +81,13 @@ struct Node {
 
   /// The gradients of the inputs (the engine checks `released` first).
   std::vector<Array> apply(const Array& grad) const { return backward(*this, grad); }
+  /// A node of one input whose gradient fills only part of that input (a slice of its base): true when
+  /// scatter_add can take `grad`. The engine then accumulates the gradients of such views into one buffer of
+  /// the input's shape instead of a zero-filled input-sized gradient per view plus an add per pair.
+  virtual bool scatters(const Array& /*grad*/) const { return false; }
+  /// Adds the gradient into its part of `buffer` in place (a C-contiguous array of input 0's shape, dtype and
+  /// device that the engine owns); false when `buffer` does not fit (the engine then calls apply).
+  virtual bool scatter_add(const Array& /*grad*/, Array& /*buffer*/) const { return false; }
   /// Saved array `i`, version-checked.
   const Array& saved_array(size_t i) const { return saved.at(i).get(name); }
   /// Whether input `i` needs a gradient.

@@ -76,6 +76,32 @@ struct ViewNode : detail::Node {
     if (grad.size() > 0) as_strided(buffer, grad.shape(), v.view_strides, v.view_offset - lo).assign(grad);
     return {as_strided(buffer, v.base_shape, v.base_strides, v.base_offset - lo)};
   }
+  // A view that reaches part of a row-major base (a slice, a head of a packed projection): its gradient is
+  // added into the engine's buffer for the base through the view's geometry.
+  bool scatters(const Array& g) const override {
+    if (!is_row_major(base_shape, base_strides) || g.shape() != view_shape) return false;
+    int64_t lo = base_offset, hi = base_offset;
+    for (size_t d = 0; d < view_shape.size(); ++d) {
+      if (view_strides[d] == 0 && view_shape[d] > 1) return false;  // broadcast axes: apply sums them
+      if (view_shape[d] == 0) return false;
+    }
+    for (size_t d = 0; d < base_shape.size(); ++d) {
+      if (base_shape[d] == 0) return false;
+      (base_strides[d] < 0 ? lo : hi) += (base_shape[d] - 1) * base_strides[d];
+    }
+    const bool covers = g.size() == hi - lo + 1;  // the whole base: apply returns it without zeros
+    return !covers && is_injective(view_shape, view_strides);
+  }
+  bool scatter_add(const Array& g, Array& buffer) const override {
+    if (!buffer.is_contiguous() || buffer.shape() != base_shape || buffer.dtype() != g.dtype() ||
+        buffer.device() != g.device())
+      return false;
+    // The buffer has the base's (row-major) strides, so the view's strides and its offset from the base's
+    // first element address the buffer as they address the base.
+    Array region = as_strided(buffer, view_shape, view_strides, buffer.offset() + (view_offset - base_offset));
+    add(region, g, region);
+    return true;
+  }
   Shape base_shape, base_strides, view_shape, view_strides;
   int64_t base_offset = 0, view_offset = 0;
 };

@@ -242,6 +242,48 @@ TEST(AutogradViews, GradientsThroughCoveringAndPartialViewsAreExact) {
   }
 }
 
+// Several partial views of one base (a packed q/k/v projection's heads): the engine adds their gradients into
+// one buffer of the base. Disjoint, overlapping and strided views, mixed with a gradient that is not a view's, in
+// both orders; each element's gradient computed by hand.
+TEST(AutogradViews, PartialViewsOfOneBaseAccumulateIntoOneBufferExactly) {
+  for (Device d : harness::backends()) {
+    Array x = arange(12, float32, d).reshape({2, 6});
+    x.set_requires_grad(true);
+    const Array base = x * 1.0;  // a non-leaf base, row-major
+    // three column blocks as heads (2, 2) -> transposed, weighted 1, 10, 100
+    const Array q = base.slice(1, 0, 2).T(), k = base.slice(1, 2, 4).T(), v = base.slice(1, 4, 6).T();
+    sum(q + k * 10.0 + v * 100.0).backward();
+    EXPECT_EQ(x.grad().to(cpu()).to_vector<float>(),
+              (std::vector<float>{1, 1, 10, 10, 100, 100, 1, 1, 10, 10, 100, 100})) << d.str();
+
+    // overlapping windows, a strided view and the base itself used directly, the direct use first and last
+    for (bool direct_first : {true, false}) {
+      Array y = arange(8, float32, d);
+      y.set_requires_grad(true);
+      const Array b = y * 1.0;
+      Array loss = direct_first ? sum(b * 1000.0) : scalar_array(0.0, float32, d);
+      loss = loss + sum(b.slice(0, 0, 5)) + sum(b.slice(0, 3, 8) * 2.0) + sum(b.slice(0, 1, 8, 3) * 4.0);
+      if (!direct_first) loss = loss + sum(b * 1000.0);
+      loss.backward();
+      // element e: 1000 + [e < 5] + 2 [3 <= e] + 4 [e in {1, 4, 7}]
+      EXPECT_EQ(y.grad().to(cpu()).to_vector<float>(),
+                (std::vector<float>{1001, 1005, 1001, 1003, 1007, 1002, 1002, 1006}))
+          << d.str() << (direct_first ? " direct use first" : " direct use last");
+    }
+
+    // rows of a base made from a transposed operand (its layout may follow the operand's), and of a
+    // row-major copy: the same gradients either way
+    for (bool copied : {false, true}) {
+      Array z = arange(6, float32, d).reshape({2, 3});
+      z.set_requires_grad(true);
+      const Array t = copied ? z.T().contiguous() * 1.0 : z.T() * 1.0;  // (3, 2)
+      (sum(t.slice(0, 0, 1) * 3.0) + sum(t.slice(0, 2, 3) * 5.0)).backward();
+      EXPECT_EQ(z.grad().to(cpu()).to_vector<float>(), (std::vector<float>{3, 0, 5, 3, 0, 5}))
+          << d.str() << (copied ? " row-major base" : " base from a transposed operand");
+    }
+  }
+}
+
 TEST(AutogradViews, EveryViewAndJoinPassesGradcheck) {
   for (Device d : devices()) {
     const Array x = values({2, 3, 4}, -1, 1, 1, d);
