@@ -99,11 +99,23 @@ void check_labels(const Array& labels, int64_t n, int64_t classes, const char* o
                      std::to_string(classes) + " classes");
 }
 
-/// The score of each row's label: log_probs (N, C) at labels (N,), gathered (its gradient scatters back).
+/// The score of each row's label: log_probs (N, C) at labels (N,), gathered (its gradient scatters back): N
+/// flat indices into the rows' storage, row i's at i * (row stride) + label * (column stride), so no array of the
+/// logits' size is made for any layout (take_along_axis would build broadcast index arrays, a copy of
+/// non-contiguous rows another).
 Array pick(const Array& log_probs, const Array& labels) {
   const int64_t n = log_probs.shape(0), classes = log_probs.shape(1);
-  const Array flat = arange(n, int64, log_probs.device()) * classes + labels.reshape({n}).astype(int64);
-  return take(log_probs.reshape({n * classes}), flat);
+  const int64_t row_stride = log_probs.strides()[0], column_stride = log_probs.strides()[1];
+  if (n == 0 || log_probs.is_contiguous() || row_stride < 0 || column_stride < 0) {
+    const Array flat = arange(n, int64, log_probs.device()) * classes + labels.reshape({n}).astype(int64);
+    return take(log_probs.reshape({n * classes}), flat);
+  }
+  int64_t extent = 1;  // the elements the rows span in their storage, from the first
+  for (int64_t d = 0; d < 2; ++d) extent += (log_probs.shape(d) - 1) * log_probs.strides()[d];
+  const Array span = as_strided(log_probs, {extent}, {1}, log_probs.offset());
+  const Array flat =
+      arange(n, int64, log_probs.device()) * row_stride + labels.reshape({n}).astype(int64) * column_stride;
+  return take(span, flat);
 }
 
 /// arange(classes) as a (1, classes) int32 row on `d` (int64 beyond 2^31 classes: int32 halves the bytes a pass
@@ -139,11 +151,13 @@ struct CrossEntropyKernels {
   }
   // keepdims: a staged (one pass per row) kernel takes reductions over the last axis in their (N, 1) form
   // only; (N,) would broadcast against (N, C) from the right, so the graph would run op by op.
+  // `picked` is each row's logit at its label, gathered before (one element per row: a masked sum over the row
+  // here would be a third pass over every logit).
   static inline const auto forward = fuse(
-      [](auto x_in, auto ids, auto label, auto keep, auto ls) {
+      [](auto x_in, auto picked, auto keep, auto ls) {
         auto x = widen(x_in);
         auto lse = row_logsumexp(x);
-        auto loss = lse - sum(where(ids == label, x, 0.0), 1, true) * keep;
+        auto loss = lse - widen(picked) * keep;
         if constexpr (Smooth) return std::tuple{loss - mean(x, 1, true) * ls, lse};
         else return std::tuple{loss, lse};  // ls is 0: unused
       },
@@ -171,7 +185,7 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   AutogradFunction f{
       "CrossEntropyBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
-        auto [loss, lse] = K::forward(in[0], ids, label, 1.0 - ls, ls);
+        auto [loss, lse] = K::forward(in[0], pick(in[0], label).reshape({n, 1}), 1.0 - ls, ls);
         saved = {in[0], lse};
         return loss.reshape({n});
       },

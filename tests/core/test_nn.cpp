@@ -5,9 +5,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/op_harness.hpp"
@@ -242,6 +244,35 @@ double logsumexp_row(const std::vector<double>& v) {
   double m = *std::max_element(v.begin(), v.end()), s = 0;
   for (double e : v) s += std::exp(e - m);
   return m + std::log(s);
+}
+
+// The label's score is gathered through the rows' strides: logits that are a transposed view, a column slice with
+// gaps between rows, or reversed rows give the contiguous copy's loss and gradients exactly.
+TEST(NnLoss, CrossEntropyAndNllOfStridedLogitsEqualTheirContiguousCopy) {
+  for (Device d : devices()) {
+    random::set_state({5, 0});
+    const Array store = random::normal({7, 9}, float64, d);
+    const Array labels = from_data(std::vector<int64_t>{3, 0, 4, 4, 1}, Shape{5}, d);
+    const std::vector<std::pair<std::string, std::function<Array(const Array&)>>> layouts = {
+        {"transposed", [](const Array& a) { return a.T().slice(0, 0, 5).slice(1, 0, 5); }},
+        {"column slice", [](const Array& a) { return a.slice(0, 1, 6).slice(1, 2, 7); }},
+        {"reversed rows", [](const Array& a) { return a.slice(0, 6, 1, -1).slice(1, 0, 5); }}};
+    for (const auto& [what, view] : layouts) {
+      for (int loss_kind = 0; loss_kind < 2; ++loss_kind) {
+        Array x = store * 1.0, xc = store * 1.0;
+        x.set_requires_grad(true);
+        xc.set_requires_grad(true);
+        const Array strided = view(x), copied = view(xc).contiguous();
+        ASSERT_FALSE(strided.is_contiguous()) << what;
+        const Array a = loss_kind == 0 ? nn::cross_entropy(strided, labels) : nn::nll_loss(strided, labels);
+        const Array b = loss_kind == 0 ? nn::cross_entropy(copied, labels) : nn::nll_loss(copied, labels);
+        EXPECT_EQ(a.item<double>(), b.item<double>()) << d.str() << " " << what << " loss " << loss_kind;
+        a.backward();
+        b.backward();
+        EXPECT_TRUE(array_equal(x.grad().to(cpu()), xc.grad().to(cpu()))) << d.str() << " " << what;
+      }
+    }
+  }
 }
 
 TEST(NnLoss, CrossEntropyNllMseAndBceMatchHandValues) {
