@@ -4,11 +4,12 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <charconv>
 #include <cmath>
 #include <numbers>
 #include <optional>
-#include <sstream>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "bindings.hpp"
@@ -50,10 +51,12 @@ int64_t kaiming_fan(const Array& w, const std::string& mode, const char* fn) {
   return mode == "fan_in" ? in : out;
 }
 
+// The shortest text that reads back as v ("1", "-0.04"), through <charconv>: no iostream, whose locale machinery
+// crashed in this module on the GPU machine (Python 3.12, g++ 13) when the jaxtyping pytest plugin was loaded.
 std::string number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
+  char buf[32];
+  const auto [end, error] = std::to_chars(buf, buf + sizeof buf, v);
+  return error == std::errc() ? std::string(buf, end) : std::to_string(v);
 }
 
 // A drawn array written into w (the C++ initialisers' assign, under no_grad as they are).
