@@ -86,6 +86,14 @@ Array converted(const Array& a, DType type) {
   return out;
 }
 
+/// The complex conjugate of complex `z` as a new array, negated through its imaginary view (any device).
+Array conjugated(const Array& z) {
+  Array out = converted(z, z.dtype());
+  const Array im = imag(out);
+  negative(im, im);  // the same view in and out: an exact in-place update
+  return out;
+}
+
 /// `a` in `type`: itself when it already is.
 Array as_type(const Array& a, DType type) { return a.dtype() == type ? a : converted(a, type); }
 
@@ -240,7 +248,7 @@ Array c2r_1d(const Array& a, std::optional<int64_t> n, int64_t axis, Norm mode, 
                    : "n = 2 * (m - 1) from the input's length m = " + std::to_string(a.shape(ax)) + " along axis " +
                          std::to_string(axis) + " (pass n)");
   Array x = as_type(a, complex_type(a.dtype()));
-  if (conjugate) x = conj(x);
+  if (conjugate) x = conjugated(x);
   return scaled(c2r_axis(x, ax, points), scale_of(mode, false, static_cast<double>(points)));
 }
 
@@ -287,7 +295,7 @@ Array c2c_nd(const Array& a, const std::optional<Shape>& s, const std::optional<
   require_input(a, op);
   const Norm mode = parse_norm(norm, op);
   const Plan p = plan_nd(a, s, axes, false, op);
-  if (p.axes.empty()) return a.copy();  // NumPy returns its input unchanged
+  if (p.axes.empty()) return converted(a, a.dtype());  // NumPy returns its input unchanged
   const Array x = as_type(a, complex_type(a.dtype()));
   return scaled(complex_nd(x, p.axes, p.sizes, forward), scale_of(mode, forward, product(p.sizes)));
 }
@@ -379,7 +387,7 @@ Array hfft(const Array& a, std::optional<int64_t> n, int64_t axis, const std::op
 }
 Array ihfft(const Array& a, std::optional<int64_t> n, int64_t axis, const std::optional<std::string>& norm) {
   require_input(a, "fft::ihfft");
-  return conj(r2c_1d(a, n, axis, swapped(parse_norm(norm, "fft::ihfft")), "fft::ihfft"));
+  return conjugated(r2c_1d(a, n, axis, swapped(parse_norm(norm, "fft::ihfft")), "fft::ihfft"));
 }
 
 Array fftn(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes,
