@@ -165,6 +165,22 @@ TEST(Fft, SmallTransformsByHand) {
   EXPECT_EQ(fft::rfftfreq(5).to_vector<double>(), (std::vector<double>{0, 0.2, 0.4}));
 }
 
+TEST(Fft, DocsExampleComputesWhatItSays) {
+  // docs/fft.md's first example.
+  Array t = arange(0, 64, 1, float64) / 64.0;
+  Array x = sin(t * (2 * 3.141592653589793 * 5));
+  Array spectrum = fft::rfft(x);
+  EXPECT_EQ(spectrum.dtype(), complex128);
+  EXPECT_EQ(spectrum.shape(), (Shape{33}));
+  EXPECT_NEAR(std::abs(spectrum[5].item<c128>()), 32.0, 1e-12);
+  EXPECT_EQ(fft::rfftfreq(64, 1.0 / 64).to_vector<double>()[32], 32.0);
+  EXPECT_TRUE(allclose(fft::irfft(spectrum, 64), x, 1e-12, 1e-12));
+  Array image = random::normal({32, 32}).to(try_gpu());
+  Array image_spectrum = fft::fft2(image, std::nullopt, {-2, -1}, "ortho");
+  EXPECT_EQ(image_spectrum.dtype(), complex64);
+  EXPECT_EQ(image_spectrum.device(), image.device());
+}
+
 TEST(Fft, ResultDtypesFollowNumPy2) {
   const Array f32 = ones({4}, float32), f64 = ones({4}, float64), i32 = ones({4}, int32), b = ones({4}, bool_);
   EXPECT_EQ(fft::fft(f32).dtype(), complex64);
@@ -200,6 +216,18 @@ TEST(Fft, RoundTripsRecoverTheInput) {
                    tol, tol));
     }
   }
+}
+
+TEST(Fft, BroadcastAndStridedInputsEqualTheirContiguousCopies) {
+  random::seed(8);
+  const Array x = random::normal({6, 10}, float64);
+  const Array wide = x[0].broadcast_to({4, 10});  // stride 0 along the batch axis
+  EXPECT_TRUE(array_equal(fft::fft(wide), fft::fft(wide.contiguous())));
+  const Array column = x.index({Slice(), Slice(std::nullopt, std::nullopt, 3)});
+  EXPECT_TRUE(allclose(fft::rfft(column, std::nullopt, 0), fft::rfft(column.contiguous(), std::nullopt, 0), 1e-14,
+                       1e-14));
+  const Array one = x.broadcast_to({2, 6, 10}).index({Slice(), Slice(), Slice(0, 1)});  // size-1 axis, any stride
+  EXPECT_TRUE(allclose(fft::fftn(one), fft::fftn(one.contiguous()), 1e-14, 1e-14));
 }
 
 TEST(Fft, InputIsLeftUntouched) {
