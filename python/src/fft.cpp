@@ -52,6 +52,17 @@ void def_2d(nb::module_& f, const char* name, Fn2 fn, const char* doc) {
       "a"_a, "s"_a = nb::none(), "axes"_a = nb::make_tuple(-2, -1), "norm"_a = nb::none(), doc);
 }
 
+/// fftfreq and rfftfreq: NumPy's n and d, and the Array API's keyword-only dtype (float64 when None) and device.
+void def_frequencies(nb::module_& f, const char* name, Array (*fn)(int64_t, double, DType, std::optional<Device>),
+                     const char* doc) {
+  f.def(
+      name,
+      [fn](int64_t n, double d, nb::handle dtype, nb::handle device) {
+        return fn(n, d, dtype.is_none() ? DType::Float64 : to_dtype(dtype), to_optional_device(device));
+      },
+      "n"_a, "d"_a = 1.0, nb::kw_only(), "dtype"_a = nb::none(), "device"_a = nb::none(), doc);
+}
+
 }  // namespace
 
 void bind_fft(nb::module_& m) {
@@ -72,20 +83,10 @@ void bind_fft(nb::module_& m) {
   def_2d(f, "ifft2", fft::ifft2, "ifftn over axes (-2, -1) by default (numpy.fft.ifft2).");
   def_2d(f, "rfft2", fft::rfft2, "rfftn over axes (-2, -1) by default (numpy.fft.rfft2).");
   def_2d(f, "irfft2", fft::irfft2, "irfftn over axes (-2, -1) by default (numpy.fft.irfft2).");
-  f.def(
-      "fftfreq",
-      [](int64_t n, double d, nb::handle dtype, nb::handle device) {
-        return fft::fftfreq(n, d, dtype.is_none() ? DType::Float64 : to_dtype(dtype), to_optional_device(device));
-      },
-      "n"_a, "d"_a = 1.0, nb::kw_only(), "dtype"_a = nb::none(), "device"_a = nb::none(),
-      "The sample frequencies [0, 1, ..., -1] / (d n) (numpy.fft.fftfreq), float64 by default.");
-  f.def(
-      "rfftfreq",
-      [](int64_t n, double d, nb::handle dtype, nb::handle device) {
-        return fft::rfftfreq(n, d, dtype.is_none() ? DType::Float64 : to_dtype(dtype), to_optional_device(device));
-      },
-      "n"_a, "d"_a = 1.0, nb::kw_only(), "dtype"_a = nb::none(), "device"_a = nb::none(),
-      "The non-negative frequencies [0, ..., n//2] / (d n) of rfft (numpy.fft.rfftfreq).");
+  def_frequencies(f, "fftfreq", fft::fftfreq,
+                  "The sample frequencies [0, 1, ..., -1] / (d n) (numpy.fft.fftfreq), float64 by default.");
+  def_frequencies(f, "rfftfreq", fft::rfftfreq,
+                  "The non-negative frequencies [0, ..., n//2] / (d n) of rfft (numpy.fft.rfftfreq).");
   f.def(
       "fftshift", [](ArrayLike x, AxisLike axes) { return fft::fftshift(to_array(x), to_optional_shape(axes)); }, "x"_a,
       "axes"_a = nb::none(), "The zero frequency moved to the middle (numpy.fft.fftshift).");

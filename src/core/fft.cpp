@@ -223,12 +223,17 @@ Array c2c_1d(const Array& a, std::optional<int64_t> n, int64_t axis, const std::
   return scaled(complex_nd(x, {ax}, {points}, forward), scale_of(mode, forward, static_cast<double>(points)));
 }
 
+/// DTypeError for complex input to a real transform, naming the complex one to use instead.
+void require_real(const Array& a, const char* op, const char* complex_op) {
+  if (is_complex(a.dtype()))
+    throw DTypeError(std::string(op) + ": the input must be real, got " + std::string(dtype_name(a.dtype())) +
+                     "; use " + complex_op + " for complex input, or pass real(a)");
+}
+
 /// rfft with the normalisation `mode` (rfft's own or ihfft's swapped one).
 Array r2c_1d(const Array& a, std::optional<int64_t> n, int64_t axis, Norm mode, const char* op) {
   const int64_t ax = normalized_axis(axis, a, op);
-  if (is_complex(a.dtype()))
-    throw DTypeError(std::string(op) + ": the input must be real, got " + std::string(dtype_name(a.dtype())) +
-                     "; use fft for complex input, or pass real(a)");
+  require_real(a, op, "fft");
   const int64_t points = n.value_or(a.shape(ax));
   require_points(points, op, n ? "n" : "the input's length along axis " + std::to_string(axis));
   const Array x = resized(as_type(a, real_type(a.dtype())), ax, points);
@@ -256,6 +261,9 @@ Array c2r_1d(const Array& a, std::optional<int64_t> n, int64_t axis, Norm mode, 
 /// given); an entry -1 of s keeps the axis' length; `real_last` makes the last default size 2 * (m - 1) (irfftn).
 struct Plan {
   std::vector<int64_t> axes, sizes;
+  /// All but the last axis (and its size): the complex part of rfftn / irfftn.
+  std::vector<int64_t> rest_axes() const { return {axes.begin(), axes.end() - 1}; }
+  std::vector<int64_t> rest_sizes() const { return {sizes.begin(), sizes.end() - 1}; }
 };
 Plan plan_nd(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes, bool real_last,
              const char* op) {
@@ -300,32 +308,31 @@ Array c2c_nd(const Array& a, const std::optional<Shape>& s, const std::optional<
   return scaled(complex_nd(x, p.axes, p.sizes, forward), scale_of(mode, forward, product(p.sizes)));
 }
 
+/// The plan of rfftn / irfftn: at least one axis; the last is the real transform's, the others complex.
+Plan real_plan(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes, bool inverse,
+               const char* op) {
+  require_input(a, op);
+  Plan p = plan_nd(a, s, axes, inverse, op);
+  if (p.axes.empty()) throw ValueError(std::string(op) + ": no axis to transform; pass at least one axis");
+  return p;
+}
+
 Array r2c_nd(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes,
              const std::optional<std::string>& norm, const char* op) {
-  require_input(a, op);
+  const Plan p = real_plan(a, s, axes, false, op);
   const Norm mode = parse_norm(norm, op);
-  const Plan p = plan_nd(a, s, axes, false, op);
-  if (p.axes.empty()) throw ValueError(std::string(op) + ": no axis to transform; pass at least one axis");
-  if (is_complex(a.dtype()))
-    throw DTypeError(std::string(op) + ": the input must be real, got " + std::string(dtype_name(a.dtype())) +
-                     "; use fftn for complex input, or pass real(a)");
+  require_real(a, op, "fftn");
   const int64_t last = p.axes.back();
   const Array x = resized(as_type(a, real_type(a.dtype())), last, p.sizes.back());
   const Array half = run(FftKind::R2C, true, x, {last}, p.sizes.back());
-  const std::vector<int64_t> rest_axes(p.axes.begin(), p.axes.end() - 1);
-  const std::vector<int64_t> rest_sizes(p.sizes.begin(), p.sizes.end() - 1);
-  return scaled(complex_nd(half, rest_axes, rest_sizes, true), scale_of(mode, true, product(p.sizes)));
+  return scaled(complex_nd(half, p.rest_axes(), p.rest_sizes(), true), scale_of(mode, true, product(p.sizes)));
 }
 
 Array c2r_nd(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes,
              const std::optional<std::string>& norm, const char* op) {
-  require_input(a, op);
+  const Plan p = real_plan(a, s, axes, true, op);
   const Norm mode = parse_norm(norm, op);
-  const Plan p = plan_nd(a, s, axes, true, op);
-  if (p.axes.empty()) throw ValueError(std::string(op) + ": no axis to transform; pass at least one axis");
-  const std::vector<int64_t> rest_axes(p.axes.begin(), p.axes.end() - 1);
-  const std::vector<int64_t> rest_sizes(p.sizes.begin(), p.sizes.end() - 1);
-  const Array x = complex_nd(as_type(a, complex_type(a.dtype())), rest_axes, rest_sizes, false);
+  const Array x = complex_nd(as_type(a, complex_type(a.dtype())), p.rest_axes(), p.rest_sizes(), false);
   return scaled(c2r_axis(x, p.axes.back(), p.sizes.back()), scale_of(mode, false, product(p.sizes)));
 }
 
