@@ -348,7 +348,7 @@ Array shift(const Array& x, const std::optional<Shape>& axes, bool inverse, cons
   for (int64_t ax : list) shifts.push_back(inverse ? -(x.shape(ax) / 2) : x.shape(ax) / 2);
   if (!is_complex(x.dtype())) return list.empty() ? x.copy() : roll(x, shifts, list);
   // Complex arrays roll as their real pairs (the trailing axis stays), then are read back as complex.
-  const Array rolled = list.empty() ? pairs(x).copy() : roll(pairs(x), shifts, list);
+  const Array rolled = (list.empty() ? pairs(x).copy() : roll(pairs(x), shifts, list)).contiguous();
   Shape strides(x.shape().size(), 1);
   for (size_t k = strides.size(); k-- > 1;) strides[k - 1] = strides[k] * x.shape()[k];
   return Array(rolled.storage(), x.shape(), strides, rolled.offset() / 2, x.dtype());
