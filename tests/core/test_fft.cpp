@@ -243,6 +243,9 @@ TEST(Fft, BroadcastAndStridedInputsEqualTheirContiguousCopies) {
   const Array x = random::normal({6, 10}, float64);
   const Array wide = x[0].broadcast_to({4, 10});  // stride 0 along the batch axis
   EXPECT_TRUE(array_equal(fft::fft(wide), fft::fft(wide.contiguous())));
+  const Array constant = x.index({Slice(0, 1), Slice(0, 1)}).broadcast_to({3, 17});  // stride 0 along the axis
+  EXPECT_TRUE(allclose(fft::fft(constant), fft::fft(constant.contiguous()), 1e-14, 1e-14));
+  EXPECT_TRUE(allclose(fft::rfftn(constant), fft::rfftn(constant.contiguous()), 1e-14, 1e-14));
   const Array column = x.index({Slice(), Slice(std::nullopt, std::nullopt, 3)});
   EXPECT_TRUE(allclose(fft::rfft(column, std::nullopt, 0), fft::rfft(column.contiguous(), std::nullopt, 0), 1e-14,
                        1e-14));
