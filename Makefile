@@ -3,7 +3,7 @@
 # oneMKL's static libraries from PyPI, linked by scripts/build-mkl into .deps/mkl/lib/libkiln_mkl.so.
 
 # clang, libFuzzer (libclang-rt-dev) and clang's OpenMP (libomp-dev) build the fuzz preset.
-APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libopenmpi-dev openmpi-bin libicu-dev clang libclang-rt-dev libomp-dev
+APT_PACKAGES := cmake ninja-build g++ make python3 python3-pip libopenblas-dev libopenblas-openmp-dev libgtest-dev libfmt-dev libcli11-dev python3-matplotlib nlohmann-json3-dev zlib1g-dev libdnnl-dev libfftw3-dev libopenmpi-dev openmpi-bin libicu-dev clang libclang-rt-dev libomp-dev
 # kiln's text corpus (examples, `kiln tokenize`, tests/text): the Jargon File, public domain, from Debian's jargon-text
 # (/usr/share/doc/jargon-text/jargon.txt.gz); libicu-dev gives the tokenizer its Unicode categories.
 APT_PACKAGES += jargon-text

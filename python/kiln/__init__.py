@@ -4,7 +4,7 @@ from contextlib import contextmanager as _contextmanager
 
 from . import _kiln
 from ._kiln import *  # noqa: F401,F403  (the functions, dtypes and exceptions of the C++ core)
-from ._kiln import Array, linalg, random  # noqa: F401
+from ._kiln import Array, fft, linalg, random  # noqa: F401
 
 __all__ = [name for name in dir(_kiln) if not name.startswith("_")]
 

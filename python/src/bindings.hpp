@@ -22,6 +22,8 @@ void bind_extra(nb::module_& m);
 void bind_statistics(nb::module_& m);
 /// kiln.linalg's factorisations, norm with ord, lstsq..., and kiln.kron (linalg.cpp; after bind_ops).
 void bind_linalg(nb::module_& m);
+/// kiln.fft: numpy.fft's functions (fft.cpp).
+void bind_fft(nb::module_& m);
 /// requires_grad, grad, backward... on kiln.Array (runtime.cpp).
 void bind_autograd_methods(nb::class_<Array>& cls);
 /// kiln.nn (modules, losses) and kiln.optim (nn.cpp).

@@ -144,6 +144,7 @@ NB_MODULE(_kiln, m) {
   bind_extra(m);
   bind_statistics(m);
   bind_linalg(m);
+  bind_fft(m);
   bind_fusion_overloads(m);
   bind_runtime(m);
   bind_text(m);

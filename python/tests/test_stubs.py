@@ -27,6 +27,9 @@ def test_submodule_stubs_name_their_functions():
     classes, functions = names(folder / "linalg.pyi")
     assert {"SlogdetResult", "QRResult", "SVDResult", "EighResult", "LstsqResult"} <= classes
     assert {"solve", "inv", "det", "slogdet", "qr", "svd", "eigh", "norm", "lstsq", "cross"} <= functions
+    _, functions = names(folder / "fft.pyi")
+    assert {"fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn",
+            "rfftn", "irfftn", "fftfreq", "rfftfreq", "fftshift", "ifftshift"} <= functions
     classes, functions = names(folder / "models.pyi")
     assert {"GPT2", "GPT2Config", "Llama", "LlamaConfig", "CausalLM", "ResNet"} <= classes
     assert {"generate", "generate_batch", "load_gpt2", "load_llama", "resnet18"} <= functions

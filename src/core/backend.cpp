@@ -27,6 +27,11 @@ void Backend::user_reduction(const UserReductionCall& call) {
                     "; move the data with .to(gpu(0))");
 }
 
+bool Backend::fft(const FftCall& call) {
+  throw DeviceError("fft: device " + call.out.device().str() +
+                    " has no FFT engine in this build; move the array with .to(kiln::cpu())");
+}
+
 Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOptions& options) {
   int64_t n = 1;
   for (int64_t e : shape) {

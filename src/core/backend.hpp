@@ -125,6 +125,24 @@ struct ScanCall {
   Array out;
 };
 
+/// An unnormalised discrete Fourier transform (kiln::fft) of `in` into `out` along `axes` (distinct, in [0, ndim),
+/// in the order given), exp(-2 pi i jk/n) when `forward`, exp(+2 pi i jk/n) otherwise; the core scales afterwards.
+///   C2C: in and out of one complex dtype and one shape; every axis of `axes` transformed.
+///   R2C: in real (float32/float64), out of its complex type, one axis of length n in `in` and n/2 + 1 in `out`.
+///   C2R: in complex, out of its real type, one axis of length n/2 + 1 in `in` and n in `out`. `in` is the core's
+///        scratch copy: the backend may overwrite it (FFTW's and cuFFT's c2r do).
+/// `in` may have any non-negative strides; `out` is C-contiguous, allocated by the core, and no array is empty.
+/// A backend returns false when it cannot take this layout: the core then passes C-contiguous operands with the
+/// transformed axes last, at most three of them, which every FFT backend takes.
+enum class FftKind { C2C, R2C, C2R };
+struct FftCall {
+  FftKind kind = FftKind::C2C;
+  bool forward = true;
+  const Array* in = nullptr;
+  Array out;
+  std::vector<int64_t> axes;
+};
+
 /// out[b] = a[b] @ b[b] for 3-d operands (batch, m, k) x (batch, k, n) -> (batch, m, n), all of one
 /// dtype. Batch strides may be 0 (broadcast). a and b may be transposed within each matrix
 /// (either the last or the second-to-last stride is 1); out is C-contiguous.
@@ -305,6 +323,9 @@ class Backend {
   /// sort/argsort on the device (asynchronous); false when this backend has none (the front-end then sorts on
   /// the host).
   virtual bool sort(const SortCall& /*call*/) { return false; }
+  /// A discrete Fourier transform (FftCall); false when this layout needs the core's canonical one. The default
+  /// throws DeviceError: the device type has no FFT engine.
+  virtual bool fft(const FftCall& call);
   /// The graph capture that a random draw on `device`'s current stream of this thread would join, or nullptr
   /// (the draw is eager). Random front-ends ask before they reserve blocks of the generator.
   virtual GraphRandom* graph_random(Device /*device*/) { return nullptr; }

@@ -1,8 +1,10 @@
 // The CPU backend: the glue from the backend interface to the CPU kernels (elementwise, reduce, matmul,
-// random, convolution, pooling, batch norm). Memory and copies are the CPU runtime's (device_runtime.cpp).
+// random, convolution, pooling, batch norm, Fourier transforms). Memory and copies are the CPU runtime's
+// (device_runtime.cpp).
 #include "core/backend.hpp"
 
 #include "cpu/elementwise.hpp"
+#include "cpu/fft.hpp"
 #include "cpu/fused.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/multi_tensor.hpp"
@@ -22,6 +24,7 @@ class CpuBackend final : public detail::Backend {
   bool fused(const detail::FusionCall& call) override { return cpu_fused(call); }
   void scan(const detail::ScanCall& call) override { cpu_scan(call); }
   void matmul(const detail::MatmulCall& call) override { cpu_matmul(call); }
+  bool fft(const detail::FftCall& call) override { return cpu_fft(call); }
   bool convolution(const detail::ConvCall& call) override { return onednn_convolution(call); }
   bool pooling(const detail::PoolCall& call) override { return cpu_pooling(call); }
   bool batch_norm(detail::BatchNormCall& call) override { return cpu_batch_norm(call); }

@@ -1,5 +1,5 @@
 // The CUDA backend: kiln's Backend interface on CUDA GPUs, the glue from each op description to the
-// NVRTC engines, cuBLAS, cuDNN and cuSOLVER (ops.hpp). Every entry point first makes the array's device
+// NVRTC engines, cuBLAS, cuDNN, cuSOLVER and cuFFT (ops.hpp). Every entry point first makes the array's device
 // current for this thread: an array's work runs on its own GPU, whatever kiln's current device is.
 // Memory, transfers, streams and events are the CUDA runtime's (device_runtime.cpp).
 #include "core/backend.hpp"
@@ -102,6 +102,10 @@ class CudaBackend final : public detail::Backend {
     reject_complex("sort", {call.in});
     detail::note_gpu_work(call.in->device().index);
     return cuda_sort(call);
+  }
+  bool fft(const detail::FftCall& call) override {
+    detail::note_gpu_work(call.out.device().index);
+    return cuda_fft(call);
   }
   void random(const detail::RandomCall& call) override {
     set_device(call.out.device().index);

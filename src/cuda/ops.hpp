@@ -25,6 +25,10 @@ int cuda_svd(const detail::SvdCall& call);
 /// linalg's factorisations with cuSOLVER, matrix by matrix, on the operand's device and current stream
 /// (linalg_factor.cpp).
 bool cuda_factor(detail::FactorCall& call);
+/// A Fourier transform with cuFFT on the operands' device and current stream (fft.cpp); false when the layout has
+/// no cuFFT form (the core then passes its canonical one). cuda_fft_cached_plans: the plans cached for `device`.
+bool cuda_fft(const detail::FftCall& call);
+size_t cuda_fft_cached_plans(int device);
 /// Stable sort/argsort of the rows of call.in on its device's current stream (sort.cpp).
 bool cuda_sort(const detail::SortCall& call);
 /// The NVRTC source of the sort kernels (sort_block, sort_merge, sort_gather) for `dtype` (no GPU needed).

@@ -1,0 +1,114 @@
+"""kiln.fft against numpy.fft: every function, real and complex input, n / s padding and cropping, axes, norms,
+NumPy 2's result dtypes, on the CPU (FFTW) and on GPU 0 (cuFFT) when there is one."""
+
+import numpy as np
+import pytest
+
+import kiln
+
+# s without axes (the last len(s) axes) is deprecated in NumPy 2 but still its meaning, and kiln's.
+pytestmark = pytest.mark.filterwarnings("ignore:`axes` should not be `None`:DeprecationWarning")
+rng = np.random.default_rng(36)
+
+
+def _cpu_has_fftw():
+    try:
+        kiln.fft.fft(kiln.ones(2))
+        return True
+    except kiln.Error as e:
+        assert "apt-get install libfftw3-dev" in str(e)
+        return False
+
+
+if not _cpu_has_fftw():
+    pytest.skip("kiln was built without FFTW (apt-get install libfftw3-dev): no CPU transforms",
+                allow_module_level=True)
+NORMS = [None, "backward", "ortho", "forward"]
+
+
+def signal(shape, dtype):
+    if np.issubdtype(dtype, np.complexfloating):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-4, 5, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def check(got, want):
+    got = got.numpy() if got.device.type == "cpu" else got.to("cpu").numpy()
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    single = want.dtype in (np.float32, np.complex64)
+    scale = max(1.0, float(np.abs(want).max(initial=0)))
+    np.testing.assert_allclose(got, want, rtol=0, atol=(1e-5 if single else 1e-12) * scale)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.complex64, np.complex128])
+def test_one_dimensional_transforms_match_numpy(device, dtype, norm):
+    for size in (1, 5, 8, 17):
+        x = signal((3, size), dtype)
+        kx = kiln.asarray(x, device=device)
+        for n in (None, size + 2, max(1, size - 1)):
+            check(kiln.fft.fft(kx, n=n, norm=norm), np.fft.fft(x, n=n, norm=norm))
+            check(kiln.fft.ifft(kx, n, 0, norm), np.fft.ifft(x, n, 0, norm))
+            check(kiln.fft.irfft(kx, n=n or 2 * size + 1, norm=norm), np.fft.irfft(x, n=n or 2 * size + 1, norm=norm))
+            check(kiln.fft.hfft(kx, n=n or 2 * size, norm=norm), np.fft.hfft(x, n=n or 2 * size, norm=norm))
+            if not np.issubdtype(dtype, np.complexfloating):
+                check(kiln.fft.rfft(kx, n=n, norm=norm), np.fft.rfft(x, n=n, norm=norm))
+                check(kiln.fft.ihfft(kx, n=n, norm=norm), np.fft.ihfft(x, n=n, norm=norm))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_n_dimensional_transforms_match_numpy(device, dtype):
+    x = signal((4, 5, 6), dtype)
+    kx = kiln.asarray(x, device=device)
+    for s, axes in ((None, None), ((3, 8), None), ((5, 2, 7), (2, 0, 1)), (None, (1,)), ((6, 3), (0, 0))):
+        for name in ("fftn", "ifftn", "irfftn"):
+            check(getattr(kiln.fft, name)(kx, s=s, axes=axes, norm="ortho"),
+                  getattr(np.fft, name)(x, s=s, axes=axes, norm="ortho"))
+        if not np.issubdtype(dtype, np.complexfloating):
+            check(kiln.fft.rfftn(kx, s, axes), np.fft.rfftn(x, s, axes))
+    for name in ("fft2", "ifft2", "irfft2"):
+        check(getattr(kiln.fft, name)(kx), getattr(np.fft, name)(x))
+        check(getattr(kiln.fft, name)(kx, s=(4, 7), axes=(0, 2)), getattr(np.fft, name)(x, s=(4, 7), axes=(0, 2)))
+    if not np.issubdtype(dtype, np.complexfloating):
+        check(kiln.fft.rfft2(kx, axes=(2, 1)), np.fft.rfft2(x, axes=(2, 1)))
+
+
+def test_strided_input_matches_numpy(device):
+    x = signal((6, 8), np.complex128)
+    kx = kiln.asarray(x, device=device)
+    check(kiln.fft.fft(kx.T), np.fft.fft(x.T))
+    check(kiln.fft.fft2(kx[:, ::2]), np.fft.fft2(x[:, ::2]))
+
+
+def test_frequencies_and_shifts_match_numpy(device):
+    for n in (1, 4, 7):
+        for d in (1.0, 0.3):
+            got = kiln.fft.fftfreq(n, d, device=device)
+            assert got.device == device
+            np.testing.assert_array_equal(got.to("cpu").numpy(), np.fft.fftfreq(n, d))
+            np.testing.assert_array_equal(kiln.fft.rfftfreq(n, d, device=device).to("cpu").numpy(),
+                                          np.fft.rfftfreq(n, d))
+    assert kiln.fft.fftfreq(4, dtype="float32").dtype == kiln.float32
+    x = signal((4, 5), np.complex64)
+    for axes in (None, 1, (0, 1)):
+        np.testing.assert_array_equal(kiln.fft.fftshift(kiln.asarray(x, device=device), axes).to("cpu").numpy(),
+                                      np.fft.fftshift(x, axes))
+        np.testing.assert_array_equal(kiln.fft.ifftshift(kiln.asarray(x, device=device), axes).to("cpu").numpy(),
+                                      np.fft.ifftshift(x, axes))
+
+
+def test_errors_are_value_errors_naming_the_function():
+    with pytest.raises(ValueError, match="fft::fft: n gives 0 points"):
+        kiln.fft.fft(kiln.ones(4), n=0)
+    with pytest.raises(ValueError, match='norm "bad"'):
+        kiln.fft.ifft(kiln.ones(4), norm="bad")
+    with pytest.raises(TypeError, match="fft::rfft: the input must be real"):
+        kiln.fft.rfft(kiln.asarray(np.ones(4, np.complex64)))
+    with pytest.raises(ValueError, match="s has 1 entries and axes 2"):
+        kiln.fft.fftn(kiln.ones((2, 2)), s=(2,), axes=(0, 1))
+    w = kiln.ones(4).requires_grad_()
+    with pytest.raises(TypeError, match="kiln has no complex autograd yet"):
+        kiln.fft.rfft(w)
