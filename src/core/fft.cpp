@@ -144,8 +144,16 @@ Array run(FftKind kind, bool forward, const Array& in, const std::vector<int64_t
   }
   Array out = detail::make_array(out_shape, out_type, in.device());
   if (out.size() == 0) return out;
-  // c2r transforms overwrite their input: give the backend a copy of its own.
+  // c2r transforms overwrite their input: give the backend a copy of its own. The imaginary parts of the zero
+  // frequency (and of the Nyquist frequency for an even length) are not part of a Hermitian spectrum: NumPy
+  // ignores them, FFTW does too, cuFFT's result depends on them; zeroed here, every backend gives NumPy's result.
   const Array source = kind == FftKind::C2R ? converted(in, in.dtype()) : in;
+  if (kind == FftKind::C2R) {
+    const int64_t ax = axes[0];
+    Array im = imag(source);
+    im.slice(ax, 0, 1).fill(0.0);
+    if (out_length % 2 == 0) im.slice(ax, out_length / 2, out_length / 2 + 1).fill(0.0);
+  }
   detail::Backend& backend = detail::backend_for(in.device());
   bool positive = true;
   for (int64_t s : source.strides()) positive = positive && s >= 0;

@@ -314,8 +314,11 @@ Array detail::take_offsets(const Array& a, const Array& indices, std::optional<i
     const int64_t p = normalize_axis(*axis, a.ndim(), "take");
     return offsets_with_index(a, p, normalize_indices(indices, a.shape(p), "take"));
   }
-  const Array flat = element_offsets(a).reshape(Shape{a.size()});
   const Array idx = normalize_indices(indices, a.size(), "take");
+  // A contiguous array's element i is at storage offset offset + i: offsets the indices' size, not the array's
+  // (the array of every element's offset would be 8 bytes per element of `a`, a gather from a large table).
+  if (a.is_contiguous()) return a.offset() == 0 ? idx : add(idx, Scalar(a.offset()));
+  const Array flat = element_offsets(a).reshape(Shape{a.size()});
   return gather_flat(flat, offsets_with_index(flat, 0, idx));
 }
 
