@@ -13,6 +13,7 @@
 #include "kiln/dist.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
+#include "kiln/fft.hpp"
 #include "kiln/flash_attention.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"

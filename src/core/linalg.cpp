@@ -6,6 +6,7 @@
 // linalg::norm is one backend reduction (ReduceOp::Norm: squares summed in float64, the
 // square root and the cast in the same kernel).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.hpp"
@@ -232,17 +233,6 @@ static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias
   return out.reshape(result_shape);
 }
 
-namespace {
-/// addmm's backward: the bias's gradient is g summed over the rows (to the bias's shape), the matrices' as matmul's.
-std::vector<Array> addmm_backward(const detail::Node& node, const Array& g) {
-  const Array &a = node.saved_array(0), &b = node.saved_array(1);
-  std::vector<Array> r(3);
-  if (node.needs(0)) r[0] = sum(g, 0).reshape(node.saved_array(2).shape());
-  if (node.needs(1)) r[1] = matmul(g, b.T());
-  if (node.needs(2)) r[2] = matmul(a.T(), g);
-  return r;
-}
-}  // namespace
 
 Array addmm(const Array& bias, const Array& a, const Array& b) {
   require_operands(a, b, "addmm");
@@ -279,12 +269,20 @@ Array addmm(const Array& bias, const Array& a, const Array& b) {
               ? add(matmul_impl(a.astype(float32), b.astype(float32)), row.astype(float32)).astype(t)
               : add(matmul_impl(a, b), row);
   }
-  if (record)
+  if (record) {
+    // The bias's gradient is g summed over the rows (to the bias's shape), the matrices' as matmul's.
+    auto backward = [bias_shape = bias.shape()](const detail::Node& node, const Array& g) {
+      std::vector<Array> r(3);
+      if (node.needs(0)) r[0] = sum(g, 0).reshape(bias_shape);
+      if (node.needs(1)) r[1] = matmul(g, node.saved_array(1).T());
+      if (node.needs(2)) r[2] = matmul(node.saved_array(0).T(), g);
+      return r;
+    };
     detail::record(out,
-                   std::make_shared<detail::Node>(
-                       "AddmmBackward", &addmm_backward,
-                       std::vector{detail::SavedArray(a), detail::SavedArray(b), detail::SavedArray(bias)}),
+                   std::make_shared<detail::Node>("AddmmBackward", std::move(backward),
+                                                  std::vector{detail::SavedArray(a), detail::SavedArray(b)}),
                    {&bias, &a, &b});
+  }
   return out;
 }
 
