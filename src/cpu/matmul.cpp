@@ -231,8 +231,7 @@ void add_bias_rows(T* c, const T* bias, int64_t m, int64_t n) {
       m,
       [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          T* row = c + i * n;
-#pragma omp simd
+          T* __restrict row = c + i * n;
           for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
         }
       },
