@@ -32,17 +32,18 @@ void cgeev_(const char* jobvl, const char* jobvr, const int* n, kiln::complex64_
             kiln::complex64_t* work, const int* lwork, float* rwork, int* info, size_t jobvl_len, size_t jobvr_len);
 void zgeev_(const char* jobvl, const char* jobvr, const int* n, kiln::complex128_t* a, const int* lda,
             kiln::complex128_t* w, kiln::complex128_t* vl, const int* ldvl, kiln::complex128_t* vr, const int* ldvr,
-            kiln::complex128_t* work, const int* lwork, double* rwork, int* info, size_t jobvl_len,
-            size_t jobvr_len);
+            kiln::complex128_t* work, const int* lwork, double* rwork, int* info, size_t jobvl_len, size_t jobvr_len);
 }
 
 namespace kiln::linalg {
 namespace {
 
-template <class T> struct Real {
+template <class T>
+struct Real {
   using type = T;
 };
-template <class R> struct Real<std::complex<R>> {
+template <class R>
+struct Real<std::complex<R>> {
   using type = R;
 };
 
@@ -107,7 +108,8 @@ int geev(int n, T* a, std::complex<typename Real<T>::type>* w, std::complex<type
   return 0;
 }
 
-template <class T> bool finite(const T& x) {
+template <class T>
+bool finite(const T& x) {
   if constexpr (std::is_floating_point_v<T>)
     return std::isfinite(x);
   else
@@ -120,7 +122,8 @@ std::string which(const Array& a, int64_t count, int64_t i) {
 }
 
 /// eig of every matrix of `a`, computed in T (float, double, complex64_t or complex128_t).
-template <class T> std::vector<Array> eig_in(const Array& a, bool vectors, const char* op) {
+template <class T>
+std::vector<Array> eig_in(const Array& a, bool vectors, const char* op) {
   using C = std::complex<typename Real<T>::type>;
   const DType out = dtype_of<C>();
   const Shape batch(a.shape().begin(), a.shape().end() - 2);
@@ -133,7 +136,8 @@ template <class T> std::vector<Array> eig_in(const Array& a, bool vectors, const
   // Each matrix's column-major buffer is the row-major buffer of its transpose.
   std::vector<T> data = swapaxes(a.detach(), -1, -2).to_vector<T>();
   const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
-  std::vector<C> w(static_cast<size_t>(count) * static_cast<size_t>(n)), v(vectors ? static_cast<size_t>(count) * nn : 0);
+  std::vector<C> w(static_cast<size_t>(count) * static_cast<size_t>(n)),
+      v(vectors ? static_cast<size_t>(count) * nn : 0);
   for (int64_t i = 0; i < count && n > 0; ++i) {
     T* m = data.data() + static_cast<size_t>(i) * nn;
     if (!std::all_of(m, m + nn, [](const T& x) { return finite(x); }))
@@ -168,7 +172,8 @@ std::vector<Array> eig_forward(const Array& a, bool vectors, const char* op) {
                      "n)); reshape a to (1, 1) for a scalar or build a matrix from a vector with diag");
   if (a.shape(-1) != a.shape(-2))
     throw ShapeError(std::string(op) + ": Last 2 dimensions of the array must be square, got shape " +
-                     shape_str(a.shape()) + "; eigenvalues exist for square matrices only (use linalg::svd for "
+                     shape_str(a.shape()) +
+                     "; eigenvalues exist for square matrices only (use linalg::svd for "
                      "singular values of a rectangular one)");
   const DType t = a.dtype();
   if (t == complex64) return eig_in<complex64_t>(a, vectors, op);

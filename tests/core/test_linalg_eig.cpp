@@ -32,9 +32,8 @@ void expect_same_multiset(const Array& got, const Array& want, double tol, const
       const C target = w[start + static_cast<size_t>(i)];
       int64_t best = -1;
       for (int64_t j = 0; j < n; ++j)
-        if (!used[static_cast<size_t>(j)] &&
-            (best < 0 || std::abs(g[start + static_cast<size_t>(j)] - target) <
-                             std::abs(g[start + static_cast<size_t>(best)] - target)))
+        if (!used[static_cast<size_t>(j)] && (best < 0 || std::abs(g[start + static_cast<size_t>(j)] - target) <
+                                                              std::abs(g[start + static_cast<size_t>(best)] - target)))
           best = j;
       used[static_cast<size_t>(best)] = true;
       EXPECT_LE(std::abs(g[start + static_cast<size_t>(best)] - target), tol * std::max(1.0, std::abs(target)))
@@ -78,12 +77,12 @@ struct Case {
 
 TEST(LinalgEig, numpy_golden_cases_as_multisets_and_eigenpairs) {
   const Case cases[] = {
-      {"general", complex128, 1e-10, 1e-13},   {"rotation", complex128, 1e-12, 1e-14},
-      {"symmetric", complex128, 1e-10, 1e-13}, {"defective", complex128, 1e-4, 1e-12},
-      {"jordan2", complex128, 1e-12, 1e-14},   {"repeated", complex128, 1e-12, 1e-14},
-      {"one", complex128, 1e-14, 1e-15},       {"batch", complex128, 1e-10, 1e-13},
-      {"f32", complex64, 1e-4, 1e-5},          {"int", complex128, 1e-10, 1e-13},
-      {"c64", complex64, 1e-4, 1e-5},          {"c128", complex128, 1e-10, 1e-13},
+      {"general", complex128, 1e-10, 1e-13},    {"rotation", complex128, 1e-12, 1e-14},
+      {"symmetric", complex128, 1e-10, 1e-13},  {"defective", complex128, 1e-4, 1e-12},
+      {"jordan2", complex128, 1e-12, 1e-14},    {"repeated", complex128, 1e-12, 1e-14},
+      {"one", complex128, 1e-14, 1e-15},        {"batch", complex128, 1e-10, 1e-13},
+      {"f32", complex64, 1e-4, 1e-5},           {"int", complex128, 1e-10, 1e-13},
+      {"c64", complex64, 1e-4, 1e-5},           {"c128", complex128, 1e-10, 1e-13},
       {"c128_batch", complex128, 1e-10, 1e-13},
   };
   for (const Case& c : cases) {
@@ -147,15 +146,26 @@ TEST(LinalgEig, a_strided_view_reads_its_own_elements) {
 }
 
 TEST(LinalgEig, errors_name_the_op_and_the_fix) {
-  expect_error<ShapeError>([] { (void)linalg::eig(from_data({1.0, 2.0})); },
-                           {"linalg::eig", "1-dimensional array given. Array must be at least two-dimensional"});
-  expect_error<ShapeError>([] { (void)linalg::eigvals(zeros({2, 3}, float64)); },
-                           {"linalg::eigvals", "Last 2 dimensions of the array must be square", "(2, 3)", "svd"});
+  expect_error<ShapeError>(
+      [] {
+        (void)linalg::eig(from_data({1.0, 2.0}));
+      },
+      {"linalg::eig", "1-dimensional array given. Array must be at least two-dimensional"});
+  expect_error<ShapeError>(
+      [] {
+        (void)linalg::eigvals(zeros({2, 3}, float64));
+      },
+      {"linalg::eigvals", "Last 2 dimensions of the array must be square", "(2, 3)", "svd"});
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  expect_error<LinAlgError>([&] { (void)linalg::eig(from_data({1.0, nan, 0.0, 1.0}, {2, 2})); },
-                            {"linalg::eig", "Array must not contain infs or NaNs", "the matrix a (2, 2)"});
   expect_error<LinAlgError>(
-      [&] { (void)linalg::eigvals(from_data({1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, inf}, {2, 2, 2})); },
+      [&] {
+        (void)linalg::eig(from_data({1.0, nan, 0.0, 1.0}, {2, 2}));
+      },
+      {"linalg::eig", "Array must not contain infs or NaNs", "the matrix a (2, 2)"});
+  expect_error<LinAlgError>(
+      [&] {
+        (void)linalg::eigvals(from_data({1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, inf}, {2, 2, 2}));
+      },
       {"linalg::eigvals", "Array must not contain infs or NaNs", "matrix 1 of a (2, 2, 2)"});
   Array g = eye(2, {}, 0, float64);
   g.set_requires_grad();
