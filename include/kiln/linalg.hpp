@@ -4,7 +4,8 @@
 // with LAPACK (OpenBLAS) on the CPU, with cuSOLVER on a GPU (det and slogdet: LAPACK on the host, GPU
 // operands copied there and back). All of them synchronise: they read the solver's info to report a singular
 // / not positive-definite matrix. Factorisations take a batch of
-// matrices (..., m, n) as NumPy does. eig/eigvals (complex results) wait for complex dtypes.
+// matrices (..., m, n) as NumPy does. eig/eigvals (general square matrices, complex results) use LAPACK's geev on
+// the host for every device, in float32 or float64 as their input (see their comments).
 // Gradients as torch.linalg's: solve, inv, det, slogdet, cholesky, qr (reduced, m >= n), svd (reduced or square,
 // distinct singular values), eigh (distinct eigenvalues); pinv, norm, cond, matrix_power, cross, kron through
 // their parts.
@@ -80,6 +81,20 @@ struct EighResult {
 EighResult eigh(const Array& a, char uplo = 'L');
 /// The eigenvalues only (..., n), ascending.
 Array eigvalsh(const Array& a, char uplo = 'L');
+
+/// numpy.linalg.eig's results: the eigenvalues (..., n) in LAPACK's order and the right eigenvectors as columns
+/// (..., n, n), each of unit 2-norm (a @ v[..., :, i] = w[..., i] * v[..., :, i]).
+struct EigResult {
+  Array eigenvalues, eigenvectors;
+};
+/// Eigen-decomposition of each general square matrix of a (..., n, n) with LAPACK geev (sgeev/dgeev for real
+/// input, cgeev/zgeev for complex). Always complex, as torch.linalg.eig (NumPy returns a real dtype when every
+/// eigenvalue of real input is real): complex64 for float32 (and 16-bit floats) and complex64 input, complex128
+/// otherwise. Computed on the host for any device, results on a's device (syncs). Throws ShapeError (not square /
+/// < 2-d), LinAlgError (infs or NaNs, no convergence), DTypeError when a requires grad (no complex autograd yet).
+EigResult eig(const Array& a);
+/// The eigenvalues only (..., n), as eig's.
+Array eigvals(const Array& a);
 
 /// Pseudo-inverse (..., n, m) of a (..., m, n) through the SVD (the eigen-decomposition when hermitian):
 /// singular values at or below rcond * largest are dropped. rcond defaults to NumPy's 1e-15.

@@ -1,5 +1,5 @@
 // kiln.linalg (kiln/linalg.hpp) beyond solve and matmul: the factorisations, what is built on them, norm with
-// ord, and kiln.kron. A function that NumPy answers with a named tuple (slogdet, qr, svd, eigh, lstsq) returns
+// ord, and kiln.kron. A function that NumPy answers with a named tuple (slogdet, qr, svd, eig, eigh, lstsq) returns
 // one of the same name and fields, so `sign, logabsdet = kiln.linalg.slogdet(a)` and `.logabsdet` both work.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -15,7 +15,7 @@ namespace {
 
 // numpy.linalg's result types, made once with collections.namedtuple and kept alive by the linalg module.
 struct ResultTypes {
-  nb::object slogdet, qr, svd, eigh, lstsq;
+  nb::object slogdet, qr, svd, eig, eigh, lstsq;
 };
 ResultTypes result_types;
 
@@ -56,6 +56,7 @@ void bind_linalg(nb::module_& m) {
   types.slogdet = make_result_type(la, "SlogdetResult", "sign logabsdet");
   types.qr = make_result_type(la, "QRResult", "Q R");
   types.svd = make_result_type(la, "SVDResult", "U S Vh");
+  types.eig = make_result_type(la, "EigResult", "eigenvalues eigenvectors");
   types.eigh = make_result_type(la, "EighResult", "eigenvalues eigenvectors");
   types.lstsq = make_result_type(la, "LstsqResult", "solution residuals rank singular_values");
 
@@ -84,6 +85,15 @@ void bind_linalg(nb::module_& m) {
      "SVDResult(U, S, Vh) with a = U @ (S[..., None] * Vh), S descending; compute_uv=False returns S only.");
   la.def("svdvals", [](ArrayLike a) { return linalg::svdvals(to_array(a)); }, "x"_a,
              "The singular values (..., min(m, n)), descending.");
+  la.def("eig", [](ArrayLike a) {
+    auto r = linalg::eig(to_array(a));
+    return result_types.eig(r.eigenvalues, r.eigenvectors);
+  }, "a"_a,
+     "EigResult(eigenvalues, eigenvectors) of each general square matrix (LAPACK geev, on the host for any "
+     "device): eigenvalues in LAPACK's order, unit-norm eigenvectors as columns; always complex (complex64 for "
+     "float32 / complex64 input, else complex128), where NumPy returns a real dtype when all eigenvalues are real.");
+  la.def("eigvals", [](ArrayLike a) { return linalg::eigvals(to_array(a)); }, "a"_a,
+             "The eigenvalues (..., n) of each general square matrix, complex, as eig's.");
   la.def("eigh", [](ArrayLike a, const std::string& uplo) {
     auto r = linalg::eigh(to_array(a), to_uplo(uplo));
     return result_types.eigh(r.eigenvalues, r.eigenvectors);

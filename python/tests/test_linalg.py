@@ -169,3 +169,39 @@ def test_float32_operands_give_float32_results():
     assert kiln.linalg.inv(kiln.asarray(a)).dtype == kiln.float32
     np.testing.assert_allclose(kiln.linalg.inv(kiln.asarray(a)).numpy(), np.linalg.inv(a.astype(np.float64)),
                                rtol=1e-5, atol=1e-6)
+
+
+def _sorted(w):
+    return np.sort_complex(np.asarray(w, dtype=np.complex128).ravel())
+
+
+def test_eig_and_eigvals_match_numpy_as_multisets_and_eigenpairs():
+    a = rng.standard_normal((2, 5, 5))  # general real matrices: complex-conjugate pairs
+    result = kiln.linalg.eig(k(a))
+    assert type(result).__name__ == "EigResult"
+    w, v = result
+    assert w.dtype == kiln.complex128 and v.dtype == kiln.complex128
+    want = np.linalg.eig(a)
+    for i in range(2):
+        np.testing.assert_allclose(_sorted(w.numpy()[i]), _sorted(want.eigenvalues[i]), **TOL)
+    vals, vecs = result.eigenvalues.numpy(), result.eigenvectors.numpy()
+    np.testing.assert_allclose(a @ vecs, vecs * vals[..., None, :], **TOL)
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=-2), 1.0, **TOL)
+    np.testing.assert_allclose(kiln.linalg.eigvals(k(a)).numpy(), vals, **TOL)
+
+
+def test_eig_dtypes_complex_input_and_errors():
+    a32 = rng.standard_normal((4, 4)).astype(np.float32)
+    w32 = kiln.linalg.eigvals(kiln.asarray(a32))
+    assert w32.dtype == kiln.complex64
+    np.testing.assert_allclose(_sorted(w32.numpy()), _sorted(np.linalg.eigvals(a32)), rtol=1e-4, atol=1e-4)
+    c = rng.standard_normal((3, 3, 3)) + 1j * rng.standard_normal((3, 3, 3))
+    w, v = kiln.linalg.eig(kiln.asarray(c))
+    assert w.dtype == kiln.complex128
+    np.testing.assert_allclose(c @ v.numpy(), v.numpy() * w.numpy()[..., None, :], **TOL)
+    sym = np.array([[2.0, 1.0], [1.0, 2.0]])  # NumPy returns float64 here; kiln stays complex
+    np.testing.assert_allclose(_sorted(kiln.linalg.eigvals(k(sym)).numpy()), _sorted(np.linalg.eigvals(sym)), **TOL)
+    with pytest.raises(ValueError, match="Last 2 dimensions of the array must be square"):
+        kiln.linalg.eig(k(np.ones((2, 3))))
+    with pytest.raises(kiln.LinAlgError, match="Array must not contain infs or NaNs"):
+        kiln.linalg.eigvals(k(np.array([[1.0, np.nan], [0.0, 1.0]])))

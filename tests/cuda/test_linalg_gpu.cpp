@@ -1,5 +1,6 @@
 // kiln::linalg's factorisations on a GPU: every NumPy golden case of tests/golden/linalg_golden.py on gpu(0),
-// results on the operands' device in their dtype, the errors, and gradients equal to the CPU's (float64).
+// results on the operands' device in their dtype (eig's too, computed on the host), the errors, and gradients
+// equal to the CPU's (float64).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -34,6 +35,21 @@ TEST(LinalgGpu, results_stay_on_the_device_in_the_operands_dtype) {
   expect_error<LinAlgError>([] { (void)linalg::inv(zeros({2, 2}, float64, gpu(0))); }, {"linalg::inv", "singular"});
   expect_error<LinAlgError>([] { (void)linalg::cholesky(-eye(2, {}, 0, float64, gpu(0))); },
                             {"linalg::cholesky", "positive-definite"});
+}
+
+TEST(LinalgGpu, eig_runs_on_the_host_and_its_results_return_to_the_device) {
+  KILN_REQUIRE_GPU();
+  const Array a = from_data({0.0, -1.0, 1.0, 1.0, 2.0, 0.5, 0.0, 1.0, 3.0}, {3, 3});
+  const linalg::EigResult host = linalg::eig(a), device = linalg::eig(a.to(gpu(0)));
+  EXPECT_EQ(device.eigenvalues.device(), gpu(0));
+  EXPECT_EQ(device.eigenvectors.device(), gpu(0));
+  EXPECT_EQ(device.eigenvalues.dtype(), complex128);
+  // The same LAPACK call on the same numbers: the same bits.
+  EXPECT_EQ(device.eigenvalues.to_vector<complex128_t>(), host.eigenvalues.to_vector<complex128_t>());
+  EXPECT_EQ(device.eigenvectors.to_vector<complex128_t>(), host.eigenvectors.to_vector<complex128_t>());
+  const Array w32 = linalg::eigvals(a.astype(float32).to(gpu(0)));
+  EXPECT_EQ(w32.device(), gpu(0));
+  EXPECT_EQ(w32.dtype(), complex64);
 }
 
 /// d sum(f(x) * w)/dx on `d`, as a float64 CPU array.
