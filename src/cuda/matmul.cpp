@@ -259,10 +259,17 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
                   alignment_of(d.second),
                   alignment_of(d.out),
                   alignment_of(bias)};
+  // Bounded: a program of ever-changing shapes (generation with a growing sequence) would otherwise make every
+  // call's search longer; the oldest shape's choice is dropped (and looked up again if it comes back).
+  constexpr size_t kMaxAlgos = 64;
   thread_local std::vector<LtEntry> algos;
   const LtEntry* entry = nullptr;
-  for (const LtEntry& e : algos)
-    if (e.key == key) entry = &e;
+  for (const LtEntry& e : algos) {
+    if (e.key == key) {
+      entry = &e;
+      break;
+    }
+  }
   if (entry && !entry->found) return false;
   if (!state.lt) {
     RelaxedCaptureMode relaxed;  // a first fused product during a graph capture: creating the handle allocates
@@ -314,6 +321,7 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
       found.found = true;
       found.algo = result.algo;
     }
+    if (algos.size() >= kMaxAlgos) algos.erase(algos.begin());
     algos.push_back(found);
     entry = &algos.back();
     if (!entry->found) return false;
