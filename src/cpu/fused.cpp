@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -103,10 +104,10 @@ struct Program {
   int num_outputs = 0;
   int num_operands = 0;
   const Array* arrays[kMaxOperands] = {};
-  std::vector<Step> steps;    ///< every live node but weak ones, in topological order
-  std::vector<int> step_of;   ///< per node: its index in steps, or -1
-  std::vector<int> all;       ///< elementwise and classic: the steps of every non-reduce node
-  std::vector<int> tail;      ///< staged: the steps the outputs need (reductions are values)
+  std::vector<Step> steps;   ///< every live node but weak ones, in topological order
+  std::vector<int> step_of;  ///< per node: its index in steps, or -1
+  std::vector<int> all;      ///< elementwise and classic: the steps of every non-reduce node
+  std::vector<int> tail;     ///< staged: the steps the outputs need (reductions are values)
   std::vector<Reducer> reducers;
   std::vector<std::array<unsigned char, 16>> slots;  ///< each slot's value in its kernel dtype
   std::vector<DType> slot_dtypes;
@@ -154,6 +155,52 @@ std::vector<int> steps_for(const Program& p, const std::vector<int>& roots) {
   for (size_t i = 0; i < p.g->nodes.size(); ++i)
     if (need[i] && p.step_of[i] >= 0 && p.g->nodes[i].kind != FusionNodeKind::Reduce) list.push_back(p.step_of[i]);
   return list;
+}
+
+/// Gives the steps of p.all (one pass per block) buffers that are reused once their value's last reader has run,
+/// so a block's working set is the live values' buffers, not one per node (a chain of ten float32 nodes would
+/// touch 40 KiB a block, more than most cores' L1 data cache, and every node would read and write L2).
+/// The roots keep theirs to the end of the block. Returns the bytes of buffers used.
+int64_t share_buffers(Program& p, const std::vector<int>& roots) {
+  constexpr int kKept = std::numeric_limits<int>::max();
+  std::vector<int> last(p.steps.size(), -1);  // per step: the position in p.all of its value's last reader
+  for (size_t pos = 0; pos < p.all.size(); ++pos) {
+    const Step& s = p.steps[static_cast<size_t>(p.all[pos])];
+    for (int k = 0; k < s.num_inputs; ++k) {
+      if (s.slots[k] >= 0 || s.inputs[k] < 0) continue;
+      const int in = p.step_of[static_cast<size_t>(s.inputs[k])];
+      if (in >= 0) last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(pos));
+    }
+  }
+  for (int root : roots) {
+    const int r = p.step_of[static_cast<size_t>(root)];
+    if (r >= 0) last[static_cast<size_t>(r)] = kKept;
+  }
+  std::vector<int64_t> free_buffers;
+  int64_t used = 0;
+  for (size_t pos = 0; pos < p.all.size(); ++pos) {
+    Step& s = p.steps[static_cast<size_t>(p.all[pos])];
+    if (s.kind == FusionNodeKind::Argument && !s.materialize) {
+      s.buffer = -1;  // read in place
+    } else if (free_buffers.empty()) {
+      s.buffer = used;
+      used += kBufferStride;
+    } else {
+      s.buffer = free_buffers.back();
+      free_buffers.pop_back();
+    }
+    // Inputs whose last reader this step is give their buffers back after it (a kernel never writes the buffer
+    // it reads: conversions and broadcast reads go through other buffers).
+    for (int k = 0; k < s.num_inputs; ++k) {
+      if (s.slots[k] >= 0 || s.inputs[k] < 0) continue;
+      const int in = p.step_of[static_cast<size_t>(s.inputs[k])];
+      if (in < 0 || last[static_cast<size_t>(in)] != static_cast<int>(pos)) continue;
+      Step& source = p.steps[static_cast<size_t>(in)];
+      if (source.buffer >= 0) free_buffers.push_back(source.buffer);
+      last[static_cast<size_t>(in)] = -1;  // an op reading one value twice gives its buffer back once
+    }
+  }
+  return used;
 }
 
 /// Plans `call`; false when the executor declines it.
@@ -225,8 +272,13 @@ bool make_program(const FusionCall& call, Program& p) {
         r.node = s.node;
         r.mean = n.reduction == ReduceOp::Mean;
         switch (n.reduction) {
-          case ReduceOp::Sum: case ReduceOp::Prod: case ReduceOp::Max: case ReduceOp::Min:
-          case ReduceOp::All: case ReduceOp::Any: case ReduceOp::Mean:
+          case ReduceOp::Sum:
+          case ReduceOp::Prod:
+          case ReduceOp::Max:
+          case ReduceOp::Min:
+          case ReduceOp::All:
+          case ReduceOp::Any:
+          case ReduceOp::Mean:
             break;
           default:
             return false;
@@ -246,13 +298,15 @@ bool make_program(const FusionCall& call, Program& p) {
     p.step_of[i] = static_cast<int>(p.steps.size());
     p.steps.push_back(s);
   }
-  p.scratch_bytes = buffers + kTemps * kBufferStride;
   if (g.staged) {
     for (Reducer& r : p.reducers) r.steps = steps_for(p, {g.nodes[static_cast<size_t>(r.node)].inputs[0]});
     p.tail = steps_for(p, g.outputs);
   } else {
-    p.all = g.reduce >= 0 ? steps_for(p, {g.elementwise}) : steps_for(p, g.outputs);
+    const std::vector<int> roots = g.reduce >= 0 ? std::vector<int>{g.elementwise} : g.outputs;
+    p.all = steps_for(p, roots);
+    buffers = share_buffers(p, roots);
   }
+  p.scratch_bytes = buffers + kTemps * kBufferStride;
   return true;
 }
 
@@ -265,6 +319,36 @@ char* scratch(int64_t bytes) {
   return reinterpret_cast<char*>((start + 63) & ~uintptr_t{63});  // cache-line aligned rows
 }
 
+/// The next block's cache lines of each contiguous input operand, asked for a few at a time while the current
+/// block is computed (evaluate issues kPrefetchLinesPerStep after each node, the walk the rest after the block).
+/// A block is one 4 KiB page of float32 and the hardware prefetcher stops at page boundaries, so without this
+/// every block would start with demand misses of its first node. Asked for all at once at the block's start,
+/// the 64 lines of a float32 block queue behind the core's few line-fill buffers and hold up the node that asks
+/// (a few at a time between nodes measured faster: bench/results/session21-h200-2026-11-28.md).
+struct PendingPrefetch {
+  const char* next[kMaxOperands + 1];
+  int64_t bytes[kMaxOperands + 1];
+  int count = 0;  ///< operands with lines to ask for
+  int current = 0;
+  int64_t offset = 0;
+};
+thread_local PendingPrefetch t_prefetch;
+constexpr int64_t kPrefetchLinesPerStep = 8;
+
+inline void prefetch_lines(int64_t lines) {
+  PendingPrefetch& q = t_prefetch;
+  while (lines > 0 && q.current < q.count) {
+    if (q.offset >= q.bytes[q.current]) {
+      ++q.current;
+      q.offset = 0;
+      continue;
+    }
+    __builtin_prefetch(q.next[q.current] + q.offset, 0, 3);
+    q.offset += 64;
+    --lines;
+  }
+}
+
 /// Runs `list` over one block of `n` elements (operand k at ptrs[k], steps[k] elements apart) into `values`.
 void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs, const int64_t* steps, int64_t n,
               char* scratch, Value* values) {
@@ -272,7 +356,7 @@ void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs,
   char* temps = scratch + p.scratch_bytes - kTemps * kBufferStride;
   for (int index : list) {
     const Step& s = p.steps[static_cast<size_t>(index)];
-    char* buffer = scratch + s.buffer;
+    char* buffer = s.buffer >= 0 ? scratch + s.buffer : nullptr;  // none: an argument read in place
     Value& v = values[s.node];
     if (s.kind == FusionNodeKind::Argument) {
       v = {ptrs[s.operand], steps[s.operand]};
@@ -333,6 +417,7 @@ void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs,
       if (!direct) convert(kernel_ptrs[0], s.kernel_out, 1, dst, s.dtype, dst_step, count);
     }
     v = to_output ? Value{ptrs[s.output], steps[s.output]} : Value{buffer, count == 1 && n > 1 ? 0 : 1};
+    prefetch_lines(kPrefetchLinesPerStep);
   }
 }
 
@@ -360,16 +445,17 @@ struct Walk {
   int first_input = 0;  ///< operands before this one are outputs (not prefetched)
 };
 
-/// Asks for the next block of each contiguous input operand while this one is computed: a block is one 4 KiB
-/// page of float32, and the hardware prefetcher stops at page boundaries, so without this every block would
-/// start with demand misses (single-threaded, the chain of `kiln bench fusion` waits on its first load of x for
-/// a sixth of its time without it).
-inline void prefetch_next(const Walk& w, char* const* ptrs, const int64_t* steps, int64_t n) {
+/// Sets up the next block's prefetches (PendingPrefetch) of the block of `n` elements at ptrs.
+inline void plan_prefetch(const Walk& w, char* const* ptrs, const int64_t* steps, int64_t n) {
+  PendingPrefetch& q = t_prefetch;
+  q.count = 0;
+  q.current = 0;
+  q.offset = 0;
   for (int k = w.first_input; k < w.operands; ++k) {
     if (steps[k] != 1) continue;
-    const int64_t bytes = n * w.itemsize[k];
-    const char* next = ptrs[k] + bytes;
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(next + i, 0, 3);
+    q.next[q.count] = ptrs[k] + n * w.itemsize[k];
+    q.bytes[q.count] = n * w.itemsize[k];
+    ++q.count;
   }
 }
 
@@ -398,8 +484,9 @@ void walk(const Walk& w, int64_t begin, int64_t end, F&& block) {
     }
     for (int64_t done = 0; done < len;) {
       const int64_t n = std::min(kBlock, len - done);
-      prefetch_next(w, ptrs, steps, n);
+      plan_prefetch(w, ptrs, steps, n);
       block(ptrs, steps, n);
+      prefetch_lines(std::numeric_limits<int64_t>::max());
       for (int k = 0; k < w.operands; ++k) ptrs[k] += n * steps[k] * w.itemsize[k];
       done += n;
     }
@@ -421,8 +508,7 @@ int64_t walk_numel(const Walk& w) {
 /// The walk of an elementwise graph: the core's plan of the outputs and arguments (output 0 first).
 Walk elementwise_walk(const Program& p) {
   detail::ElementwiseIteration<kMaxOperands> plan;
-  detail::plan_elementwise(plan, p.call->shape, p.arrays, p.num_operands,
-                           [&] { return "fuse(" + p.g->name + ")"; });
+  detail::plan_elementwise(plan, p.call->shape, p.arrays, p.num_operands, [&] { return "fuse(" + p.g->name + ")"; });
   Walk w;
   w.ndim = plan.ndim;
   w.operands = p.num_operands;
@@ -551,8 +637,7 @@ void run_classic(const Program& p) {
   const ReductionSplit split = choose_reduction_split(dims, threads, acc_count);
   const size_t axis = split.axis;
   const int64_t size = dims[axis].size;
-  const int64_t chunks =
-      total < 2 * grain || threads <= 1 ? 1 : std::min<int64_t>({threads, size, total / grain});
+  const int64_t chunks = total < 2 * grain || threads <= 1 ? 1 : std::min<int64_t>({threads, size, total / grain});
   if (chunks <= 1) {
     run(make_walk(axis, 0, size, acc));
   } else if (split.kept) {

@@ -50,9 +50,12 @@ Array values_of(DType dtype, const Shape& shape, uint32_t seed) {
   const size_t n = static_cast<size_t>(shape_numel(shape));
   std::vector<double> v = test_values(n, seed, 6.0);
   for (size_t i = 0; i < n; ++i) {
-    if (dtype == bool_) v[i] = v[i] > 0;
-    else if (!is_floating(dtype)) v[i] = std::round(dtype == uint8 ? std::abs(v[i]) * 3 : v[i] * 3);
-    else if (i % 17 == 3) v[i] = 0;
+    if (dtype == bool_)
+      v[i] = v[i] > 0;
+    else if (!is_floating(dtype))
+      v[i] = std::round(dtype == uint8 ? std::abs(v[i]) * 3 : v[i] * 3);
+    else if (i % 17 == 3)
+      v[i] = 0;
   }
   if (is_floating(dtype) && n > 20) {
     v[5] = std::nan("");
@@ -65,9 +68,12 @@ Array values_of(DType dtype, const Shape& shape, uint32_t seed) {
 /// The op on operands as kiln's unfused elementwise front-end runs it.
 Array unfused(OpCode op, const std::vector<Operand>& in) {
   switch (in.size()) {
-    case 1: return detail::elementwise(op, {&in[0]});
-    case 2: return detail::elementwise(op, {&in[0], &in[1]});
-    default: return detail::elementwise(op, {&in[0], &in[1], &in[2]});
+    case 1:
+      return detail::elementwise(op, {&in[0]});
+    case 2:
+      return detail::elementwise(op, {&in[0], &in[1]});
+    default:
+      return detail::elementwise(op, {&in[0], &in[1], &in[2]});
   }
 }
 
@@ -104,7 +110,7 @@ TEST(FuseCpu, EveryOpFusedEqualsTheUnfusedOpBitForBit) {
       const Array x = values_of(dtype, shape, 1), y = values_of(dtype, shape, 2);
       const Array mask = values_of(bool_, shape, 3);
       const Array xt = values_of(dtype, {shape[1], shape[0]}, 4).transpose();  // a transposed view
-      const Array row = values_of(dtype, {shape[1]}, 5);                        // broadcast along axis 0
+      const Array row = values_of(dtype, {shape[1]}, 5);                       // broadcast along axis 0
       if (info.arity == 1) {
         if (!supported(op, {Operand(x)})) continue;
         auto f = fuse([name](auto a) { return traced(name, {a}); });
@@ -145,8 +151,8 @@ TEST(FuseCpu, HalfIntermediatesAreRoundedAsTheUnfusedOps) {
   for (DType t : {float16, bfloat16}) {
     const Array x = values_of(t, {3, 700}, 7), y = values_of(t, {700}, 8);
     auto f = fuse([](auto a, auto b) { return tanh(a * 1.5f + 0.3f) * b - exp(-a * a) * 0.5f; });
-    const Array want = subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), y),
-                                multiply(exp(negative(multiply(x, x))), 0.5f));
+    const Array want =
+        subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), y), multiply(exp(negative(multiply(x, x))), 0.5f));
     expect_bits(f(x, y), want, std::string(dtype_name(t)));
     // A cast up and down the way: float64 intermediates rounded once into t.
     auto g = fuse([t](auto a) { return (a.astype(float64) / 3.0).astype(t) * a; });
@@ -158,13 +164,14 @@ TEST(FuseCpu, LargeChainSplitOverThreadsMatchesUnfused) {
   const int64_t n = (int64_t{1} << 19) + 77;  // not a multiple of a block or of the thread split
   std::vector<double> v = test_values(static_cast<size_t>(n), 11, 3.0);
   const Array x = from_data(std::vector<float>(v.begin(), v.end()));
-  const Array want = subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), x),
-                              multiply(exp(negative(multiply(x, x))), 0.5f));
+  const Array want =
+      subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), x), multiply(exp(negative(multiply(x, x))), 0.5f));
   expect_bits(fuse(chain_fn)(x), want, "chain");
   const Array x64 = x.astype(float64);
-  expect_bits(fuse(chain_fn)(x64), subtract(multiply(tanh(add(multiply(x64, 1.5f), 0.3f)), x64),
-                                            multiply(exp(negative(multiply(x64, x64))), 0.5f)),
-              "float64");
+  expect_bits(
+      fuse(chain_fn)(x64),
+      subtract(multiply(tanh(add(multiply(x64, 1.5f), 0.3f)), x64), multiply(exp(negative(multiply(x64, x64))), 0.5f)),
+      "float64");
   // A strided (every other element) and a channels-last input.
   const Array wide = from_data(std::vector<float>(v.begin(), v.end() - 1)).reshape({2, -1});
   const Array strided = wide.slice(1, 0, wide.shape()[1], 2);
@@ -175,8 +182,9 @@ TEST(FuseCpu, LargeChainSplitOverThreadsMatchesUnfused) {
   const Array images = to_channels_last(random::normal({4, 16, 32, 32}, 0.0, 1.0, float32));
   const Array y = fuse(chain_fn)(images);
   EXPECT_TRUE(is_channels_last(y));
-  expect_bits(y, subtract(multiply(tanh(add(multiply(images, 1.5f), 0.3f)), images),
-                          multiply(exp(negative(multiply(images, images))), 0.5f)),
+  expect_bits(y,
+              subtract(multiply(tanh(add(multiply(images, 1.5f), 0.3f)), images),
+                       multiply(exp(negative(multiply(images, images))), 0.5f)),
               "channels-last");
 }
 
@@ -186,8 +194,8 @@ TEST(FuseCpu, LargeOutputsStreamedPastTheCachesMatchUnfused) {
   const int64_t n = (int64_t{1} << 23) + 77;  // 32 MiB of float32 and a partial block
   std::vector<double> v = test_values(static_cast<size_t>(n), 12, 3.0);
   const Array x = from_data(std::vector<float>(v.begin(), v.end()));
-  const Array want = subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), x),
-                              multiply(exp(negative(multiply(x, x))), 0.5f));
+  const Array want =
+      subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), x), multiply(exp(negative(multiply(x, x))), 0.5f));
   expect_bits(fuse(chain_fn)(x), want, "chain");
   Array storage = zeros({n + 1}, float32);
   Array shifted = storage.slice(0, 1, n + 1);  // 4 bytes past an aligned start
@@ -219,6 +227,44 @@ TEST(FuseCpu, OutAliasingAnInputAndSeveralOutputs) {
   auto [s, lt] = fuse([](auto a, auto b) { return std::tuple{a + b, (a < b).astype(int8)}; })(p0, g0);
   expect_bits(s, add(p0, g0), "sum");
   expect_bits(lt, less(p0, g0).astype(int8), "less");
+}
+
+// The executor gives a node's buffer to a later node once the value's last reader has run: a value read long
+// after it was made, one read twice by one op, outputs read by later nodes and a value made from a broadcast
+// element alone (one value for the whole block) must each keep theirs while they are live.
+TEST(FuseCpu, SharedBuffersKeepEveryLiveValue) {
+  const int64_t n = 5000;  // several blocks and a partial one
+  std::vector<double> xv = test_values(static_cast<size_t>(n), 31, 2.0),
+                      yv = test_values(static_cast<size_t>(n), 32, 2.0);
+  const Array x = f32_array(xv, {n}), y = f32_array(yv, {n});
+  const Array c = full({1}, 0.75, float32);
+  auto f = fuse([](auto a, auto b, auto k) {
+    auto early = a * 0.5f + b;
+    auto square = early * early;
+    auto scale = k * 2.0f + 1.0f;
+    auto chain = exp(-(square * 0.25f)) + tanh(b) * scale - sin(a) / (abs(b) + 1.0f);
+    auto first = chain * early;
+    return std::tuple{first, square, first + square - early * scale};
+  });
+  const Array early = add(multiply(x, 0.5f), y), square = multiply(early, early);
+  const Array scale = add(multiply(c, 2.0f), 1.0f);
+  const Array chain = subtract(add(exp(negative(multiply(square, 0.25f))), multiply(tanh(y), scale)),
+                               divide(sin(x), add(abs(y), 1.0f)));
+  const Array first = multiply(chain, early);
+  auto [a, b, d] = f(x, y, c);
+  expect_bits(a, first, "first");
+  expect_bits(b, square, "square");
+  expect_bits(d, subtract(add(first, square), multiply(early, scale)), "third");
+  // The same graph over float16 (intermediates rounded in their buffers) and over a transposed input.
+  const Array xh = x.astype(float16), yh = y.astype(float16), ch = c.astype(float16);
+  const Array eh = add(multiply(xh, 0.5f), yh), sh = multiply(eh, eh), kh = add(multiply(ch, 2.0f), 1.0f);
+  const Array fh = multiply(
+      subtract(add(exp(negative(multiply(sh, 0.25f))), multiply(tanh(yh), kh)), divide(sin(xh), add(abs(yh), 1.0f))),
+      eh);
+  expect_bits(std::get<0>(f(xh, yh, ch)), fh, "float16");
+  const Array xt = x.reshape({50, 100}).T(), yt = y.reshape({100, 50});
+  const Array et = add(multiply(xt, 0.5f), yt), st = multiply(et, et);
+  expect_bits(std::get<1>(f(xt, yt, c)), st, "transposed");
 }
 
 TEST(FuseCpu, FinalReductionsMatchFloat64References) {
@@ -285,7 +331,8 @@ TEST(FuseCpu, StagedRowsMatchFloat64References) {
     std::vector<double> want_unit(x.size()), want_norm(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
       double s = 0;
-      for (int64_t c = 0; c < cols; ++c) s += x[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(r * cols + c)];
+      for (int64_t c = 0; c < cols; ++c)
+        s += x[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(r * cols + c)];
       want_norm[static_cast<size_t>(r)] = std::sqrt(s);
       for (int64_t c = 0; c < cols; ++c)
         want_unit[static_cast<size_t>(r * cols + c)] = x[static_cast<size_t>(r * cols + c)] / std::sqrt(s);

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln/io.hpp"
-#include "kiln/ops.hpp"
 #include "harness/op_harness.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/io.hpp"
+#include "kiln/ops.hpp"
 #include "kiln/random.hpp"
 #include "test_util.hpp"
 
@@ -240,32 +240,40 @@ TEST(MatmulErrors, undefined_operand_and_bad_norm_axis) {
 
 // ---------------------------------------------------------------- addmm (the bias folded into the product)
 
+/// Reference values of addmm for one output element: the exact sum, the exact product alone (a @ b), and the
+/// magnitude (|a| |b|) + |bias| that scales the accumulation error.
+struct AddmmReference {
+  std::vector<double> exact, product, magnitude;
+};
+
 /// Bound on |got - exact| for addmm's element j of row i: float32 accumulation (float64 for float64) of a depth-k
-/// product scaled by (|a| |b|)[i][j] + |bias[j]|, plus the final rounding: half an ulp of the output dtype where
-/// the sum is rounded once (the CPU, every float32/float64 product), one ulp for float16/bfloat16 on a GPU, whose
-/// cuBLASLt epilogue may round the product to the output dtype before it adds the bias (as in PyTorch's addmm).
-void expect_addmm_close(const Array& got, const std::vector<double>& exact, const std::vector<double>& magnitude,
-                        DType t, int64_t k, const std::string& what) {
-  const double rounding = (t == float16 || t == bfloat16) && got.device().is_cuda() ? 1.0 : 0.5;
+/// product scaled by (|a| |b|)[i][j] + |bias[j]|, plus the roundings: half an ulp of the output dtype at the exact
+/// value where the sum is rounded once (the CPU, every float32/float64 product); for float16/bfloat16 on a GPU,
+/// whose cuBLASLt epilogue rounds the product to the output dtype before it adds the bias (as PyTorch's addmm),
+/// half an ulp at the product's magnitude on top (which exceeds the result's when the bias cancels the product).
+void expect_addmm_close(const Array& got, const AddmmReference& ref, DType t, int64_t k, const std::string& what) {
+  const std::vector<double>& exact = ref.exact;
+  const bool rounds_product = (t == float16 || t == bfloat16) && got.device().is_cuda();
   const double u_acc = t == float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
   const int mantissa = t == float16 ? 11 : t == bfloat16 ? 8 : t == float32 ? 24 : 53;
   const std::vector<double> g = got.astype(float64).to(kiln::cpu()).to_vector<double>();
   ASSERT_EQ(g.size(), exact.size()) << what;
   for (size_t i = 0; i < g.size(); ++i) {
     // the output's half ulp at the exact value (one rounding), with float accumulation's error on top
-    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(exact[i]), 1e-30)) - mantissa + 1);
-    const double allowed = 2.0 * static_cast<double>(k + 2) * u_acc * magnitude[i] + rounding * ulp * (1 + 1e-9);
+    const auto ulp = [&](double v) { return std::ldexp(1.0, std::ilogb(std::max(std::abs(v), 1e-30)) - mantissa + 1); };
+    const double rounding = 0.5 * ulp(exact[i]) + (rounds_product ? 0.5 * ulp(ref.product[i]) : 0.0);
+    const double allowed = 2.0 * static_cast<double>(k + 2) * u_acc * ref.magnitude[i] + rounding * (1 + 1e-9);
     ASSERT_LE(std::abs(g[i] - exact[i]), allowed) << what << " [" << i << "]: got " << g[i] << ", exact " << exact[i];
   }
 }
 
-/// a @ b + bias (bias a row of n) in float64 from the operands' stored values, and (|a| |b|) + |bias|.
-void addmm_reference(const Array& a, const Array& b, const Array& bias, std::vector<double>& exact,
-                     std::vector<double>& magnitude) {
+/// a @ b + bias (bias a row of n) in float64 from the operands' stored values, a @ b, and (|a| |b|) + |bias|.
+AddmmReference addmm_reference(const Array& a, const Array& b, const Array& bias) {
   const Array a64 = a.to(kiln::cpu()).astype(float64), b64 = b.to(kiln::cpu()).astype(float64);
   const Array bias64 = bias.to(kiln::cpu()).astype(float64);
-  exact = (matmul(a64, b64) + bias64).to_vector<double>();
-  magnitude = (matmul(abs(a64), abs(b64)) + abs(bias64)).to_vector<double>();
+  const Array product = matmul(a64, b64);
+  return {(product + bias64).to_vector<double>(), product.to_vector<double>(),
+          (matmul(abs(a64), abs(b64)) + abs(bias64)).to_vector<double>()};
 }
 
 TEST(Addmm, folded_bias_is_the_product_plus_the_bias_for_every_float_dtype) {
@@ -276,16 +284,13 @@ TEST(Addmm, folded_bias_is_the_product_plus_the_bias_for_every_float_dtype) {
       const Array a = random::uniform({m, k}, -1.0, 1.0, t, device), w = random::uniform({n, k}, -1.0, 1.0, t, device);
       const Array bias = random::uniform({n}, -4.0, 4.0, t, device);
       const std::string what = device.str() + " " + std::string(dtype_name(t));
-      std::vector<double> exact, magnitude;
-      addmm_reference(a, w.T(), bias, exact, magnitude);
       const Array y = addmm(bias, a, w.T());  // the Linear layer's form: the weight read transposed, no copy
       EXPECT_EQ(y.dtype(), t) << what;
       EXPECT_EQ(shape_str(y.shape()), "(37, 19)") << what;
-      expect_addmm_close(y, exact, magnitude, t, k, what + " a @ w.T + b");
+      expect_addmm_close(y, addmm_reference(a, w.T(), bias), t, k, what + " a @ w.T + b");
       // a (1, n) bias folds too; a row-major b
-      addmm_reference(a, w.T().contiguous(), bias, exact, magnitude);
-      expect_addmm_close(addmm(bias.reshape({1, n}), a, w.T().contiguous()), exact, magnitude, t, k,
-                         what + " (1, n) bias");
+      expect_addmm_close(addmm(bias.reshape({1, n}), a, w.T().contiguous()),
+                         addmm_reference(a, w.T().contiguous(), bias), t, k, what + " (1, n) bias");
     }
   }
 }
@@ -314,18 +319,21 @@ TEST(Addmm, other_biases_broadcast_as_matmul_plus_add) {
 TEST(Addmm, gradients_of_the_bias_and_both_matrices_pass_gradcheck) {
   random::set_state({11, 0});
   const Array a = random::normal({4, 6}, float64), w = random::normal({3, 6}, float64);
-  for (const Array& bias : {random::normal({3}, float64), random::normal({1, 3}, float64),
-                            random::normal({4, 3}, float64)}) {
-    const GradcheckResult r = gradcheck(
-        [](const std::vector<Array>& in) { return addmm(in[0], in[1], in[2].T()); }, {bias, a, w});
+  for (const Array& bias :
+       {random::normal({3}, float64), random::normal({1, 3}, float64), random::normal({4, 3}, float64)}) {
+    const GradcheckResult r =
+        gradcheck([](const std::vector<Array>& in) { return addmm(in[0], in[1], in[2].T()); }, {bias, a, w});
     EXPECT_TRUE(r.passed) << "bias " << shape_str(bias.shape()) << ": " << r.report;
   }
 }
 
 TEST(AddmmErrors, shapes_name_the_op_and_the_fix) {
   const Array a = zeros({2, 3}), b = zeros({3, 4});
-  expect_error<ShapeError>([&] { addmm(zeros({4}), zeros({2, 2, 3}), b); },
-                           {"addmm", "(2, 2, 3)", "must have 2 axes", "matmul(a, b) + bias"});
+  expect_error<ShapeError>(
+      [&] {
+        addmm(zeros({4}), zeros({2, 2, 3}), b);
+      },
+      {"addmm", "(2, 2, 3)", "must have 2 axes", "matmul(a, b) + bias"});
   expect_error<ShapeError>([&] { addmm(zeros({4}), a, zeros({2, 4})); }, {"addmm", "do not align"});
   expect_error<ShapeError>([&] { addmm(zeros({5}), a, b); },
                            {"addmm", "bias of shape (5,)", "(2, 4)", "pass a bias of shape (4,)"});
