@@ -49,6 +49,11 @@ std::string element_function(const ElementwiseSpec& spec) {
   // A cast converts straight to the output type (kd::cast: double -> half/bfloat16 rounds once, through
   // round-to-odd), never through the compute type, which would round twice (float64 -> float32 -> float16).
   if (spec.op == OpCode::Identity) return s + "kd::cast<" + out + ">(x0);\n}\n";
+  // gelu_tanh into float16/bfloat16 (GPT-2's activation under autocast): the same bits as the double formula
+  // below, from float arithmetic wherever float's error bound decides the rounding (kd::ops::gelu_tanh_narrow).
+  if (spec.op == OpCode::GeluTanh && (spec.out == DType::Float16 || spec.out == DType::BFloat16) &&
+      spec.compute == spec.out)
+    return s + "kd::ops::gelu_tanh_narrow<" + out + ">(kd::cast<float>(x0));\n}\n";
   const std::string name = detail::op_info(spec.op).name;
   s += "kd::cast<" + out + ">(kd::op_" + name + "<" + c + ">(";
   for (int k = 0; k < spec.num_inputs; ++k) {

@@ -231,6 +231,37 @@ Array cast_source(DType from, DType to, const Shape& shape, std::mt19937_64& rng
   return from_data(v, shape).astype(from);
 }
 
+// gelu_tanh into float16/bfloat16 takes a float path where float's error bound decides the rounding and the
+// double formula elsewhere (kd::ops::gelu_tanh_narrow): every one of the 65536 values of each dtype (NaNs,
+// infinities, subnormals, both zeros) must give the CPU's bits, contiguous and strided (the vector and the
+// one-element kernels).
+TEST(GpuElementwise, GeluTanhOfEveryHalfAndBfloat16ValueEqualsTheCpuBitForBit) {
+  KILN_REQUIRE_GPU();
+  std::vector<uint16_t> bits(65536);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const Array x = from_data(bits.data(), {65536}, t, kiln::cpu());
+    const Array want = gelu_tanh(x);
+    const Array got = gelu_tanh(x.to(gpu(0))).to(kiln::cpu());
+    const auto* w = static_cast<const uint16_t*>(want.data_ptr());
+    const auto* g = static_cast<const uint16_t*>(got.data_ptr());
+    int reported = 0;
+    for (size_t i = 0; i < bits.size() && reported < 5; ++i) {
+      const bool both_nan = std::isnan(want[static_cast<int64_t>(i)].item<double>()) &&
+                            std::isnan(got[static_cast<int64_t>(i)].item<double>());
+      if (w[i] != g[i] && !both_nan) {
+        ADD_FAILURE() << dtype_name(t) << " gelu_tanh of bits " << i << " ("
+                      << x[static_cast<int64_t>(i)].item<double>() << "): cpu "
+                      << want[static_cast<int64_t>(i)].item<double>() << ", gpu "
+                      << got[static_cast<int64_t>(i)].item<double>();
+        ++reported;
+      }
+    }
+    const Array strided = gelu_tanh(x.to(gpu(0)).reshape({256, 256}).T()).to(kiln::cpu());
+    EXPECT_TRUE(array_equal(strided, gelu_tanh(x.reshape({256, 256}).T()), true)) << dtype_name(t) << " strided";
+  }
+}
+
 TEST(GpuElementwise, CastsBetweenEveryPairOfDtypesMatchTheCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937_64 rng(7);

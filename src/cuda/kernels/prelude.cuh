@@ -441,6 +441,25 @@ __device__ __forceinline__ T gelu_tanh(T a) {
   const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
   return (T)(x / (1.0 + m_exp(-2.0 * u)));
 }
+/// gelu_tanh of a float16/bfloat16 value x (widened to float), rounded to T (half_t or bf16_t) exactly as
+/// cast<T>(gelu_tanh<float>(x)) rounds it, mostly in float arithmetic. For 1e-30 <= |x| <= 3 the float formula's
+/// relative error stays below 53 * 2^-24 (about 7 roundings in u, amplified by |2u| <= 6.7 in exp; exp's 2 ulps;
+/// the sum's and the quotient's roundings), so when r (1 - 2^-17) and r (1 + 2^-17) round to the same T, the double
+/// formula's value, which lies between them, rounds to it too (rounding is monotonic). Elsewhere (the interval
+/// holds a rounding boundary of T, |x| > 3, NaN, tiny values whose float result would be subnormal) the double
+/// formula decides. tests/cuda/test_gpu_elementwise.cpp checks every float16 and bfloat16 value against the CPU.
+template <class T>
+__device__ __forceinline__ T gelu_tanh_narrow(float x) {
+  const float ax = fabsf(x);
+  if (ax <= 3.0f && (ax >= 1e-30f || ax == 0.0f)) {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    const float r = x / (1.0f + expf(-2.0f * u));
+    const float slack = fabsf(r) * 7.62939453125e-06f;  // 2^-17
+    const T lo = cast<T>(r - slack), hi = cast<T>(r + slack);
+    if (lo.bits == hi.bits) return lo;
+  }
+  return cast<T>(gelu_tanh<float>(x));
+}
 template <class T>
 __device__ __forceinline__ T logaddexp(T a, T b) {
   if (a == b) return a + T(0.693147180559945309417232121458176568);
