@@ -1,5 +1,5 @@
-"""bench/python_overhead.py and bench/python_mlp.py run and write records in the bench JSON format (no timing is
-asserted)."""
+"""bench/python_overhead.py, bench/python_mlp.py and bench/python_fft_einsum.py run and write records in the bench
+JSON format (no timing is asserted)."""
 
 import json
 import os
@@ -36,3 +36,17 @@ def test_mlp_script_writes_train_records_under_the_cli_case_names(tmp_path):
     record = report["records"][0]
     assert record["value"] > 0 and record["check"] == "ok" and not record["higher_is_better"]
     assert {s["what"] for s in report["skipped"]} == {"train mlp100_sgd_hostbatches", "train mlp100_sgdm_device"}
+
+
+def test_fft_einsum_script_checks_and_writes_records(tmp_path):
+    out = tmp_path / "fft.json"
+    script = SCRIPT.parent / "python_fft_einsum.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)], check=True, env=dict(os.environ),
+                   capture_output=True)
+    report = json.loads(out.read_text())
+    cases = {r["case"] for r in report["records"]}
+    # The CPU FFT cases of kiln and NumPy at least (GPU cases where a GPU is present), each checked before timing.
+    assert {"kiln_cpu_fft1d_2e20", "numpy_cpu_fft1d_2e20", "kiln_cpu_fft2d_1024", "numpy_cpu_fft2d_1024"} <= cases
+    for record in report["records"]:
+        assert record["workload"] in ("fft", "einsum") and record["metric"] == "ms"
+        assert record["value"] > 0 and record["check"] == "ok"
