@@ -309,17 +309,30 @@ void detail::advanced_index_put(const Array& a, const Index* first, const Index*
   scatter_flat(a, offsets, values_for(a, values, offsets.shape(), "index_put"));
 }
 
+namespace {
+/// Storage offsets of the C-order positions `idx` (non-negative int64, checked) of `a`: the positions plus a's
+/// offset when it is contiguous; else each position unravelled over a's shape and its coordinates dotted with the
+/// strides. A few ops over the positions, never an offset for every element of `a`.
+Array storage_offsets(const Array& a, const Array& idx) {
+  if (a.is_contiguous()) return a.offset() == 0 ? idx : add(idx, Scalar(a.offset()));
+  Array offsets = add(zeros_like(idx), Scalar(a.offset())), rest = idx;
+  for (int64_t d = a.ndim() - 1; d >= 0; --d) {
+    const int64_t extent = a.shape(d);
+    if (extent == 1) continue;
+    const Array coordinate = d == 0 ? rest : remainder(rest, Scalar(extent));
+    offsets = add(offsets, multiply(coordinate, Scalar(a.strides()[static_cast<size_t>(d)])));
+    if (d > 0) rest = floor_divide(rest, Scalar(extent));
+  }
+  return offsets;
+}
+}  // namespace
+
 Array detail::take_offsets(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   if (axis) {
     const int64_t p = normalize_axis(*axis, a.ndim(), "take");
     return offsets_with_index(a, p, normalize_indices(indices, a.shape(p), "take"));
   }
-  const Array idx = normalize_indices(indices, a.size(), "take");
-  // A contiguous array's element i is at storage offset offset + i: offsets the indices' size, not the array's
-  // (the array of every element's offset would be 8 bytes per element of `a`, a gather from a large table).
-  if (a.is_contiguous()) return a.offset() == 0 ? idx : add(idx, Scalar(a.offset()));
-  const Array flat = element_offsets(a).reshape(Shape{a.size()});
-  return gather_flat(flat, offsets_with_index(flat, 0, idx));
+  return storage_offsets(a, normalize_indices(indices, a.size(), "take"));
 }
 
 void detail::scatter_add_flat(const Array& dst, const Array& offsets, const Array& values) {
@@ -391,8 +404,8 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
     auto backward = [contiguous, base = a.offset(), axis](const detail::Node& node, const Array& g) {
       const DType acc = g.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
       Array grad = zeros(node.inputs[0].shape, acc, g.device());
-      const Array positions = contiguous ? node.saved_array(0) - base
-                                         : detail::take_offsets(grad, node.saved_array(0), axis);
+      const Array positions =
+          contiguous ? node.saved_array(0) - base : detail::take_offsets(grad, node.saved_array(0), axis);
       detail::scatter_add_flat(grad, positions, g.astype(acc));
       return std::vector<Array>{grad};
     };
@@ -445,8 +458,8 @@ Array take_along_axis(const Array& a, const Array& indices, int64_t axis) {
 
 void check_in_range(const Array& values, int64_t lo, int64_t hi, const std::string& message) {
   if (!is_integral(values.dtype()))  // bool excluded
-    throw DTypeError("check_in_range: values must be an integer array, got " +
-                     std::string(dtype_name(values.dtype())) + "; convert with astype(int64)");
+    throw DTypeError("check_in_range: values must be an integer array, got " + std::string(dtype_name(values.dtype())) +
+                     "; convert with astype(int64)");
   detail::check_range(values, lo, hi, detail::CheckError::Value, message);
 }
 
@@ -493,8 +506,7 @@ void put(const Array& a, const Array& indices, const Array& values) {
   detail::note_inplace_write(a, "put");
   require_defined(indices, "put", "the index array");
   require_same_device(a, indices, "put", "the index array");
-  const Array flat = element_offsets(a).reshape(Shape{a.size()});
-  const Array offsets = gather_flat(flat, offsets_with_index(flat, 0, normalize_indices(indices, a.size(), "put")));
+  const Array offsets = storage_offsets(a, normalize_indices(indices, a.size(), "put"));
   scatter_flat(a, offsets, values_for(a, values, offsets.shape(), "put"));
 }
 

@@ -7,10 +7,10 @@
 #include <tuple>
 #include <utility>
 
+#include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
-#include "kiln/autocast.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -99,23 +99,12 @@ void check_labels(const Array& labels, int64_t n, int64_t classes, const char* o
                      std::to_string(classes) + " classes");
 }
 
-/// The score of each row's label: log_probs (N, C) at labels (N,), gathered (its gradient scatters back): N
-/// flat indices into the rows' storage, row i's at i * (row stride) + label * (column stride), so no array of the
-/// logits' size is made for any layout (take_along_axis would build broadcast index arrays, a copy of
-/// non-contiguous rows another).
+/// The score of each row's label: log_probs (N, C) at labels (N,), gathered by take at the C-order positions
+/// i * C + label (its gradient scatters back); take offsets N indices for any layout, so no array of the logits'
+/// size is made (take_along_axis would build broadcast index arrays, a copy of non-contiguous rows another).
 Array pick(const Array& log_probs, const Array& labels) {
   const int64_t n = log_probs.shape(0), classes = log_probs.shape(1);
-  const int64_t row_stride = log_probs.strides()[0], column_stride = log_probs.strides()[1];
-  if (n == 0 || log_probs.is_contiguous() || row_stride < 0 || column_stride < 0) {
-    const Array flat = arange(n, int64, log_probs.device()) * classes + labels.reshape({n}).astype(int64);
-    return take(log_probs.reshape({n * classes}), flat);
-  }
-  int64_t extent = 1;  // the elements the rows span in their storage, from the first
-  for (int64_t d = 0; d < 2; ++d) extent += (log_probs.shape(d) - 1) * log_probs.strides()[d];
-  const Array span = as_strided(log_probs, {extent}, {1}, log_probs.offset());
-  const Array flat =
-      arange(n, int64, log_probs.device()) * row_stride + labels.reshape({n}).astype(int64) * column_stride;
-  return take(span, flat);
+  return take(log_probs, arange(n, int64, log_probs.device()) * classes + labels.reshape({n}).astype(int64));
 }
 
 /// arange(classes) as a (1, classes) int32 row on `d` (int64 beyond 2^31 classes: int32 halves the bytes a pass
@@ -138,8 +127,10 @@ const Array& class_ids(int64_t classes, Device d) {
 template <bool Widen, bool Smooth>
 struct CrossEntropyKernels {
   static auto widen(const auto& x) {
-    if constexpr (Widen) return astype(x, float32);
-    else return x;
+    if constexpr (Widen)
+      return astype(x, float32);
+    else
+      return x;
   }
   /// Each row's log-sum-exp in x's own (floating) dtype, max-shifted as kiln::logsumexp (which computes in
   /// float64: on a GPU a float64 exp per logit made the loss compute-bound, 7.8 ms for GPT-2's 824M logits),
@@ -158,16 +149,20 @@ struct CrossEntropyKernels {
         auto x = widen(x_in);
         auto lse = row_logsumexp(x);
         auto loss = lse - widen(picked) * keep;
-        if constexpr (Smooth) return std::tuple{loss - mean(x, 1, true) * ls, lse};
-        else return std::tuple{loss, lse};  // ls is 0: unused
+        if constexpr (Smooth)
+          return std::tuple{loss - mean(x, 1, true) * ls, lse};
+        else
+          return std::tuple{loss, lse};  // ls is 0: unused
       },
       "cross_entropy");
   static inline const auto backward = fuse(
       [](auto x_in, auto lse, auto ids, auto label, auto g, auto keep, auto ls_over_c) {
         auto e = exp(widen(x_in) - lse);
         auto grad = (where(ids == label, e - keep, e) - ls_over_c) * g;
-        if constexpr (Widen) return astype(grad, x_in.dtype());
-        else return grad;
+        if constexpr (Widen)
+          return astype(grad, x_in.dtype());
+        else
+          return grad;
       },
       "cross_entropy_backward");
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api_golden_checks.hpp"
+#include "harness/op_harness.hpp"
 #include "kiln/fmt.hpp"
 #include "kiln/kiln.hpp"
 #include "test_util.hpp"
@@ -159,6 +160,49 @@ TEST(Api, take_along_an_axis_copies_runs_of_any_dtype) {
   EXPECT_EQ(take(x, zeros({2, 0}, int64), 0).shape(), (Shape{2, 0, 4}));
 }
 
+// take and put without an axis address the C-order positions of any layout (transposed, stepped, reversed,
+// broadcast, offset, 0-d): the same values as on a contiguous copy, on every backend, with the gradient of take
+// scattered back to those positions.
+TEST(Api, take_and_put_without_an_axis_follow_any_layout) {
+  for (const Device& d : harness::backends()) {
+    const Array base = arange(60, float32, d).reshape(3, 4, 5);
+    const Array idx = from_data({int64_t{0}, int64_t{7}, int64_t{-1}, int64_t{13}, int64_t{7}}).to(d);
+    const std::vector<std::pair<std::string, Array>> views = {
+        {"transposed", base.permute({2, 0, 1})}, {"stepped", base.slice(2, 0, 5, 2)},
+        {"reversed", base.slice(1, 3, -5, -1)},  {"broadcast", base[1][2].reshape({1, 5}).broadcast_to({4, 5})},
+        {"offset", base.slice(0, 1, 3).T()},
+    };
+    for (const auto& [name, v] : views) {
+      ASSERT_FALSE(v.is_contiguous()) << name;
+      const Array want = take(v.contiguous(), idx);
+      EXPECT_EQ(take(v, idx).to(kiln::cpu()).to_vector<float>(), want.to(kiln::cpu()).to_vector<float>())
+          << d.str() << " " << name;
+      // put writes through the view: the contiguous copy's positions, written the same way, agree.
+      if (name == "broadcast") continue;  // a broadcast view is read-only
+      Array target = base.copy();
+      Array view_of_target = name == "transposed" ? target.permute({2, 0, 1})
+                             : name == "stepped"  ? target.slice(2, 0, 5, 2)
+                             : name == "reversed" ? target.slice(1, 3, -5, -1)
+                                                  : target.slice(0, 1, 3).T();
+      Array copy = view_of_target.contiguous();
+      const Array values = from_data({-1.f, -2.f, -3.f, -4.f, -5.f}).to(d);
+      put(view_of_target, idx, values);
+      put(copy, idx, values);
+      EXPECT_TRUE(array_equal(view_of_target, copy)) << d.str() << " put " << name;
+    }
+    // The gradient of take of a transposed view: ones at the picked positions, counted for repeats.
+    const Array x = base.astype(float64).set_requires_grad();
+    take(x.permute({2, 0, 1}), idx).sum().backward();
+    Array want = zeros({5, 3, 4}, float64);
+    for (int64_t i : {0, 7, 59, 13, 7}) want.reshape({60}).index_put({i}, want.reshape({60})[i].item<double>() + 1);
+    EXPECT_TRUE(array_equal(x.grad().to(kiln::cpu()), want.permute({1, 2, 0}))) << d.str() << " gradient";
+    EXPECT_EQ(take(scalar_array(4.0, float32, d), from_data({int64_t{0}, int64_t{-1}}).to(d))
+                  .to(kiln::cpu())
+                  .to_vector<float>(),
+              (std::vector<float>{4, 4}));
+  }
+}
+
 TEST(Api, bad_indices_and_masks_name_the_problem) {
   const Array x = arange(12, float32).reshape(3, 4);
   expect_error<ShapeError>(
@@ -175,7 +219,9 @@ TEST(Api, bad_indices_and_masks_name_the_problem) {
       {"index", "mask has shape (2,)", "(3,)", "(3, 4)"});
   // Several index arrays broadcast together (NumPy); shapes that do not broadcast name both.
   expect_error<ShapeError>(
-      [&] { (void)x.index({from_data({int64_t{0}, int64_t{1}}), from_data({int64_t{0}, int64_t{1}, int64_t{2}})}); },
+      [&] {
+        (void)x.index({from_data({int64_t{0}, int64_t{1}}), from_data({int64_t{0}, int64_t{1}, int64_t{2}})});
+      },
       {"index", "(2,)", "(3,)"});
   Array y = x.copy();
   expect_error<ShapeError>([&] { y.index_put({y > 5.f}, from_data({1.f, 2.f})); }, {"index_put", "(2,)", "(6,)"});
@@ -196,12 +242,21 @@ TEST(Api, bad_linear_systems_name_the_problem) {
   const Array stack_a = stack({eye(2, {}, 0, float64), singular});
   expect_error<LinAlgError>([&] { (void)linalg::solve(stack_a, ones({2}, float64)); },
                             {"linalg::solve", "matrix 1 of the stack", "singular", "lstsq"});
-  expect_error<ShapeError>([&] { (void)linalg::solve(ones({3, 2, 2}), ones({4, 2, 1})); },
-                           {"linalg::solve", "stacks", "(3, 2, 2)", "(4, 2, 1)", "(3,) against (4,)"});
-  expect_error<ShapeError>([&] { (void)linalg::solve(ones({3, 2, 2}), ones({3, 2})); },
-                           {"linalg::solve", "(2,) or (..., 2, k)", "only when it is 1-d"});
-  expect_error<ShapeError>([&] { (void)linalg::solve(ones({3, 2, 3}), ones({3, 2, 1})); },
-                           {"linalg::solve", "square matrix or a stack"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)linalg::solve(ones({3, 2, 2}), ones({4, 2, 1}));
+      },
+      {"linalg::solve", "stacks", "(3, 2, 2)", "(4, 2, 1)", "(3,) against (4,)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)linalg::solve(ones({3, 2, 2}), ones({3, 2}));
+      },
+      {"linalg::solve", "(2,) or (..., 2, k)", "only when it is 1-d"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)linalg::solve(ones({3, 2, 3}), ones({3, 2, 1}));
+      },
+      {"linalg::solve", "square matrix or a stack"});
   // float32 operands give a float32 solution (NumPy's rule)
   const Array x = linalg::solve(from_data({2.f, 0.f, 0.f, 4.f}, {2, 2}), from_data({1.f, 1.f}));
   EXPECT_EQ(x.dtype(), float32);
