@@ -40,42 +40,26 @@ def gpu_timer(library):
     if library == "kiln":
         import kiln
 
-        def start():
-            e0, e1 = kiln.Event(kiln.cuda(0)), kiln.Event(kiln.cuda(0))
-            e0.record()
-            return e0, e1
-
-        def stop(events):
-            e0, e1 = events
-            e1.record()
-            e1.synchronize()
-            return e0.elapsed_time(e1)
+        make, elapsed = lambda: kiln.Event(kiln.cuda(0)), lambda e0, e1: e0.elapsed_time(e1)
     elif library == "torch":
         import torch
 
-        def start():
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            return e0, e1
-
-        def stop(events):
-            e0, e1 = events
-            e1.record()
-            e1.synchronize()
-            return e0.elapsed_time(e1)
+        make, elapsed = lambda: torch.cuda.Event(enable_timing=True), lambda e0, e1: e0.elapsed_time(e1)
     else:
         import cupy
 
-        def start():
-            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-            e0.record()
-            return e0, e1
+        make, elapsed = cupy.cuda.Event, cupy.cuda.get_elapsed_time
 
-        def stop(events):
-            e0, e1 = events
-            e1.record()
-            e1.synchronize()
-            return cupy.cuda.get_elapsed_time(e0, e1)
+    def start():
+        events = make(), make()
+        events[0].record()
+        return events
+
+    def stop(events):
+        events[1].record()
+        events[1].synchronize()
+        return elapsed(*events)
+
     return start, stop
 
 
