@@ -449,6 +449,10 @@ __device__ __forceinline__ T gelu_tanh(T a) {
 /// holds a rounding boundary of T, |x| > 3, NaN, tiny values whose float result would be subnormal) the double
 /// formula decides. tests/cuda/test_gpu_elementwise.cpp checks every float16 and bfloat16 value against the CPU.
 template <class T>
+__device__ __noinline__ T gelu_tanh_narrow_double(float x) {
+  return cast<T>(gelu_tanh<float>(x));
+}
+template <class T>
 __device__ __forceinline__ T gelu_tanh_narrow(float x) {
   const float ax = fabsf(x);
   if (ax <= 3.0f && (ax >= 1e-30f || ax == 0.0f)) {
@@ -458,7 +462,7 @@ __device__ __forceinline__ T gelu_tanh_narrow(float x) {
     const T lo = cast<T>(r - slack), hi = cast<T>(r + slack);
     if (lo.bits == hi.bits) return lo;
   }
-  return cast<T>(gelu_tanh<float>(x));
+  return gelu_tanh_narrow_double<T>(x);  // out of line: the rare double path stays out of the unrolled loop
 }
 template <class T>
 __device__ __forceinline__ T logaddexp(T a, T b) {
