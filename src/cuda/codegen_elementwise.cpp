@@ -265,8 +265,8 @@ std::string sequence_kernel(const ElementwiseSpec& spec, const std::string& name
 }  // namespace
 
 const char* device_type_name(DType t) {
-  constexpr const char* names[] = {"bool",   "kd::i8",     "kd::i16",    "kd::i32", "kd::i64",  "kd::u8",
-                                   "kd::half_t", "kd::bf16_t", "float", "double", "kd::c64", "kd::c128"};
+  constexpr const char* names[] = {"bool",       "kd::i8",     "kd::i16", "kd::i32", "kd::i64", "kd::u8",
+                                   "kd::half_t", "kd::bf16_t", "float",   "double",  "kd::c64", "kd::c128"};
   static_assert(std::size(names) == kNumDTypes, "one device type per dtype");
   return names[static_cast<int>(t)];
 }

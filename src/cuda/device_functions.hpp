@@ -1,9 +1,10 @@
 // The CUDA prelude of every generated kernel (internal): device_prelude(), C++ source that NVRTC compiles in
 // front of the generated kernel, self-contained (no includes). Its fixed parts are files, embedded at build time:
 // src/cuda/kernels/prelude.cuh (integer typedefs, float16/bfloat16 conversions, kd::cast, the helpers kd::ops of
-// the op list's cuda column), src/cuda/kernels/prelude_complex.cuh (kd::c64/c128 and their functions) and src/cuda/kernels/prelude_reductions.cuh (the reduction operators kd::red_* and
-// warp shuffles). Between them, device_op_functions() generates kd::op_<name> for every op from the `cuda` column
-// of src/core/ops_internal.def.
+// the op list's cuda column), src/cuda/kernels/prelude_complex.cuh (kd::c64/c128 and their functions) and
+// src/cuda/kernels/prelude_reductions.cuh (the reduction operators kd::red_* and warp shuffles). Between the
+// complex part and the reductions, device_op_functions() generates kd::op_<name> for every op from the `cuda`
+// column of src/core/ops_internal.def.
 #pragma once
 
 #include <string>

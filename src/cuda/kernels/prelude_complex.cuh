@@ -139,7 +139,7 @@ template <class F>
 __device__ __forceinline__ complex_t<F> complex_sqrt(complex_t<F> z) {
   F x = z.re, y = z.im;
   if (m_fabs(y) == infinity<F>()) return complex_t<F>(infinity<F>(), y);
-  if (x == -infinity<F>()) return complex_t<F>(y != y ? y : F(0) * y, m_copysign(infinity<F>(), y));
+  if (x == -infinity<F>()) return complex_t<F>(y != y ? y : F(0), m_copysign(infinity<F>(), y));
   if (x == infinity<F>()) return complex_t<F>(x, y != y ? y : m_copysign(F(0), y));
   if (x != x || y != y) return complex_t<F>(quiet_nan<F>(), quiet_nan<F>());
   if (x == 0 && y == 0) return complex_t<F>(F(0), y);
@@ -148,6 +148,10 @@ __device__ __forceinline__ complex_t<F> complex_sqrt(complex_t<F> z) {
     x /= 4;
     y /= 4;
     scale = F(2);
+  }
+  if (x == 0) {  // both parts sqrt(|y| / 2)
+    const F t = m_sqrt(m_fabs(y) / 2);
+    return complex_t<F>(t * scale, m_copysign(t, y) * scale);
   }
   const F d = m_hypot(x, y);
   if (x >= 0) {
@@ -168,17 +172,20 @@ __device__ __forceinline__ complex_t<F> complex_cosh(complex_t<F> z) {
   if (z.im == 0) return complex_t<F>(m_cosh(z.re), z.im * m_copysign(F(1), z.re));
   return complex_t<F>(m_cosh(z.re) * m_cos(z.im), m_sinh(z.re) * m_sin(z.im));
 }
-// (sinh x cosh x + i sin y cos y) / (sinh^2 x + cos^2 y); where sinh^2 x would overflow, tanh x is +-1 and the
-// imaginary part 4 sin y cos y exp(-2|x|).
+// (sinh x cosh x + i sin y cos y) / (sinh^2 x + cos^2 y), for y = 0 too (as the C library); sinh^2 x is left out
+// of the denominator where it is below an ulp of cos^2 y, and where it would overflow (|x| above half the
+// largest exponent times log 2), tanh x is +-1 and the imaginary part 4 sin y cos y exp(-2|x|).
 template <class F>
 __device__ __forceinline__ complex_t<F> complex_tanh(complex_t<F> z) {
   const F x = z.re, y = z.im;
-  if (y == 0) return complex_t<F>(m_tanh(x), y);
   if (m_fabs(x) == infinity<F>()) return complex_t<F>(m_copysign(F(1), x), finite(y) ? m_copysign(F(0), y) : F(0));
+  if (y == 0) return complex_t<F>(m_tanh(x), y);
   const F s = m_sin(y), c = m_cos(y);
-  const F large = same<F, float> ? F(40) : F(350);
+  const F large = same<F, float> ? F(44) : F(354);
   if (m_fabs(x) > large) return complex_t<F>(m_copysign(F(1), x), 4 * s * c * m_exp(-2 * m_fabs(x)));
-  const F sh = m_sinh(x), ch = m_cosh(x), den = sh * sh + c * c;
+  const F sh = m_sinh(x), ch = m_cosh(x);
+  const F epsilon = same<F, float> ? F(1.1920928955078125e-7) : F(2.220446049250313e-16);
+  const F den = m_fabs(sh) > m_fabs(c) * epsilon ? sh * sh + c * c : c * c;
   return complex_t<F>(sh * ch / den, s * c / den);
 }
 // sin z = -i sinh(iz), cos z = cosh(iz), tan z = -i tanh(iz), with iz = -y + ix.
