@@ -3,6 +3,7 @@
 // current for this thread: an array's work runs on its own GPU, whatever kiln's current device is.
 // Memory, transfers, streams and events are the CUDA runtime's (device_runtime.cpp).
 #include "core/backend.hpp"
+#include "core/indexing.hpp"
 #include "core/sync_debug.hpp"
 #include "core/user_kernel.hpp"
 #include "cuda/fusion.hpp"
@@ -63,7 +64,9 @@ class CudaBackend final : public detail::Backend {
   }
   void user_elementwise(const detail::UserElementwiseCall& call) override {
     check_device(call.device.index, call.kernel->name.c_str());
-    reject_complex_user_args(call.kernel->name, call.args);
+    // kiln's gathers and scatters (take, indexing) are such kernels too, but only copy elements
+    if (call.kernel->operation != detail::kGatherOp && call.kernel->operation != detail::kScatterOp)
+      reject_complex_user_args(call.kernel->name, call.args);
     cuda_user_elementwise(call);
   }
   void user_reduction(const detail::UserReductionCall& call) override {
