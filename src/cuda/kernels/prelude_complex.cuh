@@ -101,7 +101,7 @@ __device__ __forceinline__ F quiet_nan() {
 template <class F>
 __device__ __forceinline__ complex_t<F> complex_exp(complex_t<F> z) {
   const F x = z.re, y = z.im;
-  if (y == 0 && !(x != x)) return complex_t<F>(m_exp(x), y);
+  if (y == 0) return complex_t<F>(m_exp(x), y);
   if (!finite(y)) {
     if (x == -infinity<F>()) return complex_t<F>(F(0), F(0));
     if (x == infinity<F>()) return complex_t<F>(x, quiet_nan<F>());
@@ -122,13 +122,21 @@ __device__ __forceinline__ complex_t<F> complex_exp(complex_t<F> z) {
 template <class F>
 __device__ __forceinline__ complex_t<F> complex_log(complex_t<F> z) {
   const F x = z.re, y = z.im, ax = m_fabs(x), ay = m_fabs(y);
-  const F a = ax > ay ? ax : ay, b = ax > ay ? ay : ax;
   const F arg = m_atan2(y, x);
+  if (ax == infinity<F>() || ay == infinity<F>()) return complex_t<F>(infinity<F>(), arg);
+  if (x != x || y != y) return complex_t<F>(quiet_nan<F>(), quiet_nan<F>());
+  const F a = ax > ay ? ax : ay, b = ax > ay ? ay : ax;
   if (a == 0) return complex_t<F>(-infinity<F>(), arg);
-  if (a == infinity<F>()) return complex_t<F>(infinity<F>(), arg);
   if (a > F(0.5) && a < F(2) && b < F(0.75)) {
     const F t = (a - F(1)) * (a + F(1)) + b * b;
     if (t > F(-0.5) && t < F(1)) return complex_t<F>(m_log1p(t) / 2, arg);
+  }
+  const F ln2 = F(0.693147180559945309417232121458176568);
+  if (a > max_finite<F>() / 4) return complex_t<F>(m_log(m_hypot(x / 4, y / 4)) + 2 * ln2, arg);  // |z| overflows
+  const F tiny = same<F, float> ? F(1.1754943508222875e-38) : F(2.2250738585072014e-308);
+  if (a < tiny) {  // subnormal parts: |z| scaled up by 2^48 (float) or 2^106 (double) first
+    const F up = same<F, float> ? F(281474976710656.0) : F(8.1129638414606682e31);
+    return complex_t<F>(m_log(m_hypot(x * up, y * up)) - (same<F, float> ? 48 : 106) * ln2, arg);
   }
   return complex_t<F>(m_log(m_hypot(x, y)), arg);
 }
@@ -149,9 +157,17 @@ __device__ __forceinline__ complex_t<F> complex_sqrt(complex_t<F> z) {
     y /= 4;
     scale = F(2);
   }
-  if (x == 0) {  // both parts sqrt(|y| / 2)
-    const F t = m_sqrt(m_fabs(y) / 2);
+  if (x == 0) {  // both parts sqrt(|y| / 2), as sqrt(2|y|) / 2 below 1 (|y| / 2 may be a subnormal's half)
+    const F t = m_fabs(y) < F(1) ? m_sqrt(2 * m_fabs(y)) / 2 : m_sqrt(m_fabs(y) / 2);
     return complex_t<F>(t * scale, m_copysign(t, y) * scale);
+  }
+  // Parts below the smallest normal number: scaled up by 4^k (the result by 2^-k), so |z| keeps its precision.
+  const F tiny = same<F, float> ? F(1.1754943508222875e-38) : F(2.2250738585072014e-308);
+  if (m_fabs(x) < tiny && m_fabs(y) < tiny) {
+    const F up = same<F, float> ? F(281474976710656.0) : F(8.1129638414606682e31);  // 2^48, 2^106
+    x *= up;
+    y *= up;
+    scale = same<F, float> ? F(5.9604644775390625e-8) : F(1.1102230246251565e-16);  // 2^-24, 2^-53
   }
   const F d = m_hypot(x, y);
   if (x >= 0) {
@@ -162,15 +178,24 @@ __device__ __forceinline__ complex_t<F> complex_sqrt(complex_t<F> z) {
   return complex_t<F>(m_fabs(y) / (2 * t) * scale, m_copysign(t, y) * scale);
 }
 
+// sinh x cos y + i cosh x sin y and cosh x cos y + i sinh x sin y; an infinite or NaN y gives C99 Annex G's
+// answers (x = 0 keeps its zero, x = +-inf its infinity, the rest is NaN).
 template <class F>
 __device__ __forceinline__ complex_t<F> complex_sinh(complex_t<F> z) {
-  if (z.im == 0) return complex_t<F>(m_sinh(z.re), z.im);
-  return complex_t<F>(m_sinh(z.re) * m_cos(z.im), m_cosh(z.re) * m_sin(z.im));
+  const F x = z.re, y = z.im;
+  if (y == 0) return complex_t<F>(m_sinh(x), y);
+  if (!finite(y)) return complex_t<F>(x == 0 || m_fabs(x) == infinity<F>() ? x : quiet_nan<F>(), quiet_nan<F>());
+  return complex_t<F>(m_sinh(x) * m_cos(y), m_cosh(x) * m_sin(y));
 }
 template <class F>
 __device__ __forceinline__ complex_t<F> complex_cosh(complex_t<F> z) {
-  if (z.im == 0) return complex_t<F>(m_cosh(z.re), z.im * m_copysign(F(1), z.re));
-  return complex_t<F>(m_cosh(z.re) * m_cos(z.im), m_sinh(z.re) * m_sin(z.im));
+  const F x = z.re, y = z.im;
+  if (y == 0) return complex_t<F>(m_cosh(x), y * m_copysign(F(1), x));
+  if (!finite(y)) {
+    if (x == 0) return complex_t<F>(quiet_nan<F>(), F(0));
+    return complex_t<F>(m_fabs(x) == infinity<F>() ? infinity<F>() : quiet_nan<F>(), quiet_nan<F>());
+  }
+  return complex_t<F>(m_cosh(x) * m_cos(y), m_sinh(x) * m_sin(y));
 }
 // (sinh x cosh x + i sin y cos y) / (sinh^2 x + cos^2 y), for y = 0 too (as the C library); sinh^2 x is left out
 // of the denominator where it is below an ulp of cos^2 y, and where it would overflow (|x| above half the
@@ -178,8 +203,10 @@ __device__ __forceinline__ complex_t<F> complex_cosh(complex_t<F> z) {
 template <class F>
 __device__ __forceinline__ complex_t<F> complex_tanh(complex_t<F> z) {
   const F x = z.re, y = z.im;
-  if (m_fabs(x) == infinity<F>()) return complex_t<F>(m_copysign(F(1), x), finite(y) ? m_copysign(F(0), y) : F(0));
-  if (y == 0) return complex_t<F>(m_tanh(x), y);
+  if (m_fabs(x) == infinity<F>())
+    return complex_t<F>(m_copysign(F(1), x), finite(y) ? m_copysign(F(0), m_sin(y) * m_cos(y)) : F(0));
+  if (x != x) return complex_t<F>(x, y == 0 ? y : quiet_nan<F>());
+  if (!finite(y)) return complex_t<F>(x == 0 ? x : quiet_nan<F>(), quiet_nan<F>());
   const F s = m_sin(y), c = m_cos(y);
   const F large = same<F, float> ? F(44) : F(354);
   if (m_fabs(x) > large) return complex_t<F>(m_copysign(F(1), x), 4 * s * c * m_exp(-2 * m_fabs(x)));
