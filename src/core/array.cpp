@@ -194,7 +194,8 @@ Array& Array::operator/=(const Scalar& o) { divide(*this, o, *this); return *thi
 namespace detail {
 void read_elements(const Array& a, DType as, void* dst, const char* op) {
   SyncOpScope scope(op);
-  // Complex arrays convert on the CPU (GPUs have no complex kernels yet); others where they live.
+  // Complex arrays (or reads as complex) move first and convert on the CPU, whose casts the GPU's mirror; others
+  // convert where they live.
   Array host = is_complex(a.dtype()) || is_complex(as) ? a.detach().to(cpu()).astype(as).contiguous()
                                                        : a.detach().astype(as).to(cpu()).contiguous();
   if (host.size() > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(host.nbytes()));

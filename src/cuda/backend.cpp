@@ -3,7 +3,9 @@
 // current for this thread: an array's work runs on its own GPU, whatever kiln's current device is.
 // Memory, transfers, streams and events are the CUDA runtime's (device_runtime.cpp).
 #include "core/backend.hpp"
+#include "core/indexing.hpp"
 #include "core/sync_debug.hpp"
+#include "core/user_kernel.hpp"
 #include "cuda/fusion.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/raw_module.hpp"
@@ -13,29 +15,43 @@ namespace kiln::cuda_impl {
 
 namespace {
 
-// The GPU has no complex kernels yet (no complex type in the NVRTC prelude): complex arrays move between
-// devices as bytes (.to), and every op on them says so here, before a generator indexes a dtype table.
+// The GPU ops without complex kernels (elementwise ops, sum/prod/mean and matmul have them) say so here, before
+// a generator is asked for a complex kernel.
 void reject_complex(const char* op, std::initializer_list<const Array*> arrays) {
   for (const Array* a : arrays)
     if (a && a->defined() && is_complex(a->dtype()))
       throw DTypeError(std::string(op) + ": " + std::string(dtype_name(a->dtype())) +
-                       " arrays are not supported on CUDA devices yet (the CPU runs them); move the operands "
+                       " arrays are not supported by this op on CUDA devices (the CPU runs them); move the operands "
                        "with .to(kiln::cpu()), or split them with real(a) and imag(a)");
+}
+
+/// Whether a traced graph holds a complex value: the fused and multi-tensor generators have no complex code.
+bool graph_has_complex(const detail::FusionGraph* graph) {
+  if (graph == nullptr) return false;
+  for (const detail::FusionNode& n : graph->nodes)
+    if (is_complex(n.dtype) || is_complex(n.compute)) return true;
+  return false;
+}
+
+/// User kernels are C++ over real types: a complex parameter is refused naming the kernel and the fix.
+void reject_complex_user_args(const std::string& kernel, const std::vector<detail::BoundArg>& args) {
+  for (const detail::BoundArg& a : args)
+    if (is_complex(a.dtype))
+      throw DTypeError("user kernel " + kernel + ": parameter " + a.param->name + " is " +
+                       std::string(dtype_name(a.dtype)) +
+                       "; user kernels take real dtypes: pass real(a) and imag(a) as two parameters");
 }
 
 class CudaBackend final : public detail::Backend {
  public:
   void elementwise(const detail::ElementwiseCall& call) override {
-    const char* name = detail::op_info(call.op).name;
-    reject_complex(name, {&call.out});
-    for (int k = 0; k < call.num_inputs; ++k) reject_complex(name, {call.inputs[static_cast<size_t>(k)].array});
-    if (is_complex(call.compute)) reject_complex(name, {&call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_elementwise(call);
   }
   void reduce(const detail::ReduceCall& call) override {
-    reject_complex(detail::reduce_info(call.op).name, {call.in, &call.out});
+    if (call.op != detail::ReduceOp::Sum && call.op != detail::ReduceOp::Prod)  // the core allows only these two
+      reject_complex(detail::reduce_info(call.op).name, {call.in, &call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_reduce(call);
@@ -48,14 +64,17 @@ class CudaBackend final : public detail::Backend {
   }
   void user_elementwise(const detail::UserElementwiseCall& call) override {
     check_device(call.device.index, call.kernel->name.c_str());
+    // kiln's gathers and scatters (take, indexing) are such kernels too, but only copy elements
+    if (call.kernel->operation != detail::kGatherOp && call.kernel->operation != detail::kScatterOp)
+      reject_complex_user_args(call.kernel->name, call.args);
     cuda_user_elementwise(call);
   }
   void user_reduction(const detail::UserReductionCall& call) override {
     check_device(call.device.index, call.kernel->name.c_str());
+    reject_complex_user_args(call.kernel->name, call.args);
     cuda_user_reduction(call);
   }
   void matmul(const detail::MatmulCall& call) override {
-    reject_complex("matmul", {call.a, call.b, &call.out});
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);
     cuda_matmul(call);
@@ -116,10 +135,16 @@ class CudaBackend final : public detail::Backend {
     return capture_random(device.index, cuda_impl::current_stream(device.index));
   }
   bool fused(const detail::FusionCall& call) override {
+    if (graph_has_complex(call.graph)) return false;  // op by op, as on the CPU
     set_device(call.outs.at(0).device().index);
     return cuda_fused(call);
   }
-  void multi_tensor(const detail::MultiTensorCall& call) override { cuda_multi_tensor(call); }
+  void multi_tensor(const detail::MultiTensorCall& call) override {
+    if (graph_has_complex(call.graph))
+      throw DTypeError("multi-tensor apply (" + call.graph->name +
+                       "): complex values have no fused GPU kernels; run the ops one by one or on real(a), imag(a)");
+    cuda_multi_tensor(call);
+  }
   bool check_range(const Array& values, int64_t lo, int64_t hi, int32_t code) override {
     detail::note_gpu_work(values.device().index);
     return cuda_check_range(values, lo, hi, code);

@@ -81,8 +81,8 @@ std::string elementwise_source(const ElementwiseSpec& spec);
 /// The kernel part of elementwise_source (no prelude), wrapped in a namespace named after the kernel so
 /// several kernels can share one program.
 std::string elementwise_kernel_code(const ElementwiseSpec& spec);
-/// Whether `op` has a GPU definition for compute dtype `compute`: detail::op_supports, the rule the CPU uses too,
-/// for the real dtypes (no complex GPU kernels yet).
+/// Whether `op` has a GPU definition for compute dtype `compute`: detail::op_supports, the rule the CPU uses too
+/// (complex dtypes included).
 bool elementwise_op_supported(detail::OpCode op, DType compute);
 
 /// Names the offset code of a strided kernel uses; the built-ins' are the defaults, user kernels prefix theirs

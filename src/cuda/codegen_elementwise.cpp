@@ -30,9 +30,8 @@ namespace kiln::cuda_impl {
 
 using detail::OpCode;
 
-// The op list's one dtype rule, shared with the CPU backend (so the two cannot disagree).
-// The table's rule, less complex dtypes: the prelude has no complex type yet (the backend refuses them first).
-bool elementwise_op_supported(OpCode op, DType t) { return !is_complex(t) && detail::op_supports(op, t); }
+// The op list's one dtype rule, shared with the CPU backend (so the two cannot disagree), complex included.
+bool elementwise_op_supported(OpCode op, DType t) { return detail::op_supports(op, t); }
 
 namespace {
 
@@ -271,17 +270,15 @@ std::string sequence_kernel(const ElementwiseSpec& spec, const std::string& name
 }  // namespace
 
 const char* device_type_name(DType t) {
-  constexpr const char* names[] = {"bool",   "kd::i8",     "kd::i16",    "kd::i32", "kd::i64",
-                                   "kd::u8", "kd::half_t", "kd::bf16_t", "float",   "double"};
-  static_assert(std::size(names) == kNumDTypes - 2, "one device type per real dtype");
-  if (is_complex(t)) detail::throw_no_complex(t);  // the prelude has no complex type yet
+  constexpr const char* names[] = {"bool",       "kd::i8",     "kd::i16", "kd::i32", "kd::i64", "kd::u8",
+                                   "kd::half_t", "kd::bf16_t", "float",   "double",  "kd::c64", "kd::c128"};
+  static_assert(std::size(names) == kNumDTypes, "one device type per dtype");
   return names[static_cast<int>(t)];
 }
 
 const char* dtype_tag(DType t) {
-  constexpr const char* tags[] = {"b8", "i8", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64"};
-  static_assert(std::size(tags) == kNumDTypes - 2, "one tag per real dtype");
-  if (is_complex(t)) detail::throw_no_complex(t);
+  constexpr const char* tags[] = {"b8", "i8", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64", "c64", "c128"};
+  static_assert(std::size(tags) == kNumDTypes, "one tag per dtype");
   return tags[static_cast<int>(t)];
 }
 

@@ -209,6 +209,7 @@ DType reduce_accumulator_dtype(ReduceOp op, DType in, DType out) {
     case detail::ReduceAcc::Float64:
       return DType::Float64;
     case detail::ReduceAcc::Arith:  // integers: exact wrapping int64, converted once (also into a float out)
+      if (is_complex(in)) return DType::Complex128;  // as the CPU's complex sums and products
       if (!is_floating(in)) return DType::Int64;
       return in == DType::Float64 || out == DType::Float64 ? DType::Float64 : DType::Float32;
     case detail::ReduceAcc::Native:  // max, min, argmax, argmin: every input value is exact in the accumulator

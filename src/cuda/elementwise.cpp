@@ -119,6 +119,16 @@ void store_scalar(DType t, const Scalar& value, void* slot) {
       std::memcpy(slot, &v, sizeof v);
       return;
     }
+    case DType::Complex64: {  // kd::c64: std::complex's layout
+      complex64_t v = value.to<complex64_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
+    case DType::Complex128: {
+      complex128_t v = value.to<complex128_t>();
+      std::memcpy(slot, &v, sizeof v);
+      return;
+    }
     default:
       throw Error("internal: a 16-bit float scalar kernel argument");
   }
@@ -187,7 +197,7 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
 
   const Array* arrays[kMaxOperands] = {&out};
   void* pointers[kMaxOperands] = {out.data_ptr()};
-  alignas(8) unsigned char scalars[3][8] = {};
+  alignas(16) unsigned char scalars[3][16] = {};  // up to complex128
   void* args[3 + 3 + 2];
   int num_args = 0, num_arrays = 1;
   args[num_args++] = &pointers[0];

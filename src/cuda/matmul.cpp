@@ -357,11 +357,41 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
       d.type = CUDA_R_16BF;
       d.compute = CUBLAS_COMPUTE_32F;
       break;
+    case DType::Complex64:  // interleaved (real, imaginary) pairs, std::complex's layout; scalars complex too
+      d.type = CUDA_C_32F;
+      d.compute = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::Complex128:
+      d.type = CUDA_C_64F;
+      d.compute = CUBLAS_COMPUTE_64F;
+      break;
     default:
       return false;
   }
-  d.alpha = dtype == DType::Float64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
-  d.beta = dtype == DType::Float64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
+  const complex64_t alpha_c64(1.0f, 0.0f), beta_c64(0.0f, 0.0f);
+  const complex128_t alpha_c128(1.0, 0.0), beta_c128(0.0, 0.0);
+  if (is_complex(dtype) && call.bias) {  // cuBLASLt's bias epilogue is real: the core adds the bias
+    call.bias_added = false;
+    return true;
+  }
+  switch (dtype) {
+    case DType::Float64:
+      d.alpha = &alpha64;
+      d.beta = &beta64;
+      break;
+    case DType::Complex64:
+      d.alpha = &alpha_c64;
+      d.beta = &beta_c64;
+      break;
+    case DType::Complex128:
+      d.alpha = &alpha_c128;
+      d.beta = &beta_c128;
+      break;
+    default:
+      d.alpha = &alpha32;
+      d.beta = &beta32;
+      break;
+  }
   d.first = call.b->data_ptr();
   d.second = call.a->data_ptr();
   d.out = call.out.data_ptr();
@@ -461,6 +491,10 @@ FallbackArithmetic fallback_arithmetic(DType dtype) {
       return {"float", "0.0f", "kd::cast<float>(v)", "fmaf(x, y, acc)", "kd::cast<T>(acc)"};
     case DType::Float64:
       return {"double", "0.0", "v", "fma(x, y, acc)", "acc"};
+    case DType::Complex64:  // the textbook product (kd::complex_t's operator*), as the CPU's complex matmul
+      return {"kd::c64", "kd::c64(0.0f)", "v", "acc + x * y", "acc"};
+    case DType::Complex128:
+      return {"kd::c128", "kd::c128(0.0)", "v", "acc + x * y", "acc"};
     default:  // integers: sign-extended to 64 bits, products and sums modulo 2^64, narrowed like the CPU's cast
       return {"kd::u64", "0ull", "(kd::u64)kd::cast<kd::i64>(v)", "acc + x * y", "kd::cast<T>((kd::i64)acc)"};
   }

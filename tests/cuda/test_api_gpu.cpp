@@ -25,7 +25,6 @@ TEST(ApiGpu, every_dtype_gathers_and_scatters) {
   KILN_REQUIRE_GPU();
   for (int t = 0; t < kNumDTypes; ++t) {
     const DType d = static_cast<DType>(t);
-    if (is_complex(d)) continue;  // no complex GPU kernels yet (docs/numpy-users.md)
     const Array x = arange(10, int64, gpu(0)).astype(d).reshape(2, 5);
     const Array idx = from_data({int64_t{4}, int64_t{0}, int64_t{-1}}, {3}, gpu(0));
     const std::vector<double> want =

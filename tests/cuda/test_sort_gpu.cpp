@@ -23,7 +23,7 @@ namespace {
 TEST(SortCodegen, KernelsCompileForEveryDtype) {
   for (int t = 0; t < kNumDTypes; ++t) {
     const DType d = static_cast<DType>(t);
-    if (is_complex(d)) continue;  // no complex GPU kernels yet (docs/numpy-users.md)
+    if (is_complex(d)) continue;  // sort refuses complex (docs/numpy-users.md)
     const std::string ptx = cuda_impl::compile_ptx(cuda_impl::sort_source(d), "sort_test", 90);
     for (const char* kernel : {"sort_block", "sort_merge", "sort_gather"})
       EXPECT_NE(ptx.find(std::string(".entry ") + kernel + "("), std::string::npos) << kernel << " " << dtype_name(d);
@@ -77,7 +77,7 @@ TEST(SortGpu, EveryDtypeMatchesTheHostsStableSort) {
   KILN_REQUIRE_GPU();
   for (int t = 0; t < kNumDTypes; ++t) {
     const DType d = static_cast<DType>(t);
-    if (is_complex(d)) continue;  // no complex GPU kernels yet (docs/numpy-users.md)
+    if (is_complex(d)) continue;  // sort refuses complex (docs/numpy-users.md)
     expect_like_host(tricky_values({6, 333}, d, 7 + t), -1, std::string("rows of 333, ") + std::string(dtype_name(d)));
   }
 }

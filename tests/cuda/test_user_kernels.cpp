@@ -538,7 +538,6 @@ TEST(UserKernelCodegen, ReductionVariantKeysTellPassesApart) {
 TEST(UserKernelCodegen, IndexingGatherAndScatterCompileForEveryDtype) {
   for (int t = 0; t < kNumDTypes; ++t) {
     const DType d = static_cast<DType>(t);
-    if (is_complex(d)) continue;  // no complex GPU kernels yet (docs/numpy-users.md)
     for (bool contiguous : {true, false}) {
       expect_ptx_entry(
           user_elementwise_source(ew(detail::kGatherIn, detail::kGatherOut, detail::kGatherOp, "index_gather",

@@ -96,6 +96,10 @@ __device__ __forceinline__ float shfl_xor(float v, int m, u32 mask) { return __s
 __device__ __forceinline__ double shfl_xor(double v, int m, u32 mask) { return __shfl_xor_sync(mask, v, m); }
 __device__ __forceinline__ i64 shfl_xor(i64 v, int m, u32 mask) { return __shfl_xor_sync(mask, v, m); }
 __device__ __forceinline__ bool shfl_xor(bool v, int m, u32 mask) { return __shfl_xor_sync(mask, (int)v, m) != 0; }
+template <class F>
+__device__ __forceinline__ complex_t<F> shfl_xor(complex_t<F> z, int m, u32 mask) {
+  return complex_t<F>(shfl_xor(z.re, m, mask), shfl_xor(z.im, m, mask));
+}
 template <class V>
 __device__ __forceinline__ arg_t<V> shfl_xor(arg_t<V> a, int m, u32 mask) {
   return make_arg(shfl_xor(a.v, m, mask), shfl_xor(a.i, m, mask));
