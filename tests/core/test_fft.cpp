@@ -247,10 +247,35 @@ TEST(Fft, BroadcastAndStridedInputsEqualTheirContiguousCopies) {
   EXPECT_TRUE(allclose(fft::fft(constant), fft::fft(constant.contiguous()), 1e-14, 1e-14));
   EXPECT_TRUE(allclose(fft::rfftn(constant), fft::rfftn(constant.contiguous()), 1e-14, 1e-14));
   const Array column = x.index({Slice(), Slice(std::nullopt, std::nullopt, 3)});
-  EXPECT_TRUE(allclose(fft::rfft(column, std::nullopt, 0), fft::rfft(column.contiguous(), std::nullopt, 0), 1e-14,
-                       1e-14));
+  EXPECT_TRUE(
+      allclose(fft::rfft(column, std::nullopt, 0), fft::rfft(column.contiguous(), std::nullopt, 0), 1e-14, 1e-14));
   const Array one = x.broadcast_to({2, 6, 10}).index({Slice(), Slice(), Slice(0, 1)});  // size-1 axis, any stride
   EXPECT_TRUE(allclose(fft::fftn(one), fft::fftn(one.contiguous()), 1e-14, 1e-14));
+}
+
+// Large complex transforms over several axes, or over one strided axis, run axis by axis over contiguous rows on
+// the CPU. A separable input checks the layout handling against 1-d transforms of contiguous vectors:
+// fft2(outer(u, v)) = outer(fft(u), fft(v)); along one axis, fft(outer(u, v), axis 0) = outer(fft(u), v).
+TEST(Fft, LargeMultiAxisAndStridedTransformsAreSeparable) {
+  KILN_SKIP_WITHOUT_FFTW();
+  random::seed(9);
+  for (DType t : {complex64, complex128}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const double tol = t == complex64 ? 2e-4 : 1e-10;
+    const Array u = random::normal({256}, float64).astype(t), v = random::normal({384}, float64).astype(t);
+    const Array x = outer(u, v);  // 98304 elements: the rows path
+    const Array fu = fft::fft(u), fv = fft::fft(v);
+    const double scale = max(abs(outer(fu, fv))).item<double>();
+    EXPECT_TRUE(allclose(fft::fft2(x), outer(fu, fv), 0, tol * scale)) << "fft2";
+    EXPECT_TRUE(allclose(fft::fft(x, std::nullopt, 0), outer(fu, v), 0, tol * scale)) << "axis 0";
+    EXPECT_TRUE(allclose(fft::fft(x.T(), std::nullopt, 1), outer(fu, v).T(), 0, tol * scale)) << "transposed";
+    EXPECT_TRUE(allclose(fft::ifft2(fft::fft2(x)), x, 0, tol * max(abs(x)).item<double>())) << "round trip";
+    // three axes, two transformed, one of them the middle one; a batch axis in front
+    const Array w = random::normal({3}, float64).astype(t);
+    const Array y = outer(w, x.reshape({-1})).reshape({3, 256, 384});
+    const Array want = outer(w, outer(fu, fv).reshape({-1})).reshape({3, 256, 384});
+    EXPECT_TRUE(allclose(fft::fftn(y, std::nullopt, Shape{1, 2}), want, 0, 3 * tol * scale)) << "fftn axes (1, 2)";
+  }
 }
 
 TEST(Fft, InputIsLeftUntouched) {
