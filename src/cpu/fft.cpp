@@ -4,7 +4,8 @@
 // (its execute is): plans are made and destroyed under one lock, with FFTW_ESTIMATE (no timing runs, arrays left
 // untouched), and cached per (kind, precision, direction, dims, loops, alignment); a cached plan runs on new arrays
 // through the new-array execute functions, which need the same strides and alignment as the planned ones. Large
-// complex transforms over several axes or a strided one run axis by axis over contiguous rows (run_by_rows).
+// complex transforms over several axes, and large transforms over one strided axis, run axis by axis over
+// contiguous rows of copies (run_by_rows).
 #include "cpu/fft.hpp"
 
 #include <string>
@@ -170,27 +171,28 @@ bool run(const FftCall& call) {
   return true;
 }
 
-/// Whether a complex transform runs axis by axis as rows (run_by_rows): over several axes, or over one whose
-/// elements are not adjacent, of an array large enough for the copies to pay.
+/// Whether a transform runs as rows of copies (run_by_rows): a complex one over several axes, or any over one axis
+/// whose elements are not adjacent, of an array large enough for the copies to pay.
 bool by_rows(const FftCall& call) {
-  if (call.kind != FftKind::C2C || call.out.size() < (int64_t{1} << 16)) return false;
-  if (call.axes.size() > 1) return true;
+  if (call.out.size() < (int64_t{1} << 16)) return false;
+  if (call.axes.size() > 1) return call.kind == FftKind::C2C;
   const size_t axis = static_cast<size_t>(call.axes[0]);
   return call.in->strides()[axis] != 1 || call.out.strides()[axis] != 1;
 }
 
-/// A complex transform axis by axis, each as rows of a copy in which that axis is the last, contiguous one, and
-/// the result copied into out once. FFTW_ESTIMATE plans transforms over far-apart elements poorly (1024 x 1024
-/// complex64 on one core: the columns 23 ms, the rows 1.7 ms, the 2-d plan 26 ms; FFTW_MEASURE finds a 6.5 ms
-/// plan after 470 ms of timing runs); kiln's copies move the data at memory speed on every core.
+/// A transform axis by axis (real-to-complex and complex-to-real have one), each as rows of a copy in which that
+/// axis is the last, contiguous one, and the result copied into out once. FFTW_ESTIMATE plans transforms over
+/// far-apart elements poorly (1024 x 1024 complex64 on one core: the columns 23 ms, the rows 1.7 ms, the 2-d plan
+/// 26 ms; FFTW_MEASURE finds a 6.5 ms plan after 470 ms of timing runs); kiln's copies move the data at memory
+/// speed on every core.
 template <class Real>
 bool run_by_rows(const FftCall& call) {
   const int64_t last = call.out.ndim() - 1;
   Array current = *call.in;
   for (int64_t axis : call.axes) {
     const Array rows = moveaxis(current, axis, last).contiguous();
-    Array result = empty(rows.shape(), rows.dtype(), rows.device());
-    if (!run<Real>(FftCall{FftKind::C2C, call.forward, &rows, result, {last}})) return false;
+    Array result = empty(moveaxis(call.out, axis, last).shape(), call.out.dtype(), call.out.device());
+    if (!run<Real>(FftCall{call.kind, call.forward, &rows, result, {last}})) return false;
     current = moveaxis(result, last, axis);
   }
   Array out = call.out;

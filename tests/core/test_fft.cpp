@@ -275,6 +275,17 @@ TEST(Fft, LargeMultiAxisAndStridedTransformsAreSeparable) {
     const Array y = outer(w, x.reshape({-1})).reshape({3, 256, 384});
     const Array want = outer(w, outer(fu, fv).reshape({-1})).reshape({3, 256, 384});
     EXPECT_TRUE(allclose(fft::fftn(y, std::nullopt, Shape{1, 2}), want, 0, 3 * tol * scale)) << "fftn axes (1, 2)";
+    // Real transforms along a strided axis: rfft of outer(a, b) along axis 0 is outer(rfft(a), b); irfft back.
+    const Array a = random::normal({1024}, float64).astype(t == complex64 ? float32 : float64);
+    const Array b = random::normal({200}, float64).astype(a.dtype());
+    const Array fa = fft::rfft(a);
+    const Array r = fft::rfft(outer(a, b), std::nullopt, 0);
+    const double rscale = max(abs(outer(fa, b.astype(t)))).item<double>();
+    EXPECT_TRUE(allclose(r, outer(fa, b.astype(t)), 0, tol * rscale)) << "rfft axis 0";
+    EXPECT_TRUE(allclose(fft::irfft(r, 1024, 0), outer(a, b), 0, tol * max(abs(outer(a, b))).item<double>()))
+        << "irfft axis 0";
+    const Array want2 = outer(fft::fft(a.astype(t)), fft::rfft(b));
+    EXPECT_TRUE(allclose(fft::rfft2(outer(a, b)), want2, 0, tol * max(abs(want2)).item<double>())) << "rfft2";
   }
 }
 
