@@ -18,7 +18,6 @@
 
 namespace kiln::detail {
 
-
 class FusionCache {
  public:
   mutable std::mutex mutex;
@@ -67,10 +66,10 @@ std::string signature(const std::vector<FusionArgument>& args) {
 }
 
 Scalar::Kind kind_of(DType t) {
-  return t == DType::Bool     ? Scalar::Kind::Bool
-         : is_complex(t)      ? Scalar::Kind::Complex
-         : is_floating(t)     ? Scalar::Kind::Float
-                              : Scalar::Kind::Int;
+  return t == DType::Bool ? Scalar::Kind::Bool
+         : is_complex(t)  ? Scalar::Kind::Complex
+         : is_floating(t) ? Scalar::Kind::Float
+                          : Scalar::Kind::Int;
 }
 
 OpCode op_by_name(const char* name, int arity) {
@@ -300,6 +299,7 @@ std::shared_ptr<const FusionGraph> fusion_trace(
     if (g.live[i] && g.nodes[i].kind == FusionNodeKind::Reduce) g.reductions.push_back(static_cast<int>(i));
   if (g.reductions.size() == 1 && g.outputs.size() == 1 && g.output == g.reductions[0]) g.reduce = g.output;
   g.staged = !g.reductions.empty() && g.reduce < 0;
+  for (const FusionNode& n : g.nodes) g.complex = g.complex || is_complex(n.dtype) || is_complex(n.compute);
   g.elementwise = g.reduce >= 0 ? g.nodes[static_cast<size_t>(g.reduce)].inputs[0] : g.output;
   g.hash = graph_hash(g);
   std::lock_guard<std::mutex> lock(cache.mutex);

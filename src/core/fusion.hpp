@@ -47,7 +47,7 @@ struct FusionNode {
   Scalar value;
   // Reduce (input: inputs[0])
   ReduceOp reduction = ReduceOp::Sum;  ///< a Fused row of kiln/reductions.def (logsumexp is traced as its parts)
-  Shape axes;  ///< sorted, non-negative axes of the input (all of them for a full reduction)
+  Shape axes;                          ///< sorted, non-negative axes of the input (all of them for a full reduction)
   bool keepdims = false;
 };
 
@@ -70,6 +70,7 @@ struct FusionGraph {
   int elementwise = -1;         ///< classic and elementwise graphs: the reduction's input, or the (first) output
   std::vector<int> reductions;  ///< every live Reduce node, in order
   bool staged = false;          ///< reductions, not in the classic form (elementwise work follows one)
+  bool complex = false;         ///< a node's value or compute dtype is complex (set when traced)
   int num_arguments = 0;
   std::vector<bool> argument_is_array;
   std::vector<bool> live;  ///< per node: the output depends on it (dead nodes are neither run nor generated)

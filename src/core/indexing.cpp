@@ -315,7 +315,7 @@ namespace {
 /// strides. A few ops over the positions, never an offset for every element of `a`.
 Array storage_offsets(const Array& a, const Array& idx) {
   if (a.is_contiguous()) return a.offset() == 0 ? idx : add(idx, Scalar(a.offset()));
-  Array offsets = add(zeros_like(idx), Scalar(a.offset())), rest = idx;
+  Array offsets = full_like(idx, Scalar(a.offset())), rest = idx;
   for (int64_t d = a.ndim() - 1; d >= 0; --d) {
     const int64_t extent = a.shape(d);
     if (extent == 1) continue;

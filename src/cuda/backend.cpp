@@ -3,6 +3,7 @@
 // current for this thread: an array's work runs on its own GPU, whatever kiln's current device is.
 // Memory, transfers, streams and events are the CUDA runtime's (device_runtime.cpp).
 #include "core/backend.hpp"
+
 #include "core/indexing.hpp"
 #include "core/sync_debug.hpp"
 #include "core/user_kernel.hpp"
@@ -23,14 +24,6 @@ void reject_complex(const char* op, std::initializer_list<const Array*> arrays) 
       throw DTypeError(std::string(op) + ": " + std::string(dtype_name(a->dtype())) +
                        " arrays are not supported by this op on CUDA devices (the CPU runs them); move the operands "
                        "with .to(kiln::cpu()), or split them with real(a) and imag(a)");
-}
-
-/// Whether a traced graph holds a complex value: the fused and multi-tensor generators have no complex code.
-bool graph_has_complex(const detail::FusionGraph* graph) {
-  if (graph == nullptr) return false;
-  for (const detail::FusionNode& n : graph->nodes)
-    if (is_complex(n.dtype) || is_complex(n.compute)) return true;
-  return false;
 }
 
 /// User kernels are C++ over real types: a complex parameter is refused naming the kernel and the fix.
@@ -135,12 +128,12 @@ class CudaBackend final : public detail::Backend {
     return capture_random(device.index, cuda_impl::current_stream(device.index));
   }
   bool fused(const detail::FusionCall& call) override {
-    if (graph_has_complex(call.graph)) return false;  // op by op, as on the CPU
+    if (call.graph->complex) return false;  // the fused generator has no complex code: op by op
     set_device(call.outs.at(0).device().index);
     return cuda_fused(call);
   }
   void multi_tensor(const detail::MultiTensorCall& call) override {
-    if (graph_has_complex(call.graph))
+    if (call.graph->complex)
       throw DTypeError("multi-tensor apply (" + call.graph->name +
                        "): complex values have no fused GPU kernels; run the ops one by one or on real(a), imag(a)");
     cuda_multi_tensor(call);

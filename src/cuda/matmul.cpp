@@ -107,8 +107,8 @@ HandleState* create_handle() {
       state->handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   if (status != CUBLAS_STATUS_SUCCESS) {
     (void)cublasDestroy(state->handle);
-    throw_cublas_error(status, "cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)",
-                       __FILE__, __LINE__);
+    throw_cublas_error(status, "cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)", __FILE__,
+                       __LINE__);
   }
   return state.release();
 }
@@ -281,8 +281,7 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
   const cublasOperation_t op_first = operation(p.transpose_first), op_second = operation(p.transpose_second);
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
-  KILN_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   KILN_CUBLAS_CHECK(
@@ -315,8 +314,8 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
     LtEntry found{key};
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, lt.desc, lt.first, lt.second, lt.out,
-                                                                 lt.out, lt.preference, 1, &result, &count);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, lt.desc, lt.first, lt.second, lt.out, lt.out,
+                                                                 lt.preference, 1, &result, &count);
     if (status == CUBLAS_STATUS_SUCCESS && count > 0 && key.align_bias >= 16) {
       found.found = true;
       found.algo = result.algo;
@@ -336,9 +335,18 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
   const DType dtype = call.out.dtype();
   const std::optional<GemmPlan> plan = plan_gemm(*call.a, *call.b, call.out);
   if (!plan) return false;
+  if (is_complex(dtype) && call.bias) {  // cuBLASLt's bias epilogue is real: the core adds the bias
+    call.bias_added = false;
+    return true;
+  }
   GemmData d;
+  // alpha = 1, beta = 0 in the scale type of each compute type (complex for complex products)
   const float alpha32 = 1.0f, beta32 = 0.0f;
   const double alpha64 = 1.0, beta64 = 0.0;
+  const complex64_t alpha_c64(1.0f, 0.0f), beta_c64(0.0f, 0.0f);
+  const complex128_t alpha_c128(1.0, 0.0), beta_c128(0.0, 0.0);
+  d.alpha = &alpha32;
+  d.beta = &beta32;
   switch (dtype) {
     case DType::Float32:
       d.type = CUDA_R_32F;
@@ -347,6 +355,8 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
     case DType::Float64:
       d.type = CUDA_R_64F;
       d.compute = CUBLAS_COMPUTE_64F;
+      d.alpha = &alpha64;
+      d.beta = &beta64;
       break;
     case DType::Float16:
       d.type = CUDA_R_16F;
@@ -357,40 +367,20 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
       d.type = CUDA_R_16BF;
       d.compute = CUBLAS_COMPUTE_32F;
       break;
-    case DType::Complex64:  // interleaved (real, imaginary) pairs, std::complex's layout; scalars complex too
+    case DType::Complex64:  // interleaved (real, imaginary) pairs, std::complex's layout
       d.type = CUDA_C_32F;
       d.compute = CUBLAS_COMPUTE_32F;
-      break;
-    case DType::Complex128:
-      d.type = CUDA_C_64F;
-      d.compute = CUBLAS_COMPUTE_64F;
-      break;
-    default:
-      return false;
-  }
-  const complex64_t alpha_c64(1.0f, 0.0f), beta_c64(0.0f, 0.0f);
-  const complex128_t alpha_c128(1.0, 0.0), beta_c128(0.0, 0.0);
-  if (is_complex(dtype) && call.bias) {  // cuBLASLt's bias epilogue is real: the core adds the bias
-    call.bias_added = false;
-    return true;
-  }
-  switch (dtype) {
-    case DType::Float64:
-      d.alpha = &alpha64;
-      d.beta = &beta64;
-      break;
-    case DType::Complex64:
       d.alpha = &alpha_c64;
       d.beta = &beta_c64;
       break;
     case DType::Complex128:
+      d.type = CUDA_C_64F;
+      d.compute = CUBLAS_COMPUTE_64F;
       d.alpha = &alpha_c128;
       d.beta = &beta_c128;
       break;
     default:
-      d.alpha = &alpha32;
-      d.beta = &beta32;
-      break;
+      return false;
   }
   d.first = call.b->data_ptr();
   d.second = call.a->data_ptr();

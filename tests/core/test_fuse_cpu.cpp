@@ -364,6 +364,15 @@ TEST(FuseCpu, EmptyArraysGiveEmptyResults) {
   EXPECT_EQ(fuse([](auto v) { return sum(v * 2, 0); })(e).to_vector<float>(), std::vector<float>(5, 0.0f));
 }
 
+// A traced graph says whether it holds a complex value (the GPU's generator has none and runs such graphs op by op).
+TEST(FuseCpu, GraphsKnowWhetherTheyHoldComplexValues) {
+  auto f = fuse([](auto a, auto b) { return a * b - a; });
+  const Array x = full({4}, 1.5, float32), z = x.astype(complex64);
+  EXPECT_FALSE(f.graph(x, x)->complex);
+  EXPECT_TRUE(f.graph(z, z)->complex);
+  EXPECT_TRUE(f.graph(x, z)->complex);  // promoted: the float32 argument's node is real, the product complex
+}
+
 // cpu_fused_range: a call run in two ranges, the second first, equals the whole call; a graph with a reduction
 // is declined without writing.
 TEST(FuseCpu, RangeRunsPartsOfOneCallOnTheCallingThread) {
