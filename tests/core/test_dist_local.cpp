@@ -1,11 +1,16 @@
 // kiln::dist pieces that one process can test: the rendezvous store (ranks as threads), a group of one,
 // DistributedDataParallel with world size 1, the backward callbacks it relies on, DistributedSampler, the
 // launch environment. The multi-process tests are tests/dist (mpirun, kiln launch).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "dist/store.hpp"
@@ -22,6 +27,28 @@ namespace {
 
 /// A port unlikely to be in use, different per test (ctest runs tests in parallel).
 int test_port(int k) { return 20000 + static_cast<int>(getpid() % 20000) + k; }
+
+/// A loopback port nothing listens on while this object lives: bound here and never listened on, so a connection
+/// to it is refused, and no other process (nor a connection's own ephemeral source port) can take it meanwhile.
+/// A fixed "unlikely" port was once answered by whatever else on the machine had it open.
+struct UnlistenedPort {
+  int fd = -1;
+  int port = 0;
+  UnlistenedPort() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof a;
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size) != 0)
+      throw std::runtime_error("test: could not bind a loopback port");
+    port = ntohs(a.sin_port);
+  }
+  ~UnlistenedPort() { close(fd); }
+  UnlistenedPort(const UnlistenedPort&) = delete;
+  UnlistenedPort& operator=(const UnlistenedPort&) = delete;
+};
 
 }  // namespace
 
@@ -63,7 +90,8 @@ TEST(DistStore, rank_zero_names_the_ranks_that_never_joined) {
 
 TEST(DistStore, a_rank_that_cannot_reach_rank_zero_says_where_it_looked) {
   try {
-    dist::detail::Store s("127.0.0.1", test_port(3), 1, 2, std::chrono::milliseconds(200));
+    const UnlistenedPort nobody;
+    dist::detail::Store s("127.0.0.1", nobody.port, 1, 2, std::chrono::milliseconds(200));
     FAIL() << "expected DistError";
   } catch (const DistError& e) {
     const std::string m = e.what();
