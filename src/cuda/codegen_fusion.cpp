@@ -389,11 +389,25 @@ std::string reduce_kernel(const FusionGraph& g, const std::vector<int>& inputs, 
         spec.to_partials ? std::string("acc") : "kd::cast<" + std::string(device_type_name(spec.out)) + ">(acc)"}});
 }
 
+/// The array inputs the nodes in `need` read (their indices k into `inputs`).
+std::vector<int> needed_inputs(const FusionGraph& g, const std::vector<int>& inputs, const std::vector<bool>& need) {
+  std::vector<int> ks;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    for (size_t id = 0; id < g.nodes.size(); ++id)
+      if (need[id] && g.nodes[id].kind == FusionNodeKind::Argument && g.nodes[id].argument == inputs[k]) {
+        ks.push_back(static_cast<int>(k));
+        break;
+      }
+  return ks;
+}
+
 std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, const FusionKernelSpec& spec,
                         const std::string& name) {
   const int kn = spec.kept_ndim, rn = spec.reduced_ndim, ni = static_cast<int>(inputs.size());
   const int no = static_cast<int>(g.outputs.size()), operands = ni + no, G = spec.group;
   const int scalars = (kn + rn) * (1 + operands);
+  const int V = spec.vector_width;
+  const std::string vs = std::to_string(V);
   auto acc_dtype = [&](const FusionNode& n) {
     const ReduceOp op = fusion_reduce_op(n.reduction);
     const DType out = n.reduction == ReduceOp::Mean ? DType::Float64 : n.dtype;
@@ -404,6 +418,32 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
     for (int rid : g.reductions)
       warp_accs += "  __shared__ " + std::string(device_type_name(acc_dtype(g.nodes[static_cast<size_t>(rid)]))) +
                    " wa" + std::to_string(rid) + "[" + std::to_string(kBlockSize / 32) + "];\n";
+  // Vectors (V > 1): input k is read as V adjacent elements unless it is constant along the row (broadcast_mask).
+  auto in_vectors = [&](int k) { return V > 1 && ((spec.broadcast_mask >> k) & 1u) == 0; };
+  std::string unions;
+  for (int k = 0; k < ni; ++k)
+    if (in_vectors(k)) {
+      const DType t = fusion_input_dtype(g, inputs, static_cast<size_t>(k));
+      unions += "  union VecIn" + std::to_string(k) + " { " + raw_type(V * static_cast<int>(itemsize(t))) + " raw; " +
+                device_type_name(t) + " e[" + vs + "]; };\n";
+    }
+  auto vector_loads = [&](const std::vector<bool>& need, const std::string& in) {
+    std::string s;
+    for (int k : needed_inputs(g, inputs, need))
+      if (in_vectors(k)) {
+        const std::string i = std::to_string(k);
+        const DType t = fusion_input_dtype(g, inputs, static_cast<size_t>(k));
+        s += in + "VecIn" + i + " x" + i + ";\n" + in + "x" + i + ".raw = *reinterpret_cast<const " +
+             raw_type(V * static_cast<int>(itemsize(t))) + "*>(in" + i + " + o" + i + ");\n";
+      }
+    return s;
+  };
+  const FusionArgument read_element = [&](size_t k) {
+    const std::string i = std::to_string(k);
+    return in_vectors(static_cast<int>(k)) ? "x" + i + ".e[j]" : "in" + i + "[o" + i + "]";
+  };
+  const std::string element_loop = V > 1 ? "#pragma unroll\n        for (int j = 0; j < " + vs + "; ++j)" : "";
+  const std::string first = V > 1 ? "lane * " + vs : "lane", step = std::to_string(G * V);
   std::string kept, passes;
   emit_kept_offsets(kept, operands, kn, rn);
   std::vector<int> all_inputs;
@@ -418,7 +458,8 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
     const DType acc = acc_dtype(n);
     std::string reduced, nodes, combine;
     emit_reduced_offsets(reduced, all_inputs, kn, rn, "        ");
-    emit_fusion_nodes(nodes, g, inputs, fusion_needed_nodes(g, {n.inputs[0]}, have), have, "        ", read_at("o"));
+    const std::vector<bool> need = fusion_needed_nodes(g, {n.inputs[0]}, have);
+    emit_fusion_nodes(nodes, g, inputs, need, have, "          ", V > 1 ? read_element : read_at("o"));
     emit_group_combine(combine, G);
     const std::string type = device_type_name(n.dtype);
     passes += fill_template(
@@ -429,8 +470,12 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
          {"acc_type", device_type_name(acc)},
          {"operator_type", reduce_operator_type(op, acc)},
          {"warp_acc", G == kBlockSize ? "      ACC* warp_acc = wa" + std::to_string(rid) + ";" : ""},
-         {"group", std::to_string(G)},
+         {"unroll", V > 1 ? "2" : "4"},
+         {"first", first},
+         {"step", step},
          {"reduced_offsets", reduced},
+         {"vector_loads", vector_loads(need, "        ")},
+         {"element_loop", element_loop},
          {"nodes", nodes},
          {"load", reduce_load_expression(op, device_type_name(acc), v(n.inputs[0]))},
          {"group_combine", combine},
@@ -453,12 +498,35 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
     return t;
   };
   if (!full.empty()) {  // the full-shape outputs: one more pass
-    passes += "    for (IDX r = lane; r < num_red; r += " + std::to_string(G) + ") {\n";
+    passes += "    for (IDX r = " + first + "; r < num_red; r += " + step + ") {\n";
     emit_reduced_offsets(passes, full_operands, kn, rn, "      ");
-    emit_fusion_nodes(passes, g, inputs, fusion_needed_nodes(g, targets(full), have), have, "      ", read_at("o"));
-    for (int k : full)
-      passes += "      out" + std::to_string(k) + "[o" + std::to_string(ni + k) +
-                "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+    const std::vector<bool> need = fusion_needed_nodes(g, targets(full), have);
+    if (V == 1) {
+      emit_fusion_nodes(passes, g, inputs, need, have, "      ", read_at("o"));
+      for (int k : full)
+        passes += "      out" + std::to_string(k) + "[o" + std::to_string(ni + k) +
+                  "] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+    } else {
+      passes += vector_loads(need, "      ");
+      for (int k : full) {
+        const std::string i = std::to_string(k);
+        const std::string raw = raw_type(V * static_cast<int>(itemsize(g.nodes[static_cast<size_t>(g.outputs[k])].dtype)));
+        unions += "  union VecOut" + i + " { " + raw + " raw; " + output_type(g, static_cast<size_t>(k)) + " e[" + vs +
+                  "]; };\n";
+        passes += "      VecOut" + i + " y" + i + ";\n";
+      }
+      passes += "#pragma unroll\n      for (int j = 0; j < " + vs + "; ++j) {\n";
+      emit_fusion_nodes(passes, g, inputs, need, have, "        ", read_element);
+      for (int k : full)
+        passes += "        y" + std::to_string(k) + ".e[j] = " + v(g.outputs[static_cast<size_t>(k)]) + ";\n";
+      passes += "      }\n";
+      for (int k : full) {
+        const std::string i = std::to_string(k);
+        const std::string raw = raw_type(V * static_cast<int>(itemsize(g.nodes[static_cast<size_t>(g.outputs[k])].dtype)));
+        passes += "      *reinterpret_cast<" + raw + "*>(out" + i + " + o" + std::to_string(ni + k) + ") = y" + i +
+                  ".raw;\n";
+      }
+    }
     passes += "    }\n";
   }
   if (!kept_outputs.empty()) {  // the reduced-shape outputs: constant along the row, so read at its start
@@ -480,6 +548,7 @@ std::string rows_kernel(const FusionGraph& g, const std::vector<int>& inputs, co
                         {"scalars", std::to_string(scalars)},
                         {"group", std::to_string(G)},
                         {"warp_accs", warp_accs},
+                        {"vector_unions", unions},
                         {"groups", std::to_string(kBlockSize / G)},
                         {"kept_offsets", kept},
                         {"passes", passes}});
@@ -590,6 +659,8 @@ std::string fusion_kernel_name(const FusionGraph& g, const FusionKernelSpec& spe
     case FusionLayout::Rows:
       name += "_rows_g" + std::to_string(spec.group) + "_k" + std::to_string(spec.kept_ndim) + "_r" +
               std::to_string(spec.reduced_ndim) + "_m" + std::to_string(spec.kept_mask);
+      if (spec.vector_width > 1)
+        name += "_v" + std::to_string(spec.vector_width) + "_b" + std::to_string(spec.broadcast_mask);
       break;
     case FusionLayout::MultiTensor:
       name += "_multi_b" + std::to_string(spec.broadcast_mask);

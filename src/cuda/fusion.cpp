@@ -178,14 +178,59 @@ int64_t max_extent(const AxisPlan& plan, int operands) {
 /// longer row would leave most of the GPU idle, so the core runs the ops one by one instead).
 constexpr int64_t kMaxUnsplitRow = int64_t{1} << 16;
 
+/// The vector width of a rows kernel over `plan` (operands: inputs, then outputs; the last `outputs` of them) and
+/// the inputs constant along the row (bit k: input k read per element): V > 1 when the row is one axis on which
+/// every input is dense or constant and every full-shape output dense, V divides the row, and every dense
+/// operand's rows start V-element aligned. 1 otherwise.
+int rows_vector_width(const AxisPlan& plan, const Array* const* ordered, void* const* pointers, int operands,
+                      int outputs, uint32_t kept_mask, uint32_t& constant_inputs) {
+  constant_inputs = 0;
+  if (plan.reduced.ndim != 1 || operands > 32) return 1;
+  const int inputs = operands - outputs;
+  int64_t widest = 1;
+  bool dense[kMaxLayoutOperands] = {};
+  for (int k = 0; k < operands; ++k) {
+    if (k >= inputs && ((kept_mask >> (k - inputs)) & 1u) != 0) continue;  // written once per row by lane 0
+    const int64_t stride = plan.reduced.strides[k][0];
+    if (stride == 0 && k < inputs) {
+      constant_inputs |= 1u << k;
+      continue;
+    }
+    if (stride != 1) return 1;
+    dense[k] = true;
+    widest = std::max(widest, itemsize(ordered[k]->dtype()));
+  }
+  int vec = static_cast<int>(std::min<int64_t>(8, 16 / widest));
+  for (; vec > 1; vec /= 2) {
+    if (plan.num_reduced % vec != 0) continue;
+    bool aligned = true;
+    for (int k = 0; k < operands && aligned; ++k) {
+      if (!dense[k]) continue;
+      aligned = reinterpret_cast<uintptr_t>(pointers[k]) % (vec * itemsize(ordered[k]->dtype())) == 0;
+      for (int d = 0; d < plan.kept.ndim && aligned; ++d)
+        aligned = plan.kept.shape[d] == 1 || plan.kept.strides[k][d] % vec == 0;
+    }
+    if (aligned) break;
+  }
+  return vec;
+}
+
 /// A staged graph: one group of threads per row, no split (see fusion.hpp). False when rows are too few and long.
-bool rows(const detail::FusionCall& call, int device, int operands, const Array** arrays, std::vector<void*>& args) {
+bool rows(const detail::FusionCall& call, int device, int operands, const Array** arrays, void** pointers,
+          std::vector<void*>& args) {
   const FusionGraph& g = *call.graph;
   const int no = static_cast<int>(call.outs.size());
   // The rows kernel's operand order: inputs, then outputs.
   const Array* ordered[kMaxLayoutOperands];
-  for (int k = no; k < operands; ++k) ordered[k - no] = arrays[k];
-  for (int k = 0; k < no; ++k) ordered[operands - no + k] = arrays[k];
+  void* ordered_pointers[kMaxLayoutOperands];
+  for (int k = no; k < operands; ++k) {
+    ordered[k - no] = arrays[k];
+    ordered_pointers[k - no] = pointers[k];
+  }
+  for (int k = 0; k < no; ++k) {
+    ordered[operands - no + k] = arrays[k];
+    ordered_pointers[operands - no + k] = pointers[k];
+  }
   AxisPlan plan_axes;
   const int64_t last_nontrivial = split_axes(g, call.shape, call.axes, ordered, operands, plan_axes);
   const int64_t num_out = plan_axes.num_out, num_red = plan_axes.num_reduced;
@@ -200,7 +245,11 @@ bool rows(const detail::FusionCall& call, int device, int operands, const Array*
     if (!call.full[static_cast<size_t>(k)]) spec.kept_mask |= 1u << k;
   const bool rows_inner =
       last_nontrivial < 0 || std::binary_search(call.axes.begin(), call.axes.end(), last_nontrivial);
-  const SplitPlan plan = plan_split(rows_inner, num_out, num_red, sms);
+  spec.vector_width =
+      rows_vector_width(plan_axes, ordered, ordered_pointers, operands, no, spec.kept_mask, spec.broadcast_mask);
+  if (spec.vector_width == 1) spec.broadcast_mask = 0;
+  // The group is sized by the vectors a row holds.
+  const SplitPlan plan = plan_split(rows_inner, num_out, num_red / spec.vector_width, sms);
   spec.group = plan.group;
   spec.index64 = shape_numel(call.shape) > INT32_MAX || max_extent(plan_axes, operands) > INT32_MAX;
   std::vector<uint64_t> words = axis_words(plan_axes, operands);
@@ -367,7 +416,7 @@ bool cuda_fused(const detail::FusionCall& call) {
     store_scalar(g.slots[j].argument_dtype, call.slot_values[j], slots[j].data());
     args.push_back(slots[j].data());
   }
-  if (g.staged) return rows(call, device, operands, arrays, args);
+  if (g.staged) return rows(call, device, operands, arrays, pointers, args);
   if (g.reduce >= 0)
     reduction(call, device, inputs, arrays, args, &pointers[0]);
   else

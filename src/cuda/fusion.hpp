@@ -28,7 +28,9 @@
 //   group per row (kept index), no split: one pass over the row per reduction (each
 //   reading the reductions before it as per-row values, the combined value broadcast
 //   to the whole group), then one pass writing the full-shape outputs, and lane 0
-//   writing the reduced-shape ones.
+//   writing the reduced-shape ones. When the row is one axis along which every operand
+//   is dense (or, for inputs, constant), each lane takes `vector_width` adjacent
+//   elements per step (one 16-byte load per dense input, as the contiguous kernels).
 //
 // Kernel arguments, in order: one pointer per output (out0, ...; the classic reduction
 // has one), one per array argument the graph reads (in argument order), one value per
@@ -55,7 +57,7 @@ enum class FusionLayout : uint8_t { Contiguous, Strided, Broadcast, Reduce, Rows
 /// What a fused kernel's source depends on besides its graph.
 struct FusionKernelSpec {
   FusionLayout layout = FusionLayout::Contiguous;
-  int vector_width = 1;  ///< contiguous, broadcast: elements per vector load/store
+  int vector_width = 1;  ///< contiguous, broadcast, rows: elements per vector load/store
   int ndim = 1;          ///< strided, broadcast: coalesced rank; reduce: unused
   int unroll = 1;        ///< strided: elements per thread and iteration (1 or 4)
   bool index64 = false;
@@ -71,7 +73,7 @@ struct FusionKernelSpec {
   bool aliased = false;    ///< an output is an input's array (no __restrict__)
   uint32_t kept_mask = 0;  ///< rows: bit k set when output k has the reduced shape (written once per row)
   /// multi-tensor: bit k set when array argument k is one element per tensor; broadcast: when it is read per
-  /// element at its strides' offset (not in vectors)
+  /// element at its strides' offset (not in vectors); rows with vectors: when input k is constant along the row
   uint32_t broadcast_mask = 0;
 
   bool operator==(const FusionKernelSpec&) const = default;

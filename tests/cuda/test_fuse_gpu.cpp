@@ -258,6 +258,41 @@ TEST(FuseCodegen, RowsKernelsCompileForSoftmaxAndNorm) {
   expect_compiles(*centred.graph(x.astype(float16)), {specs[0]});
 }
 
+TEST(FuseCodegen, RowsKernelsInVectorsLoadDenseInputsAsVectorsAndConstantOnesPerElement) {
+  // Softmax in vectors of 4: every pass steps 4 elements a lane, the written row stored as one vector.
+  auto softmax = fuse(kiln_test::softmax_fn, "softmax");
+  auto g1 = softmax.graph(zeros({4, 8}, float32, cpu()));
+  FusionKernelSpec s;
+  s.layout = FusionLayout::Rows;
+  s.kept_ndim = s.reduced_ndim = 1;
+  s.vector_width = 4;
+  for (int group : {8, 32, 256}) {
+    s.group = group;
+    expect_compiles(*g1, {s});
+  }
+  const std::string code = fusion_kernel_code(*g1, s);
+  EXPECT_EQ(count(code, "for (IDX r = lane * 4; r < num_red; r += 1024)"), 3) << code;
+  EXPECT_EQ(count(code, "x0.raw = *reinterpret_cast<const uint4*>(in0 + o0);"), 3) << code;
+  EXPECT_EQ(count(code, "*reinterpret_cast<uint4*>(out0 + o1) = y0.raw;"), 1) << code;
+  // Cross entropy's gradient: bfloat16 logits and int32 class ids (1, C) dense along the row, the row's
+  // log-sum-exp and label (N, 1) constant along it (broadcast_mask bits 1 and 3): read one element each.
+  auto grad = fuse([](auto x, auto lse, auto ids, auto label) {
+    auto e = exp(x.astype(float32) - lse);
+    return where(ids == label, e - 1.0, e).astype(x.dtype());
+  });
+  auto g2 = grad.graph(zeros({4, 8}, bfloat16, cpu()), zeros({4, 1}, float32, cpu()), zeros({1, 8}, int32, cpu()),
+                       zeros({4, 1}, int32, cpu()));
+  FusionKernelSpec c = s;
+  c.broadcast_mask = 0b1010u;
+  expect_compiles(*g2, {c});
+  const std::string ce = fusion_kernel_code(*g2, c);
+  EXPECT_NE(ce.find("x0.raw = *reinterpret_cast<const uint2*>(in0 + o0);"), std::string::npos) << ce;
+  EXPECT_NE(ce.find("x2.raw = *reinterpret_cast<const uint4*>(in2 + o2);"), std::string::npos) << ce;
+  EXPECT_NE(ce.find("in1[o1]"), std::string::npos) << ce;
+  EXPECT_NE(ce.find("in3[o3]"), std::string::npos) << ce;
+  EXPECT_EQ(ce.find("VecIn1"), std::string::npos) << ce;
+}
+
 // ------------------------------------------------------------------ with a GPU
 
 TEST(FuseGpu, ChainMatchesUnfusedOpsInEveryFloatDtype) {
@@ -509,6 +544,38 @@ TEST(FuseGpu, StagedGraphsMatchTheUnfusedOps) {
   // Rows of different reductions' axes: the ops one by one, same values.
   expect_equal(fuse([](auto v) { return sum(v, 0, true) + max(v, 1, true); })(x), sum(x, 0, true) + max(x, 1, true),
                1e-6);
+}
+
+TEST(FuseGpu, RowsInVectorsAndPerElementGiveTheCpusValues) {
+  KILN_REQUIRE_GPU();
+  Device d = gpu(0);
+  // Cross entropy's gradient (no reduction: bit for bit the CPU's) and a log-sum-exp with the max-shifted rows
+  // (reductions: to float32 rounding; the shift exact) over rows of a (300, 72) array's columns: 64 from the
+  // start (vectors of 4: the int32 ids are the widest), 62 (vectors of 2), and 64 from column 1 (rows start
+  // one element past a vector boundary: no vectors).
+  auto grad = fuse([](auto x, auto lse, auto ids, auto label) {
+    auto e = exp(x.astype(float32) - lse);
+    return where(ids == label, e - 1.0, e).astype(x.dtype());
+  });
+  auto lse_of = fuse([](auto x) {
+    auto v = x.astype(float32);
+    auto m = max(v, -1, true);
+    return std::tuple{m + log(sum(exp(v - m), -1, true)), v - m};
+  });
+  Array full = random::normal({300, 72}, float32, cpu()).astype(bfloat16);
+  Array full_gpu = full.to(d);
+  for (auto [start, cols] : {std::pair<int64_t, int64_t>{0, 64}, {0, 62}, {1, 64}}) {
+    Array x = full.slice(1, start, start + cols), x_gpu = full_gpu.slice(1, start, start + cols);
+    Array ids = arange(cols, int32, cpu()).reshape({1, cols});
+    Array label = random::randint(0, cols, {300, 1}, int32, cpu());
+    auto [lse, shifted] = lse_of(x);
+    auto [lse_gpu, shifted_gpu] = lse_of(x_gpu);
+    expect_equal(lse_gpu.to(cpu()), lse, 1e-6);
+    EXPECT_TRUE(array_equal(shifted_gpu.to(cpu()), shifted)) << start << " " << cols;
+    Array want = grad(x, lse, ids, label);
+    Array got = grad(x_gpu, lse.to(d), ids.to(d), label.to(d));
+    EXPECT_TRUE(array_equal(got.to(cpu()), want)) << start << " " << cols;
+  }
 }
 
 TEST(FuseGpu, NormIsOneKernelAndMatchesTheCpu) {

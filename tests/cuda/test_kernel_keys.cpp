@@ -361,6 +361,18 @@ TEST(KernelKeys, EveryFusedKernelSpecHasItsOwnEntryAndName) {
               w.index64 = index64;
               add(w);
             }
+  // Rows in vectors: every width x which inputs are constant along the row (one row axis).
+  w = FusionKernelSpec{};
+  w.layout = FusionLayout::Rows;
+  w.kept_ndim = w.reduced_ndim = 1;
+  for (int g : {32, kBlockSize})
+    for (int v : {2, 4, 8})
+      for (uint32_t mask : {0u, 1u}) {
+        w.group = g;
+        w.vector_width = v;
+        w.broadcast_mask = mask;
+        add(w);
+      }
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::All, ReduceOp::Any};
   FusionKernelSpec r;
   r.layout = FusionLayout::Reduce;
