@@ -150,6 +150,17 @@ void bind_ops(nb::module_& m) {
     PyOperand a = to_operand(x, device), b = to_operand(y, device);
     return kiln::where(c, a.operand(), b.operand());
   }, "condition"_a, "x"_a, "y"_a);
+  // kiln/complex.hpp: real/imag are views of a complex array (the array itself / zeros for a real one).
+  m.def("real", [](ArrayLike a) { return kiln::real(to_array(a)); }, "a"_a,
+        "The real part: a view of a complex array (writing it writes a), the array itself for a real one.");
+  m.def("imag", [](ArrayLike a) { return kiln::imag(to_array(a)); }, "a"_a,
+        "The imaginary part: a view of a complex array, zeros for a real one.");
+  m.def("conj", [](ArrayLike a) { return kiln::conj(to_array(a)); }, "a"_a,
+        "The complex conjugate (a new array; a copy of a real one).");
+  m.def("angle", [](ArrayLike a, bool deg) { return kiln::angle(to_array(a), deg); }, "a"_a, "deg"_a = false,
+        "The argument arctan2(imag, real), in radians (degrees with deg=True).");
+  m.def("make_complex", [](ArrayLike re, ArrayLike im) { return kiln::make_complex(to_array(re), to_array(im)); },
+        "real"_a, "imag"_a, "real + imag * 1j from two real arrays, without the product's NaNs at infinities.");
   m.def("clip", [](ArrayLike a, ArrayLike lo, ArrayLike hi) {
     Array x = to_array(a);
     PyOperand l = to_operand(lo, x.device()), h = to_operand(hi, x.device());
