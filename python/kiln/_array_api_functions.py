@@ -17,12 +17,10 @@ def _export(function):
 # ---------------------------------------------------------------- elementwise functions
 # The standard's name -> kiln's, for the functions whose binding already has the standard's semantics.
 _UNARY = {
-    "abs": "abs", "acos": "arccos", "asin": "arcsin", "atan": "arctan", "bitwise_invert": "bitwise_not",
-    "ceil": "ceil", "cos": "cos", "cosh": "cosh", "exp": "exp", "expm1": "expm1", "floor": "floor",
-    "isfinite": "isfinite", "isinf": "isinf", "isnan": "isnan", "log": "log", "log1p": "log1p", "log2": "log2",
-    "log10": "log10", "logical_not": "logical_not", "negative": "negative", "round": "round", "sign": "sign",
-    "signbit": "signbit", "sin": "sin", "sinh": "sinh", "square": "square", "sqrt": "sqrt", "tan": "tan",
-    "tanh": "tanh", "trunc": "trunc",
+    "abs": "abs", "bitwise_invert": "bitwise_not", "ceil": "ceil", "cos": "cos", "cosh": "cosh", "exp": "exp",
+    "floor": "floor", "isfinite": "isfinite", "isinf": "isinf", "isnan": "isnan", "log": "log",
+    "logical_not": "logical_not", "negative": "negative", "signbit": "signbit", "sin": "sin", "sinh": "sinh",
+    "square": "square", "sqrt": "sqrt", "tan": "tan", "trunc": "trunc",
 }
 _BINARY = {
     "add": "add", "atan2": "arctan2", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
@@ -64,20 +62,52 @@ for _name, _kiln_name in _BINARY.items():
     __all__.append(_name)
 
 
-# kiln has no complex dtypes: conj, real and imag take real arrays, as NumPy's (x, x, zeros).
+# ---------------------------------------------------------------- complex numbers
+# kiln's core computes complex64/complex128 for the ops NumPy defines on them (exp, log, sqrt, the trigonometric
+# and hyperbolic functions...); the standard's other complex functions are composed here from the parts, in
+# complex128 for complex64 arguments (so that squares do not overflow), then rounded back once.
+_COMPLEX = (_k.complex64, _k.complex128)
+_LN2, _LN10, _PI_2 = 0.6931471805599453, 2.302585092994046, 1.5707963267948966
+
+
+def _is_complex(x):
+    return isinstance(x, _Array) and x.dtype in _COMPLEX
+
+
+def _widened(z):
+    """z in complex128 (a complex64 z converted), and the dtype to return."""
+    return (z if z.dtype == _k.complex128 else z.astype(_k.complex128)), z.dtype
+
+
+def _join(re, im, dtype):
+    out = _k.make_complex(re, im)
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def _plus_real(z, c):
+    """z + c for a real c, on the real part only: z + c would add c + 0j, turning an imaginary -0.0 into +0.0
+    (the side of a branch cut)."""
+    return _k.make_complex(_k.real(z) + c, _k.imag(z))
+
+
+def _times_i(z):
+    """i * z, exactly: (-imag, real) (the product i * z would make NaNs of infinite parts)."""
+    return _k.make_complex(-_k.imag(z), _k.real(z))
+
+
 @_export
 def conj(x, /):
-    return _k.copy(x)
+    return _k.conj(x)
 
 
 @_export
 def real(x, /):
-    return _k.copy(x)
+    return _k.copy(_k.real(x)) if _is_complex(x) else _k.copy(x)
 
 
 @_export
 def imag(x, /):
-    return _k.zeros_like(x)
+    return _k.copy(_k.imag(x)) if _is_complex(x) else _k.zeros_like(x)
 
 
 @_export
@@ -85,14 +115,92 @@ def positive(x, /):
     return _k.copy(x)
 
 
+def _complex_asinh(z):
+    # asinh is odd: computed on w = z with the real part's sign made positive (where w + sqrt(w*w + 1) has no
+    # cancellation), and the sign put back. Large |w|: log(2w), as w*w would overflow; small: w - w^3/6.
+    w, dtype = _widened(z)
+    flip = _k.signbit(_k.real(w))
+    w = _k.where(flip, -w, w)
+    size = _k.maximum(_k.abs(_k.real(w)), _k.abs(_k.imag(w)))
+    out = _k.log(w + _k.sqrt(_plus_real(w * w, 1)))
+    out = _k.where(size > 1e150, _plus_real(_k.log(w), _LN2), out)
+    out = _k.where(size < 1e-5, w - w * w * w / 6, out)
+    out = _k.where(flip, -out, out)
+    # The axes exactly, and C99's (the standard's) values where a part is NaN and the other infinite
+    x, y = _k.real(z), _k.imag(z)
+    re, im = _k.real(out), _k.imag(out)
+    on_real_axis, on_unit_segment = y == 0, _k.logical_and(x == 0, _k.abs(y) <= 1)  # asinh(iy) = i asin(y)
+    nan_inf, inf_nan = _k.logical_and(_k.isnan(x), _k.isinf(y)), _k.logical_and(_k.isinf(x), _k.isnan(y))
+    re = _k.where(on_unit_segment, x, _k.where(nan_inf, float("inf"), _k.where(inf_nan, x, re)))
+    im = _k.where(on_real_axis, y, _k.where(on_unit_segment, _k.arcsin(y), _k.where(inf_nan, float("nan"), im)))
+    return _join(re, im, dtype)
+
+
+def _complex_atanh(z):
+    # Kahan's real-part formula 1/4 log1p(4x / ((1 - x)^2 + y^2)) (no cancellation near 0), the imaginary part
+    # 1/2 atan2(2y, (1 - x)(1 + x) - y^2) halved inside so that 2y cannot overflow.
+    # atanh is odd: computed for a non-negative real part (the log1p's argument then is too), the sign put back.
+    w, dtype = _widened(z)
+    flip = _k.signbit(_k.real(w))
+    w = _k.where(flip, -w, w)
+    x, y = _k.real(w), _k.imag(w)
+    re = 0.25 * _k.log1p(4 * x / ((1 - x) * (1 - x) + y * y))
+    im = 0.5 * _k.arctan2(y, 0.5 * ((1 - x) * (1 + x)) - 0.5 * y * y)
+    # Exactly: 0 on the imaginary axis (atanh(iy) = i atan(y)) and at infinity, where the quotient is inf / inf;
+    # +-pi/2 for an infinite imaginary part (atan2(inf, -inf) would be 3pi/4).
+    re = _k.where(_k.logical_or(x == 0, _k.logical_or(_k.isinf(x), _k.isinf(y))), 0.0, re)
+    im = _k.where(_k.isinf(y), copysign(_k.full_like(y, _PI_2), y), im)
+    out = _k.make_complex(re, im)
+    out = _k.where(flip, -out, out)
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+
+@_export
+def acos(x, /):
+    if not _is_complex(x):
+        return _k.arccos(x)
+    # acos(z) = pi/2 - asin(z)
+    s = asin(x)
+    return _join(_PI_2 - _k.real(s), -_k.imag(s), x.dtype)
+
+
+@_export
+def asin(x, /):
+    if not _is_complex(x):
+        return _k.arcsin(x)
+    # asin(z) = -i asinh(i z)
+    h = _complex_asinh(_times_i(x))
+    return _join(_k.imag(h), -_k.real(h), x.dtype)
+
+
+@_export
+def atan(x, /):
+    if not _is_complex(x):
+        return _k.arctan(x)
+    # atan(z) = -i atanh(i z)
+    h = _complex_atanh(_times_i(x))
+    return _join(_k.imag(h), -_k.real(h), x.dtype)
+
+
+
 @_export
 def acosh(x, /):
+    if _is_complex(x):
+        # acosh(z) = i acos(z) in the upper half-plane, -i acos(z) in the lower one (the sign of imag(z), -0.0
+        # included, picks the side: a non-negative real part, as C's cacosh)
+        a = acos(x)
+        re, im = _k.real(a), _k.imag(a)
+        lower = _k.signbit(_k.imag(x))
+        return _join(_k.abs(im), _k.where(lower, -re, re), x.dtype)
     # x < 1 (-inf included, where x + sqrt(x * x - 1) would be inf) is outside the domain.
     return _k.where(x < 1, float("nan"), _k.log(x + _k.sqrt(x * x - 1)))
 
 
 @_export
 def asinh(x, /):
+    if _is_complex(x):
+        return _complex_asinh(x)
     # asinh(-x) = -asinh(x): computing on |x| keeps the large negative arguments from cancelling.
     a = _k.abs(x)
     return _k.where(x == 0, x, _k.sign(x) * _k.log(a + _k.sqrt(a * a + 1)))  # keeps -0.0
@@ -100,7 +208,84 @@ def asinh(x, /):
 
 @_export
 def atanh(x, /):
+    if _is_complex(x):
+        return _complex_atanh(x)
     return 0.5 * _k.log1p(2 * x / (1 - x))
+
+
+@_export
+def expm1(x, /):
+    if not _is_complex(x):
+        return _k.expm1(x)
+    # |x| < 1 (and y finite): exp(x + iy) - 1 = expm1(x) cos(y) - 2 sin(y/2)^2 + i exp(x) sin(y), without
+    # exp(z) - 1's cancellation near 0 (and 2 pi i k); elsewhere |exp(z)| is e^|x| >= e or <= 1/e, far from 1, and
+    # exp(z) - 1 takes C's cexp's values at infinities and NaNs.
+    w, dtype = _widened(x)
+    a, b = _k.real(w), _k.imag(w)
+    half = _k.sin(b / 2)
+    near = _k.make_complex(_k.expm1(a) * _k.cos(b) - 2 * half * half, _k.where(b == 0, b, _k.exp(a) * _k.sin(b)))
+    out = _k.where(_k.logical_and(_k.abs(a) < 1, _k.isfinite(b)), near, _plus_real(_k.exp(w), -1))
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+@_export
+def log1p(x, /):
+    if not _is_complex(x):
+        return _k.log1p(x)
+    # |z| < 1/2: log|1 + z| = 1/2 log1p(2x + x^2 + y^2) (no cancellation near 0); elsewhere log(1 + z)
+    w, dtype = _widened(x)
+    a, b = _k.real(w), _k.imag(w)
+    near = _k.abs(w) < 0.5
+    small = _k.make_complex(0.5 * _k.log1p(a * (2 + a) + b * b), _k.arctan2(b, 1 + a))
+    out = _k.where(near, small, _k.log(_plus_real(w, 1)))
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def _log_base(name, kiln_function, ln_base):
+    def function(x, /):
+        if not _is_complex(x):
+            return kiln_function(x)
+        # log(z) / log(base), part by part (a complex quotient would make NaNs of log(0)'s infinite part)
+        out = _k.log(x)
+        return _join(_k.real(out) / ln_base, _k.imag(out) / ln_base, x.dtype)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"The Array API's {name}: kiln.{name}; of complex z, log(z) / log({name[3:]})."
+    return _export(function)
+
+
+log2 = _log_base("log2", _k.log2, _LN2)
+log10 = _log_base("log10", _k.log10, _LN10)
+
+
+@_export
+def tanh(x, /):
+    out = _k.tanh(x)
+    if not _is_complex(x):
+        return out
+    # tanh(+-inf + iy), y finite: the standard's +-1 + 0j with the sign of y on the zero (tanh is odd and commutes
+    # with conj); C's ctanh (kiln's kernel) gives 0 * sin(2y), whose sign is sin(2y)'s
+    re, im = _k.real(x), _k.imag(x)
+    fix = _k.logical_and(_k.isinf(re), _k.isfinite(im))
+    return _join(_k.real(out), _k.where(fix, copysign(_k.zeros_like(im), im), _k.imag(out)), x.dtype)
+
+
+@_export
+def sign(x, /):
+    if not _is_complex(x):
+        return _k.sign(x)
+    # the standard's (and NumPy 2's) z / |z|, 0 at 0
+    size = _k.abs(x)
+    zero = size == 0
+    safe = _k.where(zero, 1, size)
+    return _join(_k.where(zero, 0, _k.real(x) / safe), _k.where(zero, 0, _k.imag(x) / safe), x.dtype)
+
+
+@_export
+def round(x, /):  # noqa: A001  (the standard's name)
+    if not _is_complex(x):
+        return _k.round(x)
+    return _join(_k.round(_k.real(x)), _k.round(_k.imag(x)), x.dtype)
 
 
 @_export
@@ -185,7 +370,7 @@ def vecdot(x1, x2, /, *, axis=-1):
     if x1.shape[axis] != x2.shape[axis]:
         raise ValueError(f"vecdot: axis {axis} has {x1.shape[axis]} elements in x1 but {x2.shape[axis]} in x2 "
                          "(the contracted axis is not broadcast)")
-    product = x1 * x2
+    product = (_k.conj(x1) if _is_complex(x1) else x1) * x2  # the standard's sum of conj(x1) * x2
     return _k.astype(_k.sum(product, axis=axis), product.dtype)
 
 
@@ -322,27 +507,55 @@ UniqueCountsResult = _namedtuple("UniqueCountsResult", ["values", "counts"])
 UniqueInverseResult = _namedtuple("UniqueInverseResult", ["values", "inverse_indices"])
 
 
+def _complex_unique(x):
+    """kiln's unique sorts, and complex numbers have no order there: values, first indices, inverse indices and
+    counts from stable sorts instead, in NumPy's order (the values without NaNs by real part, then imaginary
+    part; then those with a NaN imaginary part, a NaN real part, both). Every value with a NaN part is distinct
+    (NaN != NaN), as the standard asks."""
+    flat = _k.reshape(x, (-1,))
+    re, im = _k.real(flat), _k.imag(flat)
+    order = _k.argsort(im, 0)
+    for key in (re, _k.astype(_k.isnan(im), _k.int8) + 2 * _k.astype(_k.isnan(re), _k.int8)):
+        order = _k.take(order, _k.argsort(_k.take(key, order), 0))  # stable: equal keys keep the last order
+    ordered = _k.take(flat, order)
+    new = _k.concatenate([_k.ones((1,), dtype=_k.bool, device=x.device),
+                          _k.not_equal(ordered[1:], ordered[:-1])], 0)
+    starts = _k.flatnonzero(new)
+    ends = _k.concatenate([starts[1:], _k.full((1,), flat.shape[0], dtype=starts.dtype, device=x.device)], 0)
+    group = _k.cumsum(_k.astype(new, _k.int64), 0) - 1
+    inverse = _k.take(group, _k.argsort(order, 0))
+    return _k.take(ordered, starts), _k.take(order, starts), _k.reshape(inverse, x.shape), ends - starts
+
+
 @_export
 def unique_all(x, /):
+    if _is_complex(x):
+        return UniqueAllResult(*_complex_unique(x))
     values, indices, inverse, counts = _k.unique(x, True, True, True)
     return UniqueAllResult(values, indices, _k.reshape(inverse, x.shape), counts)
 
 
 @_export
 def unique_counts(x, /):
+    if _is_complex(x):
+        values, _, _, counts = _complex_unique(x)
+        return UniqueCountsResult(values, counts)
     values, counts = _k.unique(x, False, False, True)
     return UniqueCountsResult(values, counts)
 
 
 @_export
 def unique_inverse(x, /):
+    if _is_complex(x):
+        values, _, inverse, _ = _complex_unique(x)
+        return UniqueInverseResult(values, inverse)
     values, inverse = _k.unique(x, False, True, False)
     return UniqueInverseResult(values, _k.reshape(inverse, x.shape))
 
 
 @_export
 def unique_values(x, /):
-    return _k.unique_values(x)
+    return _complex_unique(x)[0] if _is_complex(x) else _k.unique_values(x)
 
 
 # ---------------------------------------------------------------- sorting functions
@@ -423,7 +636,10 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
         axis = 0
     if dtype is not None and dtype != x.dtype:
         x = x.astype(dtype)
-    out = _k.cumsum(x, axis)
+    if _is_complex(x):  # kiln's cumsum takes real arrays: the parts' sums, joined
+        out = _join(_k.cumsum(_k.real(x), axis), _k.cumsum(_k.imag(x), axis), x.dtype)
+    else:
+        out = _k.cumsum(x, axis)
     if dtype is not None and out.dtype != dtype:
         out = out.astype(dtype)
     if include_initial:

@@ -59,7 +59,10 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002  (the standar
     if x.ndim >= 2 and (x.shape[-2] == 0 or x.shape[-1] == 0):
         # Every norm of an empty matrix is 0 (the orders that take a max or a min have no identity to reduce to).
         shape = x.shape[:-2] + ((1, 1) if keepdims else ())
-        return _k.zeros(shape, dtype=x.dtype if x.dtype in (_k.float32, _k.float64) else _k.float32, device=x.device)
+        real = {_k.float64: _k.float64, _k.complex64: _k.float32, _k.complex128: _k.float64}
+        return _k.zeros(shape, dtype=real.get(x.dtype, _k.float32), device=x.device)
+    if x.dtype in (_k.complex64, _k.complex128) and ord in ("fro", 1, -1, float("inf"), float("-inf")):
+        x = _k.abs(x)  # these norms are sums and extremes of the moduli (2, -2, "nuc": a complex SVD)
     return _la.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
@@ -142,6 +145,8 @@ def vecdot(x1, x2, /, *, axis=-1):
 
 
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002
+    if x.dtype in (_k.complex64, _k.complex128):
+        x = _k.abs(x)  # every vector norm is that of the moduli (real: float32 for complex64)
     if axis is None and x.ndim != 1:
         flat = _k.reshape(x, (-1,))
         out = _la.norm(flat, ord=ord, axis=0)

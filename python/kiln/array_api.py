@@ -20,6 +20,7 @@ __array_api_version__ = "2023.12"
 bool = _k.bool  # noqa: A001  (the standard's name)
 int8, int16, int32, int64, uint8 = _k.int8, _k.int16, _k.int32, _k.int64, _k.uint8
 float32, float64 = _k.float32, _k.float64
+complex64, complex128 = _k.complex64, _k.complex128
 
 e, pi, inf, nan = _math.e, _math.pi, _math.inf, _math.nan
 newaxis = None
@@ -28,7 +29,9 @@ _SIGNED = (int8, int16, int32, int64)
 _UNSIGNED = (uint8,)
 _INTEGRAL = _SIGNED + _UNSIGNED
 _FLOATING = (float32, float64)
-_ALL = (bool,) + _INTEGRAL + _FLOATING
+_COMPLEX = (complex64, complex128)
+_NUMERIC = _INTEGRAL + _FLOATING + _COMPLEX
+_ALL = (bool,) + _NUMERIC
 
 
 def _dtype(x):
@@ -52,7 +55,7 @@ class _Info:
         return [_k.cpu()] + [_k.cuda(i) for i in range(_k.num_gpus())]
 
     def default_dtypes(self, *, device=None):
-        return {"real floating": float32, "integral": int64, "indexing": int64}
+        return {"real floating": float32, "complex floating": complex64, "integral": int64, "indexing": int64}
 
     def dtypes(self, *, device=None, kind=None):
         if kind is None:
@@ -77,8 +80,8 @@ def isdtype(dtype, kind):
             "unsigned integer": _UNSIGNED,
             "integral": _INTEGRAL,
             "real floating": _FLOATING,
-            "complex floating": (),
-            "numeric": _INTEGRAL + _FLOATING,
+            "complex floating": _COMPLEX,
+            "numeric": _NUMERIC,
         }
         if kind not in groups:
             raise ValueError(f"isdtype: unknown kind {kind!r} (one of {', '.join(groups)})")
@@ -96,28 +99,34 @@ def result_type(*arrays_and_dtypes):
     return out
 
 
+def _kind(dtype):
+    # The standard's kinds, in the order its mixed-kind promotion allows: a real floating dtype promotes to a
+    # complex one; no other kind mixes with another.
+    return 0 if dtype == bool else 1 if dtype in _INTEGRAL else 2 if dtype in _FLOATING else 3
+
+
 def can_cast(from_, to, /):
     source = _dtype(from_)
     if source == to:
         return True
-    if source == bool or to == bool:
-        return False
-    if isdtype(source, "real floating") != isdtype(to, "real floating"):
-        return False  # the standard promotes within a kind only
+    kinds = (_kind(source), _kind(to))
+    if kinds[0] != kinds[1] and kinds != (2, 3):
+        return False  # the standard promotes within a kind only (and real floating to complex floating)
     return _k.promote_types(source, to) == to
 
 
 class finfo_object:
-    """The machine limits of a floating dtype (finfo)."""
+    """The machine limits of a floating dtype (finfo); those of a complex dtype are its parts' (dtype float32
+    for complex64, float64 for complex128), as the standard says."""
 
     def __init__(self, dtype):
-        single = dtype == float32
+        single = dtype in (float32, complex64)
         self.bits = 32 if single else 64
         self.eps = 2.0**-23 if single else 2.0**-52
         self.max = 3.4028234663852886e38 if single else 1.7976931348623157e308
         self.min = -self.max
         self.smallest_normal = 2.0**-126 if single else 2.0**-1022
-        self.dtype = dtype
+        self.dtype = float32 if single else float64
 
 
 class iinfo_object:
@@ -133,8 +142,8 @@ class iinfo_object:
 
 def finfo(type, /):  # noqa: A002  (the standard's name)
     dtype = _dtype(type)
-    if dtype not in _FLOATING:
-        raise ValueError(f"finfo: {dtype} is not a floating dtype (float32, float64)")
+    if dtype not in _FLOATING + _COMPLEX:
+        raise ValueError(f"finfo: {dtype} is not a floating dtype (float32, float64, complex64, complex128)")
     return finfo_object(dtype)
 
 
@@ -150,6 +159,10 @@ def astype(x, dtype, /, *, copy=True, device=None):
         x = x.to_device(device)
     if x.dtype == dtype:
         return _k.copy(x) if copy else x
+    if x.dtype in _COMPLEX and dtype != bool and dtype not in _COMPLEX:
+        # The standard: casting complex to a real dtype "should not be permitted" (which part would it keep?).
+        raise TypeError(f"astype: cannot cast {x.dtype} to {dtype}, a real dtype (the imaginary part would be "
+                        f"lost); take real(x) or imag(x), or abs(x), first")
     return x.astype(dtype)
 
 
@@ -168,13 +181,15 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         out = _k.stack([asarray(v, device=where) for v in obj])
         return out if dtype is None or out.dtype == dtype else out.astype(dtype)
     if flat is not None and dtype is None:
-        # The standard's default dtypes: a nested sequence of bools, ints or floats.
+        # The standard's default dtypes: a nested sequence of bools, ints, floats or complex numbers.
         if flat and _builtins.all(isinstance(v, _builtins.bool) for v in flat):
             dtype = bool
         elif flat and _builtins.all(isinstance(v, int) for v in flat):
             dtype = int64
         elif flat and _builtins.all(isinstance(v, (int, float)) for v in flat):
             dtype = float32
+        elif flat and _builtins.all(isinstance(v, (int, float, complex)) for v in flat):
+            dtype = complex64
     if copy is not True and isinstance(obj, _Array) and dtype in (None, obj.dtype) and device in (None, obj.device):
         return obj
     out = _k.asarray(obj, dtype=dtype, device=device)
@@ -217,7 +232,8 @@ def ones(shape, *, dtype=None, device=None):
 
 def full(shape, fill_value, *, dtype=None, device=None):
     if dtype is None:
-        dtype = bool if isinstance(fill_value, _builtins.bool) else int64 if isinstance(fill_value, int) else float32
+        dtype = bool if isinstance(fill_value, _builtins.bool) else int64 if isinstance(fill_value, int) \
+            else complex64 if isinstance(fill_value, complex) else float32
     return _k.full(shape, fill_value, dtype=dtype, device=device)
 
 
@@ -244,6 +260,14 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
 
 
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
+    if isinstance(start, complex) or isinstance(stop, complex) or dtype in _COMPLEX:
+        # The real and imaginary parts are each evenly spaced: two real linspaces, joined.
+        dtype = complex64 if dtype is None else dtype
+        part = float32 if dtype == complex64 else float64
+        start, stop = complex(start), complex(stop)
+        re = _k.linspace(start.real, stop.real, num, endpoint=endpoint, dtype=part, device=device)
+        im = _k.linspace(start.imag, stop.imag, num, endpoint=endpoint, dtype=part, device=device)
+        return _k.make_complex(re, im)
     return _k.linspace(start, stop, num, endpoint=endpoint, dtype=dtype, device=device)
 
 
@@ -274,7 +298,7 @@ from . import _array_api_linalg as linalg  # noqa: E402  (the linear algebra ext
 
 __all__ = [
     "__array_api_version__", "__array_namespace_info__", "bool", "int8", "int16", "int32", "int64", "uint8",
-    "float32", "float64", "e", "pi", "inf", "nan", "newaxis", "isdtype", "result_type", "can_cast", "finfo",
+    "float32", "float64", "complex64", "complex128", "e", "pi", "inf", "nan", "newaxis", "isdtype", "result_type", "can_cast", "finfo",
     "iinfo", "astype", "asarray", "arange", "empty", "zeros", "ones", "full", "empty_like", "zeros_like",
     "ones_like", "full_like", "eye", "linspace", "meshgrid", "tril", "triu", "from_dlpack", "linalg",
 ] + _functions
