@@ -266,6 +266,15 @@ nb::object array_iter(const Array& a) {
   return nb::iter(rows);
 }
 
+// float(z) / int(z) of a complex array: TypeError, as Python's float(1j) and the Array API standard (the imaginary
+// part would be dropped silently).
+void refuse_complex(const Array& a, const char* to) {
+  if (is_complex(a.dtype()))
+    throw nb::type_error((std::string(to) + "() of a " + std::string(dtype_name(a.dtype())) +
+                          " array would drop the imaginary part; take complex(x), or real(x) / abs(x) first")
+                             .c_str());
+}
+
 }  // namespace
 
 #define KILN_PY_BINARY(cls, dunder, fn)                                                          \
@@ -334,12 +343,18 @@ void bind_array(nb::module_& m) {
                                     .c_str());
         return a.item_scalar().to_bool();
       })
-      .def("__float__", [](const Array& a) { return a.item<double>(); })
+      .def("__float__", [](const Array& a) {
+        refuse_complex(a, "float");
+        return a.item<double>();
+      })
       .def("__complex__", [](const Array& a) {
         const Scalar s = a.item_scalar();
         return nb::steal(PyComplex_FromDoubles(s.to_double(), s.is_complex() ? s.imag() : 0.0));
       })
-      .def("__int__", [](const Array& a) { return a.item<int64_t>(); })
+      .def("__int__", [](const Array& a) {
+        refuse_complex(a, "int");
+        return a.item<int64_t>();
+      })
       .def("__index__", [](const Array& a) {
         if (!is_integral(a.dtype()))
           throw nb::type_error(("only integer arrays can be used as an index, not " +
