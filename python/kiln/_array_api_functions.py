@@ -223,7 +223,9 @@ def expm1(x, /):
     w, dtype = _widened(x)
     a, b = _k.real(w), _k.imag(w)
     half = _k.sin(b / 2)
-    near = _k.make_complex(_k.expm1(a) * _k.cos(b) - 2 * half * half, _k.where(b == 0, b, _k.exp(a) * _k.sin(b)))
+    # (+ 0.0: the standard's expm1(-0 + 0j) is +0 + 0j, where -0 - 0 would be -0)
+    re = (_k.expm1(a) * _k.cos(b) - 2 * half * half) + 0.0
+    near = _k.make_complex(re, _k.where(b == 0, b, _k.exp(a) * _k.sin(b)))
     out = _k.where(_k.logical_and(_k.abs(a) < 1, _k.isfinite(b)), near, _plus_real(_k.exp(w), -1))
     return out if out.dtype == dtype else out.astype(dtype)
 
@@ -651,12 +653,12 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
 
 @_export
 def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
-    return _k.all(x, axis, keepdims)
+    return _k.all(_k.not_equal(x, 0) if _is_complex(x) else x, axis, keepdims)  # kiln's take real arrays
 
 
 @_export
 def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
-    return _k.any(x, axis, keepdims)
+    return _k.any(_k.not_equal(x, 0) if _is_complex(x) else x, axis, keepdims)
 
 
 del _name, _kiln_name

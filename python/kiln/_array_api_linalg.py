@@ -16,7 +16,28 @@ SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
 
 
 def _eps(dtype):
-    return 2.0 ** -52 if dtype == _k.float64 else 2.0 ** -23
+    return 2.0 ** -52 if dtype in (_k.float64, _k.complex128) else 2.0 ** -23
+
+
+_COMPLEX = (_k.complex64, _k.complex128)
+
+
+def _is_complex(x):
+    return isinstance(x, _k.Array) and x.dtype in _COMPLEX
+
+
+# kiln.linalg's LAPACK/cuSOLVER routines take real matrices. A complex matrix A = B + iC is the real matrix
+# M = [[B, -C], [C, B]] of twice the size (an embedding that keeps products, inverses, pseudo-inverses and
+# solutions: solve(M, [re; im]) is [re; im] of the complex solution, inv(M) and pinv(M) are [[P, -Q], [Q, P]]
+# for P + iQ, and M's singular values, and a Hermitian A's eigenvalues, are A's, each twice).
+def _embed(x):
+    re, im = _k.real(x), _k.imag(x)
+    return _k.concatenate([_k.concatenate([re, -im], -1), _k.concatenate([im, re], -1)], -2)
+
+
+def _unembed(m, rows):
+    """P + iQ from the embedding [[P, -Q], [Q, P]] of a complex matrix with `rows` rows."""
+    return _k.make_complex(m[..., :rows, :], m[..., rows:, :])
 
 
 def cholesky(x, /, *, upper=False):
@@ -31,6 +52,8 @@ def cross(x1, x2, /, *, axis=-1):
 
 
 def det(x, /):
+    if _is_complex(x):
+        return _k.prod(_la.eigvals(x), axis=-1)  # the product of the eigenvalues (LAPACK's complex geev)
     return _la.det(x)
 
 
@@ -44,10 +67,15 @@ def eigh(x, /):
 
 
 def eigvalsh(x, /):
+    if _is_complex(x):
+        return _la.eigvalsh(_embed(x))[..., ::2]  # ascending, each twice
     return _la.eigvalsh(x)
 
 
 def inv(x, /):
+    if _is_complex(x):
+        n = x.shape[-1]
+        return _unembed(_la.inv(_embed(x))[..., :n], n)
     return _la.inv(x)
 
 
@@ -61,12 +89,19 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002  (the standar
         shape = x.shape[:-2] + ((1, 1) if keepdims else ())
         real = {_k.float64: _k.float64, _k.complex64: _k.float32, _k.complex128: _k.float64}
         return _k.zeros(shape, dtype=real.get(x.dtype, _k.float32), device=x.device)
-    if x.dtype in (_k.complex64, _k.complex128) and ord in ("fro", 1, -1, float("inf"), float("-inf")):
-        x = _k.abs(x)  # these norms are sums and extremes of the moduli (2, -2, "nuc": a complex SVD)
+    if _is_complex(x) and ord in (2, -2, "nuc"):
+        # the largest, the smallest and the sum of the singular values (svdvals: through the real embedding)
+        s = svdvals(x)
+        out = _k.max(s, axis=-1) if ord == 2 else _k.min(s, axis=-1) if ord == -2 else _k.sum(s, axis=-1)
+        return _k.reshape(out, out.shape + (1, 1)) if keepdims else out
+    if _is_complex(x):
+        x = _k.abs(x)  # "fro", 1, -1, inf, -inf: sums and extremes of the moduli
     return _la.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
 def matrix_power(x, n, /):
+    if _is_complex(x) and n < 0:
+        return _la.matrix_power(inv(x), -n)  # kiln's takes the inverse of real matrices only
     return _la.matrix_power(x, n)
 
 
@@ -81,7 +116,7 @@ def _relative_cutoff(x, s, rtol):
 
 
 def matrix_rank(x, /, *, rtol=None):
-    s = _la.svdvals(x)
+    s = svdvals(x)
     return _k.sum((s > _relative_cutoff(x, s, rtol)).astype(_k.int64), axis=-1)
 
 
@@ -98,6 +133,10 @@ def outer(x1, x2, /):
 def pinv(x, /, *, rtol=None):
     if rtol is None:
         rtol = max(x.shape[-2], x.shape[-1]) * _eps(x.dtype)
+    if _is_complex(x):
+        # the embedding's singular values are x's (each twice): the same cutoff; rtol per matrix broadcasts as is
+        rows = x.shape[-1]
+        return _unembed(pinv(_embed(x), rtol=rtol)[..., :x.shape[-2]], rows)
     if isinstance(rtol, _k.Array):
         # one cutoff per matrix: through the SVD here
         u, s, vh = _la.svd(x, full_matrices=False)
@@ -115,11 +154,23 @@ def qr(x, /, *, mode="reduced"):
 
 
 def slogdet(x, /):
+    if _is_complex(x):
+        # from the eigenvalues (LAPACK's complex geev): sign the product of their signs z/|z| (0 for a singular
+        # matrix), log|det| the sum of their log-moduli
+        eigenvalues = _la.eigvals(x)
+        return SlogdetResult(_k.prod(_f.sign(eigenvalues), axis=-1), _k.sum(_k.log(_k.abs(eigenvalues)), axis=-1))
     r = _la.slogdet(x)
     return SlogdetResult(r.sign, r.logabsdet)
 
 
 def solve(x1, x2, /):
+    if _is_complex(x1) or _is_complex(x2):
+        dtype = _k.promote_types(x1.dtype, x2.dtype)
+        x1, x2 = x1.astype(dtype), x2.astype(dtype)
+        n = x1.shape[-1]
+        stacked = -1 if x2.ndim == 1 else -2  # a vector b, or the columns of a matrix B
+        out = _la.solve(_embed(x1), _k.concatenate([_k.real(x2), _k.imag(x2)], stacked))
+        return _k.make_complex(out[..., :n], out[..., n:]) if x2.ndim == 1 else _unembed(out, n)
     return _la.solve(x1, x2)
 
 
@@ -129,6 +180,8 @@ def svd(x, /, *, full_matrices=True):
 
 
 def svdvals(x, /):
+    if _is_complex(x):
+        return _la.svdvals(_embed(x))[..., ::2]  # descending, each twice
     return _la.svdvals(x)
 
 

@@ -130,6 +130,7 @@ def test_composed_functions_take_their_special_values():
 
     assert one("atanh", 1 + 0j) == complex(math.inf, 0)
     assert one("expm1", complex(math.inf, 0)) == complex(math.inf, 0)
+    assert math.copysign(1, one("expm1", complex(-0.0, 0)).real) == 1  # the standard's +0 + 0j
     assert one("log1p", -1 + 0j).real == -math.inf
     assert one("asinh", 0j) == 0j and one("acos", 0j) == complex(math.pi / 2, 0)
     assert one("log2", 8 + 0j) == 3 + 0j and one("log10", 100j) == complex(2, math.pi / 2 / math.log(10))
@@ -207,7 +208,7 @@ def test_matmul_and_norms_of_complex_matrices():
     assert norm.dtype == xp.float64
     np.testing.assert_allclose(norm.numpy(), np.linalg.norm(a.ravel()), rtol=1e-14)
     np.testing.assert_allclose(xp.linalg.vector_norm(z, axis=1, ord=1).numpy(), np.abs(a).sum(axis=1), rtol=1e-14)
-    for order in ("fro", 1, math.inf):
+    for order in ("fro", 1, -1, math.inf, -math.inf, 2, -2, "nuc"):
         got = xp.linalg.matrix_norm(z, ord=order)
         assert got.dtype == xp.float64
         np.testing.assert_allclose(got.numpy(), np.linalg.norm(a, ord=order), rtol=1e-14, err_msg=str(order))
@@ -229,3 +230,67 @@ def test_unique_of_complex_values_in_numpy_order_with_every_nan_distinct():
     assert xp.unique_values(z).dtype == xp.complex64 and xp.unique_values(z).shape == (6,)
     assert xp.unique_counts(z).counts.numpy().tolist() == cnt.tolist()
     np.testing.assert_array_equal(xp.unique_inverse(z).inverse_indices.numpy(), inv.reshape(values.shape))
+
+
+def complex_matrices(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.complex128, 1e-10), (np.complex64, 1e-4)])
+def test_linalg_of_complex_matrices_through_the_real_embedding(dtype, rtol):
+    a = complex_matrices((2, 3, 3)).astype(dtype)
+    b = complex_matrices((2, 3, 2), seed=1).astype(dtype)
+    v = complex_matrices((3,), seed=2).astype(dtype)
+    xa = xp.asarray(a)
+    want = np.complex64 if dtype == np.complex64 else np.complex128
+    for name, got, expected in (
+        ("inv", xp.linalg.inv(xa), np.linalg.inv(a)),
+        ("solve", xp.linalg.solve(xa, xp.asarray(b)), np.linalg.solve(a, b)),
+        ("solve vector", xp.linalg.solve(xa, xp.asarray(v)), np.linalg.solve(a, v[None, :, None])[..., 0]),
+        ("pinv", xp.linalg.pinv(xp.asarray(b)), np.linalg.pinv(b)),
+        ("det", xp.linalg.det(xa), np.linalg.det(a)),
+    ):
+        assert got.dtype == xp.asarray(np.zeros(1, want)).dtype, name
+        np.testing.assert_allclose(got.numpy(), expected, rtol=rtol, atol=rtol, err_msg=name)
+    s = xp.linalg.svdvals(xp.asarray(b))
+    assert s.dtype == (xp.float64 if dtype == np.complex128 else xp.float32) and s.shape == (2, 2)
+    np.testing.assert_allclose(s.numpy(), np.linalg.svd(b, compute_uv=False), rtol=rtol)
+    sign, logabsdet = xp.linalg.slogdet(xa)
+    ref_sign, ref_log = np.linalg.slogdet(a)
+    np.testing.assert_allclose(sign.numpy(), ref_sign, rtol=rtol)
+    np.testing.assert_allclose(logabsdet.numpy(), ref_log, rtol=rtol)
+    hermitian = a + np.conj(np.swapaxes(a, -1, -2))
+    np.testing.assert_allclose(xp.linalg.eigvalsh(xp.asarray(hermitian)).numpy(), np.linalg.eigvalsh(hermitian),
+                               rtol=rtol, atol=rtol)
+    singular = np.array([[1 + 1j, 2 - 1j], [2 + 2j, 4 - 2j]], dtype)  # second row twice the first
+    assert xp.linalg.matrix_rank(xp.asarray(singular)).tolist() == 1
+    assert xp.linalg.matrix_rank(xp.asarray(a)).tolist() == [3, 3]
+    np.testing.assert_allclose(xp.linalg.matrix_power(xa, -2).numpy(), np.linalg.matrix_power(a, -2), rtol=rtol * 10,
+                               atol=rtol)
+    assert xp.linalg.matrix_norm(xa, ord=2, keepdims=True).shape == (2, 1, 1)
+
+
+def test_any_all_nonzero_where_and_data_movement_of_complex_arrays():
+    values = np.array([[0j, 1j], [complex(0, -0.0), 2 + 0j]], np.complex64)
+    z = xp.asarray(values)
+    assert xp.any(z, axis=1).tolist() == [True, True] and xp.all(z, axis=0).tolist() == [False, True]
+    assert xp.any(xp.asarray(0j)).tolist() is False and xp.all(xp.asarray([1j, 1])).tolist() is True
+    assert [a.tolist() for a in xp.nonzero(z)] == [[0, 1], [1, 1]]
+    np.testing.assert_array_equal(xp.where(xp.asarray([True, False]), z[0], z[1]).numpy(), [0j, 2 + 0j])
+    for got, expected in ((xp.concat([z, z], axis=1), np.concatenate([values, values], 1)),
+                          (xp.flip(z, axis=0), values[::-1]), (xp.permute_dims(z, (1, 0)), values.T),
+                          (xp.take(z, xp.asarray([1, 0]), axis=1), values[:, ::-1]),
+                          (xp.stack([z[0], z[1]]), values), (xp.roll(z, 1), np.roll(values, 1))):
+        assert got.dtype == xp.complex64
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_python_scalars_of_a_complex_array():
+    z = xp.asarray(1.5 - 2j)
+    assert complex(z) == 1.5 - 2j and bool(z) is True and bool(xp.asarray(0j)) is False
+    with pytest.raises(TypeError, match=r"float\(\) of a complex64 array would drop the imaginary part"):
+        float(z)
+    with pytest.raises(TypeError, match=r"int\(\) of a complex128 array"):
+        int(xp.asarray(1j, dtype=xp.complex128))
+    assert float(xp.asarray(2.5)) == 2.5 and int(xp.asarray(3)) == 3

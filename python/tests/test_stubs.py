@@ -20,6 +20,7 @@ def test_stubs_parse_and_name_the_api():
     classes, functions = names(folder / "_kiln" / "__init__.pyi")
     assert {"Array", "Device", "dtype"} <= classes
     assert {"asarray", "zeros", "add", "sum", "matmul", "from_dlpack", "kron"} <= functions
+    assert {"real", "imag", "conj", "angle", "make_complex"} <= functions
 
 
 def test_submodule_stubs_name_their_functions():
