@@ -298,7 +298,7 @@ from . import _array_api_linalg as linalg  # noqa: E402  (the linear algebra ext
 
 __all__ = [
     "__array_api_version__", "__array_namespace_info__", "bool", "int8", "int16", "int32", "int64", "uint8",
-    "float32", "float64", "complex64", "complex128", "e", "pi", "inf", "nan", "newaxis", "isdtype", "result_type", "can_cast", "finfo",
-    "iinfo", "astype", "asarray", "arange", "empty", "zeros", "ones", "full", "empty_like", "zeros_like",
-    "ones_like", "full_like", "eye", "linspace", "meshgrid", "tril", "triu", "from_dlpack", "linalg",
+    "float32", "float64", "complex64", "complex128", "e", "pi", "inf", "nan", "newaxis", "isdtype", "result_type",
+    "can_cast", "finfo", "iinfo", "astype", "asarray", "arange", "empty", "zeros", "ones", "full", "empty_like",
+    "zeros_like", "ones_like", "full_like", "eye", "linspace", "meshgrid", "tril", "triu", "from_dlpack", "linalg",
 ] + _functions
