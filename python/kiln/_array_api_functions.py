@@ -155,7 +155,6 @@ def _complex_atanh(z):
     return out if out.dtype == dtype else out.astype(dtype)
 
 
-
 @_export
 def acos(x, /):
     if not _is_complex(x):
@@ -181,7 +180,6 @@ def atan(x, /):
     # atan(z) = -i atanh(i z)
     h = _complex_atanh(_times_i(x))
     return _join(_k.imag(h), -_k.real(h), x.dtype)
-
 
 
 @_export
@@ -515,6 +513,9 @@ def _complex_unique(x):
     part; then those with a NaN imaginary part, a NaN real part, both). Every value with a NaN part is distinct
     (NaN != NaN), as the standard asks."""
     flat = _k.reshape(x, (-1,))
+    if flat.shape[0] == 0:
+        empty = _k.zeros((0,), dtype=_k.int64, device=x.device)
+        return flat, empty, _k.reshape(empty, x.shape), empty
     re, im = _k.real(flat), _k.imag(flat)
     order = _k.argsort(im, 0)
     for key in (re, _k.astype(_k.isnan(im), _k.int8) + 2 * _k.astype(_k.isnan(re), _k.int8)):

@@ -230,6 +230,8 @@ def test_unique_of_complex_values_in_numpy_order_with_every_nan_distinct():
     assert xp.unique_values(z).dtype == xp.complex64 and xp.unique_values(z).shape == (6,)
     assert xp.unique_counts(z).counts.numpy().tolist() == cnt.tolist()
     np.testing.assert_array_equal(xp.unique_inverse(z).inverse_indices.numpy(), inv.reshape(values.shape))
+    empty = xp.unique_all(xp.zeros((0, 2), dtype=xp.complex128))
+    assert empty.values.shape == (0,) and empty.inverse_indices.shape == (0, 2) and empty.counts.shape == (0,)
 
 
 def complex_matrices(shape, seed=0):
