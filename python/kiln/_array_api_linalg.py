@@ -35,12 +35,34 @@ def _embed(x):
     return _k.concatenate([_k.concatenate([re, -im], -1), _k.concatenate([im, re], -1)], -2)
 
 
+def _interleaved(x):
+    """The embedding with each element's 2x2 block [[re, -im], [im, re]] in place: element (i, j) of x is rows
+    2i, 2i+1 and columns 2j, 2j+1. It keeps triangles: a triangular complex matrix with a real diagonal maps to a
+    triangular real one."""
+    re, im = _k.real(x), _k.imag(x)
+    blocks = _k.stack([_k.stack([re, -im], -1), _k.stack([im, re], -1)], -2)  # (..., i, j, a, b)
+    n, m = x.shape[-2], x.shape[-1]
+    axes = tuple(range(x.ndim - 2)) + (x.ndim - 2, x.ndim, x.ndim - 1, x.ndim + 1)  # (..., i, a, j, b)
+    return _k.reshape(_k.permute_dims(blocks, axes), x.shape[:-2] + (2 * n, 2 * m))
+
+
+def _uninterleaved(m):
+    return _k.make_complex(m[..., ::2, ::2], m[..., 1::2, ::2])
+
+
 def _unembed(m, rows):
     """P + iQ from the embedding [[P, -Q], [Q, P]] of a complex matrix with `rows` rows."""
     return _k.make_complex(m[..., :rows, :], m[..., rows:, :])
 
 
 def cholesky(x, /, *, upper=False):
+    if _is_complex(x):
+        # A = L L^H maps to E(A) = E(L) E(L)^T with E(L) lower triangular and a positive diagonal: the real
+        # Cholesky factor of E(A), which is unique (and E(L^H) = E(L)^T for upper=True). The diagonal's imaginary
+        # parts (0 for a Hermitian A, rounding errors else) are dropped, as LAPACK's zpotrf reads the real parts.
+        diagonal = _k.eye(x.shape[-1], None, 0, dtype=_k.bool, device=x.device)
+        x = _k.make_complex(_k.real(x), _k.where(diagonal, 0.0, _k.imag(x)))
+        return _uninterleaved(_la.cholesky(_interleaved(x), upper=upper))
     return _la.cholesky(x, upper=upper)
 
 

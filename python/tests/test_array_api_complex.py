@@ -265,6 +265,13 @@ def test_linalg_of_complex_matrices_through_the_real_embedding(dtype, rtol):
     hermitian = a + np.conj(np.swapaxes(a, -1, -2))
     np.testing.assert_allclose(xp.linalg.eigvalsh(xp.asarray(hermitian)).numpy(), np.linalg.eigvalsh(hermitian),
                                rtol=rtol, atol=rtol)
+    spd = (a @ np.conj(np.swapaxes(a, -1, -2)) + 3 * np.eye(3)).astype(dtype)
+    lower = xp.linalg.cholesky(xp.asarray(spd))
+    assert lower.dtype == xp.asarray(np.zeros(1, want)).dtype
+    np.testing.assert_allclose(lower.numpy(), np.linalg.cholesky(spd), rtol=rtol, atol=rtol)
+    upper = xp.linalg.cholesky(xp.asarray(spd), upper=True).numpy()
+    np.testing.assert_array_equal(upper, np.triu(upper))
+    np.testing.assert_allclose(upper, np.conj(np.swapaxes(np.linalg.cholesky(spd), -1, -2)), rtol=rtol, atol=rtol)
     singular = np.array([[1 + 1j, 2 - 1j], [2 + 2j, 4 - 2j]], dtype)  # second row twice the first
     assert xp.linalg.matrix_rank(xp.asarray(singular)).tolist() == 1
     assert xp.linalg.matrix_rank(xp.asarray(a)).tolist() == [3, 3]
