@@ -168,9 +168,41 @@ def pinv(x, /, *, rtol=None):
     return _la.pinv(x, rcond=float(rtol))
 
 
+def _complex_qr(x, mode):
+    """Householder QR of complex matrices, batched, in kiln ops: at step k the reflector I - tau v v^H maps column
+    k's part x below the diagonal to beta e1, beta = -x0/|x0| * |x| (so that v's first entry x0 - beta does not
+    cancel); R is updated in place and Q accumulates the reflectors. R's diagonal is complex (LAPACK's zgeqrf
+    makes it real): QR is unique up to those phases only."""
+    m, n = x.shape[-2], x.shape[-1]
+    batch = x.shape[:-2]
+    r = _k.copy(x)
+    q = _k.copy(_k.broadcast_to(_k.eye(m, None, 0, dtype=x.dtype, device=x.device), batch + (m, m)))
+    for k in range(min(m, n)):
+        column = r[..., k:, k]
+        alpha = column[..., 0]
+        size = _k.sqrt(_k.sum(_k.square(_k.abs(column)), axis=-1))
+        modulus = _k.abs(alpha)
+        phase = _k.where(modulus == 0, _k.ones_like(alpha), alpha / _k.where(modulus == 0, 1.0, modulus))
+        v = _k.copy(column)
+        v[..., 0] = alpha + phase * size
+        norm2 = _k.sum(_k.square(_k.abs(v)), axis=-1)
+        tau = _k.where(norm2 == 0, 0.0, 2.0 / _k.where(norm2 == 0, 1.0, norm2))  # a zero column: no reflection
+        tau, vc = _k.expand_dims(_k.expand_dims(tau, -1), -1), _k.expand_dims(v, -1)
+        vh = _k.conj(_k.expand_dims(v, -2))
+        r[..., k:, :] = r[..., k:, :] - tau * _k.matmul(vc, _k.matmul(vh, r[..., k:, :]))
+        q[..., :, k:] = q[..., :, k:] - tau * _k.matmul(_k.matmul(q[..., :, k:], vc), vh)
+    r = _k.triu(r, 0)  # below the diagonal: rounding errors of zeros
+    if mode == "reduced":
+        k = min(m, n)
+        return QRResult(_k.copy(q[..., :, :k]), _k.copy(r[..., :k, :]))
+    return QRResult(q, r)
+
+
 def qr(x, /, *, mode="reduced"):
     if mode not in ("reduced", "complete"):
         raise ValueError(f"linalg.qr: mode={mode!r} is not 'reduced' or 'complete'")
+    if _is_complex(x):
+        return _complex_qr(x, mode)
     r = _la.qr(x, mode=mode)
     return QRResult(r.Q, r.R)
 

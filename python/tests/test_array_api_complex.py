@@ -303,3 +303,25 @@ def test_python_scalars_of_a_complex_array():
     with pytest.raises(TypeError, match=r"int\(\) of a complex128 array"):
         int(xp.asarray(1j, dtype=xp.complex128))
     assert float(xp.asarray(2.5)) == 2.5 and int(xp.asarray(3)) == 3
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.complex128, 1e-12), (np.complex64, 1e-5)])
+@pytest.mark.parametrize("shape", [(4, 3), (3, 5), (2, 3, 3), (3, 0), (0, 2)])
+def test_qr_of_complex_matrices_is_unitary_times_upper_triangular(shape, dtype, tol):
+    a = complex_matrices(shape, seed=3).astype(dtype)
+    if len(shape) == 3:
+        a[1, :, 1] = 0  # a zero column: no reflection there
+    m, n = shape[-2:]
+    for mode, q_cols in (("reduced", min(m, n)), ("complete", m)):
+        q, r = xp.linalg.qr(xp.asarray(a), mode=mode)
+        assert q.dtype == r.dtype == xp.asarray(a).dtype
+        assert q.shape == shape[:-2] + (m, q_cols) and r.shape == shape[:-2] + (q_cols, n)
+        qn, rn = q.numpy(), r.numpy()
+        np.testing.assert_array_equal(rn, np.triu(rn))
+        np.testing.assert_allclose(qn @ rn, a, atol=tol * 10)
+        np.testing.assert_allclose(np.conj(np.swapaxes(qn, -1, -2)) @ qn, np.broadcast_to(np.eye(q_cols), qn.shape[:-2]
+                                   + (q_cols, q_cols)), atol=tol * 10)
+        # unique up to the phases of R's diagonal where A has full rank (not the matrix with a zero column): |R|
+        full_rank = rn if len(shape) == 2 else rn[0]
+        expected = np.linalg.qr(a if len(shape) == 2 else a[0], mode=mode)[1]
+        np.testing.assert_allclose(np.abs(full_rank), np.abs(expected), atol=tol * 10)
