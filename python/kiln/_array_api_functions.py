@@ -578,9 +578,17 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
 
 
 # ---------------------------------------------------------------- statistical and utility functions
+def _cast_for(name, x, dtype):
+    """x in the dtype= asked of a reduction; complex to real refused, as astype refuses it."""
+    if _is_complex(x) and dtype not in _COMPLEX:
+        raise TypeError(f"{name}: dtype={dtype} is real but x is {x.dtype} (the imaginary part would be lost); "
+                        f"reduce real(x), imag(x) or abs(x), or pass a complex dtype")
+    return x.astype(dtype)
+
+
 def _reduce(kiln_function, x, axis, keepdims, dtype=None):
     if dtype is not None and dtype != x.dtype:
-        x = x.astype(dtype)
+        x = _cast_for(kiln_function.__name__, x, dtype)
     out = kiln_function(x, axis, keepdims)
     return out.astype(dtype) if dtype is not None and out.dtype != dtype else out
 
@@ -638,7 +646,7 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
             raise ValueError("cumulative_sum: axis is required for an array of more than one axis")
         axis = 0
     if dtype is not None and dtype != x.dtype:
-        x = x.astype(dtype)
+        x = _cast_for("cumulative_sum", x, dtype)
     if _is_complex(x):  # kiln's cumsum takes real arrays: the parts' sums, joined
         out = _join(_k.cumsum(_k.real(x), axis), _k.cumsum(_k.imag(x), axis), x.dtype)
     else:

@@ -182,6 +182,12 @@ def test_reductions_of_complex_arrays_keep_the_dtype():
         assert out.dtype == xp.complex64, name
         np.testing.assert_allclose(out.numpy(), ref(values, axis=1), rtol=1e-6, err_msg=name)
     assert xp.sum(z, dtype=xp.complex128).dtype == xp.complex128
+    with pytest.raises(TypeError, match=r"sum: dtype=float64 is real but x is complex64.*real\(x\)"):
+        xp.sum(z, dtype=xp.float64)
+    with pytest.raises(TypeError, match="prod: dtype=float32"):
+        xp.prod(z, dtype=xp.float32)
+    with pytest.raises(TypeError, match="cumulative_sum"):
+        xp.cumulative_sum(z, axis=1, dtype=xp.float64)
     c = xp.cumulative_sum(z, axis=1, include_initial=True)
     assert c.dtype == xp.complex64
     np.testing.assert_allclose(c.numpy()[:, 1:], np.cumsum(values, axis=1), rtol=1e-6)
