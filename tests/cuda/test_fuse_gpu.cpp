@@ -550,9 +550,9 @@ TEST(FuseGpu, RowsInVectorsAndPerElementGiveTheCpusValues) {
   KILN_REQUIRE_GPU();
   Device d = gpu(0);
   // Cross entropy's gradient (no reduction: bit for bit the CPU's) and a log-sum-exp with the max-shifted rows
-  // (reductions: to float32 rounding; the shift exact) over rows of a (300, 72) array's columns: 64 from the
-  // start (vectors of 4: the int32 ids are the widest), 62 (vectors of 2), and 64 from column 1 (rows start
-  // one element past a vector boundary: no vectors).
+  // (reductions: to float32 rounding; the shift exact) over rows of a (300, cols + 8) array's columns: from the
+  // start (vectors of 4: the int32 ids are the widest), a length of 2 mod 4 (vectors of 2), and from column 1
+  // (rows start one element past a vector boundary: no vectors).
   auto grad = fuse([](auto x, auto lse, auto ids, auto label) {
     auto e = exp(x.astype(float32) - lse);
     return where(ids == label, e - 1.0, e).astype(x.dtype());
@@ -562,9 +562,10 @@ TEST(FuseGpu, RowsInVectorsAndPerElementGiveTheCpusValues) {
     auto m = max(v, -1, true);
     return std::tuple{m + log(sum(exp(v - m), -1, true)), v - m};
   });
-  Array full = random::normal({300, 72}, float32, cpu()).astype(bfloat16);
-  Array full_gpu = full.to(d);
-  for (auto [start, cols] : {std::pair<int64_t, int64_t>{0, 64}, {0, 62}, {1, 64}}) {
+  // Rows of 1024 and more make the gradient (an elementwise graph with per-row inputs) a rows kernel too.
+  for (auto [start, cols] : {std::pair<int64_t, int64_t>{0, 64}, {0, 62}, {1, 64}, {0, 2048}, {0, 2046}, {1, 2048}}) {
+    Array full = random::normal({300, cols + 8}, float32, cpu()).astype(bfloat16);
+    Array full_gpu = full.to(d);
     Array x = full.slice(1, start, start + cols), x_gpu = full_gpu.slice(1, start, start + cols);
     Array ids = arange(cols, int32, cpu()).reshape({1, cols});
     Array label = random::randint(0, cols, {300, 1}, int32, cpu());
@@ -575,6 +576,8 @@ TEST(FuseGpu, RowsInVectorsAndPerElementGiveTheCpusValues) {
     Array want = grad(x, lse, ids, label);
     Array got = grad(x_gpu, lse.to(d), ids.to(d), label.to(d));
     EXPECT_TRUE(array_equal(got.to(cpu()), want)) << start << " " << cols;
+    Array lse_gpu_in = lse.to(d), ids_gpu = ids.to(d), label_gpu = label.to(d);
+    EXPECT_EQ(kernels_of(d, [&] { (void)grad(x_gpu, lse_gpu_in, ids_gpu, label_gpu); }), 1u) << cols;
   }
 }
 
