@@ -111,14 +111,15 @@ Store::Store(const std::string& addr, int port, int rank, int size, std::chrono:
   std::string last_error = "no attempt";
   for (;;) {
     const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 && !connected_to_itself(fd)) {
       set_nodelay(fd);
       peers_.assign(1, fd);
       int32_t me = rank_;
       send_all(fd, std::string(reinterpret_cast<const char*>(&me), sizeof me), 0, "joining");
       return;
     }
-    last_error = std::strerror(errno);
+    last_error = fd >= 0 && connected_to_itself(fd) ? "nothing listens there: the connection reached itself"
+                                                    : std::strerror(errno);
     if (fd >= 0) close(fd);
     if (Clock::now() >= deadline)
       throw DistError("dist init: rank " + std::to_string(rank_) + " could not reach rank 0 at " + where_ + " within " +
@@ -126,6 +127,26 @@ Store::Store(const std::string& addr, int port, int rank, int size, std::chrono:
                       "); check that rank 0 started, and MASTER_ADDR / MASTER_PORT");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+bool connected_to_itself(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_size = sizeof local, peer_size = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0)
+    return false;
+  if (local.ss_family != peer.ss_family) return false;
+  if (local.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(local);
+    const auto& b = reinterpret_cast<const sockaddr_in&>(peer);
+    return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+  }
+  if (local.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(local);
+    const auto& b = reinterpret_cast<const sockaddr_in6&>(peer);
+    return a.sin6_port == b.sin6_port && std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof a.sin6_addr) == 0;
+  }
+  return false;
 }
 
 std::string Store::departed() const {

@@ -9,6 +9,11 @@
 
 namespace kiln::dist::detail {
 
+/// True when the connected TCP socket `fd` is connected to itself (its local address and port are its peer's):
+/// a connect to a port in the ephemeral range on this machine with nothing listening there can pick that very
+/// port as its source and succeed by simultaneous open. Such a socket reaches no other process.
+bool connected_to_itself(int fd);
+
 class Store {
  public:
   /// Connects the `size` ranks; DistError naming the missing ranks (rank 0) or the unreachable address

@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -97,6 +99,26 @@ TEST(DistStore, a_rank_that_cannot_reach_rank_zero_says_where_it_looked) {
     const std::string m = e.what();
     EXPECT_NE(m.find("could not reach rank 0 at 127.0.0.1:"), std::string::npos) << m;
   }
+}
+
+TEST(DistStore, a_connection_that_reached_itself_is_told_apart_from_one_to_another_process) {
+  // A socket bound to a loopback port and connected to that same port: Linux completes it by simultaneous open.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t size = sizeof a;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size), 0);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  EXPECT_TRUE(dist::detail::connected_to_itself(fd));
+  close(fd);
+  // Two ranks' real connection is not.
+  const int port = test_port(6);
+  std::thread one([&] { dist::detail::Store s("127.0.0.1", port, 1, 2, std::chrono::seconds(5)); });
+  dist::detail::Store s("127.0.0.1", port, 0, 2, std::chrono::seconds(5));
+  one.join();
 }
 
 TEST(DistStore, a_peer_that_exits_is_reported_not_waited_for) {
