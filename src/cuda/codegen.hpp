@@ -65,7 +65,8 @@ struct ElementwiseSpec {
   bool scalar[3] = {false, false, false};                          ///< input k is a kernel argument, not an array
   bool raw_copy = false;                                           ///< identity between equal dtypes: copy the bits
   EwLayout layout = EwLayout::Contiguous;
-  int vector_width = 1;  ///< contiguous: elements per vector load/store (16 bytes for the widest operand)
+  int vector_width = 1;  ///< contiguous, strided: elements per vector load/store (16 bytes for the widest operand;
+                         ///< strided: along the innermost axis, dense in every array operand)
   int ndim = 1;          ///< strided, tiled: coalesced rank, 1..kMaxRank (tiled: 2..kMaxRank)
   int unroll = 1;        ///< strided: elements per thread and iteration, loads first (1 or 4)
   int tiled_inputs = 0;  ///< tiled: bit k set when array input k is read through a shared-memory tile

@@ -174,9 +174,22 @@ std::string strided_kernel(const ElementwiseSpec& spec, const std::string& name)
   for (int k = 0; k < spec.num_inputs; ++k) operands += spec.scalar[k] ? 0 : 1;
   const int stride_base = spec.index64 ? nd : 3 * nd;
   const std::string u = std::to_string(spec.unroll);
-  std::string arrays, offsets, loads, call = "element(";
-  for (int k = 0; k < spec.num_inputs; ++k)
-    if (!spec.scalar[k]) arrays += "    " + input_type(spec, k) + " x" + std::to_string(k) + "[" + u + "];\n";
+  const int vec = spec.vector_width;  // > 1: the vector variant (see elementwise_strided.cuh.in)
+  const std::string w = std::to_string(vec);
+  const auto raw_of = [&](DType t) { return std::string(raw_type(vec * static_cast<int>(itemsize(t)))); };
+  std::string unions, arrays, offsets, loads, call = "element(";
+  if (vec > 1)
+    unions = "union VecOut { " + raw_of(spec.out) + " raw; " + device_type_name(spec.out) + " e[" + w + "]; };\n";
+  for (int k = 0; k < spec.num_inputs; ++k) {
+    if (spec.scalar[k]) continue;
+    const std::string i = std::to_string(k);
+    if (vec > 1) {
+      unions += "union VecIn" + i + " { " + raw_of(spec.in[k]) + " raw; " + input_type(spec, k) + " e[" + w + "]; };\n";
+      arrays += "    VecIn" + i + " x" + i + "[" + u + "];\n";
+    } else {
+      arrays += "    " + input_type(spec, k) + " x" + i + "[" + u + "];\n";
+    }
+  }
   emit_strided_offsets(offsets, nd, operands, spec.index64, "      ");
   int array_index = 0;
   for (int k = 0; k < spec.num_inputs; ++k) {
@@ -184,11 +197,19 @@ std::string strided_kernel(const ElementwiseSpec& spec, const std::string& name)
     call += k ? ", " : "";
     if (spec.scalar[k]) {
       call += "s" + i;
+    } else if (vec > 1) {
+      loads += "      x" + i + "[u].raw = reinterpret_cast<const " + raw_of(spec.in[k]) + "*>(in" + i + ")[o" +
+               std::to_string(++array_index) + "];\n";
+      call += "x" + i + "[u].e[j]";
     } else {
       loads += "      x" + i + "[u] = in" + i + "[o" + std::to_string(++array_index) + "];\n";
       call += "x" + i + "[u]";
     }
   }
+  const std::string store =
+      vec > 1 ? "      VecOut y;\n#pragma unroll\n      for (int j = 0; j < " + w + "; ++j) y.e[j] = " + call +
+                    ");\n      reinterpret_cast<" + raw_of(spec.out) + "*>(out)[out_off[u]] = y.raw;"
+              : "      out[out_off[u]] = " + call + ");";
   return fill_template("elementwise_strided.cuh.in", kernel_sources::elementwise_strided_cuh_in,
                        {{"name", name},
                         {"element_function", element_function(spec)},
@@ -198,10 +219,11 @@ std::string strided_kernel(const ElementwiseSpec& spec, const std::string& name)
                         {"block_size", std::to_string(kBlockSize)},
                         {"parameters", parameter_list(spec)},
                         {"unroll", u},
+                        {"vector_unions", unions},
                         {"input_arrays", arrays},
                         {"offsets", offsets},
                         {"loads", loads},
-                        {"element_call", call + ")"}});
+                        {"store", store}});
 }
 
 std::string tiled_kernel(const ElementwiseSpec& spec, const std::string& name) {
@@ -317,7 +339,8 @@ std::string elementwise_kernel_name(const ElementwiseSpec& spec) {
   else if (spec.layout == EwLayout::Tiled)
     name += "_tiled" + std::to_string(spec.ndim) + "_t" + std::to_string(spec.tiled_inputs);
   else
-    name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "");
+    name += "_strided" + std::to_string(spec.ndim) + (spec.unroll > 1 ? "_u" + std::to_string(spec.unroll) : "") +
+            (spec.vector_width > 1 ? "_v" + std::to_string(spec.vector_width) : "");
   return name + (spec.index64 ? "_i64" : "_i32");
 }
 

@@ -276,8 +276,25 @@ void cuda_elementwise(const detail::ElementwiseCall& call) {
       const int64_t inner = layout.strides[k][nd - 1];
       inner_dense = inner_dense && (inner == 0 || inner == 1);
     }
-    spec.unroll = inner_dense && (spec.raw_copy || elementwise_vectorizable(call.op, call.compute)) ? 4 : 1;
-    args[num_args++] = strided_params(layout, spec.index64, words32, words64);
+    const bool vectorizable = spec.raw_copy || elementwise_vectorizable(call.op, call.compute);
+    spec.unroll = inner_dense && vectorizable ? 4 : 1;
+    // Every array dense along the innermost axis (a slice, a permutation of the outer axes: the heads of an
+    // attention layer): 16-byte vectors along it, the strides counted in vectors.
+    const int vec = vectorizable ? strided_vector_width(layout, arrays, pointers, num_arrays) : 1;
+    if (vec > 1) {
+      auto vectors = layout;
+      vectors.shape[nd - 1] /= vec;
+      for (int k = 0; k < num_arrays; ++k)
+        for (int d = 0; d < nd - 1; ++d) vectors.strides[k][d] /= vec;
+      spec.vector_width = vec;
+      spec.unroll = contiguous_unroll(num_arrays - 1);
+      work_items = n / vec;
+      n32 = static_cast<unsigned int>(work_items);
+      n64 = static_cast<unsigned long long>(work_items);
+      args[num_args++] = strided_params(vectors, spec.index64, words32, words64);
+    } else {
+      args[num_args++] = strided_params(layout, spec.index64, words32, words64);
+    }
   }
   args[num_args++] = spec.index64 ? static_cast<void*>(&n64) : static_cast<void*>(&n32);
   const KernelTable::Entry& kernel = elementwise_kernel(device, spec);

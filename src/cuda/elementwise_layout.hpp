@@ -42,6 +42,25 @@ inline int aligned_vector_width(const Array* const* arrays, void* const* pointer
   return vec;
 }
 
+/// The vector width of a strided problem whose every array operand is dense along the innermost axis: the widest
+/// 16-byte vector that divides that axis and every outer stride, to which every pointer is aligned, and of which
+/// the axis holds two or more; 1 when an operand is not dense there.
+template <class L>
+int strided_vector_width(const L& layout, const Array* const* arrays, void* const* pointers, int operands) {
+  const int nd = layout.ndim;
+  if (nd < 2) return 1;
+  for (int k = 0; k < operands; ++k)
+    if (layout.strides[k][nd - 1] != 1) return 1;
+  int vec = aligned_vector_width(arrays, pointers, operands);
+  for (; vec > 1; vec /= 2) {
+    bool divides = layout.shape[nd - 1] % vec == 0 && layout.shape[nd - 1] >= 2 * vec;
+    for (int k = 0; k < operands && divides; ++k)
+      for (int d = 0; d < nd - 1 && divides; ++d) divides = layout.shape[d] == 1 || layout.strides[k][d] % vec == 0;
+    if (divides) break;
+  }
+  return vec;
+}
+
 /// Params words of a strided kernel with 32-bit indices: size[ndim], magic[ndim], shift[ndim] (division by
 /// invariant integers), then stride[operand][ndim]. Returns the number of words.
 template <int M>
