@@ -241,15 +241,15 @@ class Array {
   // Autograd (kiln/autograd.hpp has the guide). The handle and its copies share these settings.
   /// True for a leaf marked with set_requires_grad() and for results recorded from such arrays.
   bool requires_grad() const;
-  /// Marks this array (a leaf: an array no recorded op made) as needing a gradient; floating dtypes only
-  /// (DTypeError otherwise). Returns *this. set_requires_grad(false) on a recorded result throws: use detach().
+  /// Marks this array (a leaf: an array no recorded op made) as needing a gradient; floating and complex dtypes
+  /// only (DTypeError otherwise). Returns *this. set_requires_grad(false) on a recorded result throws: use detach().
   Array& set_requires_grad(bool enabled = true);
   /// The gradient accumulated by backward() (leaves, and results that retain_grad()); undefined before.
   Array grad() const;
   /// Replaces the accumulated gradient (an undefined Array clears it, as optimizer.zero_grad does).
   void set_grad(const Array& grad);
   /// Computes the gradient of this array with respect to every leaf it was computed from and adds it to
-  /// each leaf's grad(). A size-1 array needs no `gradient` (1 is used); otherwise pass the gradient of
+  /// each leaf's grad(). A real size-1 array needs no `gradient` (1 is used); otherwise pass the gradient of
   /// some scalar with respect to this array (same shape). The graph's saved arrays are freed afterwards
   /// unless `retain_graph`.
   /// backward(Array(), true) keeps the graph for another backward.

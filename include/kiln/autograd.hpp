@@ -24,6 +24,15 @@
 // bump the storage's version, so a backward that needs an array overwritten since it was saved throws instead
 // of computing a wrong gradient. Gradients of gradients (create_graph) are not supported: backward runs with
 // grad mode off.
+//
+// Complex arrays (complex64, complex128) take part as in PyTorch: for a real loss L of z = x + iy, z.grad() is
+// dL/dx + i dL/dy (twice the conjugate Wirtinger derivative), so a holomorphic f passes g * conj(f'(z)) back and
+// gradient descent z -= lr * z.grad() lowers L. A real input whose gradient comes back complex (a real array
+// times a complex one) keeps the real part; a complex result needs backward(gradient) (take real(), abs() or
+// another real loss first for the implicit 1). Differentiable on complex arrays: the elementwise ops that take
+// them, where, sum/prod/mean, matmul/dot/einsum/tensordot, views, concatenate, take, conversions between real
+// and complex, real/imag/conj/angle/make_complex (kiln/complex.hpp) and the Fourier transforms (kiln/fft.hpp).
+// linalg::eig records no gradient (its derivative is not implemented).
 #pragma once
 
 #include <cstdint>
@@ -159,11 +168,14 @@ struct GradcheckResult {
 };
 
 /// Compares the analytic gradient of `f` with central finite differences, in float64, as
-/// torch.autograd.gradcheck: every floating input is converted to a float64 copy that requires grad, the
-/// output is projected on a fixed random array v (L = sum(f(x) * v)), L.backward() gives the analytic
-/// gradient and (L(x + eps e_j) - L(x - eps e_j)) / 2 eps the numeric one, element by element (so keep the
-/// inputs small: tens of elements). Inputs stay on their device; integer and bool inputs are passed as they
-/// are. Throws ValueError when f's result is not floating.
+/// torch.autograd.gradcheck: every floating input is converted to a float64 copy that requires grad (complex
+/// inputs to complex128), the output is projected on a fixed random array v (L = sum(f(x) * v); for a complex
+/// output v is complex and L = sum(re(f(x)) re(v) + im(f(x)) im(v)), whose gradient is backward(v)'s),
+/// L.backward() gives the analytic gradient and (L(x + eps e_j) - L(x - eps e_j)) / 2 eps the numeric one,
+/// element by element; a complex element's real and imaginary parts are stepped apart and compared with the
+/// real and imaginary parts of its gradient (dL/dx + i dL/dy). Keep the inputs small: tens of elements. Inputs
+/// stay on their device; integer and bool inputs are passed as they are. Throws ValueError when f's result is
+/// neither floating nor complex.
 GradcheckResult gradcheck(const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& inputs,
                           GradcheckOptions options = {});
 

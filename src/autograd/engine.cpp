@@ -11,6 +11,7 @@
 
 #include "core/autograd.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/complex.hpp"
 #include "kiln/conv.hpp"
 #include "kiln/ops.hpp"
 
@@ -35,7 +36,7 @@ std::string anomaly_context() {
 
 /// Anomaly mode: ValueError when `g` (the gradient `what`) holds NaN or Inf.
 void check_finite(const Array& g, const std::string& what, const std::string& context) {
-  if (!g.defined() || !is_floating(g.dtype()) || g.size() == 0) return;
+  if (!g.defined() || !is_inexact(g.dtype()) || g.size() == 0) return;
   if (isfinite(g).all().item<bool>()) return;
   throw ValueError("backward (anomaly detection): " + what + " holds NaN or Inf (shape " + shape_str(g.shape()) +
                    ", " + std::string(dtype_name(g.dtype())) + ")" +
@@ -123,9 +124,11 @@ Array sum_to(const Array& g, const Shape& shape, const std::string& who) {
   return sum(g, axes, true).reshape(shape);
 }
 
-/// A gradient in its input's shape, dtype and device.
+/// A gradient in its input's shape, dtype and device. A complex gradient of a real input keeps its real part
+/// (dL/dx of the real input: PyTorch's handle_r_to_c); a real gradient of a complex input becomes complex.
 Array fit(const Array& g, const Node::InputInfo& info, const std::string& who) {
   Array r = sum_to(g, info.shape, who);
+  if (is_complex(r.dtype()) && !is_complex(info.dtype)) r = real(r).contiguous();
   if (r.dtype() != info.dtype) r = r.astype(info.dtype);
   if (r.device() != info.device) r = r.to(info.device);
   return r;
@@ -194,6 +197,10 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
       throw ValueError("backward: the array has shape " + shape_str(root.shape()) +
                        "; only a size-1 array gets the "
                        "implicit gradient 1: reduce it first (sum, mean) or pass gradient= of the same shape");
+    if (is_complex(root.dtype()))
+      throw ValueError("backward: the array is " + std::string(dtype_name(root.dtype())) +
+                       "; the implicit gradient 1 is defined only for a real scalar output (a complex loss has no "
+                       "gradient): take a real loss first (real(z), abs(z), abs(z) * abs(z)) or pass gradient=");
     seed = ones_like(root);
   } else {
     if (!(gradient.shape() == root.shape()))

@@ -115,8 +115,8 @@ Array& Array::set_requires_grad(bool enabled) {
     throw ValueError("set_requires_grad(false): the array is the result of " + grad_fn_name() +
                      ", not a leaf; use detach() for a copy of the handle cut from the graph");
   }
-  if (enabled && !is_floating(dtype_))
-    throw DTypeError("set_requires_grad: only floating arrays can require gradients, got dtype " +
+  if (enabled && !is_inexact(dtype_))
+    throw DTypeError("set_requires_grad: only floating and complex arrays can require gradients, got dtype " +
                      std::string(dtype_name(dtype_)) + "; convert it first with astype(float32)");
   if (enabled) {
     // A leaf that overlaps itself (a broadcast view) would accumulate one gradient per alias.

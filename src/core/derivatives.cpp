@@ -163,7 +163,7 @@ const std::string_view kReduceDerivatives[] = {
 void record_elementwise_grad(OpCode op, std::initializer_list<const Operand*> operands, Array& out) {
   const OpInfo& info = op_info(op);
   if (info.derivative == Derivative::NotDifferentiable) {
-    if (is_floating(out.dtype())) throw_not_differentiable(info.name, "it is not differentiable");
+    if (is_inexact(out.dtype())) throw_not_differentiable(info.name, "it is not differentiable");
     return;  // bool and integer results carry no gradient
   }
   const std::string_view text = kOpDerivatives[static_cast<size_t>(op)];
@@ -207,7 +207,7 @@ void record_elementwise_grad(OpCode op, std::initializer_list<const Operand*> op
 void record_reduction_grad(ReduceOp op, const Array& in, const Axes& axes, bool keepdims, int64_t ddof, Array& out) {
   const ReduceInfo& info = reduce_info(op);
   if (info.derivative == Derivative::NotDifferentiable) {
-    if (is_floating(out.dtype())) throw_not_differentiable(info.name, "it is not differentiable");
+    if (is_inexact(out.dtype())) throw_not_differentiable(info.name, "it is not differentiable");
     return;
   }
   const Reduction plan = plan_reduction(in.shape(), axes, info.name);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/op_table.hpp"
+#include "kiln/complex.hpp"
 #include "kiln/conv.hpp"
 #include "kiln/ops.hpp"
 
@@ -70,11 +71,42 @@ Array tanh_backward(const Array& g, const Array& out);
 /// g * out * (1 - out): sigmoid's, from its output.
 Array sigmoid_backward(const Array& g, const Array& out);
 
+// Complex arrays: a gradient is dL/dx + i dL/dy for z = x + iy (PyTorch's convention), so the gradient of a
+// holomorphic f is g * conj(f'(z)), and of a product a * b is g * conj(b). Real arrays are their own conjugate.
+/// conj(x) for a complex array; `x` itself for a real one (no kernel, no copy).
+inline Array conj_if_complex(const Array& x) { return is_complex(x.dtype()) ? conj(x) : x; }
+
+/// tanh's gradient from its output: g * conj(1 - out^2) (fused for real dtypes: tanh_backward).
+inline Array tanh_backward_of(const Array& g, const Array& out) {
+  return is_complex(out.dtype()) ? g * conj(1.0 - out * out) : tanh_backward(g, out);
+}
+
+/// abs's gradient: g * sign(a) for real a; g * a / |a| for complex a (0 at a = 0, as PyTorch's sgn).
+inline Array abs_backward(const Array& g, const Array& a) {
+  if (!is_complex(a.dtype())) return g * sign(a);
+  const Array r = abs(a);
+  return where(r == 0, 0.0, g * a / r);
+}
+
+/// power's gradient for the exponent: g * conj(out * log(a)), 0 where a is 0 and the exponent's real part is
+/// not negative (the limit; log(0) would give NaN).
+inline Array power_exponent_backward(const Array& g, const Array& a, const Array& b, const Array& out) {
+  return where((a == 0) & (real(b) >= 0), 0.0, g * conj_if_complex(out) * conj_if_complex(log(a)));
+}
+
 /// `x` reversed along `axis` (a view).
 inline Array flip(const Array& x, int64_t axis) { return x.slice(axis, std::nullopt, std::nullopt, -1); }
 
 /// cumsum from the end: the gradient of cumsum along `axis`.
 inline Array reverse_cumsum(const Array& g, int64_t axis) { return flip(cumsum(flip(g, axis), axis), axis); }
+
+/// cumprod along the last axis `last`; complex arrays (which cumprod does not take) one slice at a time.
+inline Array cumprod_last(const Array& x, int64_t last) {
+  if (!is_complex(x.dtype())) return cumprod(x, last);
+  std::vector<Array> parts{x.slice(last, 0, 1)};
+  for (int64_t k = 1; k < x.shape(last); ++k) parts.push_back(parts.back() * x.slice(last, k, k + 1));
+  return concatenate(parts, last);
+}
 
 /// The product of the other elements of each reduced group, without dividing (right with zeros): the reduced
 /// axes are moved last and merged, and the exclusive products from the left and from the right multiplied.
@@ -98,13 +130,15 @@ inline Array prod_grad(const Array& a, const Array& /*out*/, const Array& g, con
   one.push_back(1);
   const Array ones_column = ones(one, a.dtype(), a.device());
   const int64_t last = x.ndim() - 1;
-  const Array left = concatenate({ones_column, cumprod(x.slice(last, 0, n - 1), last)}, last);
-  const Array right = flip(concatenate({ones_column, cumprod(flip(x, last).slice(last, 0, n - 1), last)}, last), last);
+  if (n == 1) return g * ones_like(a);
+  const Array left = concatenate({ones_column, cumprod_last(x.slice(last, 0, n - 1), last)}, last);
+  const Array right =
+      flip(concatenate({ones_column, cumprod_last(flip(x, last).slice(last, 0, n - 1), last)}, last), last);
   Shape permuted;
   for (int64_t d : order) permuted.push_back(a.shape(d));
   Shape inverse = order;
   for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
-  return g * (left * right).reshape(permuted).permute(inverse);
+  return g * conj_if_complex((left * right).reshape(permuted).permute(inverse));
 }
 
 /// max/min: the gradient split evenly between the elements equal to the result (as torch.amax).

@@ -14,6 +14,7 @@
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/device_check.hpp"
+#include "kiln/complex.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/kernels.hpp"
 #include "kiln/parallel.hpp"
@@ -401,13 +402,19 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
     // (no second bounds check, no synchronisation); any other layout: the positions recomputed from the
     // indices for the gradient's layout.
     const bool contiguous = a.is_contiguous();
+    // A complex gradient is scattered as its real and imaginary parts.
     auto backward = [contiguous, base = a.offset(), axis](const detail::Node& node, const Array& g) {
-      const DType acc = g.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
-      Array grad = zeros(node.inputs[0].shape, acc, g.device());
-      const Array positions =
-          contiguous ? node.saved_array(0) - base : detail::take_offsets(grad, node.saved_array(0), axis);
-      detail::scatter_add_flat(grad, positions, g.astype(acc));
-      return std::vector<Array>{grad};
+      const DType part = real_dtype(g.dtype());
+      const DType acc = part == DType::Float64 ? DType::Float64 : DType::Float32;
+      auto scattered = [&](const Array& values) {
+        Array grad = zeros(node.inputs[0].shape, acc, g.device());
+        const Array positions =
+            contiguous ? node.saved_array(0) - base : detail::take_offsets(grad, node.saved_array(0), axis);
+        detail::scatter_add_flat(grad, positions, values.astype(acc));
+        return grad;
+      };
+      if (is_complex(g.dtype())) return std::vector<Array>{make_complex(scattered(real(g)), scattered(imag(g)))};
+      return std::vector<Array>{scattered(g)};
     };
     detail::record(out,
                    std::make_shared<detail::Node>("TakeBackward", std::move(backward),

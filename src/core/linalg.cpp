@@ -115,10 +115,12 @@ bool layout_ok(const Array& m) {
 static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias = nullptr, bool* folded = nullptr);
 
 namespace {
-/// matmul's backward: g @ b^T and a^T @ g, a 1-d operand treated as a row (a) or a column (b) vector.
+/// matmul's backward: g @ b^H and a^H @ g (the conjugate transposes; b^T and a^T for real operands), a 1-d
+/// operand treated as a row (a) or a column (b) vector.
 std::vector<Array> matmul_backward(const detail::Node& node, const Array& g) {
   const DType t = g.dtype();
-  const Array a = node.saved_array(0).astype(t), b = node.saved_array(1).astype(t);
+  const Array a = derivatives::conj_if_complex(node.saved_array(0).astype(t));
+  const Array b = derivatives::conj_if_complex(node.saved_array(1).astype(t));
   const Array a2 = a.ndim() == 1 ? a.reshape({1, a.shape(0)}) : a;
   const Array b2 = b.ndim() == 1 ? b.reshape({b.shape(0), 1}) : b;
   Array g2 = g;
@@ -232,7 +234,6 @@ static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias
   if (!b_vector) result_shape.push_back(n);
   return out.reshape(result_shape);
 }
-
 
 Array addmm(const Array& bias, const Array& a, const Array& b) {
   require_operands(a, b, "addmm");

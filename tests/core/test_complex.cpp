@@ -320,7 +320,6 @@ TEST(ComplexErrors, OpsNumPyDoesNotDefineNameTheOpAndTheDtype) {
   expect_error<DTypeError>([&] { (void)quantile(z, 0.5); }, {"complex64"});
   expect_error<DTypeError>([&] { (void)linalg::inv(z.reshape({1, 1})); }, {"linalg::inv", "complex64"});
   expect_error<DTypeError>([&] { (void)linalg::norm(z); }, {"norm", "complex64", "abs(a)"});
-  expect_error<DTypeError>([&] { (void)z.set_requires_grad(); }, {"complex64"});  // autograd: real arrays only
 }
 
 // ---------------------------------------------------------------- GPU (run on a device)
