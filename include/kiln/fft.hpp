@@ -3,8 +3,8 @@
 // default, as NumPy's None: the inverse transforms divide by n), "ortho" (both divide by sqrt(n)) or "forward"
 // (the forward transforms divide by n). Result dtypes follow NumPy 2: float32 (and float16, bfloat16) input gives
 // complex64, float64, integer and bool input complex128, complex input keeps its dtype; irfft/hfft give the real
-// dtype of that complex type. The CPU computes with FFTW, a GPU with cuFFT; neither records a gradient (an input
-// that requires grad throws DTypeError). Errors: ValueError for a bad n / s / norm, ShapeError for an axis out of
+// dtype of that complex type. The CPU computes with FFTW, a GPU with cuFFT. Every transform is differentiable
+// (its backward is its adjoint; complex gradients in PyTorch's convention: docs/fft.md, Autograd). Errors: ValueError for a bad n / s / norm, ShapeError for an axis out of
 // range, DTypeError for complex input to rfft/ihfft and the -n functions' real-input ones.
 #pragma once
 

@@ -91,7 +91,7 @@ struct EigResult {
 /// input, cgeev/zgeev for complex). Always complex, as torch.linalg.eig (NumPy returns a real dtype when every
 /// eigenvalue of real input is real): complex64 for float32 (and 16-bit floats) and complex64 input, complex128
 /// otherwise. Computed on the host for any device, results on a's device (syncs). Throws ShapeError (not square /
-/// < 2-d), LinAlgError (infs or NaNs, no convergence), DTypeError when a requires grad (no complex autograd yet).
+/// < 2-d), LinAlgError (infs or NaNs, no convergence), DTypeError when a requires grad (eig has no gradient).
 EigResult eig(const Array& a);
 /// The eigenvalues only (..., n), as eig's.
 Array eigvals(const Array& a);

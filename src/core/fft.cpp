@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "kiln/complex.hpp"
+#include "kiln/autograd.hpp"
 #include "kiln/error.hpp"
 #include "kiln/numpy_extra.hpp"
 #include "kiln/ops.hpp"
@@ -45,9 +47,6 @@ double scale_of(Norm norm, bool forward, double points) {
 void require_input(const Array& a, const char* op) {
   if (!a.defined())
     throw ValueError(std::string(op) + ": the array is undefined (default-constructed); create it first");
-  detail::reject_grad({&a}, op,
-                      "kiln has no complex autograd yet, so Fourier transforms record no gradient; compute them on "
-                      "a detached input");
 }
 
 /// NumPy 2's result types: complex stays, float32 (and the 16-bit floats) -> complex64, everything else
@@ -198,6 +197,61 @@ Array scaled(Array out, double factor) {
   return out;
 }
 
+// ---------------------------------------------------------------- gradients: the adjoints of the linear maps
+// A transform is linear (over the reals for real input or output), so its vector-Jacobian product in PyTorch's
+// convention (a complex gradient is dL/dre + i dL/dim) is its adjoint applied to the result's gradient: the
+// opposite direction's unnormalised transform, the same real scale, each crop or zero pad undone by the other.
+
+/// `g` as a new C-contiguous array of `type` (a gradient may be a broadcast or strided view; the backends
+/// transform dense arrays). The real part when `type` is real and `g` complex.
+Array dense(const Array& g, DType type) { return converted(is_complex(g.dtype()) && !is_complex(type) ? real(g) : g, type); }
+
+/// The adjoint of complex_nd(x, axes, sizes, forward) for an x of shape `in_shape`: each step's transform in the
+/// opposite direction (unnormalised) and its resize undone, last step first.
+Array complex_nd_adjoint(Array g, const Shape& in_shape, const std::vector<int64_t>& axes,
+                         const std::vector<int64_t>& sizes, bool forward) {
+  Shape current = in_shape;
+  std::vector<int64_t> before(axes.size());
+  for (size_t k = axes.size(); k-- > 0;) {
+    before[k] = current[static_cast<size_t>(axes[k])];
+    current[static_cast<size_t>(axes[k])] = sizes[k];
+  }
+  for (size_t k = 0; k < axes.size(); ++k)
+    g = resized(run(FftKind::C2C, !forward, g, {axes[k]}, 0), axes[k], before[k]);
+  return g;
+}
+
+/// The adjoint of the real-to-complex transform of `points` real values along `ax` (the half spectrum, n/2 + 1
+/// bins) read from a length m: the half spectrum's gradient completed with zeros to n bins, transformed back
+/// (unnormalised), its real part, cropped or padded to m.
+Array r2c_adjoint(const Array& g, int64_t ax, int64_t points, int64_t m) {
+  const Array full = run(FftKind::C2C, false, resized(g, ax, points), {ax}, 0);
+  return resized(real(full), ax, m);
+}
+
+/// The adjoint of the complex-to-real transform to `points` values along `ax` of a half spectrum of length m:
+/// the forward transform of the real gradient, each bin counted as often as the Hermitian completion uses it
+/// (twice, but once for the zero frequency and, for even n, the Nyquist one), cropped or padded to m.
+Array c2r_adjoint(const Array& g, int64_t ax, int64_t points, int64_t m) {
+  Array bins = scaled(run(FftKind::R2C, true, g, {ax}, points), 2.0);
+  Array zero = as_real(bins.slice(ax, 0, 1));
+  zero *= 0.5;
+  if (points % 2 == 0) {
+    Array nyquist = as_real(bins.slice(ax, points / 2, points / 2 + 1));
+    nyquist *= 0.5;
+  }
+  return resized(bins, ax, m);
+}
+
+/// `f(a)`, with `adjoint` (of the result's gradient, to one of a's shape) as its backward when a requires grad.
+Array with_adjoint(const char* name, const Array& a, const std::function<Array(const Array&)>& f,
+                   std::function<Array(const Array&)> adjoint) {
+  AutogradFunction fn{name, [&](const std::vector<Array>& in, std::vector<Array>&) { return f(in[0]); },
+                      [adjoint = std::move(adjoint)](const Array& g, const std::vector<Array>&,
+                                                     const std::vector<bool>&) { return std::vector<Array>{adjoint(g)}; }};
+  return fn.apply({a});
+}
+
 // ---------------------------------------------------------------- the one- and n-dimensional compositions
 
 /// Complex transforms along `axes` (NumPy's order: the last first), each padded or cropped to `sizes`.
@@ -227,8 +281,13 @@ Array c2c_1d(const Array& a, std::optional<int64_t> n, int64_t axis, const std::
   const int64_t ax = normalized_axis(axis, a, op);
   const int64_t points = n.value_or(a.shape(ax));
   require_points(points, op, n ? "n" : "the input's length along axis " + std::to_string(axis));
-  const Array x = as_type(a, complex_type(a.dtype()));
-  return scaled(complex_nd(x, {ax}, {points}, forward), scale_of(mode, forward, static_cast<double>(points)));
+  const DType type = complex_type(a.dtype());
+  const double scale = scale_of(mode, forward, static_cast<double>(points));
+  const Shape shape = a.shape();
+  return with_adjoint(
+      forward ? "FftBackward" : "IfftBackward", a,
+      [&](const Array& in) { return scaled(complex_nd(as_type(in, type), {ax}, {points}, forward), scale); },
+      [=](const Array& g) { return scaled(complex_nd_adjoint(dense(g, type), shape, {ax}, {points}, forward), scale); });
 }
 
 /// DTypeError for complex input to a real transform, naming the complex one to use instead.
@@ -244,8 +303,13 @@ Array r2c_1d(const Array& a, std::optional<int64_t> n, int64_t axis, Norm mode, 
   require_real(a, op, "fft");
   const int64_t points = n.value_or(a.shape(ax));
   require_points(points, op, n ? "n" : "the input's length along axis " + std::to_string(axis));
-  const Array x = resized(as_type(a, real_type(a.dtype())), ax, points);
-  return scaled(run(FftKind::R2C, true, x, {ax}, points), scale_of(mode, true, static_cast<double>(points)));
+  const DType type = real_type(a.dtype());
+  const double scale = scale_of(mode, true, static_cast<double>(points));
+  const int64_t m = a.shape(ax);
+  return with_adjoint(
+      "RfftBackward", a,
+      [&](const Array& in) { return scaled(run(FftKind::R2C, true, resized(as_type(in, type), ax, points), {ax}, points), scale); },
+      [=](const Array& g) { return scaled(r2c_adjoint(dense(g, complex_type(type)), ax, points, m), scale); });
 }
 
 /// irfft of complex x (already of its complex type) along normalized axis `ax` to `points` real values.
@@ -260,9 +324,20 @@ Array c2r_1d(const Array& a, std::optional<int64_t> n, int64_t axis, Norm mode, 
                  n ? std::string("n")
                    : "n = 2 * (m - 1) from the input's length m = " + std::to_string(a.shape(ax)) + " along axis " +
                          std::to_string(axis) + " (pass n)");
-  Array x = as_type(a, complex_type(a.dtype()));
-  if (conjugate) x = conjugated(x);
-  return scaled(c2r_axis(x, ax, points), scale_of(mode, false, static_cast<double>(points)));
+  const DType type = complex_type(a.dtype());
+  const double scale = scale_of(mode, false, static_cast<double>(points));
+  const int64_t m = a.shape(ax);
+  return with_adjoint(
+      conjugate ? "HfftBackward" : "IrfftBackward", a,
+      [&](const Array& in) {
+        Array x = as_type(in, type);
+        if (conjugate) x = conjugated(x);
+        return scaled(c2r_axis(x, ax, points), scale);
+      },
+      [=](const Array& g) {
+        Array grad = scaled(c2r_adjoint(dense(g, real_dtype(type)), ax, points, m), scale);
+        return conjugate ? conjugated(grad) : grad;
+      });
 }
 
 /// The axes and sizes of an n-d call, NumPy's rules: axes default to every axis (or the last len(s) when only s is
@@ -311,9 +386,14 @@ Array c2c_nd(const Array& a, const std::optional<Shape>& s, const std::optional<
   require_input(a, op);
   const Norm mode = parse_norm(norm, op);
   const Plan p = plan_nd(a, s, axes, false, op);
-  if (p.axes.empty()) return converted(a, a.dtype());  // NumPy returns its input unchanged
-  const Array x = as_type(a, complex_type(a.dtype()));
-  return scaled(complex_nd(x, p.axes, p.sizes, forward), scale_of(mode, forward, product(p.sizes)));
+  if (p.axes.empty()) return a.copy();  // NumPy returns its input unchanged
+  const DType type = complex_type(a.dtype());
+  const double scale = scale_of(mode, forward, product(p.sizes));
+  const Shape shape = a.shape();
+  return with_adjoint(
+      forward ? "FftnBackward" : "IfftnBackward", a,
+      [&](const Array& in) { return scaled(complex_nd(as_type(in, type), p.axes, p.sizes, forward), scale); },
+      [=](const Array& g) { return scaled(complex_nd_adjoint(dense(g, type), shape, p.axes, p.sizes, forward), scale); });
 }
 
 /// The plan of rfftn / irfftn: at least one axis; the last is the real transform's, the others complex.
@@ -330,18 +410,42 @@ Array r2c_nd(const Array& a, const std::optional<Shape>& s, const std::optional<
   const Plan p = real_plan(a, s, axes, false, op);
   const Norm mode = parse_norm(norm, op);
   require_real(a, op, "fftn");
-  const int64_t last = p.axes.back();
-  const Array x = resized(as_type(a, real_type(a.dtype())), last, p.sizes.back());
-  const Array half = run(FftKind::R2C, true, x, {last}, p.sizes.back());
-  return scaled(complex_nd(half, p.rest_axes(), p.rest_sizes(), true), scale_of(mode, true, product(p.sizes)));
+  const int64_t last = p.axes.back(), points = p.sizes.back(), m = a.shape(last);
+  const DType type = real_type(a.dtype());
+  const double scale = scale_of(mode, true, product(p.sizes));
+  Shape half_shape = a.shape();
+  half_shape[static_cast<size_t>(last)] = points / 2 + 1;
+  return with_adjoint(
+      "RfftnBackward", a,
+      [&](const Array& in) {
+        const Array half = run(FftKind::R2C, true, resized(as_type(in, type), last, points), {last}, points);
+        return scaled(complex_nd(half, p.rest_axes(), p.rest_sizes(), true), scale);
+      },
+      [=](const Array& g) {
+        const Array half = complex_nd_adjoint(dense(g, complex_type(type)), half_shape, p.rest_axes(), p.rest_sizes(), true);
+        return scaled(r2c_adjoint(half, last, points, m), scale);
+      });
 }
 
 Array c2r_nd(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes,
              const std::optional<std::string>& norm, const char* op) {
   const Plan p = real_plan(a, s, axes, true, op);
   const Norm mode = parse_norm(norm, op);
-  const Array x = complex_nd(as_type(a, complex_type(a.dtype())), p.rest_axes(), p.rest_sizes(), false);
-  return scaled(c2r_axis(x, p.axes.back(), p.sizes.back()), scale_of(mode, false, product(p.sizes)));
+  const DType type = complex_type(a.dtype());
+  const int64_t last = p.axes.back(), points = p.sizes.back();
+  const double scale = scale_of(mode, false, product(p.sizes));
+  const Shape shape = a.shape();
+  return with_adjoint(
+      "IrfftnBackward", a,
+      [&](const Array& in) {
+        const Array x = complex_nd(as_type(in, type), p.rest_axes(), p.rest_sizes(), false);
+        return scaled(c2r_axis(x, last, points), scale);
+      },
+      [=](const Array& g) {
+        // The complex steps left the last axis' length as it was (m): the real step's adjoint returns to it.
+        const Array half = c2r_adjoint(dense(g, real_dtype(type)), last, points, shape[static_cast<size_t>(last)]);
+        return scaled(complex_nd_adjoint(half, shape, p.rest_axes(), p.rest_sizes(), false), scale);
+      });
 }
 
 Array shift(const Array& x, const std::optional<Shape>& axes, bool inverse, const char* op) {
@@ -402,7 +506,7 @@ Array hfft(const Array& a, std::optional<int64_t> n, int64_t axis, const std::op
 }
 Array ihfft(const Array& a, std::optional<int64_t> n, int64_t axis, const std::optional<std::string>& norm) {
   require_input(a, "fft::ihfft");
-  return conjugated(r2c_1d(a, n, axis, swapped(parse_norm(norm, "fft::ihfft")), "fft::ihfft"));
+  return conj(r2c_1d(a, n, axis, swapped(parse_norm(norm, "fft::ihfft")), "fft::ihfft"));
 }
 
 Array fftn(const Array& a, const std::optional<Shape>& s, const std::optional<Shape>& axes,

@@ -4,7 +4,7 @@
 // pair's eigenvectors as two real columns (re, im) at the pair's first index. Complex input runs cgeev / zgeev.
 // Results are complex64 or complex128 (torch.linalg.eig's rule; NumPy casts them to real when every eigenvalue of
 // real input is real). Operands on another device are copied to the host and the results back (cuSOLVER's Xgeev
-// is a later step). No gradient: kiln has no complex autograd yet.
+// is a later step). No gradient (eig's backward, PyTorch's linalg_eig_backward, is not implemented).
 //
 // LAPACK is column-major and kiln row-major: each matrix is transposed on the way in (swapaxes before the host
 // copy) and the eigenvectors on the way out.
@@ -164,8 +164,8 @@ std::vector<Array> eig_in(const Array& a, bool vectors, const char* op) {
 std::vector<Array> eig_forward(const Array& a, bool vectors, const char* op) {
   if (!a.defined()) throw ValueError(std::string(op) + ": the operand is an undefined Array; create it first");
   detail::reject_grad({&a}, op,
-                      "kiln has no complex autograd yet, so eig records no gradient; compute it on a detached "
-                      "input (a.detach()), or use linalg::eigh for a symmetric matrix");
+                      "eig has no gradient in kiln; compute it on a detached input (a.detach()), or use "
+                      "linalg::eigh for a symmetric matrix");
   if (a.ndim() < 2)
     throw ShapeError(std::string(op) + ": " + std::to_string(a.ndim()) +
                      "-dimensional array given. Array must be at least two-dimensional (a square matrix (..., n, "

@@ -169,6 +169,37 @@ TEST(FftGpu, GradientsAreRefusedOnTheGpuToo) {
   kiln_test::expect_error<DTypeError>([&] { (void)fft::rfft(w); }, {"fft::rfft: has no gradient"});
 }
 
+TEST(FftGpu, GradientsMatchTheCpu) {
+  KILN_REQUIRE_GPU_AND_CPU_FFT();
+  // Each transform's gradient (its adjoint through cuFFT) against the CPU's (FFTW), float64 / complex128, for
+  // L = sum(re(f(x)) * w) with fixed weights w, so every bin's gradient is exercised.
+  using Transform = std::function<Array(const Array&)>;
+  const std::vector<std::pair<std::string, Transform>> cases = {
+      {"fft n 9", [](const Array& a) { return fft::fft(a, 9); }},
+      {"ifft ortho", [](const Array& a) { return fft::ifft(a, std::nullopt, -1, "ortho"); }},
+      {"rfft n 6", [](const Array& a) { return fft::rfft(real(a), 6); }},
+      {"irfft n 7", [](const Array& a) { return fft::irfft(a, 7); }},
+      {"hfft", [](const Array& a) { return fft::hfft(a); }},
+      {"fft2 s (4, 5)", [](const Array& a) { return fft::fft2(a, Shape{4, 5}); }},
+      {"rfftn", [](const Array& a) { return fft::rfftn(real(a)); }},
+      {"irfft2 forward", [](const Array& a) { return fft::irfft2(a, std::nullopt, Shape{-2, -1}, "forward"); }},
+  };
+  random::seed(3);
+  const Array x = make_complex(random::normal({3, 6}, float64, cpu()), random::normal({3, 6}, float64, cpu()));
+  for (const auto& [name, f] : cases) {
+    auto grad_on = [&, &f = f](Device d) {
+      const Array in = x.to(d).set_requires_grad();
+      const Array y = f(in);
+      const Array yr = is_complex(y.dtype()) ? real(y) : y;
+      const Array w = arange(yr.size(), float64, cpu()).reshape(yr.shape()).to(d);
+      sum(yr * w).backward();
+      return in.grad().to(cpu());
+    };
+    const Array want = grad_on(cpu()), got = grad_on(gpu(0));
+    EXPECT_TRUE(allclose(got, want, 1e-10, 1e-9)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
 
