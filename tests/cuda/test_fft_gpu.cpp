@@ -163,12 +163,6 @@ TEST(FftGpu, PlanCacheIsBoundedPerDevice) {
   EXPECT_TRUE(matches_cpu(fft::fft(ones({2, 1}, complex64).to(gpu(0))), fft::fft(ones({2, 1}, complex64))));
 }
 
-TEST(FftGpu, GradientsAreRefusedOnTheGpuToo) {
-  KILN_REQUIRE_GPU();
-  Array w = ones({4}, float32, gpu(0)).set_requires_grad();
-  kiln_test::expect_error<DTypeError>([&] { (void)fft::rfft(w); }, {"fft::rfft: has no gradient"});
-}
-
 TEST(FftGpu, GradientsMatchTheCpu) {
   KILN_REQUIRE_GPU_AND_CPU_FFT();
   // Each transform's gradient (its adjoint through cuFFT) against the CPU's (FFTW), float64 / complex128, for
