@@ -215,11 +215,10 @@ int rows_vector_width(const AxisPlan& plan, const Array* const* ordered, void* c
   return vec;
 }
 
-/// A staged graph, or an elementwise one taken a row (the last axis) at a time: one group of threads per row
-/// over `axes`, no split (see fusion.hpp). False when rows are too few and long, or, with `vectors_only`, when
-/// the rows cannot be read in vectors.
+/// A staged graph: one group of threads per row over `axes`, no split (see fusion.hpp). False when rows are too
+/// few and long.
 bool rows(const detail::FusionCall& call, int device, int operands, const Array** arrays, void** pointers,
-          std::vector<void*>& args, const Shape& axes, bool vectors_only) {
+          std::vector<void*>& args, const Shape& axes) {
   const FusionGraph& g = *call.graph;
   const int no = static_cast<int>(call.outs.size());
   // The rows kernel's operand order: inputs, then outputs.
@@ -248,10 +247,7 @@ bool rows(const detail::FusionCall& call, int device, int operands, const Array*
   const bool rows_inner = last_nontrivial < 0 || std::binary_search(axes.begin(), axes.end(), last_nontrivial);
   spec.vector_width =
       rows_vector_width(plan_axes, ordered, ordered_pointers, operands, no, spec.kept_mask, spec.broadcast_mask);
-  if (spec.vector_width == 1) {
-    if (vectors_only) return false;
-    spec.broadcast_mask = 0;
-  }
+  if (spec.vector_width == 1) spec.broadcast_mask = 0;
   // The group is sized by the vectors a row holds.
   const SplitPlan plan = plan_split(rows_inner, num_out, num_red / spec.vector_width, sms);
   spec.group = plan.group;
@@ -265,21 +261,6 @@ bool rows(const detail::FusionCall& call, int device, int operands, const Array*
   const int64_t blocks = std::clamp<int64_t>(ceil_div(num_out * spec.group, kBlockSize), 1, 4 * plan.wave);
   launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
   return true;
-}
-
-/// Rows at least this long make an elementwise graph with per-row inputs a rows kernel (below).
-constexpr int64_t kMinVectorRow = 1024;
-
-/// True when an elementwise problem of `shape` has long rows (its last axis) and an input constant along them
-/// that differs between rows (a per-row value, e.g. (N, 1) against (N, C)): the broadcast layout would compute that input's offset for
-/// every element, a rows kernel reads it once per row and the rest of the row in vectors.
-bool per_row_inputs(const Shape& shape, const Array* const* inputs, int count) {
-  if (shape.size() < 2 || shape.back() < kMinVectorRow) return false;
-  for (int k = 0; k < count; ++k) {
-    const Shape& s = inputs[k]->shape();
-    if (s.size() >= 2 && s.back() == 1 && shape_numel(s) > 1) return true;
-  }
-  return false;
 }
 
 void reduction(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
@@ -435,12 +416,10 @@ bool cuda_fused(const detail::FusionCall& call) {
     store_scalar(g.slots[j].argument_dtype, call.slot_values[j], slots[j].data());
     args.push_back(slots[j].data());
   }
-  if (g.staged) return rows(call, device, operands, arrays, pointers, args, call.axes, false);
+  if (g.staged) return rows(call, device, operands, arrays, pointers, args, call.axes);
   if (g.reduce >= 0)
     reduction(call, device, inputs, arrays, args, &pointers[0]);
-  else if (!(per_row_inputs(call.shape, arrays + no, operands - no) &&
-             rows(call, device, operands, arrays, pointers, args, Shape{static_cast<int64_t>(call.shape.size()) - 1},
-                  true)))
+  else
     elementwise(call, device, operands, arrays, pointers, args);
   return true;
 }
