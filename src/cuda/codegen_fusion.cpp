@@ -577,7 +577,6 @@ std::string multi_tensor_kernel(const FusionGraph& g, const std::vector<int>& in
        {"element_function", element_function(g, inputs)},
        {"operands", std::to_string(t.operands)},
        {"tensors", std::to_string(t.tensors)},
-       {"blocks", std::to_string(t.blocks)},
        {"table_bytes", std::to_string(t.bytes)},
        {"block_size", std::to_string(kBlockSize)},
        {"slot_parameters", slot_parameters},
@@ -597,21 +596,17 @@ MultiTensorTable multi_tensor_table(int operands, int slots) {
   const int64_t budget = 4096 - 8 * int64_t{slots} - 16;
   MultiTensorTable t;
   t.operands = operands;
-  for (t.blocks = 320; t.blocks >= 8; t.blocks /= 2) {
-    const int64_t per_tensor = 8 * (int64_t{operands} + 1), room = budget - 5 * int64_t{t.blocks};
-    t.tensors = static_cast<int>(std::min<int64_t>(255, room / per_tensor));
-    if (t.tensors >= 8) break;
-  }
+  const int64_t per_tensor = 8 * (int64_t{operands} + 1) + 4;
+  t.tensors = static_cast<int>(std::min<int64_t>(255, budget / per_tensor));
   if (t.tensors < 1)
     throw ValueError("fuse: " + std::to_string(operands) + " arrays and " + std::to_string(slots) +
                      " scalar slots leave no room for a multi-tensor table in 4 KB of kernel parameters; split the "
                      "function");
-  const size_t tensors = static_cast<size_t>(t.tensors), blocks = static_cast<size_t>(t.blocks);
+  const size_t tensors = static_cast<size_t>(t.tensors);
   t.pointers = 0;
   t.sizes = t.pointers + static_cast<size_t>(operands) * tensors * sizeof(void*);
-  t.chunks = t.sizes + tensors * sizeof(long long);
-  t.tensor_of = t.chunks + blocks * sizeof(int32_t);
-  t.bytes = (t.tensor_of + blocks + 7) / 8 * 8;
+  t.first = t.sizes + tensors * sizeof(long long);
+  t.bytes = (t.first + tensors * sizeof(int32_t) + 7) / 8 * 8;
   return t;
 }
 

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -215,10 +216,11 @@ int rows_vector_width(const AxisPlan& plan, const Array* const* ordered, void* c
   return vec;
 }
 
-/// A staged graph: one group of threads per row over `axes`, no split (see fusion.hpp). False when rows are too
-/// few and long.
+/// A staged graph, or an elementwise one taken a row (the last axis) at a time: one group of threads per row
+/// over `axes`, no split (see fusion.hpp). False when rows are too few and long, or, with `vectors_only`, when
+/// the rows cannot be read in vectors.
 bool rows(const detail::FusionCall& call, int device, int operands, const Array** arrays, void** pointers,
-          std::vector<void*>& args, const Shape& axes) {
+          std::vector<void*>& args, const Shape& axes, bool vectors_only) {
   const FusionGraph& g = *call.graph;
   const int no = static_cast<int>(call.outs.size());
   // The rows kernel's operand order: inputs, then outputs.
@@ -247,7 +249,10 @@ bool rows(const detail::FusionCall& call, int device, int operands, const Array*
   const bool rows_inner = last_nontrivial < 0 || std::binary_search(axes.begin(), axes.end(), last_nontrivial);
   spec.vector_width =
       rows_vector_width(plan_axes, ordered, ordered_pointers, operands, no, spec.kept_mask, spec.broadcast_mask);
-  if (spec.vector_width == 1) spec.broadcast_mask = 0;
+  if (spec.vector_width == 1) {
+    if (vectors_only) return false;
+    spec.broadcast_mask = 0;
+  }
   // The group is sized by the vectors a row holds.
   const SplitPlan plan = plan_split(rows_inner, num_out, num_red / spec.vector_width, sms);
   spec.group = plan.group;
@@ -261,6 +266,28 @@ bool rows(const detail::FusionCall& call, int device, int operands, const Array*
   const int64_t blocks = std::clamp<int64_t>(ceil_div(num_out * spec.group, kBlockSize), 1, 4 * plan.wave);
   launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), current_stream(device), args.data());
   return true;
+}
+
+/// Rows at least this long make an elementwise graph with per-row inputs a rows kernel (below).
+constexpr int64_t kMinVectorRow = 1024;
+
+/// True when an elementwise problem of `shape` has long rows (its last axis) and an input constant along them
+/// that differs between rows (a per-row value, e.g. (N, 1) against (N, C)): the broadcast layout would compute
+/// that input's offset for every element, a rows kernel reads it once per row and the rest of the row in vectors.
+bool per_row_inputs(const Shape& shape, const Array* const* inputs, int count) {
+  if (shape.size() < 2 || shape.back() < kMinVectorRow) return false;
+  for (int k = 0; k < count; ++k) {
+    // The core hands inputs over broadcast to the call's shape: a per-row input steps 0 along the row and
+    // moves along another axis; one not yet broadcast is (..., 1) with more than one element.
+    const Array& in = *inputs[k];
+    const Shape& s = in.shape();
+    if (s.size() < 2) continue;
+    if (s.back() == 1 && shape_numel(s) > 1) return true;
+    if (s.back() > 1 && in.strides().back() != 0) continue;
+    for (size_t d = 0; d + 1 < s.size(); ++d)
+      if (s[d] > 1 && in.strides()[d] != 0) return true;
+  }
+  return false;
 }
 
 void reduction(const detail::FusionCall& call, int device, const std::vector<int>& inputs, const Array** arrays,
@@ -347,14 +374,23 @@ void cuda_multi_tensor(const detail::MultiTensorCall& call) {
     spec.layout = FusionLayout::MultiTensor;
     spec.broadcast_mask = mask;
     const KernelTable::Entry& kernel = fused_kernel(g, device, spec);
-    int count = 0, blocks = 0;  // tensors and blocks in the table
-    auto flush = [&] {
-      if (blocks > 0) launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), stream, args.data());
-      count = blocks = 0;
-    };
+    int count = 0;       // tensors in the table
+    int64_t blocks = 0;  // their chunks: the launch's blocks
     auto put = [&](const void* value, size_t size, size_t offset) { std::memcpy(list + offset, value, size); };
-    auto enter = [&](const detail::MultiTensorGroup& group) {  // the tensor's pointers and size at entry `count`
-      for (size_t k = 0; k < no + inputs.size(); ++k) {
+    auto flush = [&] {
+      if (blocks > 0) {
+        const int32_t unused = std::numeric_limits<int32_t>::max();
+        for (int t = count; t < table.tensors; ++t) put(&unused, sizeof unused, table.first + t * sizeof unused);
+        launch_entry(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), stream, args.data());
+      }
+      count = 0;
+      blocks = 0;
+    };
+    for (const detail::MultiTensorGroup& group : call.groups) {
+      if (mask_of(group) != mask) continue;
+      const int64_t chunks = ceil_div(group.size, kMultiTensorChunk);
+      if (count == table.tensors || blocks + chunks > std::numeric_limits<int32_t>::max()) flush();
+      for (size_t k = 0; k < no + inputs.size(); ++k) {  // the tensor's pointers, size and first block
         const void* p =
             k < no ? group.outs[k].data_ptr() : group.arrays[static_cast<size_t>(inputs[k - no])]->data_ptr();
         put(&p, sizeof p,
@@ -362,22 +398,9 @@ void cuda_multi_tensor(const detail::MultiTensorCall& call) {
       }
       const long long n = group.size;
       put(&n, sizeof n, table.sizes + static_cast<size_t>(count) * sizeof n);
-    };
-    for (const detail::MultiTensorGroup& group : call.groups) {
-      if (mask_of(group) != mask) continue;
-      if (count == table.tensors) flush();
-      enter(group);
-      for (int64_t c = 0; c * kMultiTensorChunk < group.size; ++c) {
-        if (blocks == table.blocks) {  // the table is full: launch, then carry this tensor over
-          flush();
-          enter(group);
-        }
-        const int32_t chunk = static_cast<int32_t>(c);
-        const unsigned char tensor = static_cast<unsigned char>(count);
-        put(&chunk, sizeof chunk, table.chunks + static_cast<size_t>(blocks) * sizeof chunk);
-        put(&tensor, 1, table.tensor_of + static_cast<size_t>(blocks));
-        ++blocks;
-      }
+      const int32_t first = static_cast<int32_t>(blocks);
+      put(&first, sizeof first, table.first + static_cast<size_t>(count) * sizeof first);
+      blocks += chunks;
       ++count;
     }
     flush();
@@ -416,10 +439,12 @@ bool cuda_fused(const detail::FusionCall& call) {
     store_scalar(g.slots[j].argument_dtype, call.slot_values[j], slots[j].data());
     args.push_back(slots[j].data());
   }
-  if (g.staged) return rows(call, device, operands, arrays, pointers, args, call.axes);
+  if (g.staged) return rows(call, device, operands, arrays, pointers, args, call.axes, false);
   if (g.reduce >= 0)
     reduction(call, device, inputs, arrays, args, &pointers[0]);
-  else
+  else if (!(per_row_inputs(call.shape, arrays + no, operands - no) &&
+             rows(call, device, operands, arrays, pointers, args, Shape{static_cast<int64_t>(call.shape.size()) - 1},
+                  true)))
     elementwise(call, device, operands, arrays, pointers, args);
   return true;
 }

@@ -109,13 +109,13 @@ inline constexpr int64_t kMultiTensorChunk = 8192;
 
 /// The tensor list of a multi-tensor kernel, a kernel parameter passed by value (no copy to the device; CUDA
 /// limits a kernel's parameters to 4 KB, the scalar slots included): per tensor one pointer per operand (outputs,
-/// then array arguments) and its size, per block its tensor and chunk. The host fills it at these offsets and the
-/// generated source declares the same struct from these numbers (and checks its size).
+/// then array arguments), its size and its first block (a block finds its tensor by a binary search of these, so
+/// one launch takes every chunk of its tensors: as many blocks as they need). The host fills it at these offsets
+/// and the generated source declares the same struct from these numbers (and checks its size).
 struct MultiTensorTable {
   int operands = 0;
-  int tensors = 0;   ///< tensors one launch takes (at most 255: a block's tensor is one byte)
-  int blocks = 0;    ///< blocks one launch takes
-  size_t pointers = 0, sizes = 0, chunks = 0, tensor_of = 0;  ///< byte offsets of the fields
+  int tensors = 0;  ///< tensors one launch takes (at most 255)
+  size_t pointers = 0, sizes = 0, first = 0;  ///< byte offsets of the fields
   size_t bytes = 0;
 };
 /// The table for `operands` arrays and `slots` scalar slots (ValueError when they leave no room for one).

@@ -562,6 +562,7 @@ TEST(FuseGpu, RowsInVectorsAndPerElementGiveTheCpusValues) {
     auto m = max(v, -1, true);
     return std::tuple{m + log(sum(exp(v - m), -1, true)), v - m};
   });
+  // Rows of 1024 and more make the gradient (an elementwise graph with per-row inputs) a rows kernel too.
   for (auto [start, cols] : {std::pair<int64_t, int64_t>{0, 64}, {0, 62}, {1, 64}, {0, 2048}, {0, 2046}, {1, 2048}}) {
     Array full = random::normal({300, cols + 8}, float32, cpu()).astype(bfloat16);
     Array full_gpu = full.to(d);

@@ -62,10 +62,9 @@ TEST(MultiTensorCodegen, TheTableFitsTheKernelParametersForEveryOperandCount) {
       EXPECT_EQ(t.sizes, static_cast<size_t>(operands * t.tensors) * 8);
       EXPECT_EQ(t.bytes % 8, 0u);
     }
-  // An optimizer's 4 arrays and 9 scalars: dozens of tensors and hundreds of blocks per launch.
+  // An optimizer's 4 arrays and 9 scalars: dozens of tensors per launch (with every chunk of each).
   const MultiTensorTable adam = multi_tensor_table(7, 9);
   EXPECT_GE(adam.tensors, 30);
-  EXPECT_GE(adam.blocks, 256);
 }
 
 TEST(MultiTensorCodegen, OptimizerAndCopyKernelsCompile) {
@@ -89,7 +88,7 @@ TEST(MultiTensorCodegen, OptimizerAndCopyKernelsCompile) {
 TEST(MultiTensorGpu, EachGivesTheCpusBitsOverManyTensorsAndLaunches) {
   KILN_REQUIRE_GPU();
   const auto adam = fuse(adam_step, "adam_multi");
-  // More tensors than one table, a tensor of more chunks than one launch's blocks, sizes off the chunk (8192).
+  // More tensors than one table, a tensor of hundreds of chunks, sizes off the chunk (8192), empty tensors.
   std::vector<int64_t> sizes = {1, 7, 8191, 8192, 8193, 0, 3'000'000};
   for (int i = 0; i < 150; ++i) sizes.push_back(1 + (i * 53) % 977);
   std::vector<std::vector<float>> results[2][3];
