@@ -253,6 +253,12 @@ Array matmul(const Array& a, const Array& b);
 /// result's summed over the rows). ShapeError when a or b is not 2-d, the inner sizes differ or the bias does
 /// not broadcast to (m, n).
 Array addmm(const Array& bias, const Array& a, const Array& b);
+/// gelu_tanh(addmm(bias, a, b)) as one step (torch._addmm_activation with use_gelu): in the folded form, GELU's
+/// tanh form is applied to the sum before its one rounding (the float accumulator on the CPU; on a GPU cuBLASLt's
+/// GELU_AUX_BIAS epilogue for float16/bfloat16, one kernel), and the sum itself is kept for the gradient;
+/// otherwise (and for float32/float64 on a GPU) gelu_tanh of addmm's result. The same checks and errors as addmm
+/// (naming addmm_gelu). Differentiable.
+Array addmm_gelu(const Array& bias, const Array& a, const Array& b);
 /// NumPy dot: scalar product of 1-d arrays, matmul for 2-d, sum over last axis of a and second-to-last of b.
 Array dot(const Array& a, const Array& b);
 namespace linalg {

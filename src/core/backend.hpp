@@ -150,12 +150,18 @@ struct FftCall {
 /// folds it into the product, out = a @ b + bias on every row with the sum rounded once (cuBLASLt's bias
 /// epilogue; the CPU adds it to its float accumulator), and sets `bias_added`; a backend that cannot fold it
 /// computes nothing and leaves it false (the core then computes the same sum its own way).
+/// With `bias` and `pre_gelu` (addmm_gelu: a contiguous array of out's shape and dtype) the backend also applies
+/// GELU's tanh form to that sum before the one rounding, out = gelu_tanh(a @ b + bias), and stores the sum itself
+/// (rounded) into *pre_gelu (cuBLASLt's GELU_AUX_BIAS epilogue) and sets `gelu_applied`; or it only folds the
+/// bias (the core then applies the GELU), or computes nothing.
 struct MatmulCall {
   const Array* a = nullptr;
   const Array* b = nullptr;
   Array out;
   const Array* bias = nullptr;
+  Array* pre_gelu = nullptr;
   mutable bool bias_added = false;  ///< set by the backend (matmul takes the call as const)
+  mutable bool gelu_applied = false;
 };
 
 /// A 2-d convolution step on operands of one floating dtype, each NCHW-contiguous or channels-last (all in one

@@ -112,9 +112,21 @@ bool layout_ok(const Array& m) {
 
 }  // namespace
 
-static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias = nullptr, bool* folded = nullptr);
+/// What addmm and addmm_gelu ask of one 2-d product beyond it (detail::MatmulCall's fields), and what the backend
+/// did of it.
+struct ProductExtras {
+  const Array* bias = nullptr;
+  Array* pre_gelu = nullptr;
+  bool bias_added = false, gelu_applied = false;
+};
+static Array matmul_impl(const Array& a_in, const Array& b_in, ProductExtras* extras = nullptr);
 
 namespace {
+/// A 2-d matrix whose transpose is C-contiguous (x.T() of a contiguous x), with more than one row and column.
+bool transposed_layout(const Array& m) {
+  return m.ndim() == 2 && m.shape(0) > 1 && m.shape(1) > 1 && m.strides()[0] == 1 && m.strides()[1] == m.shape(0);
+}
+
 /// matmul's backward: g @ b^H and a^H @ g (the conjugate transposes; b^T and a^T for real operands), a 1-d
 /// operand treated as a row (a) or a column (b) vector.
 std::vector<Array> matmul_backward(const detail::Node& node, const Array& g) {
@@ -132,7 +144,9 @@ std::vector<Array> matmul_backward(const detail::Node& node, const Array& g) {
     if (a.ndim() == 1) r[0] = squeeze(r[0], -2);
   }
   if (node.needs(1)) {
-    r[1] = matmul(swapaxes(a2, -1, -2), g2);
+    // A transposed matrix (nn.Linear's weight.T()) gets its gradient in its own layout: (g^T a)^T, so the
+    // transpose's backward hands the weight a contiguous gradient.
+    r[1] = a2.ndim() == 2 && transposed_layout(b2) ? matmul(g2.T(), a2).T() : matmul(swapaxes(a2, -1, -2), g2);
     if (b.ndim() == 1) r[1] = squeeze(r[1], -1);
   }
   return r;
@@ -151,7 +165,8 @@ Array matmul(const Array& a, const Array& b) {
   return out;
 }
 
-static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias, bool* folded) {
+static Array matmul_impl(const Array& a_in, const Array& b_in, ProductExtras* extras) {
+  const Array* bias = extras ? extras->bias : nullptr;
   require_operands(a_in, b_in, "matmul");
   if (a_in.ndim() == 0 || b_in.ndim() == 0)
     throw ShapeError("matmul: " + operand_shapes(a_in, b_in) +
@@ -178,10 +193,11 @@ static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias
   out_shape.push_back(n);
   Array out = detail::make_array(out_shape, dtype, a.device());
 
-  if (folded) *folded = true;  // an empty result, or the empty contraction's below
+  if (extras) extras->bias_added = extras->gelu_applied = true;  // an empty result, or the empty contraction's below
   if (out.size() > 0 && k == 0) {
     out.fill(0);  // a sum over an empty axis
     if (bias) out.assign(add(out, *bias));
+    if (extras) extras->gelu_applied = false;
   } else if (out.size() > 0) {
     auto full_view = [&batch](const Array& x, int64_t rows, int64_t cols) {
       Shape s = batch;
@@ -215,9 +231,15 @@ static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias
         out_view = Array(out.storage(), Shape{1, inner_batch * m, n}, Shape{0, n, 1}, out.offset() + out_offset, dtype);
       }
       detail::MatmulCall call{&a3, &b3, out_view};
-      call.bias = bias;  // addmm passes it for one 2-d product only (outer_count == inner_batch == 1)
+      if (extras) {  // passed for one 2-d product only (outer_count == inner_batch == 1)
+        call.bias = bias;
+        call.pre_gelu = extras->pre_gelu;
+      }
       backend.matmul(call);
-      if (folded) *folded = !bias || call.bias_added;  // not folded: nothing was computed
+      if (extras) {  // a bias not folded: nothing was computed
+        extras->bias_added = !bias || call.bias_added;
+        extras->gelu_applied = call.gelu_applied;
+      }
       for (size_t d = first; d-- > 0;) {
         a_offset += a_full.strides()[d];
         b_offset += b_full.strides()[d];
@@ -235,53 +257,108 @@ static Array matmul_impl(const Array& a_in, const Array& b_in, const Array* bias
   return out.reshape(result_shape);
 }
 
-Array addmm(const Array& bias, const Array& a, const Array& b) {
-  require_operands(a, b, "addmm");
-  require_operands(a, bias, "addmm");
+namespace {
+
+/// addmm's and addmm_gelu's checks of the operands: ShapeError naming `op` for matrices that are not 2-d or do not
+/// contract, or a bias that does not broadcast to the product.
+void check_addmm(const Array& bias, const Array& a, const Array& b, const char* op) {
+  require_operands(a, b, op);
+  require_operands(a, bias, op);
   if (a.ndim() != 2 || b.ndim() != 2)
-    throw ShapeError("addmm: " + operand_shapes(a, b) + ": both matrices must have 2 axes; use matmul(a, b) + bias "
-                     "for vectors and batches");
-  check_contraction(a, b, "addmm");
+    throw ShapeError(std::string(op) + ": " + operand_shapes(a, b) +
+                     ": both matrices must have 2 axes; use matmul(a, b) + bias for vectors and batches");
+  check_contraction(a, b, op);
   const int64_t n = b.shape(1);
   const Shape product{a.shape(0), n};
   bool fits = false;
   try {
-    fits = broadcast_shapes(bias.shape(), product, "addmm") == product;
+    fits = broadcast_shapes(bias.shape(), product, op) == product;
   } catch (const ShapeError&) {
   }
   if (!fits)
-    throw ShapeError("addmm: the bias of shape " + shape_str(bias.shape()) + " does not broadcast to the product's " +
-                     shape_str(product) + "; pass a bias of shape (" + std::to_string(n) + ",) or " +
-                     shape_str(product));
-  // The folded form: one dtype (floating, not complex) and a bias that is one row of n values. Anything else is
-  // the product plus a broadcast add, recorded through those two ops.
+    throw ShapeError(std::string(op) + ": the bias of shape " + shape_str(bias.shape()) +
+                     " does not broadcast to the product's " + shape_str(product) + "; pass a bias of shape (" +
+                     std::to_string(n) + ",) or " + shape_str(product));
+}
+
+/// The folded form: one floating (not complex) dtype and a bias that is one row of n values.
+bool foldable(const Array& bias, const Array& a, const Array& b) {
+  const int64_t n = b.shape(1);
   const DType t = a.dtype();
   const bool row_bias = bias.size() == n && (bias.ndim() == 1 || (bias.ndim() == 2 && bias.shape(0) == 1));
-  if (!(row_bias && b.dtype() == t && bias.dtype() == t && is_floating(t)))
-    return add(matmul(a, b), bias);
-  detail::GradRecorder record({&bias, &a, &b});
-  const Array row = bias.reshape({n}).contiguous();
-  bool folded = false;
-  Array out = matmul_impl(a, b, &row, &folded);
-  if (!folded) {
-    // The backend could not fold it (a layout cuBLASLt does not take): the same sum, rounded once for float16 and
-    // bfloat16 (a float32 product plus the bias, then the cast), float32/float64 products plus the bias.
-    out = t == float16 || t == bfloat16
-              ? add(matmul_impl(a.astype(float32), b.astype(float32)), row.astype(float32)).astype(t)
-              : add(matmul_impl(a, b), row);
+  return row_bias && b.dtype() == t && bias.dtype() == t && is_floating(t);
+}
+
+/// a @ b + row with the sum rounded once, through the backend's folded bias where it has one (extras->bias = row):
+/// float16/bfloat16 otherwise as a float32 product plus the bias, then the cast.
+Array folded_addmm(const Array& row, const Array& a, const Array& b, ProductExtras& extras) {
+  extras.bias = &row;
+  Array out = matmul_impl(a, b, &extras);
+  if (extras.bias_added) return out;
+  const DType t = a.dtype();
+  return t == float16 || t == bfloat16
+             ? add(matmul_impl(a.astype(float32), b.astype(float32)), row.astype(float32)).astype(t)
+             : add(matmul_impl(a, b), row);
+}
+
+/// The gradients of addmm(bias, a, b) from g: the bias's (g summed over the rows, to its shape), a's (g b^T) and
+/// b's (a^T g, made in b's own layout: (g^T a)^T for nn.Linear's weight.T(), whose transpose's backward then hands
+/// the weight a contiguous gradient).
+std::vector<Array> addmm_backward(const detail::Node& node, const Array& g, const Shape& bias_shape) {
+  std::vector<Array> r(3);
+  if (node.needs(0)) r[0] = sum(g, 0).reshape(bias_shape);
+  if (node.needs(1)) r[1] = matmul(g, node.saved_array(1).T());
+  if (node.needs(2)) {
+    const Array& a = node.saved_array(0);
+    r[2] = transposed_layout(node.saved_array(1)) ? matmul(g.T(), a).T() : matmul(a.T(), g);
   }
+  return r;
+}
+
+}  // namespace
+
+Array addmm(const Array& bias, const Array& a, const Array& b) {
+  check_addmm(bias, a, b, "addmm");
+  // Anything but the folded form is the product plus a broadcast add, recorded through those two ops.
+  if (!foldable(bias, a, b)) return add(matmul(a, b), bias);
+  detail::GradRecorder record({&bias, &a, &b});
+  const Array row = bias.reshape({b.shape(1)}).contiguous();
+  ProductExtras extras;
+  Array out = folded_addmm(row, a, b, extras);
   if (record) {
-    // The bias's gradient is g summed over the rows (to the bias's shape), the matrices' as matmul's.
     auto backward = [bias_shape = bias.shape()](const detail::Node& node, const Array& g) {
-      std::vector<Array> r(3);
-      if (node.needs(0)) r[0] = sum(g, 0).reshape(bias_shape);
-      if (node.needs(1)) r[1] = matmul(g, node.saved_array(1).T());
-      if (node.needs(2)) r[2] = matmul(node.saved_array(0).T(), g);
-      return r;
+      return addmm_backward(node, g, bias_shape);
     };
     detail::record(out,
                    std::make_shared<detail::Node>("AddmmBackward", std::move(backward),
                                                   std::vector{detail::SavedArray(a), detail::SavedArray(b)}),
+                   {&bias, &a, &b});
+  }
+  return out;
+}
+
+Array addmm_gelu(const Array& bias, const Array& a, const Array& b) {
+  check_addmm(bias, a, b, "addmm_gelu");
+  if (!foldable(bias, a, b)) return gelu_tanh(add(matmul(a, b), bias));
+  detail::GradRecorder record({&bias, &a, &b});
+  const Array row = bias.reshape({b.shape(1)}).contiguous();
+  Array pre = detail::make_array({a.shape(0), b.shape(1)}, a.dtype(), a.device());
+  ProductExtras extras;
+  extras.pre_gelu = &pre;
+  Array out = folded_addmm(row, a, b, extras);
+  if (!extras.bias_added || !extras.gelu_applied) {  // the backend added no GELU: the sum, then the op
+    pre = out;
+    out = gelu_tanh(pre);
+  }
+  if (record) {
+    // The pre-activation's gradient g * gelu_tanh'(pre), then addmm's.
+    auto backward = [bias_shape = bias.shape()](const detail::Node& node, const Array& g) {
+      return addmm_backward(node, derivatives::gelu_tanh_backward(g, node.saved_array(2)), bias_shape);
+    };
+    detail::record(out,
+                   std::make_shared<detail::Node>(
+                       "AddmmGeluBackward", std::move(backward),
+                       std::vector{detail::SavedArray(a), detail::SavedArray(b), detail::SavedArray(pre)}),
                    {&bias, &a, &b});
   }
   return out;

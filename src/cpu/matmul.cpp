@@ -8,6 +8,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -238,6 +239,24 @@ void add_bias_rows(T* c, const T* bias, int64_t m, int64_t n) {
       std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(1, n)));
 }
 
+/// addmm_gelu's epilogue on a row-major block of `count` sums (product + bias, in the accumulator type Acc): the
+/// sums stored into `pre` (of dtype `dtype`, rounded there), then c = gelu_tanh(c) in Acc, before the rounding to
+/// the output.
+template <class Acc>
+void gelu_epilogue(Acc* c, int64_t count, void* pre, DType acc_dtype, DType dtype) {
+  convert(c, acc_dtype, 1, pre, dtype, 1, count);
+  parallel_for(
+      count,
+      [&](int64_t begin, int64_t end) {
+        const Acc k0 = Acc(0.7978845608028654), k1 = Acc(0.044715), half = Acc(0.5), one = Acc(1);
+        for (int64_t i = begin; i < end; ++i) {
+          const Acc x = c[i];
+          c[i] = half * x * (one + std::tanh(k0 * (x + k1 * x * x * x)));
+        }
+      },
+      kParallelThreshold);
+}
+
 /// The whole call through the loop: Acc is float, double, uint64_t (integers, wrapping) or uint8_t (bool).
 template <class Acc>
 void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
@@ -260,6 +279,11 @@ void loop_matmul(const detail::MatmulCall& call, DType acc_dtype) {
         [&](int64_t begin, int64_t end) { loop_product_rows(abuf.data(), bbuf.data(), cbuf.data(), begin, end, n, k); },
         std::max<int64_t>(1, kParallelThreshold / std::max<int64_t>(1, n * k)));
     if (call.bias) add_bias_rows(cbuf.data(), bias.data(), m, n);
+    if constexpr (std::is_floating_point_v<Acc>) {
+      if (call.bias && call.pre_gelu)
+        gelu_epilogue(cbuf.data(), m * n, static_cast<char*>(call.pre_gelu->data_ptr()) + batch * m * n * isz,
+                      acc_dtype, dtype);
+    }
     convert(cbuf.data(), acc_dtype, 1, out + batch * m * n * isz, call.out.dtype(), 1, m * n);
   }
 }
@@ -305,6 +329,7 @@ void cpu_matmul(const detail::MatmulCall& call) {
     return;
   }
   if (dtype == DType::Complex64) return complex_matmul<complex64_t>(call);
+  const bool gelu = call.bias && call.pre_gelu;  // addmm_gelu (a floating dtype)
   if (dtype == DType::Complex128) return complex_matmul<complex128_t>(call);
   if (dtype == DType::Float32 || dtype == DType::Float64) {
     CBLAS_TRANSPOSE trans = CblasNoTrans;
@@ -317,6 +342,7 @@ void cpu_matmul(const detail::MatmulCall& call) {
                        "split the product into blocks");
     // Tiny products cost less in the loop than in a BLAS call.
     const bool tiny = m * n * k <= 512;
+    char* pre = gelu ? static_cast<char*>(call.pre_gelu->data_ptr()) : nullptr;
     if (!tiny && blas_form(a, trans, ld_a) && blas_form(b, trans, ld_b)) {
       const int64_t isz = itemsize(dtype), batches = out.shape()[0];
       char* c = static_cast<char*>(out.data_ptr());
@@ -327,13 +353,16 @@ void cpu_matmul(const detail::MatmulCall& call) {
           float* block = reinterpret_cast<float*>(c + batch * m * n * isz);
           blas_product(a, b, pa, pb, block, m, n, k);
           if (call.bias) add_bias_rows(block, static_cast<const float*>(call.bias->data_ptr()), m, n);
+          if (gelu) gelu_epilogue(block, m * n, pre + batch * m * n * isz, dtype, dtype);
         } else {
           double* block = reinterpret_cast<double*>(c + batch * m * n * isz);
           blas_product(a, b, pa, pb, block, m, n, k);
           if (call.bias) add_bias_rows(block, static_cast<const double*>(call.bias->data_ptr()), m, n);
+          if (gelu) gelu_epilogue(block, m * n, pre + batch * m * n * isz, dtype, dtype);
         }
       }
       call.bias_added = call.bias != nullptr;
+      call.gelu_applied = gelu;
       return;
     }
     if (dtype == DType::Float32)
@@ -341,6 +370,7 @@ void cpu_matmul(const detail::MatmulCall& call) {
     else
       loop_matmul<double>(call, DType::Float64);
     call.bias_added = call.bias != nullptr;
+    call.gelu_applied = gelu;
     return;
   }
   switch (dtype) {
@@ -351,6 +381,7 @@ void cpu_matmul(const detail::MatmulCall& call) {
     case DType::BFloat16:
       loop_matmul<float>(call, DType::Float32);
       call.bias_added = call.bias != nullptr;
+      call.gelu_applied = gelu;
       break;
     default:
       loop_matmul<uint64_t>(call, DType::Int64);

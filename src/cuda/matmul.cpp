@@ -199,7 +199,7 @@ void run_gemm(cublasHandle_t handle, const GemmPlan& p, const GemmData& d) {
   }
 }
 
-// ------------------------------------------------------------------ cuBLASLt: the bias epilogue (addmm)
+// ------------------------------------------------------------------ cuBLASLt: epilogues (bias, bias + GELU)
 
 /// Owners of cuBLASLt descriptors, destroyed when the call returns or throws.
 struct LtDesc {
@@ -230,8 +230,8 @@ struct LtKey {
   int device;
   int64_t m, n, k, ld_first, ld_second;
   bool transpose_first, transpose_second;
-  int type, compute;
-  uint32_t align_first, align_second, align_out, align_bias;
+  int type, compute, epilogue;
+  uint32_t align_first, align_second, align_out, align_bias, align_aux;
   bool operator==(const LtKey&) const = default;
 };
 struct LtEntry {
@@ -240,11 +240,22 @@ struct LtEntry {
   cublasLtMatmulAlgo_t algo{};
 };
 
-/// out = B^T-side product + bias (a row of n) through cuBLASLt's CUBLASLT_EPILOGUE_BIAS, the sum rounded once;
-/// false (nothing queued) when the plan is batched or the heuristic offers no algorithm.
-bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, const GemmPlan& p, const GemmData& d,
-                        const void* bias) {
+/// What a cuBLASLt product does after the sum: `kind` with its vector (the bias it adds) and, for GELU_AUX_BIAS,
+/// the matrix the pre-activation goes to (out's layout, leading dimension n).
+struct LtEpilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
+  const void* vector = nullptr;
+  void* aux = nullptr;
+};
+
+/// The B^T-side product with a cuBLASLt epilogue: BIAS (out = product + bias, a row of n, the sum rounded once)
+/// or GELU_AUX_BIAS (out = gelu_tanh(product + bias), the sum into aux). False (nothing queued) when the plan is
+/// batched, the bias or aux is not 16-byte aligned, aux's leading dimension does not suit, or the heuristic offers
+/// nothing.
+bool cublaslt_gemm(HandleState& state, int device, cudaStream_t stream, const GemmPlan& p, const GemmData& d,
+                   const LtEpilogue& e) {
   if (p.batch != 1 || p.per_matrix) return false;
+  if (e.aux && p.n % 8 != 0) return false;  // the aux matrix's leading dimension must be a multiple of 8
   const LtKey key{device,
                   p.m,
                   p.n,
@@ -255,10 +266,12 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
                   p.transpose_second,
                   static_cast<int>(d.type),
                   static_cast<int>(d.compute),
+                  static_cast<int>(e.kind),
                   alignment_of(d.first),
                   alignment_of(d.second),
                   alignment_of(d.out),
-                  alignment_of(bias)};
+                  alignment_of(e.vector),
+                  e.aux ? alignment_of(e.aux) : 16u};
   // Bounded: a program of ever-changing shapes (generation with a growing sequence) would otherwise make every
   // call's search longer; the oldest shape's choice is dropped (and looked up again if it comes back).
   constexpr size_t kMaxAlgos = 64;
@@ -279,13 +292,19 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
   LtDesc lt;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.desc, d.compute, scale));
   const cublasOperation_t op_first = operation(p.transpose_first), op_second = operation(p.transpose_second);
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.kind, sizeof e.kind));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.vector, sizeof e.vector));
   KILN_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d.type, sizeof d.type));
+  if (e.aux) {
+    const int64_t ld = p.n;
+    KILN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+  }
   // Column-major: the first operand is n x k (stored k x n when transposed), the second k x m, the output n x m.
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.first, d.type, p.transpose_first ? u(p.k) : u(p.n),
@@ -316,7 +335,7 @@ bool cublaslt_bias_gemm(HandleState& state, int device, cudaStream_t stream, con
     int count = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, lt.desc, lt.first, lt.second, lt.out, lt.out,
                                                                  lt.preference, 1, &result, &count);
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && key.align_bias >= 16) {
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && key.align_bias >= 16 && key.align_aux >= 16) {
       found.found = true;
       found.algo = result.algo;
     }
@@ -389,7 +408,16 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
   HandleState& state = *bound_state(device, stream);
   cublasHandle_t handle = state.handle;
   if (call.bias) {  // folded through cuBLASLt, or nothing computed (the core's way then)
-    call.bias_added = cublaslt_bias_gemm(state, device, stream, *plan, d, call.bias->data_ptr());
+    LtEpilogue e{CUBLASLT_EPILOGUE_BIAS, call.bias->data_ptr()};
+    // GELU in the epilogue for 16-bit outputs only: its approximation of tanh is far from float32/float64's
+    // rounding (the core applies gelu_tanh to the folded sum then).
+    const bool gelu = call.pre_gelu && (dtype == DType::BFloat16 || dtype == DType::Float16);
+    if (gelu) {
+      e.kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      e.aux = call.pre_gelu->data_ptr();
+    }
+    call.bias_added = cublaslt_gemm(state, device, stream, *plan, d, e);
+    call.gelu_applied = gelu && call.bias_added;
     return true;
   }
   if (!plan->per_matrix) {

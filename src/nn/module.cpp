@@ -336,28 +336,6 @@ Array Linear::forward(const Array& x) {
   if (x.ndim() == 0 || x.shape(-1) != in_)
     throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axis must have " +
                      std::to_string(in_) + " features");
-  // One node with PyTorch's addmm backward: the weight's gradient is g^T x, made in the weight's own layout (the
-  // recorded matmul of W.T() would make it transposed and copy it back), and no work for inputs without a gradient
-  // (the first layer's x).
-  static const AutogradFunction linear{
-      "LinearBackward",
-      [](const std::vector<Array>& in, std::vector<Array>& saved) {
-        saved = {in[0], in[1]};
-        if (in.size() < 3) return matmul(in[0], in[1].T());
-        // The bias folded into the product (cuBLASLt's epilogue on a GPU): one 2-d addmm over every position.
-        Shape shape = in[0].shape();
-        shape.back() = in[1].shape(0);
-        return addmm(in[2], in[0].reshape({-1, in[0].shape(-1)}), in[1].T()).reshape(shape);
-      },
-      [](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
-        const Array &x = saved[0], &w = saved[1];
-        std::vector<Array> grads(needs.size());
-        if (needs[0]) grads[0] = matmul(g, w);
-        const Array g2 = g.reshape({-1, w.shape(0)});
-        if (needs[1]) grads[1] = matmul(g2.T(), x.reshape({-1, w.shape(1)}));
-        if (needs.size() > 2 && needs[2]) grads[2] = sum(g2, 0);
-        return grads;
-      }};
   const Array xa = autocast_low(x), wa = autocast_low(parameter("weight"));
   // As PyTorch: no silent promotion of a float64 or integer input (autocast casts both sides alike).
   if (xa.dtype() != wa.dtype())
@@ -365,7 +343,15 @@ Array Linear::forward(const Array& x) {
                      std::string(dtype_name(wa.dtype())) + "; convert the input (x.astype(" +
                      std::string(dtype_name(wa.dtype())) + ")) or the module (module.to(" +
                      std::string(dtype_name(x.dtype())) + "))");
-  return has_bias_ ? linear.apply({xa, wa, autocast_low(parameter("bias"))}) : linear.apply({xa, wa});
+  // One 2-d product over every position (addmm with the bias: cuBLASLt's bias epilogue on a GPU). The weight's
+  // gradient is made in its own layout (g^T x: the core's product backward sees the transposed weight) and no
+  // work is done for inputs without a gradient.
+  Shape shape = x.shape();
+  shape.back() = out_;
+  const bool flat = x.ndim() == 2;
+  const Array x2 = flat ? xa : xa.reshape({-1, in_});
+  const Array y = has_bias_ ? addmm(autocast_low(parameter("bias")), x2, wa.T()) : matmul(x2, wa.T());
+  return flat ? y : y.reshape(shape);
 }
 
 std::string Linear::name() const {

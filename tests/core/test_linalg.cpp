@@ -339,6 +339,125 @@ TEST(AddmmErrors, shapes_name_the_op_and_the_fix) {
                            {"addmm", "bias of shape (5,)", "(2, 4)", "pass a bias of shape (4,)"});
 }
 
+// ---------------------------------------------------------------- addmm_gelu (GELU folded into the product)
+
+/// gelu_tanh in float64.
+double gelu_tanh64(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+TEST(AddmmGelu, is_gelu_of_the_sum_for_every_float_dtype) {
+  const int64_t m = 37, k = 70, n = 24;
+  for (const Device& device : harness::backends()) {
+    for (DType t : {float64, float32, float16, bfloat16}) {
+      random::set_state({13, 0});
+      const Array a = random::uniform({m, k}, -1.0, 1.0, t, device), w = random::uniform({n, k}, -1.0, 1.0, t, device);
+      const Array bias = random::uniform({n}, -2.0, 2.0, t, device);
+      const std::string what = device.str() + " " + std::string(dtype_name(t));
+      for (const bool transposed : {true, false}) {  // Linear's w.T(), and a row-major b
+        const Array b = transposed ? w.T() : w.T().contiguous();
+        const Array y = addmm_gelu(bias, a, b);
+        EXPECT_EQ(y.dtype(), t) << what;
+        ASSERT_EQ(shape_str(y.shape()), "(37, 24)") << what;
+        const AddmmReference ref = addmm_reference(a, b, bias);
+        const std::vector<double> got = y.astype(float64).to(kiln::cpu()).to_vector<double>();
+        // |gelu'| <= 1.13: the sum's error (as addmm's bound, the product's rounding on a GPU for 16-bit types,
+        // the sum's rounding before gelu_tanh on a GPU for float32/float64) carries over at most 1.13-fold; then the
+        // activation's own evaluation (the epilogue's approximation on a GPU: 2^-10 relative) and the output's
+        // half ulp.
+        const int mantissa = t == float16 ? 11 : t == bfloat16 ? 8 : t == float32 ? 24 : 53;
+        const double u_acc = t == float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+        const bool rounds_product = (t == float16 || t == bfloat16) && device.is_cuda();
+        const bool rounds_sum = (t == float32 || t == float64) && device.is_cuda();  // gelu_tanh of addmm's result
+        const double eval = rounds_product ? std::ldexp(1.0, -10) : 8 * u_acc;
+        const auto ulp = [&](double v) {
+          return std::ldexp(1.0, std::ilogb(std::max(std::abs(v), 1e-30)) - mantissa + 1);
+        };
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double x = ref.exact[i], want = gelu_tanh64(x);
+          const double sum_error = 2.0 * static_cast<double>(k + 2) * u_acc * ref.magnitude[i] +
+                                   (rounds_product ? ulp(ref.product[i]) + ulp(x) : 0.0) +
+                                   (rounds_sum ? 0.5 * ulp(x) : 0.0);
+          const double allowed = 1.13 * sum_error + eval * std::abs(x) + 0.5 * ulp(want) * (1 + 1e-9) + 1e-300;
+          ASSERT_LE(std::abs(got[i] - want), allowed)
+              << what << (transposed ? " w.T" : " row-major b") << " [" << i << "]: got " << got[i] << ", want " << want
+              << " (sum " << x << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(AddmmGelu, other_forms_are_gelu_of_addmm_and_errors_name_addmm_gelu) {
+  const int64_t m = 5, k = 4, n = 3;
+  for (const Device& device : harness::backends()) {
+    const Array a = from_data(pattern(m, k, 1), Shape{m, k}).to(device);
+    const Array b = from_data(pattern(k, n, 2), Shape{k, n}).to(device);
+    const Array full = from_data(pattern(m, n, 3), Shape{m, n}).to(device);
+    for (const Array& bias : {full, Array(full.astype(float32))}) {
+      const Array got = addmm_gelu(bias, a, b);
+      EXPECT_TRUE(allclose(got.to(kiln::cpu()), gelu_tanh(matmul(a, b) + bias).to(kiln::cpu()), 1e-13, 1e-13))
+          << device.str() << " bias " << shape_str(bias.shape());
+    }
+    // an empty contraction: gelu of the bias
+    const Array bias = from_data(std::vector<double>{-1, 0.5, 3}, Shape{3}).to(device);
+    const Array y = addmm_gelu(bias, zeros({2, 0}, float64, device), zeros({0, 3}, float64, device));
+    const std::vector<double> g = y.to(kiln::cpu()).to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_NEAR(g[i], gelu_tanh64(std::vector<double>{-1, 0.5, 3}[i % 3]), 1e-15) << device.str();
+  }
+  expect_error<ShapeError>(
+      [&] {
+        addmm_gelu(zeros({4}), zeros({2, 2, 3}), zeros({3, 4}));
+      },
+      {"addmm_gelu", "(2, 2, 3)", "must have 2 axes"});
+  expect_error<ShapeError>(
+      [&] {
+        addmm_gelu(zeros({5}), zeros({2, 3}), zeros({3, 4}));
+      },
+      {"addmm_gelu", "bias of shape (5,)", "pass a bias of shape (4,)"});
+}
+
+TEST(AddmmGelu, gradients_pass_gradcheck) {
+  random::set_state({17, 0});
+  const Array a = random::normal({4, 6}, float64), w = random::normal({3, 6}, float64);
+  for (const bool transposed : {true, false}) {
+    const GradcheckResult r = gradcheck(
+        [transposed](const std::vector<Array>& in) {
+          return addmm_gelu(in[0], in[1], transposed ? in[2].T() : in[2].T().contiguous());
+        },
+        {random::normal({3}, float64), a, w});
+    EXPECT_TRUE(r.passed) << (transposed ? "w.T: " : "row-major b: ") << r.report;
+  }
+}
+
+TEST(AddmmGelu, gradients_on_every_backend_equal_float64s) {
+  // addmm's and addmm_gelu's gradients in both layouts of b (nn.Linear's weight.T() gets its own layout's).
+  const int64_t m = 48, k = 40, n = 32;
+  random::set_state({19, 0});
+  const Array a64 = random::uniform({m, k}, -1.0, 1.0, float64), w64 = random::uniform({n, k}, -1.0, 1.0, float64);
+  const Array bias64 = random::uniform({n}, -1.0, 1.0, float64), gout = random::uniform({m, n}, -1.0, 1.0, float64);
+  for (const bool gelu : {false, true}) {
+    for (const bool transposed : {true, false}) {
+      auto grads = [&](const Device& device, DType t) {
+        const Array a = a64.astype(t).to(device).set_requires_grad(), w = w64.astype(t).to(device);
+        const Array wt = (transposed ? w.T() : w.T().contiguous()).set_requires_grad();
+        const Array bias = bias64.astype(t).to(device).set_requires_grad();
+        const Array y = gelu ? addmm_gelu(bias, a, wt) : addmm(bias, a, wt);
+        sum(y * gout.astype(t).to(device)).backward();
+        return std::vector<Array>{a.grad().to(kiln::cpu()), wt.grad().to(kiln::cpu()), bias.grad().to(kiln::cpu())};
+      };
+      const std::vector<Array> want = grads(kiln::cpu(), float64);
+      for (const Device& device : harness::backends()) {
+        const std::vector<Array> got = grads(device, float32);
+        const char* names[] = {"a", "b", "bias"};
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_TRUE(allclose(got[i].astype(float64), want[i], 1e-5, 1e-5))
+              << device.str() << (gelu ? " addmm_gelu " : " addmm ") << (transposed ? "w.T " : "row-major b ")
+              << names[i] << "'s gradient";
+      }
+    }
+  }
+}
+
 TEST(MatmulErrors, operands_on_two_devices_name_both) {
   if (num_gpus() == 0) GTEST_SKIP() << "no GPU: a second device is needed to mix devices";
   Array g = ones({2, 2}, float32, gpu(0));

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -522,6 +523,42 @@ TEST(GpuMatmul, addmm_folds_the_bias_into_the_cublaslt_product_without_an_add_ke
     const std::vector<double> got = y.to(kiln::cpu()).astype(float64).to_vector<double>();
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_LE(std::abs(got[i] - exact[i]), relative_bound(t, k) * scale[i] + 1e-300) << what << " [" << i << "]";
+  }
+}
+
+/// The names of the kernels `f` launches on GPU 0 (after one warm-up call), or nullopt when the profiler cannot
+/// record GPU activity here.
+std::optional<std::vector<std::string>> kernels_of(const std::function<void()>& f) {
+  f();  // the heuristic's lookup, the handle and any compilation outside the profile
+  synchronize(gpu(0));
+  profiler::start();
+  f();
+  synchronize(gpu(0));
+  const profiler::Profile p = profiler::stop();
+  if (p.gpu_note.starts_with("GPU activity not recorded")) return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& k : p.kernels) names.push_back(k.name);
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+TEST(GpuMatmul, addmm_gelu_of_16_bit_types_is_one_cublaslt_product) {
+  KILN_REQUIRE_GPU();
+  const Device d = gpu(0);
+  const int64_t m = 256, k = 192, n = 320;
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const std::string what = std::string(dtype_name(t));
+    const Array x = random_matrix({m, k}, t, 81).to(d), w = random_matrix({n, k}, t, 82).to(d);
+    const Array bias = random_matrix({1, n}, t, 83).reshape({n}).to(d);
+    const auto forward = kernels_of([&] { (void)addmm_gelu(bias, x, w.T()); });
+    if (!forward) GTEST_SKIP() << "the profiler records no GPU activity here";
+    ASSERT_EQ(forward->size(), 1u) << what << ": the product with its GELU epilogue; got " << joined(*forward);
+    EXPECT_EQ((*forward)[0].find("kiln_"), std::string::npos) << (*forward)[0];
   }
 }
 
