@@ -23,7 +23,19 @@ class Conv1D : public nn::Module {
     if (bias) register_parameter("bias", zeros({out}, dtype, device));
     bias_ = bias;
   }
-  Array forward(const Array& x) override {
+  Array forward(const Array& x) override { return product(x, false); }
+  /// gelu_tanh(forward(x)), GELU folded into the product with a bias (addmm_gelu: cuBLASLt's epilogue on a GPU).
+  Array forward_gelu(const Array& x) {
+    if (!is_anomaly_enabled()) return product(x, true);
+    AnomalyScope scope(name());
+    return product(x, true);
+  }
+  std::string name() const override {
+    return "Conv1D(nf=" + std::to_string(out_) + ", nx=" + std::to_string(in_) + (bias_ ? "" : ", bias=false") + ")";
+  }
+
+ private:
+  Array product(const Array& x, bool gelu) {
     if (x.ndim() == 0 || x.shape(-1) != in_)
       throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axis must have " +
                        std::to_string(in_) + " features");
@@ -36,13 +48,11 @@ class Conv1D : public nn::Module {
     Shape shape = x.shape();
     shape.back() = out_;
     const Array x2 = xa.reshape(-1, in_);
-    return (bias_ ? addmm(autocast_low(parameter("bias")), x2, wa) : matmul(x2, wa)).reshape(shape);
-  }
-  std::string name() const override {
-    return "Conv1D(nf=" + std::to_string(out_) + ", nx=" + std::to_string(in_) + (bias_ ? "" : ", bias=false") + ")";
+    if (!bias_) return (gelu ? gelu_tanh(matmul(x2, wa)) : matmul(x2, wa)).reshape(shape);
+    const Array bias = autocast_low(parameter("bias"));
+    return (gelu ? addmm_gelu(bias, x2, wa) : addmm(bias, x2, wa)).reshape(shape);
   }
 
- private:
   int64_t in_, out_;
   bool bias_ = true;
 };
@@ -70,7 +80,8 @@ class LayerNormNoBias : public nn::Module {
 
 struct GPT2::Parts {
   struct Block {
-    std::shared_ptr<nn::Module> ln_1, ln_2, attn_proj, fc, mlp_proj, attn_resid_drop, mlp_drop;
+    std::shared_ptr<nn::Module> ln_1, ln_2, attn_proj, mlp_proj, attn_resid_drop, mlp_drop;
+    std::shared_ptr<Conv1D> fc;  // c_fc, whose output goes through GELU (folded into its product)
     std::shared_ptr<nn::Module> c_attn;
   };
   std::shared_ptr<nn::Embedding> wte, wpe;
@@ -175,7 +186,7 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
                                        static_cast<int64_t>(i), attn_p, mask);
     a = swapaxes(a, 1, 2).reshape({batch, t, c.n_embd});
     x = x + (*b.attn_resid_drop)((*b.attn_proj)(a));
-    x = x + (*b.mlp_drop)((*b.mlp_proj)(gelu_tanh((*b.fc)((*b.ln_2)(x)))));
+    x = x + (*b.mlp_drop)((*b.mlp_proj)(b.fc->forward_gelu((*b.ln_2)(x))));
   }
   x = (*parts.ln_f)(x);
   if (cache) cache->advance(t);
