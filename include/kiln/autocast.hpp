@@ -18,6 +18,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "kiln/array.hpp"
 
@@ -39,6 +40,13 @@ class AutocastGuard {
 std::optional<DType> autocast_dtype();
 /// x cast to the autocast dtype when a scope is on and x is float32 (a low-precision op's input), else x.
 Array autocast_low(const Array& x);
+/// Casts the float32 parameters among `arrays` (leaves that require grad, contiguous, on the first one's device)
+/// to the scope's dtype at once — one multi-tensor pass, a few launches on a GPU instead of one per parameter —
+/// and caches the copies for the outermost enabled scope: autocast_low of those parameters then returns them,
+/// also with gradients on (each copy recorded as the cast, so every use's gradient reaches the parameter in
+/// float32). A model's forward calls it with its parameters (models::GPT2 does under autocast); a copy is made
+/// again when its parameter changes (an optimizer step moves its version). No effect outside a scope.
+void autocast_cache(const std::vector<Array>& arrays);
 /// x cast to float32 when a scope is on and x is float16/bfloat16 (a float32 op's input), else x.
 Array autocast_float32(const Array& x);
 

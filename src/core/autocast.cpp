@@ -1,11 +1,15 @@
 // The per-thread autocast scope (kiln/autocast.hpp).
 #include "kiln/autocast.hpp"
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "core/autograd.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/error.hpp"
+#include "kiln/fuse.hpp"
+#include "kiln/ops.hpp"
 
 namespace kiln {
 namespace {
@@ -19,6 +23,11 @@ thread_local std::optional<DType> t_autocast;
 struct CastEntry {
   Array source, cast;
   uint64_t version = 0;
+  bool with_grad = false;  ///< made by autocast_cache with gradients on: the cast is recorded (AstypeBackward)
+  bool holds(const Array& x) const {
+    return cast.defined() && version == x.storage()->version() && source.storage() == x.storage() &&
+           source.shape() == x.shape() && source.strides() == x.strides();
+  }
 };
 struct CastKey {
   const void* data;
@@ -33,16 +42,15 @@ struct CastKeyHash {
 thread_local std::unordered_map<CastKey, CastEntry, CastKeyHash> t_casts;
 
 Array cached_cast(const Array& x, DType t) {
-  // Without gradients only: a cached cast carries no autograd history to share between backward passes.
-  if (is_grad_enabled() || !x.requires_grad() || !x.is_leaf()) return x.astype(t);
-  const uint64_t version = x.storage()->version();
-  CastEntry& e = t_casts[CastKey{x.data_ptr(), t}];
-  if (!e.cast.defined() || e.version != version || e.source.storage() != x.storage() ||
-      !(e.source.shape() == x.shape()) || e.source.strides() != x.strides()) {
-    e.source = x;
-    e.cast = x.astype(t);
-    e.version = version;
+  if (!x.requires_grad() || !x.is_leaf()) return x.astype(t);
+  // With gradients, only the recorded copies autocast_cache made for this scope are shared (by every use in one
+  // forward, whose backward then sums their gradients at the one cast); without, casts are cached as they come.
+  if (is_grad_enabled()) {
+    const auto it = t_casts.find(CastKey{x.data_ptr(), t});
+    return it != t_casts.end() && it->second.with_grad && it->second.holds(x) ? it->second.cast : x.astype(t);
   }
+  CastEntry& e = t_casts[CastKey{x.data_ptr(), t}];
+  if (!e.holds(x)) e = CastEntry{x, x.astype(t), x.storage()->version(), false};
   return e.cast;
 }
 }  // namespace
@@ -63,6 +71,42 @@ std::optional<DType> autocast_dtype() { return t_autocast; }
 
 Array autocast_low(const Array& x) {
   return t_autocast && x.defined() && x.dtype() == DType::Float32 ? cached_cast(x, *t_autocast) : x;
+}
+
+void autocast_cache(const std::vector<Array>& arrays) {
+  if (!t_autocast) return;
+  const DType t = *t_autocast;
+  // The float32 leaves that require grad, on the first one's device, whose copy is not cached at their version.
+  std::vector<Array> sources, casts;
+  for (const Array& x : arrays) {
+    if (!x.defined() || x.dtype() != DType::Float32 || !x.requires_grad() || !x.is_leaf() || !x.is_contiguous() ||
+        x.size() == 0 || (!sources.empty() && x.device() != sources[0].device()))
+      continue;
+    const auto it = t_casts.find(CastKey{x.data_ptr(), t});
+    if (it != t_casts.end() && it->second.holds(x) && (it->second.with_grad || !is_grad_enabled())) continue;
+    sources.push_back(x);
+    casts.push_back(empty(x.shape(), t, x.device()));
+  }
+  if (sources.empty()) return;
+  static const auto to_bfloat16 = fuse([](auto x) { return astype(x, DType::BFloat16); }, "autocast_cast");
+  static const auto to_float16 = fuse([](auto x) { return astype(x, DType::Float16); }, "autocast_cast");
+  {
+    NoGradGuard no_grad;  // the copies are recorded one by one below
+    if (t == DType::BFloat16)
+      to_bfloat16.each({casts}, sources);
+    else
+      to_float16.each({casts}, sources);
+  }
+  const bool grad = is_grad_enabled();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (grad) {
+      detail::GradRecorder record({&sources[i]});
+      auto pass = [](const detail::Node&, const Array& g) { return std::vector<Array>{g}; };
+      if (record) detail::record(casts[i], std::make_shared<detail::Node>("AstypeBackward", pass), {&sources[i]});
+    }
+    t_casts[CastKey{sources[i].data_ptr(), t}] =
+        CastEntry{sources[i], casts[i], sources[i].storage()->version(), grad};
+  }
 }
 
 Array autocast_float32(const Array& x) {

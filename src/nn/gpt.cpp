@@ -167,6 +167,8 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
     throw ValueError("GPT2: positions " + std::to_string(offset) + " to " + std::to_string(offset + t - 1) +
                      " exceed n_positions (" + std::to_string(c.n_positions) + "); pass at most " +
                      std::to_string(c.n_positions - offset) + " tokens");
+  // Under autocast, every low-precision copy of the parameters in one multi-tensor pass (reused by the layers).
+  if (autocast_dtype()) autocast_cache(parameters());
   const Array& wte = parts.wte->weight();
   // A static step (one token, CUDA-graph friendly) reads its position from the device.
   Array positions = cache && cache->is_static() ? cache->position_array()

@@ -144,6 +144,70 @@ TEST(Amp, AutocastCachesParameterCastsWithoutGradients) {
 }
 
 
+// autocast_cache: every parameter's copy in one multi-tensor pass, shared by its uses in the scope also with
+// gradients. A parameter used once gets the gradient of casting at its use, bit for bit; one used twice gets its
+// uses' gradients summed at the shared copy, in the low precision (as PyTorch's cached cast), before the float32
+// conversion: within that rounding of the sum cast at each use.
+TEST(Amp, AutocastCacheSharesRecordedCopiesWithGradients) {
+  for (Device d : harness::backends()) {
+    for (DType low : {bfloat16, float16}) {
+      const std::string what = d.str() + " " + std::string(dtype_name(low));
+      random::seed(5);
+      const Array w0 = random::normal({7, 33}, 0.0, 1.0, float32, d), v0 = random::normal({33}, 0.0, 1.0, float32, d);
+      const Array x = random::normal({5, 7}, 0.0, 1.0, float32, d);
+      auto loss_of = [&](bool cache, Array& w, Array& v) {
+        w = w0.copy().set_requires_grad();
+        v = v0.copy().set_requires_grad();
+        Array loss;
+        {
+          AutocastGuard amp(low);
+          if (cache) autocast_cache({w, v, x, zeros({3}, float64, d)});  // x, float64: not parameters, left
+          const Array a = autocast_low(w), b = autocast_low(w);
+          if (cache) {
+            EXPECT_EQ(a.data_ptr(), b.data_ptr()) << what << ": both uses share the cached copy";
+            EXPECT_EQ(a.dtype(), low) << what;
+            EXPECT_TRUE(a.requires_grad()) << what;
+            EXPECT_TRUE(array_equal(a, w.astype(low))) << what << ": the copy has astype's bits";
+            EXPECT_EQ(autocast_low(x).data_ptr() == autocast_low(x).data_ptr(), false) << what;
+          }
+          const Array h = matmul(autocast_low(x), a) * autocast_low(v) + sin(matmul(autocast_low(x), b));
+          loss = sum(h.astype(float32));
+        }
+        loss.backward();
+        return loss;
+      };
+      Array w_cached, v_cached, w_plain, v_plain;
+      const Array l_cached = loss_of(true, w_cached, v_cached), l_plain = loss_of(false, w_plain, v_plain);
+      EXPECT_EQ(l_cached.item<float>(), l_plain.item<float>()) << what;
+      const double u = low == bfloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      EXPECT_TRUE(allclose(w_cached.grad(), w_plain.grad(), 2 * u, 1e-6)) << what << ": w's gradient";
+      EXPECT_TRUE(array_equal(v_cached.grad(), v_plain.grad())) << what << ": v's gradient";
+      EXPECT_EQ(w_cached.grad().dtype(), float32) << what;
+    }
+    // A parameter changed after the cache (its version moved) is cast again, with its new values.
+    Array w = full({4, 3}, 1.5f, float32, d);
+    w.set_requires_grad(true);
+    {
+      AutocastGuard amp(bfloat16);
+      autocast_cache({w});
+      const Array a = autocast_low(w);
+      {
+        NoGradGuard no_grad;
+        w.fill(3.0f);
+      }
+      const Array b = autocast_low(w);
+      EXPECT_NE(a.data_ptr(), b.data_ptr()) << d.str();
+      EXPECT_EQ(b.astype(float32).to(cpu()).to_vector<float>()[0], 3.0f) << d.str();
+    }
+    {
+      AutocastGuard amp(bfloat16);  // a new scope: the cache was dropped with the last
+      EXPECT_NE(autocast_low(w).data_ptr(), autocast_low(w).data_ptr()) << d.str();
+    }
+    autocast_cache({w});  // outside any scope: nothing
+    EXPECT_EQ(autocast_low(w).dtype(), float32);
+  }
+}
+
 // Under autocast, cross entropy of low-precision logits with integer labels reads them as they are and widens
 // them inside its kernels: the loss and the logits' gradient must be the bits of the float32 path (a cast first,
 // the cast's backward rounding the float32 gradient), with and without label smoothing.
