@@ -1,5 +1,5 @@
 """bench/python_overhead.py, bench/python_mlp.py and bench/python_fft_einsum.py run and write records in the bench
-JSON format (no timing is asserted)."""
+JSON format, and bench/python_mlp_steps.py runs its two modes (no timing is asserted)."""
 
 import json
 import os
@@ -50,3 +50,21 @@ def test_fft_einsum_script_checks_and_writes_records(tmp_path):
     for record in report["records"]:
         assert record["workload"] in ("fft", "einsum") and record["metric"] == "ms"
         assert record["value"] > 0 and record["check"] == "ok"
+
+
+def test_step_driver_runs_the_same_steps_as_a_loop_and_as_train_step():
+    # bench/python_mlp_steps.py's two modes make the same steps (bench/mlp_steps.cpp prints the same loss from C++):
+    # the loop of python_mlp.py and one TrainStep call a step.
+    script = SCRIPT.parent / "python_mlp_steps.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    runs = {}
+    for mode in ("loop", "trainstep"):
+        done = subprocess.run([sys.executable, str(script), mode, "1", "3"], check=True, env=env, capture_output=True,
+                              text=True)
+        printed_mode, loss = done.stdout.split()
+        assert printed_mode == mode
+        runs[mode] = float(loss)
+    assert 2.0 < runs["loop"] < 2.6  # ln(10) = 2.30 at the start: ten classes of random data
+    assert abs(runs["loop"] - runs["trainstep"]) < 1e-4
+    wrong = subprocess.run([sys.executable, str(script), "step", "1", "3"], env=env, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "Usage" in wrong.stderr
