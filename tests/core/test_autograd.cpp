@@ -12,23 +12,17 @@
 #include "core/op_table.hpp"
 #include "harness/op_harness.hpp"
 #include "kiln/kiln.hpp"
+#include "autograd_test_util.hpp"
 #include "test_util.hpp"
 
 namespace kiln {
 namespace {
 
-using Fn = std::function<Array(const std::vector<Array>&)>;
+using autograd_test::kRows;
+using autograd_test::OpRow;
+using autograd_test::values;
 
-/// Values in [lo, hi], distinct, deterministic, float64.
-Array values(const Shape& shape, double lo, double hi, uint64_t salt, Device d) {
-  const int64_t n = shape_numel(shape);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const double t = std::fmod(0.6180339887 * static_cast<double>(i + 1) + 0.1234 * static_cast<double>(salt), 1.0);
-    v[static_cast<size_t>(i)] = lo + (hi - lo) * t;
-  }
-  return from_data(v, shape, d);
-}
+using Fn = std::function<Array(const std::vector<Array>&)>;
 
 void expect_gradcheck(const Fn& f, const std::vector<Array>& inputs, const std::string& what, Device d,
                       GradcheckOptions options = {}) {
@@ -39,27 +33,6 @@ void expect_gradcheck(const Fn& f, const std::vector<Array>& inputs, const std::
 std::vector<Device> devices() { return harness::backends(); }
 
 // ---------------------------------------------------------------- the op list
-struct OpRow {
-  const char* name;
-  detail::OpCode code;
-  int arity;
-  Array (*unary)(const Array&);
-  Array (*binary)(const Operand&, const Operand&);
-};
-
-#define KILN_ROW_Fn1(Code, name) \
-  {#name, detail::OpCode::Code, 1, static_cast<Array (*)(const Array&)>(&kiln::name), nullptr},
-#define KILN_ROW_Fn2(Code, name) \
-  {#name, detail::OpCode::Code, 2, nullptr, static_cast<Array (*)(const Operand&, const Operand&)>(&kiln::name)},
-#define KILN_ROW_Own3(Code, name)
-#define KILN_ROW_None0(Code, name)
-#define KILN_ROW_None1(Code, name)
-#define KILN_ROW(Code, name, arity, api) KILN_ROW_##api##arity(Code, name)
-const OpRow kRows[] = {
-#define KILN_OP(Code, name, arity, api, ...) KILN_ROW(Code, name, arity, api)
-#include "kiln/ops.def"
-};
-
 /// Where a gradcheck draws operand `operand` of a row with input domain `domain` (the domain column of the op
 /// table): an interval inside the domain where the op is smooth and its derivative finite, and which the
 /// finite differences' steps never carry across a kink (0 for abs, integers for floor and remainder).

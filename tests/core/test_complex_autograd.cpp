@@ -12,25 +12,19 @@
 
 #include "core/op_table.hpp"
 #include "kiln/kiln.hpp"
+#include "autograd_test_util.hpp"
 #include "test_util.hpp"
 
 namespace kiln {
 namespace {
 
+using autograd_test::kRows;
+using autograd_test::OpRow;
+using autograd_test::values;
+
 using Fn = std::function<Array(const std::vector<Array>&)>;
 using c128 = complex128_t;
 using kiln_test::expect_error;
-
-/// Values in [lo, hi], distinct, deterministic, float64 (as test_autograd.cpp's).
-Array values(const Shape& shape, double lo, double hi, uint64_t salt) {
-  const int64_t n = shape_numel(shape);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const double t = std::fmod(0.6180339887 * static_cast<double>(i + 1) + 0.1234 * static_cast<double>(salt), 1.0);
-    v[static_cast<size_t>(i)] = lo + (hi - lo) * t;
-  }
-  return from_data(v, shape);
-}
 
 /// Complex128 values with real parts in [re_lo, re_hi] and imaginary parts in [im_lo, im_hi].
 Array cvalues(const Shape& shape, double re_lo, double re_hi, double im_lo, double im_hi, uint64_t salt) {
@@ -55,27 +49,6 @@ void expect_complex_near(const Array& got, const std::vector<c128>& want, double
 }
 
 // ---------------------------------------------------------------- the op table
-
-struct OpRow {
-  const char* name;
-  detail::OpCode code;
-  int arity;
-  Array (*unary)(const Array&);
-  Array (*binary)(const Operand&, const Operand&);
-};
-
-#define KILN_ROW_Fn1(Code, name) \
-  {#name, detail::OpCode::Code, 1, static_cast<Array (*)(const Array&)>(&kiln::name), nullptr},
-#define KILN_ROW_Fn2(Code, name) \
-  {#name, detail::OpCode::Code, 2, nullptr, static_cast<Array (*)(const Operand&, const Operand&)>(&kiln::name)},
-#define KILN_ROW_Own3(Code, name)
-#define KILN_ROW_None0(Code, name)
-#define KILN_ROW_None1(Code, name)
-#define KILN_ROW(Code, name, arity, api) KILN_ROW_##api##arity(Code, name)
-const OpRow kRows[] = {
-#define KILN_OP(Code, name, arity, api, ...) KILN_ROW(Code, name, arity, api)
-#include "kiln/ops.def"
-};
 
 struct Box {
   double re_lo, re_hi, im_lo, im_hi;

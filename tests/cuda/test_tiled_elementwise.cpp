@@ -35,6 +35,24 @@ Plan plan_of(const Shape& shape, const std::vector<Array>& arrays) {
 
 Array values(const Shape& shape) { return arange(shape_numel(shape), float32, cpu()).reshape(shape); }
 
+
+/// The specs' kernels compiled by NVRTC into one module's PTX (for sm_90): each is an entry of it, and each name
+/// holds `tag`. Returns the PTX.
+std::string expect_compiled(const std::vector<ElementwiseSpec>& specs, const std::string& module,
+                            const std::string& tag) {
+  std::string source = device_prelude();
+  for (const ElementwiseSpec& s : specs) source += elementwise_kernel_code(s);
+  CompileOptions options;
+  options.options = builtin_kernel_options();
+  const std::string ptx = compile_ptx(source, module, 90, options);
+  for (const ElementwiseSpec& s : specs) {
+    const std::string name = elementwise_kernel_name(s);
+    EXPECT_NE(ptx.find(".entry " + name + "("), std::string::npos) << name;
+    EXPECT_NE(name.find(tag), std::string::npos) << name;
+  }
+  return ptx;
+}
+
 TEST(TiledElementwise, a_transposed_input_is_tiled_along_its_unit_stride) {
   const Shape shape{64, 48};
   Plan p = plan_of(shape, {empty(shape), values({48, 64}).T()});  // input strides (1, 64)
@@ -114,16 +132,7 @@ TEST(TiledElementwise, generated_kernels_compile_to_ptx) {
   ElementwiseSpec copy = tiled_spec(OpCode::Identity, 1, DType::Int8, DType::Int8, 0b1, 2, false);
   copy.raw_copy = true;
   specs.push_back(copy);
-  std::string source = device_prelude();
-  for (const ElementwiseSpec& s : specs) source += elementwise_kernel_code(s);
-  CompileOptions options;
-  options.options = builtin_kernel_options();
-  const std::string ptx = compile_ptx(source, "tiled_test", 90, options);
-  for (const ElementwiseSpec& s : specs) {
-    const std::string name = elementwise_kernel_name(s);
-    EXPECT_NE(ptx.find(".entry " + name + "("), std::string::npos) << name;
-    EXPECT_NE(name.find("_tiled"), std::string::npos) << name;
-  }
+  const std::string ptx = expect_compiled(specs, "tiled_test", "_tiled");
   EXPECT_NE(ptx.find(".shared"), std::string::npos);
 }
 
@@ -262,16 +271,9 @@ TEST(StridedVectors, generated_kernels_compile_to_ptx_and_are_named_apart) {
   ElementwiseSpec copy = strided_spec(OpCode::Identity, 1, DType::Int8, DType::Int8, 2, 16);
   copy.raw_copy = true;
   specs.push_back(copy);
-  std::string source = device_prelude();
-  for (const ElementwiseSpec& s : specs) source += elementwise_kernel_code(s);
-  CompileOptions options;
-  options.options = builtin_kernel_options();
-  const std::string ptx = compile_ptx(source, "strided_vectors_test", 90, options);
-  for (const ElementwiseSpec& s : specs) {
-    const std::string name = elementwise_kernel_name(s);
-    EXPECT_NE(ptx.find(".entry " + name + "("), std::string::npos) << name;
-    EXPECT_NE(name.find("_v" + std::to_string(s.vector_width)), std::string::npos) << name;
-  }
+  (void)expect_compiled(specs, "strided_vectors_test", "_v");
+  for (const ElementwiseSpec& s : specs)
+    EXPECT_NE(elementwise_kernel_name(s).find("_v" + std::to_string(s.vector_width)), std::string::npos);
   ElementwiseSpec plain = specs[0];
   plain.vector_width = 1;
   EXPECT_NE(elementwise_kernel_name(plain), elementwise_kernel_name(specs[0]));
