@@ -365,17 +365,17 @@ AdamW::AdamW(std::vector<Array> parameters, AdamOptions options) : Adam(std::mov
 // ---------------------------------------------------------------- clipping
 Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
   NoGradGuard no_grad;
-  Array total;
+  // Each gradient's sum of squares in one fused kernel, the sums stacked on the first one's device and added.
+  static const auto squares_of = fuse([](auto g) { return sum(square(astype(g, float32))); }, "grad_norm_squares");
+  std::vector<Array> squares;
   for (const Array& p : parameters) {
     const Array g = p.grad();
     if (!g.defined()) continue;
-    Array squares = sum(square(g.astype(float32)));
-    if (total.defined()) squares = squares.to(total.device());
-    total = total.defined() ? total + squares : squares;
+    squares.push_back(squares.empty() ? squares_of(g) : squares_of(g).to(squares[0].device()));
   }
-  if (!total.defined())
+  if (squares.empty())
     return parameters.empty() ? zeros({}, float32, cpu()) : zeros({}, float32, parameters[0].device());
-  total = sqrt(total);
+  Array total = sqrt(squares.size() == 1 ? squares[0] : sum(stack(squares)));
   static const auto scale_by = fuse([](auto g, auto s) { return g * s; }, "clip_grad_norm");
   const Array scale = minimum(divide(max_norm, total + 1e-6), 1.0);
   ListsBy by;
