@@ -332,11 +332,9 @@ struct PendingPrefetch {
   int current = 0;
   int64_t offset = 0;
 };
-thread_local PendingPrefetch t_prefetch;
 constexpr int64_t kPrefetchLinesPerStep = 8;
 
-inline void prefetch_lines(int64_t lines) {
-  PendingPrefetch& q = t_prefetch;
+inline void prefetch_lines(PendingPrefetch& q, int64_t lines) {
   while (lines > 0 && q.current < q.count) {
     if (q.offset >= q.bytes[q.current]) {
       ++q.current;
@@ -351,7 +349,7 @@ inline void prefetch_lines(int64_t lines) {
 
 /// Runs `list` over one block of `n` elements (operand k at ptrs[k], steps[k] elements apart) into `values`.
 void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs, const int64_t* steps, int64_t n,
-              char* scratch, Value* values) {
+              char* scratch, Value* values, PendingPrefetch& queue) {
   const FusionGraph& g = *p.g;
   char* temps = scratch + p.scratch_bytes - kTemps * kBufferStride;
   for (int index : list) {
@@ -417,7 +415,7 @@ void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs,
       if (!direct) convert(kernel_ptrs[0], s.kernel_out, 1, dst, s.dtype, dst_step, count);
     }
     v = to_output ? Value{ptrs[s.output], steps[s.output]} : Value{buffer, count == 1 && n > 1 ? 0 : 1};
-    prefetch_lines(kPrefetchLinesPerStep);
+    prefetch_lines(queue, kPrefetchLinesPerStep);
   }
 }
 
@@ -446,8 +444,7 @@ struct Walk {
 };
 
 /// Sets up the next block's prefetches (PendingPrefetch) of the block of `n` elements at ptrs.
-inline void plan_prefetch(const Walk& w, char* const* ptrs, const int64_t* steps, int64_t n) {
-  PendingPrefetch& q = t_prefetch;
+inline void plan_prefetch(PendingPrefetch& q, const Walk& w, char* const* ptrs, const int64_t* steps, int64_t n) {
   q.count = 0;
   q.current = 0;
   q.offset = 0;
@@ -463,6 +460,7 @@ inline void plan_prefetch(const Walk& w, char* const* ptrs, const int64_t* steps
 /// innermost axis cut to kBlock.
 template <class F>
 void walk(const Walk& w, int64_t begin, int64_t end, F&& block) {
+  PendingPrefetch queue;
   const int nd = w.ndim;
   const int64_t inner = w.shape[nd - 1];
   int64_t idx[kMaxRank] = {};
@@ -484,9 +482,9 @@ void walk(const Walk& w, int64_t begin, int64_t end, F&& block) {
     }
     for (int64_t done = 0; done < len;) {
       const int64_t n = std::min(kBlock, len - done);
-      plan_prefetch(w, ptrs, steps, n);
-      block(ptrs, steps, n);
-      prefetch_lines(std::numeric_limits<int64_t>::max());
+      plan_prefetch(queue, w, ptrs, steps, n);
+      block(ptrs, steps, n, queue);
+      prefetch_lines(queue, std::numeric_limits<int64_t>::max());
       for (int k = 0; k < w.operands; ++k) ptrs[k] += n * steps[k] * w.itemsize[k];
       done += n;
     }
@@ -525,8 +523,8 @@ Walk elementwise_walk(const Program& p) {
 void run_elementwise(const Program& p, const Walk& w, int64_t begin, int64_t end) {
   char* memory = scratch(p.scratch_bytes);
   std::vector<Value> values(p.g->nodes.size());
-  walk(w, begin, end, [&](char* const* ptrs, const int64_t* steps, int64_t n) {
-    evaluate(p, p.all, ptrs, steps, n, memory, values.data());
+  walk(w, begin, end, [&](char* const* ptrs, const int64_t* steps, int64_t n, PendingPrefetch& queue) {
+    evaluate(p, p.all, ptrs, steps, n, memory, values.data(), queue);
     for (int k = 0; k < p.num_outputs; ++k) write_output(p, k, values.data(), ptrs[k], steps[k], n);
   });
   if (p.stream) stream_fence();
@@ -615,14 +613,14 @@ void run_classic(const Program& p) {
     char* memory = scratch(p.scratch_bytes);
     std::vector<Value> values(g.nodes.size());
     // The operands of evaluate are numbered with outputs first: shift by one (outs[0] is not walked).
-    walk(w, 0, walk_numel(w), [&](char* const* ptrs, const int64_t* steps, int64_t n) {
+    walk(w, 0, walk_numel(w), [&](char* const* ptrs, const int64_t* steps, int64_t n, PendingPrefetch& queue) {
       char* shifted[kMaxOperands + 1];
       int64_t shifted_steps[kMaxOperands + 1];
       for (int i = 0; i < inputs; ++i) {
         shifted[1 + i] = ptrs[i];
         shifted_steps[1 + i] = steps[i];
       }
-      evaluate(p, p.all, shifted, shifted_steps, n, memory, values.data());
+      evaluate(p, p.all, shifted, shifted_steps, n, memory, values.data(), queue);
       const Value& v = values[static_cast<size_t>(g.elementwise)];
       const int64_t step = v.step == 0 && n > 1 ? 0 : v.step;
       if (inner_reduced)
@@ -701,8 +699,8 @@ void run_staged(const Program& p) {
         alignas(16) unsigned char acc[16];
         k.init(acc, 1);
         const int input = g.nodes[static_cast<size_t>(red.node)].inputs[0];
-        walk(w, 0, row_length, [&](char* const* ptrs, const int64_t* steps, int64_t n) {
-          evaluate(p, red.steps, ptrs, steps, n, memory, values.data());
+        walk(w, 0, row_length, [&](char* const* ptrs, const int64_t* steps, int64_t n, PendingPrefetch& queue) {
+          evaluate(p, red.steps, ptrs, steps, n, memory, values.data(), queue);
           const Value& v = values[static_cast<size_t>(input)];
           k.reduce_run(acc, v.ptr, n, v.step == 0 && n > 1 ? 0 : v.step);
         });
@@ -720,8 +718,8 @@ void run_staged(const Program& p) {
         values[static_cast<size_t>(red.node)] = {buffer, 0};
       }
       bool first = true;
-      walk(w, 0, row_length, [&](char* const* ptrs, const int64_t* steps, int64_t n) {
-        evaluate(p, p.tail, ptrs, steps, n, memory, values.data());
+      walk(w, 0, row_length, [&](char* const* ptrs, const int64_t* steps, int64_t n, PendingPrefetch& queue) {
+        evaluate(p, p.tail, ptrs, steps, n, memory, values.data(), queue);
         for (int k = 0; k < no; ++k) {
           const bool full = p.call->full[static_cast<size_t>(k)];
           if (full || first) write_output(p, k, values.data(), ptrs[k], steps[k], full ? n : 1);
