@@ -200,6 +200,17 @@ TEST(Amp, AutocastCacheSharesRecordedCopiesWithGradients) {
       EXPECT_EQ(b.astype(float32).to(cpu()).to_vector<float>()[0], 3.0f) << d.str();
     }
     {
+      // Two forwards and backwards in one scope without a step between (gradient accumulation): the second
+      // backward goes through the same recorded copies, and the gradients add up.
+      AutocastGuard amp(bfloat16);
+      Array v = full({3}, 2.0f, float32, d).set_requires_grad();
+      for (int i = 0; i < 2; ++i) {
+        autocast_cache({v});
+        sum(autocast_low(v).astype(float32) * 3.0f).backward();
+      }
+      EXPECT_EQ(v.grad().to(cpu()).to_vector<float>(), (std::vector<float>{6.0f, 6.0f, 6.0f})) << d.str();
+    }
+    {
       AutocastGuard amp(bfloat16);  // a new scope: the cache was dropped with the last
       EXPECT_NE(autocast_low(w).data_ptr(), autocast_low(w).data_ptr()) << d.str();
     }
