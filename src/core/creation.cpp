@@ -1,8 +1,9 @@
 // Creation functions: empty/zeros/ones/full, arange/linspace/eye, *_like,
 // from_data and 0-d scalar arrays. All allocate through the device's backend.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,19 @@ Array arange(const Scalar& start, const Scalar& stop, const Scalar& step, std::o
   } else {
     int64_t s = step.to_int64(), a = start.to_int64(), b = stop.to_int64();
     if (s == 0) throw ValueError("arange: step must be non-zero");
-    int64_t span = b - a;
-    n = (span == 0 || (span > 0) != (s > 0)) ? 0 : (span + s + (s > 0 ? -1 : 1)) / s;
+    // ceil((b - a) / s) in unsigned arithmetic: the span and the step's magnitude fit in 64 bits without a sign
+    // (arange(2, step=2**63 - 1) has one element; (span + s - 1) / s would overflow).
+    if (a == b || (b > a) != (s > 0)) {
+      n = 0;
+    } else {
+      const uint64_t span = b > a ? static_cast<uint64_t>(b) - static_cast<uint64_t>(a)
+                                  : static_cast<uint64_t>(a) - static_cast<uint64_t>(b);
+      const uint64_t magnitude = s > 0 ? static_cast<uint64_t>(s) : uint64_t{0} - static_cast<uint64_t>(s);
+      const uint64_t count = (span - 1) / magnitude + 1;
+      if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        throw ValueError("arange: " + std::to_string(count) + " elements exceed an array's size; use a larger step");
+      n = static_cast<int64_t>(count);
+    }
   }
   return sequence(detail::OpCode::Arange, n, t, pick(device), start, step);
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/kiln.hpp"
 
@@ -42,6 +43,15 @@ TEST(Creation, ArangeMatchesNumPy) {
   EXPECT_EQ(f.to_vector<float>(), (std::vector<float>{0.0f, 0.25f, 0.5f, 0.75f}));
   EXPECT_EQ(arange(0, 10, 1, int32).dtype(), int32);
   EXPECT_THROW(arange(0, 10, 0), ValueError);
+  // Lengths whose (span + step - 1) would overflow 64 bits (NumPy: np.arange(2, step=2**63 - 1) is [0]).
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(arange(int64_t{0}, int64_t{2}, kMax).to_vector<int64_t>(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(arange(int64_t{0}, int64_t{2}, kMax, float32).to_vector<float>(), (std::vector<float>{0.0f}));
+  EXPECT_EQ(arange(kMin, kMax, int64_t{1} << 62).to_vector<int64_t>(),
+            (std::vector<int64_t>{kMin, -(int64_t{1} << 62), 0, int64_t{1} << 62}));
+  EXPECT_EQ(arange(int64_t{0}, int64_t{-10}, int64_t{-3}).to_vector<int64_t>(), (std::vector<int64_t>{0, -3, -6, -9}));
+  EXPECT_EQ(arange(kMax, kMin, kMin).to_vector<int64_t>(), (std::vector<int64_t>{kMax, -1}));
+  EXPECT_THROW(arange(kMin, kMax, int64_t{1}), ValueError);  // 2^64 - 1 elements
 }
 
 TEST(Creation, LinspaceIncludesStopExactly) {
