@@ -331,3 +331,21 @@ def test_qr_of_complex_matrices_is_unitary_times_upper_triangular(shape, dtype, 
         full_rank = rn if len(shape) == 2 else rn[0]
         expected = np.linalg.qr(a if len(shape) == 2 else a[0], mode=mode)[1]
         np.testing.assert_allclose(np.abs(full_rank), np.abs(expected), atol=tol * 10)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 5), (2, 3, 3)])
+@pytest.mark.parametrize("full_matrices", [False, True])
+def test_svd_of_complex_matrices_reconstructs_them_as_numpy(shape, full_matrices):
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=shape) + 1j * rng.normal(size=shape)
+    u, s, vh = xp.linalg.svd(xp.asarray(a), full_matrices=full_matrices)
+    u, s, vh = np.asarray(u), np.asarray(s), np.asarray(vh)
+    assert u.dtype == np.complex128 and s.dtype == np.float64 and vh.dtype == np.complex128
+    k = min(shape[-2:])
+    np.testing.assert_allclose((u[..., :k] * s[..., None, :]) @ vh[..., :k, :], a, atol=1e-12)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+    identity = np.broadcast_to(np.eye(u.shape[-1]), u.shape[:-2] + (u.shape[-1],) * 2)
+    np.testing.assert_allclose(np.conj(np.swapaxes(u, -1, -2)) @ u, identity, atol=1e-12)
+    s64 = np.asarray(xp.linalg.svdvals(xp.asarray(a.astype(np.complex64))))
+    assert s64.dtype == np.float32
+    np.testing.assert_allclose(s64, np.linalg.svd(a, compute_uv=False), rtol=1e-5)

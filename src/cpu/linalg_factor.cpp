@@ -35,6 +35,9 @@ void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int*
              size_t jobz_len);
 void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w, double* work,
              const int* lwork, int* iwork, const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
+void zgesdd_(const char* jobz, const int* m, const int* n, kiln::complex128_t* a, const int* lda, double* s,
+             kiln::complex128_t* u, const int* ldu, kiln::complex128_t* vt, const int* ldvt, kiln::complex128_t* work,
+             const int* lwork, double* rwork, int* iwork, int* info, size_t jobz_len);
 }
 
 namespace kiln::linalg {
@@ -57,10 +60,10 @@ int lapack_int(int64_t v, const char* op) {
   return static_cast<int>(v);
 }
 
-/// The checks and the shapes, without the data.
-Batch describe(const Array& a, const char* op, bool square) {
+/// The checks and the shapes, without the data (complex operands only where `complex_ok`).
+Batch describe(const Array& a, const char* op, bool square, bool complex_ok = false) {
   if (!a.defined()) throw ValueError(std::string(op) + ": the operand is an undefined Array; create it first");
-  if (is_complex(a.dtype()))
+  if (is_complex(a.dtype()) && !complex_ok)
     throw DTypeError(std::string(op) + ": dtype " + std::string(dtype_name(a.dtype())) +
                      " is not supported yet (complex linear algebra comes after matmul)");
   if (a.ndim() < 2 || (square && a.shape(-1) != a.shape(-2)))
@@ -74,7 +77,9 @@ Batch describe(const Array& a, const char* op, bool square) {
   b.m = a.shape(-2);
   b.n = a.shape(-1);
   for (int64_t d : b.batch) b.count *= d;
-  b.result = is_floating(a.dtype()) && a.dtype() != float64 ? float32 : float64;
+  b.result = a.dtype() == complex64 || (is_floating(a.dtype()) && a.dtype() != float64 && !is_complex(a.dtype()))
+                 ? float32
+                 : float64;
   b.device = a.device();
   lapack_int(b.m, op);
   lapack_int(b.n, op);
@@ -308,7 +313,67 @@ std::vector<Array> qr_forward(const Array& a, QrMode mode) {
   return {result(b, q, with_batch(b, {m, q_cols})), r_out};
 }
 
+/// The SVD of complex matrices: LAPACK's zgesdd on the host in complex128 (an operand on a device is copied there
+/// and the results back). S is real (float32 for complex64), U and Vh of the operand's dtype.
+std::vector<Array> complex_svd_forward(const Array& a, bool full, bool uv, const char* op) {
+  const Batch b = describe(a, op, false, true);
+  const std::vector<complex128_t> data = a.astype(complex128).to(cpu()).to_vector<complex128_t>();
+  const int64_t m = b.m, n = b.n, k = std::min(m, n);
+  const int64_t u_cols = full ? m : k, vt_rows = full ? n : k;
+  std::vector<complex128_t> u(static_cast<size_t>(uv ? b.count * m * u_cols : 0)),
+      vt(static_cast<size_t>(uv ? b.count * vt_rows * n : 0));
+  std::vector<double> s(static_cast<size_t>(b.count * k));
+  const char jobz = !uv ? 'N' : full ? 'A' : 'S';
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ldu = std::max(mi, 1);
+  const int ldvt = std::max(static_cast<int>(vt_rows), 1);
+  const int64_t big = std::max(m, n);
+  // LAPACK 3.7's sizes: 7 min(m, n) reals without vectors, else min(m, n) max(5 min(m, n) + 7, 2 max(m, n) +
+  // 2 min(m, n) + 1).
+  const int64_t lrwork = std::max<int64_t>(1, uv ? k * std::max(5 * k + 7, 2 * big + 2 * k + 1) : 7 * k);
+  for (int64_t i = 0; i < b.count; ++i) {
+    if (k == 0) {  // an empty matrix: U and Vh are identities of their sizes (NumPy's result too)
+      if (uv) {
+        for (int64_t r = 0; r < u_cols && r < m; ++r) u[static_cast<size_t>(i * m * u_cols + r * u_cols + r)] = 1;
+        for (int64_t r = 0; r < vt_rows && r < n; ++r) vt[static_cast<size_t>(i * vt_rows * n + r * n + r)] = 1;
+      }
+      continue;
+    }
+    std::vector<complex128_t> f(static_cast<size_t>(m * n));  // column-major
+    const complex128_t* matrix = data.data() + i * m * n;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) f[static_cast<size_t>(c * m + r)] = matrix[r * n + c];
+    std::vector<complex128_t> uc(static_cast<size_t>(uv ? m * u_cols : 1));
+    std::vector<complex128_t> vtc(static_cast<size_t>(uv ? vt_rows * n : 1));
+    std::vector<double> rwork(static_cast<size_t>(lrwork));
+    std::vector<int> iwork(static_cast<size_t>(8 * k));
+    int info = 0, lwork = -1;
+    complex128_t query = 0;
+    zgesdd_(&jobz, &mi, &ni, f.data(), &ldu, s.data() + i * k, uc.data(), &ldu, vtc.data(), &ldvt, &query, &lwork,
+            rwork.data(), iwork.data(), &info, 1);
+    lwork = std::max(1, static_cast<int>(query.real()));
+    std::vector<complex128_t> work(static_cast<size_t>(lwork));
+    zgesdd_(&jobz, &mi, &ni, f.data(), &ldu, s.data() + i * k, uc.data(), &ldu, vtc.data(), &ldvt, work.data(), &lwork,
+            rwork.data(), iwork.data(), &info, 1);
+    if (info > 0) throw_no_convergence(op, b, i, "SVD");
+    if (info < 0) throw ValueError(std::string(op) + ": LAPACK zgesdd rejected argument " + std::to_string(-info));
+    if (!uv) continue;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < u_cols; ++c)
+        u[static_cast<size_t>(i * m * u_cols + r * u_cols + c)] = uc[static_cast<size_t>(c * m + r)];
+    for (int64_t r = 0; r < vt_rows; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        vt[static_cast<size_t>(i * vt_rows * n + r * n + c)] = vtc[static_cast<size_t>(c * vt_rows + r)];
+  }
+  Array s_out = result(b, s, with_batch(b, {k}));
+  if (!uv) return {s_out};
+  const auto vectors = [&](const std::vector<complex128_t>& v, const Shape& shape) {
+    return from_data(v, shape, cpu()).astype(a.dtype()).to(b.device);
+  };
+  return {vectors(u, with_batch(b, {m, u_cols})), s_out, vectors(vt, with_batch(b, {vt_rows, n}))};
+}
+
 std::vector<Array> svd_forward(const Array& a, bool full, bool uv, const char* op) {
+  if (a.defined() && is_complex(a.dtype())) return complex_svd_forward(a, full, uv, op);
   {
     const Batch d = describe(a, op, false);
     const int64_t k = std::min(d.m, d.n);
@@ -437,6 +502,11 @@ QrResult qr(const Array& a, QrMode mode) {
 
 SvdResult svd(const Array& a, bool full_matrices, bool compute_uv) {
   const char* op = "linalg::svd";
+  if (a.defined() && is_complex(a.dtype())) {
+    detail::reject_grad({&a}, op, "the SVD of a complex matrix has no gradient yet; take it of a real matrix");
+    std::vector<Array> r = svd_forward(a, full_matrices, compute_uv, op);
+    return compute_uv ? SvdResult{r[0], r[1], r[2]} : SvdResult{Array(), r[0], Array()};
+  }
   const bool square = a.defined() && a.ndim() >= 2 && a.shape(-1) == a.shape(-2);
   if (!compute_uv) {
     // The singular values' gradient needs the vectors: take them, differentiably, and return S alone.

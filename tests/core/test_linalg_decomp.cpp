@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/op_harness.hpp"
 #include "kiln/kiln.hpp"
 #include "linalg_golden_checks.hpp"
 #include "test_util.hpp"
@@ -184,6 +185,45 @@ TEST(LinalgDecomp, qr_gradient_passes_gradcheck) {
         {a}, "qr " + shape_str(shape));
     expect_gradcheck([](const std::vector<Array>& x) { return linalg::qr(x[0]).R; }, {a}, "qr R only");
   }
+}
+
+// Complex SVD (LAPACK's zgesdd): A = U diag(S) Vh with orthonormal columns of U and rows of Vh, S real, descending
+// and equal to the singular values of the real embedding [[X, -Y], [Y, X]] (each of which appears there twice).
+TEST(LinalgDecomp, complex_svd_reconstructs_the_matrix_on_every_backend) {
+  for (const Device& d : harness::backends()) {
+    for (const Shape& shape : {Shape{4, 3}, Shape{3, 5}, Shape{2, 3, 3}}) {
+      random::seed(21);
+      const Array x = random::normal(shape, 0.0, 1.0, float64, cpu()), y = random::normal(shape, 0.0, 1.0, float64, cpu());
+      const Array a = make_complex(x, y);
+      for (DType t : {complex128, complex64}) {
+        const std::string what = d.str() + " " + std::string(dtype_name(t)) + " " + shape_str(shape);
+        const double tol = t == complex128 ? 1e-12 : 2e-5;
+        for (bool full : {false, true}) {
+          const linalg::SvdResult r = linalg::svd(a.astype(t).to(d), full);
+          EXPECT_EQ(r.U.dtype(), t) << what;
+          EXPECT_EQ(r.S.dtype(), t == complex128 ? float64 : float32) << what;
+          EXPECT_EQ(r.U.device(), d) << what;
+          const int64_t m = shape[shape.size() - 2], n = shape.back(), k = std::min(m, n);
+          EXPECT_EQ(r.U.shape(-1), full ? m : k) << what;
+          EXPECT_EQ(r.Vh.shape(-2), full ? n : k) << what;
+          const Array u = r.U.to(cpu()).astype(complex128), vh = r.Vh.to(cpu()).astype(complex128);
+          const Array s = r.S.to(cpu()).astype(float64);
+          const Array uk = u.slice(-1, 0, k), vhk = vh.slice(-2, 0, k);
+          const Array back = matmul(uk * expand_dims(s, -2).astype(complex128), vhk);
+          EXPECT_TRUE(allclose(back, a, tol, tol)) << what << ": U diag(S) Vh";
+          const Array uhu = matmul(conj(swapaxes(u, -1, -2)), u), vvh = matmul(vh, conj(swapaxes(vh, -1, -2)));
+          EXPECT_TRUE(allclose(uhu, broadcast_to(eye(u.shape(-1), {}, 0, complex128), uhu.shape()), tol, tol)) << what;
+          EXPECT_TRUE(allclose(vvh, broadcast_to(eye(vh.shape(-2), {}, 0, complex128), vvh.shape()), tol, tol)) << what;
+        }
+        // the embedding's singular values, every other one
+        const Array embedded = concatenate({concatenate({x, -y}, -1), concatenate({y, x}, -1)}, -2);
+        const Array want = linalg::svdvals(embedded).slice(-1, 0, {}, 2);
+        EXPECT_TRUE(allclose(linalg::svdvals(a.astype(t).to(d)).to(cpu()).astype(float64), want, tol, tol)) << what;
+      }
+    }
+  }
+  const Array z = make_complex(ones({2, 2}, float64), ones({2, 2}, float64)).set_requires_grad();
+  expect_error<DTypeError>([&] { (void)linalg::svd(z); }, {"linalg::svd", "complex", "no gradient"});
 }
 
 TEST(LinalgDecomp, svd_gradient_passes_gradcheck) {
