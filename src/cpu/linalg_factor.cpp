@@ -102,17 +102,28 @@ Array result(const Batch& b, const std::vector<double>& v, const Shape& shape) {
   return from_data(v, shape, cpu()).astype(b.result).to(b.device);
 }
 
-std::vector<double> column_major(const double* p, int64_t rows, int64_t cols) {
-  std::vector<double> c(static_cast<size_t>(rows * cols));
+template <class T>
+std::vector<T> column_major(const T* p, int64_t rows, int64_t cols) {
+  std::vector<T> c(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) c[static_cast<size_t>(j * rows + i)] = p[i * cols + j];
   return c;
 }
 
 /// Writes the leading (rows, cols) block of a column-major matrix with leading dimension `ld` row-major.
-void from_column_major(const double* c, int64_t ld, int64_t rows, int64_t cols, double* out) {
+template <class T>
+void from_column_major(const T* c, int64_t ld, int64_t rows, int64_t cols, T* out) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = c[j * ld + i];
+}
+
+/// The SVD of an empty matrix i of a batch: U (m, u_cols) and Vh (vt_rows, n) are identities of their sizes (NumPy's
+/// result too).
+template <class T>
+void empty_svd_vectors(std::vector<T>& u, std::vector<T>& vt, int64_t i, int64_t m, int64_t n, int64_t u_cols,
+                       int64_t vt_rows) {
+  for (int64_t r = 0; r < u_cols && r < m; ++r) u[static_cast<size_t>(i * m * u_cols + r * u_cols + r)] = 1;
+  for (int64_t r = 0; r < vt_rows && r < n; ++r) vt[static_cast<size_t>(i * vt_rows * n + r * n + r)] = 1;
 }
 
 std::string which(const Batch& b, int64_t i) {
@@ -331,17 +342,11 @@ std::vector<Array> complex_svd_forward(const Array& a, bool full, bool uv, const
   // 2 min(m, n) + 1).
   const int64_t lrwork = std::max<int64_t>(1, uv ? k * std::max(5 * k + 7, 2 * big + 2 * k + 1) : 7 * k);
   for (int64_t i = 0; i < b.count; ++i) {
-    if (k == 0) {  // an empty matrix: U and Vh are identities of their sizes (NumPy's result too)
-      if (uv) {
-        for (int64_t r = 0; r < u_cols && r < m; ++r) u[static_cast<size_t>(i * m * u_cols + r * u_cols + r)] = 1;
-        for (int64_t r = 0; r < vt_rows && r < n; ++r) vt[static_cast<size_t>(i * vt_rows * n + r * n + r)] = 1;
-      }
+    if (k == 0) {
+      if (uv) empty_svd_vectors(u, vt, i, m, n, u_cols, vt_rows);
       continue;
     }
-    std::vector<complex128_t> f(static_cast<size_t>(m * n));  // column-major
-    const complex128_t* matrix = data.data() + i * m * n;
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < n; ++c) f[static_cast<size_t>(c * m + r)] = matrix[r * n + c];
+    std::vector<complex128_t> f = column_major(data.data() + i * m * n, m, n);
     std::vector<complex128_t> uc(static_cast<size_t>(uv ? m * u_cols : 1));
     std::vector<complex128_t> vtc(static_cast<size_t>(uv ? vt_rows * n : 1));
     std::vector<double> rwork(static_cast<size_t>(lrwork));
@@ -357,12 +362,8 @@ std::vector<Array> complex_svd_forward(const Array& a, bool full, bool uv, const
     if (info > 0) throw_no_convergence(op, b, i, "SVD");
     if (info < 0) throw ValueError(std::string(op) + ": LAPACK zgesdd rejected argument " + std::to_string(-info));
     if (!uv) continue;
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < u_cols; ++c)
-        u[static_cast<size_t>(i * m * u_cols + r * u_cols + c)] = uc[static_cast<size_t>(c * m + r)];
-    for (int64_t r = 0; r < vt_rows; ++r)
-      for (int64_t c = 0; c < n; ++c)
-        vt[static_cast<size_t>(i * vt_rows * n + r * n + c)] = vtc[static_cast<size_t>(c * vt_rows + r)];
+    from_column_major(uc.data(), m, m, u_cols, u.data() + i * m * u_cols);
+    from_column_major(vtc.data(), vt_rows, vt_rows, n, vt.data() + i * vt_rows * n);
   }
   Array s_out = result(b, s, with_batch(b, {k}));
   if (!uv) return {s_out};
@@ -395,11 +396,8 @@ std::vector<Array> svd_forward(const Array& a, bool full, bool uv, const char* o
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ldu = std::max(mi, 1);
   const int ldvt = std::max(static_cast<int>(vt_rows), 1);
   for (int64_t i = 0; i < b.count; ++i) {
-    if (k == 0) {  // an empty matrix: U and Vh are identities of their sizes (NumPy's result too)
-      if (uv) {
-        for (int64_t r = 0; r < u_cols && r < m; ++r) u[static_cast<size_t>(i * m * u_cols + r * u_cols + r)] = 1;
-        for (int64_t r = 0; r < vt_rows && r < n; ++r) vt[static_cast<size_t>(i * vt_rows * n + r * n + r)] = 1;
-      }
+    if (k == 0) {
+      if (uv) empty_svd_vectors(u, vt, i, m, n, u_cols, vt_rows);
       continue;
     }
     std::vector<double> f = column_major(b.matrix(i), m, n);

@@ -365,31 +365,24 @@ AdamW::AdamW(std::vector<Array> parameters, AdamOptions options) : Adam(std::mov
 // ---------------------------------------------------------------- clipping
 Array clip_grad_norm(const std::vector<Array>& parameters, double max_norm) {
   NoGradGuard no_grad;
-  // Each gradient's sum of squares in one fused kernel, written into its slot of one vector per device; the
-  // vectors summed (on the first gradient's device).
+  // The gradients by device and dtype (the lists the scaling below runs over); each gradient's sum of squares in
+  // one fused kernel, written into its slot of one vector per list; the vectors summed on the first list's device.
   static const auto squares_of = fuse([](auto g) { return sum(square(astype(g, float32))); }, "grad_norm_squares");
-  std::vector<std::pair<Device, std::vector<Array>>> grads;  // by device, in order
-  for (const Array& p : parameters) {
-    const Array g = p.grad();
-    if (!g.defined()) continue;
-    auto it = std::find_if(grads.begin(), grads.end(), [&](const auto& e) { return e.first == g.device(); });
-    (it == grads.end() ? grads.emplace_back(g.device(), std::vector<Array>{}) : *it).second.push_back(g);
-  }
-  if (grads.empty())
+  ListsBy by;
+  for (const Array& p : parameters)
+    if (Array g = p.grad(); g.defined()) by.of(g).grads.push_back(g);
+  if (by.all().empty())
     return parameters.empty() ? zeros({}, float32, cpu()) : zeros({}, float32, parameters[0].device());
   Array total;
-  for (const auto& [device, list] : grads) {
-    const Array squares = empty({static_cast<int64_t>(list.size())}, float32, device);
-    for (size_t i = 0; i < list.size(); ++i) squares_of.out({squares[static_cast<int64_t>(i)]}, list[i]);
-    const Array part = sum(squares).to(grads[0].first);
+  for (const Lists& l : by.all()) {
+    const Array squares = empty({static_cast<int64_t>(l.grads.size())}, float32, l.device);
+    for (size_t i = 0; i < l.grads.size(); ++i) squares_of.out({squares[static_cast<int64_t>(i)]}, l.grads[i]);
+    const Array part = sum(squares).to(by.all().front().device);
     total = total.defined() ? total + part : part;
   }
   total = sqrt(total);
   static const auto scale_by = fuse([](auto g, auto s) { return g * s; }, "clip_grad_norm");
   const Array scale = minimum(divide(max_norm, total + 1e-6), 1.0);
-  ListsBy by;
-  for (const Array& p : parameters)
-    if (Array g = p.grad(); g.defined()) by.of(g).grads.push_back(g);
   for (Lists& l : by.all()) scale_by.each({l.grads}, l.grads, scale.to(l.device).astype(l.grads.front().dtype()));
   return total;
 }
