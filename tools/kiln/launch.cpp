@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,19 @@
 
 namespace kiln_cli {
 namespace {
+
+/// One line to stderr in one write: the launchers of several nodes and their ranks share a terminal (or a log),
+/// and `std::cerr << a << b` writes each piece apart, so another process's line could land inside this one.
+void say(const std::string& line) {
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
 
 /// A TCP port that is free now (the kernel's choice), for MASTER_PORT.
 int free_port() {
@@ -206,15 +220,15 @@ int launch(const LaunchArgs& args) {
     --running;
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && !stopping) {
-      std::cerr << "kiln launch: " << name(rank) << " " << describe(status) << "; stopping the other " << running
-                << " rank(s)" << (args.nnodes > 1 ? " of this node" : "") << "\n";
+      say("kiln launch: " + name(rank) + " " + describe(status) + "; stopping the other " + std::to_string(running) +
+          " rank(s)" + (args.nnodes > 1 ? " of this node" : ""));
       result = exit_code(status);
       stopping = true;
       stop_started = std::chrono::steady_clock::now();
     } else if (failed && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL))) {
       // Failed on its own while the others were being stopped (it may have been the first to fail: a rank
       // that noticed the loss can exit before the launcher reaps the one that died).
-      std::cerr << "kiln launch: " << name(rank) << " " << describe(status) << "\n";
+      say("kiln launch: " + name(rank) + " " + describe(status));
     }
   }
   signal(SIGINT, SIG_DFL);

@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
       return kiln_cli::train_mlp(train);
     }
   } catch (const std::exception& e) {  // kiln::Error and anything else: a message, not a crash
-    std::cerr << "kiln: " << e.what() << "\n";
+    std::cerr << (std::string("kiln: ") + e.what() + "\n");
     return 1;
   }
   return 0;
