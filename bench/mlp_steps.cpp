@@ -1,7 +1,9 @@
-// mlp_steps {loop,trainstep} WARMUP STEPS: bench/python_mlp_steps.py's training steps from C++ (the same data,
-// batches, model, optimizer and calls), for counting instructions per step under callgrind beside the Python
-// driver's (its docstring gives the protocol). Prints the mode and the mean loss of all the steps run, which
-// matches the Python driver's on one thread.
+// mlp_steps {loop,trainstep,compiled} WARMUP STEPS: bench/python_mlp_steps.py's training steps from C++ (the same
+// data, batches, model, optimizer and calls), for counting instructions per step under callgrind beside the Python
+// driver's (its docstring gives the protocol). `compiled` runs the loop's step through kiln::compile (traced, then
+// replayed). Prints the mode, the mean loss of all the steps run (the same for loop and compiled; the Python
+// driver's on one thread) and the mean wall time of the steps after WARMUP.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,11 +17,11 @@ using namespace kiln;
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[1] : "";
-  if (mode != "loop" && mode != "trainstep") {
-    std::fprintf(stderr, "usage: mlp_steps {loop,trainstep} WARMUP STEPS\n");
+  if (mode != "loop" && mode != "trainstep" && mode != "compiled") {
+    std::fprintf(stderr, "usage: mlp_steps {loop,trainstep,compiled} WARMUP STEPS\n");
     return 2;
   }
-  const int64_t steps = std::atoll(argv[2]) + std::atoll(argv[3]), n = 2000, batch = 100;
+  const int64_t warmup = std::atoll(argv[2]), steps = warmup + std::atoll(argv[3]), n = 2000, batch = 100;
   const Device d = cpu();
   random::seed(0);
   const Array x = random::uniform({n, 784}, 0.0, 1.0, float32, d);
@@ -34,21 +36,27 @@ int main(int argc, char** argv) {
   const Array perm = remainder(arange(n) * 7919, n);
   Array total = zeros({}, float32, d);
   train::TrainStep step(model, optimizer, {.accuracy = false});
+  auto loop_step = [&](const std::vector<Array>& in) {
+    optimizer.zero_grad();
+    const Array loss = nn::cross_entropy(model(in[0]), in[1]);
+    loss.backward();
+    optimizer.step();
+    return std::vector<Array>{loss.detach()};
+  };
+  CompiledStep compiled = compile(loop_step);
+  auto start = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < steps; ++s) {
+    if (s == warmup) start = std::chrono::steady_clock::now();
     const int64_t i = s % (n / batch) * batch;
     const Array idx = perm.slice(0, i, i + batch);
     const Array xb = take(x, idx, 0), yb = take(y, idx, 0);
-    if (mode == "trainstep") {
+    if (mode == "trainstep")
       step(xb, yb);
-      continue;
-    }
-    optimizer.zero_grad();
-    const Array loss = nn::cross_entropy(model(xb), yb);
-    loss.backward();
-    optimizer.step();
-    total += loss.detach();
+    else
+      total += (mode == "compiled" ? compiled({xb, yb}) : loop_step({xb, yb}))[0];
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double mean = mode == "trainstep" ? step.mean_loss() : total.item<double>() / static_cast<double>(steps);
-  std::printf("%s %.6f\n", mode.c_str(), mean);
+  std::printf("%s %.6f %.1f us/step\n", mode.c_str(), mean, 1e6 * seconds / static_cast<double>(steps - warmup));
   return 0;
 }

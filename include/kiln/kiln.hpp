@@ -5,6 +5,7 @@
 #include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
 #include "kiln/bench.hpp"
+#include "kiln/compile.hpp"
 #include "kiln/complex.hpp"
 #include "kiln/conv.hpp"
 #include "kiln/data.hpp"

@@ -9,6 +9,7 @@
 #include "core/backend.hpp"
 #include "core/device_runtime.hpp"
 #include "core/elementwise.hpp"
+#include "core/step_trace.hpp"
 #include "core/sync_debug.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/stream.hpp"
@@ -95,8 +96,12 @@ Array transfer_to(const Array& a, Device d, const Stream* stream, TransferOption
   Array src = a.contiguous();
   Array out = detail::make_array(a.shape(), a.dtype(), d);
   detail::DeviceRuntime& r = d.is_cuda() ? detail::runtime_for(d) : detail::runtime_for(src.device());
-  // A CPU stream orders nothing on a GPU: the copy then runs on the GPU side's current stream.
-  r.transfer(src, out, stream && stream->device().is_cuda() ? stream : nullptr, options.non_blocking);
+  // A CPU stream orders nothing on a GPU: the copy then runs on the GPU side's current stream. A traced step's
+  // replay copies on the current stream.
+  const Stream* on = stream && stream->device().is_cuda() ? stream : nullptr;
+  detail::host_step(
+      "to", {src, out}, [&] { r.transfer(src, out, on, options.non_blocking); },
+      [&r, src, out, options] { r.transfer(src, out, nullptr, options.non_blocking); });
   if (record) record_convert(a, out, "ToBackward");
   return out;
 }
@@ -162,7 +167,8 @@ Array& Array::copy_from(const Array& src, TransferOptions options) {
   Array source = src.detach().contiguous();
   if (is_contiguous()) {
     detail::DeviceRuntime& r = device().is_cuda() ? detail::runtime_for(device()) : detail::runtime_for(src.device());
-    r.transfer(source, *this, nullptr, options.non_blocking);
+    auto copy = [&r, source, dst = *this, options] { r.transfer(source, dst, nullptr, options.non_blocking); };
+    detail::host_step("copy_from", {source, *this}, copy, copy);
   } else {
     assign(source.to(device()));
   }
@@ -193,6 +199,7 @@ Array& Array::operator/=(const Scalar& o) { divide(*this, o, *this); return *thi
 
 namespace detail {
 void read_elements(const Array& a, DType as, void* dst, const char* op) {
+  refuse_host_read_while_tracing(op);
   SyncOpScope scope(op);
   // Complex arrays (or reads as complex) move first and convert on the CPU, whose casts the GPU's mirror; others
   // convert where they live.

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/device_runtime.hpp"
+#include "core/step_trace.hpp"
 #include "core/user_kernel.hpp"
 #include "kiln/version.hpp"
 
@@ -14,7 +15,7 @@ Backend& backend_for(Device device) {
   if (!b)
     throw DeviceError("no backend for device " + device.str() + ": this build has no CUDA backend (" + build_info() +
                       "); rebuild with the cuda preset or use cpu()");
-  return *b;
+  return traced_backend(*b);
 }
 
 void Backend::user_elementwise(const UserElementwiseCall& call) {
@@ -48,6 +49,7 @@ Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOpti
     throw DeviceError("empty: pinned host memory needs the CUDA backend, which this build lacks (" + build_info() +
                       "); drop {.pinned = true} or rebuild with the cuda preset");
   auto storage = owner->allocate(n * itemsize(dtype), device, options);
+  note_allocation(storage);
   return Array(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 

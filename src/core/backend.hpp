@@ -291,6 +291,7 @@ struct RandomCall {
   Array out;
   uint64_t seed = 0;
   uint64_t offset = 0;  ///< in 128-bit Philox blocks
+  uint64_t blocks = 0;  ///< blocks the draw takes (reserved from its generator by the core)
   double a = 0.0, b = 1.0;  ///< low/high for uniform, mean/stddev for normal
   int64_t low = 0, high = 0;  ///< randint range [low, high)
   /// Set when the draw is captured in a CUDA graph: the device address of the capture's (seed, base offset)

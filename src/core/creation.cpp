@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/backend.hpp"
 #include "core/elementwise.hpp"
+#include "core/step_trace.hpp"
 #include "kiln/ops.hpp"
 
 namespace kiln {
@@ -171,6 +174,15 @@ Array from_data(const void* data, const Shape& shape, DType dtype, std::optional
   if (host.nbytes() > 0) {
     if (!data) throw ValueError("from_data: data is null but shape " + shape_str(shape) + " is not empty");
     std::memcpy(host.data_ptr(), data, static_cast<size_t>(host.nbytes()));
+    if (detail::active_step_trace()) {
+      // A traced step copies these bytes again at each replay; a digest in the name makes a second trace that
+      // copied other bytes (a batch read on the host inside the step) differ from the first.
+      auto bytes = std::make_shared<std::string>(static_cast<const char*>(data), static_cast<size_t>(host.nbytes()));
+      const std::string op = "from_data #" + std::to_string(std::hash<std::string>{}(*bytes));
+      detail::host_step(op, {host}, [] {}, [host, bytes] {
+        std::memcpy(host.data_ptr(), bytes->data(), bytes->size());
+      });
+    }
   }
   return host.to(pick(device));
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/step_trace.hpp"
 #include "kiln/error.hpp"
 #include "kiln/ops.hpp"
 
@@ -81,11 +82,15 @@ void check_range(const Array& values, int64_t lo, int64_t hi, CheckError kind, c
   const Array v = values.astype(int64).contiguous();
   if (!v.device().is_cpu() && backend_for(v.device()).check_range(v, lo, hi, deferred_check_code(kind, message)))
     return;
-  // The CPU, or a backend without check kernels (its values read back): checked here, now.
+  // The CPU, or a backend without check kernels (its values read back): checked here, now (and at each replay
+  // of a traced step).
   const Array host = v.device().is_cpu() ? v : v.to(cpu());
-  const auto* p = static_cast<const int64_t*>(host.data_ptr());
-  for (int64_t i = 0, n = host.size(); i < n; ++i)
-    if (p[i] < lo || p[i] >= hi) raise(kind, filled(message, p[i]));
+  auto check = [host, lo, hi, kind, message] {
+    const auto* p = static_cast<const int64_t*>(host.data_ptr());
+    for (int64_t i = 0, n = host.size(); i < n; ++i)
+      if (p[i] < lo || p[i] >= hi) raise(kind, filled(message, p[i]));
+  };
+  host_step("check_range", {host}, check, check);
 }
 
 }  // namespace kiln::detail

@@ -60,7 +60,8 @@ struct FusionSlot {
   DType argument_dtype = DType::Float32;  ///< the kernel parameter's dtype (scalar_argument_dtype)
 };
 
-struct FusionGraph {
+/// Always owned by a shared_ptr (fusion.cpp makes them): a recorded step keeps the graphs it replays alive.
+struct FusionGraph : std::enable_shared_from_this<FusionGraph> {
   std::string name;
   std::vector<FusionNode> nodes;
   std::vector<FusionSlot> slots;

@@ -14,6 +14,7 @@
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
 #include "core/device_check.hpp"
+#include "core/step_trace.hpp"
 #include "kiln/complex.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/kernels.hpp"
@@ -48,11 +49,14 @@ Array gather_flat(const Array& src, const Array& offsets) {
   }
   Array out = detail::make_array(offsets.shape(), src.dtype(), cpu());
   const Array off = offsets.contiguous();
-  const auto size = static_cast<size_t>(itemsize(src.dtype()));
-  const char* base = static_cast<const char*>(src.storage()->data());
-  char* dst = static_cast<char*>(out.data_ptr());
-  const int64_t* o = off.data<int64_t>();
-  for (int64_t i = 0; i < off.size(); ++i) std::memcpy(dst + static_cast<size_t>(i) * size, base + o[i] * size, size);
+  auto gather = [src, off, out] {
+    const auto size = static_cast<size_t>(itemsize(src.dtype()));
+    const char* base = static_cast<const char*>(src.storage()->data());
+    char* dst = static_cast<char*>(out.data_ptr());
+    const int64_t* o = off.data<int64_t>();
+    for (int64_t i = 0; i < off.size(); ++i) std::memcpy(dst + static_cast<size_t>(i) * size, base + o[i] * size, size);
+  };
+  detail::host_step("gather", {src, off, out}, gather, gather);
   return out;
 }
 
@@ -66,11 +70,14 @@ void scatter_flat(const Array& dst, const Array& offsets, const Array& values) {
     return;
   }
   const Array off = offsets.contiguous(), val = values.contiguous();
-  const auto size = static_cast<size_t>(itemsize(dst.dtype()));
-  char* base = static_cast<char*>(dst.storage()->data());
-  const char* src = static_cast<const char*>(val.data_ptr());
-  const int64_t* o = off.data<int64_t>();
-  for (int64_t i = 0; i < off.size(); ++i) std::memcpy(base + o[i] * size, src + static_cast<size_t>(i) * size, size);
+  auto scatter = [dst, off, val] {
+    const auto size = static_cast<size_t>(itemsize(dst.dtype()));
+    char* base = static_cast<char*>(dst.storage()->data());
+    const char* src = static_cast<const char*>(val.data_ptr());
+    const int64_t* o = off.data<int64_t>();
+    for (int64_t i = 0; i < off.size(); ++i) std::memcpy(base + o[i] * size, src + static_cast<size_t>(i) * size, size);
+  };
+  detail::host_step("scatter", {dst, off, val}, scatter, scatter);
 }
 
 /// Storage offsets of `a`'s elements with axis p replaced by the (normalised, int64) `idx`:
@@ -347,15 +354,18 @@ void detail::scatter_add_flat(const Array& dst, const Array& offsets, const Arra
     return;
   }
   const Array off = offsets.contiguous(), val = values.astype(dst.dtype()).contiguous();
-  const int64_t* o = off.data<int64_t>();
-  auto add = [&]<class T>(T* base) {
-    const T* v = val.data<T>();
-    for (int64_t i = 0; i < off.size(); ++i) base[o[i]] += v[i];
+  auto scatter_add = [dst, off, val] {
+    const int64_t* o = off.data<int64_t>();
+    auto add = [&]<class T>(T* base) {
+      const T* v = val.data<T>();
+      for (int64_t i = 0; i < off.size(); ++i) base[o[i]] += v[i];
+    };
+    if (dst.dtype() == DType::Float32)
+      add(static_cast<float*>(dst.storage()->data()));
+    else
+      add(static_cast<double*>(dst.storage()->data()));
   };
-  if (dst.dtype() == DType::Float32)
-    add(static_cast<float*>(dst.storage()->data()));
-  else
-    add(static_cast<double*>(dst.storage()->data()));
+  detail::host_step("scatter_add", {dst, off, val}, scatter_add, scatter_add);
 }
 
 namespace {
@@ -375,16 +385,19 @@ Array take_runs_cpu(const Array& a, const Array& indices, int64_t axis) {
   for (int64_t d = p + 1; d < a.ndim(); ++d) run *= a.shape(d);
   const int64_t n = a.shape(p), k = idx.size();
   if (outer * k == 0 || run == 0) return out;
-  const auto* src = static_cast<const char*>(a.data_ptr());
-  auto* dst = static_cast<char*>(out.data_ptr());
-  const int64_t* at = idx.data<int64_t>();
-  parallel_for(
-      outer * k,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t)
-          std::memcpy(dst + t * run, src + ((t / k) * n + at[t % k]) * run, static_cast<size_t>(run));
-      },
-      std::max<int64_t>(1, (int64_t{1} << 18) / run));  // about 256 KB a range
+  auto copy_runs = [a, idx, out, outer, run, n, k] {
+    const auto* src = static_cast<const char*>(a.data_ptr());
+    auto* dst = static_cast<char*>(out.data_ptr());
+    const int64_t* at = idx.data<int64_t>();
+    parallel_for(
+        outer * k,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t)
+            std::memcpy(dst + t * run, src + ((t / k) * n + at[t % k]) * run, static_cast<size_t>(run));
+        },
+        std::max<int64_t>(1, (int64_t{1} << 18) / run));  // about 256 KB a range
+  };
+  detail::host_step("take", {a, idx, out}, copy_runs, copy_runs);
   return out;
 }
 }  // namespace

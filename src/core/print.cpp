@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/io.hpp"
+#include "core/step_trace.hpp"
 #include "core/sync_debug.hpp"
 
 namespace kiln {
@@ -530,6 +531,7 @@ std::string Array::str() const {
   if (!defined()) return "array(<undefined>)";
   const PrintOptions options = get_print_options();
   const std::string prefix = "array(";
+  detail::refuse_host_read_while_tracing("printing");
   detail::SyncOpScope scope("printing");
   Array host = to(cpu());  // synchronises and copies a GPU array
   bool summarise = size_ > options.threshold;

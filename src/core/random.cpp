@@ -81,6 +81,7 @@ Array draw(detail::RandomCall call, const Shape& shape, DType dtype, std::option
   int64_t n = call.out.size();
   uint64_t blocks = detail::philox::block_count(call.distribution, dtype, n, span);
   if (blocks == 0) return call.out;
+  call.blocks = blocks;
   if (graph) {
     // Captured: the blocks are relative to the base offset each replay writes to graph->state.
     call.graph_state = graph->state;

@@ -15,6 +15,7 @@
 
 #include "core/autograd.hpp"
 #include "core/backend.hpp"
+#include "core/step_trace.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/random.hpp"
 
@@ -74,7 +75,8 @@ Array sort_impl(const Array& a, int64_t axis, bool values, const char* op) {
   const Array h = moveaxis(a, p, -1).to(cpu()).contiguous();
   Array perm = detail::make_array(h.shape(), int64, cpu());
   Array sorted = values ? detail::make_array(h.shape(), h.dtype(), cpu()) : Array();
-  sort_rows(h, perm, sorted);
+  auto sort_now = [h, perm, sorted] { sort_rows(h, perm, sorted); };
+  detail::host_step("sort", {h, perm, sorted}, sort_now, sort_now);
   const Array& result = values ? sorted : perm;
   return moveaxis(result, -1, p).contiguous().to(a.device());
 }

@@ -1,0 +1,77 @@
+// kiln::compile: a step function traced once and replayed, on the CPU and on GPUs.
+//
+//   kiln::CompiledStep step = kiln::compile([&](const std::vector<kiln::Array>& in) {
+//     opt.zero_grad();
+//     kiln::Array loss = nn::cross_entropy(model(in[0]), in[1]);
+//     loss.backward();
+//     opt.step();
+//     return std::vector<kiln::Array>{loss};
+//   });
+//   for (const data::Batch& b : loader) kiln::Array loss = step({b.x, b.y})[0];
+//
+// The first `warmup` calls run the function as it is (optimizers make their state on their first step). The
+// next two calls run it while tracing: every op it starts — forward, backward and optimizer alike — is run and
+// recorded with its operands, and the two records must agree op for op (the same ops, shapes, dtypes and scalar
+// values, on the same parameters and state). From then on a call copies its inputs into the traced inputs and
+// replays the record: no autograd graph, no module code, no dispatch decisions — the backend calls only, in
+// order, on the storages the trace used, so the results are bit for bit those of eager steps (random draws
+// included: each replay reserves its blocks from the default generator as the eager step would).
+//
+// The same rules as a CUDA graph's (train::TrainStep with graph): a replay repeats what the traced step did to
+// the arrays, not the host code around it. Host values the step reads once — a learning rate from a scheduler,
+// Adam's step count without AdamOptions::capturable — are those of the trace; two traces that saw different
+// values throw ValueError naming the first op that differs. Reading array values on the host inside the step
+// (item(), tolist(), a copy to the host read there) and draws from a user's Generator are refused while tracing with a ValueError,
+// as are raw kernels, linear-algebra factorisations and recurrent layers (their results are inspected on the
+// host). Inputs of another shape, dtype or device than the traced ones run the function eagerly. The outputs are
+// the traced step's arrays, overwritten by each replay (copy one to keep it). The record keeps every array the
+// step made alive (the step's memory plan and fusion of its elementwise work are the compiler's next passes).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/array.hpp"
+
+namespace kiln {
+
+struct CompileOptions {
+  /// Eager calls before the two traced ones.
+  int warmup = 1;
+};
+
+class CompiledStep {
+ public:
+  using Function = std::function<std::vector<Array>(const std::vector<Array>& inputs)>;
+
+  explicit CompiledStep(Function fn, CompileOptions options = {});
+  ~CompiledStep();
+  CompiledStep(CompiledStep&&) noexcept;
+  CompiledStep& operator=(CompiledStep&&) noexcept;
+
+  /// Runs the step on `inputs` (eagerly, traced, or replayed; see above) and returns its outputs.
+  std::vector<Array> operator()(const std::vector<Array>& inputs);
+
+  /// True once two traces agreed: later calls with the traced inputs' shapes replay.
+  bool compiled() const;
+  /// Ops the replay runs (backend calls and the core's host steps, such as a CPU gather).
+  int64_t recorded_ops() const;
+  /// Calls run eagerly (warm-up, or inputs unlike the traced ones), traced, and replayed.
+  int64_t eager_calls() const;
+  int64_t traced_calls() const;
+  int64_t replays() const;
+  /// The replayed ops counted by kind, one "kind: count" per line, most frequent first.
+  std::string summary() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// A CompiledStep of `fn` (see above).
+CompiledStep compile(CompiledStep::Function fn, CompileOptions options = {});
+
+}  // namespace kiln

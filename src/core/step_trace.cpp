@@ -1,0 +1,517 @@
+// The step tracer: a Backend that runs each call on the real backend and records it (core/step_trace.hpp).
+#include "core/step_trace.hpp"
+
+#include <map>
+#include <utility>
+
+#include "core/backend.hpp"
+#include "core/fusion.hpp"
+#include "core/multi_tensor.hpp"
+#include "core/user_kernel.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln::detail {
+namespace {
+
+class RecordingBackend;
+
+struct ThreadState {
+  StepTrace* trace = nullptr;
+  bool in_call = false;  ///< inside a recorded call: its inner work belongs to it
+  std::map<Backend*, std::unique_ptr<RecordingBackend>> wrappers;
+};
+thread_local ThreadState t_state;
+
+/// Marks the thread as inside a recorded call while alive.
+class InCall {
+ public:
+  InCall() { t_state.in_call = true; }
+  ~InCall() { t_state.in_call = false; }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+};
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw ValueError("compile: " + what +
+                   " while the step is traced: a replay could not repeat it. Run this step eagerly (without "
+                   "kiln::compile), or move that work out of the step function");
+}
+
+/// Builds one TracedCall's description: every array's storage (kept alive by the trace) and layout, and the
+/// call's scalar parameters, which two traces of the same step must repeat.
+class Entry {
+ public:
+  Entry(StepTrace& trace, std::string name) : trace_(trace) { call_.name = std::move(name); }
+  Entry& array(const Array& a) {
+    if (!a.defined()) {
+      call_.detail += " -";
+      return *this;
+    }
+    call_.storages.push_back(a.storage().get());
+    trace_.keep.push_back(a.storage());
+    call_.detail += " " + std::string(dtype_name(a.dtype())) + shape_str(a.shape()) + "/" + shape_str(a.strides()) +
+                    "+" + std::to_string(a.offset());
+    return *this;
+  }
+  Entry& array(const Array* a) { return a ? array(*a) : text("null"); }
+  Entry& value(const Scalar& s) { return text(s.str()); }
+  Entry& number(double v) { return text(std::to_string(v)); }
+  Entry& text(const std::string& t) {
+    call_.detail += " " + t;
+    return *this;
+  }
+  void done(std::function<void()> replay) {
+    call_.replay = std::move(replay);
+    trace_.calls.push_back(std::move(call_));
+  }
+
+ private:
+  StepTrace& trace_;
+  TracedCall call_;
+};
+
+/// Runs every call on `real_` and records it; the calls whose results the host inspects are refused.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(Backend& real) : real_(real) {}
+
+  void elementwise(const ElementwiseCall& call) override {
+    run([&] { real_.elementwise(call); });
+    struct Owned {
+      ElementwiseCall call;
+      std::array<Array, 3> in;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, {}});
+    Entry e(trace(), std::string("elementwise ") + op_info(call.op).name);
+    e.text(std::string(dtype_name(call.compute)));
+    for (const Scalar& p : call.params) e.value(p);
+    for (int i = 0; i < call.num_inputs; ++i) {
+      const ElementwiseArg& a = call.inputs[static_cast<size_t>(i)];
+      if (a.is_scalar()) {
+        e.value(a.scalar);
+      } else {
+        o->in[static_cast<size_t>(i)] = *a.array;
+        o->call.inputs[static_cast<size_t>(i)].array = &o->in[static_cast<size_t>(i)];
+        e.array(*a.array);
+      }
+    }
+    e.array(call.out);
+    e.done([o, &b = real_] { b.elementwise(o->call); });
+  }
+
+  void reduce(const ReduceCall& call) override {
+    run([&] { real_.reduce(call); });
+    struct Owned {
+      ReduceCall call;
+      Array in;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    o->call.in = &o->in;
+    Entry(trace(), std::string("reduce ") + reduce_op_name(call.op))
+        .text(shape_str(call.axes))
+        .array(*call.in)
+        .array(call.out)
+        .done([o, &b = real_] { b.reduce(o->call); });
+  }
+
+  void scan(const ScanCall& call) override {
+    run([&] { real_.scan(call); });
+    struct Owned {
+      ScanCall call;
+      Array in;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    o->call.in = &o->in;
+    Entry(trace(), std::string("scan ") + reduce_op_name(call.op))
+        .array(*call.in)
+        .array(call.out)
+        .done([o, &b = real_] { b.scan(o->call); });
+  }
+
+  void matmul(const MatmulCall& call) override {
+    run([&] { real_.matmul(call); });
+    struct Owned {
+      MatmulCall call;
+      Array a, b, bias, pre_gelu;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, *call.a, *call.b, {}, {}});
+    o->call.a = &o->a;
+    o->call.b = &o->b;
+    Entry e(trace(), "matmul");
+    e.array(*call.a).array(*call.b).array(call.out);
+    if (call.bias) {
+      o->bias = *call.bias;
+      o->call.bias = &o->bias;
+      e.text("bias").array(*call.bias).text(call.bias_added ? "folded" : "not folded");
+    }
+    if (call.pre_gelu) {
+      o->pre_gelu = *call.pre_gelu;
+      o->call.pre_gelu = &o->pre_gelu;
+      e.text("gelu").array(*call.pre_gelu).text(call.gelu_applied ? "applied" : "not applied");
+    }
+    // A backend that declined the bias or the GELU left them to the core, which ran them as later calls.
+    e.done([o, &b = real_] {
+      o->call.bias_added = o->call.gelu_applied = false;
+      b.matmul(o->call);
+    });
+  }
+
+  void random(const RandomCall& call) override {
+    if (call.graph_state) refuse("a random draw inside a CUDA graph capture");
+    const uint64_t rel = stream_position(call.seed, call.offset, "a random draw");
+    run([&] { real_.random(call); });
+    auto o = std::make_shared<RandomCall>(call);
+    Entry(trace(), "random")
+        .number(static_cast<double>(static_cast<int>(call.distribution)))
+        .number(call.a)
+        .number(call.b)
+        .text(std::to_string(call.low) + ".." + std::to_string(call.high) + " blocks " + std::to_string(call.blocks) +
+              " at +" + std::to_string(rel))
+        .array(call.out)
+        .done([o, rel, start = trace().replay_start, &b = real_] {
+          o->seed = start->seed;
+          o->offset = start->offset + rel;
+          b.random(*o);
+        });
+  }
+
+  int linalg_solve(const SolveCall&) override { refuse("linalg: a solver (its result is checked on the host)"); }
+  int linalg_svd(const SvdCall&) override { refuse("linalg: an SVD (its result is checked on the host)"); }
+  bool linalg_factor(FactorCall&) override { refuse("linalg: a factorisation (its result is checked on the host)"); }
+
+  bool sort(const SortCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.sort(call); });
+    if (!ran) return false;
+    struct Owned {
+      SortCall call;
+      Array in;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    o->call.in = &o->in;
+    Entry(trace(), "sort").array(*call.in).array(call.indices).array(call.values).done([o, &b = real_] {
+      b.sort(o->call);
+    });
+    return true;
+  }
+
+  bool fft(const FftCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.fft(call); });
+    if (!ran) return false;
+    struct Owned {
+      FftCall call;
+      Array in;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    o->call.in = &o->in;
+    Entry(trace(), "fft")
+        .number(static_cast<double>(static_cast<int>(call.kind)))
+        .text(call.forward ? "forward" : "inverse")
+        .text(shape_str(Shape(call.axes.begin(), call.axes.end())))
+        .array(*call.in)
+        .array(call.out)
+        .done([o, &b = real_] { b.fft(o->call); });
+    return true;
+  }
+
+  GraphRandom* graph_random(Device device) override { return real_.graph_random(device); }
+
+  bool fused(const FusionCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.fused(call); });
+    if (!ran) return false;
+    struct Owned {
+      FusionCall call;
+      std::vector<Array> arrays;
+      std::shared_ptr<const FusionGraph> graph;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, {}, call.graph->weak_from_this().lock()});
+    Entry e(trace(), "fused " + call.graph->name);
+    e.text(std::to_string(call.graph->hash)).text(shape_str(call.shape)).text(shape_str(call.axes));
+    for (const Scalar& s : call.slot_values) e.value(s);
+    o->arrays.reserve(call.arrays.size());
+    for (const Array* a : call.arrays) o->arrays.push_back(a ? *a : Array());
+    for (size_t i = 0; i < call.arrays.size(); ++i) {
+      o->call.arrays[i] = call.arrays[i] ? &o->arrays[i] : nullptr;
+      e.array(call.arrays[i]);
+    }
+    for (const Array& out : call.outs) e.array(out);
+    e.done([o, &b = real_] { b.fused(o->call); });
+    return true;
+  }
+
+  void multi_tensor(const MultiTensorCall& call) override {
+    run([&] { real_.multi_tensor(call); });
+    struct Owned {
+      MultiTensorCall call;
+      std::vector<std::vector<Array>> arrays;
+      std::shared_ptr<const FusionGraph> graph;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, {}, call.graph->weak_from_this().lock()});
+    Entry e(trace(), "multi_tensor " + call.graph->name);
+    e.text(std::to_string(call.graph->hash));
+    for (const Scalar& s : call.slot_values) e.value(s);
+    for (const Scalar& s : call.scalars) e.value(s);
+    o->arrays.resize(call.groups.size());
+    for (size_t g = 0; g < call.groups.size(); ++g) {
+      const MultiTensorGroup& group = call.groups[g];
+      e.text("|" + std::to_string(group.size));
+      o->arrays[g].reserve(group.arrays.size());
+      for (const Array* a : group.arrays) o->arrays[g].push_back(a ? *a : Array());
+      for (size_t i = 0; i < group.arrays.size(); ++i) {
+        o->call.groups[g].arrays[i] = group.arrays[i] ? &o->arrays[g][i] : nullptr;
+        e.array(group.arrays[i]);
+      }
+      for (const Array& out : group.outs) e.array(out);
+    }
+    e.done([o, &b = real_] { b.multi_tensor(o->call); });
+  }
+
+  void user_elementwise(const UserElementwiseCall& call) override {
+    run([&] { real_.user_elementwise(call); });
+    auto o = std::make_shared<UserElementwiseCall>(call);
+    Entry e(trace(), "user kernel " + std::to_string(reinterpret_cast<uintptr_t>(call.kernel)));
+    for (const BoundArg& a : call.args) a.is_scalar ? e.value(a.scalar) : e.array(a.array);
+    e.done([o, &b = real_] { b.user_elementwise(*o); });
+  }
+
+  void user_reduction(const UserReductionCall& call) override {
+    run([&] { real_.user_reduction(call); });
+    auto o = std::make_shared<UserReductionCall>(call);
+    Entry e(trace(), "user reduction " + std::to_string(reinterpret_cast<uintptr_t>(call.kernel)));
+    e.text(shape_str(call.axes));
+    for (const BoundArg& a : call.args) a.is_scalar ? e.value(a.scalar) : e.array(a.array);
+    e.done([o, &b = real_] { b.user_reduction(*o); });
+  }
+
+  bool convolution(const ConvCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.convolution(call); });
+    if (!ran) return false;
+    struct Owned {
+      ConvCall call;
+      Array x, w, dy;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, own(call.x), own(call.w), own(call.dy)});
+    o->call.x = call.x ? &o->x : nullptr;
+    o->call.w = call.w ? &o->w : nullptr;
+    o->call.dy = call.dy ? &o->dy : nullptr;
+    Entry(trace(), "convolution")
+        .number(static_cast<double>(static_cast<int>(call.kind)))
+        .text(std::to_string(call.stride[0]) + "," + std::to_string(call.stride[1]) + " " +
+              std::to_string(call.padding[0]) + "," + std::to_string(call.padding[1]) + " " +
+              std::to_string(call.dilation[0]) + "," + std::to_string(call.dilation[1]) + " " +
+              std::to_string(call.groups))
+        .array(call.x)
+        .array(call.w)
+        .array(call.dy)
+        .array(call.out)
+        .done([o, &b = real_] { b.convolution(o->call); });
+    return true;
+  }
+
+  bool batch_norm(BatchNormCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.batch_norm(call); });
+    if (!ran) return false;
+    struct Owned {
+      BatchNormCall call;
+      Array x, weight, bias, running_mean, running_var, dy;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, own(call.x), own(call.weight), own(call.bias),
+                                           own(call.running_mean), own(call.running_var), own(call.dy)});
+    o->call.x = call.x ? &o->x : nullptr;
+    o->call.weight = call.weight ? &o->weight : nullptr;
+    o->call.bias = call.bias ? &o->bias : nullptr;
+    o->call.running_mean = call.running_mean ? &o->running_mean : nullptr;
+    o->call.running_var = call.running_var ? &o->running_var : nullptr;
+    o->call.dy = call.dy ? &o->dy : nullptr;
+    // A backend that applied the ReLU applies it again; one that did not left it to the core's later calls.
+    const bool relu_done = call.relu_done;
+    Entry(trace(), "batch_norm")
+        .number(static_cast<double>(static_cast<int>(call.kind)))
+        .number(call.momentum)
+        .number(call.eps)
+        .text(call.relu ? (relu_done ? "relu done" : "relu left") : "")
+        .array(call.x)
+        .array(call.weight)
+        .array(call.bias)
+        .array(call.running_mean)
+        .array(call.running_var)
+        .array(call.dy)
+        .array(call.scale_shift)
+        .array(call.y)
+        .array(call.mean)
+        .array(call.invstd)
+        .array(call.dx)
+        .array(call.dweight)
+        .array(call.dbias)
+        .done([o, &b = real_] {
+          o->call.relu_done = false;
+          b.batch_norm(o->call);
+        });
+    return true;
+  }
+
+  bool pooling(const PoolCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.pooling(call); });
+    if (!ran) return false;
+    struct Owned {
+      PoolCall call;
+      Array x, y, dy;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, own(call.x), own(call.y), own(call.dy)});
+    o->call.x = call.x ? &o->x : nullptr;
+    o->call.y = call.y ? &o->y : nullptr;
+    o->call.dy = call.dy ? &o->dy : nullptr;
+    Entry(trace(), "pooling")
+        .number(static_cast<double>(static_cast<int>(call.kind)))
+        .text(std::to_string(call.kernel[0]) + "," + std::to_string(call.kernel[1]) + " " +
+              std::to_string(call.stride[0]) + "," + std::to_string(call.stride[1]) + " " +
+              std::to_string(call.padding[0]) + "," + std::to_string(call.padding[1]) + " " +
+              std::to_string(call.dilation[0]) + "," + std::to_string(call.dilation[1]))
+        .array(call.x)
+        .array(call.y)
+        .array(call.dy)
+        .array(call.out)
+        .done([o, &b = real_] { b.pooling(o->call); });
+    return true;
+  }
+
+  bool attention(AttentionCall& call) override {
+    const random::GeneratorState before = random::get_state();
+    bool ran = false;
+    run([&] { ran = real_.attention(call); });
+    if (!ran) return false;
+    struct Owned {
+      AttentionCall call;
+      Array q, k, v, out, dout;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, own(call.q), own(call.k), own(call.v), own(call.out),
+                                           own(call.dout)});
+    o->call.q = call.q ? &o->q : nullptr;
+    o->call.k = call.k ? &o->k : nullptr;
+    o->call.v = call.v ? &o->v : nullptr;
+    o->call.out = call.out ? &o->out : nullptr;
+    o->call.dout = call.dout ? &o->dout : nullptr;
+    // A forward with dropout takes its mask's blocks from the default generator itself: a replay sets the
+    // generator where the trace found it.
+    const bool draws = call.kind == AttentionKind::Forward && call.dropout > 0;
+    const uint64_t rel = draws ? stream_position(before.seed, before.offset, "attention's dropout") : 0;
+    Entry(trace(), "attention")
+        .text(draws ? "draws at +" + std::to_string(rel) : "")
+        .number(static_cast<double>(static_cast<int>(call.kind)))
+        .number(call.scale)
+        .number(call.dropout)
+        .text(call.causal ? "causal" : "")
+        .array(call.q)
+        .array(call.k)
+        .array(call.v)
+        .array(call.out)
+        .array(call.dout)
+        .array(call.o)
+        .array(call.lse)
+        .array(call.dq)
+        .array(call.dk)
+        .array(call.dv)
+        .array(call.rng)
+        .done([o, draws, rel, start = trace().replay_start, &b = real_] {
+          if (draws) random::set_state({start->seed, start->offset + rel});
+          b.attention(o->call);
+        });
+    return true;
+  }
+
+  bool rnn(RnnCall& call) override {
+    if (call.kind == RnnKind::Layout) return real_.rnn(call);  // a size query: no device work
+    refuse("a recurrent layer (its backend allocates its reserve and weight gradients at each call)");
+  }
+
+  RawKernelBackend* raw_kernels() override { refuse("a RawKernel or RawModule launch"); }
+
+  bool check_range(const Array& values, int64_t lo, int64_t hi, int32_t code) override {
+    bool ran = false;
+    run([&] { ran = real_.check_range(values, lo, hi, code); });
+    if (!ran) return false;
+    Entry(trace(), "check_range")
+        .text(std::to_string(lo) + ".." + std::to_string(hi) + " " + std::to_string(code))
+        .array(values)
+        .done([v = values, lo, hi, code, &b = real_] { b.check_range(v, lo, hi, code); });
+    return true;
+  }
+
+ private:
+  static StepTrace& trace() { return *t_state.trace; }
+  /// Blocks past the trace's start of the default generator's stream at which a draw seeded `seed` at `offset`
+  /// begins; refuses a draw from another stream (a user's own Generator, or after random::seed inside the step).
+  static uint64_t stream_position(uint64_t seed, uint64_t offset, const char* what) {
+    const random::GeneratorState& start = trace().start;
+    if (seed != start.seed || offset < start.offset)
+      refuse(std::string(what) + " from a user's kiln::random::Generator or a generator seeded inside the step (a "
+                                 "replay draws from the default generator's stream, past where the step began)");
+    return offset - start.offset;
+  }
+  static Array own(const Array* a) { return a ? *a : Array(); }
+  template <class F>
+  static void run(F&& f) {
+    InCall in;
+    f();
+  }
+
+  Backend& real_;
+};
+
+}  // namespace
+
+StepTraceScope::StepTraceScope(StepTrace& trace) {
+  if (t_state.trace) throw ValueError("compile: a step is already being traced on this thread; do not nest them");
+  t_state.trace = &trace;
+  t_state.in_call = false;
+  trace.start = random::get_state();
+}
+
+StepTraceScope::~StepTraceScope() {
+  t_state.trace->end = random::get_state();
+  t_state.trace = nullptr;
+  t_state.wrappers.clear();
+}
+
+StepTrace* active_step_trace() { return t_state.in_call ? nullptr : t_state.trace; }
+
+Backend& traced_backend(Backend& real) {
+  if (!active_step_trace()) return real;
+  std::unique_ptr<RecordingBackend>& w = t_state.wrappers[&real];
+  if (!w) w = std::make_unique<RecordingBackend>(real);
+  return *w;
+}
+
+void host_step(const std::string& op, std::vector<Array> arrays, const std::function<void()>& now,
+               std::function<void()> replay) {
+  StepTrace* trace = active_step_trace();
+  if (!trace) {
+    now();
+    return;
+  }
+  {
+    InCall in;
+    now();
+  }
+  Entry e(*trace, "host: " + op);
+  for (const Array& a : arrays) e.array(a);
+  e.done([keep = std::move(arrays), replay = std::move(replay)] {
+    InCall in;
+    replay();
+  });
+}
+
+void refuse_host_read_while_tracing(const char* op) {
+  if (active_step_trace()) refuse(std::string("reading array values on the host (") + op + ")");
+}
+
+void note_allocation(const std::shared_ptr<Storage>& storage) {
+  if (StepTrace* trace = active_step_trace()) trace->created.insert(storage.get());
+}
+
+}  // namespace kiln::detail

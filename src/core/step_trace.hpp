@@ -1,0 +1,72 @@
+// The step tracer (internal): while a thread traces a step for kiln::CompiledStep (kiln/compile.hpp), every op
+// that thread hands a backend is run and recorded with its operands (the arrays by handle, so their storages
+// live as long as the trace), and the host work of the core's CPU paths (indexing, sorting, range checks) is
+// recorded as host steps. A replay runs the recorded calls again, in order, on the same storages.
+//
+// What cannot be replayed is refused while tracing, with a ValueError naming the op: reading an array's values
+// on the host (item, tolist, a copy to the host), a draw from a user's own Generator, a raw kernel, and the
+// backend calls whose results the host inspects (factorisations, recurrent layers).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "kiln/array.hpp"
+#include "kiln/random.hpp"
+
+namespace kiln::detail {
+
+class Backend;
+
+/// One recorded op: what it was (for the comparison of two traces) and how to run it again.
+struct TracedCall {
+  std::string name;                  ///< "elementwise multiply", "matmul", "host: take", ...
+  std::string detail;                ///< shapes, dtypes and scalar values, compared between traces
+  std::vector<const Storage*> storages;  ///< every storage it reads or writes, in operand order
+  std::function<void()> replay;
+};
+
+/// The record of one traced call of a step function.
+struct StepTrace {
+  std::vector<TracedCall> calls;
+  /// Storages allocated while tracing (the step's own intermediates and results).
+  std::unordered_set<const Storage*> created;
+  /// Keeps every recorded array's storage alive (so a storage's address is never reused within the trace).
+  std::vector<std::shared_ptr<Storage>> keep;
+  /// The default generator when the trace began and ended. A draw's blocks are recorded relative to `start`
+  /// (every draw of a step must come from the default generator's stream past that point, directly or through a
+  /// Generator set to its state, as attention's dropout does); a replay draws them relative to `replay_start`,
+  /// which the replaying code sets to the generator's state first, and leaves the generator as far past it.
+  random::GeneratorState start, end;
+  std::shared_ptr<random::GeneratorState> replay_start = std::make_shared<random::GeneratorState>();
+};
+
+/// RAII: records the ops this thread runs into `trace` while alive. Nested tracing throws ValueError.
+class StepTraceScope {
+ public:
+  explicit StepTraceScope(StepTrace& trace);
+  ~StepTraceScope();
+  StepTraceScope(const StepTraceScope&) = delete;
+  StepTraceScope& operator=(const StepTraceScope&) = delete;
+};
+
+/// The trace this thread records into, outside a recorded call (nullptr: none).
+StepTrace* active_step_trace();
+/// The recording wrapper of `real` when this thread traces a step (outside a recorded call), else `real`.
+Backend& traced_backend(Backend& real);
+/// Runs `now` and, while a step is traced, records `replay` to run at each replay: for the core's own host loops
+/// over CPU arrays (a gather, a sort, a range check) and the transfers, which no backend runs. `op` names it,
+/// `arrays` are what it reads and writes. `replay` must not refer to anything of the caller's frame. Two traces
+/// of one step must name their host steps alike (`op` may carry a digest of host data the step copied in).
+void host_step(const std::string& op, std::vector<Array> arrays, const std::function<void()>& now,
+               std::function<void()> replay);
+/// Throws ValueError when a step is traced: `op` reads array values on the host, which a replay cannot repeat.
+void refuse_host_read_while_tracing(const char* op);
+/// Notes a storage allocated now (make_array), for the trace's `created` set.
+void note_allocation(const std::shared_ptr<Storage>& storage);
+
+}  // namespace kiln::detail

@@ -1,0 +1,221 @@
+// kiln::compile: a traced and replayed training step against the same steps run eagerly (bit for bit), and the
+// refusals of what a replay cannot repeat. Runs on every available backend.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/compile.hpp"
+#include "kiln/kiln.hpp"
+#include "lm_test_util.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<Device> devices() {
+  std::vector<Device> d{cpu()};
+  if (num_gpus() > 0) d.push_back(gpu(0));
+  return d;
+}
+
+/// An MLP with dropout and its optimizer, built from one seed.
+struct Mlp {
+  std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
+  std::unique_ptr<optim::Optimizer> opt;
+
+  Mlp(Device device, bool adam, bool capturable = true) {
+    random::seed(5);
+    model->push_back(std::make_shared<nn::Linear>(12, 32));
+    model->push_back(std::make_shared<nn::ReLU>());
+    model->push_back(std::make_shared<nn::Dropout>(0.25));
+    model->push_back(std::make_shared<nn::Linear>(32, 4));
+    model->to(device);
+    if (adam)
+      opt = std::make_unique<optim::Adam>(model->parameters(),
+                                          optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1, .capturable = capturable});
+    else
+      opt = std::make_unique<optim::SGD>(model->parameters(),
+                                         optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  }
+
+  /// zero_grad, forward, loss, backward, clipping, step: returns {loss}.
+  std::vector<Array> step(const std::vector<Array>& in) {
+    opt->zero_grad();
+    Array loss = nn::cross_entropy((*model)(in[0]), in[1]);
+    loss.backward();
+    optim::clip_grad_norm(model->parameters(), 0.5);
+    opt->step();
+    return {loss};
+  }
+};
+
+struct Batches {
+  std::vector<Array> x, y;
+  Batches(Device device, int n, int64_t rows = 10) {
+    random::seed(99);
+    for (int i = 0; i < n; ++i) {
+      x.push_back(random::normal({rows, 12}).to(device));
+      y.push_back(random::randint(0, 4, {rows}, int64).to(device));
+    }
+  }
+};
+
+void expect_same_parameters(const nn::Module& a, const nn::Module& b, const std::string& what) {
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_vector<float>(), pb[i].second.to_vector<float>()) << what << ": " << pa[i].first;
+}
+
+}  // namespace
+
+TEST(Compile, ReplayedStepsEqualEagerStepsBitForBit) {
+  for (Device device : devices()) {
+    for (bool adam : {false, true}) {
+      const std::string what = device.str() + (adam ? " Adam" : " SGD");
+      const Batches data(device, 7);
+      Mlp eager(device, adam), compiled(device, adam);
+      CompiledStep step = compile([&](const std::vector<Array>& in) { return compiled.step(in); });
+      random::seed(123);
+      std::vector<float> eager_losses, compiled_losses;
+      for (int i = 0; i < 7; ++i) eager_losses.push_back(eager.step({data.x[i], data.y[i]})[0].item<float>());
+      random::seed(123);  // the same dropout masks
+      for (int i = 0; i < 7; ++i) compiled_losses.push_back(step({data.x[i], data.y[i]})[0].item<float>());
+      EXPECT_EQ(eager_losses, compiled_losses) << what;
+      expect_same_parameters(*eager.model, *compiled.model, what);
+      // One warm-up call, two traces, four replays.
+      EXPECT_TRUE(step.compiled()) << what;
+      EXPECT_EQ(step.eager_calls(), 1) << what;
+      EXPECT_EQ(step.traced_calls(), 2) << what;
+      EXPECT_EQ(step.replays(), 4) << what;
+      EXPECT_GT(step.recorded_ops(), 20) << what;
+      EXPECT_NE(step.summary().find("matmul: "), std::string::npos) << what << "\n" << step.summary();
+      EXPECT_NE(step.summary().find("random: 1"), std::string::npos) << what << "\n" << step.summary();
+    }
+  }
+}
+
+TEST(Compile, AGptStepWithDropoutReplaysAsItRunsEagerly) {
+  for (Device device : devices()) {
+    models::GPT2Config config = kiln_test::tiny_gpt2_config();
+    config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.1;
+    auto make = [&] {
+      random::seed(3);
+      auto m = std::make_shared<models::GPT2>(config, float32, device);
+      m->train();
+      return m;
+    };
+    auto eager = make(), compiled = make();
+    optim::AdamW eager_opt(eager->parameters(), {.lr = 1e-3, .capturable = true});
+    optim::AdamW compiled_opt(compiled->parameters(), {.lr = 1e-3, .capturable = true});
+    auto run = [](models::GPT2& model, optim::Optimizer& opt, const std::vector<Array>& in) {
+      opt.zero_grad();
+      Array loss = models::lm_loss(model(in[0]), in[1]);
+      loss.backward();
+      opt.step();
+      return std::vector<Array>{loss};
+    };
+    CompiledStep step = compile([&](const std::vector<Array>& in) { return run(*compiled, compiled_opt, in); });
+    random::seed(8);
+    std::vector<Array> tokens;
+    for (int i = 0; i < 6; ++i) tokens.push_back(random::randint(0, config.vocab_size, {2, 9}, int64).to(device));
+    std::vector<float> a, b;
+    random::seed(1);
+    for (int i = 0; i < 5; ++i) a.push_back(run(*eager, eager_opt, {tokens[i], tokens[i + 1]})[0].item<float>());
+    random::seed(1);
+    for (int i = 0; i < 5; ++i) b.push_back(step({tokens[i], tokens[i + 1]})[0].item<float>());
+    EXPECT_EQ(a, b) << device.str();
+    EXPECT_EQ(step.replays(), 2) << device.str();
+    expect_same_parameters(*eager, *compiled, device.str());
+  }
+}
+
+TEST(Compile, HostValuesThatChangeBetweenStepsAreRefused) {
+  // Adam's bias correction computed on the host from its step count: the two traces differ in those scalars.
+  const Batches data(cpu(), 4);
+  Mlp m(cpu(), true, /*capturable=*/false);
+  CompiledStep step = compile([&](const std::vector<Array>& in) { return m.step(in); });
+  step({data.x[0], data.y[0]});
+  step({data.x[1], data.y[1]});
+  try {
+    step({data.x[2], data.y[2]});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("two traces differ at op"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("capturable"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(step.compiled());
+  // A branch on a host counter: another op in the second trace.
+  int calls = 0;
+  const Array x = arange(6, float32);
+  CompiledStep branchy = compile([&](const std::vector<Array>& in) {
+    return std::vector<Array>{++calls % 2 ? in[0] * 2.0 : in[0] + 2.0};
+  }, {.warmup = 0});
+  EXPECT_EQ(branchy({x})[0].to_vector<float>(), (x * 2.0).to_vector<float>());
+  EXPECT_THROW(branchy({x}), ValueError);
+}
+
+TEST(Compile, WhatAReplayCannotRepeatIsRefusedWhileTracing) {
+  const Array x = arange(6, float32);
+  CompiledStep reads = compile([](const std::vector<Array>& in) {
+    const double total = sum(in[0]).item<double>();  // a host read
+    return std::vector<Array>{in[0] * total};
+  }, {.warmup = 0});
+  try {
+    reads({x});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("reading array values on the host (item())"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("eagerly"), std::string::npos) << msg;
+  }
+  random::Generator own(4);
+  CompiledStep draws = compile([&](const std::vector<Array>& in) {
+    return std::vector<Array>{in[0] + own.normal(in[0].shape())};
+  }, {.warmup = 0});
+  try {
+    draws({x});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("kiln::random::Generator"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(compile([](const std::vector<Array>&) { return std::vector<Array>{Array()}; }, {.warmup = 0})({x}),
+               ValueError);
+  EXPECT_THROW(compile([](const std::vector<Array>& in) { return in; })({x.copy().set_requires_grad()}),
+               ValueError);
+  EXPECT_THROW(compile(nullptr), ValueError);
+  CompiledStep prints = compile([](const std::vector<Array>& in) {
+    EXPECT_FALSE(in[0].str().empty());
+    return in;
+  }, {.warmup = 0});
+  EXPECT_THROW(prints({x}), ValueError);
+}
+
+TEST(Compile, InputsAreCopiedInAndOtherShapesRunEagerly) {
+  // The replay reads each call's inputs (copied into the traced ones), host gathers included (take on the CPU).
+  for (Device device : devices()) {
+    const Array table = arange(40, float32).reshape({10, 4}).to(device);
+    CompiledStep gather = compile([&](const std::vector<Array>& in) {
+      return std::vector<Array>{take(table, in[0], 0) * 2.0 + in[1]};
+    });
+    for (int i = 0; i < 5; ++i) {
+      const Array idx = random::randint(0, 10, {3}, int64).to(device);
+      const Array shift = full({3, 4}, static_cast<double>(i), float32, device);
+      const Array expected = take(table, idx, 0) * 2.0 + shift;
+      const Array got = gather({idx, shift})[0];
+      EXPECT_EQ(got.to_vector<float>(), expected.to_vector<float>()) << device.str() << " call " << i;
+    }
+    EXPECT_EQ(gather.replays(), 2) << device.str();
+    const Array four = full({4, 4}, 1.0, float32, device);
+    EXPECT_EQ(gather({random::randint(0, 10, {4}, int64).to(device), four})[0].shape(), (Shape{4, 4}));
+    EXPECT_EQ(gather.eager_calls(), 2) << device.str();
+    // Out-of-range indices still fail at a replay (the CPU's range check is a host step of the record).
+    if (device.is_cpu()) {
+      EXPECT_THROW(gather({full({3}, 12, int64), full({3, 4}, 0.0, float32)}), Error);
+    }
+  }
+}
