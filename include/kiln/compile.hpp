@@ -74,4 +74,8 @@ class CompiledStep {
 /// A CompiledStep of `fn` (see above).
 CompiledStep compile(CompiledStep::Function fn, CompileOptions options = {});
 
+/// True while this thread traces a step for kiln::compile: work that a replay would not repeat (kiln::dist's
+/// collectives) refuses to run then.
+bool tracing_step();
+
 }  // namespace kiln

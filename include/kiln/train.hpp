@@ -72,6 +72,8 @@ struct FitOptions {
   std::ostream* out = nullptr;  ///< default std::cout
   /// Capture each step in a CUDA graph (see TrainStep) after `graph_warmup` eager steps; ignored on the CPU.
   bool graph = false;
+  /// Compile the step (StepOptions::compile; on every device) after `graph_warmup` eager steps.
+  bool compile = false;
   int graph_warmup = 3;
   /// Called after each epoch's metrics are known (schedulers, checkpoints, early stopping: return false to stop).
   std::vector<std::function<bool(const EpochMetrics&)>> on_epoch_end{};
@@ -103,7 +105,11 @@ struct StepOptions {
   bool accuracy = true;
   /// On a GPU: capture the step in a CUDA graph after `warmup` eager steps and replay it from then on.
   bool graph = false;
-  /// Eager steps before the capture (>= 1: they create the optimizer's state and compile the kernels).
+  /// On any device: run the step through kiln::compile (docs/compile.md): after `warmup` eager steps it is traced
+  /// twice and then replayed (the same results, bit for bit). Not with graph; the same limits as graph.
+  bool compile = false;
+  /// Eager steps before the capture or the traces (>= 1: they create the optimizer's state and compile the
+  /// kernels).
   int warmup = 3;
   /// Clip the gradients' joint 2-norm to this (optim::clip_grad_norm) between backward and the optimizer step;
   /// 0: no clipping. Captured with the step under graph.
@@ -157,7 +163,8 @@ class TrainStep {
   int64_t non_finite_skipped() const;
   /// Steps the StepOptions::scaler skipped (overflowed gradients) since construction (0 without a scaler).
   int64_t scaler_skipped() const;
-  /// True once a graph has been captured; the number of its nodes and of replays so far.
+  /// True once a graph has been captured (or, with compile, the step compiled); the number of the graph's nodes
+  /// (of the compiled step's recorded ops) and of replays so far.
   bool graphed() const;
   size_t graph_nodes() const;
   int64_t replays() const;

@@ -180,4 +180,6 @@ CompiledStep compile(CompiledStep::Function fn, CompileOptions options) {
   return CompiledStep(std::move(fn), options);
 }
 
+bool tracing_step() { return detail::active_step_trace() != nullptr; }
+
 }  // namespace kiln

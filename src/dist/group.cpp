@@ -10,6 +10,7 @@
 
 #include "dist/comm.hpp"
 #include "dist/store.hpp"
+#include "kiln/compile.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/error.hpp"
 #include "kiln/ops.hpp"
@@ -241,7 +242,17 @@ struct ProcessGroup::Impl {
 
 namespace {
 
+/// A collective inside a step being traced by kiln::compile: its replay would skip it (collectives are not
+/// backend calls), so refuse it.
+void refuse_in_traced_step(const char* op) {
+  if (tracing_step())
+    throw ValueError(std::string(op) + ": a collective inside a step traced by kiln::compile, whose replays would "
+                     "not repeat it; capture a DistributedDataParallel step in a CUDA graph (TrainStep graph) or run "
+                     "it eagerly");
+}
+
 void require_contiguous(const Array& x, const char* op, const char* what) {
+  refuse_in_traced_step(op);
   if (!x.defined()) throw ValueError(std::string(op) + ": " + what + " is an undefined array");
   if (!x.is_contiguous())
     throw ValueError(std::string(op) + ": " + what + " (shape " + shape_str(x.shape()) +
@@ -400,6 +411,7 @@ Work ProcessGroup::recv(Array& x, int src) {
 }
 
 void ProcessGroup::barrier() {
+  refuse_in_traced_step("barrier");
   Impl& g = *impl_;
   g.check_not_aborted("barrier");
   if (g.cpu_engine) return g.cpu_engine->barrier();

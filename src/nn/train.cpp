@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kiln/autograd.hpp"
+#include "kiln/compile.hpp"
 #include "kiln/conv.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
@@ -88,6 +89,7 @@ struct TrainStep::Impl {
   std::unique_ptr<cuda::Graph> graph;
   Array static_x, static_y;
 #endif
+  std::unique_ptr<CompiledStep> compiled;
 
   /// What became of a step: the optimizer stepped, the scaler skipped it (overflowed gradients), or it was
   /// skipped for a non-finite loss before backward.
@@ -169,6 +171,20 @@ struct TrainStep::Impl {
   }
 
   Outcome run(const Array& x, const Array& y) {
+    if (options.compile) {
+      if (!compiled)
+        compiled = std::make_unique<CompiledStep>(compile(
+            [this](const std::vector<Array>& in) {
+              optimizer->zero_grad();
+              body(in[0], in[1]);  // stepped: no scaler nor loss check (refused at construction)
+              return std::vector<Array>{};
+            },
+            {.warmup = options.warmup}));
+      const int64_t before = compiled->replays();
+      (*compiled)({x, y});
+      replays += compiled->replays() - before;
+      return Outcome::stepped;
+    }
 #ifdef KILN_WITH_CUDA
     if (options.graph && x.device().is_cuda()) {
       auto fits = [](const Array& a, const Array& slot) {
@@ -194,19 +210,23 @@ struct TrainStep::Impl {
 
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, StepOptions options)
     : impl_(std::make_unique<Impl>()) {
-  if (options.graph && options.warmup < 1)
-    throw ValueError(
-        "TrainStep: a graph-captured step needs warmup >= 1 eager steps (they create the optimizer's "
-        "state and the metric sums), got " +
-        std::to_string(options.warmup));
-  if (options.graph && options.scheduler)
-    throw ValueError(
-        "TrainStep: a scheduler with graph: each replay would keep the lr of the capture; schedule "
-        "an eager loop (graph = false), or keep the lr constant");
-  if (options.graph && (options.scaler || options.on_non_finite_loss != NonFiniteLoss::keep_going))
-    throw ValueError(
-        "TrainStep: a GradScaler or a non-finite loss check with graph: both read the host at each step, "
-        "which a replayed graph cannot; train eagerly (graph = false) or drop the scaler and the check");
+  if (options.graph && options.compile)
+    throw ValueError("TrainStep: graph and compile both replay the step; choose one (graph: a CUDA graph on a GPU, "
+                     "compile: kiln::compile on any device)");
+  const char* replayed = options.graph ? "graph" : "compile";
+  if ((options.graph || options.compile) && options.warmup < 1)
+    throw ValueError(std::string("TrainStep: a ") + (options.graph ? "graph-captured" : "compiled") +
+                     " step needs warmup >= 1 eager steps (they create the optimizer's state and the metric sums), "
+                     "got " + std::to_string(options.warmup));
+  if ((options.graph || options.compile) && options.scheduler)
+    throw ValueError(std::string("TrainStep: a scheduler with ") + replayed +
+                     ": each replay would keep the lr of the capture; schedule an eager loop (" + replayed +
+                     " = false), or keep the lr constant");
+  if ((options.graph || options.compile) &&
+      (options.scaler || options.on_non_finite_loss != NonFiniteLoss::keep_going))
+    throw ValueError(std::string("TrainStep: a GradScaler or a non-finite loss check with ") + replayed +
+                     ": both read the host at each step, which a replay cannot; train eagerly (" + replayed +
+                     " = false) or drop the scaler and the check");
   if (!(options.max_grad_norm >= 0))
     throw ValueError("TrainStep: max_grad_norm must be >= 0 (0: no clipping), got " +
                      std::to_string(options.max_grad_norm));
@@ -229,6 +249,7 @@ int64_t TrainStep::non_finite_skipped() const { return impl_->non_finite_skipped
 int64_t TrainStep::scaler_skipped() const { return impl_->scaler_skipped; }
 
 bool TrainStep::graphed() const {
+  if (impl_->compiled) return impl_->compiled->compiled();
 #ifdef KILN_WITH_CUDA
   return impl_->graph != nullptr;
 #else
@@ -237,6 +258,7 @@ bool TrainStep::graphed() const {
 }
 
 size_t TrainStep::graph_nodes() const {
+  if (impl_->compiled) return static_cast<size_t>(impl_->compiled->recorded_ops());
 #ifdef KILN_WITH_CUDA
   return impl_->graph ? impl_->graph->num_nodes() : 0;
 #else
@@ -297,6 +319,7 @@ std::vector<EpochMetrics> fit(nn::Module& model, optim::Optimizer& optimizer, da
                  {.loss = loss_fn,
                   .accuracy = options.accuracy,
                   .graph = options.graph,
+                  .compile = options.compile,
                   .warmup = options.graph_warmup,
                   .max_grad_norm = options.max_grad_norm,
                   .scheduler = options.scheduler_per_epoch ? nullptr : options.scheduler,

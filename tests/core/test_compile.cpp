@@ -219,3 +219,48 @@ TEST(Compile, InputsAreCopiedInAndOtherShapesRunEagerly) {
     }
   }
 }
+
+TEST(Compile, TrainStepCompiledTrainsAsItsEagerSteps) {
+  for (Device device : devices()) {
+    const Batches data(device, 8);
+    Mlp eager(device, true), compiled(device, true);
+    train::TrainStep plain(*eager.model, *eager.opt, {.max_grad_norm = 0.5});
+    train::TrainStep replayed(*compiled.model, *compiled.opt, {.compile = true, .warmup = 2, .max_grad_norm = 0.5});
+    random::seed(77);
+    for (int i = 0; i < 8; ++i) plain(data.x[i], data.y[i]);
+    random::seed(77);
+    for (int i = 0; i < 8; ++i) replayed(data.x[i], data.y[i]);
+    EXPECT_EQ(plain.mean_loss(), replayed.mean_loss()) << device.str();
+    EXPECT_EQ(plain.accuracy(), replayed.accuracy()) << device.str();
+    expect_same_parameters(*eager.model, *compiled.model, device.str());
+    EXPECT_TRUE(replayed.graphed()) << device.str();
+    EXPECT_GT(replayed.graph_nodes(), 20u) << device.str();
+    EXPECT_EQ(replayed.replays(), 4) << device.str();  // 2 eager, 2 traced, 4 replayed
+  }
+  Mlp m(cpu(), true);
+  EXPECT_THROW(train::TrainStep(*m.model, *m.opt, {.graph = true, .compile = true}), ValueError);
+  EXPECT_THROW(train::TrainStep(*m.model, *m.opt, {.compile = true, .warmup = 0}), ValueError);
+  optim::StepLR schedule(*m.opt, 2);
+  EXPECT_THROW(train::TrainStep(*m.model, *m.opt, {.compile = true, .scheduler = &schedule}), ValueError);
+}
+
+TEST(Compile, CollectivesAreRefusedWhileTracing) {
+  dist::ProcessGroup group({.rank = 0, .world_size = 1, .device = cpu()});
+  EXPECT_FALSE(tracing_step());
+  bool seen = false;
+  CompiledStep step = compile([&](const std::vector<Array>& in) {
+    seen = tracing_step();
+    Array x = in[0] * 2.0;
+    group.all_reduce(x, dist::ReduceOp::sum).wait();
+    return std::vector<Array>{x};
+  }, {.warmup = 0});
+  try {
+    step({arange(4, float32)});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce: a collective inside a step traced by kiln::compile"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_FALSE(tracing_step());
+}

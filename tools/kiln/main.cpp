@@ -222,6 +222,9 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--graph", train.graph,
                       "capture each training step in a CUDA graph after 3 eager steps and replay it (GPU only; with "
                       "--nproc, the gradient all-reduces too)");
+  train_cmd->add_flag("--compile", train.compile,
+                      "trace each training step with kiln::compile after 3 eager steps and replay it (any device; not "
+                      "with --graph or --nproc)");
   train_cmd->add_option("--nproc", train.nproc,
                         "data-parallel ranks (1): kiln launch starts them, one GPU each (NCCL) or CPU ranks (MPI)");
   auto* launch_cmd =

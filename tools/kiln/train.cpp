@@ -37,6 +37,9 @@ std::optional<int> start_ranks(const TrainArgs& a, bool launched) {
     throw ValueError(
         "kiln train: --resume trains one process; leave out --nproc (data-parallel checkpoints are "
         "not written by kiln train)");
+  if (a.compile && (a.nproc > 1 || launched))
+    throw ValueError("kiln train: --compile replays one process's step, not the gradient all-reduces of --nproc; "
+                     "use --graph (a CUDA graph captures them) or leave out --compile");
   if (a.save_every > 0 && a.resume.empty())
     throw ValueError("kiln train: --save-every N saves the run's state to the --resume file; give --resume PATH");
   if (a.nproc <= 1 || launched) return std::nullopt;
@@ -96,7 +99,8 @@ int train_mlp(const TrainArgs& a) {
   double lr = 0;
   if (a.optimizer == "adam") {
     lr = a.lr.value_or(optim::AdamOptions{}.lr);
-    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = lr, .capturable = a.graph});
+    opt = std::make_unique<optim::Adam>(model->parameters(),
+                                        optim::AdamOptions{.lr = lr, .capturable = a.graph || a.compile});
   } else if (a.optimizer == "sgd") {
     lr = a.lr.value_or(optim::SGDOptions{}.lr);
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = lr, .momentum = a.momentum});
@@ -118,7 +122,10 @@ int train_mlp(const TrainArgs& a) {
         a.dropout, a.optimizer, lr,
         a.optimizer == "sgd" && a.momentum > 0 ? fmt::format(", momentum {}", a.momentum) : "", a.batch,
         launched ? " per rank (DistributedDataParallel)" : "", a.epochs,
-        a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph" : "", train_set.labels.size(),
+        a.graph && device.is_cuda() ? ", each step replayed from a CUDA graph"
+        : a.compile                 ? ", each step replayed by kiln::compile"
+                                    : "",
+        train_set.labels.size(),
         test_set.labels.size());
   if (!a.resume.empty() && std::filesystem::exists(a.resume) && chatty) fmt::print("resuming from {}\n", a.resume);
   // Under data parallel every rank evaluates the whole test set (the models are identical); rank 0 reports.
@@ -127,6 +134,7 @@ int train_mlp(const TrainArgs& a) {
                                                                .log_path = chatty ? a.log : std::string(),
                                                                .progress = chatty,
                                                                .graph = a.graph,
+                                                               .compile = a.compile,
                                                                .max_grad_norm = a.max_grad_norm,
                                                                .checkpoint = a.resume,
                                                                .checkpoint_every = a.save_every,

@@ -30,6 +30,7 @@ struct TrainArgs {
   int64_t save_every = 0;         ///< steps between saves of `resume` (0: at each epoch's end only)
   double max_grad_norm = 0;       ///< gradient clipping (0: none)
   bool graph = false;             ///< capture each step in a CUDA graph (GPU only)
+  bool compile = false;           ///< replay each step with kiln::compile (any device)
   int nproc = 1;                  ///< data-parallel ranks (kiln launch starts them; each trains on its share)
   std::vector<std::string> argv;  ///< the command line, to start the ranks with
 };
