@@ -36,6 +36,8 @@ void bind_nn_layers(nb::module_& m);
 void bind_train(nb::module_& m);
 /// memory_stats, empty_cache, set_memory_limit... of the GPU allocator (memory.cpp; DeviceError without CUDA).
 void bind_memory(nb::module_& m);
+/// kiln.compile and kiln.CompiledStep (compile.cpp).
+void bind_compile(nb::module_& m);
 /// kiln.fuse and kiln.FusionValue (fuse.cpp).
 void bind_fuse(nb::module_& m);
 /// The FusionValue overloads of the elementwise ops and reductions, registered after their Array forms.

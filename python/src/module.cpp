@@ -154,6 +154,7 @@ NB_MODULE(_kiln, m) {
   bind_nn_init(m);
   bind_nn_layers(m);
   bind_train(m);
+  bind_compile(m);
   bind_memory(m);
   bind_models(m);
   bind_module_gc(m);

@@ -160,7 +160,7 @@ void bind_train_step(nb::module_& train) {
                                             nb::type_slots(step_slots))
       .def("__init__", [](PyTrainStep* self, nn::Module& model, optim::Optimizer& optimizer, nb::handle loss,
                           bool accuracy, bool graph, int warmup, double max_grad_norm, optim::LRScheduler* scheduler,
-                          const std::string& on_non_finite_loss, optim::GradScaler* scaler) {
+                          const std::string& on_non_finite_loss, optim::GradScaler* scaler, bool compile) {
         train::StepOptions o;
         if (!loss.is_none()) {
           if (!PyCallable_Check(loss.ptr()))
@@ -172,6 +172,7 @@ void bind_train_step(nb::module_& train) {
         }
         o.accuracy = accuracy;
         o.graph = graph;
+        o.compile = compile;
         o.warmup = warmup;
         o.max_grad_norm = max_grad_norm;
         o.scheduler = scheduler;
@@ -181,7 +182,8 @@ void bind_train_step(nb::module_& train) {
         self->loss = nb::borrow(loss);
       }, "model"_a, "optimizer"_a, nb::kw_only(), "loss"_a = nb::none(), "accuracy"_a = true, "graph"_a = false,
          "warmup"_a = 3, "max_grad_norm"_a = 0.0, "scheduler"_a.none() = nb::none(),
-         "on_non_finite_loss"_a = "keep_going", "scaler"_a.none() = nb::none(), nb::keep_alive<1, 2>(),
+         "on_non_finite_loss"_a = "keep_going", "scaler"_a.none() = nb::none(), "compile"_a = false,
+         nb::keep_alive<1, 2>(),
          nb::keep_alive<1, 3>(), nb::keep_alive<1, 9>(), nb::keep_alive<1, 11>())
       .def("__call__", [](Step& step, nb::handle x, nb::handle y) {
         const Array xa = to_array(x), ya = to_array(y);
@@ -221,7 +223,8 @@ void bind_fit(nb::module_& train) {
                       int64_t epochs, LossCallable loss, bool accuracy, const std::string& log_path, bool progress,
                       bool graph, int graph_warmup, nb::handle on_epoch_end, double max_grad_norm,
                       optim::LRScheduler* scheduler, bool scheduler_per_epoch, const std::string& on_non_finite_loss,
-                      optim::GradScaler* scaler, const std::string& checkpoint, int64_t checkpoint_every, bool resume) {
+                      optim::GradScaler* scaler, const std::string& checkpoint, int64_t checkpoint_every, bool resume,
+                      bool compile) {
     train::FitOptions o;
     o.epochs = epochs;
     if (loss) o.loss = *loss;
@@ -229,6 +232,7 @@ void bind_fit(nb::module_& train) {
     o.log_path = log_path;
     o.progress = progress;
     o.graph = graph;
+    o.compile = compile;
     o.graph_warmup = graph_warmup;
     if (!on_epoch_end.is_none()) {
       // One callable or a list of them; a callback returning False (not None) stops the run, as Keras' does.
@@ -267,7 +271,7 @@ void bind_fit(nb::module_& train) {
      "loss"_a = nb::none(), "accuracy"_a = true, "log_path"_a = "", "progress"_a = true, "graph"_a = false,
      "graph_warmup"_a = 3, "on_epoch_end"_a = nb::none(), "max_grad_norm"_a = 0.0, "scheduler"_a.none() = nb::none(),
      "scheduler_per_epoch"_a = false, "on_non_finite_loss"_a = "keep_going", "scaler"_a.none() = nb::none(),
-     "checkpoint"_a = "", "checkpoint_every"_a = 0, "resume"_a = false,
+     "checkpoint"_a = "", "checkpoint_every"_a = 0, "resume"_a = false, "compile"_a = false,
      "Trains for `epochs` epochs (train mode), evaluating on test_loader after each; returns their EpochMetrics. "
      "loss(output, target) defaults to cross_entropy; on_epoch_end: a callable (or list) of an EpochMetrics, False "
      "stops; checkpoint: a file written each epoch (and every checkpoint_every steps), resumed with resume=True.");
