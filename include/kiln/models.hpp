@@ -158,6 +158,11 @@ struct GPT2Config {
   double layer_norm_epsilon = 1e-5;
   double embd_pdrop = 0.1, attn_pdrop = 0.1, resid_pdrop = 0.1;
   bool bias = true;  ///< biases in the projections and layer norms (nanoGPT's bias=False drops them)
+  /// Activation recomputation in training (autograd::checkpoint): "none" keeps every activation for backward;
+  /// "gelu" (llm.c's) does not keep the MLP's GELU output (4 n_embd per position and layer: c_proj's input),
+  /// computing it and c_proj's product again in backward from the kept c_fc output; "block" keeps only each
+  /// block's input and runs the block again in backward. Gradients and losses equal "none"'s bit for bit.
+  std::string recompute = "none";
 
   static GPT2Config gpt2_124m() { return {}; }                                              ///< Hub "gpt2"
   static GPT2Config gpt2_355m() { return {.n_embd = 1024, .n_layer = 24, .n_head = 16}; }   ///< "gpt2-medium"
