@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -103,10 +104,11 @@ TEST(ActivationCheckpoint, GradientsOfInputsAndCapturedParametersEqualThoseWitho
     Array checked = two_layer_loss(net, x, true);
     EXPECT_EQ(checked.grad_fn_name(), "SumBackward");
     EXPECT_EQ(values(checked), values(plain)) << dtype_name(dtype);
-    const random::GeneratorState after_forward = random::get_state();
-    checked.backward();
-    EXPECT_EQ(random::get_state().offset, after_forward.offset) << "the recomputation moved the generator";
     EXPECT_EQ(random::get_state().offset, after_plain.offset);
+    (void)random::uniform({5});  // draws between forward and backward: the recomputation must not replay them
+    const random::GeneratorState before_backward = random::get_state();
+    checked.backward();
+    EXPECT_EQ(random::get_state().offset, before_backward.offset) << "the recomputation moved the generator";
     std::vector<Array> got{x.grad()};
     for (const Array& p : net.params()) got.push_back(p.grad());
     const char* names[] = {"x", "w1", "b1", "w2"};
@@ -217,8 +219,8 @@ struct GptStep {
   random::GeneratorState generator;
 };
 
-/// One training forward and backward of a tiny GPT-2 with dropout, from a fixed seed.
-GptStep gpt_step(const std::string& recompute, DType dtype) {
+/// One training forward and backward of a tiny GPT-2 with dropout, from a fixed seed (under autocast to `amp`).
+GptStep gpt_step(const std::string& recompute, DType dtype, std::optional<DType> amp = std::nullopt) {
   random::seed(11);
   models::GPT2Config config{.vocab_size = 37, .n_positions = 16, .n_embd = 32, .n_layer = 2, .n_head = 4};
   config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.2;
@@ -228,7 +230,10 @@ GptStep gpt_step(const std::string& recompute, DType dtype) {
   const Array tokens = data.randint(0, 37, {3, 12});
   const Array targets = data.randint(0, 37, {3, 12});
   GptStep r;
-  r.loss = models::lm_loss(model.forward(tokens), targets);
+  {
+    AutocastGuard autocast(amp);
+    r.loss = models::lm_loss(model.forward(tokens), targets);
+  }
   r.loss.backward();
   r.generator = random::get_state();
   for (const auto& [name, p] : model.named_parameters()) r.grads.insert(name, p.grad());
@@ -247,6 +252,19 @@ TEST(GPT2Recompute, LossAndEveryGradientEqualThoseWithoutRecomputation) {
       EXPECT_EQ(got.generator.offset, want.generator.offset) << what;
       ASSERT_EQ(got.grads.size(), want.grads.size());
       for (const auto& [name, g] : want.grads) expect_same(*got.grads.find(name), g, what + " " + name);
+    }
+  }
+}
+
+// Under bfloat16 autocast too: the recomputation casts the parameters again, as the forward did.
+TEST(GPT2Recompute, UnderBfloat16AutocastLossAndGradientsEqualThoseWithoutRecomputation) {
+  const GptStep want = gpt_step("none", float32, bfloat16);
+  for (const char* mode : {"gelu", "block"}) {
+    const GptStep got = gpt_step(mode, float32, bfloat16);
+    EXPECT_EQ(values(got.loss), values(want.loss)) << mode;
+    for (const auto& [name, g] : want.grads) {
+      EXPECT_EQ(g.dtype(), float32) << name;
+      expect_same(*got.grads.find(name), g, std::string(mode) + " " + name);
     }
   }
 }
