@@ -159,9 +159,10 @@ struct GPT2Config {
   double embd_pdrop = 0.1, attn_pdrop = 0.1, resid_pdrop = 0.1;
   bool bias = true;  ///< biases in the projections and layer norms (nanoGPT's bias=False drops them)
   /// Activation recomputation in training (autograd::checkpoint): "none" keeps every activation for backward;
-  /// "gelu" (llm.c's) does not keep the MLP's GELU output (4 n_embd per position and layer: c_proj's input),
-  /// computing it and c_proj's product again in backward from the kept c_fc output; "block" keeps only each
-  /// block's input and runs the block again in backward. Gradients and losses equal "none"'s bit for bit.
+  /// "gelu" (llm.c's GELU recomputation, extended to the MLP) keeps each MLP's input only, neither its pre-GELU sum
+  /// nor its GELU output (4 n_embd per position each), and runs c_fc, GELU and c_proj again in backward; "block"
+  /// keeps each block's input only and runs the block again in backward. Losses and gradients equal "none"'s bit
+  /// for bit (on the CPU, tested). ValueError for another name.
   std::string recompute = "none";
 
   static GPT2Config gpt2_124m() { return {}; }                                              ///< Hub "gpt2"
