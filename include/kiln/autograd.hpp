@@ -154,6 +154,34 @@ struct AutogradFunction {
 void queue_callback(std::function<void()> callback);
 
 
+namespace autograd {
+
+/// Activation recomputation, as torch.utils.checkpoint.checkpoint (use_reentrant=False where kiln can): runs
+/// `fn(inputs)` without recording (none of fn's intermediate arrays is kept for backward) and keeps only the
+/// inputs. Backward runs fn again from them, with gradients on, and passes the result's gradient through the
+/// recomputed graph: the inputs that require grad get their gradients, and so does every other array fn reads
+/// that requires grad (module parameters the lambda captures), as without checkpoint. Memory for compute: fn's
+/// activations are freed after the forward and exist again only while its gradient is computed.
+///
+///   auto block = std::make_shared<nn::Sequential>(...);
+///   Array y = autograd::checkpoint([&](const std::vector<Array>& in) { return (*block)(in[0]); }, {x});
+///   loss(y).backward();  // block's parameters and x get their gradients; block's forward ran twice
+///
+/// The recomputation sees what the forward saw: the default generator is set back to its state at the forward
+/// around it (dropout draws the same masks; kiln has one generator for every device, and the generator's
+/// position afterwards is the one backward found) and the forward's autocast dtype (kiln/autocast.hpp) is on.
+/// fn must compute the same thing twice from the same inputs: draws from a random::Generator the lambda
+/// captures, module modes (train/eval) or captured arrays changed between forward and backward are not replayed.
+/// A parameter that fn reads gets its gradient from a backward run inside the checkpoint's node (its hooks run
+/// there; queue_callback adds to the outer backward's list): a parameter read by several checkpoints or also
+/// outside one gets its parts added in another order than without checkpoint (equal up to rounding).
+/// Without grad mode (NoGradGuard) checkpoint just calls fn. Errors (ValueError, naming checkpoint): fn's result
+/// depends on no array that requires grad (nothing to recompute: call fn directly, or mark the inputs); an
+/// input written in place between the forward and backward (its storage version moved: pass a copy()).
+Array checkpoint(const std::function<Array(const std::vector<Array>&)>& fn, std::vector<Array> inputs);
+
+}  // namespace autograd
+
 struct GradcheckOptions {
   double eps = 1e-6;   ///< central-difference step (inputs are float64)
   double atol = 1e-5;  ///< |numeric - analytic| <= atol + rtol * |numeric| for every element

@@ -158,6 +158,12 @@ struct GPT2Config {
   double layer_norm_epsilon = 1e-5;
   double embd_pdrop = 0.1, attn_pdrop = 0.1, resid_pdrop = 0.1;
   bool bias = true;  ///< biases in the projections and layer norms (nanoGPT's bias=False drops them)
+  /// Activation recomputation in training (autograd::checkpoint): "none" keeps every activation for backward;
+  /// "gelu" (llm.c's GELU recomputation, extended to the MLP) keeps each MLP's input only, neither its pre-GELU sum
+  /// nor its GELU output (4 n_embd per position each), and runs c_fc, GELU and c_proj again in backward; "block"
+  /// keeps each block's input only and runs the block again in backward. Losses and gradients equal "none"'s bit
+  /// for bit (on the CPU, tested). ValueError for another name.
+  std::string recompute = "none";
 
   static GPT2Config gpt2_124m() { return {}; }                                              ///< Hub "gpt2"
   static GPT2Config gpt2_355m() { return {.n_embd = 1024, .n_layer = 24, .n_head = 16}; }   ///< "gpt2-medium"

@@ -139,6 +139,10 @@ decltype(auto) call(M& module, Args&&... args) {
   return module.forward(std::forward<Args>(args)...);
 }
 
+/// (*module)(x) under autograd::checkpoint: the module's activations are not kept for backward but computed again
+/// there (its parameters and x get their gradients as without it). The module is held until backward.
+Array checkpoint(std::shared_ptr<Module> module, const Array& x);
+
 /// Prints module.repr() and the parameter count.
 std::ostream& operator<<(std::ostream& out, const Module& module);
 

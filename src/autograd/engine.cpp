@@ -158,9 +158,15 @@ bool scatter_view_gradient(const Node& node, const Array& g, std::unordered_map<
   return owned.count(child) && node.scatter_add(g, it->second);
 }
 
+// Set by backward_within for the backward it starts: that one queues its callbacks on the running backward's list.
+thread_local bool t_within = false;
+
 class CallbackScope {
  public:
-  CallbackScope() : previous_(t_callbacks) { t_callbacks = &list_; }
+  CallbackScope() : previous_(t_callbacks) {
+    if (!t_within || !previous_) t_callbacks = &list_;
+    t_within = false;
+  }
   ~CallbackScope() { t_callbacks = previous_; }
   CallbackScope(const CallbackScope&) = delete;
   CallbackScope& operator=(const CallbackScope&) = delete;
@@ -279,6 +285,16 @@ void Engine::backward(const Array& root, const Array& gradient, bool retain_grap
     }
   }
   callbacks.run();
+}
+
+void backward_within(const Array& root, const Array& gradient) {
+  t_within = true;
+  try {
+    detail::autograd_hook().backward(root, gradient, false);
+  } catch (...) {
+    t_within = false;
+    throw;
+  }
 }
 
 }  // namespace kiln::autograd

@@ -19,4 +19,8 @@ class Engine final : public detail::AutogradHook {
   void backward(const Array& root, const Array& gradient, bool retain_graph) override;
 };
 
+/// Runs backward from `root` (without retain_graph) as part of the backward running on this thread (a node that
+/// runs a graph of its own, as checkpoint's): what queue_callback queues in it runs when the outer backward ends.
+void backward_within(const Array& root, const Array& gradient);
+
 }  // namespace kiln::autograd

@@ -11,6 +11,7 @@ namespace kiln::detail {
 
 namespace {
 thread_local bool t_grad_mode = true;
+thread_local GradProbe* t_probe = nullptr;
 
 AutogradMeta& meta_of(Array& a) {
   if (!a.autograd_meta()) a.set_autograd_meta(std::make_shared<AutogradMeta>());
@@ -21,28 +22,39 @@ AutogradMeta& meta_of(Array& a) {
 bool grad_mode() { return t_grad_mode; }
 void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
 
+GradProbe::GradProbe() : previous_(t_probe) { t_probe = this; }
+GradProbe::~GradProbe() {
+  t_probe = previous_;
+  if (previous_ && seen_) previous_->note();
+}
+
 GradRecorder::GradRecorder(std::initializer_list<const Array*> inputs) {
-  if (!t_grad_mode) return;
+  if (!t_grad_mode && !t_probe) return;
   for (const Array* a : inputs)
     if (a && requires_grad(*a)) active_ = true;
   start();
 }
 
 GradRecorder::GradRecorder(const std::vector<Array>& inputs) {
-  if (!t_grad_mode) return;
+  if (!t_grad_mode && !t_probe) return;
   for (const Array& a : inputs)
     if (requires_grad(a)) active_ = true;
   start();
 }
 
 GradRecorder::GradRecorder(std::initializer_list<const Operand*> operands, int) {
-  if (!t_grad_mode) return;
+  if (!t_grad_mode && !t_probe) return;
   for (const Operand* o : operands)
     if (o->is_array() && requires_grad(o->array())) active_ = true;
   start();
 }
 
 void GradRecorder::start() {
+  if (!t_grad_mode) {  // a probe's op: noted, nothing recorded
+    if (active_) t_probe->note();
+    active_ = false;
+    return;
+  }
   if (active_) t_grad_mode = false;  // the op's internal ops record nothing
 }
 

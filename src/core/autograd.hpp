@@ -162,6 +162,22 @@ class GradRecorder {
   bool active_ = false;
 };
 
+/// While alive, notes whether an op on this thread, run with grad mode off, had an input that requires grad
+/// (autograd::checkpoint's forward: does fn read anything that backward must reach?). Probes nest.
+class GradProbe {
+ public:
+  GradProbe();
+  ~GradProbe();
+  GradProbe(const GradProbe&) = delete;
+  GradProbe& operator=(const GradProbe&) = delete;
+  bool seen() const { return seen_; }
+  void note() { seen_ = true; }
+
+ private:
+  GradProbe* previous_;
+  bool seen_ = false;
+};
+
 /// Called by every in-place write into `dst` (see the top of this file); `op` names the op.
 void note_inplace_write(const Array& dst, const char* op);
 

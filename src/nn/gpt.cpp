@@ -83,6 +83,7 @@ struct GPT2::Parts {
     std::shared_ptr<nn::Module> ln_1, ln_2, attn_proj, mlp_proj, attn_resid_drop, mlp_drop;
     std::shared_ptr<Conv1D> fc;  // c_fc, whose output goes through GELU (folded into its product)
     std::shared_ptr<nn::Module> c_attn;
+    std::shared_ptr<nn::Module> module, mlp;  // the block and its MLP (their parameters)
   };
   std::shared_ptr<nn::Embedding> wte, wpe;
   std::shared_ptr<nn::Module> drop, ln_f;
@@ -112,6 +113,8 @@ GPT2::GPT2(const GPT2Config& c, DType dtype, std::optional<Device> device)
       c.n_embd % c.n_head != 0)
     throw ValueError("GPT2: vocab_size, n_positions, n_layer, n_head and n_embd must be positive and n_embd (" +
                      std::to_string(c.n_embd) + ") a multiple of n_head (" + std::to_string(c.n_head) + ")");
+  if (c.recompute != "none" && c.recompute != "gelu" && c.recompute != "block")
+    throw ValueError("GPT2: recompute is \"none\", \"gelu\" or \"block\", got \"" + c.recompute + "\"");
   for (double p : {c.embd_pdrop, c.attn_pdrop, c.resid_pdrop})
     if (!(p >= 0.0 && p < 1.0))
       throw ValueError("GPT2: dropout probabilities must be in [0, 1), got " + std::to_string(p));
@@ -151,6 +154,8 @@ GPT2::GPT2(const GPT2Config& c, DType dtype, std::optional<Device> device)
     b.mlp_proj = mlp->add("c_proj", conv(4 * c.n_embd, c.n_embd, proj_std));
     mlp->add("act", std::make_shared<nn::GELU>("tanh"));
     b.mlp_drop = mlp->add("dropout", std::make_shared<nn::Dropout>(c.resid_pdrop));
+    b.module = block;
+    b.mlp = mlp;
     h->push_back(block);
     parts.blocks.push_back(b);
   }
@@ -178,17 +183,37 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
     positions = maximum(positions.reshape({1, t}) - cache->padding_array().reshape({batch, 1}), Scalar(int64_t{0}));
   Array x = (*parts.drop)((*parts.wte)(tokens) + (*parts.wpe)(positions));
   const double attn_p = is_training() ? c.attn_pdrop : 0.0;
-  auto heads_of = [&](const Array& qkv, int64_t part) {  // (B, T, 3C) -> (B, H, T, D)
-    return swapaxes(qkv.slice(-1, part * c.n_embd, (part + 1) * c.n_embd).reshape({batch, t, heads, d}), 1, 2);
-  };
+  // Recomputation (autograd::checkpoint) only where backward will need activations: a training forward.
+  const bool recompute = !cache && is_grad_enabled() && c.recompute != "none";
   for (size_t i = 0; i < parts.blocks.size(); ++i) {
-    const Parts::Block& b = parts.blocks[i];
-    const Array qkv = (*b.c_attn)((*b.ln_1)(x));
-    Array a = detail::causal_attention(heads_of(qkv, 0), heads_of(qkv, 1), heads_of(qkv, 2), cache,
-                                       static_cast<int64_t>(i), attn_p, mask);
-    a = swapaxes(a, 1, 2).reshape({batch, t, c.n_embd});
-    x = x + (*b.attn_resid_drop)((*b.attn_proj)(a));
-    x = x + (*b.mlp_drop)((*b.mlp_proj)(b.fc->forward_gelu((*b.ln_2)(x))));
+    // By value: a checkpoint runs these again in backward, after run() returned.
+    const Parts::Block b = parts.blocks[i];
+    const int64_t embd = c.n_embd, layer = static_cast<int64_t>(i);
+    // Under autocast a checkpoint's recomputation casts its parameters in one pass, as run() does for the forward.
+    auto mlp = [b](const Array& u) { return (*b.mlp_proj)(b.fc->forward_gelu(u)); };
+    auto block = [=](const Array& x_in) {
+      if (recompute && autocast_dtype()) autocast_cache(b.module->parameters());
+      auto heads_of = [&](const Array& qkv, int64_t part) {  // (B, T, 3C) -> (B, H, T, D)
+        return swapaxes(qkv.slice(-1, part * embd, (part + 1) * embd).reshape({batch, t, heads, d}), 1, 2);
+      };
+      const Array qkv = (*b.c_attn)((*b.ln_1)(x_in));
+      Array a = detail::causal_attention(heads_of(qkv, 0), heads_of(qkv, 1), heads_of(qkv, 2), cache, layer, attn_p,
+                                         mask);
+      a = swapaxes(a, 1, 2).reshape({batch, t, embd});
+      Array y = x_in + (*b.attn_resid_drop)((*b.attn_proj)(a));
+      if (!recompute || c.recompute != "gelu") return y + (*b.mlp_drop)(mlp((*b.ln_2)(y)));
+      // The MLP's input (in the autocast dtype, as c_fc casts it) is all it keeps for backward.
+      const Array u = autocast_low((*b.ln_2)(y));
+      auto again = [b, mlp](const std::vector<Array>& in) {
+        if (autocast_dtype()) autocast_cache(b.mlp->parameters());
+        return mlp(in[0]);
+      };
+      return y + (*b.mlp_drop)(autograd::checkpoint(again, {u}));
+    };
+    if (recompute && c.recompute == "block")
+      x = autograd::checkpoint([block](const std::vector<Array>& in) { return block(in[0]); }, {x});
+    else
+      x = block(x);
   }
   x = (*parts.ln_f)(x);
   if (cache) cache->advance(t);

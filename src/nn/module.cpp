@@ -71,6 +71,11 @@ int64_t Module::num_parameters(bool trainable_only) const {
   return n;
 }
 
+Array checkpoint(std::shared_ptr<Module> module, const Array& x) {
+  if (!module) throw ValueError("nn::checkpoint: the module is null");
+  return autograd::checkpoint([module](const std::vector<Array>& in) { return (*module)(in[0]); }, {x});
+}
+
 std::ostream& operator<<(std::ostream& out, const Module& module) {
   const int64_t all = module.num_parameters(), trainable = module.num_parameters(true);
   out << module.repr() << "\n" << all << " parameters";

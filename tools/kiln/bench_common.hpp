@@ -34,6 +34,8 @@ struct BenchContext {
   /// --profile FILE: the workloads that support it (gpt2) profile one step (kiln::profiler), print the time per
   /// kernel class and per kernel, and write the step's Chrome trace to FILE.
   std::string profile;
+  /// --recompute MODE: gpt2's GPT2Config::recompute ("none", "gelu", "block"); its cases are named with the mode.
+  std::string recompute = "none";
   std::vector<Record> records;
   std::vector<std::pair<std::string, std::string>> skipped;  ///< (workload or case, reason)
   std::map<int64_t, double> copy_gbps_cache;                 ///< device copy bandwidth by element count

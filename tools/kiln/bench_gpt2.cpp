@@ -6,7 +6,8 @@
 // Cases: gpt2_124m_step (eager) and gpt2_124m_step_graph (the step captured once in a CUDA graph and replayed),
 // metrics seconds (per step), tokens_per_s, mfu (model FLOPs, llm.c's count 6 N + 12 L C T per token, against
 // kiln::peak_bf16_tflops), peak_gib (peak GPU memory allocated, eager) and first_fast_s (from building the model
-// to the end of the first step within 10% of the median). The CPU case cpu_gpt2_d6_step (llm.c's d6, batch 4 x
+// to the end of the first step within 10% of the median); --recompute gelu|block runs them with
+// GPT2Config::recompute (cases named ..._recompute_gelu/block). The CPU case cpu_gpt2_d6_step (llm.c's d6, batch 4 x
 // 128, float32) keeps the workload runnable without a GPU. Peers: bench/peers/torch_bench.py --workloads gpt2
 // (eager, and torch.compile with --compile), scripts/llmc-bench (llm.c).
 #include <algorithm>
@@ -39,13 +40,15 @@ void run_gpt2(BenchContext& ctx) {
   title("gpt2", "GPT-2 training step (zero_grad, forward, cross entropy, backward, clip 1.0, AdamW): 124M, batch "
                 "16 x 1024, bfloat16 autocast (GPU); d6, batch 4 x 128, float32 (CPU)");
   Table table({"case", "device", "step", "tokens/s", "MFU", "peak memory", "first fast step", "check"});
-  auto run = [&](const Gpt2Case& c, Device d) {
+  auto run = [&](Gpt2Case c, Device d) {
+    if (ctx.recompute != "none") c.name += "_recompute_" + ctx.recompute;  // not the default step's records
     const double t_start = now_s();
     random::seed(0);
     models::GPT2Config config = models::GPT2Config::from_name(c.config);
     config.vocab_size = 50304;  // 50257 padded to a multiple of 64 (aligned classifier products)
     config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.0;
     config.n_positions = std::max<int64_t>(c.seq, 64);
+    config.recompute = ctx.recompute;
     models::GPT2 model(config, float32, d);
     std::vector<Array> decay, other;
     for (const Array& p : model.parameters()) (p.ndim() >= 2 ? decay : other).push_back(p);

@@ -122,11 +122,12 @@ int demo() {
 }
 
 int bench_command(const std::vector<std::string>& names, const std::string& device_name, const std::string& json,
-                  bool quick, const std::string& profile) {
+                  bool quick, const std::string& profile, const std::string& recompute) {
   using namespace kiln;
   kiln_cli::BenchContext ctx;
   ctx.quick = quick;
   ctx.profile = profile;
+  ctx.recompute = recompute;
   ctx.device = device_name.empty() ? try_gpu() : parse_device(device_name);
   if (ctx.device.is_cuda()) (void)gpu(ctx.device.index);  // DeviceError naming a missing GPU
   const auto& all = kiln_cli::workloads();
@@ -187,6 +188,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--profile", profile,
                         "gpt2: profile one step (time per kernel class and kernel) and write its Chrome trace "
                         "(chrome://tracing, Perfetto) to this file");
+  std::string recompute = "none";
+  bench_cmd
+      ->add_option("--recompute", recompute,
+                   "gpt2: activation recomputation (GPT2Config::recompute): none (default), gelu (the MLP's "
+                   "activations), block (every block's)")
+      ->check(CLI::IsMember({"none", "gelu", "block"}));
   auto* train_cmd = app.add_subcommand(
       "train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn), or a GPT-2 on a token file or text (gpt)");
   kiln_cli::TrainArgs train;
@@ -249,7 +256,7 @@ int main(int argc, char** argv) {
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
-    if (bench_cmd->parsed()) return bench_command(names, device, json, quick, profile);
+    if (bench_cmd->parsed()) return bench_command(names, device, json, quick, profile, recompute);
     if (tokenize_cmd->parsed()) return kiln_cli::tokenize(tokenize_args);
     if (generate_cmd->parsed()) return kiln_cli::generate(generate_args);
     if (launch_cmd->parsed()) {
