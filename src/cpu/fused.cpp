@@ -527,34 +527,69 @@ void evaluate_step(const Program& p, const Step& s, char* const* ptrs, const int
 }
 
 #ifdef KILN_VECTOR_MATH
-/// One input of a segment's step over the block: contiguous (step 1), or 16 copies of one value (step 0).
+/// One input of a segment's step over the block: contiguous (mask all ones: element i at ptr + i), or 16 copies
+/// of one value (mask 0).
 struct LaneInput {
-  const float* ptr = nullptr;
-  int64_t step = 0;
+  const float* ptr;
+  int64_t mask;
 };
 
 /// A segment's step over one block.
 struct LaneStep {
-  LaneOp op = LaneOp::Add;
-  bool chain[2] = {false, false};
+  LaneOp op;
+  bool chain[2];
   LaneInput in[2];
-  __m512 (*routine)(__m512) = nullptr;
+  __m512 (*routine)(__m512);
 };
 
-/// An input of a step over k vectors from element i (masked: the lanes of `mask`, the others zero): the previous
-/// step's values `v`, or loads.
-template <int K, bool Masked>
-__attribute__((target("avx512f"), always_inline)) inline void lane_input(const LaneStep& s, int input,
-                                                                          const __m512* v, int64_t i,
-                                                                          __mmask16 mask, __m512* a) {
-  if (s.chain[input]) {
-    for (int j = 0; j < K; ++j) a[j] = v[j];
-    return;
+/// Input `k` of step `s` at vector j of the K from element i (masked: the lanes of `mask`, the others zero).
+template <bool Masked>
+__attribute__((target("avx512f"), always_inline)) inline __m512 lane_load(const LaneStep& s, int k, int64_t i,
+                                                                           int j, __mmask16 mask) {
+  const float* at = s.in[k].ptr + ((i + 16 * j) & s.in[k].mask);
+  return Masked ? _mm512_maskz_loadu_ps(mask, at) : _mm512_loadu_ps(at);
+}
+
+// The binary lane ops: one IEEE operation each, as the scalar kernels round.
+struct LaneAdd {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_add_ps(a, b);
   }
-  const LaneInput& in = s.in[input];
-  const float* at = in.ptr + i * in.step;
-  const int64_t next = 16 * in.step;
-  for (int j = 0; j < K; ++j) a[j] = Masked ? _mm512_maskz_loadu_ps(mask, at) : _mm512_loadu_ps(at + j * next);
+};
+struct LaneSubtract {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_sub_ps(a, b);
+  }
+};
+struct LaneMultiply {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_mul_ps(a, b);
+  }
+};
+struct LaneDivide {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_div_ps(a, b);
+  }
+};
+
+/// v[j] = op(a, b) over the K vectors, a and b the previous values v or loads. Every loop over the K vectors is
+/// unrolled in full, so the vectors stay in registers between steps (only a libmvec call spills them).
+template <int K, bool Masked, class Op>
+__attribute__((target("avx512f"), always_inline)) inline void lane_binary(const LaneStep& s, int64_t i,
+                                                                           __mmask16 mask, __m512* v, Op op) {
+  if (s.chain[0] && s.chain[1]) {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(v[j], v[j]);
+  } else if (s.chain[0]) {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(v[j], lane_load<Masked>(s, 1, i, j, mask));
+  } else if (s.chain[1]) {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(lane_load<Masked>(s, 0, i, j, mask), v[j]);
+  } else {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(lane_load<Masked>(s, 0, i, j, mask), lane_load<Masked>(s, 1, i, j, mask));
+  }
 }
 
 /// The segment's last value over K vectors from element i, each step applied to all K before the next (its
@@ -562,36 +597,38 @@ __attribute__((target("avx512f"), always_inline)) inline void lane_input(const L
 template <int K, bool Masked>
 __attribute__((target("avx512f"), always_inline)) inline void lane_chunk(const LaneStep* steps, int count,
                                                                           int64_t i, __mmask16 mask, __m512* v) {
-  for (int j = 0; j < K; ++j) v[j] = _mm512_setzero_ps();
   for (int k = 0; k < count; ++k) {
     const LaneStep& s = steps[k];
-    __m512 a[K], b[K];
-    lane_input<K, Masked>(s, 0, v, i, mask, a);
     switch (s.op) {
       case LaneOp::Routine:
-        for (int j = 0; j < K; ++j) v[j] = s.routine(a[j]);
-        continue;
+        if (!s.chain[0]) {
+#pragma GCC unroll 16
+          for (int j = 0; j < K; ++j) v[j] = lane_load<Masked>(s, 0, i, j, mask);
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < K; ++j) v[j] = s.routine(v[j]);
+        break;
       case LaneOp::Negative: {
         const __m512i sign = _mm512_set1_epi32(INT32_MIN);
-        for (int j = 0; j < K; ++j) v[j] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a[j]), sign));
-        continue;
-      }
-      default:
+        if (!s.chain[0]) {
+#pragma GCC unroll 16
+          for (int j = 0; j < K; ++j) v[j] = lane_load<Masked>(s, 0, i, j, mask);
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < K; ++j) v[j] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v[j]), sign));
         break;
-    }
-    lane_input<K, Masked>(s, 1, v, i, mask, b);
-    switch (s.op) {
+      }
       case LaneOp::Add:
-        for (int j = 0; j < K; ++j) v[j] = _mm512_add_ps(a[j], b[j]);
+        lane_binary<K, Masked>(s, i, mask, v, LaneAdd{});
         break;
       case LaneOp::Subtract:
-        for (int j = 0; j < K; ++j) v[j] = _mm512_sub_ps(a[j], b[j]);
+        lane_binary<K, Masked>(s, i, mask, v, LaneSubtract{});
         break;
       case LaneOp::Multiply:
-        for (int j = 0; j < K; ++j) v[j] = _mm512_mul_ps(a[j], b[j]);
+        lane_binary<K, Masked>(s, i, mask, v, LaneMultiply{});
         break;
-      default:
-        for (int j = 0; j < K; ++j) v[j] = _mm512_div_ps(a[j], b[j]);
+      case LaneOp::Divide:
+        lane_binary<K, Masked>(s, i, mask, v, LaneDivide{});
         break;
     }
   }
@@ -604,7 +641,7 @@ constexpr int kLaneChunk = 8;  ///< vectors a segment's step is applied to at a 
 __attribute__((target("avx512f"))) void run_lanes(const LaneStep* steps, int count, float* dst, bool stream,
                                                   int64_t n, PendingPrefetch& q) {
   int64_t i = 0;
-  __m512 v[kLaneChunk];
+  __m512 v[kLaneChunk] = {};
   for (; i + 16 * kLaneChunk <= n; i += 16 * kLaneChunk) {
     lane_chunk<kLaneChunk, false>(steps, count, i, 0xFFFF, v);
     for (int j = 0; j < kLaneChunk; ++j) {
@@ -640,6 +677,7 @@ bool evaluate_segment(const Program& p, const Segment& seg, char* const* ptrs, c
     LaneStep& lane = lanes[i];
     lane.op = seg.ops[i];
     lane.routine = seg.routines[i];
+    lane.chain[0] = lane.chain[1] = false;
     for (int k = 0; k < s.num_inputs; ++k) {
       lane.chain[k] = seg.chain[i][k];
       if (lane.chain[k]) continue;
@@ -649,7 +687,7 @@ bool evaluate_segment(const Program& p, const Segment& seg, char* const* ptrs, c
       }
       const Value& in = values[s.inputs[k]];
       if (in.step == 1) {
-        lane.in[k] = {reinterpret_cast<const float*>(in.ptr), 1};
+        lane.in[k] = {reinterpret_cast<const float*>(in.ptr), -1};
       } else if (in.step == 0) {
         float value;
         std::memcpy(&value, in.ptr, sizeof value);
