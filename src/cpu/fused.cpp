@@ -14,7 +14,10 @@
 // - Elementwise graphs: the core's plan (plan_elementwise, output 0 first: the unfused
 //   op's order) split over the thread team by flat range; cpu_fused_range runs one range.
 //   Outputs of kStreamBytes and more are computed into the buffers and streamed out with
-//   non-temporal stores.
+//   non-temporal stores. On a CPU running the AVX-512 libmvec rows, runs of float32 nodes
+//   that each read the one before (Segment) are evaluated in registers, eight vectors at a
+//   time, each lane rounded as the node's kernel rounds it; a run's last value is stored
+//   into its buffer or straight into its output.
 // - Final reductions: each block's value goes into the CPU reduce's own loops
 //   (select_kernels: double accumulators for float sums, 64-bit wrapping integer sums),
 //   one accumulator per output or a row of them; split over a kept axis, or over a
@@ -98,7 +101,7 @@ enum class LaneOp : unsigned char { Add, Subtract, Multiply, Divide, Negative, R
 
 constexpr int kMaxSegment = 8;
 
-/// A run of float32 steps, consecutive in p.all, evaluated per vector of 16 lanes in registers: each step after
+/// A run of float32 steps, consecutive in p.all, evaluated on vectors of 16 lanes in registers: each step after
 /// the first reads the value of the one before it (its only reader, not an output) as one or both inputs; the
 /// other inputs are slots or values read in place. Only the last step's value is stored, into its buffer or
 /// straight into an output.
