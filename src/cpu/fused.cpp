@@ -14,7 +14,10 @@
 // - Elementwise graphs: the core's plan (plan_elementwise, output 0 first: the unfused
 //   op's order) split over the thread team by flat range; cpu_fused_range runs one range.
 //   Outputs of kStreamBytes and more are computed into the buffers and streamed out with
-//   non-temporal stores.
+//   non-temporal stores. On a CPU running the AVX-512 libmvec rows, runs of float32 nodes
+//   that each read the one before (Segment) are evaluated in registers, eight vectors at a
+//   time, each lane rounded as the node's kernel rounds it; a run's last value is stored
+//   into its buffer or straight into its output.
 // - Final reductions: each block's value goes into the CPU reduce's own loops
 //   (select_kernels: double accumulators for float sums, 64-bit wrapping integer sums),
 //   one accumulator per output or a row of them; split over a kept axis, or over a
@@ -30,6 +33,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -42,6 +46,7 @@
 #include "cpu/elementwise.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/reduce_kernels.hpp"
+#include "cpu/vector_math.hpp"
 
 namespace kiln::cpu_impl {
 
@@ -90,6 +95,28 @@ struct Step {
   int64_t buffer = -1;  ///< byte offset of the node's buffer in the scratch
 };
 
+/// How a float32 node of a register segment computes one lane: as its kernel's scalar expression rounds (one IEEE
+/// operation), or through its libmvec row (the contiguous float32 kernels' own routine).
+enum class LaneOp : unsigned char { Add, Subtract, Multiply, Divide, Negative, Routine };
+
+constexpr int kMaxSegment = 8;
+
+/// A run of float32 steps, consecutive in p.all, evaluated on vectors of 16 lanes in registers: each step after
+/// the first reads the value of the one before it (its only reader, not an output) as one or both inputs; the
+/// other inputs are slots or values read in place. Only the last step's value is stored, into its buffer or
+/// straight into an output.
+struct Segment {
+  int first = 0;  ///< position in p.all of its first step
+  int count = 0;
+  int output = -1;  ///< the float32 output operand the last value may be stored into, else -1
+  LaneOp ops[kMaxSegment] = {};
+  bool chain[kMaxSegment][2] = {};  ///< per step and input: the previous step's value
+  alignas(64) float slots[kMaxSegment][2][16] = {};  ///< slot inputs, one value in every lane
+#ifdef KILN_VECTOR_MATH
+  __m512 (*routines[kMaxSegment])(__m512) = {};  ///< LaneOp::Routine: the op's AVX-512 libmvec routine
+#endif
+};
+
 /// A reduction node's kernels: of the CPU reduce, over the input's dtype.
 struct Reducer {
   int node = -1;
@@ -113,6 +140,8 @@ struct Program {
   std::vector<DType> slot_dtypes;
   int64_t scratch_bytes = 0;
   bool stream = false;  ///< outputs leave the buffers with non-temporal stores (stream_bytes)
+  std::vector<Segment> segments;  ///< elementwise graphs on a CPU with the AVX-512 rows: runs of p.all in registers
+  std::vector<int> segment_at;    ///< per position in p.all: the segment starting there, or -1
 };
 
 template <class T>
@@ -202,6 +231,88 @@ int64_t share_buffers(Program& p, const std::vector<int>& roots) {
   }
   return used;
 }
+
+#ifdef KILN_VECTOR_MATH
+/// How step `s` runs lane by lane, or false when it cannot: a float32 op on float32 inputs whose kernel is one
+/// IEEE operation per element, or a unary op with a libmvec row.
+bool lane_op(const Program& p, const Step& s, LaneOp& op) {
+  if (s.kind != FusionNodeKind::Op || s.dtype != DType::Float32 || s.kernel_out != DType::Float32) return false;
+  for (int k = 0; k < s.num_inputs; ++k) {
+    const DType in = s.slots[k] >= 0 ? p.slot_dtypes[static_cast<size_t>(s.slots[k])]
+                                     : p.g->nodes[static_cast<size_t>(s.inputs[k])].dtype;
+    if (in != DType::Float32 || s.kernel_in[k] != DType::Float32) return false;
+  }
+  const OpCode code = p.g->nodes[static_cast<size_t>(s.node)].op;
+  switch (code) {
+    case OpCode::Add: op = LaneOp::Add; break;
+    case OpCode::Subtract: op = LaneOp::Subtract; break;
+    case OpCode::Multiply: op = LaneOp::Multiply; break;
+    case OpCode::Divide: op = LaneOp::Divide; break;
+    case OpCode::Negative: op = LaneOp::Negative; break;
+    default:
+      if (detail::op_info(code).arity != 1 || vector_math_f32(code).avx512 == nullptr) return false;
+      op = LaneOp::Routine;
+      break;
+  }
+  return s.num_inputs == (op == LaneOp::Negative || op == LaneOp::Routine ? 1 : 2);
+}
+
+/// Cuts p.all (an elementwise graph's steps) into register segments (Segment), maximal runs of lane ops each
+/// reading the value before it, which has no other reader.
+void plan_segments(Program& p) {
+  const FusionGraph& g = *p.g;
+  std::vector<int> readers(g.nodes.size(), 0);
+  for (int index : p.all) {
+    const Step& s = p.steps[static_cast<size_t>(index)];
+    for (int k = 0; k < s.num_inputs; ++k) {
+      const bool again = k == 1 && s.slots[0] < 0 && s.inputs[0] == s.inputs[1];  // x * x reads x once
+      if (s.slots[k] < 0 && s.inputs[k] >= 0 && !again) ++readers[static_cast<size_t>(s.inputs[k])];
+    }
+  }
+  for (int node : g.outputs) ++readers[static_cast<size_t>(node)];  // an output is read after the block
+  p.segment_at.assign(p.all.size(), -1);
+  Segment* open = nullptr;
+  for (size_t pos = 0; pos < p.all.size(); ++pos) {
+    const Step& s = p.steps[static_cast<size_t>(p.all[pos])];
+    LaneOp op{};
+    if (!lane_op(p, s, op)) {
+      open = nullptr;
+      continue;
+    }
+    bool chain[2] = {false, false};
+    if (open && open->count < kMaxSegment) {
+      const Step& prev = p.steps[static_cast<size_t>(p.all[pos - 1])];
+      for (int k = 0; k < s.num_inputs; ++k) chain[k] = s.slots[k] < 0 && s.inputs[k] == prev.node;
+      if (!(chain[0] || chain[1]) || readers[static_cast<size_t>(prev.node)] != 1) open = nullptr;
+    } else {
+      open = nullptr;
+    }
+    if (!open) {
+      chain[0] = chain[1] = false;
+      p.segment_at[pos] = static_cast<int>(p.segments.size());
+      open = &p.segments.emplace_back();
+      open->first = static_cast<int>(pos);
+    }
+    const int i = open->count++;
+    open->ops[i] = op;
+    if (op == LaneOp::Routine) open->routines[i] = vector_math_f32(g.nodes[static_cast<size_t>(s.node)].op).avx512;
+    for (int k = 0; k < s.num_inputs; ++k) {
+      open->chain[i][k] = chain[k];
+      if (s.slots[k] < 0) continue;
+      float value;
+      std::memcpy(&value, p.slots[static_cast<size_t>(s.slots[k])].data(), sizeof value);
+      std::fill(std::begin(open->slots[i][k]), std::end(open->slots[i][k]), value);
+    }
+  }
+  // The last value may go straight into an output of its dtype (not when an out= aliases an input: an output
+  // is then written only after the block's inputs are read).
+  for (Segment& seg : p.segments) {
+    const int node = p.steps[static_cast<size_t>(p.all[static_cast<size_t>(seg.first + seg.count - 1)])].node;
+    for (int k = 0; k < p.num_outputs && seg.output < 0 && !p.call->aliased; ++k)
+      if (g.outputs[static_cast<size_t>(k)] == node && p.arrays[k]->dtype() == DType::Float32) seg.output = k;
+  }
+}
+#endif
 
 /// Plans `call`; false when the executor declines it.
 bool make_program(const FusionCall& call, Program& p) {
@@ -305,6 +416,9 @@ bool make_program(const FusionCall& call, Program& p) {
     const std::vector<int> roots = g.reduce >= 0 ? std::vector<int>{g.elementwise} : g.outputs;
     p.all = steps_for(p, roots);
     buffers = share_buffers(p, roots);
+#ifdef KILN_VECTOR_MATH
+    if (elementwise && kVectorMathAvx512) plan_segments(p);
+#endif
   }
   p.scratch_bytes = buffers + kTemps * kBufferStride;
   return true;
@@ -347,75 +461,290 @@ inline void prefetch_lines(PendingPrefetch& q, int64_t lines) {
   }
 }
 
+/// Runs step `s` over one block of `n` elements (operand k at ptrs[k], steps[k] elements apart) into `values`.
+void evaluate_step(const Program& p, const Step& s, char* const* ptrs, const int64_t* steps, int64_t n,
+                   char* scratch, Value* values) {
+  const FusionGraph& g = *p.g;
+  char* temps = scratch + p.scratch_bytes - kTemps * kBufferStride;
+  char* buffer = s.buffer >= 0 ? scratch + s.buffer : nullptr;  // none: an argument read in place
+  Value& v = values[s.node];
+  if (s.kind == FusionNodeKind::Argument) {
+    v = {ptrs[s.operand], steps[s.operand]};
+    if (s.materialize) {
+      convert(v.ptr, s.dtype, v.step, buffer, s.dtype, 1, n);
+      v = {buffer, 1};
+    }
+    return;
+  }
+  // Inputs: a step-0 operand (a slot, a broadcast or per-row value) is read as one element.
+  const void* in_ptr[3];
+  int64_t in_step[3];
+  DType in_dtype[3];
+  bool uniform = true;
+  for (int k = 0; k < s.num_inputs; ++k) {
+    if (s.slots[k] >= 0) {
+      in_ptr[k] = p.slots[static_cast<size_t>(s.slots[k])].data();
+      in_step[k] = 0;
+      in_dtype[k] = p.slot_dtypes[static_cast<size_t>(s.slots[k])];
+    } else {
+      const Value& in = values[s.inputs[k]];
+      in_ptr[k] = in.ptr;
+      in_step[k] = in.step;
+      in_dtype[k] = g.nodes[static_cast<size_t>(s.inputs[k])].dtype;
+    }
+    uniform = uniform && in_step[k] == 0;
+  }
+  // One value for the whole block when every input is one (write_output then fills the output row).
+  const int64_t count = uniform ? 1 : n;
+  const bool to_output = s.output >= 0 && !uniform;
+  char* dst = to_output ? ptrs[s.output] : buffer;
+  const int64_t dst_step = to_output ? steps[s.output] : 1;
+  if (s.kind == FusionNodeKind::Cast) {
+    convert(in_ptr[0], in_dtype[0], in_step[0], dst, s.dtype, dst_step, count);
+  } else {
+    char* kernel_ptrs[4];
+    int64_t kernel_steps[4];
+    for (int k = 0; k < s.num_inputs; ++k) {
+      if (in_dtype[k] == s.kernel_in[k]) {
+        kernel_ptrs[k + 1] = const_cast<char*>(static_cast<const char*>(in_ptr[k]));
+        kernel_steps[k + 1] = in_step[k];
+      } else {
+        char* temp = temps + k * kBufferStride;
+        const int64_t converted = in_step[k] == 0 ? 1 : count;
+        convert(in_ptr[k], in_dtype[k], in_step[k], temp, s.kernel_in[k], 1, converted);
+        kernel_ptrs[k + 1] = temp;
+        kernel_steps[k + 1] = in_step[k] == 0 ? 0 : 1;
+      }
+    }
+    const bool direct = s.kernel_out == s.dtype;
+    kernel_ptrs[0] = direct ? dst : temps + 3 * kBufferStride;
+    kernel_steps[0] = direct ? dst_step : 1;
+    // A single value goes through the contiguous path (libmvec for float32), as the unfused op's small
+    // array would.
+    if (count == 1)
+      for (int k = 0; k <= s.num_inputs; ++k) kernel_steps[k] = 1;
+    s.fn(kernel_ptrs, kernel_steps, count);
+    if (!direct) convert(kernel_ptrs[0], s.kernel_out, 1, dst, s.dtype, dst_step, count);
+  }
+  v = to_output ? Value{ptrs[s.output], steps[s.output]} : Value{buffer, count == 1 && n > 1 ? 0 : 1};
+}
+
+#ifdef KILN_VECTOR_MATH
+/// One input of a segment's step over the block: contiguous (mask all ones: element i at ptr + i), or 16 copies
+/// of one value (mask 0).
+struct LaneInput {
+  const float* ptr;
+  int64_t mask;
+};
+
+/// A segment's step over one block.
+struct LaneStep {
+  LaneOp op;
+  bool chain[2];
+  LaneInput in[2];
+  __m512 (*routine)(__m512);
+};
+
+/// Input `k` of step `s` at vector j of the K from element i (masked: the lanes of `mask`, the others zero).
+template <bool Masked>
+__attribute__((target("avx512f"), always_inline)) inline __m512 lane_load(const LaneStep& s, int k, int64_t i,
+                                                                           int j, __mmask16 mask) {
+  const float* at = s.in[k].ptr + ((i + 16 * j) & s.in[k].mask);
+  return Masked ? _mm512_maskz_loadu_ps(mask, at) : _mm512_loadu_ps(at);
+}
+
+// The binary lane ops: one IEEE operation each, as the scalar kernels round.
+struct LaneAdd {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_add_ps(a, b);
+  }
+};
+struct LaneSubtract {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_sub_ps(a, b);
+  }
+};
+struct LaneMultiply {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_mul_ps(a, b);
+  }
+};
+struct LaneDivide {
+  __attribute__((target("avx512f"), always_inline)) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_div_ps(a, b);
+  }
+};
+
+/// v[j] = op(a, b) over the K vectors, a and b the previous values v or loads. Every loop over the K vectors is
+/// unrolled in full, so the vectors stay in registers between steps (only a libmvec call spills them).
+template <int K, bool Masked, class Op>
+__attribute__((target("avx512f"), always_inline)) inline void lane_binary(const LaneStep& s, int64_t i,
+                                                                           __mmask16 mask, __m512* v, Op op) {
+  if (s.chain[0] && s.chain[1]) {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(v[j], v[j]);
+  } else if (s.chain[0]) {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(v[j], lane_load<Masked>(s, 1, i, j, mask));
+  } else if (s.chain[1]) {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(lane_load<Masked>(s, 0, i, j, mask), v[j]);
+  } else {
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) v[j] = op(lane_load<Masked>(s, 0, i, j, mask), lane_load<Masked>(s, 1, i, j, mask));
+  }
+}
+
+/// The segment's last value over K vectors from element i, each step applied to all K before the next (its
+/// dispatch paid once per K vectors). Masked: K is 1, the lanes of `mask`, the others computed on zeros.
+template <int K, bool Masked>
+__attribute__((target("avx512f"), always_inline)) inline void lane_chunk(const LaneStep* steps, int count,
+                                                                          int64_t i, __mmask16 mask, __m512* v) {
+  for (int k = 0; k < count; ++k) {
+    const LaneStep& s = steps[k];
+    switch (s.op) {
+      case LaneOp::Routine:
+        if (!s.chain[0]) {
+#pragma GCC unroll 16
+          for (int j = 0; j < K; ++j) v[j] = lane_load<Masked>(s, 0, i, j, mask);
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < K; ++j) v[j] = s.routine(v[j]);
+        break;
+      case LaneOp::Negative: {
+        const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+        if (!s.chain[0]) {
+#pragma GCC unroll 16
+          for (int j = 0; j < K; ++j) v[j] = lane_load<Masked>(s, 0, i, j, mask);
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < K; ++j) v[j] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v[j]), sign));
+        break;
+      }
+      case LaneOp::Add:
+        lane_binary<K, Masked>(s, i, mask, v, LaneAdd{});
+        break;
+      case LaneOp::Subtract:
+        lane_binary<K, Masked>(s, i, mask, v, LaneSubtract{});
+        break;
+      case LaneOp::Multiply:
+        lane_binary<K, Masked>(s, i, mask, v, LaneMultiply{});
+        break;
+      case LaneOp::Divide:
+        lane_binary<K, Masked>(s, i, mask, v, LaneDivide{});
+        break;
+    }
+  }
+}
+
+constexpr int kLaneChunk = 8;  ///< vectors a segment's step is applied to at a time
+
+/// dst[0, n) = the segment's last value; non-temporal stores when `stream` (dst 64-byte aligned). The next
+/// block's input lines are asked for as the chunks go (PendingPrefetch).
+__attribute__((target("avx512f"))) void run_lanes(const LaneStep* steps, int count, float* dst, bool stream,
+                                                  int64_t n, PendingPrefetch& q) {
+  int64_t i = 0;
+  __m512 v[kLaneChunk] = {};
+  for (; i + 16 * kLaneChunk <= n; i += 16 * kLaneChunk) {
+    lane_chunk<kLaneChunk, false>(steps, count, i, 0xFFFF, v);
+    for (int j = 0; j < kLaneChunk; ++j) {
+      if (stream)
+        _mm512_stream_ps(dst + i + 16 * j, v[j]);
+      else
+        _mm512_storeu_ps(dst + i + 16 * j, v[j]);
+    }
+    prefetch_lines(q, kLaneChunk);
+  }
+  for (; i + 16 <= n; i += 16) {
+    lane_chunk<1, false>(steps, count, i, 0xFFFF, v);
+    if (stream)
+      _mm512_stream_ps(dst + i, v[0]);
+    else
+      _mm512_storeu_ps(dst + i, v[0]);
+  }
+  if (i < n) {  // the other lanes compute on zeros, as the libmvec rows' own tails do
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    lane_chunk<1, true>(steps, count, i, mask, v);
+    _mm512_mask_storeu_ps(dst + i, mask, v[0]);
+  }
+}
+
+/// Runs segment `seg` over one block in registers; false (nothing done) when an input is neither contiguous
+/// nor one value, or its last step writes a strided output itself (then its kernel's strided path decides).
+bool evaluate_segment(const Program& p, const Segment& seg, char* const* ptrs, const int64_t* steps, int64_t n,
+                      char* scratch, Value* values, PendingPrefetch& queue) {
+  LaneStep lanes[kMaxSegment];
+  alignas(64) float fills[kMaxSegment][2][16];
+  for (int i = 0; i < seg.count; ++i) {
+    const Step& s = p.steps[static_cast<size_t>(p.all[static_cast<size_t>(seg.first + i)])];
+    LaneStep& lane = lanes[i];
+    lane.op = seg.ops[i];
+    lane.routine = seg.routines[i];
+    lane.chain[0] = lane.chain[1] = false;
+    for (int k = 0; k < s.num_inputs; ++k) {
+      lane.chain[k] = seg.chain[i][k];
+      if (lane.chain[k]) continue;
+      if (s.slots[k] >= 0) {
+        lane.in[k] = {seg.slots[i][k], 0};
+        continue;
+      }
+      const Value& in = values[s.inputs[k]];
+      if (in.step == 1) {
+        lane.in[k] = {reinterpret_cast<const float*>(in.ptr), -1};
+      } else if (in.step == 0) {
+        float value;
+        std::memcpy(&value, in.ptr, sizeof value);
+        std::fill(std::begin(fills[i][k]), std::end(fills[i][k]), value);
+        lane.in[k] = {fills[i][k], 0};
+      } else {
+        return false;
+      }
+    }
+  }
+  const Step& last = p.steps[static_cast<size_t>(p.all[static_cast<size_t>(seg.first + seg.count - 1)])];
+  if (last.output >= 0 && steps[last.output] != 1) return false;
+  float* dst = reinterpret_cast<float*>(scratch + last.buffer);
+  bool stream = false;
+  if (seg.output >= 0 && steps[seg.output] == 1) {
+    char* out = ptrs[seg.output];
+    const bool aligned = (reinterpret_cast<uintptr_t>(out) & 63) == 0;
+    if (!p.stream || aligned) {
+      dst = reinterpret_cast<float*>(out);
+      stream = p.stream;
+    }
+  }
+  run_lanes(lanes, seg.count, dst, stream, n, queue);
+  values[last.node] = {reinterpret_cast<char*>(dst), 1};
+  return true;
+}
+#endif
+
+/// Runs p.all over one block of an elementwise graph: register segments where it has them, else step by step.
+void evaluate_elementwise(const Program& p, char* const* ptrs, const int64_t* steps, int64_t n, char* scratch,
+                          Value* values, PendingPrefetch& queue) {
+  for (size_t pos = 0; pos < p.all.size(); ++pos) {
+#ifdef KILN_VECTOR_MATH
+    if (!p.segment_at.empty() && p.segment_at[pos] >= 0) {
+      const Segment& seg = p.segments[static_cast<size_t>(p.segment_at[pos])];
+      if (evaluate_segment(p, seg, ptrs, steps, n, scratch, values, queue)) {
+        pos += static_cast<size_t>(seg.count - 1);
+        continue;
+      }
+    }
+#endif
+    const Step& s = p.steps[static_cast<size_t>(p.all[pos])];
+    evaluate_step(p, s, ptrs, steps, n, scratch, values);
+    if (s.kind != FusionNodeKind::Argument) prefetch_lines(queue, kPrefetchLinesPerStep);
+  }
+}
+
 /// Runs `list` over one block of `n` elements (operand k at ptrs[k], steps[k] elements apart) into `values`.
 void evaluate(const Program& p, const std::vector<int>& list, char* const* ptrs, const int64_t* steps, int64_t n,
               char* scratch, Value* values, PendingPrefetch& queue) {
-  const FusionGraph& g = *p.g;
-  char* temps = scratch + p.scratch_bytes - kTemps * kBufferStride;
   for (int index : list) {
     const Step& s = p.steps[static_cast<size_t>(index)];
-    char* buffer = s.buffer >= 0 ? scratch + s.buffer : nullptr;  // none: an argument read in place
-    Value& v = values[s.node];
-    if (s.kind == FusionNodeKind::Argument) {
-      v = {ptrs[s.operand], steps[s.operand]};
-      if (s.materialize) {
-        convert(v.ptr, s.dtype, v.step, buffer, s.dtype, 1, n);
-        v = {buffer, 1};
-      }
-      continue;
-    }
-    // Inputs: a step-0 operand (a slot, a broadcast or per-row value) is read as one element.
-    const void* in_ptr[3];
-    int64_t in_step[3];
-    DType in_dtype[3];
-    bool uniform = true;
-    for (int k = 0; k < s.num_inputs; ++k) {
-      if (s.slots[k] >= 0) {
-        in_ptr[k] = p.slots[static_cast<size_t>(s.slots[k])].data();
-        in_step[k] = 0;
-        in_dtype[k] = p.slot_dtypes[static_cast<size_t>(s.slots[k])];
-      } else {
-        const Value& in = values[s.inputs[k]];
-        in_ptr[k] = in.ptr;
-        in_step[k] = in.step;
-        in_dtype[k] = g.nodes[static_cast<size_t>(s.inputs[k])].dtype;
-      }
-      uniform = uniform && in_step[k] == 0;
-    }
-    // One value for the whole block when every input is one (write_output then fills the output row).
-    const int64_t count = uniform ? 1 : n;
-    const bool to_output = s.output >= 0 && !uniform;
-    char* dst = to_output ? ptrs[s.output] : buffer;
-    const int64_t dst_step = to_output ? steps[s.output] : 1;
-    if (s.kind == FusionNodeKind::Cast) {
-      convert(in_ptr[0], in_dtype[0], in_step[0], dst, s.dtype, dst_step, count);
-    } else {
-      char* kernel_ptrs[4];
-      int64_t kernel_steps[4];
-      for (int k = 0; k < s.num_inputs; ++k) {
-        if (in_dtype[k] == s.kernel_in[k]) {
-          kernel_ptrs[k + 1] = const_cast<char*>(static_cast<const char*>(in_ptr[k]));
-          kernel_steps[k + 1] = in_step[k];
-        } else {
-          char* temp = temps + k * kBufferStride;
-          const int64_t converted = in_step[k] == 0 ? 1 : count;
-          convert(in_ptr[k], in_dtype[k], in_step[k], temp, s.kernel_in[k], 1, converted);
-          kernel_ptrs[k + 1] = temp;
-          kernel_steps[k + 1] = in_step[k] == 0 ? 0 : 1;
-        }
-      }
-      const bool direct = s.kernel_out == s.dtype;
-      kernel_ptrs[0] = direct ? dst : temps + 3 * kBufferStride;
-      kernel_steps[0] = direct ? dst_step : 1;
-      // A single value goes through the contiguous path (libmvec for float32), as the unfused op's small
-      // array would.
-      if (count == 1)
-        for (int k = 0; k <= s.num_inputs; ++k) kernel_steps[k] = 1;
-      s.fn(kernel_ptrs, kernel_steps, count);
-      if (!direct) convert(kernel_ptrs[0], s.kernel_out, 1, dst, s.dtype, dst_step, count);
-    }
-    v = to_output ? Value{ptrs[s.output], steps[s.output]} : Value{buffer, count == 1 && n > 1 ? 0 : 1};
-    prefetch_lines(queue, kPrefetchLinesPerStep);
+    evaluate_step(p, s, ptrs, steps, n, scratch, values);
+    if (s.kind != FusionNodeKind::Argument) prefetch_lines(queue, kPrefetchLinesPerStep);
   }
 }
 
@@ -524,7 +853,7 @@ void run_elementwise(const Program& p, const Walk& w, int64_t begin, int64_t end
   char* memory = scratch(p.scratch_bytes);
   std::vector<Value> values(p.g->nodes.size());
   walk(w, begin, end, [&](char* const* ptrs, const int64_t* steps, int64_t n, PendingPrefetch& queue) {
-    evaluate(p, p.all, ptrs, steps, n, memory, values.data(), queue);
+    evaluate_elementwise(p, ptrs, steps, n, memory, values.data(), queue);
     for (int k = 0; k < p.num_outputs; ++k) write_output(p, k, values.data(), ptrs[k], steps[k], n);
   });
   if (p.stream) stream_fence();

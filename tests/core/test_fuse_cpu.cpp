@@ -3,11 +3,13 @@
 // bfloat16 intermediates rounded as the unfused ops round them; out= aliasing an input; several outputs; arrays
 // large enough to be split over threads; outputs large enough to be streamed past the caches; final reductions
 // (full, axes, keepdims, mean) and staged rows (softmax, log_softmax, norms) against float64 references; empty
-// arrays; cpu_fused_range over sub-ranges.
+// arrays; cpu_fused_range over sub-ranges; runs of float32 nodes evaluated in registers.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -265,6 +267,102 @@ TEST(FuseCpu, SharedBuffersKeepEveryLiveValue) {
   const Array xt = x.reshape({50, 100}).T(), yt = y.reshape({100, 50});
   const Array et = add(multiply(xt, 0.5f), yt), st = multiply(et, et);
   expect_bits(std::get<1>(f(xt, yt, c)), st, "transposed");
+}
+
+/// float32 values with NaN, -NaN, infinities, signed zeros, subnormals and values that exp and tanh saturate on.
+Array special_floats(const Shape& shape, uint32_t seed) {
+  const size_t n = static_cast<size_t>(shape_numel(shape));
+  const std::vector<double> v = test_values(n, seed, 3.0);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {nan, -nan, inf, -inf, 0.0f, -0.0f, 1e-40f, -3e-39f, 95.0f, -120.0f, 1e30f};
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = i % 7 == 2 ? specials[(i / 7 + seed) % std::size(specials)] : static_cast<float>(v[i]);
+  return from_data(out).reshape(shape);
+}
+
+/// expect_bits for float32 results, except that where both are NaN any NaN will do: a NaN made from two NaN
+/// operands of add or multiply is one of them, the one the compiler put first in the instruction, and the
+/// unfused kernels' own choice changes with the element's position in the row (vector body or epilogue).
+void expect_bits_any_nan(const Array& fused, const Array& eager, const std::string& what) {
+  ASSERT_EQ(fused.dtype(), float32) << what;
+  ASSERT_EQ(fused.shape(), eager.shape()) << what;
+  const std::vector<float> f = fused.contiguous().to_vector<float>(), e = eager.contiguous().to_vector<float>();
+  for (size_t i = 0; i < f.size(); ++i)
+    if (std::memcmp(&f[i], &e[i], sizeof(float)) != 0 && !(std::isnan(f[i]) && std::isnan(e[i]))) {
+      ADD_FAILURE() << what << ": element " << i << " differs: fused " << f[i] << ", unfused " << e[i];
+      return;
+    }
+}
+
+// Runs of float32 nodes evaluated lane by lane in registers (src/cpu/fused.cpp, Segment) round every node as its
+// kernel does: each graph below against its ops one by one, bit for bit (but for which NaN where two meet), over
+// blocks with a partial vector and a partial block, with NaN, infinities, signed zeros and subnormals among the
+// inputs. The graphs cover a run
+// ending in a binary op that reads an earlier run's stored value, the previous value as the right operand of
+// subtract and divide (a scalar on the left), as both operands, a value read by several later nodes or returned
+// as an output (it ends its run), broadcast operands (one value over a row, one value for the whole array) and a
+// strided operand (the step-by-step path); other dtypes keep the step-by-step path.
+TEST(FuseCpu, RegisterSegmentsMatchTheOpsBitForBit) {
+  for (int64_t n : {int64_t{5}, int64_t{16}, int64_t{1031}, int64_t{3 * 1024 + 13}}) {
+    const std::string size = " n=" + std::to_string(n);
+    const Array x = special_floats({n}, 1), y = special_floats({n}, 2);
+    expect_bits_any_nan(fuse(chain_fn)(x),
+                subtract(multiply(tanh(add(multiply(x, 1.5f), 0.3f)), x),
+                         multiply(exp(negative(multiply(x, x))), 0.5f)),
+                "chain" + size);
+    auto right = fuse([](auto a) { return (0.3f - tanh(a)) / (a * a + 1.0f); });
+    expect_bits_any_nan(right(x), divide(subtract(0.3f, tanh(x)), add(multiply(x, x), 1.0f)), "right operands" + size);
+    auto quotient = fuse([](auto a, auto b) { return 2.0f / exp(-(a / b)) - b; });
+    expect_bits_any_nan(quotient(x, y), subtract(divide(2.0f, exp(negative(divide(x, y)))), y), "quotient" + size);
+    auto both = fuse([](auto a, auto b) {
+      auto t = tanh(a * b);
+      return t * t + a;
+    });
+    const Array t = tanh(multiply(x, y));
+    expect_bits_any_nan(both(x, y), add(multiply(t, t), x), "both operands" + size);
+    auto shared = fuse([](auto a) {
+      auto u = a * 1.5f;
+      return tanh(u) * u - exp(u);
+    });
+    const Array u = multiply(x, 1.5f);
+    expect_bits_any_nan(shared(x), subtract(multiply(tanh(u), u), exp(u)), "a value read three times" + size);
+    auto two = fuse([](auto a, auto b) {
+      auto w = a * 3.0f - b;
+      return std::tuple{w, tanh(w) / 2.0f};
+    });
+    const Array w = subtract(multiply(x, 3.0f), y);
+    auto [w_fused, tw_fused] = two(x, y);
+    expect_bits_any_nan(w_fused, w, "an output read by a later node" + size);
+    expect_bits_any_nan(tw_fused, divide(tanh(w), 2.0f), "after an output" + size);
+    // float64, float16 and int32 graphs keep the step-by-step path.
+    const Array x64 = x.astype(float64), xh = x.astype(float16);
+    expect_bits(fuse(chain_fn)(x64),
+                subtract(multiply(tanh(add(multiply(x64, 1.5f), 0.3f)), x64),
+                         multiply(exp(negative(multiply(x64, x64))), 0.5f)),
+                "float64" + size);
+    expect_bits(fuse(chain_fn)(xh),
+                subtract(multiply(tanh(add(multiply(xh, 1.5f), 0.3f)), xh),
+                         multiply(exp(negative(multiply(xh, xh))), 0.5f)),
+                "float16" + size);
+    const Array i = arange(n, int32), j = arange(n, int32) % 7;
+    expect_bits(fuse([](auto a, auto b) { return -(a * 3 - b); })(i, j), negative(subtract(multiply(i, 3), j)),
+                "int32" + size);
+  }
+  // Broadcast operands: a column (one value per row of the walk), one element for the whole array (a run of
+  // one value), a row (contiguous); and strided operands (every other element, a transposed view).
+  const Array m = special_floats({9, 333}, 3), column = special_floats({9, 1}, 4), row = special_floats({333}, 5);
+  const Array k = full({1}, 0.75, float32);
+  auto broadcast = fuse([](auto a, auto c, auto r, auto s) { return exp(a * c) + (s * 2.0f + 1.0f) * r - c; });
+  expect_bits_any_nan(broadcast(m, column, row, k),
+              subtract(add(exp(multiply(m, column)), multiply(add(multiply(k, 2.0f), 1.0f), row)), column),
+              "broadcast");
+  const Array wide = special_floats({9, 666}, 6), strided = wide.slice(1, 0, 666, 2);
+  const Array mt = special_floats({333, 9}, 7).T();
+  auto mixed = fuse([](auto a, auto b) { return tanh(a * 0.5f) - exp(b) * a; });
+  expect_bits_any_nan(mixed(strided, m), subtract(tanh(multiply(strided, 0.5f)), multiply(exp(m), strided)), "strided");
+  expect_bits_any_nan(mixed(m, mt), subtract(tanh(multiply(m, 0.5f)), multiply(exp(mt), m)), "transposed");
+  expect_bits_any_nan(mixed(mt, m), subtract(tanh(multiply(mt, 0.5f)), multiply(exp(m), mt)), "transposed first");
 }
 
 TEST(FuseCpu, FinalReductionsMatchFloat64References) {
