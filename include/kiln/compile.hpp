@@ -15,17 +15,18 @@
 // values, on the same parameters and state). From then on a call copies its inputs into the traced inputs and
 // replays the record: no autograd graph, no module code, no dispatch decisions — the backend calls only, in
 // order, on the storages the trace used, so the results are bit for bit those of eager steps (random draws
-// included: each replay reserves its blocks from the default generator as the eager step would).
+// included: each replay draws at the traced places past the default generator's state, as the eager step would).
 //
 // The same rules as a CUDA graph's (train::TrainStep with graph): a replay repeats what the traced step did to
 // the arrays, not the host code around it. Host values the step reads once — a learning rate from a scheduler,
 // Adam's step count without AdamOptions::capturable — are those of the trace; two traces that saw different
 // values throw ValueError naming the first op that differs. Reading array values on the host inside the step
-// (item(), tolist(), a copy to the host read there) and draws from a user's Generator are refused while tracing with a ValueError,
-// as are raw kernels, linear-algebra factorisations and recurrent layers (their results are inspected on the
-// host). Inputs of another shape, dtype or device than the traced ones run the function eagerly. The outputs are
-// the traced step's arrays, overwritten by each replay (copy one to keep it). The record keeps every array the
-// step made alive (the step's memory plan and fusion of its elementwise work are the compiler's next passes).
+// (item(), to_vector(), printing) and draws from a user's Generator are refused while tracing with a ValueError,
+// as are raw kernels, linear-algebra factorisations, recurrent layers (their results are inspected on the host)
+// and kiln::dist's collectives. Inputs of another shape, dtype or device than the traced ones run the function
+// eagerly. The outputs are the traced step's arrays, overwritten by each replay (copy one to keep it). The record
+// keeps every array the step made alive (the step's memory plan and fusion of its elementwise work are the
+// compiler's next passes).
 #pragma once
 
 #include <cstdint>

@@ -34,8 +34,8 @@ struct Mlp {
     model->push_back(std::make_shared<nn::Linear>(32, 4));
     model->to(device);
     if (adam)
-      opt = std::make_unique<optim::Adam>(model->parameters(),
-                                          optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1, .capturable = capturable});
+      opt = std::make_unique<optim::Adam>(
+          model->parameters(), optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1, .capturable = capturable});
     else
       opt = std::make_unique<optim::SGD>(model->parameters(),
                                          optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
@@ -99,37 +99,41 @@ TEST(Compile, ReplayedStepsEqualEagerStepsBitForBit) {
 }
 
 TEST(Compile, AGptStepWithDropoutReplaysAsItRunsEagerly) {
-  for (Device device : devices()) {
-    models::GPT2Config config = kiln_test::tiny_gpt2_config();
-    config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.1;
-    auto make = [&] {
-      random::seed(3);
-      auto m = std::make_shared<models::GPT2>(config, float32, device);
-      m->train();
-      return m;
-    };
-    auto eager = make(), compiled = make();
-    optim::AdamW eager_opt(eager->parameters(), {.lr = 1e-3, .capturable = true});
-    optim::AdamW compiled_opt(compiled->parameters(), {.lr = 1e-3, .capturable = true});
-    auto run = [](models::GPT2& model, optim::Optimizer& opt, const std::vector<Array>& in) {
-      opt.zero_grad();
-      Array loss = models::lm_loss(model(in[0]), in[1]);
-      loss.backward();
-      opt.step();
-      return std::vector<Array>{loss};
-    };
-    CompiledStep step = compile([&](const std::vector<Array>& in) { return run(*compiled, compiled_opt, in); });
-    random::seed(8);
-    std::vector<Array> tokens;
-    for (int i = 0; i < 6; ++i) tokens.push_back(random::randint(0, config.vocab_size, {2, 9}, int64).to(device));
-    std::vector<float> a, b;
-    random::seed(1);
-    for (int i = 0; i < 5; ++i) a.push_back(run(*eager, eager_opt, {tokens[i], tokens[i + 1]})[0].item<float>());
-    random::seed(1);
-    for (int i = 0; i < 5; ++i) b.push_back(step({tokens[i], tokens[i + 1]})[0].item<float>());
-    EXPECT_EQ(a, b) << device.str();
-    EXPECT_EQ(step.replays(), 2) << device.str();
-    expect_same_parameters(*eager, *compiled, device.str());
+  // Also with each block checkpointed: its backward recomputes the block (draws included) inside the trace.
+  for (const std::string recompute : {"none", "block"}) {
+    for (Device device : devices()) {
+      models::GPT2Config config = kiln_test::tiny_gpt2_config();
+      config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.1;
+      config.recompute = recompute;
+      auto make = [&] {
+        random::seed(3);
+        auto m = std::make_shared<models::GPT2>(config, float32, device);
+        m->train();
+        return m;
+      };
+      auto eager = make(), compiled = make();
+      optim::AdamW eager_opt(eager->parameters(), {.lr = 1e-3, .capturable = true});
+      optim::AdamW compiled_opt(compiled->parameters(), {.lr = 1e-3, .capturable = true});
+      auto run = [](models::GPT2& model, optim::Optimizer& opt, const std::vector<Array>& in) {
+        opt.zero_grad();
+        Array loss = models::lm_loss(model(in[0]), in[1]);
+        loss.backward();
+        opt.step();
+        return std::vector<Array>{loss};
+      };
+      CompiledStep step = compile([&](const std::vector<Array>& in) { return run(*compiled, compiled_opt, in); });
+      random::seed(8);
+      std::vector<Array> tokens;
+      for (int i = 0; i < 6; ++i) tokens.push_back(random::randint(0, config.vocab_size, {2, 9}, int64).to(device));
+      std::vector<float> a, b;
+      random::seed(1);
+      for (int i = 0; i < 5; ++i) a.push_back(run(*eager, eager_opt, {tokens[i], tokens[i + 1]})[0].item<float>());
+      random::seed(1);
+      for (int i = 0; i < 5; ++i) b.push_back(step({tokens[i], tokens[i + 1]})[0].item<float>());
+      EXPECT_EQ(a, b) << device.str() << " recompute " << recompute;
+      EXPECT_EQ(step.replays(), 2) << device.str();
+      expect_same_parameters(*eager, *compiled, device.str() + " recompute " + recompute);
+    }
   }
 }
 
