@@ -3,7 +3,8 @@
 // dropout 0), batch 16 x 1024 random tokens, bfloat16 autocast, AdamW (lr 6e-4, betas 0.9/0.95, eps 1e-8,
 // weight decay 0.1 on the matrices, 0 on biases and LayerNorms: two optimizers, as torch's two parameter
 // groups), gradient clipping at 1.0; one step = zero_grad, forward, cross entropy, backward, clip, step.
-// Cases: gpt2_124m_step (eager) and gpt2_124m_step_graph (the step captured once in a CUDA graph and replayed),
+// Cases: gpt2_124m_step (eager), gpt2_124m_step_compiled (kiln::compile: traced, then replayed) and
+// gpt2_124m_step_graph (the step captured once in a CUDA graph and replayed),
 // metrics seconds (per step), tokens_per_s, mfu (model FLOPs, llm.c's count 6 N + 12 L C T per token, against
 // kiln::peak_bf16_tflops), peak_gib (peak GPU memory allocated, eager) and first_fast_s (from building the model
 // to the end of the first step within 10% of the median); --recompute gelu|block runs them with
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "kiln/compile.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/models.hpp"
 #include "kiln/profiler.hpp"
@@ -52,28 +54,27 @@ void run_gpt2(BenchContext& ctx) {
     models::GPT2 model(config, float32, d);
     std::vector<Array> decay, other;
     for (const Array& p : model.parameters()) (p.ndim() >= 2 ? decay : other).push_back(p);
-    const bool graphable = d.is_cuda();
-    optim::AdamW opt_decay(decay, {.lr = 6e-4, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                                   .capturable = graphable});
-    optim::AdamW opt_other(other, {.lr = 6e-4, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0,
-                                   .capturable = graphable});
+    // Capturable (the step count on the device): the graphed and compiled variants replay the step.
+    optim::AdamW opt_decay(decay, {.lr = 6e-4, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .capturable = true});
+    optim::AdamW opt_other(other, {.lr = 6e-4, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .capturable = true});
     random::Generator gen(1);
     const Array x = gen.randint(0, 50257, {c.batch, c.seq}, int64, d);
     const Array y = gen.randint(0, 50257, {c.batch, c.seq}, int64, d);
     const std::vector<Array> params = model.parameters();
     Array loss;
-    auto step = [&] {
+    auto step_on = [&](const Array& xs, const Array& ys) {
       opt_decay.zero_grad();
       opt_other.zero_grad();
       {
         AutocastGuard amp(c.bf16 ? std::optional<DType>(bfloat16) : std::nullopt);
-        loss = models::lm_loss(model.forward(x), y);
+        loss = models::lm_loss(model.forward(xs), ys);
       }
       loss.backward();
       optim::clip_grad_norm(params, 1.0);
       opt_decay.step();
       opt_other.step();
     };
+    auto step = [&] { step_on(x, y); };
 #ifdef KILN_WITH_CUDA
     if (d.is_cuda()) cuda::reset_peak_memory_stats(d);
 #endif
@@ -123,6 +124,27 @@ void run_gpt2(BenchContext& ctx) {
       fmt::print("  profile of one {} step on {}:\n{}\n", c.name, d.str(), prof.summary());
       prof.save_chrome_trace(ctx.profile);
       fmt::print("  wrote the step's Chrome trace to {}\n", ctx.profile);
+    }
+    {  // the same step through kiln::compile: traced twice, then its recorded backend calls replayed
+      CompiledStep compiled = compile([&](const std::vector<Array>& in) {
+        step_on(in[0], in[1]);
+        return std::vector<Array>{loss};
+      });
+      const BenchResult k = bench(
+          c.name + "_compiled", [&] { compiled({x, y}); }, ctx.options(3, smoke ? 2 : 20, 30));
+      const double ks = ctx.seconds(k);
+      const double kl = compiled({x, y})[0].item<double>();
+      const std::string kcheck = !compiled.compiled()    ? "not compiled"
+                                 : std::isfinite(kl) ? "ok"
+                                                     : "the loss is not finite";
+      ctx.record("gpt2", c.name + "_compiled", "seconds", "s", ks, false, kcheck);
+      ctx.record("gpt2", c.name + "_compiled", "tokens_per_s", "tokens/s", tokens / ks, true, kcheck);
+      if (peak > 0)
+        ctx.record("gpt2", c.name + "_compiled", "mfu", "fraction", tokens * flops_per_token / ks / (peak * 1e12),
+                   true, kcheck);
+      table.row({c.name + "_compiled", d.str(), format_seconds(ks), format_number(tokens / ks, 0),
+                 peak > 0 ? format_number(100 * tokens * flops_per_token / ks / (peak * 1e12), 1) + "%" : "-", "-",
+                 "-", kcheck});
     }
 #ifdef KILN_WITH_CUDA
     if (d.is_cuda()) {  // the same step captured once in a CUDA graph and replayed: the host drops out
