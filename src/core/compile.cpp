@@ -107,6 +107,9 @@ CompiledStep& CompiledStep::operator=(CompiledStep&&) noexcept = default;
 
 std::vector<Array> CompiledStep::operator()(const std::vector<Array>& inputs) {
   State& s = *state_;
+  if (detail::active_step_trace())
+    throw ValueError("compile: a compiled step called inside a step that is being traced; a replay runs its calls "
+                     "without the tracer seeing them: call the inner function itself, not its compiled form");
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       throw ValueError("compile: input " + std::to_string(i) + " is an undefined Array; pass the step's data");

@@ -192,6 +192,9 @@ TEST(Compile, WhatAReplayCannotRepeatIsRefusedWhileTracing) {
   EXPECT_THROW(compile([](const std::vector<Array>& in) { return in; })({x.copy().set_requires_grad()}),
                ValueError);
   EXPECT_THROW(compile(nullptr), ValueError);
+  CompiledStep inner = compile([](const std::vector<Array>& in) { return std::vector<Array>{in[0] + 1.0}; });
+  CompiledStep outer = compile([&](const std::vector<Array>& in) { return inner(in); }, {.warmup = 0});
+  EXPECT_THROW(outer({x}), ValueError);
   CompiledStep prints = compile([](const std::vector<Array>& in) {
     EXPECT_FALSE(in[0].str().empty());
     return in;
