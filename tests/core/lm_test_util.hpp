@@ -15,6 +15,19 @@
 
 namespace kiln_test {
 
+/// True when f throws a kiln::Error whose message contains `text`; a test failure (and false) otherwise.
+inline bool message_has(const std::function<void()>& f, const std::string& text) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    if (std::string(e.what()).find(text) != std::string::npos) return true;
+    ADD_FAILURE() << "the message \"" << e.what() << "\" does not name " << text;
+    return false;
+  }
+  ADD_FAILURE() << "no exception (expected one naming " << text << ")";
+  return false;
+}
+
 inline const std::string kGptGolden = std::string(KILN_GOLDEN_DIR) + "/gpt/";
 
 /// The tiny GPT-2 of gpt_golden.py (its config cannot be inferred: n_embd 16 has heads of 4).

@@ -21,22 +21,11 @@ namespace {
 
 using kiln_test::expect_close;
 using kiln_test::kGptGolden;
+using kiln_test::message_has;
 using kiln_test::tiny_gpt2_config;
 
 std::shared_ptr<models::GPT2> golden_gpt2(DType dtype, Device device) {
   return models::load_gpt2(kGptGolden + "gpt2_tiny.safetensors", tiny_gpt2_config(), dtype, device);
-}
-
-bool message_has(const std::function<void()>& f, const std::string& text) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::string(e.what()).find(text) != std::string::npos) return true;
-    ADD_FAILURE() << "the message \"" << e.what() << "\" does not name " << text;
-    return false;
-  }
-  ADD_FAILURE() << "no exception (expected one naming " << text << ")";
-  return false;
 }
 
 TEST(GPT2, StateDictHasHuggingFacesNamesAndShapesFor124M) {

@@ -11,23 +11,13 @@
 #include <vector>
 
 #include "core/autograd.hpp"
+#include "core/lm_test_util.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/models.hpp"
 
 using namespace kiln;
+using kiln_test::message_has;
 namespace {
-
-bool message_has(const std::function<void()>& f, const std::string& text) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::string(e.what()).find(text) != std::string::npos) return true;
-    ADD_FAILURE() << "the message \"" << e.what() << "\" does not name " << text;
-    return false;
-  }
-  ADD_FAILURE() << "no exception (expected one naming " << text << ")";
-  return false;
-}
 
 /// The values of `a` (exact in double for every floating dtype kiln has).
 std::vector<double> values(const Array& a) { return a.to(cpu()).to_vector<double>(); }

@@ -104,8 +104,8 @@ void run_gpt2(BenchContext& ctx) {
                                    12.0 * static_cast<double>(config.n_layer * config.n_embd * c.seq);
     const double peak = d.is_cuda() ? peak_bf16_tflops(device_properties(d)) : 0.0;
     const double mfu = peak > 0 ? tokens * flops_per_token / seconds / (peak * 1e12) : 0.0;
-    const double l = loss.item<double>();
-    const std::string check = std::isfinite(l) ? "ok" : "the loss is not finite";
+    auto finite = [](double l) { return std::string(std::isfinite(l) ? "ok" : "the loss is not finite"); };
+    const std::string check = finite(loss.item<double>());
     ctx.record("gpt2", c.name, "seconds", "s", seconds, false, check);
     ctx.record("gpt2", c.name, "tokens_per_s", "tokens/s", tokens / seconds, true, check);
     if (peak > 0) ctx.record("gpt2", c.name, "mfu", "fraction", mfu, true, check);
@@ -125,6 +125,15 @@ void run_gpt2(BenchContext& ctx) {
       prof.save_chrome_trace(ctx.profile);
       fmt::print("  wrote the step's Chrome trace to {}\n", ctx.profile);
     }
+    // A replayed variant's records and row (its peak memory and first fast step are the eager step's).
+    auto variant = [&](const std::string& suffix, double vs, const std::string& vcheck) {
+      const double vmfu = peak > 0 ? tokens * flops_per_token / vs / (peak * 1e12) : 0.0;
+      ctx.record("gpt2", c.name + suffix, "seconds", "s", vs, false, vcheck);
+      ctx.record("gpt2", c.name + suffix, "tokens_per_s", "tokens/s", tokens / vs, true, vcheck);
+      if (peak > 0) ctx.record("gpt2", c.name + suffix, "mfu", "fraction", vmfu, true, vcheck);
+      table.row({c.name + suffix, d.str(), format_seconds(vs), format_number(tokens / vs, 0),
+                 peak > 0 ? format_number(100 * vmfu, 1) + "%" : "-", "-", "-", vcheck});
+    };
     {  // the same step through kiln::compile: traced twice, then its recorded backend calls replayed
       CompiledStep compiled = compile([&](const std::vector<Array>& in) {
         step_on(in[0], in[1]);
@@ -132,19 +141,8 @@ void run_gpt2(BenchContext& ctx) {
       });
       const BenchResult k = bench(
           c.name + "_compiled", [&] { compiled({x, y}); }, ctx.options(3, smoke ? 2 : 20, 30));
-      const double ks = ctx.seconds(k);
       const double kl = compiled({x, y})[0].item<double>();
-      const std::string kcheck = !compiled.compiled()    ? "not compiled"
-                                 : std::isfinite(kl) ? "ok"
-                                                     : "the loss is not finite";
-      ctx.record("gpt2", c.name + "_compiled", "seconds", "s", ks, false, kcheck);
-      ctx.record("gpt2", c.name + "_compiled", "tokens_per_s", "tokens/s", tokens / ks, true, kcheck);
-      if (peak > 0)
-        ctx.record("gpt2", c.name + "_compiled", "mfu", "fraction", tokens * flops_per_token / ks / (peak * 1e12),
-                   true, kcheck);
-      table.row({c.name + "_compiled", d.str(), format_seconds(ks), format_number(tokens / ks, 0),
-                 peak > 0 ? format_number(100 * tokens * flops_per_token / ks / (peak * 1e12), 1) + "%" : "-", "-",
-                 "-", kcheck});
+      variant("_compiled", ctx.seconds(k), !compiled.compiled() ? "not compiled" : finite(kl));
     }
 #ifdef KILN_WITH_CUDA
     if (d.is_cuda()) {  // the same step captured once in a CUDA graph and replayed: the host drops out
@@ -156,17 +154,7 @@ void run_gpt2(BenchContext& ctx) {
       }
       const BenchResult g = bench(
           c.name + "_graph", [&] { graph.replay(Stream::current(d)); }, ctx.options(2, smoke ? 2 : 20, 30));
-      const double gs = ctx.seconds(g);
-      const double gl = loss.item<double>();
-      const std::string gcheck = std::isfinite(gl) ? "ok" : "the loss is not finite";
-      ctx.record("gpt2", c.name + "_graph", "seconds", "s", gs, false, gcheck);
-      ctx.record("gpt2", c.name + "_graph", "tokens_per_s", "tokens/s", tokens / gs, true, gcheck);
-      if (peak > 0)
-        ctx.record("gpt2", c.name + "_graph", "mfu", "fraction", tokens * flops_per_token / gs / (peak * 1e12),
-                   true, gcheck);
-      table.row({c.name + "_graph", d.str(), format_seconds(gs), format_number(tokens / gs, 0),
-                 peak > 0 ? format_number(100 * tokens * flops_per_token / gs / (peak * 1e12), 1) + "%" : "-", "-",
-                 "-", gcheck});
+      variant("_graph", ctx.seconds(g), finite(loss.item<double>()));
     }
 #endif
   };
