@@ -39,7 +39,7 @@
 
 namespace kiln {
 
-struct CompileOptions {
+struct StepCompileOptions {
   /// Eager calls before the two traced ones.
   int warmup = 1;
 };
@@ -48,7 +48,7 @@ class CompiledStep {
  public:
   using Function = std::function<std::vector<Array>(const std::vector<Array>& inputs)>;
 
-  explicit CompiledStep(Function fn, CompileOptions options = {});
+  explicit CompiledStep(Function fn, StepCompileOptions options = {});
   ~CompiledStep();
   CompiledStep(CompiledStep&&) noexcept;
   CompiledStep& operator=(CompiledStep&&) noexcept;
@@ -73,7 +73,7 @@ class CompiledStep {
 };
 
 /// A CompiledStep of `fn` (see above).
-CompiledStep compile(CompiledStep::Function fn, CompileOptions options = {});
+CompiledStep compile(CompiledStep::Function fn, StepCompileOptions options = {});
 
 /// True while this thread traces a step for kiln::compile: work that a replay would not repeat (kiln::dist's
 /// collectives) refuses to run then.

@@ -14,7 +14,7 @@ namespace kiln {
 
 struct CompiledStep::State {
   Function fn;
-  CompileOptions options;
+  StepCompileOptions options;
   std::vector<Array> inputs;   ///< the traced inputs (copies the calls' inputs are written into)
   std::vector<Array> outputs;  ///< the second trace's outputs, which its replays overwrite
   std::unique_ptr<detail::StepTrace> first, program;
@@ -26,7 +26,7 @@ namespace {
 const char* kWhy =
     "; a compiled step must run the same ops on the same arrays at every call. Host values that change from step "
     "to step (a learning-rate schedule, Adam without AdamOptions::capturable, a Python/C++ branch on the step "
-    "count) are read once by a trace: keep them in arrays, raise CompileOptions::warmup when state is made late, "
+    "count) are read once by a trace: keep them in arrays, raise StepCompileOptions::warmup when state is made late, "
     "or run the step eagerly";
 
 std::string describe(const detail::TracedCall& c) { return c.name + ":" + c.detail; }
@@ -94,7 +94,7 @@ std::vector<Array> run_traced(CompiledStep::Function& fn, const std::vector<Arra
 
 }  // namespace
 
-CompiledStep::CompiledStep(Function fn, CompileOptions options) : state_(std::make_unique<State>()) {
+CompiledStep::CompiledStep(Function fn, StepCompileOptions options) : state_(std::make_unique<State>()) {
   if (!fn) throw ValueError("compile: the step function is empty; pass a callable");
   if (options.warmup < 0)
     throw ValueError("compile: warmup must be >= 0, got " + std::to_string(options.warmup));
@@ -179,7 +179,7 @@ std::string CompiledStep::summary() const {
   return out;
 }
 
-CompiledStep compile(CompiledStep::Function fn, CompileOptions options) {
+CompiledStep compile(CompiledStep::Function fn, StepCompileOptions options) {
   return CompiledStep(std::move(fn), options);
 }
 
