@@ -1,6 +1,7 @@
 // The step tracer: a Backend that runs each call on the real backend and records it (core/step_trace.hpp).
 #include "core/step_trace.hpp"
 
+#include <atomic>
 #include <map>
 #include <utility>
 
@@ -15,10 +16,13 @@ namespace {
 
 class RecordingBackend;
 
-struct ThreadState {
+/// Threads tracing a step now: while none does (always, outside kiln::compile's traces), the per-op checks below
+/// read this one global and no thread-local state.
+std::atomic<int> g_tracing{0};
+
+struct ThreadState {  // trivial, so reading it costs no thread-local initialisation guard
   StepTrace* trace = nullptr;
   bool in_call = false;  ///< inside a recorded call: its inner work belongs to it
-  std::map<Backend*, std::unique_ptr<RecordingBackend>> wrappers;
 };
 thread_local ThreadState t_state;
 
@@ -469,21 +473,27 @@ StepTraceScope::StepTraceScope(StepTrace& trace) {
   if (t_state.trace) throw ValueError("compile: a step is already being traced on this thread; do not nest them");
   t_state.trace = &trace;
   t_state.in_call = false;
+  g_tracing.fetch_add(1, std::memory_order_relaxed);
   trace.start = random::get_state();
 }
 
 StepTraceScope::~StepTraceScope() {
   t_state.trace->end = random::get_state();
+  t_state.trace->wrappers.clear();
   t_state.trace = nullptr;
-  t_state.wrappers.clear();
+  g_tracing.fetch_sub(1, std::memory_order_relaxed);
 }
 
-StepTrace* active_step_trace() { return t_state.in_call ? nullptr : t_state.trace; }
+StepTrace* active_step_trace() {
+  if (g_tracing.load(std::memory_order_relaxed) == 0) return nullptr;
+  return t_state.in_call ? nullptr : t_state.trace;
+}
 
 Backend& traced_backend(Backend& real) {
-  if (!active_step_trace()) return real;
-  std::unique_ptr<RecordingBackend>& w = t_state.wrappers[&real];
-  if (!w) w = std::make_unique<RecordingBackend>(real);
+  StepTrace* trace = active_step_trace();
+  if (!trace) return real;
+  std::shared_ptr<Backend>& w = trace->wrappers[&real];
+  if (!w) w = std::make_shared<RecordingBackend>(real);
   return *w;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -43,6 +44,8 @@ struct StepTrace {
   /// which the replaying code sets to the generator's state first, and leaves the generator as far past it.
   random::GeneratorState start, end;
   std::shared_ptr<random::GeneratorState> replay_start = std::make_shared<random::GeneratorState>();
+  /// While tracing: the recording wrapper of each real backend the step reached.
+  std::map<Backend*, std::shared_ptr<Backend>> wrappers;
 };
 
 /// RAII: records the ops this thread runs into `trace` while alive. Nested tracing throws ValueError.
