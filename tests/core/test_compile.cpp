@@ -2,6 +2,8 @@
 // refusals of what a replay cannot repeat. Runs on every available backend.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,41 +100,119 @@ TEST(Compile, ReplayedStepsEqualEagerStepsBitForBit) {
   }
 }
 
+namespace {
+
+/// Every parameter's values, in named_parameters' order.
+std::vector<std::vector<float>> snapshot(const nn::Module& m) {
+  std::vector<std::vector<float>> v;
+  for (const auto& [name, p] : m.named_parameters()) v.push_back(p.to_vector<float>());
+  return v;
+}
+
+/// The first parameter of m whose values differ from `before` (a snapshot), with its largest difference; empty
+/// when all are equal.
+std::string first_difference(const nn::Module& m, const std::vector<std::vector<float>>& before) {
+  const auto named = m.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::vector<float> v = named[i].second.to_vector<float>();
+    if (v == before[i]) continue;
+    double worst = 0;
+    for (size_t j = 0; j < v.size(); ++j) worst = std::max(worst, std::abs(double(v[j]) - double(before[i][j])));
+    return named[i].first + " (largest difference " + std::to_string(worst) + ")";
+  }
+  return "";
+}
+
+/// GPT-2 tiny with dropout everywhere, trained by AdamW (capturable) from one seed.
+struct TinyGpt {
+  std::shared_ptr<models::GPT2> model;
+  std::unique_ptr<optim::AdamW> opt;
+  TinyGpt(const models::GPT2Config& config, Device device) {
+    random::seed(3);
+    model = std::make_shared<models::GPT2>(config, float32, device);
+    model->train();
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamOptions{.lr = 1e-3, .capturable = true});
+  }
+  std::vector<Array> step(const std::vector<Array>& in) {
+    opt->zero_grad();
+    Array loss = models::lm_loss((*model)(in[0]), in[1]);
+    loss.backward();
+    opt->step();
+    return {loss};
+  }
+};
+
+models::GPT2Config tiny_dropout_config(const std::string& recompute) {
+  models::GPT2Config config = kiln_test::tiny_gpt2_config();
+  config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.1;
+  config.recompute = recompute;
+  return config;
+}
+
+std::vector<Array> tiny_tokens(const models::GPT2Config& config, Device device) {
+  random::seed(8);
+  std::vector<Array> tokens;
+  for (int i = 0; i < 6; ++i) tokens.push_back(random::randint(0, config.vocab_size, {2, 9}, int64).to(device));
+  return tokens;
+}
+
+}  // namespace
+
+/// Runs `step` on five batches of `tokens` (the generator seeded once, or before each step when `reseed`) and
+/// checks each loss and the parameters of `model` after each step against `expected` (losses, snapshots), which
+/// it fills when empty.
+void run_steps(const std::function<std::vector<Array>(const std::vector<Array>&)>& step, const nn::Module& model,
+               const std::vector<Array>& tokens, bool reseed, std::vector<float>& losses,
+               std::vector<std::vector<std::vector<float>>>& params, const std::string& what) {
+  const bool record = losses.empty();
+  random::seed(1);
+  for (int i = 0; i < 5; ++i) {
+    if (reseed) random::seed(10 + i);
+    const float loss = step({tokens[i], tokens[i + 1]})[0].item<float>();
+    if (record) {
+      losses.push_back(loss);
+      params.push_back(snapshot(model));
+      continue;
+    }
+    EXPECT_EQ(loss, losses[i]) << what << " step " << i;
+    EXPECT_EQ(first_difference(model, params[i]), "") << what << " after step " << i;
+  }
+}
+
+TEST(Compile, GptEagerStepsAreDeterministic) {
+  // What the compiled step is held to: two eager runs from one seed give the same parameters after every step.
+  for (Device device : devices()) {
+    const models::GPT2Config config = tiny_dropout_config("none");
+    const std::vector<Array> tokens = tiny_tokens(config, device);
+    TinyGpt a(config, device), b(config, device);
+    std::vector<float> losses;
+    std::vector<std::vector<std::vector<float>>> params;
+    run_steps([&](const std::vector<Array>& in) { return a.step(in); }, *a.model, tokens, false, losses, params, "");
+    run_steps([&](const std::vector<Array>& in) { return b.step(in); }, *b.model, tokens, false, losses, params,
+              device.str());
+  }
+}
+
 TEST(Compile, AGptStepWithDropoutReplaysAsItRunsEagerly) {
-  // Also with each block checkpointed: its backward recomputes the block (draws included) inside the trace.
+  // Also with each block checkpointed: its backward recomputes the block (draws included) inside the trace. The
+  // generator seeded once (each step's draws follow the last's) and before each step (a replay's draws follow the
+  // generator's state, not the trace's).
   for (const std::string recompute : {"none", "block"}) {
-    for (Device device : devices()) {
-      models::GPT2Config config = kiln_test::tiny_gpt2_config();
-      config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.1;
-      config.recompute = recompute;
-      auto make = [&] {
-        random::seed(3);
-        auto m = std::make_shared<models::GPT2>(config, float32, device);
-        m->train();
-        return m;
-      };
-      auto eager = make(), compiled = make();
-      optim::AdamW eager_opt(eager->parameters(), {.lr = 1e-3, .capturable = true});
-      optim::AdamW compiled_opt(compiled->parameters(), {.lr = 1e-3, .capturable = true});
-      auto run = [](models::GPT2& model, optim::Optimizer& opt, const std::vector<Array>& in) {
-        opt.zero_grad();
-        Array loss = models::lm_loss(model(in[0]), in[1]);
-        loss.backward();
-        opt.step();
-        return std::vector<Array>{loss};
-      };
-      CompiledStep step = compile([&](const std::vector<Array>& in) { return run(*compiled, compiled_opt, in); });
-      random::seed(8);
-      std::vector<Array> tokens;
-      for (int i = 0; i < 6; ++i) tokens.push_back(random::randint(0, config.vocab_size, {2, 9}, int64).to(device));
-      std::vector<float> a, b;
-      random::seed(1);
-      for (int i = 0; i < 5; ++i) a.push_back(run(*eager, eager_opt, {tokens[i], tokens[i + 1]})[0].item<float>());
-      random::seed(1);
-      for (int i = 0; i < 5; ++i) b.push_back(step({tokens[i], tokens[i + 1]})[0].item<float>());
-      EXPECT_EQ(a, b) << device.str() << " recompute " << recompute;
-      EXPECT_EQ(step.replays(), 2) << device.str();
-      expect_same_parameters(*eager, *compiled, device.str() + " recompute " + recompute);
+    for (bool reseed : {false, true}) {
+      for (Device device : devices()) {
+        const std::string what = device.str() + " recompute " + recompute + (reseed ? " reseeded" : "");
+        const models::GPT2Config config = tiny_dropout_config(recompute);
+        const std::vector<Array> tokens = tiny_tokens(config, device);
+        TinyGpt eager(config, device), compiled(config, device);
+        CompiledStep step = compile([&](const std::vector<Array>& in) { return compiled.step(in); });
+        std::vector<float> losses;
+        std::vector<std::vector<std::vector<float>>> params;
+        run_steps([&](const std::vector<Array>& in) { return eager.step(in); }, *eager.model, tokens, reseed, losses,
+                  params, what);
+        run_steps([&](const std::vector<Array>& in) { return step(in); }, *compiled.model, tokens, reseed, losses,
+                  params, what);  // warm-up, two traces, two replays
+        EXPECT_EQ(step.replays(), 2) << what;
+      }
     }
   }
 }

@@ -458,6 +458,74 @@ TEST(AddmmGelu, gradients_on_every_backend_equal_float64s) {
   }
 }
 
+// ------------------------------------------------ addmm_gelu_addmm (GELU's derivative folded into the backward)
+
+/// The five gradients (bias1, a, w1, bias2, w2) of sum(f(...) * gout), f the fused op or its two ops apart.
+std::vector<Array> mlp_grads(bool fused, const std::vector<Array>& in64, const Array& gout64, const Device& device,
+                             DType t, bool transposed) {
+  std::vector<Array> in;
+  for (const Array& x : in64) in.push_back(x.astype(t).to(device));
+  // w1 and w2 as nn.Linear's weight.T() (transposed) or row-major matrices
+  Array w1 = transposed ? in[2].T().contiguous().T() : in[2], w2 = transposed ? in[4].T().contiguous().T() : in[4];
+  in[2] = w1;
+  in[4] = w2;
+  for (Array& x : in) x.set_requires_grad();
+  const Array y = fused ? addmm_gelu_addmm(in[0], in[1], in[2], in[3], in[4])
+                        : addmm(in[3], addmm_gelu(in[0], in[1], in[2]), in[4]);
+  sum(y * gout64.astype(t).to(device)).backward();
+  std::vector<Array> g;
+  for (const Array& x : in) g.push_back(x.grad().to(kiln::cpu()).astype(float64));
+  g.push_back(y.detach().to(kiln::cpu()).astype(float64));
+  return g;
+}
+
+TEST(AddmmGeluAddmm, equals_its_two_ops_and_float64s_gradients_on_every_backend) {
+  const int64_t m = 40, k = 32, h = 64, n = 24;
+  random::set_state({23, 0});
+  const std::vector<Array> in64{random::uniform({h}, -1.0, 1.0, float64), random::uniform({m, k}, -1.0, 1.0, float64),
+                                random::uniform({k, h}, -0.3, 0.3, float64), random::uniform({n}, -1.0, 1.0, float64),
+                                random::uniform({h, n}, -0.3, 0.3, float64)};
+  const Array gout = random::uniform({m, n}, -1.0, 1.0, float64);
+  const char* names[] = {"bias1", "a", "w1", "bias2", "w2", "the result"};
+  for (const bool transposed : {false, true}) {
+    const std::vector<Array> want = mlp_grads(false, in64, gout, kiln::cpu(), float64, transposed);
+    for (const Device& device : harness::backends()) {
+      for (DType t : {float64, float32, bfloat16}) {
+        const std::vector<Array> got = mlp_grads(true, in64, gout, device, t, transposed);
+        const std::string what =
+            device.str() + " " + std::string(dtype_name(t)) + (transposed ? " w.T" : " row-major");
+        if (t != bfloat16) {  // the same ops as the two apart, on this device: bit for bit
+          const std::vector<Array> apart = mlp_grads(false, in64, gout, device, t, transposed);
+          for (size_t i = 0; i < got.size(); ++i)
+            EXPECT_TRUE(array_equal(got[i], apart[i])) << what << ": " << names[i];
+        }
+        // Against float64: bfloat16's 8-bit mantissa (the rounded operands, the hidden layer's and the gradients'
+        // roundings) allows a few percent of each result's largest magnitude.
+        const double tol = t == bfloat16 ? 4e-2 : t == float32 ? 1e-5 : 1e-12;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double scale = max(abs(want[i])).item<double>();
+          EXPECT_TRUE(allclose(got[i], want[i], tol, tol * scale)) << what << ": " << names[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(AddmmGeluAddmm, gradients_pass_gradcheck_and_errors_name_the_op) {
+  random::set_state({29, 0});
+  const GradcheckResult r = gradcheck(
+      [](const std::vector<Array>& in) { return addmm_gelu_addmm(in[0], in[1], in[2], in[3], in[4]); },
+      {random::normal({5}, float64), random::normal({3, 4}, float64), random::normal({4, 5}, float64),
+       random::normal({2}, float64), random::normal({5, 2}, float64)});
+  EXPECT_TRUE(r.passed) << r.report;
+  expect_error<ShapeError>([] { addmm_gelu_addmm(zeros({5}), zeros({3, 4}), zeros({4, 5}), zeros({2}), zeros({6, 2})); },
+                           {"addmm_gelu_addmm", "(6, 2)", "5 features"});
+  expect_error<ShapeError>([] { addmm_gelu_addmm(zeros({5}), zeros({3, 4}), zeros({4, 5}), zeros({3}), zeros({5, 2})); },
+                           {"addmm_gelu_addmm", "second bias of shape (3,)", "pass a bias of shape (2,)"});
+  expect_error<ShapeError>([] { addmm_gelu_addmm(zeros({6}), zeros({3, 4}), zeros({4, 5}), zeros({2}), zeros({5, 2})); },
+                           {"addmm_gelu_addmm", "bias of shape (6,)"});
+}
+
 TEST(MatmulErrors, operands_on_two_devices_name_both) {
   if (num_gpus() == 0) GTEST_SKIP() << "no GPU: a second device is needed to mix devices";
   Array g = ones({2, 2}, float32, gpu(0));
