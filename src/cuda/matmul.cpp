@@ -424,15 +424,11 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
     call.gelu_applied = gelu && call.bias_added;
     return true;
   }
-  if (call.gelu_grad_of) {  // out = product * gelu_tanh'(sum), and with bias_grad its column sums
-    LtEpilogue e{CUBLASLT_EPILOGUE_DGELU_BGRAD, call.bias_grad ? call.bias_grad->data_ptr() : nullptr,
-                 const_cast<void*>(call.gelu_grad_of->data_ptr())};
-    if (call.bias_grad && cublaslt_gemm(state, device, stream, *plan, d, e)) {
-      call.gelu_grad_applied = call.bias_grad_done = true;
-      return true;
-    }
-    e.kind = CUBLASLT_EPILOGUE_DGELU;
-    e.vector = nullptr;
+  if (call.gelu_grad_of) {  // out = product * gelu_tanh'(sum)
+    // DGELU only: with BGRAD (the bias gradient too) cuBLASLt ran the epilogue as a separate pass over the
+    // product on an H200, slower than the product, the derivative and kiln's column sums apart
+    // (bench/results/session25-h200-2026-11-29.md); the core sums the columns.
+    const LtEpilogue e{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<void*>(call.gelu_grad_of->data_ptr())};
     call.gelu_grad_applied = cublaslt_gemm(state, device, stream, *plan, d, e);
     return true;
   }
