@@ -259,13 +259,6 @@ Array addmm(const Array& bias, const Array& a, const Array& b);
 /// otherwise (and for float32/float64 on a GPU) gelu_tanh of addmm's result. The same checks and errors as addmm
 /// (naming addmm_gelu). Differentiable.
 Array addmm_gelu(const Array& bias, const Array& a, const Array& b);
-/// addmm(bias2, addmm_gelu(bias1, a, b1), b2): a two-layer perceptron with GELU's tanh form between (GPT-2's MLP,
-/// apex's FusedDenseGeluDense) as one differentiable step. The forward is the two folded products; the backward
-/// multiplies the hidden gradient's product by GELU's derivative inside that product (cuBLASLt's DGELU_BGRAD
-/// epilogue on a GPU for float16/bfloat16, the first bias's gradient with it) instead of a separate pass;
-/// elsewhere it computes what the two ops would. a (m, k), b1 (k, h), b2 (h, n), bias1 (h,), bias2 (n,)
-/// (or broadcastable as addmm's). ShapeError naming addmm_gelu_addmm for operands that do not chain.
-Array addmm_gelu_addmm(const Array& bias1, const Array& a, const Array& b1, const Array& bias2, const Array& b2);
 /// NumPy dot: scalar product of 1-d arrays, matmul for 2-d, sum over last axis of a and second-to-last of b.
 Array dot(const Array& a, const Array& b);
 namespace linalg {

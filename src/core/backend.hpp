@@ -154,22 +154,14 @@ struct FftCall {
 /// GELU's tanh form to that sum before the one rounding, out = gelu_tanh(a @ b + bias), and stores the sum itself
 /// (rounded) into *pre_gelu (cuBLASLt's GELU_AUX_BIAS epilogue) and sets `gelu_applied`; or it only folds the
 /// bias (the core then applies the GELU), or computes nothing.
-/// With `gelu_grad_of` (addmm_gelu_addmm's backward: addmm_gelu's stored sum, a contiguous array of out's shape
-/// and dtype; no bias) the backend multiplies the product by GELU's tanh-form derivative at that sum before the one
-/// rounding, out = (a @ b) * gelu_tanh'(sum) (cuBLASLt's DGELU epilogue), and sets `gelu_grad_applied`; with
-/// `bias_grad` too (a contiguous 1-d array of n elements) it also writes the column sums of that result there
-/// (DGELU_BGRAD) and sets `bias_grad_done`. A backend that cannot computes nothing and leaves both false.
 struct MatmulCall {
   const Array* a = nullptr;
   const Array* b = nullptr;
   Array out;
   const Array* bias = nullptr;
   Array* pre_gelu = nullptr;
-  const Array* gelu_grad_of = nullptr;
-  Array* bias_grad = nullptr;
   mutable bool bias_added = false;  ///< set by the backend (matmul takes the call as const)
   mutable bool gelu_applied = false;
-  mutable bool gelu_grad_applied = false, bias_grad_done = false;
 };
 
 /// A 2-d convolution step on operands of one floating dtype, each NCHW-contiguous or channels-last (all in one

@@ -117,9 +117,7 @@ bool layout_ok(const Array& m) {
 struct ProductExtras {
   const Array* bias = nullptr;
   Array* pre_gelu = nullptr;
-  const Array* gelu_grad_of = nullptr;
-  Array* bias_grad = nullptr;
-  bool bias_added = false, gelu_applied = false, gelu_grad_applied = false, bias_grad_done = false;
+  bool bias_added = false, gelu_applied = false;
 };
 static Array matmul_impl(const Array& a_in, const Array& b_in, ProductExtras* extras = nullptr);
 
@@ -236,15 +234,11 @@ static Array matmul_impl(const Array& a_in, const Array& b_in, ProductExtras* ex
       if (extras) {  // passed for one 2-d product only (outer_count == inner_batch == 1)
         call.bias = bias;
         call.pre_gelu = extras->pre_gelu;
-        call.gelu_grad_of = extras->gelu_grad_of;
-        call.bias_grad = extras->bias_grad;
       }
       backend.matmul(call);
-      if (extras) {  // a bias or GELU derivative not folded: nothing was computed
+      if (extras) {  // a bias not folded: nothing was computed
         extras->bias_added = !bias || call.bias_added;
         extras->gelu_applied = call.gelu_applied;
-        extras->gelu_grad_applied = call.gelu_grad_applied;
-        extras->bias_grad_done = call.bias_grad_done;
       }
       for (size_t d = first; d-- > 0;) {
         a_offset += a_full.strides()[d];
@@ -366,94 +360,6 @@ Array addmm_gelu(const Array& bias, const Array& a, const Array& b) {
                        "AddmmGeluBackward", std::move(backward),
                        std::vector{detail::SavedArray(a), detail::SavedArray(b), detail::SavedArray(pre)}),
                    {&bias, &a, &b});
-  }
-  return out;
-}
-
-namespace {
-
-/// The gradient of addmm_gelu's sum from its output's product: (g @ bt) * gelu_tanh'(pre), and when bias_grad is
-/// given, the column sums of that into it. Folded into the product where the backend can (cuBLASLt's DGELU and
-/// DGELU_BGRAD epilogues: float16/bfloat16 on a GPU); otherwise the product, the derivative and the sums, as
-/// addmm's and addmm_gelu's backwards compute them.
-Array gelu_grad_product(const Array& g, const Array& bt, const Array& pre, Array* bias_grad) {
-  const DType t = g.dtype();
-  const bool foldable = (t == float16 || t == bfloat16) && bt.dtype() == t && pre.dtype() == t && g.ndim() == 2 &&
-                        pre.is_contiguous() && g.size() > 0 && pre.size() > 0;
-  if (foldable) {
-    Array sums = bias_grad ? detail::make_array({bt.shape(1)}, t, g.device()) : Array();
-    ProductExtras extras;
-    extras.gelu_grad_of = &pre;
-    extras.bias_grad = bias_grad ? &sums : nullptr;
-    Array out = matmul_impl(g, bt, &extras);
-    if (extras.gelu_grad_applied) {
-      if (bias_grad) *bias_grad = extras.bias_grad_done ? sums : sum(out, 0);
-      return out;
-    }
-  }
-  Array out = derivatives::gelu_tanh_backward(matmul(g, bt), pre);
-  if (bias_grad) *bias_grad = sum(out, 0);
-  return out;
-}
-
-}  // namespace
-
-Array addmm_gelu_addmm(const Array& bias1, const Array& a, const Array& b1, const Array& bias2, const Array& b2) {
-  check_addmm(bias1, a, b1, "addmm_gelu_addmm");
-  require_operands(a, b2, "addmm_gelu_addmm");
-  require_operands(a, bias2, "addmm_gelu_addmm");
-  if (b2.ndim() != 2 || b2.shape(0) != b1.shape(1))
-    throw ShapeError("addmm_gelu_addmm: the second weight has shape " + shape_str(b2.shape()) +
-                     " but the hidden layer has " + std::to_string(b1.shape(1)) + " features; pass a (" +
-                     std::to_string(b1.shape(1)) + ", n) matrix");
-  const Shape product{a.shape(0), b2.shape(1)};
-  bool fits = false;
-  try {
-    fits = broadcast_shapes(bias2.shape(), product, "addmm_gelu_addmm") == product;
-  } catch (const ShapeError&) {
-  }
-  if (!fits)
-    throw ShapeError("addmm_gelu_addmm: the second bias of shape " + shape_str(bias2.shape()) +
-                     " does not broadcast to the product's " + shape_str(product) + "; pass a bias of shape (" +
-                     std::to_string(b2.shape(1)) + ",)");
-  if (!foldable(bias1, a, b1) || !foldable(bias2, a, b2)) return addmm(bias2, addmm_gelu(bias1, a, b1), b2);
-  detail::GradRecorder record({&bias1, &a, &b1, &bias2, &b2});
-  const Array row1 = bias1.reshape({b1.shape(1)}).contiguous(), row2 = bias2.reshape({b2.shape(1)}).contiguous();
-  Array pre = detail::make_array({a.shape(0), b1.shape(1)}, a.dtype(), a.device());
-  ProductExtras first;
-  first.pre_gelu = &pre;
-  Array hidden = folded_addmm(row1, a, b1, first);
-  if (!first.bias_added || !first.gelu_applied) {  // the backend added no GELU: the sum, then the op
-    pre = hidden;
-    hidden = gelu_tanh(pre);
-  }
-  ProductExtras second;
-  Array out = folded_addmm(row2, hidden, b2, second);
-  if (record) {
-    // addmm's backward of the second product; its hidden gradient's product carries GELU's derivative; then the
-    // first product's gradients from that.
-    auto backward = [bias1_shape = bias1.shape(), bias2_shape = bias2.shape()](const detail::Node& node,
-                                                                               const Array& g) {
-      const Array &x = node.saved_array(0), &w1 = node.saved_array(1), &pre = node.saved_array(2);
-      const Array &hidden = node.saved_array(3), &w2 = node.saved_array(4);
-      std::vector<Array> r(5);
-      if (node.needs(3)) r[3] = sum(g, 0).reshape(bias2_shape);
-      if (node.needs(4)) r[4] = transposed_layout(w2) ? matmul(g.T(), hidden).T() : matmul(hidden.T(), g);
-      if (node.needs(0) || node.needs(1) || node.needs(2)) {
-        Array bias_grad;
-        const Array gp = gelu_grad_product(g, w2.T(), pre, node.needs(0) ? &bias_grad : nullptr);
-        if (node.needs(0)) r[0] = bias_grad.reshape(bias1_shape);
-        if (node.needs(1)) r[1] = matmul(gp, w1.T());
-        if (node.needs(2)) r[2] = transposed_layout(w1) ? matmul(gp.T(), x).T() : matmul(x.T(), gp);
-      }
-      return r;
-    };
-    detail::record(out,
-                   std::make_shared<detail::Node>(
-                       "AddmmGeluAddmmBackward", std::move(backward),
-                       std::vector{detail::SavedArray(a), detail::SavedArray(b1), detail::SavedArray(pre),
-                                   detail::SavedArray(hidden), detail::SavedArray(b2)}),
-                   {&bias1, &a, &b1, &bias2, &b2});
   }
   return out;
 }

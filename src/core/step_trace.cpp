@@ -136,9 +136,9 @@ class RecordingBackend final : public Backend {
     run([&] { real_.matmul(call); });
     struct Owned {
       MatmulCall call;
-      Array a, b, bias, pre_gelu, gelu_grad_of, bias_grad;
+      Array a, b, bias, pre_gelu;
     };
-    auto o = std::make_shared<Owned>(Owned{call, *call.a, *call.b, {}, {}, {}, {}});
+    auto o = std::make_shared<Owned>(Owned{call, *call.a, *call.b, {}, {}});
     o->call.a = &o->a;
     o->call.b = &o->b;
     Entry e(trace(), "matmul");
@@ -153,19 +153,9 @@ class RecordingBackend final : public Backend {
       o->call.pre_gelu = &o->pre_gelu;
       e.text("gelu").array(*call.pre_gelu).text(call.gelu_applied ? "applied" : "not applied");
     }
-    if (call.gelu_grad_of) {
-      o->gelu_grad_of = *call.gelu_grad_of;
-      o->call.gelu_grad_of = &o->gelu_grad_of;
-      e.text("gelu grad").array(*call.gelu_grad_of).text(call.gelu_grad_applied ? "applied" : "not applied");
-    }
-    if (call.bias_grad) {
-      o->bias_grad = *call.bias_grad;
-      o->call.bias_grad = &o->bias_grad;
-      e.text("bias grad").array(*call.bias_grad).text(call.bias_grad_done ? "done" : "not done");
-    }
     // A backend that declined the bias or the GELU left them to the core, which ran them as later calls.
     e.done([o, &b = real_] {
-      o->call.bias_added = o->call.gelu_applied = o->call.gelu_grad_applied = o->call.bias_grad_done = false;
+      o->call.bias_added = o->call.gelu_applied = false;
       b.matmul(o->call);
     });
   }

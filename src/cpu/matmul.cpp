@@ -320,8 +320,7 @@ void complex_matmul(const detail::MatmulCall& call) {
 
 void cpu_matmul(const detail::MatmulCall& call) {
   const Array& out = call.out;
-  // GELU's derivative is not folded here: nothing computed, the core runs the product and the derivative apart.
-  if (out.size() == 0 || call.gelu_grad_of) return;
+  if (out.size() == 0) return;
   const DType dtype = call.a->dtype();
   const Operand3 a(*call.a), b(*call.b);
   const int64_t m = a.rows, k = a.cols, n = b.cols;

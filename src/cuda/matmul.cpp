@@ -241,17 +241,15 @@ struct LtEntry {
 };
 
 /// What a cuBLASLt product does after the sum: `kind` with its vector (the bias it adds) and, for GELU_AUX_BIAS,
-/// the matrix the pre-activation goes to (out's layout, leading dimension n); for DGELU(_BGRAD) the matrix it is
-/// read from, and for DGELU_BGRAD the vector the bias gradient goes to.
+/// the matrix the pre-activation goes to (out's layout, leading dimension n).
 struct LtEpilogue {
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
   const void* vector = nullptr;
   void* aux = nullptr;
 };
 
-/// The B^T-side product with a cuBLASLt epilogue: BIAS (out = product + bias, a row of n, the sum rounded once),
-/// GELU_AUX_BIAS (out = gelu_tanh(product + bias), the sum into aux), DGELU (out = product * gelu_tanh'(aux)) or
-/// DGELU_BGRAD (the same, and its column sums into the vector). False (nothing queued) when the plan is
+/// The B^T-side product with a cuBLASLt epilogue: BIAS (out = product + bias, a row of n, the sum rounded once)
+/// or GELU_AUX_BIAS (out = gelu_tanh(product + bias), the sum into aux). False (nothing queued) when the plan is
 /// batched, the bias or aux is not 16-byte aligned, aux's leading dimension does not suit, or the heuristic offers
 /// nothing.
 bool cublaslt_gemm(HandleState& state, int device, cudaStream_t stream, const GemmPlan& p, const GemmData& d,
@@ -360,8 +358,6 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
     call.bias_added = false;
     return true;
   }
-  // GELU's derivative in the epilogue for 16-bit outputs only, as GELU itself (below): nothing computed otherwise.
-  if (call.gelu_grad_of && dtype != DType::BFloat16 && dtype != DType::Float16) return true;
   GemmData d;
   // alpha = 1, beta = 0 in the scale type of each compute type (complex for complex products)
   const float alpha32 = 1.0f, beta32 = 0.0f;
@@ -422,14 +418,6 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
     }
     call.bias_added = cublaslt_gemm(state, device, stream, *plan, d, e);
     call.gelu_applied = gelu && call.bias_added;
-    return true;
-  }
-  if (call.gelu_grad_of) {  // out = product * gelu_tanh'(sum)
-    // DGELU only: with BGRAD (the bias gradient too) cuBLASLt ran the epilogue as a separate pass over the
-    // product on an H200, slower than the product, the derivative and kiln's column sums apart
-    // (bench/results/session25-h200-2026-11-29.md); the core sums the columns.
-    const LtEpilogue e{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<void*>(call.gelu_grad_of->data_ptr())};
-    call.gelu_grad_applied = cublaslt_gemm(state, device, stream, *plan, d, e);
     return true;
   }
   if (!plan->per_matrix) {
@@ -589,8 +577,7 @@ void cuda_matmul(const detail::MatmulCall& call) {
     KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), stream));
     return;
   }
-  // A bias or GELU derivative cuBLAS could not take: nothing computed (the core's way then).
-  if (cublas_matmul(call, device, stream) || call.bias || call.gelu_grad_of) return;
+  if (cublas_matmul(call, device, stream) || call.bias) return;  // a bias cuBLAS could not take: nothing computed
   fallback_matmul(call, device, stream);
 }
 

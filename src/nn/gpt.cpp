@@ -33,29 +33,12 @@ class Conv1D : public nn::Module {
   std::string name() const override {
     return "Conv1D(nf=" + std::to_string(out_) + ", nx=" + std::to_string(in_) + (bias_ ? "" : ", bias=false") + ")";
   }
-  /// proj(fc.forward_gelu(x)) as one step, addmm_gelu_addmm (GELU's derivative folded into the backward's
-  /// product); apart when either has no bias, or in anomaly mode (whose reports name each module).
-  static Array mlp(Conv1D& fc, Conv1D& proj, const Array& x) {
-    if (!fc.bias_ || !proj.bias_ || is_anomaly_enabled()) return proj.forward(fc.forward_gelu(x));
-    fc.check_input(x);
-    const Array xa = autocast_low(x), w1 = autocast_low(fc.parameter("weight")),
-                w2 = autocast_low(proj.parameter("weight"));
-    if (xa.dtype() != w1.dtype() || w1.dtype() != w2.dtype()) return proj.forward(fc.forward_gelu(x));
-    Shape shape = x.shape();
-    shape.back() = proj.out_;
-    return addmm_gelu_addmm(autocast_low(fc.parameter("bias")), xa.reshape(-1, fc.in_), w1,
-                            autocast_low(proj.parameter("bias")), w2)
-        .reshape(shape);
-  }
 
  private:
-  void check_input(const Array& x) const {
+  Array product(const Array& x, bool gelu) {
     if (x.ndim() == 0 || x.shape(-1) != in_)
       throw ShapeError(name() + ": the input has shape " + shape_str(x.shape()) + "; its last axis must have " +
                        std::to_string(in_) + " features");
-  }
-  Array product(const Array& x, bool gelu) {
-    check_input(x);
     const Array xa = autocast_low(x), wa = autocast_low(parameter("weight"));
     if (xa.dtype() != wa.dtype())
       throw DTypeError(name() + ": the input is " + std::string(dtype_name(x.dtype())) + " but the weight is " +
@@ -97,8 +80,8 @@ class LayerNormNoBias : public nn::Module {
 
 struct GPT2::Parts {
   struct Block {
-    std::shared_ptr<nn::Module> ln_1, ln_2, attn_proj, attn_resid_drop, mlp_drop;
-    std::shared_ptr<Conv1D> fc, mlp_proj;  // c_fc (GELU after it) and c_proj: one addmm_gelu_addmm
+    std::shared_ptr<nn::Module> ln_1, ln_2, attn_proj, mlp_proj, attn_resid_drop, mlp_drop;
+    std::shared_ptr<Conv1D> fc;  // c_fc, whose output goes through GELU (folded into its product)
     std::shared_ptr<nn::Module> c_attn;
     std::shared_ptr<nn::Module> module, mlp;  // the block and its MLP (their parameters)
   };
@@ -207,7 +190,7 @@ Array GPT2::run(const Array& tokens, KVCache* cache) {
     const Parts::Block b = parts.blocks[i];
     const int64_t embd = c.n_embd, layer = static_cast<int64_t>(i);
     // Under autocast a checkpoint's recomputation casts its parameters in one pass, as run() does for the forward.
-    auto mlp = [b](const Array& u) { return Conv1D::mlp(*b.fc, *b.mlp_proj, u); };
+    auto mlp = [b](const Array& u) { return (*b.mlp_proj)(b.fc->forward_gelu(u)); };
     auto block = [=](const Array& x_in) {
       if (recompute && autocast_dtype()) autocast_cache(b.module->parameters());
       auto heads_of = [&](const Array& qkv, int64_t part) {  // (B, T, 3C) -> (B, H, T, D)
