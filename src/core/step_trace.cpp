@@ -2,6 +2,7 @@
 #include "core/step_trace.hpp"
 
 #include <atomic>
+#include <charconv>
 #include <map>
 #include <utility>
 
@@ -45,6 +46,12 @@ class InCall {
 /// call's scalar parameters, which two traces of the same step must repeat.
 class Entry {
  public:
+  /// The shortest decimal form that reads back as v (std::to_string's six decimals would equate 1e-7 and 2e-7).
+  static std::string exact(double v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  }
   Entry(StepTrace& trace, std::string name) : trace_(trace) { call_.name = std::move(name); }
   Entry& array(const Array& a) {
     if (!a.defined()) {
@@ -58,8 +65,16 @@ class Entry {
     return *this;
   }
   Entry& array(const Array* a) { return a ? array(*a) : text("null"); }
-  Entry& value(const Scalar& s) { return text(s.str()); }
-  Entry& number(double v) { return text(std::to_string(v)); }
+  /// A scalar parameter exactly (two traces must repeat it bit for bit), without iostreams.
+  Entry& value(const Scalar& s) {
+    switch (s.kind()) {
+      case Scalar::Kind::Bool: return text(s.to_bool() ? "True" : "False");
+      case Scalar::Kind::Int: return text(std::to_string(s.to_int64()));
+      case Scalar::Kind::Complex: return text("(" + exact(s.to_double()) + "," + exact(s.imag()) + "j)");
+      default: return text(exact(s.to_double()));
+    }
+  }
+  Entry& number(double v) { return text(exact(v)); }
   Entry& text(const std::string& t) {
     call_.detail += " " + t;
     return *this;
