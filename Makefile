@@ -17,7 +17,9 @@ PRESETS := cpu $(if $(HAVE_CUDA),$(if $(wildcard src/cuda/*.cpp),cuda,),)
 # (docs/reliability.md, "Fuzzing"). It replaces the gcc asan preset there, so that kiln is compiled three times,
 # not four; `cmake --preset asan` still builds the gcc one.
 TEST_PRESETS := $(PRESETS) fuzz
-CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
+# Tests labelled library_build compile kiln once more from its sources (consumer.add_subdirectory, minutes on
+# two cores): make test leaves them out, scripts/gpu-check runs them (tests/consumer/CMakeLists.txt).
+CTEST_FLAGS ?= --output-on-failure -j $(JOBS) --label-exclude library_build
 
 .PHONY: demo test deps build build-test bench mkl clean format fuzz
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Runs `kiln bench --quick --json FILE` on whatever device this machine has and checks the file:
+"""Runs `kiln bench --quick --json FILE` on whatever device this machine has (or on --device) and checks the file:
 the shared schema's top-level keys, well-formed records, and the records every run must contain
 (CPU sides always; GPU cases when the device is a GPU; skipped workloads named with a reason).
+With --device cuda:N on a machine without that GPU it runs nothing and exits 77 (ctest's skip): the cuda preset's
+ctest asks for cuda:0, the cpu preset's runs on the CPU.
 
-usage: check_bench_json.py KILN_BINARY OUTPUT.json
+usage: check_bench_json.py KILN_BINARY OUTPUT.json [--device DEVICE]
 """
 import json
 import math
@@ -18,10 +20,23 @@ def fail(msg):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 5) or len(sys.argv) == 5 and sys.argv[3] != "--device":
         fail(__doc__)
     kiln, out = sys.argv[1], sys.argv[2]
-    run = subprocess.run([kiln, "bench", "--quick", "--json", out], capture_output=True, text=True)
+    device = sys.argv[4] if len(sys.argv) == 5 else None
+    device_args = ["--device", device] if device else []
+    if device and device != "cpu":
+        info = subprocess.run([kiln, "info"], capture_output=True, text=True)
+        gpus = re.search(r"^GPUs: (\d+)", info.stdout, re.MULTILINE)
+        if info.returncode != 0 or not gpus:
+            fail(f"`kiln info` exited with {info.returncode} and printed no GPU count: "
+                 f"{info.stdout[-2000:]}{info.stderr[-2000:]}")
+        index = int(device.partition(":")[2] or 0)
+        if index >= int(gpus.group(1)):
+            print(f"check_bench_json: no GPU {device} on this machine ({gpus.group(1)} GPUs): "
+                  "kiln bench on it is skipped")
+            sys.exit(77)
+    run = subprocess.run([kiln, "bench", "--quick", "--json", out] + device_args, capture_output=True, text=True)
     sys.stdout.write(run.stdout[-4000:])
     if run.returncode != 0:
         fail(f"kiln bench exited with {run.returncode}: {run.stderr[-2000:]}")
@@ -61,6 +76,8 @@ def main():
             fail(f"duplicate record {k}")
         keys[k] = r
     gpu = doc["device"] != "cpu"
+    if device and device != "cpu" and not gpu:
+        fail(f"--device {device} but the file's device is {doc['device']!r}")
     need = [("matmul", f"cpu_{n}", m) for n in (1024, 4096) for m in ("seconds", "tflops")]
     need += [("timing", c, "seconds") for c in ("host_clock_no_sync", "host_clock_sync", "events")]
     need += [("logging", c, m) for c in ("copy_every_step", "on_device") for m in ("seconds", "syncs")]

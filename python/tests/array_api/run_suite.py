@@ -7,7 +7,9 @@ ctest's `python.array_api` runs it. The tests listed in xfails.txt (each group u
 reason) are expected to fail; any other failure fails the run. Hypothesis is derandomized (the same examples
 every run, so CI does not flake on a newly found counterexample); `--random` draws fresh ones, to look for
 new failures. `--list-failures FILE` writes the ids of every failing test, xfails included, in xfails.txt's format.
-Exits 77 (ctest's skip) when the suite's dependencies (hypothesis, ndindex, pytest-json-report) are missing.
+Exits 77 (ctest's skip) when the suite's dependencies (hypothesis, ndindex, pytest-json-report) are missing, and
+when --device names a GPU this machine does not have (the cuda preset's ctest asks for cuda:0; the cpu preset's
+runs the suite on the CPU).
 """
 
 import argparse
@@ -56,8 +58,12 @@ def main():
 
     import kiln
 
+    device = kiln.device(args.device)
+    if device != kiln.cpu() and kiln.try_gpu(device.index) != device:
+        print(f"run_suite: no GPU {args.device} on this machine: the Array API suite on it is skipped")
+        return 77
     # Creation functions without a device allocate on this thread's current device, where pytest runs the suite.
-    kiln.set_current_device(kiln.device(args.device))
+    kiln.set_current_device(device)
     os.environ.setdefault("ARRAY_API_TESTS_MODULE", "kiln.array_api")
     os.environ.setdefault("ARRAY_API_TESTS_SKIP_DTYPES", MISSING_DTYPES)
     # Hypothesis keeps its example database out of the source tree.
