@@ -29,25 +29,29 @@ def main(argv=None):
         print(f"torch_bench: PyTorch is not installed ({e}); nothing measured. "
               "Run this on the GPU machine, where python3 has torch.")
         return 0
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        print("torch_bench: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); nothing measured.")
+    gpu = torch.cuda.is_available() and torch.cuda.device_count() > 0
+    if not gpu and not (args.cpu_only and args.workloads == ["train"]):
+        print("torch_bench: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); nothing measured "
+              "(without a GPU only --workloads train --cpu-only runs).")
         return 0
-    return TorchBench(torch, args).run()
+    return TorchBench(torch, args, gpu).run()
 
 
 class TorchBench:
-    def __init__(self, torch, args):
+    def __init__(self, torch, args, gpu=True):
         self.torch = torch
         self.args = args
         self.sizes = args.sizes
-        self.dev = torch.device("cuda", 0)
+        # Without a GPU (the train workload's CPU cases alone, --cpu-only) the device is the CPU and nothing
+        # below times GPU work.
+        self.dev = torch.device("cuda", 0) if gpu else torch.device("cpu")
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 matmul, as kiln's default
         torch.backends.cudnn.allow_tf32 = False
         torch.set_num_threads(os.cpu_count())
-        self.rec = common.Recorder("torch", torch.__version__, torch.cuda.get_device_name(0), args.sizes,
-                                   host_threads=torch.get_num_threads())
+        self.rec = common.Recorder("torch", torch.__version__, torch.cuda.get_device_name(0) if gpu else "cpu",
+                                   args.sizes, host_threads=torch.get_num_threads())
         self.timer = common.Timer(torch.cuda.synchronize, lambda: torch.cuda.Event(enable_timing=True),
-                                  lambda s, e: s.elapsed_time(e))
+                                  lambda s, e: s.elapsed_time(e)) if gpu else None
         self.copy_gbps = None  # device copy bandwidth (elementwise/copy), for the fusion floor
 
     def run(self):
