@@ -64,8 +64,9 @@ class TorchBench:
         try:
             getattr(self, name)()
         finally:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.empty_cache()
+            if self.dev.type == "cuda":
+                self.torch.cuda.synchronize()
+                self.torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ matmul
     def matmul(self):

@@ -8,6 +8,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <climits>
 #include <cstdlib>
@@ -115,12 +116,19 @@ namespace {
 /// own pool and MKL's threads spinning briefly (KILN_CPU_POOL=kiln GOMP_SPINCOUNT=10000, read by libgomp at load)
 /// every product on MKL is fastest (bench/results/resnet50-h200-2026-11-26.md): KILN_MKL_MIN_WORK=0 asks for that
 /// split.
+/// On two threads or fewer every product goes to oneMKL: there the MLPs' epochs of `kiln bench train` took half
+/// the time or less with every product on oneMKL (docs/building.md, "BLAS"); the split above is for larger teams.
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
-/// kMklMinWork, or KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) to measure another split.
+/// KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) when set, to measure another split; else
+/// kMklMinWork, or 0 on a team of at most two threads.
+std::atomic<int64_t> g_mkl_min_work_for_testing{-1};
+
 int64_t mkl_min_work() {
-  static const int64_t value = detail::env_int("KILN_MKL_MIN_WORK", kMklMinWork);
-  return value;
+  if (const int64_t forced = g_mkl_min_work_for_testing.load(std::memory_order_relaxed); forced >= 0) return forced;
+  static const int64_t set = detail::env_int("KILN_MKL_MIN_WORK", -1);
+  if (set >= 0) return set;
+  return max_threads() <= 2 ? 0 : kMklMinWork;
 }
 #endif
 
@@ -317,6 +325,14 @@ void complex_matmul(const detail::MatmulCall& call) {
 }
 
 }  // namespace
+
+void set_mkl_min_work_for_testing(int64_t work) {
+#if KILN_HAVE_MKL
+  g_mkl_min_work_for_testing.store(work, std::memory_order_relaxed);
+#else
+  (void)work;
+#endif
+}
 
 void cpu_matmul(const detail::MatmulCall& call) {
   const Array& out = call.out;

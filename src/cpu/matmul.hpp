@@ -14,5 +14,8 @@ void cpu_matmul(const detail::MatmulCall& call);
 /// True when the BLAS kiln links runs products on threads of its own (OpenBLAS's pthreads build), not on
 /// OpenMP's team (its OpenMP build) or the calling thread.
 bool blas_has_own_threads();
+/// Tests: products of at least `work` multiply-adds go to oneMKL (in a KILN_MKL build); -1 goes back to the
+/// default split (KILN_MKL_MIN_WORK, else by the team's size).
+void set_mkl_min_work_for_testing(int64_t work);
 
 }  // namespace kiln::cpu_impl

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/matmul.hpp"
 #include "cpu/parallel.hpp"
 #include "kiln/kiln.hpp"
 
@@ -101,6 +102,7 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
 TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
   cpu_impl::set_contended_for_testing(0);  // a busy machine would keep products on one thread
   cpu_impl::set_team_for_testing(2);
+  cpu_impl::set_mkl_min_work_for_testing(int64_t{1} << 27);  // the split of larger teams: small products on OpenBLAS
   cpu_impl::note_blas_call();
   EXPECT_FALSE(cpu_impl::on_openmp_team());
   EXPECT_FALSE(cpu_impl::keep_openmp_team_hot());
@@ -135,6 +137,7 @@ TEST(ParallelFor, FollowsTheTeamOfTheLastLibraryCall) {
 #endif
   cpu_impl::set_team_for_testing(-1);
   cpu_impl::set_contended_for_testing(-2);
+  cpu_impl::set_mkl_min_work_for_testing(-1);
 }
 
 // A contended thread (other processes hold the cores) runs every chunk of its loops itself, and the chunks are
