@@ -115,15 +115,15 @@ namespace {
 /// MLP's epoch is slower: kiln's loops on OpenMP's team beside MKL's threads lose more than MKL gains. With kiln's
 /// own pool and MKL's threads spinning briefly (KILN_CPU_POOL=kiln GOMP_SPINCOUNT=10000, read by libgomp at load)
 /// every product on MKL is fastest (bench/results/resnet50-h200-2026-11-26.md): KILN_MKL_MIN_WORK=0 asks for that
-/// split.
-/// On two threads or fewer every product goes to oneMKL: there the MLPs' epochs of `kiln bench train` took half
-/// the time or less with every product on oneMKL (docs/building.md, "BLAS"); the split above is for larger teams.
+/// split. On two threads or fewer every product goes to oneMKL: there the MLPs' epochs of `kiln bench train` took
+/// half the time or less that way (docs/building.md, "BLAS").
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
 
-/// KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) when set, to measure another split; else
-/// kMklMinWork, or 0 on a team of at most two threads.
+/// set_mkl_min_work_for_testing's split while >= 0.
 std::atomic<int64_t> g_mkl_min_work_for_testing{-1};
 
+/// The testing override, else KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) when set, to
+/// measure another split; else kMklMinWork, or 0 on a team of at most two threads.
 int64_t mkl_min_work() {
   if (const int64_t forced = g_mkl_min_work_for_testing.load(std::memory_order_relaxed); forced >= 0) return forced;
   static const int64_t set = detail::env_int("KILN_MKL_MIN_WORK", -1);
