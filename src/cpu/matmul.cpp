@@ -12,6 +12,7 @@
 #include <cmath>
 #include <climits>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -118,19 +119,32 @@ namespace {
 /// split. On two threads or fewer every product goes to oneMKL: there the MLPs' epochs of `kiln bench train` took
 /// half the time or less that way (docs/building.md, "BLAS").
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
+/// No product reaches this: every one stays on OpenBLAS.
+constexpr int64_t kNoMkl = std::numeric_limits<int64_t>::max();
 
 /// set_mkl_min_work_for_testing's split while >= 0.
 std::atomic<int64_t> g_mkl_min_work_for_testing{-1};
+#endif
 
-/// The testing override, else KILN_MKL_MIN_WORK (multiply-adds; 0 sends every product to oneMKL) when set, to
-/// measure another split; else kMklMinWork, or 0 on a team of at most two threads.
+}  // namespace
+
 int64_t mkl_min_work() {
+#if KILN_HAVE_MKL
   if (const int64_t forced = g_mkl_min_work_for_testing.load(std::memory_order_relaxed); forced >= 0) return forced;
   static const int64_t set = detail::env_int("KILN_MKL_MIN_WORK", -1);
   if (set >= 0) return set;
+  // OpenBLAS's pthreads build (Ubuntu's default) keeps threads of its own, which spin for a while after each
+  // product, beside MKL's OpenMP team: products alternating between the two fought for the cores, a GPT-2 d6 step
+  // took 1.1-1.3 s on 16 cores against 175 ms with every product on OpenBLAS, and with every product on oneMKL
+  // the Adam MLP's epoch took 1.8-2.0 s against 0.46-0.56 s (bench/results/session26-h200-2026-11-29.md).
+  if (blas_has_own_threads()) return kNoMkl;
   return max_threads() <= 2 ? 0 : kMklMinWork;
-}
+#else
+  return std::numeric_limits<int64_t>::max();
 #endif
+}
+
+namespace {
 
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
