@@ -3,9 +3,9 @@ kiln.array_api as xp`.
 
 The functions take the standard's names and signatures (positional-only and keyword-only parameters as the
 standard writes them) and run kiln's ops: most are the bindings themselves, the rest are composed of them here,
-so every function runs on every device kiln has. The linear algebra extension is `linalg` (kiln.linalg under the
-standard's signatures); the FFT extension is not offered (the standard makes both optional). docs/python.md lists
-the Array API test suite's results.
+so every function runs on every device kiln has. The standard's two optional extensions are both here: `linalg`
+(kiln.linalg under the standard's signatures) and `fft` (kiln.fft's). docs/python.md lists the Array API test
+suite's results.
 """
 
 import builtins as _builtins
@@ -295,10 +295,12 @@ def from_dlpack(x, /, *, device=None, copy=None):
 from ._array_api_functions import *  # noqa: E402,F401,F403  (elementwise, manipulation, statistics...)
 from ._array_api_functions import __all__ as _functions  # noqa: E402
 from . import _array_api_linalg as linalg  # noqa: E402  (the linear algebra extension)
+from . import _array_api_fft as fft  # noqa: E402  (the FFT extension)
 
 __all__ = [
     "__array_api_version__", "__array_namespace_info__", "bool", "int8", "int16", "int32", "int64", "uint8",
     "float32", "float64", "complex64", "complex128", "e", "pi", "inf", "nan", "newaxis", "isdtype", "result_type",
     "can_cast", "finfo", "iinfo", "astype", "asarray", "arange", "empty", "zeros", "ones", "full", "empty_like",
     "zeros_like", "ones_like", "full_like", "eye", "linspace", "meshgrid", "tril", "triu", "from_dlpack", "linalg",
+    "fft",
 ] + _functions

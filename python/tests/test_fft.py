@@ -119,3 +119,30 @@ def test_fft_is_differentiable_as_pytorch():
     z = kiln.asarray(np.arange(4.0) + 1j * np.arange(4.0, 0.0, -1.0)).requires_grad_()
     kiln.sum(kiln.abs(kiln.fft.ifft(z, norm="ortho")) ** 2).backward()
     np.testing.assert_allclose(np.asarray(z.grad), 2 * (np.arange(4.0) + 1j * np.arange(4.0, 0.0, -1.0)), rtol=1e-12)
+
+
+def test_array_api_extension_matches_numpy(device):
+    """kiln.array_api.fft: the standard's keyword-only signatures over kiln.fft, values as numpy.fft's; fftfreq and
+    rfftfreq in the namespace's default real dtype (float32) unless dtype says otherwise."""
+    import kiln.array_api as xp
+
+    assert xp.fft is not None and "fft" in xp.__all__
+    x = signal((4, 6), np.complex64)
+    r = signal((4, 6), np.float64)
+    kx, kr = kiln.asarray(x, device=device), kiln.asarray(r, device=device)
+    check(xp.fft.fft(kx, n=8, axis=0, norm="ortho"), np.fft.fft(x, n=8, axis=0, norm="ortho"))
+    check(xp.fft.ifft(kx), np.fft.ifft(x))
+    check(xp.fft.fftn(kx, s=[3, 5], axes=[1, 0]), np.fft.fftn(x, s=[3, 5], axes=[1, 0]))
+    check(xp.fft.ifftn(kx, norm="forward"), np.fft.ifftn(x, norm="forward"))
+    check(xp.fft.rfft(kr, n=5), np.fft.rfft(r, n=5))
+    check(xp.fft.irfft(kx, axis=0), np.fft.irfft(x, axis=0))
+    check(xp.fft.rfftn(kr, axes=[0]), np.fft.rfftn(r, axes=[0]))
+    check(xp.fft.irfftn(kx, s=[4, 10], axes=[0, 1]), np.fft.irfftn(x, s=[4, 10], axes=[0, 1]))
+    check(xp.fft.hfft(kx, n=9), np.fft.hfft(x, n=9))
+    check(xp.fft.ihfft(kr), np.fft.ihfft(r))
+    check(xp.fft.fftshift(kr, axes=[1]), np.fft.fftshift(r, axes=[1]))
+    check(xp.fft.ifftshift(kr), np.fft.ifftshift(r))
+    check(xp.fft.fftfreq(7, d=0.5, device=device), np.fft.fftfreq(7, d=0.5).astype(np.float32))
+    check(xp.fft.rfftfreq(8, dtype=xp.float64, device=device), np.fft.rfftfreq(8))
+    with pytest.raises(TypeError):
+        xp.fft.fft(kx, 8)  # n is keyword-only in the standard
