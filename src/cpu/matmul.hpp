@@ -14,9 +14,9 @@ void cpu_matmul(const detail::MatmulCall& call);
 /// True when the BLAS kiln links runs products on threads of its own (OpenBLAS's pthreads build), not on
 /// OpenMP's team (its OpenMP build) or the calling thread.
 bool blas_has_own_threads();
-/// Products of at least this many multiply-adds go to oneMKL; INT64_MAX when none does (a build without oneMKL, or
-/// OpenBLAS's pthreads build: see matmul.cpp). KILN_MKL_MIN_WORK sets it; else 2^27 on teams of more than two threads
-/// and 0 (every product) on smaller ones.
+/// Products of at least this many multiply-adds go to oneMKL; INT64_MAX in a build without oneMKL.
+/// KILN_MKL_MIN_WORK sets it; else 2^34 beside OpenBLAS's pthreads build (see matmul.cpp), 2^27 on teams of more
+/// than two threads and 0 (every product) on smaller ones.
 int64_t mkl_min_work();
 /// Tests: products of at least `work` multiply-adds go to oneMKL (in a KILN_MKL build); -1 goes back to the
 /// default split (KILN_MKL_MIN_WORK, else by the team's size).
