@@ -19,7 +19,11 @@ namespace {
 using kiln_test::expect_error;
 using C = std::complex<double>;
 
-Array golden(const std::string& name) { return load(std::string(KILN_GOLDEN_DIR) + "/eig/" + name + ".npy", cpu()); }
+Array golden(const std::string& name) {
+  std::string path = KILN_GOLDEN_DIR;  // appended: see linalg_golden_checks.hpp
+  path.append("/eig/").append(name).append(".npy");
+  return load(path, cpu());
+}
 
 /// Every expected eigenvalue matched to the nearest unused computed one, within tol * max(1, |w|).
 void expect_same_multiset(const Array& got, const Array& want, double tol, const std::string& name) {
