@@ -369,6 +369,25 @@ void detail::scatter_add_flat(const Array& dst, const Array& offsets, const Arra
 }
 
 namespace {
+/// grad (contiguous, float32/float64, shape outer x n x inner around axis p) gets values (shape outer x K x inner,
+/// K = idx.size(), idx in [0, n)) added along axis p at the rows idx, on a GPU, each element of grad summing its
+/// contributions in ascending k as the CPU's scatter does: bit-identical to it, and the same from run to run
+/// (atomics add in whatever order the threads arrive). The indices are sorted stably (K of them, not an element
+/// each); the thread of element (o, k, c) whose k starts a run of equal rows sums that run into grad.
+void index_add_rows_gpu(const Array& grad, int64_t p, const Array& idx, const Array& values) {
+  const int64_t k = idx.size();
+  if (k == 0 || values.size() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < p; ++d) outer *= grad.shape(d);
+  for (int64_t d = p + 1; d < grad.ndim(); ++d) inner *= grad.shape(d);
+  const Array flat = idx.reshape({k});
+  const Array order = argsort(flat);
+  const Array rows = take(flat, order);
+  static const ElementwiseKernel add_rows(detail::kTakeRowsIn, detail::kTakeRowsOut, detail::kTakeRowsOp,
+                                          "take_backward_rows");
+  add_rows.call({rows, order, values.contiguous(), k, inner, grad.shape(p), grad}, outer * k * inner);
+}
+
 /// take(a, indices, axis) of a contiguous CPU array: each index selects a run of the axes after `axis`,
 /// copied whole (a batch of 100 images of 784 floats: 100 copies of 3136 bytes). The general path makes an
 /// int64 offset per output element and gathers element by element, 10x slower on such rows.
@@ -408,7 +427,12 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   require_same_device(a, indices, "take", "the index array");
   detail::GradRecorder record({&a});
   if (axis && !record && a.device().is_cpu() && a.is_contiguous()) return take_runs_cpu(a, indices, *axis);
-  const Array offsets = detail::take_offsets(a, indices, axis);
+  // Along an axis on a GPU the gradient is summed row by row in the CPU's order (index_add_rows_gpu), from the
+  // normalised indices, not an offset per element (an embedding's would be its whole activation in int64).
+  const bool rows_on_gpu = record && axis && a.device().is_cuda();
+  const int64_t p = axis ? normalize_axis(*axis, a.ndim(), "take") : 0;
+  const Array idx = rows_on_gpu ? normalize_indices(indices, a.shape(p), "take") : Array();
+  const Array offsets = rows_on_gpu ? offsets_with_index(a, p, idx) : detail::take_offsets(a, indices, axis);
   Array out = gather_flat(a, offsets);
   if (record) {
     // A contiguous input: the forward's checked storage offsets, shifted, are the positions in the gradient
@@ -416,11 +440,15 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
     // indices for the gradient's layout.
     const bool contiguous = a.is_contiguous();
     // A complex gradient is scattered as its real and imaginary parts.
-    auto backward = [contiguous, base = a.offset(), axis](const detail::Node& node, const Array& g) {
+    auto backward = [contiguous, rows_on_gpu, p, base = a.offset(), axis](const detail::Node& node, const Array& g) {
       const DType part = real_dtype(g.dtype());
       const DType acc = part == DType::Float64 ? DType::Float64 : DType::Float32;
       auto scattered = [&](const Array& values) {
         Array grad = zeros(node.inputs[0].shape, acc, g.device());
+        if (rows_on_gpu) {
+          index_add_rows_gpu(grad, p, node.saved_array(0), values.astype(acc));
+          return grad;
+        }
         const Array positions =
             contiguous ? node.saved_array(0) - base : detail::take_offsets(grad, node.saved_array(0), axis);
         detail::scatter_add_flat(grad, positions, values.astype(acc));
@@ -429,9 +457,10 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
       if (is_complex(g.dtype())) return std::vector<Array>{make_complex(scattered(real(g)), scattered(imag(g)))};
       return std::vector<Array>{scattered(g)};
     };
+    const Array& saved = rows_on_gpu ? idx : contiguous ? offsets : indices;
     detail::record(out,
                    std::make_shared<detail::Node>("TakeBackward", std::move(backward),
-                                                  std::vector{detail::SavedArray(contiguous ? offsets : indices)}),
+                                                  std::vector{detail::SavedArray(saved)}),
                    {&a});
   }
   return out;

@@ -149,9 +149,9 @@ models::GPT2Config tiny_dropout_config(const std::string& recompute) {
   return config;
 }
 
-/// Six batches of 2 x 9 tokens, 18 different ones each: a GPU's scatter_add (the embedding's gradient) adds with
-/// atomics, whose order varies, so an embedding row hit three or more times could differ in its last bits from
-/// run to run (eager runs too); one or two hits sum the same in any order.
+/// Six batches of 2 x 9 tokens, 18 different ones each. (Written when the embedding's GPU gradient added with
+/// atomics, so a row hit three or more times could vary in its last bits run to run; it now sums each row in the
+/// CPU's order, ApiGpu.take_gradient_along_an_axis_equals_the_cpus_bits, and repeated tokens would do too.)
 std::vector<Array> tiny_tokens(const models::GPT2Config& config, Device device) {
   std::vector<Array> tokens;
   for (int64_t i = 0; i < 6; ++i)

@@ -551,6 +551,20 @@ TEST(UserKernelCodegen, IndexingGatherAndScatterCompileForEveryDtype) {
   }
 }
 
+TEST(UserKernelCodegen, TakeBackwardRowsCompilesForFloat32AndFloat64) {
+  for (DType d : {DType::Float32, DType::Float64}) {
+    for (bool index64 : {false, true}) {
+      const Scalar k(int64_t{6}), inner(int64_t{4}), nrows(int64_t{5});
+      expect_ptx_entry(user_elementwise_source(ew(detail::kTakeRowsIn, detail::kTakeRowsOut, detail::kTakeRowsOp,
+                                                  "take_backward_rows",
+                                                  {r_(DType::Int64, 1, true), r_(DType::Int64, 1, true),
+                                                   r_(d, 1, true), s_(k), s_(inner), s_(nrows), r_(d, 1, true)},
+                                                  true, 1, index64)),
+                       "take_backward_rows");
+    }
+  }
+}
+
 }  // namespace
 
 #endif  // KILN_WITH_CUDA
