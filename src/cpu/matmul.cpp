@@ -119,8 +119,8 @@ namespace {
 /// split. On two threads or fewer every product goes to oneMKL: there the MLPs' epochs of `kiln bench train` took
 /// half the time or less that way (docs/building.md, "BLAS").
 constexpr int64_t kMklMinWork = int64_t{1} << 27;
-/// The split beside OpenBLAS's pthreads build: products of 2^34 multiply-adds and more (tens of milliseconds on
-/// 16 cores) on oneMKL, where its speed outweighs the other library's spinning threads.
+/// The split beside OpenBLAS's pthreads build: products of 2^34 multiply-adds and more on oneMKL, long enough that
+/// its speed outweighs the other library's spinning threads.
 constexpr int64_t kMklMinWorkBesidePthreads = int64_t{1} << 34;
 
 /// set_mkl_min_work_for_testing's split while >= 0.
@@ -135,11 +135,9 @@ int64_t mkl_min_work() {
   static const int64_t set = detail::env_int("KILN_MKL_MIN_WORK", -1);
   if (set >= 0) return set;
   // OpenBLAS's pthreads build (Ubuntu's default) keeps threads of its own, which spin (yielding) for up to 2^28
-  // cycles after each product, beside MKL's OpenMP team: products alternating between the two fought for the
-  // cores, a GPT-2 d6 step took 1.1-1.3 s on 16 cores against 175 ms with every product on OpenBLAS, and with
-  // every product on oneMKL the Adam MLP's epoch took 1.8-2.0 s against 0.46-0.56 s
-  // (bench/results/session26-h200-2026-11-29.md). So only products far longer than that spin go to oneMKL there
-  // (GPT-2 d6's classifier, 2^33.2, stays on OpenBLAS).
+  // cycles after each product, beside MKL's OpenMP team: products alternating between the two fight for the
+  // cores (a GPT-2 step several times slower), and every product on oneMKL made an MLP's epoch slower still
+  // (bench/results/session26-h200-2026-11-29.md). So only products far longer than that spin go to oneMKL there.
   if (blas_has_own_threads()) return kMklMinWorkBesidePthreads;
   return max_threads() <= 2 ? 0 : kMklMinWork;
 #else
