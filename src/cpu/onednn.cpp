@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/kernel_memo.hpp"
+#include "kiln/ops.hpp"
 
 namespace kiln::cpu_impl {
 namespace {
@@ -92,10 +93,18 @@ std::shared_ptr<const Entry> entry_for(const ConvKey& key, const memory::dims& y
   return cache->try_emplace(key, e).first->second;
 }
 
-/// `user` as the primitive wants it: the same memory when the layouts agree, else a reordered copy.
-memory as_wanted(const memory& user, const memory::desc& wanted, dnnl::stream& s) {
+/// Memory of `desc` in a block of kiln's host allocator, which keeps freed large blocks for reuse (a oneDNN
+/// allocation of its own was fresh pages, faulted in at every call: the reordered weights and activations of each
+/// convolution). `block` holds it until the primitive is done.
+memory scratch(const memory::desc& desc, Array& block) {
+  block = empty({static_cast<int64_t>(desc.get_size())}, DType::UInt8, cpu());
+  return memory(desc, engine(), block.data_ptr());
+}
+
+/// `user` as the primitive wants it: the same memory when the layouts agree, else a reordered copy in `block`.
+memory as_wanted(const memory& user, const memory::desc& wanted, dnnl::stream& s, Array& block) {
   if (user.get_desc() == wanted) return user;
-  memory out(wanted, engine());
+  memory out = scratch(wanted, block);
   dnnl::reorder(user, out).execute(s, const_cast<memory&>(user), out);
   return out;
 }
@@ -118,9 +127,10 @@ bool onednn_convolution(const detail::ConvCall& call) {
     memory ux(e->user_x, engine(), const_cast<void*>(x.data_ptr()));
     memory uw(e->user_w, engine(), const_cast<void*>(w.data_ptr()));
     memory uy(e->user_y, engine(), call.out.data_ptr());
-    memory mx = as_wanted(ux, e->pd.src_desc(), s), mw = as_wanted(uw, e->pd.weights_desc(), s);
+    Array x_block, w_block, y_block;
+    memory mx = as_wanted(ux, e->pd.src_desc(), s, x_block), mw = as_wanted(uw, e->pd.weights_desc(), s, w_block);
     const bool direct_out = e->pd.dst_desc() == e->user_y;
-    memory my = direct_out ? uy : memory(e->pd.dst_desc(), engine());
+    memory my = direct_out ? uy : scratch(e->pd.dst_desc(), y_block);
     e->prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my}});
     if (!direct_out) dnnl::reorder(my, uy).execute(s, my, uy);
     s.wait();
