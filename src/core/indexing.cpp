@@ -370,10 +370,48 @@ void detail::scatter_add_flat(const Array& dst, const Array& offsets, const Arra
 
 namespace {
 /// grad (contiguous, float32/float64, shape outer x n x inner around axis p) gets values (shape outer x K x inner,
-/// K = idx.size(), idx in [0, n)) added along axis p at the rows idx, on a GPU, each element of grad summing its
-/// contributions in ascending k as the CPU's scatter does: bit-identical to it, and the same from run to run
-/// (atomics add in whatever order the threads arrive). The indices are sorted stably (K of them, not an element
-/// each); the thread of element (o, k, c) whose k starts a run of equal rows sums that run into grad.
+/// K = idx.size(), idx in [0, n)) added along axis p at the rows idx: take's gradient along an axis. Each element
+/// of grad sums its contributions in ascending k on every device, so the CPU's and a GPU's bits agree and repeat
+/// from run to run (atomics would add in whatever order the threads arrive), from the K indices rather than an
+/// int64 offset per element (an embedding's would be its whole activation).
+/// On the CPU: blocks of columns in parallel, each adding the rows in order.
+void index_add_rows_cpu(const Array& grad, int64_t p, const Array& idx, const Array& values) {
+  const int64_t k = idx.size();
+  if (k == 0 || values.size() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < p; ++d) outer *= grad.shape(d);
+  for (int64_t d = p + 1; d < grad.ndim(); ++d) inner *= grad.shape(d);
+  const int64_t n = grad.shape(p);
+  const Array rows = idx.contiguous(), v = values.contiguous();
+  auto add_rows = [grad, rows, v, outer, k, inner, n] {
+    constexpr int64_t kColumns = 512;  // a block of a row: 2 KiB of float32
+    const int64_t blocks = (inner + kColumns - 1) / kColumns;
+    const int64_t* r = rows.data<int64_t>();
+    auto run = [&]<class T>(T* g, const T* src) {
+      parallel_for(
+          outer * blocks,
+          [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end; ++t) {
+              const int64_t o = t / blocks, c0 = (t % blocks) * kColumns, c1 = std::min(inner, c0 + kColumns);
+              for (int64_t q = 0; q < k; ++q) {
+                T* to = g + (o * n + r[q]) * inner;
+                const T* from = src + (o * k + q) * inner;
+                for (int64_t c = c0; c < c1; ++c) to[c] += from[c];
+              }
+            }
+          },
+          1);
+    };
+    if (grad.dtype() == DType::Float32)
+      run(static_cast<float*>(grad.data_ptr()), v.data<float>());
+    else
+      run(static_cast<double*>(grad.data_ptr()), v.data<double>());
+  };
+  detail::host_step("take backward", {grad, rows, v}, add_rows, add_rows);
+}
+
+/// The same on a GPU: the indices sorted stably (K of them); the thread of element (o, k, c) whose k starts a run
+/// of equal rows sums that run into grad.
 void index_add_rows_gpu(const Array& grad, int64_t p, const Array& idx, const Array& values) {
   const int64_t k = idx.size();
   if (k == 0 || values.size() == 0) return;
@@ -427,12 +465,11 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   require_same_device(a, indices, "take", "the index array");
   detail::GradRecorder record({&a});
   if (axis && !record && a.device().is_cpu() && a.is_contiguous()) return take_runs_cpu(a, indices, *axis);
-  // Along an axis on a GPU the gradient is summed row by row in the CPU's order (index_add_rows_gpu), from the
-  // normalised indices, not an offset per element (an embedding's would be its whole activation in int64).
-  const bool rows_on_gpu = record && axis && a.device().is_cuda();
+  // Along an axis the gradient is summed row by row (index_add_rows_cpu/gpu) from the normalised indices.
+  const bool by_rows = record && axis;
   const int64_t p = axis ? normalize_axis(*axis, a.ndim(), "take") : 0;
-  const Array idx = rows_on_gpu ? normalize_indices(indices, a.shape(p), "take") : Array();
-  const Array offsets = rows_on_gpu ? offsets_with_index(a, p, idx) : detail::take_offsets(a, indices, axis);
+  const Array idx = by_rows ? normalize_indices(indices, a.shape(p), "take") : Array();
+  const Array offsets = by_rows ? offsets_with_index(a, p, idx) : detail::take_offsets(a, indices, axis);
   Array out = gather_flat(a, offsets);
   if (record) {
     // A contiguous input: the forward's checked storage offsets, shifted, are the positions in the gradient
@@ -440,13 +477,16 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
     // indices for the gradient's layout.
     const bool contiguous = a.is_contiguous();
     // A complex gradient is scattered as its real and imaginary parts.
-    auto backward = [contiguous, rows_on_gpu, p, base = a.offset(), axis](const detail::Node& node, const Array& g) {
+    auto backward = [contiguous, by_rows, p, base = a.offset(), axis](const detail::Node& node, const Array& g) {
       const DType part = real_dtype(g.dtype());
       const DType acc = part == DType::Float64 ? DType::Float64 : DType::Float32;
       auto scattered = [&](const Array& values) {
         Array grad = zeros(node.inputs[0].shape, acc, g.device());
-        if (rows_on_gpu) {
-          index_add_rows_gpu(grad, p, node.saved_array(0), values.astype(acc));
+        if (by_rows) {
+          if (grad.device().is_cpu())
+            index_add_rows_cpu(grad, p, node.saved_array(0), values.astype(acc));
+          else
+            index_add_rows_gpu(grad, p, node.saved_array(0), values.astype(acc));
           return grad;
         }
         const Array positions =
@@ -457,7 +497,7 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
       if (is_complex(g.dtype())) return std::vector<Array>{make_complex(scattered(real(g)), scattered(imag(g)))};
       return std::vector<Array>{scattered(g)};
     };
-    const Array& saved = rows_on_gpu ? idx : contiguous ? offsets : indices;
+    const Array& saved = by_rows ? idx : contiguous ? offsets : indices;
     detail::record(out,
                    std::make_shared<detail::Node>("TakeBackward", std::move(backward),
                                                   std::vector{detail::SavedArray(saved)}),
