@@ -375,13 +375,8 @@ namespace {
 /// from run to run (atomics would add in whatever order the threads arrive), from the K indices rather than an
 /// int64 offset per element (an embedding's would be its whole activation).
 /// On the CPU: blocks of columns in parallel, each adding the rows in order.
-void index_add_rows_cpu(const Array& grad, int64_t p, const Array& idx, const Array& values) {
-  const int64_t k = idx.size();
-  if (k == 0 || values.size() == 0) return;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < p; ++d) outer *= grad.shape(d);
-  for (int64_t d = p + 1; d < grad.ndim(); ++d) inner *= grad.shape(d);
-  const int64_t n = grad.shape(p);
+void index_add_rows_cpu(const Array& grad, const Array& idx, const Array& values, int64_t outer, int64_t k,
+                        int64_t inner, int64_t n) {
   const Array rows = idx.contiguous(), v = values.contiguous();
   auto add_rows = [grad, rows, v, outer, k, inner, n] {
     constexpr int64_t kColumns = 512;  // a block of a row: 2 KiB of float32
@@ -412,18 +407,27 @@ void index_add_rows_cpu(const Array& grad, int64_t p, const Array& idx, const Ar
 
 /// The same on a GPU: the indices sorted stably (K of them); the thread of element (o, k, c) whose k starts a run
 /// of equal rows sums that run into grad.
-void index_add_rows_gpu(const Array& grad, int64_t p, const Array& idx, const Array& values) {
-  const int64_t k = idx.size();
-  if (k == 0 || values.size() == 0) return;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < p; ++d) outer *= grad.shape(d);
-  for (int64_t d = p + 1; d < grad.ndim(); ++d) inner *= grad.shape(d);
+void index_add_rows_gpu(const Array& grad, const Array& idx, const Array& values, int64_t outer, int64_t k,
+                        int64_t inner, int64_t n) {
   const Array flat = idx.reshape({k});
   const Array order = argsort(flat);
   const Array rows = take(flat, order);
   static const ElementwiseKernel add_rows(detail::kTakeRowsIn, detail::kTakeRowsOut, detail::kTakeRowsOp,
                                           "take_backward_rows");
-  add_rows.call({rows, order, values.contiguous(), k, inner, grad.shape(p), grad}, outer * k * inner);
+  add_rows.call({rows, order, values.contiguous(), k, inner, n, grad}, outer * k * inner);
+}
+
+/// index_add_rows_cpu or _gpu for grad's device, with grad viewed as (outer, n, inner) around axis p.
+void index_add_rows(const Array& grad, int64_t p, const Array& idx, const Array& values) {
+  const int64_t k = idx.size();
+  if (k == 0 || values.size() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < p; ++d) outer *= grad.shape(d);
+  for (int64_t d = p + 1; d < grad.ndim(); ++d) inner *= grad.shape(d);
+  if (grad.device().is_cpu())
+    index_add_rows_cpu(grad, idx, values, outer, k, inner, grad.shape(p));
+  else
+    index_add_rows_gpu(grad, idx, values, outer, k, inner, grad.shape(p));
 }
 
 /// take(a, indices, axis) of a contiguous CPU array: each index selects a run of the axes after `axis`,
@@ -465,7 +469,7 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
   require_same_device(a, indices, "take", "the index array");
   detail::GradRecorder record({&a});
   if (axis && !record && a.device().is_cpu() && a.is_contiguous()) return take_runs_cpu(a, indices, *axis);
-  // Along an axis the gradient is summed row by row (index_add_rows_cpu/gpu) from the normalised indices.
+  // Along an axis the gradient is summed row by row (index_add_rows) from the normalised indices.
   const bool by_rows = record && axis;
   const int64_t p = axis ? normalize_axis(*axis, a.ndim(), "take") : 0;
   const Array idx = by_rows ? normalize_indices(indices, a.shape(p), "take") : Array();
@@ -483,10 +487,7 @@ Array take(const Array& a, const Array& indices, std::optional<int64_t> axis) {
       auto scattered = [&](const Array& values) {
         Array grad = zeros(node.inputs[0].shape, acc, g.device());
         if (by_rows) {
-          if (grad.device().is_cpu())
-            index_add_rows_cpu(grad, p, node.saved_array(0), values.astype(acc));
-          else
-            index_add_rows_gpu(grad, p, node.saved_array(0), values.astype(acc));
+          index_add_rows(grad, p, node.saved_array(0), values.astype(acc));
           return grad;
         }
         const Array positions =
