@@ -138,7 +138,8 @@ int64_t mkl_min_work() {
   // cycles after each product, beside MKL's OpenMP team: products alternating between the two fight for the
   // cores (a GPT-2 step several times slower), and every product on oneMKL made an MLP's epoch slower still
   // (bench/results/session26-h200-2026-11-29.md). So only products far longer than that spin go to oneMKL there.
-  if (blas_has_own_threads()) return kMklMinWorkBesidePthreads;
+  static const bool beside_pthreads = blas_has_own_threads();  // fixed by the OpenBLAS build loaded
+  if (beside_pthreads) return kMklMinWorkBesidePthreads;
   return max_threads() <= 2 ? 0 : kMklMinWork;
 #else
   return std::numeric_limits<int64_t>::max();
