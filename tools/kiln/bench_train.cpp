@@ -4,8 +4,9 @@
 // hostbatches (each batch gathered on the host and copied at the step), device (the set on the GPU, batches
 // gathered there), graph (the whole step replayed from a CUDA graph, batches copied into its static inputs),
 // cpu_ (the CPU, host batches). An epoch is timed by the host clock from a synchronisation to the read of the
-// epoch's loss (which waits for the device's work); the median of the epochs after the first is recorded.
-// --quick trains on the first 12000 images (the peer's --quick does the same), two epochs per case.
+// epoch's loss (which waits for the device's work); the median of the epochs after the first is recorded
+// (five epochs: the median of four). --quick trains on the first 12000 images (the peer's --quick does the same), two
+// epochs per case.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "bench_common.hpp"
 #include "kiln/train.hpp"
@@ -54,6 +57,7 @@ enum class Feed { Host, Device, Graph };
 struct EpochResult {
   double seconds = 0;  // median of the epochs after the first
   double loss = 0;     // mean training loss of the last epoch
+  std::vector<double> times;  // every epoch's seconds, the first included
 };
 
 EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& opt, Device d, Feed feed, int count) {
@@ -86,9 +90,13 @@ EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& o
     r.loss = step.mean_loss();  // waits for the epoch's work
     times.push_back(now_s() - t0);
   }
+  // The median of the epochs after the first, as the peer's statistics.median: the middle two averaged when
+  // their count is even (not the slower of them).
+  r.times = times;
   std::vector<double> after(times.begin() + 1, times.end());
   std::sort(after.begin(), after.end());
-  r.seconds = after[after.size() / 2];
+  const size_t mid = after.size() / 2;
+  r.seconds = after.size() % 2 ? after[mid] : (after[mid - 1] + after[mid]) / 2;
   return r;
 }
 
@@ -97,7 +105,7 @@ EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& o
 void run_train(BenchContext& ctx) {
   const bool smoke = std::getenv("KILN_BENCH_SMOKE") != nullptr;
   const TrainData data = train_data(ctx.quick, smoke);
-  const int count = ctx.quick ? 2 : 3;
+  const int count = ctx.quick ? 2 : 5;  // bench/peers/torch_bench.py trains as many epochs
   title("train", fmt::format("seconds per epoch, batch 100, {} images of {}", data.y.size(), data.source));
   struct Case {
     std::string name;
@@ -134,6 +142,9 @@ void run_train(BenchContext& ctx) {
     const EpochResult r = epochs(data, *model, *opt, d, c.feed, count);
     const std::string check = std::isfinite(r.loss) ? "ok" : fmt::format("the loss is {}", r.loss);
     ctx.record("train", c.name, "seconds", "s", r.seconds, false, check);
+    std::vector<std::string> each;  // the spread behind the median, for runs compared across rounds
+    for (const double t : r.times) each.push_back(format_seconds(t));
+    fmt::print("  {} epochs: {}\n", c.name, fmt::join(each, ", "));
     table.row({c.name, d.str(), format_seconds(r.seconds), format_number(r.loss, 4), check});
   }
   table.print();
