@@ -17,8 +17,6 @@
 #include <string>
 #include <vector>
 
-#include <fmt/ranges.h>
-
 #include "bench_common.hpp"
 #include "kiln/train.hpp"
 #include "train.hpp"
@@ -57,10 +55,10 @@ enum class Feed { Host, Device, Graph };
 struct EpochResult {
   double seconds = 0;  // median of the epochs after the first
   double loss = 0;     // mean training loss of the last epoch
-  std::vector<double> times;  // every epoch's seconds, the first included
 };
 
-EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& opt, Device d, Feed feed, int count) {
+EpochResult epochs(const std::string& name, const TrainData& data, nn::Module& model, optim::Optimizer& opt, Device d,
+                   Feed feed, int count) {
   train::TrainStep step(model, opt, {.accuracy = false, .graph = feed == Feed::Graph});
   const int64_t n = data.y.size(), batch = 100;
   Array xd, yd;
@@ -89,14 +87,15 @@ EpochResult epochs(const TrainData& data, nn::Module& model, optim::Optimizer& o
     }
     r.loss = step.mean_loss();  // waits for the epoch's work
     times.push_back(now_s() - t0);
+    // Each epoch as it ends: the spread behind the median, for records compared across rounds.
+    if (e == 0)
+      fmt::print("  {} epochs: {}", name, format_seconds(times.back()));
+    else
+      fmt::print(", {}", format_seconds(times.back()));
   }
-  // The median of the epochs after the first, as the peer's statistics.median: the middle two averaged when
-  // their count is even (not the slower of them).
-  r.times = times;
-  std::vector<double> after(times.begin() + 1, times.end());
-  std::sort(after.begin(), after.end());
-  const size_t mid = after.size() / 2;
-  r.seconds = after.size() % 2 ? after[mid] : (after[mid - 1] + after[mid]) / 2;
+  fmt::print("\n");
+  // The median of the epochs after the first, as the peer's statistics.median (the middle two averaged).
+  r.seconds = summarize(std::vector<double>(times.begin() + 1, times.end())).median;
   return r;
 }
 
@@ -139,12 +138,9 @@ void run_train(BenchContext& ctx) {
                                           optim::AdamOptions{.lr = c.lr, .capturable = c.feed == Feed::Graph});
     else
       opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = c.lr, .momentum = c.momentum});
-    const EpochResult r = epochs(data, *model, *opt, d, c.feed, count);
+    const EpochResult r = epochs(c.name, data, *model, *opt, d, c.feed, count);
     const std::string check = std::isfinite(r.loss) ? "ok" : fmt::format("the loss is {}", r.loss);
     ctx.record("train", c.name, "seconds", "s", r.seconds, false, check);
-    std::vector<std::string> each;  // the spread behind the median, for runs compared across rounds
-    for (const double t : r.times) each.push_back(format_seconds(t));
-    fmt::print("  {} epochs: {}\n", c.name, fmt::join(each, ", "));
     table.row({c.name, d.str(), format_seconds(r.seconds), format_number(r.loss, 4), check});
   }
   table.print();
