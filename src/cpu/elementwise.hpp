@@ -13,6 +13,6 @@ void cpu_elementwise(const detail::ElementwiseCall& call);
 bool cpu_has_kernel(detail::OpCode op, DType compute);
 /// The kernel of `op` computing in `compute` (float16/bfloat16: float32), or nullptr. Its inputs are of the
 /// compute type (where's condition: bool), its output of the compute type (bool for comparisons, predicates and
-/// logical ops); fused.cpp calls these, so fused and unfused ops share every kernel.
+/// logical ops); the fused executor (fused_plan.cpp) takes these, so fused and unfused ops share every kernel.
 ElementwiseKernel cpu_kernel(detail::OpCode op, DType compute);
 }  // namespace kiln::cpu_impl

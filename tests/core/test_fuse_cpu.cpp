@@ -295,7 +295,7 @@ void expect_bits_any_nan(const Array& fused, const Array& eager, const std::stri
     }
 }
 
-// Runs of float32 nodes evaluated lane by lane in registers (src/cpu/fused.cpp, Segment) round every node as its
+// Runs of float32 nodes evaluated lane by lane in registers (src/cpu/fused_lanes.cpp, Segment) round every node as its
 // kernel does: each graph below against its ops one by one, bit for bit (but for which NaN where two meet), over
 // blocks with a partial vector and a partial block, with NaN, infinities, signed zeros and subnormals among the
 // inputs. The graphs cover a run
