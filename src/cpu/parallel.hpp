@@ -49,6 +49,19 @@ void fixed_openmp_team();
 /// Whether other processes keep the calling thread off its core (measured over windows of 50 ms; see
 /// thread_pool.cpp): its parallel loops then run their chunks on it alone.
 bool contended();
+/// A calling thread's load watch (contended()): the current window and whether its loops run on it alone.
+struct LoadWatch {
+  int64_t window_start = 0, wait_at_start = -1;
+  double busy_at_start = -1, own_at_start = 0;  // the machine's busy seconds, this process's CPU seconds
+  bool contended = false;
+  int64_t hold_until = 0;   // contended at least until then
+  int64_t hold = 0;         // how long the next contended spell holds at least
+  int64_t released_at = 0;  // when the last one ended
+};
+/// One window's verdict (contended() after each 50 ms): the thread waited for a core `wait_share` of the window
+/// while other processes used `others_cores` cores' worth of time (negative: unknown). Updates and returns
+/// w.contended; `now` in nanoseconds.
+bool load_window(LoadWatch& w, int64_t now, double wait_share, double others_cores);
 /// contended() under KILN_CPU_LOAD=all: products then run on one BLAS thread (their bits change with it).
 bool contended_products();
 /// Tests: 1 or 0 fixes contended()'s answer, -1 measures whatever KILN_CPU_LOAD says, -2 goes back to what it says.

@@ -2,6 +2,7 @@
 // an OpenMP team (the team oneDNN and an OpenMP OpenBLAS use too), or of kiln's own pool after
 // a product on OpenBLAS's own threads (see parallel.hpp for why).
 #include <fcntl.h>
+#include <time.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -53,52 +54,57 @@ void work_on(Job& job) {
   t_in_parallel = false;
 }
 
+/// kiln's own threads. A job wakes as many sleeping workers as it has chunks beyond the caller's first: a loop of
+/// two chunks wakes one, not every worker (a condition variable's broadcast made all of them runnable and queued
+/// them on the pool's mutex for each small loop).
 class Pool {
  public:
-  explicit Pool(int workers) {
+  explicit Pool(int workers) : workers_(workers) {
     for (int i = 0; i < workers; ++i) std::thread([this] { loop(); }).detach();
   }
-  int workers() const { return workers_; }
 
   void run(int64_t chunks, const std::function<void(int64_t)>& fn) {
     auto job = std::make_shared<Job>();
     job->fn = &fn;
     job->chunks = chunks;
+    const int wake = static_cast<int>(std::min<int64_t>(chunks - 1, workers_));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       current_ = job;
-      ++generation_;
+      seats_ = wake;  // a worker still finishing the last job takes a seat when it comes back to wait
     }
-    cv_.notify_all();
+    for (int i = 0; i < wake; ++i) cv_.notify_one();
     work_on(*job);
     // Only chunks already claimed by running workers remain: wait for those.
     while (job->done.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (current_ == job) current_.reset();
+      if (current_ == job) {
+        current_.reset();
+        seats_ = 0;
+      }
     }
     if (job->error) std::rethrow_exception(job->error);
   }
 
  private:
   void loop() {
-    uint64_t seen = 0;
     for (;;) {
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
+        cv_.wait(lock, [&] { return seats_ > 0; });
+        --seats_;
         job = current_;
       }
       if (job) work_on(*job);
     }
   }
 
-  int workers_ = 0;
+  const int workers_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  uint64_t generation_ = 0;
+  int seats_ = 0;  // workers the current job still wants woken
   std::shared_ptr<Job> current_;
 };
 
@@ -183,28 +189,45 @@ int64_t now_ns() {
       .count();
 }
 
-/// Per calling thread: the current window and whether its loops run on it alone.
-struct LoadWatch {
-  int64_t window_start = 0, wait_at_start = -1;
-  bool contended = false;
-  int64_t hold_until = 0;   // contended at least until then
-  int64_t hold = 0;         // how long the next contended spell holds at least
-  int64_t released_at = 0;  // when the last one ended
-};
+/// The machine's busy time over all cores (seconds: /proc/stat's first line, user, nice, system, irq, softirq and
+/// steal, in clock ticks), -1 when unreadable. The file stays open, as in runnable_wait_ns.
+double machine_busy_seconds() {
+  struct File {
+    int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+    ~File() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  thread_local File file;
+  static const double tick = 1.0 / static_cast<double>(std::max(1L, sysconf(_SC_CLK_TCK)));
+  if (file.fd < 0) return -1;
+  char text[256];
+  const ssize_t n = pread(file.fd, text, sizeof text - 1, 0);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (std::sscanf(text, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle, &iowait, &irq,
+                  &softirq, &steal) != 8)
+    return -1;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) * tick;
+}
+
+/// CPU time of this process, all its threads (seconds).
+double process_cpu_seconds() {
+  timespec t{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 thread_local LoadWatch t_load;
 
-// The window over which the wait is measured; the shares of it spent waiting for a core that start and end a
-// contended spell; its least length, doubled (up to the maximum) when a spell follows the last within a second:
-// with one competing process in all, a window on one thread looks idle and one on two threads waits.
+// The window over which the wait is measured.
 constexpr int64_t kWindowNs = 50'000'000;
-constexpr double kBusyShare = 0.2, kCalmShare = 0.05;
-constexpr int64_t kMinHoldNs = 250'000'000, kMaxHoldNs = 4'000'000'000;
-constexpr int64_t kFlapNs = 1'000'000'000;
 
 /// KILN_CPU_LOAD: ignore (the default), follow (loops), all (loops and products). Off by default: on an idle
-/// 16-core machine the calling thread also waits for a core behind kiln's own OpenMP and BLAS threads, which the
-/// watch cannot tell from another process's (bench/results/graph-random-attention-h100-2026-11-27.md: `follow`
-/// made the Adam MLP epoch 2.6 times longer there).
+/// 16-core machine the calling thread also waits for a core behind kiln's own OpenMP and BLAS threads
+/// (bench/results/graph-random-attention-h100-2026-11-27.md: `follow` made the Adam MLP epoch 2.6 times longer
+/// there, before the watch asked whether other processes were busy at all).
 const std::string& load_policy() {
   static const std::string policy = detail::env_choice("KILN_CPU_LOAD", {"follow", "all", "ignore"}, "ignore");
   return policy;
@@ -224,7 +247,10 @@ std::atomic<int> g_contended_override{-2};
 /// their BLAS thread count: OpenBLAS's results change in their last bits with it (a 100x784x100 product on one
 /// thread and on two differ), and a resumed run must repeat the uninterrupted one bit for bit; with
 /// KILN_CPU_LOAD=all they run on one thread too (much faster under load, results then depend on the load).
-/// Opt-in (KILN_CPU_LOAD=follow or all): a machine whose cores kiln's own threads fill reads as contended too.
+/// The wait alone cannot tell kiln's own threads (OpenMP's team, OpenBLAS's, the pool) from another process's:
+/// a spell starts only while other processes also used at least half a core over the window (the machine's busy
+/// time less this process's CPU time), and ends when they use less than a quarter. Opt-in (KILN_CPU_LOAD=follow
+/// or all).
 bool contended() {
   int forced = g_contended_override.load(std::memory_order_relaxed);
   if (forced == -2) {
@@ -237,16 +263,34 @@ bool contended() {
   if (now - w.window_start < kWindowNs) return w.contended;
   const int64_t wait = runnable_wait_ns();
   if (wait < 0) return false;
+  const double busy = machine_busy_seconds(), own = process_cpu_seconds();
   const bool first = w.wait_at_start < 0;
-  const double share = static_cast<double>(wait - w.wait_at_start) / static_cast<double>(now - w.window_start);
+  const double seconds = 1e-9 * static_cast<double>(now - w.window_start);
+  const double share = 1e-9 * static_cast<double>(wait - w.wait_at_start) / seconds;
+  const double others =
+      busy < 0 || w.busy_at_start < 0 ? -1 : ((busy - w.busy_at_start) - (own - w.own_at_start)) / seconds;
   w.window_start = now;
   w.wait_at_start = wait;
+  w.busy_at_start = busy;
+  w.own_at_start = own;
   if (first) return false;
-  if (!w.contended && share > kBusyShare) {
+  return load_window(w, now, share, others);
+}
+
+bool load_window(LoadWatch& w, int64_t now, double wait_share, double others_cores) {
+  // The shares of a window spent waiting for a core that start and end a contended spell, and the cores' worth
+  // of other processes' work that must be there to start one (unknown, negative: not asked); a spell's least
+  // length, doubled (up to the maximum) when it follows the last within a second: with one competing process
+  // in all, a window on one thread looks idle and one on two threads waits.
+  constexpr double kBusyShare = 0.2, kCalmShare = 0.05, kOthersBusy = 0.5, kOthersCalm = 0.25;
+  constexpr int64_t kMinHoldNs = 250'000'000, kMaxHoldNs = 4'000'000'000, kFlapNs = 1'000'000'000;
+  const bool others_known = others_cores >= 0;
+  if (!w.contended && wait_share > kBusyShare && (!others_known || others_cores >= kOthersBusy)) {
     w.contended = true;
     w.hold = now - w.released_at < kFlapNs ? std::min(2 * std::max(w.hold, kMinHoldNs), kMaxHoldNs) : kMinHoldNs;
     w.hold_until = now + w.hold;
-  } else if (w.contended && share < kCalmShare && now >= w.hold_until) {
+  } else if (w.contended && (wait_share < kCalmShare || (others_known && others_cores < kOthersCalm)) &&
+             now >= w.hold_until) {
     w.contended = false;
     w.released_at = now;
   }

@@ -3,6 +3,9 @@
 // on it giving the same bits.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -82,6 +85,38 @@ TEST(ParallelFor, RethrowsAndRunsNestedLoopsSerially) {
     EXPECT_EQ(total.load(), 1 << 14);
     EXPECT_FALSE(cpu_impl::in_parallel());
   });
+}
+
+// kiln's pool wakes one worker per chunk beyond the caller's, not all of them: each of these loops needs its second
+// chunk taken by a worker while the caller waits inside the first, so a wake that went missing (a worker still
+// finishing the last loop when the next one starts) would show as a timed-out round.
+TEST(ParallelFor, KilnsPoolWakesAWorkerForEveryLoop) {
+  if (std::thread::hardware_concurrency() < 2 || omp_get_max_threads() < 2)
+    GTEST_SKIP() << "one core or one thread: kiln's pool has no worker";
+  struct Restore {
+    ~Restore() {
+      cpu_impl::set_team_for_testing(-1);
+      cpu_impl::set_contended_for_testing(-2);
+    }
+  } restore;
+  cpu_impl::set_team_for_testing(0);
+  cpu_impl::set_contended_for_testing(0);
+  for (int round = 0; round < 2000; ++round) {
+    std::atomic<int> started{0};
+    std::atomic<bool> timed_out{false};
+    cpu_impl::parallel_chunks(2, [&](int64_t) {
+      ++started;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (started.load() < 2) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          timed_out = true;
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+    ASSERT_FALSE(timed_out.load()) << "round " << round << ": no worker took the second chunk within 20 s";
+  }
 }
 
 TEST(ParallelFor, KernelsGiveTheSameBitsOnBothTeams) {
@@ -188,30 +223,54 @@ TEST(ParallelFor, AContendedThreadRunsTheSameChunksItself) {
   for (const std::thread::id& id : contended_ids) EXPECT_EQ(id, std::this_thread::get_id());
 }
 
-// Three threads spinning per core keep the calling thread, busy itself, waiting for a core most of the time:
-// within a few windows of 50 ms it reads as contended (the scheduler's statistics of the thread). Whether an
-// idle machine reads as calm is not asserted: the machine running the tests may be busy.
-TEST(ParallelFor, ThreadsHoldingEveryCoreMakeTheCallerContended) {
+// Processes spinning on every core (three per core) keep the calling thread, busy itself, waiting for a core most
+// of the time while they use the machine: within a few windows of 50 ms it reads as contended. Whether an idle
+// machine reads as calm is not asserted: the machine running the tests may be busy.
+TEST(ParallelFor, ProcessesHoldingEveryCoreMakeTheCallerContended) {
   cpu_impl::set_contended_for_testing(-1);  // measure, whatever KILN_CPU_LOAD says
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> spinners;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned i = 0; i < 3 * cores; ++i)
-    spinners.emplace_back([&] {
-      while (!stop.load(std::memory_order_relaxed)) {
-      }
-    });
+  std::vector<pid_t> spinners;
+  for (unsigned i = 0; i < 3 * cores; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {  // the child spins until killed (at most a minute, should the test die first)
+      alarm(60);
+      std::atomic<unsigned long> spins{0};
+      for (;;) spins.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (pid > 0) spinners.push_back(pid);
+  }
   bool seen = false;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   volatile double sink = 0;
   while (!seen && std::chrono::steady_clock::now() < until) {
     for (int i = 0; i < 10000; ++i) sink = sink + 1.0;
     seen = cpu_impl::contended();
   }
-  stop = true;
-  for (std::thread& t : spinners) t.join();
+  for (const pid_t pid : spinners) kill(pid, SIGKILL);
+  for (const pid_t pid : spinners) waitpid(pid, nullptr, 0);
   cpu_impl::set_contended_for_testing(-2);
-  EXPECT_TRUE(seen) << "not contended within 5 s with " << 3 * cores << " spinning threads on " << cores << " cores";
+  ASSERT_EQ(spinners.size(), 3 * cores) << "fork failed";
+  EXPECT_TRUE(seen) << "not contended within 10 s with " << 3 * cores << " spinning processes on " << cores
+                    << " cores";
+}
+
+// One window's verdict: a thread that waits for a core while no other process is busy waits behind its own
+// process's threads (kiln's OpenMP, BLAS and pool threads on a machine with many cores), and stays calm; with
+// other processes busy it is contended, for at least a spell's least length (0.25 s), and calm again once they
+// stop or the wait ends. Without the machine's figures (others unknown) the wait decides alone.
+TEST(ParallelFor, TheLoadWatchCountsOnlyOtherProcessesLoad) {
+  constexpr int64_t ms = 1'000'000;
+  cpu_impl::LoadWatch w;
+  int64_t t = 10'000 * ms;
+  EXPECT_FALSE(cpu_impl::load_window(w, t, 0.9, 0.0)) << "kiln's own threads alone";
+  EXPECT_FALSE(cpu_impl::load_window(w, t += 50 * ms, 0.9, 0.3)) << "less than half a core of other work";
+  EXPECT_TRUE(cpu_impl::load_window(w, t += 50 * ms, 0.3, 1.5)) << "waiting while others are busy";
+  EXPECT_TRUE(cpu_impl::load_window(w, t += 50 * ms, 0.0, 0.0)) << "a spell holds 0.25 s at least";
+  EXPECT_FALSE(cpu_impl::load_window(w, t += 250 * ms, 0.3, 0.1)) << "the others stopped";
+  cpu_impl::LoadWatch unknown;
+  EXPECT_TRUE(cpu_impl::load_window(unknown, t, 0.3, -1)) << "others unknown: the wait decides";
+  EXPECT_TRUE(cpu_impl::load_window(unknown, t += 300 * ms, 0.1, -1)) << "between the two shares: no change";
+  EXPECT_FALSE(cpu_impl::load_window(unknown, t += 50 * ms, 0.01, -1)) << "the wait ended";
 }
 
 // KILN_CPU_POOL takes openmp or kiln; another value is a ValueError naming the variable and both values.
