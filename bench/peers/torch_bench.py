@@ -30,9 +30,9 @@ def main(argv=None):
               "Run this on the GPU machine, where python3 has torch.")
         return 0
     gpu = torch.cuda.is_available() and torch.cuda.device_count() > 0
-    if not gpu and not (args.cpu_only and args.workloads == ["train"]):
+    if not gpu and not (args.cpu_only and set(args.workloads) <= {"train", "resnet50"}):
         print("torch_bench: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); nothing measured "
-              "(without a GPU only --workloads train --cpu-only runs).")
+              "(without a GPU only --workloads train,resnet50 --cpu-only runs).")
         return 0
     return TorchBench(torch, args, gpu).run()
 
@@ -341,9 +341,11 @@ class TorchBench:
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions (kiln's too)
         try:
-            x = torch.randn(gpu_batch, 3, side, side, device=self.dev)
-            y = torch.randint(0, 1000, (gpu_batch,), device=self.dev)
-            for amp in (False, True):
+            gpu_cases = () if self.args.cpu_only else (False, True)  # --cpu-only: the CPU record alone
+            if gpu_cases:
+                x = torch.randn(gpu_batch, 3, side, side, device=self.dev)
+                y = torch.randint(0, 1000, (gpu_batch,), device=self.dev)
+            for amp in gpu_cases:
                 suffix = "_bf16_cl" if amp else "_fp32"
                 torch.manual_seed(0)
                 net = torchvision.models.resnet50().to(self.dev).eval()
