@@ -12,6 +12,7 @@
 #include <cmath>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -77,11 +78,12 @@ bool blas_form(const Operand3& x, CBLAS_TRANSPOSE& trans, int64_t& ld) {
 /// (bench/results/resnet50-h200-2026-11-26.md: a batch-16 ResNet-50 forward, whose only product is its classifier).
 class BlasThreads {
  public:
-  BlasThreads(int64_t m, int64_t n, int64_t k) : full_(max_threads()) {
+  BlasThreads(int64_t m, int64_t n, int64_t k, bool float32) : full_(max_threads()) {
     const int64_t work = m * n * k;
     single_ = work < kOneThreadAfterOpenmp && keep_openmp_team_hot();
-    const int want =
-        single_ || contended_products() ? 1 : static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
+    const int want = single_ || contended_products(float32)
+                         ? 1
+                         : static_cast<int>(std::clamp<int64_t>(work >> 20, 1, std::max(1, full_)));
     if (want != full_ && !in_parallel()) {
       openblas_set_num_threads(want);
       changed_ = true;
@@ -125,9 +127,38 @@ constexpr int64_t kMklMinWorkBesidePthreads = int64_t{1} << 34;
 
 /// set_mkl_min_work_for_testing's split while >= 0.
 std::atomic<int64_t> g_mkl_min_work_for_testing{-1};
+
+/// oneMKL's conditional numerical reproducibility in its strict mode (MKL_CBWR=<branch>,STRICT): a product's bits
+/// do not depend on its thread count (without it a 10x100x100 float32 product on one thread and on two differed in
+/// their last bits). The branch is named, the widest vectors the CPU has: with AUTO,STRICT 5x32x16 products still
+/// differed on an AVX2 machine. Set for the process, before oneMKL's first call reads it, where every product goes to
+/// oneMKL (on two threads or fewer: the load watch then runs products on one thread,
+/// float32_products_keep_bits) and MKL_CBWR is not set. Not measured on many cores, where the large
+/// products alone go to oneMKL: left as it was there.
+bool mkl_strict() {
+  static const bool strict = [] {
+    if (std::getenv("MKL_CBWR") == nullptr && mkl_min_work() == 0) {
+      const char* branch = __builtin_cpu_supports("avx512f") ? "AVX512,STRICT"
+                           : __builtin_cpu_supports("avx2")  ? "AVX2,STRICT"
+                                                             : "COMPATIBLE,STRICT";
+      setenv("MKL_CBWR", branch, 0);
+    }
+    const char* v = std::getenv("MKL_CBWR");
+    return v != nullptr && (std::strstr(v, "STRICT") != nullptr || std::strstr(v, "strict") != nullptr);
+  }();
+  return strict;
+}
 #endif
 
 }  // namespace
+
+bool float32_products_keep_bits() {
+#if KILN_HAVE_MKL
+  return mkl_strict() && mkl_min_work() == 0;
+#else
+  return false;
+#endif
+}
 
 int64_t mkl_min_work() {
 #if KILN_HAVE_MKL
@@ -154,16 +185,17 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* 
 #if KILN_HAVE_MKL
   if (int64_t{m} * n * k >= mkl_min_work() && !in_parallel()) {
     // MKL's GNU OpenMP threads are OpenMP's team: later loops run there (note_openmp_library_call).
+    (void)mkl_strict();  // before oneMKL's first call
     const int ta_ = ta == CblasTrans, tb_ = tb == CblasTrans;
     if constexpr (std::is_same_v<T, float>)
-      kiln_mkl_sgemm(contended_products() ? 1 : max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
+      kiln_mkl_sgemm(contended_products(true) ? 1 : max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
     else
-      kiln_mkl_dgemm(contended_products() ? 1 : max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
+      kiln_mkl_dgemm(contended_products(false) ? 1 : max_threads(), ta_, tb_, m, n, k, a, lda, b, ldb, c, ldc);
     note_openmp_library_call();
     return;
   }
 #endif
-  const BlasThreads threads(m, n, k);
+  const BlasThreads threads(m, n, k, std::is_same_v<T, float>);
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   else

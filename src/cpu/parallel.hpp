@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace kiln::cpu_impl {
 
@@ -62,8 +63,12 @@ struct LoadWatch {
 /// while other processes used `others_cores` cores' worth of time (negative: unknown). Updates and returns
 /// w.contended; `now` in nanoseconds.
 bool load_window(LoadWatch& w, int64_t now, double wait_share, double others_cores);
-/// contended() under KILN_CPU_LOAD=all: products then run on one BLAS thread (their bits change with it).
-bool contended_products();
+/// The load watch's policy: "all", "follow" or "ignore" as KILN_CPU_LOAD says, or "auto" (the default) where it is
+/// on (float32_products_keep_bits), else "ignore".
+const std::string& load_policy();
+/// Whether a product runs on one BLAS thread now: contended() under KILN_CPU_LOAD=all (the product's bits may
+/// change with it), or a float32 product under `auto` (where that keeps its bits).
+bool contended_products(bool float32);
 /// Tests: 1 or 0 fixes contended()'s answer, -1 measures whatever KILN_CPU_LOAD says, -2 goes back to what it says.
 void set_contended_for_testing(int contended);
 /// True on a thread that is running a chunk of a parallel loop.

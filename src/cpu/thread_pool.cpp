@@ -224,14 +224,26 @@ thread_local LoadWatch t_load;
 // The window over which the wait is measured.
 constexpr int64_t kWindowNs = 50'000'000;
 
-/// KILN_CPU_LOAD: ignore (the default), follow (loops), all (loops and products). Off by default: on an idle
-/// 16-core machine the calling thread also waits for a core behind kiln's own OpenMP and BLAS threads
+}  // namespace
+
+/// KILN_CPU_LOAD: auto (the default), follow (loops), all (loops and products), ignore (neither). auto watches the
+/// load where float32 products keep their bits on any thread count (float32_products_keep_bits: all of them on
+/// oneMKL in its strict mode, on two threads or fewer): loops then run on the contended thread alone and float32
+/// products on one thread, so that results do not depend on the load (float64 products keep their thread count:
+/// oneMKL's strict mode did not keep their bits); elsewhere auto is `ignore`: on an idle 16-core machine the calling
+/// thread also waits for a core behind kiln's own OpenMP and BLAS threads
 /// (bench/results/graph-random-attention-h100-2026-11-27.md: `follow` made the Adam MLP epoch 2.6 times longer
-/// there, before the watch asked whether other processes were busy at all).
+/// there, before the watch asked whether other processes were busy at all; not measured there since).
 const std::string& load_policy() {
-  static const std::string policy = detail::env_choice("KILN_CPU_LOAD", {"follow", "all", "ignore"}, "ignore");
+  static const std::string policy = [] {
+    const std::string set = detail::env_choice("KILN_CPU_LOAD", {"auto", "follow", "all", "ignore"}, "auto");
+    if (set != "auto") return set;
+    return std::string(float32_products_keep_bits() ? "auto" : "ignore");
+  }();
   return policy;
 }
+
+namespace {
 
 /// -2: as KILN_CPU_LOAD says (not chosen yet), -1: measure, 0 or 1: the answer (set by KILN_CPU_LOAD=ignore or a test).
 std::atomic<int> g_contended_override{-2};
@@ -249,8 +261,8 @@ std::atomic<int> g_contended_override{-2};
 /// KILN_CPU_LOAD=all they run on one thread too (much faster under load, results then depend on the load).
 /// The wait alone cannot tell kiln's own threads (OpenMP's team, OpenBLAS's, the pool) from another process's:
 /// a spell starts only while other processes also used at least half a core over the window (the machine's busy
-/// time less this process's CPU time), and ends when they use less than a quarter. Opt-in (KILN_CPU_LOAD=follow
-/// or all).
+/// time less this process's CPU time), and ends when they use less than a quarter. KILN_CPU_LOAD chooses
+/// (load_policy: on by default where products keep their bits on one thread).
 bool contended() {
   int forced = g_contended_override.load(std::memory_order_relaxed);
   if (forced == -2) {
@@ -297,7 +309,10 @@ bool load_window(LoadWatch& w, int64_t now, double wait_share, double others_cor
   return w.contended;
 }
 
-bool contended_products() { return load_policy() == "all" && contended(); }
+bool contended_products(bool float32) {
+  const std::string& policy = load_policy();
+  return (policy == "all" || (policy == "auto" && float32)) && contended();
+}
 
 void set_contended_for_testing(int contended) {
   g_contended_override.store(std::max(contended, -2), std::memory_order_relaxed);

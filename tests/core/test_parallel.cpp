@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -271,6 +272,38 @@ TEST(ParallelFor, TheLoadWatchCountsOnlyOtherProcessesLoad) {
   EXPECT_TRUE(cpu_impl::load_window(unknown, t, 0.3, -1)) << "others unknown: the wait decides";
   EXPECT_TRUE(cpu_impl::load_window(unknown, t += 300 * ms, 0.1, -1)) << "between the two shares: no change";
   EXPECT_FALSE(cpu_impl::load_window(unknown, t += 50 * ms, 0.01, -1)) << "the wait ended";
+}
+
+// KILN_CPU_LOAD=auto (the default) turns the load watch on where float32 products keep their bits on any thread
+// count (every product on oneMKL in its strict mode: two threads or fewer), else off.
+TEST(ParallelFor, TheDefaultLoadPolicyFollowsWhetherProductsKeepTheirBits) {
+  if (const char* set = std::getenv("KILN_CPU_LOAD"); set != nullptr && std::string(set) != "auto")
+    GTEST_SKIP() << "KILN_CPU_LOAD=" << set << " chooses the policy";
+  EXPECT_EQ(cpu_impl::load_policy(), cpu_impl::float32_products_keep_bits() ? "auto" : "ignore");
+}
+
+// Where the watch is on by default, a contended thread's float32 products run on one thread: their bits must be
+// those of the full team's, or a run's results would depend on the machine's load (and a resumed run differ from
+// the uninterrupted one). The shapes of the MLPs' products, and 10x100x100 and 5x32x16, which differed on one
+// thread and on two without oneMKL's strict mode (5x32x16 also with MKL_CBWR=AUTO,STRICT). float64 products keep
+// their thread count under the default (strict mode did not keep their bits).
+TEST(ParallelFor, Float32ProductsKeepTheirBitsOnOneThreadWhereTheWatchIsOnByDefault) {
+  if (!cpu_impl::float32_products_keep_bits())
+    GTEST_SKIP() << "products may go to OpenBLAS here (or oneMKL is not strict): the watch is off by default";
+  random::seed(11);
+  const std::vector<std::array<int64_t, 3>> shapes = {{100, 784, 100}, {784, 100, 100},   {100, 100, 10},
+                                                      {10, 100, 100},  {5, 32, 16},       {5, 128, 16},
+                                                      {32, 37, 96},    {100, 1000, 1000}, {1000, 100, 1000}};
+  const int threads = omp_get_max_threads();
+  for (const auto& [m, k, n] : shapes) {
+    const Array a = random::normal({m, k}, 0.0, 1.0, float32, cpu());
+    const Array b = random::normal({k, n}, 0.0, 1.0, float32, cpu());
+    const Array all = matmul(a, b);
+    omp_set_num_threads(1);
+    const Array one = matmul(a, b);
+    omp_set_num_threads(threads);
+    EXPECT_TRUE(array_equal(all, one)) << m << "x" << k << "x" << n << " on " << threads << " threads and on one";
+  }
 }
 
 // KILN_CPU_POOL takes openmp or kiln; another value is a ValueError naming the variable and both values.
