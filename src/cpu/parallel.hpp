@@ -53,7 +53,14 @@ bool contended();
 /// A calling thread's load watch (contended()): the current window and whether its loops run on it alone.
 struct LoadWatch {
   int64_t window_start = 0, wait_at_start = -1;
-  double busy_at_start = -1, own_at_start = 0;  // the machine's busy seconds, this process's CPU seconds
+  /// The machine's busy seconds and this process's CPU seconds at the ends of the last windows (busy < 0: none).
+  struct Sample {
+    int64_t at = 0;
+    double busy = -1, own = 0;
+  };
+  static constexpr int kOthersWindows = 4;
+  Sample samples[kOthersWindows];
+  int64_t next = 0;  // the next sample's slot (modulo kOthersWindows); the oldest one's
   bool contended = false;
   int64_t hold_until = 0;   // contended at least until then
   int64_t hold = 0;         // how long the next contended spell holds at least

@@ -258,11 +258,11 @@ std::atomic<int> g_contended_override{-2};
 /// twentieth. The chunks stay those of the full thread count, so results keep their bits. Products keep
 /// their BLAS thread count: OpenBLAS's results change in their last bits with it (a 100x784x100 product on one
 /// thread and on two differ), and a resumed run must repeat the uninterrupted one bit for bit; with
-/// KILN_CPU_LOAD=all they run on one thread too (much faster under load, results then depend on the load).
+/// KILN_CPU_LOAD=all they run on one thread too (much faster under load, results then depend on the load), and
+/// under `auto` float32 products do where that keeps their bits (load_policy).
 /// The wait alone cannot tell kiln's own threads (OpenMP's team, OpenBLAS's, the pool) from another process's:
-/// a spell starts only while other processes also used at least half a core over the window (the machine's busy
-/// time less this process's CPU time), and ends when they use less than a quarter. KILN_CPU_LOAD chooses
-/// (load_policy: on by default where products keep their bits on one thread).
+/// a spell starts only while other processes also used at least half a core over the last 200 ms (the machine's
+/// busy time less this process's CPU time), and ends when they use less than a quarter.
 bool contended() {
   int forced = g_contended_override.load(std::memory_order_relaxed);
   if (forced == -2) {
@@ -277,14 +277,18 @@ bool contended() {
   if (wait < 0) return false;
   const double busy = machine_busy_seconds(), own = process_cpu_seconds();
   const bool first = w.wait_at_start < 0;
-  const double seconds = 1e-9 * static_cast<double>(now - w.window_start);
-  const double share = 1e-9 * static_cast<double>(wait - w.wait_at_start) / seconds;
-  const double others =
-      busy < 0 || w.busy_at_start < 0 ? -1 : ((busy - w.busy_at_start) - (own - w.own_at_start)) / seconds;
+  const double share = static_cast<double>(wait - w.wait_at_start) / static_cast<double>(now - w.window_start);
+  // Other processes' use over the last windows together (up to LoadWatch::kOthersWindows): the machine's busy
+  // time moves in clock ticks per core, this process's time continuously, so one window alone reads noisy.
+  constexpr int kRing = LoadWatch::kOthersWindows;
+  const LoadWatch::Sample& oldest = w.samples[w.next < kRing ? 0 : w.next % kRing];
+  const bool have = busy >= 0 && oldest.busy >= 0;
+  const double others = !have ? -1
+                              : ((busy - oldest.busy) - (own - oldest.own)) /
+                                    (1e-9 * static_cast<double>(now - oldest.at));
+  w.samples[w.next++ % kRing] = {now, busy, own};
   w.window_start = now;
   w.wait_at_start = wait;
-  w.busy_at_start = busy;
-  w.own_at_start = own;
   if (first) return false;
   return load_window(w, now, share, others);
 }
