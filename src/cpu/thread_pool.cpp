@@ -314,8 +314,9 @@ bool load_window(LoadWatch& w, int64_t now, double wait_share, double others_cor
 }
 
 bool contended_products(bool float32) {
-  const std::string& policy = load_policy();
-  return (policy == "all" || (policy == "auto" && float32)) && contended();
+  // Read at every product: the policy's two answers once, not two string comparisons each time.
+  static const bool all = load_policy() == "all", float32_only = load_policy() == "auto";
+  return (all || (float32_only && float32)) && contended();
 }
 
 void set_contended_for_testing(int contended) {
