@@ -54,9 +54,11 @@ void work_on(Job& job) {
   t_in_parallel = false;
 }
 
-/// kiln's own threads. A job wakes as many sleeping workers as it has chunks beyond the caller's first: a loop of
-/// two chunks wakes one, not every worker (a condition variable's broadcast made all of them runnable and queued
-/// them on the pool's mutex for each small loop).
+/// kiln's own threads. A job offers as many seats as it has chunks beyond the caller's first and wakes every
+/// sleeping worker with one broadcast; those that find no seat left sleep again, so a loop of two chunks has one
+/// worker join it, not all of them. One broadcast rather than one notify per seat (each a system call the caller
+/// makes before starting its own chunk): the notifies made CPU training slower on many cores
+/// (bench/results/session28-h200-2026-11-29.md).
 class Pool {
  public:
   explicit Pool(int workers) : workers_(workers) {
@@ -73,7 +75,7 @@ class Pool {
       current_ = job;
       seats_ = wake;  // a worker still finishing the last job takes a seat when it comes back to wait
     }
-    for (int i = 0; i < wake; ++i) cv_.notify_one();
+    cv_.notify_all();
     work_on(*job);
     // Only chunks already claimed by running workers remain: wait for those.
     while (job->done.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
