@@ -25,8 +25,9 @@
 // as are raw kernels, linear-algebra factorisations, recurrent layers (their results are inspected on the host)
 // and kiln::dist's collectives. Inputs of another shape, dtype or device than the traced ones run the function
 // eagerly. The outputs are the traced step's arrays, overwritten by each replay (copy one to keep it). The record
-// keeps every array the step made alive (the step's memory plan and fusion of its elementwise work are the
-// compiler's next passes).
+// keeps every array the step made alive (the step's memory plan is the compiler's next pass). A fusion pass
+// merges elementwise work into the call whose result it reads where nothing else reads that result
+// (StepCompileOptions::fuse).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,10 @@ namespace kiln {
 struct StepCompileOptions {
   /// Eager calls before the two traced ones.
   int warmup = 1;
+  /// The fusion pass: elementwise work merged into the elementwise or fused call whose result it reads, where
+  /// nothing else reads that result (a layer norm and the cast of its output, a gradient and its accumulation):
+  /// one kernel instead of two, the intermediate never written. The replays' results keep their bits.
+  bool fuse = true;
 };
 
 class CompiledStep {
@@ -60,6 +65,8 @@ class CompiledStep {
   bool compiled() const;
   /// Ops the replay runs (backend calls and the core's host steps, such as a CPU gather).
   int64_t recorded_ops() const;
+  /// Recorded calls the fusion pass merged into others (StepCompileOptions::fuse).
+  int64_t fused_ops() const;
   /// Calls run eagerly (warm-up, or inputs unlike the traced ones), traced, and replayed.
   int64_t eager_calls() const;
   int64_t traced_calls() const;

@@ -18,7 +18,7 @@ struct CompiledStep::State {
   std::vector<Array> inputs;   ///< the traced inputs (copies the calls' inputs are written into)
   std::vector<Array> outputs;  ///< the second trace's outputs, which its replays overwrite
   std::unique_ptr<detail::StepTrace> first, program;
-  int64_t warmed = 0, eager = 0, traced = 0, replayed = 0;
+  int64_t warmed = 0, eager = 0, traced = 0, replayed = 0, fused = 0;
 };
 
 namespace {
@@ -157,6 +157,8 @@ std::vector<Array> CompiledStep::operator()(const std::vector<Array>& inputs) {
   require_same(*first, *trace);
   s.program = std::move(trace);
   s.outputs = out;
+  first.reset();
+  if (s.options.fuse) s.fused = detail::fuse_step_trace(*s.program);
   return out;
 }
 
@@ -164,6 +166,7 @@ bool CompiledStep::compiled() const { return state_->program != nullptr; }
 int64_t CompiledStep::recorded_ops() const {
   return state_->program ? static_cast<int64_t>(state_->program->calls.size()) : 0;
 }
+int64_t CompiledStep::fused_ops() const { return state_->fused; }
 int64_t CompiledStep::eager_calls() const { return state_->eager; }
 int64_t CompiledStep::traced_calls() const { return state_->traced; }
 int64_t CompiledStep::replays() const { return state_->replayed; }

@@ -289,21 +289,27 @@ std::shared_ptr<const FusionGraph> fusion_trace(
                        " does not depend on any Array argument; fuse computes array values");
     g.outputs.push_back(results[k].node());
   }
+  finish_fusion_graph(g);
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.graphs.try_emplace(key, std::move(trace.graph)).first->second;
+}
+
+void finish_fusion_graph(FusionGraph& g) {
   g.output = g.outputs.at(0);
   g.live.assign(g.nodes.size(), false);
   for (int o : g.outputs) g.live[static_cast<size_t>(o)] = true;
   for (size_t i = g.nodes.size(); i-- > 0;)
     if (g.live[i])
       for (int k = 0; k < g.nodes[i].num_inputs; ++k) g.live[static_cast<size_t>(g.nodes[i].inputs[k])] = true;
+  g.reductions.clear();
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (g.live[i] && g.nodes[i].kind == FusionNodeKind::Reduce) g.reductions.push_back(static_cast<int>(i));
-  if (g.reductions.size() == 1 && g.outputs.size() == 1 && g.output == g.reductions[0]) g.reduce = g.output;
+  g.reduce = g.reductions.size() == 1 && g.outputs.size() == 1 && g.output == g.reductions[0] ? g.output : -1;
   g.staged = !g.reductions.empty() && g.reduce < 0;
+  g.complex = false;
   for (const FusionNode& n : g.nodes) g.complex = g.complex || is_complex(n.dtype) || is_complex(n.compute);
   g.elementwise = g.reduce >= 0 ? g.nodes[static_cast<size_t>(g.reduce)].inputs[0] : g.output;
   g.hash = graph_hash(g);
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  return cache.graphs.try_emplace(key, std::move(trace.graph)).first->second;
 }
 
 std::string fusion_describe(const FusionGraph& g) {

@@ -102,6 +102,10 @@ struct FusionCall {
   bool aliased = false;
 };
 
+/// Sets what follows from a graph's nodes and outputs: `output`, `live`, `reductions`, `reduce`, `staged`,
+/// `complex`, `elementwise` and `hash` (as tracing a function does; the step compiler's merged graphs too).
+void finish_fusion_graph(FusionGraph& g);
+
 /// Byte range [lo, hi) of memory that `a` touches (hi == lo for an empty array).
 std::pair<uintptr_t, uintptr_t> byte_range(const Array& a);
 /// `a` and `b` touch overlapping bytes of one storage.

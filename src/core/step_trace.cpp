@@ -79,6 +79,12 @@ class Entry {
     call_.detail += " " + t;
     return *this;
   }
+  /// The call's structured form, for the fusion pass.
+  void structured(std::shared_ptr<RecordedElementwise> e, std::shared_ptr<RecordedFused> f, Backend& backend) {
+    call_.elementwise = std::move(e);
+    call_.fused = std::move(f);
+    call_.backend = &backend;
+  }
   void done(std::function<void()> replay) {
     call_.replay = std::move(replay);
     trace_.calls.push_back(std::move(call_));
@@ -96,11 +102,8 @@ class RecordingBackend final : public Backend {
 
   void elementwise(const ElementwiseCall& call) override {
     run([&] { real_.elementwise(call); });
-    struct Owned {
-      ElementwiseCall call;
-      std::array<Array, 3> in;
-    };
-    auto o = std::make_shared<Owned>(Owned{call, {}});
+    auto o = std::make_shared<RecordedElementwise>(RecordedElementwise{call, {}});
+    o->call.out = call.out.detach();  // the trace keeps storages, not autograd graphs
     Entry e(trace(), std::string("elementwise ") + op_info(call.op).name);
     e.text(std::string(dtype_name(call.compute)));
     for (const Scalar& p : call.params) e.value(p);
@@ -109,12 +112,13 @@ class RecordingBackend final : public Backend {
       if (a.is_scalar()) {
         e.value(a.scalar);
       } else {
-        o->in[static_cast<size_t>(i)] = *a.array;
+        o->in[static_cast<size_t>(i)] = a.array->detach();
         o->call.inputs[static_cast<size_t>(i)].array = &o->in[static_cast<size_t>(i)];
         e.array(*a.array);
       }
     }
     e.array(call.out);
+    e.structured(o, nullptr, real_);
     e.done([o, &b = real_] { b.elementwise(o->call); });
   }
 
@@ -240,22 +244,19 @@ class RecordingBackend final : public Backend {
     bool ran = false;
     run([&] { ran = real_.fused(call); });
     if (!ran) return false;
-    struct Owned {
-      FusionCall call;
-      std::vector<Array> arrays;
-      std::shared_ptr<const FusionGraph> graph;
-    };
-    auto o = std::make_shared<Owned>(Owned{call, {}, call.graph->weak_from_this().lock()});
+    auto o = std::make_shared<RecordedFused>(RecordedFused{call, {}, call.graph->weak_from_this().lock()});
+    for (Array& out : o->call.outs) out = out.detach();
     Entry e(trace(), "fused " + call.graph->name);
     e.text(std::to_string(call.graph->hash)).text(shape_str(call.shape)).text(shape_str(call.axes));
     for (const Scalar& s : call.slot_values) e.value(s);
     o->arrays.reserve(call.arrays.size());
-    for (const Array* a : call.arrays) o->arrays.push_back(a ? *a : Array());
+    for (const Array* a : call.arrays) o->arrays.push_back(a ? a->detach() : Array());
     for (size_t i = 0; i < call.arrays.size(); ++i) {
       o->call.arrays[i] = call.arrays[i] ? &o->arrays[i] : nullptr;
       e.array(call.arrays[i]);
     }
     for (const Array& out : call.outs) e.array(out);
+    e.structured(nullptr, o, real_);
     e.done([o, &b = real_] { b.fused(o->call); });
     return true;
   }

@@ -16,12 +16,25 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/backend.hpp"
+#include "core/fusion.hpp"
 #include "kiln/array.hpp"
 #include "kiln/random.hpp"
 
 namespace kiln::detail {
 
-class Backend;
+/// A recorded elementwise call with the arrays its pointers refer to (held without autograd metadata).
+struct RecordedElementwise {
+  ElementwiseCall call;
+  std::array<Array, 3> in;
+};
+
+/// A recorded fused call (kiln::fuse's kernels, rows kernels) with its arrays and graph.
+struct RecordedFused {
+  FusionCall call;
+  std::vector<Array> arrays;
+  std::shared_ptr<const FusionGraph> graph;
+};
 
 /// One recorded op: what it was (for the comparison of two traces) and how to run it again.
 struct TracedCall {
@@ -29,6 +42,14 @@ struct TracedCall {
   std::string detail;                ///< shapes, dtypes and scalar values, compared between traces
   std::vector<const Storage*> storages;  ///< every storage it reads or writes, in operand order
   std::function<void()> replay;
+  /// The structured form of an elementwise or fused call (else both null), which the step's fusion pass
+  /// (fuse_step_trace) rewrites, and the backend that runs it.
+  std::shared_ptr<RecordedElementwise> elementwise;
+  std::shared_ptr<RecordedFused> fused;
+  Backend* backend = nullptr;
+  /// A call the fusion pass merged: the recorded calls it replaces, run in their place where the backend
+  /// declines the merged graph.
+  std::vector<TracedCall> parts;
 };
 
 /// The record of one traced call of a step function.
@@ -71,5 +92,11 @@ void host_step(const std::string& op, std::vector<Array> arrays, const std::func
 void refuse_host_read_while_tracing(const char* op);
 /// Notes a storage allocated now (make_array), for the trace's `created` set.
 void note_allocation(const std::shared_ptr<Storage>& storage);
+
+/// The compiler's fusion pass over a finished trace (core/step_fusion.cpp): an elementwise call that reads the
+/// whole result of the elementwise or fused call before it, where nothing else reads that result and nothing
+/// outside the trace holds it, becomes part of that call: one kernel, the intermediate never written. Repeated
+/// until no pair is left (chains collapse into one kernel). Returns the number of calls merged away.
+int64_t fuse_step_trace(StepTrace& trace);
 
 }  // namespace kiln::detail

@@ -356,3 +356,100 @@ TEST(Compile, CollectivesAreRefusedWhileTracing) {
   EXPECT_TRUE(seen);
   EXPECT_FALSE(tracing_step());
 }
+
+namespace {
+
+/// The same step function eagerly and compiled (warm-up, two traces, then replays) on four inputs: returns the
+/// compiled step after checking every output of every call against the eager one, bit for bit.
+CompiledStep expect_replays_equal_eager(const CompiledStep::Function& fn, Device device, const std::string& what,
+                                        StepCompileOptions options = {}) {
+  CompiledStep step = compile(fn, options);
+  random::seed(8);
+  for (int i = 0; i < 5; ++i) {
+    const Array x = random::normal({6, 40}).to(device);
+    const std::vector<Array> want = fn({x}), got = step({x});
+    EXPECT_EQ(got.size(), want.size()) << what;
+    for (size_t k = 0; k < std::min(got.size(), want.size()); ++k)
+      EXPECT_TRUE(array_equal(got[k], want[k])) << what << ": call " << i << ", output " << k;
+  }
+  EXPECT_EQ(step.replays(), 2) << what;
+  return step;
+}
+
+}  // namespace
+
+TEST(Compile, TheFusionPassMergesAChainWhoseIntermediatesNothingElseReads) {
+  for (Device device : devices()) {
+    random::seed(4);
+    const Array w = random::normal({6, 40}).to(device), b = random::normal({40}).to(device);
+    auto chain = [&](const std::vector<Array>& in) { return std::vector<Array>{exp(in[0] * w) + b}; };
+    CompiledStep step = expect_replays_equal_eager(chain, device, device.str() + " chain");
+    // multiply, exp, add: one fused call, its two intermediates never written.
+    EXPECT_EQ(step.fused_ops(), 2) << device.str() << "\n" << step.summary();
+    EXPECT_EQ(step.recorded_ops(), 1) << device.str() << "\n" << step.summary();
+    EXPECT_NE(step.summary().find("fused multiply+exp+add: 1"), std::string::npos) << step.summary();
+    CompiledStep unfused = expect_replays_equal_eager(chain, device, device.str() + " chain, fuse off", {.fuse = false});
+    EXPECT_EQ(unfused.fused_ops(), 0);
+    EXPECT_EQ(unfused.recorded_ops(), 3) << unfused.summary();
+  }
+}
+
+TEST(Compile, TheFusionPassLeavesResultsThatAreReadAgainOrKept) {
+  for (Device device : devices()) {
+    random::seed(4);
+    const Array w = random::normal({6, 40}).to(device);
+    // t is an output of the step: exp cannot take multiply's place (t would not be written).
+    auto kept = [&](const std::vector<Array>& in) {
+      const Array t = in[0] * w;
+      return std::vector<Array>{t, exp(t) + 1.0};
+    };
+    CompiledStep a = expect_replays_equal_eager(kept, device, device.str() + " kept");
+    EXPECT_EQ(a.fused_ops(), 0) << a.summary();  // exp's result is then added to a scalar: not merged either
+    // u is read by two calls: neither merges into exp.
+    auto twice = [&](const std::vector<Array>& in) {
+      const Array u = exp(in[0]);
+      return std::vector<Array>{u * w, u - w};
+    };
+    CompiledStep b = expect_replays_equal_eager(twice, device, device.str() + " read twice");
+    EXPECT_EQ(b.fused_ops(), 0) << b.summary();
+    // A result the user's code keeps past the step (a reference the trace does not hold) is written as before:
+    // after each replay it holds that replay's value.
+    Array last;
+    CompiledStep c = compile([&](const std::vector<Array>& in) {
+      last = exp(in[0]);
+      return std::vector<Array>{last * w};
+    });
+    for (int i = 0; i < 5; ++i) {
+      const Array x = random::normal({6, 40}).to(device);
+      const Array got = c({x})[0];
+      EXPECT_TRUE(array_equal(last, exp(x))) << device.str() << " held, call " << i;
+      EXPECT_TRUE(array_equal(got, exp(x) * w)) << device.str() << " held, call " << i;
+    }
+    EXPECT_EQ(c.replays(), 2);
+    EXPECT_EQ(c.fused_ops(), 0) << c.summary();
+  }
+}
+
+TEST(Compile, ALayerNormAndTheCastOfItsOutputBecomeOneKernel) {
+  for (Device device : devices()) {
+    random::seed(4);
+    nn::LayerNorm ln(Shape{40});
+    ln.to(device);
+    const Array w = random::normal({6, 40}).astype(bfloat16).to(device);
+    // The rows kernel writes the bfloat16 copy; its float32 result is never written.
+    auto cast = [&](const std::vector<Array>& in) {
+      NoGradGuard no_grad;
+      return std::vector<Array>{ln(in[0]).astype(bfloat16)};
+    };
+    CompiledStep a = expect_replays_equal_eager(cast, device, device.str() + " layer norm, cast");
+    EXPECT_EQ(a.fused_ops(), 1) << device.str() << "\n" << a.summary();
+    EXPECT_NE(a.summary().find("fused layer_norm+identity: 1"), std::string::npos) << a.summary();
+    auto scaled = [&](const std::vector<Array>& in) {
+      NoGradGuard no_grad;
+      return std::vector<Array>{ln(in[0]).astype(bfloat16) * w};
+    };
+    CompiledStep b = expect_replays_equal_eager(scaled, device, device.str() + " layer norm, cast, multiply");
+    EXPECT_EQ(b.fused_ops(), 2) << device.str() << "\n" << b.summary();
+    EXPECT_NE(b.summary().find("fused layer_norm+identity+multiply: 1"), std::string::npos) << b.summary();
+  }
+}

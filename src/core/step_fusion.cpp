@@ -1,0 +1,252 @@
+// The step compiler's fusion pass (core/step_trace.hpp, fuse_step_trace): elementwise work merged into the
+// elementwise or fused call whose result it reads, over a finished trace of kiln::compile.
+//
+// A pair (P, E) merges when
+//   - E is an elementwise call of array operands only (no scalar operand, not a nullary op) over the shape of
+//     one of P's full results X, reading X as that very view;
+//   - P is an elementwise call of array operands, or a fused call whose X is a full (not reduced) result;
+//   - X's storage was made by the step, only P and E use it, and nothing outside the trace holds it (the step's
+//     outputs, a tensor kept by the user's code, a Python object: all hold references the trace can count);
+//   - no call between P and E uses E's other operands or its result (E's work moves up to P's place), and E's
+//     result overlaps none of the merged call's inputs unless it is the very view of one of them in a graph
+//     without reductions (an in-place accumulation, as the unfused kernels allow).
+// The merged call runs one FusionGraph: P's graph (or P's op as a one-node graph) with E's op appended, E's
+// result in X's place among the outputs. Each node keeps its dtype, so the values round where the unfused
+// results were stored and the replays give the unfused calls' bits. A backend that declines the merged graph
+// (Backend::fused returns false) runs the two recorded calls instead.
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/fusion.hpp"
+#include "core/op_table.hpp"
+#include "core/step_trace.hpp"
+
+namespace kiln::detail {
+namespace {
+
+/// The trace's references to `s` held by one recorded call's arrays.
+int64_t held_by(const TracedCall& c, const Storage* s) {
+  int64_t n = 0;
+  auto count = [&](const Array& a) { n += a.defined() && a.storage().get() == s ? 1 : 0; };
+  if (c.elementwise) {
+    for (const Array& a : c.elementwise->in) count(a);
+    count(c.elementwise->call.out);
+  }
+  if (c.fused) {
+    for (const Array& a : c.fused->arrays) count(a);
+    for (const Array& a : c.fused->call.outs) count(a);
+  }
+  for (const TracedCall& part : c.parts) n += held_by(part, s);
+  return n;
+}
+
+bool uses(const TracedCall& c, const Storage* s) {
+  return std::find(c.storages.begin(), c.storages.end(), s) != c.storages.end();
+}
+
+/// P's results over its whole shape: (array, output index of the merged graph); for an elementwise P its out.
+std::vector<std::pair<Array, int>> full_results(const TracedCall& p) {
+  std::vector<std::pair<Array, int>> r;
+  if (p.elementwise) {
+    r.emplace_back(p.elementwise->call.out, 0);
+  } else if (p.fused && p.fused->graph->reduce < 0) {
+    const FusionCall& call = p.fused->call;
+    for (size_t k = 0; k < call.outs.size(); ++k)
+      if (!p.fused->graph->staged || (k < call.full.size() && call.full[k]))
+        r.emplace_back(call.outs[k], static_cast<int>(k));
+  }
+  return r;
+}
+
+/// An Op node of `e`'s op reading `inputs`, typed as the recorded call was.
+FusionNode op_node(const ElementwiseCall& e, const int* inputs, int ndim) {
+  FusionNode n;
+  n.kind = FusionNodeKind::Op;
+  n.op = e.op;
+  n.num_inputs = e.num_inputs;
+  for (int k = 0; k < e.num_inputs; ++k) n.inputs[k] = inputs[k];
+  n.compute = e.compute;
+  n.dtype = e.out.dtype();
+  n.ndim = ndim;
+  return n;
+}
+
+int add_argument(FusionGraph& g, const Array& a, int ndim) {
+  FusionNode n;
+  n.kind = FusionNodeKind::Argument;
+  n.argument = g.num_arguments++;
+  n.dtype = a.dtype();
+  n.ndim = ndim;
+  g.argument_is_array.push_back(true);
+  g.nodes.push_back(n);
+  return static_cast<int>(g.nodes.size()) - 1;
+}
+
+bool only_arrays(const ElementwiseCall& e) {
+  if (e.num_inputs < 1) return false;
+  for (int k = 0; k < e.num_inputs; ++k)
+    if (e.inputs[static_cast<size_t>(k)].is_scalar()) return false;
+  return true;
+}
+
+/// P as a fused call: itself, or its elementwise op as a graph of one op over its arrays.
+std::shared_ptr<RecordedFused> as_fused(const TracedCall& p) {
+  if (p.fused) return p.fused;
+  const ElementwiseCall& e = p.elementwise->call;
+  auto g = std::make_shared<FusionGraph>();
+  g->name = op_info(e.op).name;
+  const Shape& shape = e.out.shape();
+  const int ndim = static_cast<int>(shape.size());
+  auto r = std::make_shared<RecordedFused>();
+  int inputs[3] = {-1, -1, -1};
+  for (int k = 0; k < e.num_inputs; ++k) {
+    inputs[k] = add_argument(*g, *e.inputs[static_cast<size_t>(k)].array, ndim);
+    r->arrays.push_back(e.inputs[static_cast<size_t>(k)].array->broadcast_to(shape));
+  }
+  g->nodes.push_back(op_node(e, inputs, ndim));
+  g->outputs = {static_cast<int>(g->nodes.size()) - 1};
+  finish_fusion_graph(*g);
+  r->graph = g;
+  r->call.graph = g.get();
+  r->call.shape = shape;
+  r->call.outs = {e.out};
+  r->call.full = {true};
+  for (const Array& a : r->arrays) {
+    r->call.arrays.push_back(nullptr);
+    r->call.aliased = r->call.aliased || same_view(a, e.out);
+  }
+  for (size_t i = 0; i < r->arrays.size(); ++i) r->call.arrays[i] = &r->arrays[i];
+  return r;
+}
+
+/// Tries to merge calls[j] (E) into calls[i] (P); true when it did (calls[j] is then erased by the caller).
+bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output) {
+  TracedCall& p = t.calls[i];
+  const TracedCall& ecall = t.calls[j];
+  const ElementwiseCall& e = ecall.elementwise->call;
+  const std::shared_ptr<RecordedFused> base = as_fused(p);
+  const FusionCall& pc = base->call;
+  if (e.out.shape() != pc.shape) return false;
+  // E's operands: X (as P's result node) or new arguments; E's result must not overlap what the merged call
+  // reads, except as the very view of an operand in a graph without reductions.
+  const FusionGraph& pg = *base->graph;
+  auto g = std::make_shared<FusionGraph>();
+  g->name = pg.name + "+" + op_info(e.op).name;
+  g->nodes = pg.nodes;
+  g->slots = pg.slots;
+  g->outputs = pg.outputs;
+  g->num_arguments = pg.num_arguments;
+  g->argument_is_array = pg.argument_is_array;
+  auto r = std::make_shared<RecordedFused>();
+  r->arrays = base->arrays;
+  r->call = pc;
+  const int ndim = static_cast<int>(pc.shape.size());
+  const int x_node = pg.outputs[static_cast<size_t>(output)];
+  int inputs[3] = {-1, -1, -1};
+  bool aliased = pc.aliased;
+  for (int k = 0; k < e.num_inputs; ++k) {
+    const Array& a = *e.inputs[static_cast<size_t>(k)].array;
+    if (same_view(a, x)) {
+      inputs[k] = x_node;
+      continue;
+    }
+    if (a.storage() == x.storage()) return false;  // another view of X: not the merged kernel's value
+    inputs[k] = add_argument(*g, a, ndim);
+    r->arrays.push_back(a.broadcast_to(pc.shape));
+  }
+  for (const Array& a : r->arrays) {
+    if (!a.defined() || !overlaps(a, e.out)) continue;
+    if (pg.reduce >= 0 || pg.staged || !same_view(a, e.out)) return false;
+    aliased = true;
+  }
+  for (size_t k = 0; k < pc.outs.size(); ++k)
+    if (static_cast<int>(k) != output && overlaps(pc.outs[k], e.out)) return false;
+  g->nodes.push_back(op_node(e, inputs, ndim));
+  g->outputs[static_cast<size_t>(output)] = static_cast<int>(g->nodes.size()) - 1;
+  finish_fusion_graph(*g);
+  r->graph = g;
+  r->call.graph = g.get();
+  r->call.outs[static_cast<size_t>(output)] = e.out;
+  r->call.aliased = aliased;
+  r->call.arrays.assign(r->arrays.size(), nullptr);
+  for (size_t k = 0; k < r->arrays.size(); ++k)
+    if (r->arrays[k].defined()) r->call.arrays[k] = &r->arrays[k];
+
+  // The merged call takes P's place; its replay falls back to the two calls where the backend declines it.
+  TracedCall merged;
+  merged.name = "fused " + g->name;
+  merged.detail = p.detail + " |" + ecall.detail;
+  merged.storages = p.storages;
+  for (const Storage* s : ecall.storages)
+    if (s != x.storage().get()) merged.storages.push_back(s);
+  merged.storages.erase(std::remove(merged.storages.begin(), merged.storages.end(), x.storage().get()),
+                        merged.storages.end());
+  merged.fused = r;
+  merged.backend = p.backend;
+  auto parts = std::make_shared<std::vector<std::function<void()>>>(
+      std::vector<std::function<void()>>{p.replay, ecall.replay});
+  merged.replay = [r, backend = p.backend, parts] {
+    if (!backend->fused(r->call))
+      for (const auto& part : *parts) part();
+  };
+  merged.parts.push_back(std::move(p));
+  merged.parts.push_back(ecall);
+  t.calls[i] = std::move(merged);
+  return true;
+}
+
+}  // namespace
+
+int64_t fuse_step_trace(StepTrace& t) {
+  int64_t merged = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < t.calls.size() && !changed; ++i) {
+      const TracedCall& p = t.calls[i];
+      if (!p.backend || !(p.fused || (p.elementwise && only_arrays(p.elementwise->call)))) continue;
+      for (const auto& [x, output] : full_results(p)) {
+        const Storage* s = x.storage().get();
+        if (!s || !t.created.count(s)) continue;
+        // The one later call that uses X, and no other user anywhere.
+        size_t user = 0;
+        int users = 0;
+        for (size_t k = 0; k < t.calls.size() && users < 2; ++k)
+          if (k != i && uses(t.calls[k], s)) {
+            user = k;
+            ++users;
+          }
+        if (users != 1 || user < i) continue;
+        const TracedCall& e = t.calls[user];
+        if (!e.elementwise || e.backend != p.backend || !only_arrays(e.elementwise->call)) continue;
+        bool reads_x = false;
+        for (int k = 0; k < e.elementwise->call.num_inputs; ++k)
+          reads_x = reads_x || same_view(*e.elementwise->call.inputs[static_cast<size_t>(k)].array, x);
+        if (!reads_x || e.elementwise->call.out.storage().get() == s) continue;
+        // Nothing outside the trace holds X: every reference to its storage is one the trace keeps.
+        int64_t held = held_by(p, s) + held_by(e, s);
+        for (const auto& k : t.keep) held += k.get() == s ? 1 : 0;
+        if (x.storage().use_count() - 1 != held) continue;  // -1: `x` itself, a copy made here
+        // E moves up to P's place: no call between them may use E's other operands or its result.
+        bool clear = true;
+        for (size_t k = i + 1; k < user && clear; ++k)
+          for (const Storage* es : e.storages)
+            if (es != s && uses(t.calls[k], es)) clear = false;
+        if (!clear) continue;
+        if (merge(t, i, user, x, output)) {
+          t.calls.erase(t.calls.begin() + static_cast<std::ptrdiff_t>(user));
+          ++merged;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  return merged;
+}
+
+}  // namespace kiln::detail
