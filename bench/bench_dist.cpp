@@ -7,11 +7,17 @@
 //                  (the median of 5 windows of 300 steps); ddp_mlp_graph: the same steps, each captured once in
 //                  a CUDA graph with its all-reduces (train::TrainStep) and replayed
 //   ddp_resnet50   the same for ResNet-50, batch 128 per GPU, 224x224, float32, SGD momentum 0.9
+//   ddp_gpt2       `kiln bench gpt2`'s training step (bench/gpt2_step.hpp: GPT-2 124M, vocabulary 50304, dropout 0,
+//                  bfloat16 autocast, AdamW as two parameter groups, clip_grad_norm 1.0) in DistributedDataParallel,
+//                  batch 16 x 1024 tokens per GPU, each rank's own random tokens (seeded by rank); 20 warm-up and
+//                  50 timed steps. Records seconds (per step), tokens_per_s (over all ranks) and mfu (per GPU);
+//                  the scaling against one rank is the table's (scripts/gpu-check) or `kiln bench gpt2 --nproc N`'s.
+//                  --quick: d6, batch 4 x 128.
 // Throughput is samples per second over all ranks. Each timing is CUDA events on rank 0's current stream
 // around a loop that ends with every rank's work queued (a barrier before the start event).
 // --quick: smaller sizes and fewer steps; --bucket-mb / --first-bucket-mb: DdpOptions' bucket sizes;
-// --workloads allreduce,ddp_mlp,ddp_resnet50: a subset (default all; ddp_mlp includes ddp_mlp_graph, the captured MLP
-// step, which may also be asked for alone).
+// --workloads allreduce,ddp_mlp,ddp_resnet50,ddp_gpt2: a subset (default all; ddp_mlp includes ddp_mlp_graph, the
+// captured MLP step, which may also be asked for alone).
 // --mlp-batches 1000,4000: the MLP's eager and graphed DDP steps again at these batches per GPU (records
 // ddp_mlp_bB, ddp_mlp_graph_bB): at batch 100 a step computes for ~0.16 ms and the all-reduce of the first
 // layer's gradient, the last one ready, cannot overlap anything; larger batches show how scaling grows with
@@ -20,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt2_step.hpp"
 #include "kiln/kiln.hpp"
 
 using namespace kiln;
@@ -147,7 +155,7 @@ double train_throughput(const std::shared_ptr<nn::Module>& model, const Shape& i
 int main(int argc, char** argv) {
   std::string json;
   bool quick = false;
-  std::string workloads = "allreduce,ddp_mlp,ddp_resnet50";
+  std::string workloads = "allreduce,ddp_mlp,ddp_resnet50,ddp_gpt2";
   std::vector<int64_t> mlp_batches;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--mlp-batches") == 0 && i + 1 < argc)
@@ -257,6 +265,28 @@ int main(int argc, char** argv) {
       cudnn::set_benchmark(true);
       records.push_back(
           {"ddp_resnet50", "throughput", "samples/s", train_throughput(net, {128, 3, 224, 224}, 1000, d, 5, 15, 0.9)});
+    }
+    if (wanted("ddp_gpt2")) {
+      const int64_t batch = quick ? 4 : 16, seq = quick ? 128 : 1024;
+      kiln_bench::Gpt2StepOptions o;
+      o.config = kiln_bench::gpt2_bench_config(quick ? "d6" : "124m", seq);
+      o.ddp = true;
+      o.ddp_options = g_ddp;
+      kiln_bench::Gpt2Step step(o, d);
+      const auto [x, y] =
+          kiln_bench::gpt2_random_batch(o.config.vocab_size, batch, seq, 1 + static_cast<uint64_t>(dist::rank()), d);
+      Array loss;
+      const int steps = quick ? 10 : 50;
+      const double seconds = time_ms(d, quick ? 3 : 20, steps, [&] { loss = step(x, y); }) / steps / 1000.0;
+      if (!std::isfinite(loss.item<double>()))
+        throw Error("ddp_gpt2: the loss is not finite after " + std::to_string(steps) + " timed steps");
+      const double tokens = static_cast<double>(batch * seq);
+      records.push_back({"ddp_gpt2", "seconds", "s", seconds});
+      records.push_back({"ddp_gpt2", "tokens_per_s", "tokens/s", tokens * n / seconds});
+      const double peak = peak_bf16_tflops(device_properties(d));
+      if (peak > 0)
+        records.push_back(
+            {"ddp_gpt2", "mfu", "fraction", tokens * step.flops_per_token(seq) / seconds / (peak * 1e12)});
     }
     if (dist::rank() == 0) {
       fmt::print("bench_dist: {} rank(s), {} each\n", n, d.str());

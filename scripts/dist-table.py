@@ -3,7 +3,7 @@
 
     python3 scripts/dist-table.py OUT_DIR      (reads dist-kiln-N.json, dist-torch-N.json; prints Markdown)
 
-Per workload: kiln and PyTorch at each world size, kiln/PyTorch (higher is better for kiln: bandwidth and
+Per workload (allreduce, ddp_mlp, ddp_resnet50, ddp_gpt2, ...): kiln and PyTorch at each world size, kiln/PyTorch (higher is better for kiln: bandwidth and
 throughput; for seconds PyTorch/kiln), and each library's scaling from 1 GPU to N (throughput ratio).
 Extra rounds (dist-kiln-N-rK.json, ...; gpu-check runs the MLP's again, alternating world sizes, since its
 sub-millisecond steps move with the host's jitter between processes) make a record the median of its runs;
@@ -64,7 +64,7 @@ def main():
         lo, hi = sizes[0], sizes[-1]
         print(f"\nScaling from {lo} to {hi} GPUs (throughput ratio; the target is >= 1.9x for 2 GPUs):")
         for key in keys:
-            if key[1] != "throughput":
+            if key[1] not in ("throughput", "tokens_per_s"):  # samples/s, and ddp_gpt2's tokens/s
                 continue
             for name, runs in (("kiln", kiln), ("PyTorch", torch)):
                 a, b = runs.get(lo, {}).get(key), runs.get(hi, {}).get(key)

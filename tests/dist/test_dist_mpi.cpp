@@ -15,6 +15,7 @@
 #include "kiln/nn.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/train.hpp"
+#include "gpt2_step.hpp"
 #ifdef KILN_WITH_CUDA
 #include "kiln/cuda.hpp"
 #endif
@@ -334,6 +335,58 @@ TEST(DistMpi, a_ddp_step_captured_in_a_graph_averages_gradients_at_every_replay)
     EXPECT_LT(max(abs(got[k].to(cpu()) - want[k].to(cpu()))).item<float>(), 1e-5f) << "param " << k;
 }
 #endif  // KILN_WITH_CUDA
+
+// bench_dist's ddp_gpt2 step (bench/gpt2_step.hpp: GPT-2, two AdamW groups, clip_grad_norm) on a tiny config:
+// each rank draws its own batch (seed + rank), and after the steps every rank's parameters equal those of one
+// process training the same step on the ranks' batches concatenated. The tied embedding/head weight gets its
+// gradient from two uses, and clipping acts on the averaged gradients.
+TEST(DistMpi, ddp_gpt2_step_equals_one_process_on_the_concatenated_batch) {
+  const int size = G().size();
+  for (Device d : devices_to_test()) {
+    kiln_bench::Gpt2StepOptions o;
+    o.config = {.vocab_size = 64, .n_positions = 16, .n_embd = 32, .n_layer = 2, .n_head = 2};
+    o.config.embd_pdrop = o.config.attn_pdrop = o.config.resid_pdrop = 0.0;
+    o.bf16 = false;
+    o.clip = 0.5;
+    o.ddp = true;
+    o.ddp_options.bucket_cap_mb = 0.01;  // 10 kB: several buckets
+    o.seed = 300 + static_cast<uint64_t>(G().rank());  // DDP must broadcast rank 0's initialisation
+    kiln_bench::Gpt2Step step(o, d);
+    kiln_bench::Gpt2StepOptions whole_options = o;
+    whole_options.ddp = false;
+    whole_options.seed = 300;
+    kiln_bench::Gpt2Step whole(whole_options, d);
+    std::vector<Array> initial;
+    for (const Array& p : whole.parameters()) initial.push_back(p.to(cpu()).copy());
+    const int64_t batch = 2, seq = 16;
+    for (int s = 0; s < 3; ++s) {
+      std::vector<Array> xs, ys;
+      for (int r = 0; r < size; ++r) {
+        auto [x, y] = kiln_bench::gpt2_random_batch(64, batch, seq, 1000 * static_cast<uint64_t>(s) + r, d);
+        xs.push_back(x);
+        ys.push_back(y);
+      }
+      const Array loss = step(xs[static_cast<size_t>(G().rank())], ys[static_cast<size_t>(G().rank())]);
+      const Array whole_loss = whole(concatenate(xs, 0), concatenate(ys, 0));
+      ASSERT_TRUE(std::isfinite(loss.item<double>()));
+      // The clipping acts: the averaged gradients' norm is above the bound, as the whole batch's.
+      EXPECT_GT(whole.grad_norm().item<double>(), o.clip) << d.str() << " step " << s;
+      EXPECT_NEAR(step.grad_norm().item<double>(), whole.grad_norm().item<double>(),
+                  1e-5 * whole.grad_norm().item<double>())
+          << d.str() << " step " << s;
+    }
+    const auto got = step.parameters(), want = whole.parameters();
+    ASSERT_EQ(got.size(), want.size());
+    float moved = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      // One AdamW step moves a parameter by up to lr = 6e-4, and Adam's normalisation lets rounding grow (an
+      // average over 3 ranks is not exact: 6e-6 seen); a rank that trained on its own batch only ends 3e-3 off.
+      EXPECT_LT(max(abs(got[k].to(cpu()) - want[k].to(cpu()))).item<float>(), 3e-5f) << d.str() << " param " << k;
+      moved = std::max(moved, max(abs(want[k].to(cpu()) - initial[k])).item<float>());
+    }
+    EXPECT_GT(moved, 1e-3f) << "three steps should move some parameter by more than one lr";
+  }
+}
 
 TEST(DistMpi, ddp_reports_a_model_that_differs_across_ranks) {
   if (G().size() < 2) GTEST_SKIP() << "needs 2 ranks";

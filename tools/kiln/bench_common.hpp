@@ -93,6 +93,11 @@ void run_attention(BenchContext& ctx);
 void run_lstm(BenchContext& ctx);
 void run_generate(BenchContext& ctx);
 void run_gpt2(BenchContext& ctx);
+/// `kiln bench gpt2 --nproc N`: the GPT-2 step data parallel with 1 rank, then N (each started by `kiln launch`
+/// running `kiln bench gpt2 --rank-record FILE`), with the scaling between them; returns the exit status.
+int bench_gpt2_nproc(int nproc, const std::string& device, bool quick, const std::string& json);
+/// One rank of those runs: joins the process group, times the step; rank 0 writes its figures to record_file.
+int gpt2_rank(const std::string& record_file, const std::string& device, bool quick);
 
 /// Host threads the CPU side uses (OpenMP's team size: all cores unless OMP_NUM_THREADS says otherwise).
 int host_threads();

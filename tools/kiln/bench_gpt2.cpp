@@ -11,15 +11,30 @@
 // GPT2Config::recompute (cases named ..._recompute_gelu/block). The CPU case cpu_gpt2_d6_step (llm.c's d6, batch 4 x
 // 128, float32) keeps the workload runnable without a GPU. Peers: bench/peers/torch_bench.py --workloads gpt2
 // (eager, and torch.compile with --compile), scripts/llmc-bench (llm.c).
+// --nproc N: the same step data parallel (bench/gpt2_step.hpp in DistributedDataParallel, each rank its own batch
+// of the same size): `kiln launch` starts this kiln as 1 rank, then as N ranks (one GPU each over NCCL, or CPU
+// ranks over MPI), each timed with events on rank 0's stream after a barrier; cases gpt2_124m_step_ddp1 and
+// ..._ddpN (cpu_gpt2_d6_step_ddp1/N on the CPU), metrics seconds, tokens_per_s (over all ranks), mfu (per GPU)
+// and, for N ranks, scaling (tokens/s against the one rank's of the same invocation).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "../../bench/gpt2_step.hpp"
 #include "bench_common.hpp"
 #include "kiln/compile.hpp"
 #include "kiln/cuda.hpp"
+#include "kiln/dist.hpp"
 #include "kiln/models.hpp"
 #include "kiln/profiler.hpp"
 
@@ -168,6 +183,152 @@ void run_gpt2(BenchContext& ctx) {
   table.print();
   verdict("compare with bench/peers/torch_bench.py --workloads gpt2 (PyTorch eager; --compile: torch.compile) and "
           "scripts/llmc-bench (llm.c)");
+}
+
+namespace {
+
+/// The data-parallel case's name: the GPU's step or the CPU's.
+std::string ddp_case(bool gpu, int ranks) {
+  return std::string(gpu ? "gpt2_124m_step" : "cpu_gpt2_d6_step") + "_ddp" + std::to_string(ranks);
+}
+
+/// Runs argv (a program and its arguments) and waits for it: its exit status (128 + the signal when killed).
+int run_and_wait(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> c;
+  for (std::string& a : args) c.push_back(a.data());
+  c.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("kiln bench gpt2 --nproc: fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    execv(c[0], c.data());
+    std::fprintf(stderr, "kiln bench gpt2 --nproc: cannot run %s: %s\n", c[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw Error(std::string("kiln bench gpt2 --nproc: waitpid: ") + std::strerror(errno));
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+}  // namespace
+
+int gpt2_rank(const std::string& record_file, const std::string& device_name, bool quick) {
+  const Device want = device_name.empty() ? try_gpu() : parse_device(device_name);
+  dist::InitOptions init;
+  if (want.is_cpu() || num_gpus() < dist::launch_environment().world_size) init.device = cpu();
+  dist::init_process_group(init);
+  const Device d = dist::default_group().device();
+  if (d.is_cuda()) set_current_device(d);
+  const bool gpu = d.is_cuda();
+  const int64_t batch = gpu ? (quick ? 4 : 16) : (quick ? 2 : 4), seq = gpu ? 1024 : 128;
+  kiln_bench::Gpt2StepOptions o;
+  o.config = kiln_bench::gpt2_bench_config(gpu ? "124m" : "d6", seq);
+  o.bf16 = gpu;
+  o.ddp = true;
+  kiln_bench::Gpt2Step step(o, d);
+  const auto [x, y] =
+      kiln_bench::gpt2_random_batch(o.config.vocab_size, batch, seq, 1 + static_cast<uint64_t>(dist::rank()), d);
+  Array loss;
+  const int warmup = gpu ? (quick ? 5 : 20) : 1, steps = gpu ? (quick ? 10 : 50) : (quick ? 3 : 10);
+  for (int i = 0; i < warmup; ++i) loss = step(x, y);
+  synchronize(d);
+  dist::barrier();  // every rank starts the timed steps together: rank 0's events time the slowest's pace
+  Event start = Event::create(d), stop = Event::create(d);
+  start.record();
+  for (int i = 0; i < steps; ++i) loss = step(x, y);
+  stop.record();
+  stop.synchronize();
+  const double seconds = start.elapsed_ms(stop) / 1000.0 / steps;
+  const double loss_value = loss.item<double>();
+  const int ranks = dist::world_size();
+  if (dist::rank() == 0) {
+    const double tokens = static_cast<double>(batch * seq);
+    const double peak = gpu ? peak_bf16_tflops(device_properties(d)) : 0.0;
+    std::ofstream f(record_file);
+    f.precision(10);
+    // Figures only (a NaN loss is written as its finiteness: streams do not read "nan" back).
+    f << "ranks " << ranks << "\nseconds " << seconds << "\ntokens_per_s " << tokens * ranks / seconds << "\nmfu "
+      << (peak > 0 ? tokens * step.flops_per_token(seq) / seconds / (peak * 1e12) : 0.0) << "\nfinite_loss "
+      << (std::isfinite(loss_value) ? 1 : 0) << "\n";
+    if (!f) throw Error("kiln bench gpt2 --nproc: could not write " + record_file);
+  }
+  dist::destroy_process_group();
+  return 0;
+}
+
+int bench_gpt2_nproc(int nproc, const std::string& device_name, bool quick, const std::string& json) {
+  if (nproc < 2)
+    throw ValueError("kiln bench gpt2 --nproc: give 2 or more ranks (one rank is the plain gpt2 workload)");
+  BenchContext ctx;
+  ctx.quick = quick;
+  ctx.device = device_name.empty() ? try_gpu() : parse_device(device_name);
+  const bool gpu = ctx.device.is_cuda() && num_gpus() >= nproc;
+  if (ctx.device.is_cuda() && !gpu)
+    throw ValueError("kiln bench gpt2 --nproc " + std::to_string(nproc) + ": the machine has " +
+                     std::to_string(num_gpus()) + " GPU(s), one per rank is needed; give --nproc " +
+                     std::to_string(num_gpus()) + " or --device cpu (CPU ranks over MPI)");
+  title("gpt2 --nproc", fmt::format("the GPT-2 step in DistributedDataParallel, 1 rank then {} ({}), each rank {}",
+                                    nproc, gpu ? "a GPU each, NCCL" : "CPU ranks, MPI",
+                                    gpu ? fmt::format("batch {} x 1024, bfloat16 autocast", quick ? 4 : 16)
+                                        : fmt::format("d6, batch {} x 128, float32", quick ? 2 : 4)));
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::map<int, std::map<std::string, double>> runs;
+  for (const int n : {1, nproc}) {
+    const std::string file = (std::filesystem::temp_directory_path() /
+                              fmt::format("kiln-bench-gpt2-{}-{}ranks.txt", static_cast<long>(getpid()), n))
+                                 .string();
+    std::filesystem::remove(file);
+    // Through `kiln launch` (this kiln again): NCCL ranks find each other through the environment, CPU ranks
+    // are mpirun's.
+    std::vector<std::string> argv{self, "launch", "--nproc", std::to_string(n), "--backend", gpu ? "env" : "mpi",
+                                  self, "bench",  "gpt2",    "--rank-record",   file};
+    if (!gpu) argv.insert(argv.end(), {"--device", "cpu"});
+    if (quick) argv.push_back("--quick");
+    const int status = run_and_wait(argv);
+    std::ifstream in(file);
+    if (status != 0 || !in)
+      throw Error(
+          fmt::format("kiln bench gpt2 --nproc: the {}-rank run {} (its ranks' messages are above)", n,
+                      status != 0 ? fmt::format("failed with exit status {}", status) : "wrote no record to " + file));
+    std::string key;
+    double value = 0;
+    while (in >> key >> value) runs[n][key] = value;
+    for (const char* k : {"ranks", "seconds", "tokens_per_s", "mfu", "finite_loss"})
+      if (!runs[n].count(k))
+        throw Error(fmt::format("kiln bench gpt2 --nproc: the {}-rank run's record {} has no {}", n, file, k));
+    if (runs[n]["ranks"] != n)
+      throw Error(fmt::format("kiln bench gpt2 --nproc: asked for {} rank(s), the run had {}", n, runs[n]["ranks"]));
+    std::filesystem::remove(file);
+  }
+  Table table({"case", "device", "ranks", "step", "tokens/s", "MFU", "scaling", "check"});
+  const double one = runs[1]["tokens_per_s"];
+  for (const int n : {1, nproc}) {
+    auto& r = runs[n];
+    const std::string name = ddp_case(gpu, n);
+    const std::string check = r["finite_loss"] == 1 ? "ok" : "the loss is not finite";
+    const double scaling = r["tokens_per_s"] / one;
+    ctx.record("gpt2", name, "seconds", "s", r["seconds"], false, check);
+    ctx.record("gpt2", name, "tokens_per_s", "tokens/s", r["tokens_per_s"], true, check);
+    if (r["mfu"] > 0) ctx.record("gpt2", name, "mfu", "fraction", r["mfu"], true, check);
+    if (n > 1) ctx.record("gpt2", name, "scaling", "x", scaling, true, check);
+    table.row({name, gpu ? "cuda" : "cpu", std::to_string(n), format_seconds(r["seconds"]),
+               format_number(r["tokens_per_s"], 0), r["mfu"] > 0 ? format_number(100 * r["mfu"], 1) + "%" : "-",
+               n > 1 ? format_number(scaling, 2) + "x" : "-", check});
+  }
+  table.print();
+  verdict(
+      fmt::format("gpt2 --nproc {}: {} tokens/s over {} ranks, {:.2f}x one rank's {} (ideal {}x); PyTorch's: "
+                  "bench/peers/torch_ddp.py --workloads ddp_gpt2 under torchrun",
+                  nproc, format_number(runs[nproc]["tokens_per_s"], 0), nproc, runs[nproc]["tokens_per_s"] / one,
+                  format_number(one, 0), nproc));
+  if (!json.empty()) {
+    write_json(ctx, json);
+    fmt::print("wrote {}\n", json);
+  }
+  return 0;
 }
 
 }  // namespace kiln_cli

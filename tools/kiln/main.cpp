@@ -122,8 +122,17 @@ int demo() {
 }
 
 int bench_command(const std::vector<std::string>& names, const std::string& device_name, const std::string& json,
-                  bool quick, const std::string& profile, const std::string& recompute) {
+                  bool quick, const std::string& profile, const std::string& recompute, int nproc,
+                  const std::string& rank_record) {
   using namespace kiln;
+  if (nproc > 1 || !rank_record.empty()) {
+    if (names != std::vector<std::string>{"gpt2"})
+      throw ValueError("bench --nproc: only the gpt2 workload runs data parallel; use `kiln bench gpt2 --nproc N`");
+    if (!profile.empty() || recompute != "none")
+      throw ValueError("bench gpt2 --nproc: --profile and --recompute are the one-process step's; leave them out");
+    return rank_record.empty() ? kiln_cli::bench_gpt2_nproc(nproc, device_name, quick, json)
+                               : kiln_cli::gpt2_rank(rank_record, device_name, quick);
+  }
   kiln_cli::BenchContext ctx;
   ctx.quick = quick;
   ctx.profile = profile;
@@ -194,6 +203,12 @@ int main(int argc, char** argv) {
                    "gpt2: activation recomputation (GPT2Config::recompute): none (default), gelu (the MLP's "
                    "activations), block (every block's)")
       ->check(CLI::IsMember({"none", "gelu", "block"}));
+  int bench_nproc = 1;
+  bench_cmd->add_option("--nproc", bench_nproc,
+                        "gpt2: the step data parallel (DistributedDataParallel) with 1 rank, then N, started by kiln "
+                        "launch (a GPU each over NCCL, or CPU ranks over MPI): tokens/s and the scaling");
+  std::string rank_record;  // a rank of --nproc's runs: rank 0 writes its figures here (kiln starts these itself)
+  bench_cmd->add_option("--rank-record", rank_record)->group("");
   auto* train_cmd = app.add_subcommand(
       "train", "train a walkthrough's model on Fashion-MNIST (mlp, cnn), or a GPT-2 on a token file or text (gpt)");
   kiln_cli::TrainArgs train;
@@ -256,7 +271,8 @@ int main(int argc, char** argv) {
   try {
     if (info_cmd->parsed()) return info();
     if (demo_cmd->parsed()) return demo();
-    if (bench_cmd->parsed()) return bench_command(names, device, json, quick, profile, recompute);
+    if (bench_cmd->parsed())
+      return bench_command(names, device, json, quick, profile, recompute, bench_nproc, rank_record);
     if (tokenize_cmd->parsed()) return kiln_cli::tokenize(tokenize_args);
     if (generate_cmd->parsed()) return kiln_cli::generate(generate_args);
     if (launch_cmd->parsed()) {
