@@ -49,6 +49,25 @@ bool uses(const TracedCall& c, const Storage* s) {
   return std::find(c.storages.begin(), c.storages.end(), s) != c.storages.end();
 }
 
+/// Whether `c` may write `s` (any storage it uses, where its recorder did not name its outputs).
+bool writes(const TracedCall& c, const Storage* s) {
+  return c.writes_known ? std::find(c.written.begin(), c.written.end(), s) != c.written.end() : uses(c, s);
+}
+
+/// `a` as a view of shape `shape`: itself, or the same C-contiguous elements seen in that shape; undefined
+/// when neither (an array of another size or layout).
+Array as_shape(const Array& a, const Shape& shape) {
+  if (a.shape() == shape) return a;
+  if (!a.is_contiguous() || a.size() != shape_numel(shape)) return Array();
+  return Array(a.storage(), shape, contiguous_strides(shape), a.offset(), a.dtype());
+}
+
+/// `a` reads the very elements of `x` in the same order (the same view, or both C-contiguous from one place).
+bool same_elements(const Array& a, const Array& x) {
+  return same_view(a, x) || (a.storage() == x.storage() && a.offset() == x.offset() && a.dtype() == x.dtype() &&
+                             a.size() == x.size() && a.is_contiguous() && x.is_contiguous());
+}
+
 /// P's results over its whole shape: (array, output index of the merged graph); for an elementwise P its out.
 std::vector<std::pair<Array, int>> full_results(const TracedCall& p) {
   std::vector<std::pair<Array, int>> r;
@@ -124,14 +143,16 @@ std::shared_ptr<RecordedFused> as_fused(const TracedCall& p) {
   return r;
 }
 
-/// Tries to merge calls[j] (E) into calls[i] (P); true when it did (calls[j] is then erased by the caller).
-bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output) {
+/// Tries to merge calls[j] (E) into calls[i] (P), in i's place (E's work moves up) or, when `down`, in j's
+/// (P's moves down); true when it did (and the other place is erased).
+bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool down) {
   TracedCall& p = t.calls[i];
   const TracedCall& ecall = t.calls[j];
   const ElementwiseCall& e = ecall.elementwise->call;
   const std::shared_ptr<RecordedFused> base = as_fused(p);
   const FusionCall& pc = base->call;
-  if (e.out.shape() != pc.shape) return false;
+  const Array e_out = as_shape(e.out, pc.shape);
+  if (!e_out.defined()) return false;
   // E's operands: X (as P's result node) or new arguments; E's result must not overlap what the merged call
   // reads, except as the very view of an operand in a graph without reductions.
   const FusionGraph& pg = *base->graph;
@@ -151,27 +172,30 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output) {
   bool aliased = pc.aliased;
   for (int k = 0; k < e.num_inputs; ++k) {
     const Array& a = *e.inputs[static_cast<size_t>(k)].array;
-    if (same_view(a, x)) {
+    if (same_elements(a, x)) {
       inputs[k] = x_node;
       continue;
     }
     if (a.storage() == x.storage()) return false;  // another view of X: not the merged kernel's value
-    inputs[k] = add_argument(*g, a, ndim);
-    r->arrays.push_back(a.broadcast_to(pc.shape));
+    // E's own shape, when it differs from P's, only as the same elements in the same order (a reshape).
+    const Array in_shape = e.out.shape() == pc.shape ? a.broadcast_to(pc.shape) : as_shape(a, pc.shape);
+    if (!in_shape.defined()) return false;
+    inputs[k] = add_argument(*g, in_shape, ndim);
+    r->arrays.push_back(in_shape);
   }
   for (const Array& a : r->arrays) {
-    if (!a.defined() || !overlaps(a, e.out)) continue;
-    if (pg.reduce >= 0 || pg.staged || !same_view(a, e.out)) return false;
+    if (!a.defined() || !overlaps(a, e_out)) continue;
+    if (pg.reduce >= 0 || pg.staged || !same_view(a, e_out)) return false;
     aliased = true;
   }
   for (size_t k = 0; k < pc.outs.size(); ++k)
-    if (static_cast<int>(k) != output && overlaps(pc.outs[k], e.out)) return false;
+    if (static_cast<int>(k) != output && overlaps(pc.outs[k], e_out)) return false;
   g->nodes.push_back(op_node(e, inputs, ndim));
   g->outputs[static_cast<size_t>(output)] = static_cast<int>(g->nodes.size()) - 1;
   finish_fusion_graph(*g);
   r->graph = g;
   r->call.graph = g.get();
-  r->call.outs[static_cast<size_t>(output)] = e.out;
+  r->call.outs[static_cast<size_t>(output)] = e_out;
   r->call.aliased = aliased;
   r->call.arrays.assign(r->arrays.size(), nullptr);
   for (size_t k = 0; k < r->arrays.size(); ++k)
@@ -186,6 +210,10 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output) {
     if (s != x.storage().get()) merged.storages.push_back(s);
   merged.storages.erase(std::remove(merged.storages.begin(), merged.storages.end(), x.storage().get()),
                         merged.storages.end());
+  merged.writes_known = true;
+  for (const TracedCall* c : {static_cast<const TracedCall*>(&p), &ecall})
+    for (const Storage* w : c->written)
+      if (w != x.storage().get()) merged.written.push_back(w);
   merged.fused = r;
   merged.backend = p.backend;
   auto parts = std::make_shared<std::vector<std::function<void()>>>(
@@ -194,9 +222,10 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output) {
     if (!backend->fused(r->call))
       for (const auto& part : *parts) part();
   };
-  merged.parts.push_back(std::move(p));
+  merged.parts.push_back(p);
   merged.parts.push_back(ecall);
-  t.calls[i] = std::move(merged);
+  t.calls[down ? j : i] = std::move(merged);
+  t.calls.erase(t.calls.begin() + static_cast<std::ptrdiff_t>(down ? i : j));
   return true;
 }
 
@@ -225,20 +254,24 @@ int64_t fuse_step_trace(StepTrace& t) {
         if (!e.elementwise || e.backend != p.backend || !only_arrays(e.elementwise->call)) continue;
         bool reads_x = false;
         for (int k = 0; k < e.elementwise->call.num_inputs; ++k)
-          reads_x = reads_x || same_view(*e.elementwise->call.inputs[static_cast<size_t>(k)].array, x);
+          reads_x = reads_x || same_elements(*e.elementwise->call.inputs[static_cast<size_t>(k)].array, x);
         if (!reads_x || e.elementwise->call.out.storage().get() == s) continue;
         // Nothing outside the trace holds X: every reference to its storage is one the trace keeps.
         int64_t held = held_by(p, s) + held_by(e, s);
         for (const auto& k : t.keep) held += k.get() == s ? 1 : 0;
         if (x.storage().use_count() - 1 != held) continue;  // -1: `x` itself, a copy made here
-        // E moves up to P's place: no call between them may use E's other operands or its result.
-        bool clear = true;
-        for (size_t k = i + 1; k < user && clear; ++k)
-          for (const Storage* es : e.storages)
-            if (es != s && uses(t.calls[k], es)) clear = false;
-        if (!clear) continue;
-        if (merge(t, i, user, x, output)) {
-          t.calls.erase(t.calls.begin() + static_cast<std::ptrdiff_t>(user));
+        // E moves up to P's place (no call between them uses E's other operands or its result), or P moves down
+        // to E's (no call between them uses P's other results or writes what P reads).
+        bool up = true, down = true;
+        for (size_t k = i + 1; k < user && (up || down); ++k) {
+          for (const Storage* es : e.storages) up = up && (es == s || !uses(t.calls[k], es));
+          for (const Storage* ps : p.storages) {
+            const bool result = std::find(p.written.begin(), p.written.end(), ps) != p.written.end();
+            if (ps != s) down = down && !(result ? uses(t.calls[k], ps) : writes(t.calls[k], ps));
+          }
+        }
+        if (!up && !down) continue;
+        if (merge(t, i, user, x, output, !up)) {
           ++merged;
           changed = true;
           break;

@@ -65,6 +65,12 @@ class Entry {
     return *this;
   }
   Entry& array(const Array* a) { return a ? array(*a) : text("null"); }
+  /// An array the call writes (a call that names its outputs this way writes nothing else).
+  Entry& output(const Array& a) {
+    call_.writes_known = true;
+    if (a.defined()) call_.written.push_back(a.storage().get());
+    return array(a);
+  }
   /// A scalar parameter exactly (two traces must repeat it bit for bit), without iostreams.
   Entry& value(const Scalar& s) {
     switch (s.kind()) {
@@ -117,7 +123,7 @@ class RecordingBackend final : public Backend {
         e.array(*a.array);
       }
     }
-    e.array(call.out);
+    e.output(call.out);
     e.structured(o, nullptr, real_);
     e.done([o, &b = real_] { b.elementwise(o->call); });
   }
@@ -133,7 +139,7 @@ class RecordingBackend final : public Backend {
     Entry(trace(), std::string("reduce ") + reduce_op_name(call.op))
         .text(shape_str(call.axes))
         .array(*call.in)
-        .array(call.out)
+        .output(call.out)
         .done([o, &b = real_] { b.reduce(o->call); });
   }
 
@@ -147,7 +153,7 @@ class RecordingBackend final : public Backend {
     o->call.in = &o->in;
     Entry(trace(), std::string("scan ") + reduce_op_name(call.op))
         .array(*call.in)
-        .array(call.out)
+        .output(call.out)
         .done([o, &b = real_] { b.scan(o->call); });
   }
 
@@ -161,7 +167,7 @@ class RecordingBackend final : public Backend {
     o->call.a = &o->a;
     o->call.b = &o->b;
     Entry e(trace(), "matmul");
-    e.array(*call.a).array(*call.b).array(call.out);
+    e.array(*call.a).array(*call.b).output(call.out);
     if (call.bias) {
       o->bias = *call.bias;
       o->call.bias = &o->bias;
@@ -170,7 +176,7 @@ class RecordingBackend final : public Backend {
     if (call.pre_gelu) {
       o->pre_gelu = *call.pre_gelu;
       o->call.pre_gelu = &o->pre_gelu;
-      e.text("gelu").array(*call.pre_gelu).text(call.gelu_applied ? "applied" : "not applied");
+      e.text("gelu").output(*call.pre_gelu).text(call.gelu_applied ? "applied" : "not applied");
     }
     // A backend that declined the bias or the GELU left them to the core, which ran them as later calls.
     e.done([o, &b = real_] {
@@ -190,7 +196,7 @@ class RecordingBackend final : public Backend {
         .number(call.b)
         .text(std::to_string(call.low) + ".." + std::to_string(call.high) + " blocks " + std::to_string(call.blocks) +
               " at +" + std::to_string(rel))
-        .array(call.out)
+        .output(call.out)
         .done([o, rel, start = trace().replay_start, &b = real_] {
           o->seed = start->seed;
           o->offset = start->offset + rel;
@@ -255,7 +261,7 @@ class RecordingBackend final : public Backend {
       o->call.arrays[i] = call.arrays[i] ? &o->arrays[i] : nullptr;
       e.array(call.arrays[i]);
     }
-    for (const Array& out : call.outs) e.array(out);
+    for (const Array& out : call.outs) e.output(out);
     e.structured(nullptr, o, real_);
     e.done([o, &b = real_] { b.fused(o->call); });
     return true;

@@ -41,6 +41,9 @@ struct TracedCall {
   std::string name;                  ///< "elementwise multiply", "matmul", "host: take", ...
   std::string detail;                ///< shapes, dtypes and scalar values, compared between traces
   std::vector<const Storage*> storages;  ///< every storage it reads or writes, in operand order
+  /// The storages it writes, where the recorder names them (writes_known); otherwise any of `storages` may be.
+  std::vector<const Storage*> written;
+  bool writes_known = false;
   std::function<void()> replay;
   /// The structured form of an elementwise or fused call (else both null), which the step's fusion pass
   /// (fuse_step_trace) rewrites, and the backend that runs it.

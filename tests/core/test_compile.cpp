@@ -453,3 +453,38 @@ TEST(Compile, ALayerNormAndTheCastOfItsOutputBecomeOneKernel) {
     EXPECT_NE(b.summary().find("fused layer_norm+identity+multiply: 1"), std::string::npos) << b.summary();
   }
 }
+
+TEST(Compile, AGptStepUnderAutocastFusesItsLayerNormsWithTheirNeighbours) {
+  // bfloat16 autocast, no dropout: each layer norm's float32 output is only cast for the product after it, and
+  // its input's gradient is added to the residual's: the pass makes each pair one rows kernel, bit for bit.
+  for (Device device : devices()) {
+    const std::string what = device.str() + " autocast";
+    const models::GPT2Config config = kiln_test::tiny_gpt2_config();
+    const std::vector<Array> tokens = tiny_tokens(config, device);
+    TinyGpt eager(config, device), compiled(config, device);
+    auto autocast_step = [](TinyGpt& m) {
+      return [&m](const std::vector<Array>& in) {
+        m.opt->zero_grad();
+        Array loss;
+        {
+          AutocastGuard amp(bfloat16);
+          loss = models::lm_loss((*m.model)(in[0]), in[1]);
+        }
+        loss.backward();
+        m.opt->step();
+        return std::vector<Array>{loss};
+      };
+    };
+    CompiledStep step = compile(autocast_step(compiled));
+    std::vector<float> losses;
+    std::vector<std::vector<std::vector<float>>> params;
+    run_steps(autocast_step(eager), *eager.model, tokens, false, losses, params, what);
+    run_steps([&](const std::vector<Array>& in) { return step(in); }, *compiled.model, tokens, false, losses, params,
+              what);
+    EXPECT_EQ(step.replays(), 2) << what;
+    const std::string summary = step.summary();
+    EXPECT_NE(summary.find("fused layer_norm+identity: "), std::string::npos) << what << "\n" << summary;
+    EXPECT_NE(summary.find("fused layer_norm_backward+add: "), std::string::npos) << what << "\n" << summary;
+    EXPECT_GE(step.fused_ops(), 2 * config.n_layer + 1) << what << "\n" << summary;
+  }
+}
