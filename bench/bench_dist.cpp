@@ -268,16 +268,10 @@ int main(int argc, char** argv) {
     }
     if (wanted("ddp_gpt2")) {
       const int64_t batch = quick ? 4 : 16, seq = quick ? 128 : 1024;
-      kiln_bench::Gpt2StepOptions o;
-      o.config = kiln_bench::gpt2_bench_config(quick ? "d6" : "124m", seq);
-      o.ddp = true;
-      o.ddp_options = g_ddp;
-      kiln_bench::Gpt2Step step(o, d);
-      const auto [x, y] =
-          kiln_bench::gpt2_random_batch(o.config.vocab_size, batch, seq, 1 + static_cast<uint64_t>(dist::rank()), d);
+      kiln_bench::Gpt2DdpRun run(quick ? "d6" : "124m", batch, seq, true, g_ddp, d);
       Array loss;
       const int steps = quick ? 10 : 50;
-      const double seconds = time_ms(d, quick ? 3 : 20, steps, [&] { loss = step(x, y); }) / steps / 1000.0;
+      const double seconds = time_ms(d, quick ? 3 : 20, steps, [&] { loss = run(); }) / steps / 1000.0;
       if (!std::isfinite(loss.item<double>()))
         throw Error("ddp_gpt2: the loss is not finite after " + std::to_string(steps) + " timed steps");
       const double tokens = static_cast<double>(batch * seq);
@@ -286,7 +280,7 @@ int main(int argc, char** argv) {
       const double peak = peak_bf16_tflops(device_properties(d));
       if (peak > 0)
         records.push_back(
-            {"ddp_gpt2", "mfu", "fraction", tokens * step.flops_per_token(seq) / seconds / (peak * 1e12)});
+            {"ddp_gpt2", "mfu", "fraction", tokens * run.step.flops_per_token(seq) / seconds / (peak * 1e12)});
     }
     if (dist::rank() == 0) {
       fmt::print("bench_dist: {} rank(s), {} each\n", n, d.str());

@@ -104,4 +104,28 @@ inline std::pair<kiln::Array, kiln::Array> gpt2_random_batch(int64_t vocab, int6
   return {x, y};
 }
 
+/// This rank's data-parallel GPT-2 step (`config` at rows x seq per rank, DistributedDataParallel over the
+/// default process group) and its own batch of random tokens (seed 1 + rank): bench_dist's ddp_gpt2 and
+/// `kiln bench gpt2 --nproc` time it.
+struct Gpt2DdpRun {
+  Gpt2DdpRun(const std::string& config, int64_t rows, int64_t seq, bool bf16, const kiln::dist::DdpOptions& ddp,
+             kiln::Device d)
+      : step(options(config, seq, bf16, ddp), d),
+        batch(gpt2_random_batch(step_vocab(), rows, seq, 1 + static_cast<uint64_t>(kiln::dist::rank()), d)) {}
+  Gpt2Step step;
+  std::pair<kiln::Array, kiln::Array> batch;
+  kiln::Array operator()() { return step(batch.first, batch.second); }
+
+ private:
+  static Gpt2StepOptions options(const std::string& config, int64_t seq, bool bf16, const kiln::dist::DdpOptions& ddp) {
+    Gpt2StepOptions o;
+    o.config = gpt2_bench_config(config, seq);
+    o.bf16 = bf16;
+    o.ddp = true;
+    o.ddp_options = ddp;
+    return o;
+  }
+  static int64_t step_vocab() { return gpt2_bench_config("124m", 64).vocab_size; }
+};
+
 }  // namespace kiln_bench

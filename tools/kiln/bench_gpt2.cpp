@@ -224,21 +224,15 @@ int gpt2_rank(const std::string& record_file, const std::string& device_name, bo
   if (d.is_cuda()) set_current_device(d);
   const bool gpu = d.is_cuda();
   const int64_t batch = gpu ? (quick ? 4 : 16) : (quick ? 2 : 4), seq = gpu ? 1024 : 128;
-  kiln_bench::Gpt2StepOptions o;
-  o.config = kiln_bench::gpt2_bench_config(gpu ? "124m" : "d6", seq);
-  o.bf16 = gpu;
-  o.ddp = true;
-  kiln_bench::Gpt2Step step(o, d);
-  const auto [x, y] =
-      kiln_bench::gpt2_random_batch(o.config.vocab_size, batch, seq, 1 + static_cast<uint64_t>(dist::rank()), d);
+  kiln_bench::Gpt2DdpRun run(gpu ? "124m" : "d6", batch, seq, gpu, dist::DdpOptions{}, d);
   Array loss;
   const int warmup = gpu ? (quick ? 5 : 20) : 1, steps = gpu ? (quick ? 10 : 50) : (quick ? 3 : 10);
-  for (int i = 0; i < warmup; ++i) loss = step(x, y);
+  for (int i = 0; i < warmup; ++i) loss = run();
   synchronize(d);
   dist::barrier();  // every rank starts the timed steps together: rank 0's events time the slowest's pace
   Event start = Event::create(d), stop = Event::create(d);
   start.record();
-  for (int i = 0; i < steps; ++i) loss = step(x, y);
+  for (int i = 0; i < steps; ++i) loss = run();
   stop.record();
   stop.synchronize();
   const double seconds = start.elapsed_ms(stop) / 1000.0 / steps;
@@ -251,7 +245,7 @@ int gpt2_rank(const std::string& record_file, const std::string& device_name, bo
     f.precision(10);
     // Figures only (a NaN loss is written as its finiteness: streams do not read "nan" back).
     f << "ranks " << ranks << "\nseconds " << seconds << "\ntokens_per_s " << tokens * ranks / seconds << "\nmfu "
-      << (peak > 0 ? tokens * step.flops_per_token(seq) / seconds / (peak * 1e12) : 0.0) << "\nfinite_loss "
+      << (peak > 0 ? tokens * run.step.flops_per_token(seq) / seconds / (peak * 1e12) : 0.0) << "\nfinite_loss "
       << (std::isfinite(loss_value) ? 1 : 0) << "\n";
     if (!f) throw Error("kiln bench gpt2 --nproc: could not write " + record_file);
   }
