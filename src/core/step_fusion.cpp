@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -144,7 +145,7 @@ std::shared_ptr<RecordedFused> as_fused(const TracedCall& p) {
 }
 
 /// Tries to merge calls[j] (E) into calls[i] (P), in i's place (E's work moves up) or, when `down`, in j's
-/// (P's moves down); true when it did (and the other place is erased).
+/// (P's moves down); true when it did (the other place is then the caller's to drop).
 bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool down) {
   TracedCall& p = t.calls[i];
   const TracedCall& ecall = t.calls[j];
@@ -225,31 +226,44 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
   merged.parts.push_back(p);
   merged.parts.push_back(ecall);
   t.calls[down ? j : i] = std::move(merged);
-  t.calls.erase(t.calls.begin() + static_cast<std::ptrdiff_t>(down ? i : j));
   return true;
 }
 
 }  // namespace
 
 int64_t fuse_step_trace(StepTrace& t) {
+  const size_t n = t.calls.size();
+  std::vector<bool> gone(n, false);
+  // The calls that use each storage (in order), and the trace's own references to it.
+  std::unordered_map<const Storage*, std::vector<size_t>> users_of;
+  for (size_t k = 0; k < n; ++k)
+    for (const Storage* s : t.calls[k].storages) {
+      std::vector<size_t>& u = users_of[s];
+      if (u.empty() || u.back() != k) u.push_back(k);
+    }
+  std::unordered_map<const Storage*, int64_t> kept;
+  for (const auto& k : t.keep) ++kept[k.get()];
+  // After a merge the surviving call `to` stands for `from` among the users of `from`'s storages.
+  auto moved = [&](const TracedCall& from, size_t from_at, size_t to) {
+    for (const Storage* s : from.storages) {
+      std::vector<size_t>& u = users_of[s];
+      u.erase(std::remove(u.begin(), u.end(), from_at), u.end());
+      if (std::find(u.begin(), u.end(), to) == u.end()) u.insert(std::upper_bound(u.begin(), u.end(), to), to);
+    }
+  };
   int64_t merged = 0;
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < t.calls.size() && !changed; ++i) {
+  for (size_t i = 0; i < n; ++i) {
+    for (bool again = true; again && !gone[i];) {
+      again = false;
       const TracedCall& p = t.calls[i];
-      if (!p.backend || !(p.fused || (p.elementwise && only_arrays(p.elementwise->call)))) continue;
+      if (!p.backend || !(p.fused || (p.elementwise && only_arrays(p.elementwise->call)))) break;
       for (const auto& [x, output] : full_results(p)) {
         const Storage* s = x.storage().get();
         if (!s || !t.created.count(s)) continue;
         // The one later call that uses X, and no other user anywhere.
-        size_t user = 0;
-        int users = 0;
-        for (size_t k = 0; k < t.calls.size() && users < 2; ++k)
-          if (k != i && uses(t.calls[k], s)) {
-            user = k;
-            ++users;
-          }
-        if (users != 1 || user < i) continue;
+        const std::vector<size_t>& u = users_of[s];
+        if (u.size() != 2 || u[0] != i) continue;
+        const size_t user = u[1];
         const TracedCall& e = t.calls[user];
         if (!e.elementwise || e.backend != p.backend || !only_arrays(e.elementwise->call)) continue;
         bool reads_x = false;
@@ -257,13 +271,13 @@ int64_t fuse_step_trace(StepTrace& t) {
           reads_x = reads_x || same_elements(*e.elementwise->call.inputs[static_cast<size_t>(k)].array, x);
         if (!reads_x || e.elementwise->call.out.storage().get() == s) continue;
         // Nothing outside the trace holds X: every reference to its storage is one the trace keeps.
-        int64_t held = held_by(p, s) + held_by(e, s);
-        for (const auto& k : t.keep) held += k.get() == s ? 1 : 0;
+        const int64_t held = held_by(p, s) + held_by(e, s) + kept[s];
         if (x.storage().use_count() - 1 != held) continue;  // -1: `x` itself, a copy made here
         // E moves up to P's place (no call between them uses E's other operands or its result), or P moves down
         // to E's (no call between them uses P's other results or writes what P reads).
         bool up = true, down = true;
         for (size_t k = i + 1; k < user && (up || down); ++k) {
+          if (gone[k]) continue;
           for (const Storage* es : e.storages) up = up && (es == s || !uses(t.calls[k], es));
           for (const Storage* ps : p.storages) {
             const bool result = std::find(p.written.begin(), p.written.end(), ps) != p.written.end();
@@ -271,14 +285,29 @@ int64_t fuse_step_trace(StepTrace& t) {
           }
         }
         if (!up && !down) continue;
-        if (merge(t, i, user, x, output, !up)) {
-          ++merged;
-          changed = true;
-          break;
+        const TracedCall before_p = p, before_e = e;  // merge() replaces one of them
+        if (!merge(t, i, user, x, output, !up)) continue;
+        users_of.erase(s);
+        if (up) {
+          gone[user] = true;
+          moved(before_e, user, i);
+          again = true;  // the merged call may take the next op of a chain
+        } else {
+          gone[i] = true;
+          moved(before_p, i, user);
         }
+        ++merged;
+        break;
       }
     }
   }
+  size_t w = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (gone[k]) continue;
+    if (w != k) t.calls[w] = std::move(t.calls[k]);
+    ++w;
+  }
+  t.calls.resize(w);
   return merged;
 }
 
