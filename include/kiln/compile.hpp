@@ -25,8 +25,9 @@
 // as are raw kernels, linear-algebra factorisations, recurrent layers (their results are inspected on the host)
 // and kiln::dist's collectives. Inputs of another shape, dtype or device than the traced ones run the function
 // eagerly. The outputs are the traced step's arrays, overwritten by each replay (copy one to keep it). The record
-// keeps every array the step made alive (the step's memory plan is the compiler's next pass). A fusion pass
-// merges elementwise work into the call whose result it reads where nothing else reads that result
+// holds the memory of the step's arrays: those the step dropped gave theirs to later ones while it was traced,
+// so a replay needs about the memory of one eager step at its peak (memory_bytes()). A fusion pass merges
+// elementwise work into the call whose result it reads where nothing else reads that result
 // (StepCompileOptions::fuse).
 #pragma once
 
@@ -67,6 +68,9 @@ class CompiledStep {
   int64_t recorded_ops() const;
   /// Recorded calls the fusion pass merged into others (StepCompileOptions::fuse).
   int64_t fused_ops() const;
+  /// Bytes of device and host memory the replays' arrays use: the most the traced step's arrays held at once
+  /// (arrays it dropped gave their memory to later ones, as in an eager step); 0 before compiled().
+  int64_t memory_bytes() const;
   /// Calls run eagerly (warm-up, or inputs unlike the traced ones), traced, and replayed.
   int64_t eager_calls() const;
   int64_t traced_calls() const;

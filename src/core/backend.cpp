@@ -48,7 +48,9 @@ Array make_array(const Shape& shape, DType dtype, Device device, const ArrayOpti
   if (!owner)
     throw DeviceError("empty: pinned host memory needs the CUDA backend, which this build lacks (" + build_info() +
                       "); drop {.pinned = true} or rebuild with the cuda preset");
-  auto storage = owner->allocate(n * itemsize(dtype), device, options);
+  // While a step is traced for kiln::compile, from the trace's pool (core/step_trace.hpp).
+  std::shared_ptr<Storage> storage = traced_allocate(*owner, n * itemsize(dtype), device, options);
+  if (!storage) storage = owner->allocate(n * itemsize(dtype), device, options);
   note_allocation(storage);
   return Array(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }

@@ -167,6 +167,9 @@ int64_t CompiledStep::recorded_ops() const {
   return state_->program ? static_cast<int64_t>(state_->program->calls.size()) : 0;
 }
 int64_t CompiledStep::fused_ops() const { return state_->fused; }
+int64_t CompiledStep::memory_bytes() const {
+  return state_->program ? detail::trace_memory_peak(*state_->program) : 0;
+}
 int64_t CompiledStep::eager_calls() const { return state_->eager; }
 int64_t CompiledStep::traced_calls() const { return state_->traced; }
 int64_t CompiledStep::replays() const { return state_->replayed; }

@@ -5,9 +5,11 @@
 //   - E is an elementwise call of array operands only (no scalar operand, not a nullary op) over the shape of
 //     one of P's full results X, reading X as that very view;
 //   - P is an elementwise call of array operands, or a fused call whose X is a full (not reduced) result;
-//   - X's storage was made by the step, only P and E use it, and nothing outside the trace holds it (the step's
-//     outputs, a tensor kept by the user's code, a Python object: all hold references the trace can count);
-//   - no call between P and E uses E's other operands or its result (E's work moves up to P's place), and E's
+//   - X's storage was made by the step, only P and E use it, and nothing outside the record holds it (the step's
+//     own storage of it has expired: not an output of the step, not an array the user's code or a Python object
+//     keeps);
+//   - no call between P and E uses the memory of E's other operands or of its result (E's work moves up to P's
+//     place), or none writes what P reads nor uses P's other results (P's moves down to E's), and E's
 //     result overlaps none of the merged call's inputs unless it is the very view of one of them in a graph
 //     without reductions (an in-place accumulation, as the unfused kernels allow).
 // The merged call runs one FusionGraph: P's graph (or P's op as a one-node graph) with E's op appended, E's
@@ -30,29 +32,25 @@
 namespace kiln::detail {
 namespace {
 
-/// The trace's references to `s` held by one recorded call's arrays.
-int64_t held_by(const TracedCall& c, const Storage* s) {
-  int64_t n = 0;
-  auto count = [&](const Array& a) { n += a.defined() && a.storage().get() == s ? 1 : 0; };
-  if (c.elementwise) {
-    for (const Array& a : c.elementwise->in) count(a);
-    count(c.elementwise->call.out);
-  }
-  if (c.fused) {
-    for (const Array& a : c.fused->arrays) count(a);
-    for (const Array& a : c.fused->call.outs) count(a);
-  }
-  for (const TracedCall& part : c.parts) n += held_by(part, s);
-  return n;
+/// Whether `c` uses memory of `s` (the trace's arrays reuse the memory of those the step dropped: two storages
+/// may share bytes at different times).
+bool touches(const TracedCall& c, const Storage* s) {
+  return std::any_of(c.storages.begin(), c.storages.end(), [&](const Storage* u) { return same_memory(u, s); });
 }
 
-bool uses(const TracedCall& c, const Storage* s) {
-  return std::find(c.storages.begin(), c.storages.end(), s) != c.storages.end();
-}
-
-/// Whether `c` may write `s` (any storage it uses, where its recorder did not name its outputs).
+/// Whether `c` may write memory of `s` (any it uses, where its recorder did not name its outputs).
 bool writes(const TracedCall& c, const Storage* s) {
-  return c.writes_known ? std::find(c.written.begin(), c.written.end(), s) != c.written.end() : uses(c, s);
+  if (!c.writes_known) return touches(c, s);
+  return std::any_of(c.written.begin(), c.written.end(), [&](const Storage* w) { return same_memory(w, s); });
+}
+
+/// Whether `a` and `b` touch common bytes, whichever storages they are views of (the record's aliases of reused
+/// memory are different storages over the same bytes).
+bool bytes_overlap(const Array& a, const Array& b) {
+  if (!a.defined() || !b.defined() || !(a.device() == b.device())) return false;
+  const auto [alo, ahi] = byte_range(a);
+  const auto [blo, bhi] = byte_range(b);
+  return alo < bhi && blo < ahi;
 }
 
 /// `a` as a view of shape `shape`: itself, or the same C-contiguous elements seen in that shape; undefined
@@ -146,7 +144,10 @@ std::shared_ptr<RecordedFused> as_fused(const TracedCall& p) {
 
 /// Tries to merge calls[j] (E) into calls[i] (P), in i's place (E's work moves up) or, when `down`, in j's
 /// (P's moves down); true when it did (the other place is then the caller's to drop).
-bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool down) {
+/// `unused(a)`: a result of P that nothing reads and nothing outside the record holds, which the merged call
+/// need not write (its memory may be E's result's by now).
+bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool down,
+           const std::function<bool(const Array&)>& unused) {
   TracedCall& p = t.calls[i];
   const TracedCall& ecall = t.calls[j];
   const ElementwiseCall& e = ecall.elementwise->call;
@@ -167,8 +168,21 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
   auto r = std::make_shared<RecordedFused>();
   r->arrays = base->arrays;
   r->call = pc;
-  const int ndim = static_cast<int>(pc.shape.size());
   const int x_node = pg.outputs[static_cast<size_t>(output)];
+  // P's unused results leave the merged graph (a layer norm's mean and 1/std when no backward keeps them).
+  const bool per_output = pc.full.size() == pc.outs.size();
+  g->outputs.clear();
+  r->call.outs.clear();
+  r->call.full.clear();
+  for (size_t k = 0; k < pc.outs.size(); ++k) {
+    if (static_cast<int>(k) != output && unused(pc.outs[k])) continue;
+    if (static_cast<int>(k) == output) output = static_cast<int>(g->outputs.size());
+    g->outputs.push_back(pg.outputs[k]);
+    r->call.outs.push_back(pc.outs[k]);
+    if (per_output) r->call.full.push_back(pc.full[k]);
+  }
+  if (!per_output) r->call.full = pc.full;
+  const int ndim = static_cast<int>(pc.shape.size());
   int inputs[3] = {-1, -1, -1};
   bool aliased = pc.aliased;
   for (int k = 0; k < e.num_inputs; ++k) {
@@ -185,12 +199,12 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
     r->arrays.push_back(in_shape);
   }
   for (const Array& a : r->arrays) {
-    if (!a.defined() || !overlaps(a, e_out)) continue;
+    if (!a.defined() || !bytes_overlap(a, e_out)) continue;
     if (pg.reduce >= 0 || pg.staged || !same_view(a, e_out)) return false;
     aliased = true;
   }
-  for (size_t k = 0; k < pc.outs.size(); ++k)
-    if (static_cast<int>(k) != output && overlaps(pc.outs[k], e_out)) return false;
+  for (size_t k = 0; k < r->call.outs.size(); ++k)
+    if (static_cast<int>(k) != output && bytes_overlap(r->call.outs[k], e_out)) return false;
   g->nodes.push_back(op_node(e, inputs, ndim));
   g->outputs[static_cast<size_t>(output)] = static_cast<int>(g->nodes.size()) - 1;
   finish_fusion_graph(*g);
@@ -241,8 +255,6 @@ int64_t fuse_step_trace(StepTrace& t) {
       std::vector<size_t>& u = users_of[s];
       if (u.empty() || u.back() != k) u.push_back(k);
     }
-  std::unordered_map<const Storage*, int64_t> kept;
-  for (const auto& k : t.keep) ++kept[k.get()];
   // After a merge the surviving call `to` stands for `from` among the users of `from`'s storages.
   auto moved = [&](const TracedCall& from, size_t from_at, size_t to) {
     for (const Storage* s : from.storages) {
@@ -270,23 +282,29 @@ int64_t fuse_step_trace(StepTrace& t) {
         for (int k = 0; k < e.elementwise->call.num_inputs; ++k)
           reads_x = reads_x || same_elements(*e.elementwise->call.inputs[static_cast<size_t>(k)].array, x);
         if (!reads_x || e.elementwise->call.out.storage().get() == s) continue;
-        // Nothing outside the trace holds X: every reference to its storage is one the trace keeps.
-        const int64_t held = held_by(p, s) + held_by(e, s) + kept[s];
-        if (x.storage().use_count() - 1 != held) continue;  // -1: `x` itself, a copy made here
+        // Nothing outside the record holds X: the step's own storage of it has expired.
+        const auto made = t.made.find(s);
+        if (made == t.made.end() || !made->second.expired()) continue;
         // E moves up to P's place (no call between them uses E's other operands or its result), or P moves down
         // to E's (no call between them uses P's other results or writes what P reads).
         bool up = true, down = true;
         for (size_t k = i + 1; k < user && (up || down); ++k) {
           if (gone[k]) continue;
-          for (const Storage* es : e.storages) up = up && (es == s || !uses(t.calls[k], es));
+          for (const Storage* es : e.storages) up = up && (es == s || !touches(t.calls[k], es));
           for (const Storage* ps : p.storages) {
             const bool result = std::find(p.written.begin(), p.written.end(), ps) != p.written.end();
-            if (ps != s) down = down && !(result ? uses(t.calls[k], ps) : writes(t.calls[k], ps));
+            if (ps != s) down = down && !(result ? touches(t.calls[k], ps) : writes(t.calls[k], ps));
           }
         }
         if (!up && !down) continue;
         const TracedCall before_p = p, before_e = e;  // merge() replaces one of them
-        if (!merge(t, i, user, x, output, !up)) continue;
+        auto unused = [&](const Array& a) {
+          const Storage* r = a.storage().get();
+          const auto m = t.made.find(r);
+          const std::vector<size_t>& ru = users_of[r];
+          return m != t.made.end() && m->second.expired() && ru.size() == 1 && ru[0] == i;
+        };
+        if (!merge(t, i, user, x, output, !up, unused)) continue;
         users_of.erase(s);
         if (up) {
           gone[user] = true;

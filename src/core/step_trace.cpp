@@ -4,13 +4,17 @@
 #include <atomic>
 #include <charconv>
 #include <map>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "core/backend.hpp"
+#include "core/device_runtime.hpp"
 #include "core/fusion.hpp"
 #include "core/multi_tensor.hpp"
 #include "core/user_kernel.hpp"
 #include "kiln/error.hpp"
+#include "kiln/stream.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -58,8 +62,9 @@ class Entry {
       call_.detail += " -";
       return *this;
     }
-    call_.storages.push_back(a.storage().get());
-    trace_.keep.push_back(a.storage());
+    const std::shared_ptr<Storage>& held = held_storage(a);
+    call_.storages.push_back(held.get());
+    trace_.keep.push_back(held);
     call_.detail += " " + std::string(dtype_name(a.dtype())) + shape_str(a.shape()) + "/" + shape_str(a.strides()) +
                     "+" + std::to_string(a.offset());
     return *this;
@@ -68,7 +73,7 @@ class Entry {
   /// An array the call writes (a call that names its outputs this way writes nothing else).
   Entry& output(const Array& a) {
     call_.writes_known = true;
-    if (a.defined()) call_.written.push_back(a.storage().get());
+    if (a.defined()) call_.written.push_back(held_storage(a).get());
     return array(a);
   }
   /// A scalar parameter exactly (two traces must repeat it bit for bit), without iostreams.
@@ -97,6 +102,12 @@ class Entry {
   }
 
  private:
+  /// The storage the record holds for `a`: the alias of one the step made, else a's own.
+  const std::shared_ptr<Storage>& held_storage(const Array& a) const {
+    const auto it = trace_.alias_of.find(a.storage().get());
+    return it == trace_.alias_of.end() ? a.storage() : it->second;
+  }
+
   StepTrace& trace_;
   TracedCall call_;
 };
@@ -109,7 +120,7 @@ class RecordingBackend final : public Backend {
   void elementwise(const ElementwiseCall& call) override {
     run([&] { real_.elementwise(call); });
     auto o = std::make_shared<RecordedElementwise>(RecordedElementwise{call, {}});
-    o->call.out = call.out.detach();  // the trace keeps storages, not autograd graphs
+    o->call.out = rec(call.out);
     Entry e(trace(), std::string("elementwise ") + op_info(call.op).name);
     e.text(std::string(dtype_name(call.compute)));
     for (const Scalar& p : call.params) e.value(p);
@@ -118,7 +129,7 @@ class RecordingBackend final : public Backend {
       if (a.is_scalar()) {
         e.value(a.scalar);
       } else {
-        o->in[static_cast<size_t>(i)] = a.array->detach();
+        o->in[static_cast<size_t>(i)] = rec(*a.array);
         o->call.inputs[static_cast<size_t>(i)].array = &o->in[static_cast<size_t>(i)];
         e.array(*a.array);
       }
@@ -134,8 +145,9 @@ class RecordingBackend final : public Backend {
       ReduceCall call;
       Array in;
     };
-    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    auto o = std::make_shared<Owned>(Owned{call, rec(*call.in)});
     o->call.in = &o->in;
+    remap(o->call);
     Entry(trace(), std::string("reduce ") + reduce_op_name(call.op))
         .text(shape_str(call.axes))
         .array(*call.in)
@@ -149,8 +161,9 @@ class RecordingBackend final : public Backend {
       ScanCall call;
       Array in;
     };
-    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    auto o = std::make_shared<Owned>(Owned{call, rec(*call.in)});
     o->call.in = &o->in;
+    remap(o->call);
     Entry(trace(), std::string("scan ") + reduce_op_name(call.op))
         .array(*call.in)
         .output(call.out)
@@ -163,18 +176,19 @@ class RecordingBackend final : public Backend {
       MatmulCall call;
       Array a, b, bias, pre_gelu;
     };
-    auto o = std::make_shared<Owned>(Owned{call, *call.a, *call.b, {}, {}});
+    auto o = std::make_shared<Owned>(Owned{call, rec(*call.a), rec(*call.b), {}, {}});
+    o->call.out = rec(call.out);
     o->call.a = &o->a;
     o->call.b = &o->b;
     Entry e(trace(), "matmul");
     e.array(*call.a).array(*call.b).output(call.out);
     if (call.bias) {
-      o->bias = *call.bias;
+      o->bias = rec(*call.bias);
       o->call.bias = &o->bias;
       e.text("bias").array(*call.bias).text(call.bias_added ? "folded" : "not folded");
     }
     if (call.pre_gelu) {
-      o->pre_gelu = *call.pre_gelu;
+      o->pre_gelu = rec(*call.pre_gelu);
       o->call.pre_gelu = &o->pre_gelu;
       e.text("gelu").output(*call.pre_gelu).text(call.gelu_applied ? "applied" : "not applied");
     }
@@ -190,6 +204,7 @@ class RecordingBackend final : public Backend {
     const uint64_t rel = stream_position(call.seed, call.offset, "a random draw");
     run([&] { real_.random(call); });
     auto o = std::make_shared<RandomCall>(call);
+    o->out = rec(call.out);
     Entry(trace(), "random")
         .number(static_cast<double>(static_cast<int>(call.distribution)))
         .number(call.a)
@@ -216,8 +231,9 @@ class RecordingBackend final : public Backend {
       SortCall call;
       Array in;
     };
-    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    auto o = std::make_shared<Owned>(Owned{call, rec(*call.in)});
     o->call.in = &o->in;
+    remap(o->call);
     Entry(trace(), "sort").array(*call.in).array(call.indices).array(call.values).done([o, &b = real_] {
       b.sort(o->call);
     });
@@ -232,8 +248,9 @@ class RecordingBackend final : public Backend {
       FftCall call;
       Array in;
     };
-    auto o = std::make_shared<Owned>(Owned{call, *call.in});
+    auto o = std::make_shared<Owned>(Owned{call, rec(*call.in)});
     o->call.in = &o->in;
+    remap(o->call);
     Entry(trace(), "fft")
         .number(static_cast<double>(static_cast<int>(call.kind)))
         .text(call.forward ? "forward" : "inverse")
@@ -251,12 +268,12 @@ class RecordingBackend final : public Backend {
     run([&] { ran = real_.fused(call); });
     if (!ran) return false;
     auto o = std::make_shared<RecordedFused>(RecordedFused{call, {}, call.graph->weak_from_this().lock()});
-    for (Array& out : o->call.outs) out = out.detach();
+    for (Array& out : o->call.outs) out = rec(out);
     Entry e(trace(), "fused " + call.graph->name);
     e.text(std::to_string(call.graph->hash)).text(shape_str(call.shape)).text(shape_str(call.axes));
     for (const Scalar& s : call.slot_values) e.value(s);
     o->arrays.reserve(call.arrays.size());
-    for (const Array* a : call.arrays) o->arrays.push_back(a ? a->detach() : Array());
+    for (const Array* a : call.arrays) o->arrays.push_back(a ? rec(*a) : Array());
     for (size_t i = 0; i < call.arrays.size(); ++i) {
       o->call.arrays[i] = call.arrays[i] ? &o->arrays[i] : nullptr;
       e.array(call.arrays[i]);
@@ -284,7 +301,8 @@ class RecordingBackend final : public Backend {
       const MultiTensorGroup& group = call.groups[g];
       e.text("|" + std::to_string(group.size));
       o->arrays[g].reserve(group.arrays.size());
-      for (const Array* a : group.arrays) o->arrays[g].push_back(a ? *a : Array());
+      for (const Array* a : group.arrays) o->arrays[g].push_back(a ? rec(*a) : Array());
+      for (Array& out : o->call.groups[g].outs) out = rec(out);
       for (size_t i = 0; i < group.arrays.size(); ++i) {
         o->call.groups[g].arrays[i] = group.arrays[i] ? &o->arrays[g][i] : nullptr;
         e.array(group.arrays[i]);
@@ -297,6 +315,8 @@ class RecordingBackend final : public Backend {
   void user_elementwise(const UserElementwiseCall& call) override {
     run([&] { real_.user_elementwise(call); });
     auto o = std::make_shared<UserElementwiseCall>(call);
+    for (BoundArg& a : o->args)
+      if (!a.is_scalar) a.array = rec(a.array);
     Entry e(trace(), "user kernel " + std::to_string(reinterpret_cast<uintptr_t>(call.kernel)));
     for (const BoundArg& a : call.args) a.is_scalar ? e.value(a.scalar) : e.array(a.array);
     e.done([o, &b = real_] { b.user_elementwise(*o); });
@@ -305,6 +325,8 @@ class RecordingBackend final : public Backend {
   void user_reduction(const UserReductionCall& call) override {
     run([&] { real_.user_reduction(call); });
     auto o = std::make_shared<UserReductionCall>(call);
+    for (BoundArg& a : o->args)
+      if (!a.is_scalar) a.array = rec(a.array);
     Entry e(trace(), "user reduction " + std::to_string(reinterpret_cast<uintptr_t>(call.kernel)));
     e.text(shape_str(call.axes));
     for (const BoundArg& a : call.args) a.is_scalar ? e.value(a.scalar) : e.array(a.array);
@@ -320,6 +342,7 @@ class RecordingBackend final : public Backend {
       Array x, w, dy;
     };
     auto o = std::make_shared<Owned>(Owned{call, own(call.x), own(call.w), own(call.dy)});
+    o->call.out = rec(call.out);
     o->call.x = call.x ? &o->x : nullptr;
     o->call.w = call.w ? &o->w : nullptr;
     o->call.dy = call.dy ? &o->dy : nullptr;
@@ -347,6 +370,9 @@ class RecordingBackend final : public Backend {
     };
     auto o = std::make_shared<Owned>(Owned{call, own(call.x), own(call.weight), own(call.bias),
                                            own(call.running_mean), own(call.running_var), own(call.dy)});
+    for (Array* a : {&o->call.scale_shift, &o->call.y, &o->call.mean, &o->call.invstd, &o->call.dx, &o->call.dweight,
+                     &o->call.dbias})
+      *a = rec(*a);
     o->call.x = call.x ? &o->x : nullptr;
     o->call.weight = call.weight ? &o->weight : nullptr;
     o->call.bias = call.bias ? &o->bias : nullptr;
@@ -389,6 +415,7 @@ class RecordingBackend final : public Backend {
       Array x, y, dy;
     };
     auto o = std::make_shared<Owned>(Owned{call, own(call.x), own(call.y), own(call.dy)});
+    o->call.out = rec(call.out);
     o->call.x = call.x ? &o->x : nullptr;
     o->call.y = call.y ? &o->y : nullptr;
     o->call.dy = call.dy ? &o->dy : nullptr;
@@ -417,6 +444,7 @@ class RecordingBackend final : public Backend {
     };
     auto o = std::make_shared<Owned>(Owned{call, own(call.q), own(call.k), own(call.v), own(call.out),
                                            own(call.dout)});
+    for (Array* a : {&o->call.o, &o->call.lse, &o->call.dq, &o->call.dk, &o->call.dv, &o->call.rng}) *a = rec(*a);
     o->call.q = call.q ? &o->q : nullptr;
     o->call.k = call.k ? &o->k : nullptr;
     o->call.v = call.v ? &o->v : nullptr;
@@ -464,7 +492,7 @@ class RecordingBackend final : public Backend {
     Entry(trace(), "check_range")
         .text(std::to_string(lo) + ".." + std::to_string(hi) + " " + std::to_string(code))
         .array(values)
-        .done([v = values, lo, hi, code, &b = real_] { b.check_range(v, lo, hi, code); });
+        .done([v = rec(values), lo, hi, code, &b = real_] { b.check_range(v, lo, hi, code); });
     return true;
   }
 
@@ -479,7 +507,17 @@ class RecordingBackend final : public Backend {
                                  "replay draws from the default generator's stream, past where the step began)");
     return offset - start.offset;
   }
-  static Array own(const Array* a) { return a ? *a : Array(); }
+  static Array own(const Array* a) { return a ? rec(*a) : Array(); }
+  /// `a` as the record holds it (recorded_array).
+  static Array rec(const Array& a) { return a.defined() ? recorded_array(trace(), a) : Array(); }
+  /// The arrays a call struct holds by value, as the record holds them.
+  static void remap(ReduceCall& c) { c.out = rec(c.out); }
+  static void remap(ScanCall& c) { c.out = rec(c.out); }
+  static void remap(SortCall& c) {
+    c.indices = rec(c.indices);
+    c.values = rec(c.values);
+  }
+  static void remap(FftCall& c) { c.out = rec(c.out); }
   template <class F>
   static void run(F&& f) {
     InCall in;
@@ -542,8 +580,122 @@ void refuse_host_read_while_tracing(const char* op) {
   if (active_step_trace()) refuse(std::string("reading array values on the host (") + op + ")");
 }
 
+/// The memory of one traced step's arrays: blocks carved from large chunks of the device's allocator, handed
+/// back when the step drops an array and reused by its later arrays of the same device and stream (the stream
+/// order then keeps a GPU's reuse safe, as the caching allocator's). Chunks are never returned while the pool
+/// lives: the record's aliases and the replays keep using them.
+class TracePool : public std::enable_shared_from_this<TracePool> {
+ public:
+  std::shared_ptr<Storage> allocate(DeviceRuntime& owner, size_t nbytes, Device device, const ArrayOptions& options) {
+    const size_t size = (nbytes + kAlign - 1) / kAlign * kAlign;
+    const Key key{device.type, device.index, device.is_cuda() ? Stream::current(device).handle() : nullptr};
+    std::lock_guard<std::mutex> lock(mutex_);
+    Place& place = places_[key];
+    char* data = nullptr;
+    size_t got = 0;
+    auto it = place.free.lower_bound(size);  // the smallest free block that fits
+    if (it != place.free.end()) {
+      data = it->second;
+      got = it->first;
+      place.free.erase(it);
+      if (got - size >= kSplit) {  // the rest stays free
+        place.free.emplace(got - size, data + size);
+        got = size;
+      }
+    } else {
+      if (place.left < size) {  // a new chunk, each twice the last up to kMaxChunk (a small step takes little)
+        place.chunk = std::min(kMaxChunk, place.chunk ? 2 * place.chunk : kFirstChunk);
+        const size_t chunk = std::max(size, place.chunk);
+        chunks_.push_back(owner.allocate(static_cast<int64_t>(chunk), device, options));
+        place.next = static_cast<char*>(chunks_.back()->data());
+        place.left = chunk;
+      }
+      data = place.next;
+      got = size;
+      place.next += size;
+      place.left -= size;
+    }
+    in_use_ += got;
+    peak_ = std::max(peak_, in_use_);
+    auto* freed = new Freed{shared_from_this(), key, got};
+    return std::make_shared<Storage>(data, nbytes, device, &release, freed, false);
+  }
+
+  /// The most bytes the step's arrays held at once while traced.
+  size_t peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+
+ private:
+  static constexpr size_t kAlign = 512, kSplit = 4096, kFirstChunk = size_t{2} << 20, kMaxChunk = size_t{64} << 20;
+  struct Key {
+    DeviceType type;
+    int index;
+    void* stream;
+    bool operator<(const Key& o) const {
+      return std::tie(type, index, stream) < std::tie(o.type, o.index, o.stream);
+    }
+  };
+  struct Place {
+    std::multimap<size_t, char*> free;  ///< free blocks by size
+    char* next = nullptr;               ///< the current chunk's unused part
+    size_t left = 0;
+    size_t chunk = 0;  ///< the last chunk's size
+  };
+  struct Freed {
+    std::shared_ptr<TracePool> pool;
+    Key key;
+    size_t size;
+  };
+  static void release(void* context, void* data) {
+    std::unique_ptr<Freed> f(static_cast<Freed*>(context));
+    std::lock_guard<std::mutex> lock(f->pool->mutex_);
+    f->pool->places_[f->key].free.emplace(f->size, static_cast<char*>(data));
+    f->pool->in_use_ -= f->size;
+  }
+
+  std::mutex mutex_;
+  size_t in_use_ = 0, peak_ = 0;
+  std::vector<std::shared_ptr<Storage>> chunks_;
+  std::map<Key, Place> places_;
+};
+
+std::shared_ptr<Storage> traced_allocate(DeviceRuntime& owner, int64_t nbytes, Device device,
+                                         const ArrayOptions& options) {
+  StepTrace* trace = active_step_trace();
+  if (!trace || options.pinned || nbytes <= 0) return nullptr;
+  if (!trace->pool) trace->pool = std::make_shared<TracePool>();
+  return trace->pool->allocate(owner, static_cast<size_t>(nbytes), device, options);
+}
+
 void note_allocation(const std::shared_ptr<Storage>& storage) {
-  if (StepTrace* trace = active_step_trace()) trace->created.insert(storage.get());
+  StepTrace* trace = active_step_trace();
+  if (!trace) return;
+  auto alias = std::make_shared<Storage>(storage->data(), storage->nbytes(), storage->device(), nullptr, nullptr,
+                                         storage->pinned());
+  trace->created.insert(alias.get());
+  trace->made[alias.get()] = storage;
+  trace->alias_of[storage.get()] = alias;
+  trace->keep.push_back(std::move(alias));
+}
+
+int64_t trace_memory_peak(const StepTrace& trace) {
+  return trace.pool ? static_cast<int64_t>(trace.pool->peak()) : 0;
+}
+
+Array recorded_array(const StepTrace& trace, const Array& a) {
+  const auto it = trace.alias_of.find(a.storage().get());
+  if (it == trace.alias_of.end()) return a.detach();
+  return Array(it->second, a.shape(), a.strides(), a.offset(), a.dtype());
+}
+
+bool same_memory(const Storage* a, const Storage* b) {
+  if (a == b) return true;
+  if (!a || !b || a->nbytes() == 0 || b->nbytes() == 0 || !(a->device() == b->device())) return false;
+  const auto* x = static_cast<const char*>(a->data());
+  const auto* y = static_cast<const char*>(b->data());
+  return x < y + b->nbytes() && y < x + a->nbytes();
 }
 
 }  // namespace kiln::detail

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -22,6 +23,8 @@
 #include "kiln/random.hpp"
 
 namespace kiln::detail {
+
+class DeviceRuntime;
 
 /// A recorded elementwise call with the arrays its pointers refer to (held without autograd metadata).
 struct RecordedElementwise {
@@ -55,12 +58,29 @@ struct TracedCall {
   std::vector<TracedCall> parts;
 };
 
+class TracePool;
+
 /// The record of one traced call of a step function.
+///
+/// Memory: the arrays a traced step makes come from the trace's own pool (TracePool), and the record refers to
+/// each by an *alias* (a Storage over the same memory that frees nothing), not by the step's Storage. When the
+/// step drops an array, as an eager step does, its memory goes back to the pool and later arrays of the same
+/// step reuse it: a replay on the recorded memory needs about what one eager step needs at its peak, and the
+/// pool keeps that memory for the replays. Memory that an array alive after the step (an output, an array the
+/// user keeps) uses is never reused.
 struct StepTrace {
   std::vector<TracedCall> calls;
-  /// Storages allocated while tracing (the step's own intermediates and results).
+  /// Storages allocated while tracing, by their aliases (the step's own intermediates and results).
   std::unordered_set<const Storage*> created;
-  /// Keeps every recorded array's storage alive (so a storage's address is never reused within the trace).
+  /// For each alias in `created`: the step's own storage, which expires when nothing outside the record holds
+  /// it (the fusion pass may then leave its memory unwritten).
+  std::unordered_map<const Storage*, std::weak_ptr<Storage>> made;
+  /// While tracing: the alias of each storage the step made, keyed by the step's storage (live ones only).
+  std::unordered_map<const Storage*, std::shared_ptr<Storage>> alias_of;
+  /// Where the step's arrays were allocated while tracing (kept for the replays).
+  std::shared_ptr<TracePool> pool;
+  /// Keeps every recorded storage alive: the aliases of the step's arrays, and the arrays from before the step
+  /// (parameters, optimizer state, the inputs) themselves.
   std::vector<std::shared_ptr<Storage>> keep;
   /// The default generator when the trace began and ended. A draw's blocks are recorded relative to `start`
   /// (every draw of a step must come from the default generator's stream past that point, directly or through a
@@ -93,8 +113,19 @@ void host_step(const std::string& op, std::vector<Array> arrays, const std::func
                std::function<void()> replay);
 /// Throws ValueError when a step is traced: `op` reads array values on the host, which a replay cannot repeat.
 void refuse_host_read_while_tracing(const char* op);
-/// Notes a storage allocated now (make_array), for the trace's `created` set.
+/// The storage make_array gets while this thread traces a step: from the trace's pool (null when not tracing,
+/// for pinned memory and for empty arrays: then the device's allocator).
+std::shared_ptr<Storage> traced_allocate(DeviceRuntime& owner, int64_t nbytes, Device device,
+                                         const ArrayOptions& options);
+/// Notes a storage allocated now (make_array), for the trace's `created` set and its alias.
 void note_allocation(const std::shared_ptr<Storage>& storage);
+/// `a` as the record holds it: over the alias of its storage when the traced step made it, else itself; either
+/// way without autograd metadata.
+Array recorded_array(const StepTrace& trace, const Array& a);
+/// The most bytes the traced step's arrays held at once (its pool's high-water mark; 0 when it made none).
+int64_t trace_memory_peak(const StepTrace& trace);
+/// Whether the bytes of storages `a` and `b` overlap (two aliases of reused memory do).
+bool same_memory(const Storage* a, const Storage* b);
 
 /// The compiler's fusion pass over a finished trace (core/step_fusion.cpp): an elementwise call that reads the
 /// whole result of the elementwise or fused call before it, where nothing else reads that result and nothing

@@ -488,3 +488,30 @@ TEST(Compile, AGptStepUnderAutocastFusesItsLayerNormsWithTheirNeighbours) {
     EXPECT_GE(step.fused_ops(), 2 * config.n_layer + 1) << what << "\n" << summary;
   }
 }
+
+TEST(Compile, TheReplaysReuseTheMemoryOfArraysTheStepDropped) {
+  // Thirty products in a row, each result read by the next only: an eager step holds two or three of them at
+  // once, and so does the record (the arrays the step dropped gave their memory to later ones while traced), not
+  // all thirty. Fusion off: every result is written, in memory that other results used before.
+  for (Device device : devices()) {
+    random::seed(6);
+    const Array w = (random::normal({256, 256}) * (1.0 / 16.0)).to(device);
+    auto chain = [&](const std::vector<Array>& in) {
+      Array x = in[0];
+      for (int i = 0; i < 30; ++i) x = tanh(matmul(x, w));
+      return std::vector<Array>{x};
+    };
+    CompiledStep step = compile(chain, {.fuse = false});
+    random::seed(8);
+    for (int i = 0; i < 5; ++i) {
+      const Array x = random::normal({256, 256}).to(device);
+      const Array want = chain({x})[0], got = step({x})[0];
+      EXPECT_TRUE(array_equal(got, want)) << device.str() << " call " << i;
+    }
+    EXPECT_EQ(step.replays(), 2);
+    const int64_t one = 256 * 256 * 4;
+    EXPECT_GE(step.memory_bytes(), one) << device.str();
+    EXPECT_LE(step.memory_bytes(), 4 * one) << device.str() << ": the record holds " << step.memory_bytes()
+                                            << " bytes; all 60 results would be " << 60 * one;
+  }
+}
