@@ -92,6 +92,8 @@ METRICS = {
     "mfu": ("fraction", True),
     "peak_gib": ("GiB", False),
     "first_fast_s": ("s", False),
+    "fused_ops": ("calls", True),
+    "record_gib": ("GiB", False),
 }
 
 

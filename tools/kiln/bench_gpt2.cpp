@@ -157,7 +157,16 @@ void run_gpt2(BenchContext& ctx) {
       const BenchResult k = bench(
           c.name + "_compiled", [&] { compiled({x, y}); }, ctx.options(3, smoke ? 2 : 20, 30));
       const double kl = compiled({x, y})[0].item<double>();
-      variant("_compiled", ctx.seconds(k), !compiled.compiled() ? "not compiled" : finite(kl));
+      const std::string kcheck = !compiled.compiled() ? "not compiled" : finite(kl);
+      variant("_compiled", ctx.seconds(k), kcheck);
+      // What the compiler made of the step: its calls, those the fusion pass merged away, and the memory the
+      // record's arrays hold (the step's own arrays; parameters and optimizer state are not in it).
+      const double record_gib = static_cast<double>(compiled.memory_bytes()) / (1 << 30);
+      ctx.record("gpt2", c.name + "_compiled", "fused_ops", "calls", static_cast<double>(compiled.fused_ops()), true,
+                 kcheck);
+      ctx.record("gpt2", c.name + "_compiled", "record_gib", "GiB", record_gib, false, kcheck);
+      fmt::print("  {}_compiled: {} recorded calls after fusion merged {}; the step's arrays hold {:.2f} GiB\n", c.name,
+                 compiled.recorded_ops(), compiled.fused_ops(), record_gib);
     }
 #ifdef KILN_WITH_CUDA
     if (d.is_cuda()) {  // the same step captured once in a CUDA graph and replayed: the host drops out
