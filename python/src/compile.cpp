@@ -76,6 +76,10 @@ void bind_compile(nb::module_& m) {
       .def_prop_ro("compiled", [](const PyCompiled& s) { return s.step->compiled(); },
                    "True once two traces agreed: later calls replay.")
       .def_prop_ro("recorded_ops", [](const PyCompiled& s) { return s.step->recorded_ops(); })
+      .def_prop_ro("fused_ops", [](const PyCompiled& s) { return s.step->fused_ops(); },
+                   "Recorded calls the fusion pass merged into others.")
+      .def_prop_ro("memory_bytes", [](const PyCompiled& s) { return s.step->memory_bytes(); },
+                   "Bytes the replays' arrays use: the most the traced step's arrays held at once.")
       .def_prop_ro("eager_calls", [](const PyCompiled& s) { return s.step->eager_calls(); })
       .def_prop_ro("traced_calls", [](const PyCompiled& s) { return s.step->traced_calls(); })
       .def_prop_ro("replays", [](const PyCompiled& s) { return s.step->replays(); })
@@ -83,7 +87,7 @@ void bind_compile(nb::module_& m) {
            "The replayed ops counted by kind, one 'kind: count' per line.");
   m.def(
       "compile",
-      [](nb::object fn, int warmup) {
+      [](nb::object fn, int warmup, bool fuse) {
         if (!PyCallable_Check(fn.ptr()))
           throw nb::type_error("kiln.compile: pass the step function (a callable of arrays)");
         auto c = std::make_unique<PyCompiled>();
@@ -97,13 +101,14 @@ void bind_compile(nb::module_& m) {
               const nb::object r = self->fn(*args);
               return results(r, self->single);
             },
-            {.warmup = warmup}));
+            {.warmup = warmup, .fuse = fuse}));
         return c.release();
       },
-      "fn"_a, nb::kw_only(), "warmup"_a = 1, nb::rv_policy::take_ownership,
+      "fn"_a, nb::kw_only(), "warmup"_a = 1, "fuse"_a = true, nb::rv_policy::take_ownership,
       "kiln::compile of a Python step function fn(*arrays) -> Array (or a tuple of them): `warmup` calls run it, the "
       "next two trace it (Python runs), then each call copies its arrays in and replays the recorded kernels "
-      "without calling Python; the results are those of eager steps, bit for bit (docs/compile.md).");
+      "without calling Python; the results are those of eager steps, bit for bit (docs/compile.md). fuse: merge "
+      "elementwise work into the call whose result it reads (StepCompileOptions::fuse).");
   m.def("tracing_step", &tracing_step, "True while this thread traces a step for kiln.compile.");
 }
 

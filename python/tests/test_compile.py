@@ -80,3 +80,24 @@ def test_fit_takes_compile():
     history = kiln.train.fit(model, opt, kiln.data.DataLoader(x, y, batch_size=4), epochs=2, progress=False,
                              compile=True)
     assert len(history) == 2 and np.isfinite(history[-1].train_loss)
+
+
+def test_the_fusion_pass_merges_a_python_chain_and_keeps_its_bits():
+    rng = np.random.default_rng(3)
+    w = kiln.asarray(rng.standard_normal((5, 7)).astype(np.float32))
+    b = kiln.asarray(rng.standard_normal(7).astype(np.float32))
+
+    def chain(x):
+        return kiln.exp(x * w) + b
+
+    fused = kiln.compile(chain)
+    plain = kiln.compile(chain, fuse=False)
+    for _ in range(5):
+        x = kiln.asarray(rng.standard_normal((5, 7)).astype(np.float32))
+        want = np.asarray(chain(x))
+        np.testing.assert_array_equal(np.asarray(fused(x)), want)
+        np.testing.assert_array_equal(np.asarray(plain(x)), want)
+    assert fused.fused_ops == 2 and fused.recorded_ops == 1, fused.summary()
+    assert plain.fused_ops == 0 and plain.recorded_ops == 3, plain.summary()
+    assert "fused multiply+exp+add: 1" in fused.summary()
+    assert 0 < fused.memory_bytes <= plain.memory_bytes
