@@ -255,9 +255,11 @@ int64_t fuse_step_trace(StepTrace& t) {
       std::vector<size_t>& u = users_of[s];
       if (u.empty() || u.back() != k) u.push_back(k);
     }
-  // After a merge the surviving call `to` stands for `from` among the users of `from`'s storages.
-  auto moved = [&](const TracedCall& from, size_t from_at, size_t to) {
+  // After a merge the surviving call `to` stands for `from` among the users of `from`'s storages (but X's, which
+  // nothing uses any more).
+  auto moved = [&](const TracedCall& from, size_t from_at, size_t to, const Storage* x) {
     for (const Storage* s : from.storages) {
+      if (s == x) continue;
       std::vector<size_t>& u = users_of[s];
       u.erase(std::remove(u.begin(), u.end(), from_at), u.end());
       if (std::find(u.begin(), u.end(), to) == u.end()) u.insert(std::upper_bound(u.begin(), u.end(), to), to);
@@ -308,11 +310,11 @@ int64_t fuse_step_trace(StepTrace& t) {
         users_of.erase(s);
         if (up) {
           gone[user] = true;
-          moved(before_e, user, i);
+          moved(before_e, user, i, s);
           again = true;  // the merged call may take the next op of a chain
         } else {
           gone[i] = true;
-          moved(before_p, i, user);
+          moved(before_p, i, user, s);
         }
         ++merged;
         break;
