@@ -17,6 +17,17 @@
 #include "kiln/stream.hpp"
 
 namespace kiln::detail {
+
+const std::shared_ptr<Storage>* alias_for(const StepTrace& trace, const Storage* real) {
+  const auto it = trace.alias_of.find(real);
+  if (it == trace.alias_of.end()) return nullptr;
+  // The entry is for the step's storage at that address only while it lives: a storage made since at the address
+  // of one that died (not by make_array) is not the step's.
+  const auto made = trace.made.find(it->second.get());
+  if (made == trace.made.end() || made->second.lock().get() != real) return nullptr;
+  return &it->second;
+}
+
 namespace {
 
 class RecordingBackend;
@@ -104,8 +115,8 @@ class Entry {
  private:
   /// The storage the record holds for `a`: the alias of one the step made, else a's own.
   const std::shared_ptr<Storage>& held_storage(const Array& a) const {
-    const auto it = trace_.alias_of.find(a.storage().get());
-    return it == trace_.alias_of.end() ? a.storage() : it->second;
+    const std::shared_ptr<Storage>* alias = alias_for(trace_, a.storage().get());
+    return alias ? *alias : a.storage();
   }
 
   StepTrace& trace_;
@@ -685,9 +696,9 @@ int64_t trace_memory_peak(const StepTrace& trace) {
 }
 
 Array recorded_array(const StepTrace& trace, const Array& a) {
-  const auto it = trace.alias_of.find(a.storage().get());
-  if (it == trace.alias_of.end()) return a.detach();
-  return Array(it->second, a.shape(), a.strides(), a.offset(), a.dtype());
+  const std::shared_ptr<Storage>* alias = alias_for(trace, a.storage().get());
+  if (!alias) return a.detach();
+  return Array(*alias, a.shape(), a.strides(), a.offset(), a.dtype());
 }
 
 bool same_memory(const Storage* a, const Storage* b) {

@@ -119,6 +119,8 @@ std::shared_ptr<Storage> traced_allocate(DeviceRuntime& owner, int64_t nbytes, D
                                          const ArrayOptions& options);
 /// Notes a storage allocated now (make_array), for the trace's `created` set and its alias.
 void note_allocation(const std::shared_ptr<Storage>& storage);
+/// The alias of `real` when it is a storage the traced step made and still holds (else null).
+const std::shared_ptr<Storage>* alias_for(const StepTrace& trace, const Storage* real);
 /// `a` as the record holds it: over the alias of its storage when the traced step made it, else itself; either
 /// way without autograd metadata.
 Array recorded_array(const StepTrace& trace, const Array& a);
