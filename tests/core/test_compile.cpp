@@ -515,3 +515,32 @@ TEST(Compile, TheReplaysReuseTheMemoryOfArraysTheStepDropped) {
                                             << " bytes; all 60 results would be " << 60 * one;
   }
 }
+
+TEST(Compile, TheFusionPassMergesIntoAnInPlaceAccumulation) {
+  // acc += exp(x * w): the product and exp merge into the accumulation, whose result is its own first operand
+  // (the merged kernel reads and writes acc element by element). acc lives outside the step, as a gradient
+  // buffer does; each replay adds to it again, as each eager step does.
+  for (Device device : devices()) {
+    random::seed(4);
+    const Array w = random::normal({6, 40}).to(device);
+    Array acc_eager = zeros({6, 40}, float32, device), acc_compiled = zeros({6, 40}, float32, device);
+    auto step_with = [&](Array& acc) {
+      return [&acc, &w](const std::vector<Array>& in) {
+        acc += exp(in[0] * w);
+        return std::vector<Array>{acc * 1.0};
+      };
+    };
+    CompiledStep step = compile(step_with(acc_compiled));
+    auto eager = step_with(acc_eager);
+    random::seed(8);
+    for (int i = 0; i < 5; ++i) {
+      const Array x = random::normal({6, 40}).to(device);
+      const Array want = eager({x})[0], got = step({x})[0];
+      EXPECT_TRUE(array_equal(got, want)) << device.str() << " call " << i;
+      EXPECT_TRUE(array_equal(acc_compiled, acc_eager)) << device.str() << " call " << i;
+    }
+    EXPECT_EQ(step.replays(), 2);
+    EXPECT_GE(step.fused_ops(), 2) << device.str() << "\n" << step.summary();
+    EXPECT_NE(step.summary().find("fused multiply+exp+add"), std::string::npos) << step.summary();
+  }
+}
