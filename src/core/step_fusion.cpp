@@ -220,15 +220,13 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
   TracedCall merged;
   merged.name = "fused " + g->name;
   merged.detail = p.detail + " |" + ecall.detail;
-  merged.storages = p.storages;
-  for (const Storage* s : ecall.storages)
-    if (s != x.storage().get()) merged.storages.push_back(s);
-  merged.storages.erase(std::remove(merged.storages.begin(), merged.storages.end(), x.storage().get()),
-                        merged.storages.end());
   merged.writes_known = true;
-  for (const TracedCall* c : {static_cast<const TracedCall*>(&p), &ecall})
+  for (const TracedCall* c : {static_cast<const TracedCall*>(&p), &ecall}) {
+    for (const Storage* u : c->storages)
+      if (u != x.storage().get()) merged.storages.push_back(u);
     for (const Storage* w : c->written)
       if (w != x.storage().get()) merged.written.push_back(w);
+  }
   merged.fused = r;
   merged.backend = p.backend;
   auto parts = std::make_shared<std::vector<std::function<void()>>>(
@@ -237,8 +235,6 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
     if (!backend->fused(r->call))
       for (const auto& part : *parts) part();
   };
-  merged.parts.push_back(p);
-  merged.parts.push_back(ecall);
   t.calls[down ? j : i] = std::move(merged);
   return true;
 }
@@ -255,10 +251,10 @@ int64_t fuse_step_trace(StepTrace& t) {
       std::vector<size_t>& u = users_of[s];
       if (u.empty() || u.back() != k) u.push_back(k);
     }
-  // After a merge the surviving call `to` stands for `from` among the users of `from`'s storages (but X's, which
-  // nothing uses any more).
-  auto moved = [&](const TracedCall& from, size_t from_at, size_t to, const Storage* x) {
-    for (const Storage* s : from.storages) {
+  // After a merge the surviving call `to` stands for the call at `from_at` among the users of its storages `from`
+  // (but X's, which nothing uses any more).
+  auto moved = [&](const std::vector<const Storage*>& from, size_t from_at, size_t to, const Storage* x) {
+    for (const Storage* s : from) {
       if (s == x) continue;
       std::vector<size_t>& u = users_of[s];
       u.erase(std::remove(u.begin(), u.end(), from_at), u.end());
@@ -299,7 +295,7 @@ int64_t fuse_step_trace(StepTrace& t) {
           }
         }
         if (!up && !down) continue;
-        const TracedCall before_p = p, before_e = e;  // merge() replaces one of them
+        const std::vector<const Storage*> p_storages = p.storages, e_storages = e.storages;  // merge() replaces one
         auto unused = [&](const Array& a) {
           const Storage* r = a.storage().get();
           const auto m = t.made.find(r);
@@ -310,11 +306,11 @@ int64_t fuse_step_trace(StepTrace& t) {
         users_of.erase(s);
         if (up) {
           gone[user] = true;
-          moved(before_e, user, i, s);
+          moved(e_storages, user, i, s);
           again = true;  // the merged call may take the next op of a chain
         } else {
           gone[i] = true;
-          moved(before_p, i, user, s);
+          moved(p_storages, i, user, s);
         }
         ++merged;
         break;

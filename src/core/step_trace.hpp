@@ -53,9 +53,6 @@ struct TracedCall {
   std::shared_ptr<RecordedElementwise> elementwise;
   std::shared_ptr<RecordedFused> fused;
   Backend* backend = nullptr;
-  /// A call the fusion pass merged: the recorded calls it replaces, run in their place where the backend
-  /// declines the merged graph.
-  std::vector<TracedCall> parts;
 };
 
 class TracePool;

@@ -60,35 +60,14 @@ void run_gpt2(BenchContext& ctx) {
   auto run = [&](Gpt2Case c, Device d) {
     if (ctx.recompute != "none") c.name += "_recompute_" + ctx.recompute;  // not the default step's records
     const double t_start = now_s();
-    random::seed(0);
-    models::GPT2Config config = models::GPT2Config::from_name(c.config);
-    config.vocab_size = 50304;  // 50257 padded to a multiple of 64 (aligned classifier products)
-    config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.0;
-    config.n_positions = std::max<int64_t>(c.seq, 64);
-    config.recompute = ctx.recompute;
-    models::GPT2 model(config, float32, d);
-    std::vector<Array> decay, other;
-    for (const Array& p : model.parameters()) (p.ndim() >= 2 ? decay : other).push_back(p);
-    // Capturable (the step count on the device): the graphed and compiled variants replay the step.
-    optim::AdamW opt_decay(decay, {.lr = 6e-4, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .capturable = true});
-    optim::AdamW opt_other(other, {.lr = 6e-4, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .capturable = true});
-    random::Generator gen(1);
-    const Array x = gen.randint(0, 50257, {c.batch, c.seq}, int64, d);
-    const Array y = gen.randint(0, 50257, {c.batch, c.seq}, int64, d);
-    const std::vector<Array> params = model.parameters();
+    kiln_bench::Gpt2StepOptions o;
+    o.config = kiln_bench::gpt2_bench_config(c.config, c.seq);
+    o.config.recompute = ctx.recompute;
+    o.bf16 = c.bf16;
+    kiln_bench::Gpt2Step gpt(o, d);  // seeded 0; capturable AdamW: the graphed and compiled variants replay the step
+    const auto [x, y] = kiln_bench::gpt2_random_batch(o.config.vocab_size, c.batch, c.seq, 1, d);
     Array loss;
-    auto step_on = [&](const Array& xs, const Array& ys) {
-      opt_decay.zero_grad();
-      opt_other.zero_grad();
-      {
-        AutocastGuard amp(c.bf16 ? std::optional<DType>(bfloat16) : std::nullopt);
-        loss = models::lm_loss(model.forward(xs), ys);
-      }
-      loss.backward();
-      optim::clip_grad_norm(params, 1.0);
-      opt_decay.step();
-      opt_other.step();
-    };
+    auto step_on = [&](const Array& xs, const Array& ys) { loss = gpt(xs, ys); };
     auto step = [&] { step_on(x, y); };
 #ifdef KILN_WITH_CUDA
     if (d.is_cuda()) cuda::reset_peak_memory_stats(d);
@@ -115,8 +94,7 @@ void run_gpt2(BenchContext& ctx) {
     if (d.is_cuda()) peak_gib = static_cast<double>(cuda::memory_stats(d).peak_allocated) / (1 << 30);
 #endif
     const double tokens = static_cast<double>(c.batch * c.seq);
-    const double flops_per_token = 6.0 * static_cast<double>(model.num_parameters()) +
-                                   12.0 * static_cast<double>(config.n_layer * config.n_embd * c.seq);
+    const double flops_per_token = gpt.flops_per_token(c.seq);
     const double peak = d.is_cuda() ? peak_bf16_tflops(device_properties(d)) : 0.0;
     const double mfu = peak > 0 ? tokens * flops_per_token / seconds / (peak * 1e12) : 0.0;
     auto finite = [](double l) { return std::string(std::isfinite(l) ? "ok" : "the loss is not finite"); };
