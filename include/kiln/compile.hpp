@@ -48,6 +48,11 @@ struct StepCompileOptions {
   /// nothing else reads that result (a layer norm and the cast of its output, a gradient and its accumulation):
   /// one kernel instead of two, the intermediate never written. The replays' results keep their bits.
   bool fuse = true;
+  /// With `fuse`: a product whose result only gelu_tanh's gradient reads (an MLP's backward under bfloat16 or
+  /// float16 autocast) computes that gradient in its epilogue where the backend can (cuBLASLt's DGELU on a GPU):
+  /// the product is multiplied before its one rounding instead of rounded, stored and read again, so those
+  /// gradients may differ from the eager step's in their last bit. false keeps every bit of the eager step.
+  bool epilogues = true;
 };
 
 class CompiledStep {

@@ -87,7 +87,7 @@ void bind_compile(nb::module_& m) {
            "The replayed ops counted by kind, one 'kind: count' per line.");
   m.def(
       "compile",
-      [](nb::object fn, int warmup, bool fuse) {
+      [](nb::object fn, int warmup, bool fuse, bool epilogues) {
         if (!PyCallable_Check(fn.ptr()))
           throw nb::type_error("kiln.compile: pass the step function (a callable of arrays)");
         auto c = std::make_unique<PyCompiled>();
@@ -101,14 +101,16 @@ void bind_compile(nb::module_& m) {
               const nb::object r = self->fn(*args);
               return results(r, self->single);
             },
-            {.warmup = warmup, .fuse = fuse}));
+            {.warmup = warmup, .fuse = fuse, .epilogues = epilogues}));
         return c.release();
       },
-      "fn"_a, nb::kw_only(), "warmup"_a = 1, "fuse"_a = true, nb::rv_policy::take_ownership,
+      "fn"_a, nb::kw_only(), "warmup"_a = 1, "fuse"_a = true, "epilogues"_a = true, nb::rv_policy::take_ownership,
       "kiln::compile of a Python step function fn(*arrays) -> Array (or a tuple of them): `warmup` calls run it, the "
       "next two trace it (Python runs), then each call copies its arrays in and replays the recorded kernels "
       "without calling Python; the results are those of eager steps, bit for bit (docs/compile.md). fuse: merge "
-      "elementwise work into the call whose result it reads (StepCompileOptions::fuse).");
+      "elementwise work into the call whose result it reads (StepCompileOptions::fuse). epilogues: with fuse, "
+      "GELU's gradient computed in the epilogue of the product that makes it, on a GPU in 16-bit dtypes (not bit "
+      "for bit: StepCompileOptions::epilogues).");
   m.def("tracing_step", &tracing_step, "True while this thread traces a step for kiln.compile.");
 }
 

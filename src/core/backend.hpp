@@ -162,6 +162,13 @@ struct MatmulCall {
   Array* pre_gelu = nullptr;
   mutable bool bias_added = false;  ///< set by the backend (matmul takes the call as const)
   mutable bool gelu_applied = false;
+  /// Without bias: out = (a @ b) * gelu_tanh'(*gelu_grad_of), the product multiplied before its one rounding
+  /// (cuBLASLt's DGELU epilogue: gelu_tanh's gradient folded into the product that makes the gradient it
+  /// multiplies; kiln::compile's fusion pass asks for it where Backend::folds_gelu_grad says yes). *gelu_grad_of
+  /// is the forward's pre-activation as GELU_AUX_BIAS stored it: out's shape, dtype and layout. The backend sets
+  /// `gelu_grad_applied`; one that cannot fold it computes nothing.
+  const Array* gelu_grad_of = nullptr;
+  mutable bool gelu_grad_applied = false;
 };
 
 /// A 2-d convolution step on operands of one floating dtype, each NCHW-contiguous or channels-last (all in one
@@ -318,6 +325,9 @@ class Backend {
   virtual void reduce(const ReduceCall& call) = 0;
   virtual void scan(const ScanCall& call) = 0;
   virtual void matmul(const MatmulCall& call) = 0;
+  /// Whether matmul may fold gelu_tanh's gradient into products of `dtype` (MatmulCall::gelu_grad_of): the
+  /// step compiler's fusion pass asks before it merges the two calls.
+  virtual bool folds_gelu_grad(DType /*dtype*/) const { return false; }
   virtual void random(const RandomCall& call) = 0;
   /// linalg::solve / the SVD of linalg::lstsq on the device. Return LAPACK's info (0: done; > 0: singular
   /// matrix / no convergence), synchronising to read it; -1 when this backend has no solver (the front-end then

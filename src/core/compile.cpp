@@ -158,7 +158,7 @@ std::vector<Array> CompiledStep::operator()(const std::vector<Array>& inputs) {
   s.program = std::move(trace);
   s.outputs = out;
   first.reset();
-  if (s.options.fuse) s.fused = detail::fuse_step_trace(*s.program);
+  if (s.options.fuse) s.fused = detail::fuse_step_trace(*s.program, s.options.epilogues);
   return out;
 }
 

@@ -239,18 +239,103 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
   return true;
 }
 
-}  // namespace
-
-int64_t fuse_step_trace(StepTrace& t) {
-  const size_t n = t.calls.size();
-  std::vector<bool> gone(n, false);
-  // The calls that use each storage (in order), and the trace's own references to it.
+/// The calls that use each storage, in order.
+std::unordered_map<const Storage*, std::vector<size_t>> users_of_storages(const StepTrace& t) {
   std::unordered_map<const Storage*, std::vector<size_t>> users_of;
-  for (size_t k = 0; k < n; ++k)
+  for (size_t k = 0; k < t.calls.size(); ++k)
     for (const Storage* s : t.calls[k].storages) {
       std::vector<size_t>& u = users_of[s];
       if (u.empty() || u.back() != k) u.push_back(k);
     }
+  return users_of;
+}
+
+/// Products whose result only gelu_tanh's gradient reads (AddmmGeluBackward's `g * gelu_tanh'(pre)` after the
+/// product that makes g) become one product with that gradient as its epilogue (MatmulCall::gelu_grad_of), where
+/// the backend folds it: the product's result is never written. The folded call takes the product's place when
+/// no call between them uses the pre-activation or the gradient's memory; the gradient's place when none writes
+/// the product's operands. Its replay runs the two recorded calls where the backend declines. Returns the number
+/// of calls folded away.
+int64_t fold_gelu_grads(StepTrace& t) {
+  const size_t n = t.calls.size();
+  std::vector<bool> gone(n, false);
+  const auto users_of = users_of_storages(t);
+  int64_t folded = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TracedCall& m = t.calls[i];
+    if (!m.matmul || !m.backend || m.matmul->call.bias || m.matmul->call.pre_gelu) continue;
+    const Array& x = m.matmul->call.out;
+    const Storage* s = x.storage().get();
+    if (!m.backend->folds_gelu_grad(x.dtype()) || !x.is_contiguous() || !t.created.count(s)) continue;
+    const auto u = users_of.find(s);
+    if (u == users_of.end() || u->second.size() != 2 || u->second[0] != i) continue;
+    const size_t j = u->second[1];
+    const TracedCall& e = t.calls[j];
+    if (!e.fused || e.backend != m.backend || e.fused->graph->name != "gelu_tanh_backward") continue;
+    const FusionCall& ec = e.fused->call;
+    if (ec.outs.size() != 1 || e.fused->arrays.size() != 2) continue;
+    const Array &g = e.fused->arrays[0], &pre = e.fused->arrays[1], &out = ec.outs[0];
+    if (!same_elements(g, x) || !pre.is_contiguous() || !out.is_contiguous() || pre.dtype() != x.dtype() ||
+        out.dtype() != x.dtype() || pre.size() != x.size() || out.size() != x.size())
+      continue;
+    const auto made = t.made.find(s);
+    if (made == t.made.end() || !made->second.expired()) continue;
+    const RecordedMatmul& mm = *m.matmul;
+    if (bytes_overlap(out, mm.a) || bytes_overlap(out, mm.b) || bytes_overlap(out, pre)) continue;
+    bool up = true, down = true;
+    for (size_t k = i + 1; k < j && (up || down); ++k) {
+      if (gone[k]) continue;
+      for (const Storage* es : e.storages) up = up && (es == s || !touches(t.calls[k], es));
+      for (const Storage* ms : m.storages) down = down && (ms == s || !writes(t.calls[k], ms));
+    }
+    if (!up && !down) continue;
+    auto r = std::make_shared<RecordedMatmul>(mm);
+    r->call.a = &r->a;
+    r->call.b = &r->b;
+    r->gelu_grad_of = as_shape(pre, x.shape());
+    r->call.gelu_grad_of = &r->gelu_grad_of;
+    r->call.out = as_shape(out, x.shape());
+    if (!r->gelu_grad_of.defined() || !r->call.out.defined()) continue;
+    TracedCall f;
+    f.name = "matmul+gelu_tanh_backward";
+    f.detail = m.detail + " |" + e.detail;
+    f.writes_known = true;
+    for (const TracedCall* c : {&m, &e})
+      for (const Storage* st : c->storages)
+        if (st != s) f.storages.push_back(st);
+    for (const Storage* w : e.written) f.written.push_back(w);
+    f.matmul = r;
+    f.backend = m.backend;
+    auto parts = std::make_shared<std::vector<std::function<void()>>>(
+        std::vector<std::function<void()>>{m.replay, e.replay});
+    f.replay = [r, backend = m.backend, parts] {
+      r->call.gelu_grad_applied = false;
+      backend->matmul(r->call);
+      if (!r->call.gelu_grad_applied)
+        for (const auto& part : *parts) part();
+    };
+    t.calls[up ? i : j] = std::move(f);
+    gone[up ? j : i] = true;
+    ++folded;
+  }
+  size_t w = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (gone[k]) continue;
+    if (w != k) t.calls[w] = std::move(t.calls[k]);
+    ++w;
+  }
+  t.calls.resize(w);
+  return folded;
+}
+
+}  // namespace
+
+int64_t fuse_step_trace(StepTrace& t, bool epilogues) {
+  const int64_t folded = epilogues ? fold_gelu_grads(t) : 0;
+  const size_t n = t.calls.size();
+  std::vector<bool> gone(n, false);
+  // The calls that use each storage (in order).
+  std::unordered_map<const Storage*, std::vector<size_t>> users_of = users_of_storages(t);
   // After a merge the surviving call `to` stands for the call at `from_at` among the users of its storages `from`
   // (but X's, which nothing uses any more).
   auto moved = [&](const std::vector<const Storage*>& from, size_t from_at, size_t to, const Storage* x) {
@@ -324,7 +409,7 @@ int64_t fuse_step_trace(StepTrace& t) {
     ++w;
   }
   t.calls.resize(w);
-  return merged;
+  return folded + merged;
 }
 
 }  // namespace kiln::detail

@@ -107,6 +107,10 @@ class Entry {
     call_.fused = std::move(f);
     call_.backend = &backend;
   }
+  void structured(std::shared_ptr<RecordedMatmul> m, Backend& backend) {
+    call_.matmul = std::move(m);
+    call_.backend = &backend;
+  }
   void done(std::function<void()> replay) {
     call_.replay = std::move(replay);
     trace_.calls.push_back(std::move(call_));
@@ -182,12 +186,9 @@ class RecordingBackend final : public Backend {
   }
 
   void matmul(const MatmulCall& call) override {
+    if (call.gelu_grad_of) refuse("a product with gelu_tanh's gradient folded in (the fusion pass makes those)");
     run([&] { real_.matmul(call); });
-    struct Owned {
-      MatmulCall call;
-      Array a, b, bias, pre_gelu;
-    };
-    auto o = std::make_shared<Owned>(Owned{call, rec(*call.a), rec(*call.b), {}, {}});
+    auto o = std::make_shared<RecordedMatmul>(RecordedMatmul{call, rec(*call.a), rec(*call.b), {}, {}, {}});
     o->call.out = rec(call.out);
     o->call.a = &o->a;
     o->call.b = &o->b;
@@ -203,6 +204,7 @@ class RecordingBackend final : public Backend {
       o->call.pre_gelu = &o->pre_gelu;
       e.text("gelu").output(*call.pre_gelu).text(call.gelu_applied ? "applied" : "not applied");
     }
+    e.structured(o, real_);
     // A backend that declined the bias or the GELU left them to the core, which ran them as later calls.
     e.done([o, &b = real_] {
       o->call.bias_added = o->call.gelu_applied = false;

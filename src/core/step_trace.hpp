@@ -39,6 +39,12 @@ struct RecordedFused {
   std::shared_ptr<const FusionGraph> graph;
 };
 
+/// A recorded product (backend matmul) with its arrays.
+struct RecordedMatmul {
+  MatmulCall call;
+  Array a, b, bias, pre_gelu, gelu_grad_of;
+};
+
 /// One recorded op: what it was (for the comparison of two traces) and how to run it again.
 struct TracedCall {
   std::string name;                  ///< "elementwise multiply", "matmul", "host: take", ...
@@ -52,6 +58,8 @@ struct TracedCall {
   /// (fuse_step_trace) rewrites, and the backend that runs it.
   std::shared_ptr<RecordedElementwise> elementwise;
   std::shared_ptr<RecordedFused> fused;
+  /// The structured form of a product (else null), which the fusion pass may give an epilogue.
+  std::shared_ptr<RecordedMatmul> matmul;
   Backend* backend = nullptr;
 };
 
@@ -129,7 +137,9 @@ bool same_memory(const Storage* a, const Storage* b);
 /// The compiler's fusion pass over a finished trace (core/step_fusion.cpp): an elementwise call that reads the
 /// whole result of the elementwise or fused call before it, where nothing else reads that result and nothing
 /// outside the trace holds it, becomes part of that call: one kernel, the intermediate never written. Repeated
-/// until no pair is left (chains collapse into one kernel). Returns the number of calls merged away.
-int64_t fuse_step_trace(StepTrace& trace);
+/// until no pair is left (chains collapse into one kernel). With `epilogues`, first a product whose result only
+/// gelu_tanh's gradient reads takes that gradient as its epilogue where the backend folds it
+/// (Backend::folds_gelu_grad). Returns the number of calls merged away.
+int64_t fuse_step_trace(StepTrace& trace, bool epilogues = true);
 
 }  // namespace kiln::detail

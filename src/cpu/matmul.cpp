@@ -384,6 +384,7 @@ void set_mkl_min_work_for_testing(int64_t work) {
 
 void cpu_matmul(const detail::MatmulCall& call) {
   const Array& out = call.out;
+  if (call.gelu_grad_of) return;  // no DGELU epilogue here (Backend::folds_gelu_grad is false): nothing computed
   if (out.size() == 0) return;
   const DType dtype = call.a->dtype();
   const Operand3 a(*call.a), b(*call.b);

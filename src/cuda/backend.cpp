@@ -72,6 +72,7 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.out.device().index);
     cuda_matmul(call);
   }
+  bool folds_gelu_grad(DType dtype) const override { return dtype == DType::BFloat16 || dtype == DType::Float16; }
   bool convolution(const detail::ConvCall& call) override {
     set_device(call.out.device().index);
     detail::note_gpu_work(call.out.device().index);

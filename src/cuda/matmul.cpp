@@ -420,6 +420,13 @@ bool cublas_matmul(const detail::MatmulCall& call, int device, cudaStream_t stre
     call.gelu_applied = gelu && call.bias_added;
     return true;
   }
+  if (call.gelu_grad_of) {  // DGELU: the product times gelu_tanh'(pre), rounded once; or nothing computed
+    if (dtype == DType::BFloat16 || dtype == DType::Float16)
+      call.gelu_grad_applied = cublaslt_gemm(state, device, stream, *plan, d,
+                                             LtEpilogue{CUBLASLT_EPILOGUE_DGELU, nullptr,
+                                                        const_cast<void*>(call.gelu_grad_of->data_ptr())});
+    return true;
+  }
   if (!plan->per_matrix) {
     run_gemm(handle, *plan, d);
     return true;
@@ -577,7 +584,8 @@ void cuda_matmul(const detail::MatmulCall& call) {
     KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), stream));
     return;
   }
-  if (cublas_matmul(call, device, stream) || call.bias) return;  // a bias cuBLAS could not take: nothing computed
+  // A bias or a GELU gradient cuBLAS could not take: nothing computed (the caller's way then).
+  if (cublas_matmul(call, device, stream) || call.bias || call.gelu_grad_of) return;
   fallback_matmul(call, device, stream);
 }
 

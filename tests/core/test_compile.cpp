@@ -475,7 +475,8 @@ TEST(Compile, AGptStepUnderAutocastFusesItsLayerNormsWithTheirNeighbours) {
         return std::vector<Array>{loss};
       };
     };
-    CompiledStep step = compile(autocast_step(compiled));
+    // epilogues off: a GPU would fold the MLP's GELU gradient into its product (not bit for bit; the next test).
+    CompiledStep step = compile(autocast_step(compiled), {.epilogues = false});
     std::vector<float> losses;
     std::vector<std::vector<std::vector<float>>> params;
     run_steps(autocast_step(eager), *eager.model, tokens, false, losses, params, what);
@@ -483,9 +484,72 @@ TEST(Compile, AGptStepUnderAutocastFusesItsLayerNormsWithTheirNeighbours) {
               what);
     EXPECT_EQ(step.replays(), 2) << what;
     const std::string summary = step.summary();
+    EXPECT_EQ(summary.find("matmul+gelu_tanh_backward"), std::string::npos) << what << "\n" << summary;
     EXPECT_NE(summary.find("fused layer_norm+identity: "), std::string::npos) << what << "\n" << summary;
     EXPECT_NE(summary.find("fused layer_norm_backward+add: "), std::string::npos) << what << "\n" << summary;
     EXPECT_GE(step.fused_ops(), 2 * config.n_layer + 1) << what << "\n" << summary;
+  }
+}
+
+TEST(Compile, AGeluGradientBecomesTheEpilogueOfTheProductThatMakesIt) {
+  // bfloat16 autocast: each MLP's backward multiplies the product g W^T by gelu_tanh'(pre). Where the backend
+  // folds that into the product (cuBLASLt's DGELU on a GPU) the pass makes the two calls one; the product is then
+  // not rounded to bfloat16 before the multiply, so the step is held to bfloat16's precision, not to its bits.
+  // The CPU has no such epilogue: nothing is folded and every bit stays the eager step's.
+  for (Device device : devices()) {
+    const std::string what = device.str() + " autocast, epilogues";
+    const models::GPT2Config config = kiln_test::tiny_gpt2_config();
+    const std::vector<Array> tokens = tiny_tokens(config, device);
+    TinyGpt eager(config, device), compiled(config, device);
+    auto autocast_step = [](TinyGpt& m) {
+      return [&m](const std::vector<Array>& in) {
+        m.opt->zero_grad();
+        Array loss;
+        {
+          AutocastGuard amp(bfloat16);
+          loss = models::lm_loss((*m.model)(in[0]), in[1]);
+        }
+        loss.backward();
+        m.opt->step();
+        return std::vector<Array>{loss};
+      };
+    };
+    CompiledStep step = compile(autocast_step(compiled));
+    const bool folds = device.is_cuda();
+    std::vector<float> losses;
+    std::vector<std::vector<std::vector<float>>> params;
+    run_steps(autocast_step(eager), *eager.model, tokens, false, losses, params, what);
+    if (!folds) {
+      run_steps([&](const std::vector<Array>& in) { return step(in); }, *compiled.model, tokens, false, losses,
+                params, what);
+    } else {
+      random::seed(1);
+      for (int i = 0; i < 5; ++i) {
+        const float loss = step({tokens[i], tokens[i + 1]})[0].item<float>();
+        EXPECT_NEAR(loss, losses[i], 2e-2 * std::abs(losses[i])) << what << " step " << i;
+      }
+      const auto named = compiled.model->named_parameters();
+      for (size_t k = 0; k < named.size(); ++k) {
+        const std::vector<float> v = named[k].second.to_vector<float>();
+        double worst = 0, scale = 0;
+        for (size_t e = 0; e < v.size(); ++e) {
+          worst = std::max(worst, std::abs(double(v[e]) - double(params[4][k][e])));
+          scale = std::max(scale, std::abs(double(params[4][k][e])));
+        }
+        // AdamW's steps are lr-sized (1e-3) whatever the gradient: five of them, a bfloat16 gradient's sign
+        // flipping in a few elements at most.
+        EXPECT_LE(worst, 1e-2 + 1e-2 * scale) << what << ": " << named[k].first;
+      }
+    }
+    EXPECT_EQ(step.replays(), 2) << what;
+    const std::string summary = step.summary();
+    const size_t at = summary.find("matmul+gelu_tanh_backward: ");
+    if (folds) {
+      ASSERT_NE(at, std::string::npos) << what << "\n" << summary;
+      EXPECT_EQ(std::stoll(summary.substr(at + 27)), config.n_layer) << what << "\n" << summary;
+    } else {
+      EXPECT_EQ(at, std::string::npos) << what << "\n" << summary;
+    }
   }
 }
 
