@@ -8,6 +8,7 @@
 #include "kiln/compile.hpp"
 #include "kiln/complex.hpp"
 #include "kiln/conv.hpp"
+#include "kiln/cross_entropy.hpp"
 #include "kiln/data.hpp"
 #include "kiln/debug.hpp"
 #include "kiln/device.hpp"

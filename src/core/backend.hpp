@@ -230,6 +230,25 @@ struct BatchNormCall {
   Array dx, dweight, dbias;  ///< Backward
 };
 
+/// Cross entropy of C-contiguous (N, C) `logits` (float32, or float16/bfloat16 widened: every value computed in
+/// float32) against contiguous int64 `labels` (N,), each in [0, C), with label smoothing `ls` in [0, 1]
+/// (kiln/cross_entropy.hpp). Forward: per row lse = log(sum(exp(x))) (max-shifted) and loss = lse - (1 - ls) *
+/// x[label] - ls * mean(x), into `loss` and `lse` (N,) float32 contiguous (allocated by the core). Backward: `dx`
+/// (the logits' shape and dtype, contiguous, allocated by the core) = (exp(x - lse) - (1 - ls) * onehot(label) -
+/// ls / C) * grad, from the forward's `lse` and `grad` (N,) float32 (any stride: 0 for a broadcast gradient).
+/// A backend without such kernels returns false (the caller then runs its fused graph).
+enum class CrossEntropyKind { Forward, Backward };
+struct CrossEntropyCall {
+  CrossEntropyKind kind = CrossEntropyKind::Forward;
+  const Array* logits = nullptr;
+  const Array* labels = nullptr;
+  const Array* grad = nullptr;  ///< Backward
+  double ls = 0.0;
+  Array loss;  ///< Forward
+  Array lse;   ///< Forward writes it, Backward reads it
+  Array dx;    ///< Backward
+};
+
 /// Fused scaled dot-product attention (FlashAttention's algorithm: no score matrix in memory) over q (B, H, Sq, D)
 /// and k, v (B, Hk, Skv, D), H a multiple of Hk (grouped-query attention), of one half dtype, the last axis of each
 /// operand contiguous (other strides as they come). Forward: out (q's shape, preallocated by the core) and lse
@@ -360,6 +379,8 @@ class Backend {
   virtual bool convolution(const ConvCall& /*call*/) { return false; }
   virtual bool batch_norm(BatchNormCall& /*call*/) { return false; }
   virtual bool pooling(const PoolCall& /*call*/) { return false; }
+  /// Cross entropy's rows (CrossEntropyCall); false: the caller runs its fused graph.
+  virtual bool cross_entropy(CrossEntropyCall& /*call*/) { return false; }
   /// Fused attention; false (with call.refusal) when this backend has no engine for the problem.
   virtual bool attention(AttentionCall& /*call*/) { return false; }
   /// A recurrent network; false (with call.refusal) when this backend has no engine for the problem.

@@ -446,6 +446,32 @@ class RecordingBackend final : public Backend {
     return true;
   }
 
+  bool cross_entropy(CrossEntropyCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.cross_entropy(call); });
+    if (!ran) return false;
+    struct Owned {
+      CrossEntropyCall call;
+      Array logits, labels, grad;
+    };
+    auto o = std::make_shared<Owned>(Owned{call, own(call.logits), own(call.labels), own(call.grad)});
+    for (Array* a : {&o->call.loss, &o->call.lse, &o->call.dx}) *a = rec(*a);
+    o->call.logits = call.logits ? &o->logits : nullptr;
+    o->call.labels = call.labels ? &o->labels : nullptr;
+    o->call.grad = call.grad ? &o->grad : nullptr;
+    Entry(trace(), "cross_entropy")
+        .number(static_cast<double>(static_cast<int>(call.kind)))
+        .number(call.ls)
+        .array(call.logits)
+        .array(call.labels)
+        .array(call.grad)
+        .array(call.lse)
+        .array(call.loss)
+        .array(call.dx)
+        .done([o, &b = real_] { b.cross_entropy(o->call); });
+    return true;
+  }
+
   bool attention(AttentionCall& call) override {
     const random::GeneratorState before = random::get_state();
     bool ran = false;

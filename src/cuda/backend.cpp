@@ -84,6 +84,11 @@ class CudaBackend final : public detail::Backend {
     // kiln's kernels (batch_norm.cpp says why), cuDNN for what they decline (KILN_BN_NCHW=cudnn).
     return cuda_batch_norm_kernels(call) || cuda_batch_norm(call);
   }
+  bool cross_entropy(detail::CrossEntropyCall& call) override {
+    set_device(call.logits->device().index);
+    detail::note_gpu_work(call.logits->device().index);
+    return cuda_cross_entropy(call);
+  }
   bool attention(detail::AttentionCall& call) override {
     set_device(call.q->device().index);
     detail::note_gpu_work(call.q->device().index);

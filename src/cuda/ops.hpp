@@ -66,6 +66,12 @@ bool cuda_batch_norm_kernels(detail::BatchNormCall& call);
 /// Their NVRTC source for channels-last `in` arrays with `stats` statistics (bn_partials, bn_finalize, bn_apply).
 std::string batch_norm_source(DType in, DType stats);
 
+/// Cross entropy's rows (cross_entropy.cpp): the forward's loss and log-sum-exp, or the logits' gradient, on the
+/// logits' device and current stream; false for what its kernels do not take (the caller runs its fused graph).
+bool cuda_cross_entropy(detail::CrossEntropyCall& call);
+/// Their NVRTC source for `logits` of that dtype (ce_forward_*, ce_backward_*; no GPU needed).
+std::string cross_entropy_source(DType logits);
+
 /// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
 bool cuda_check_range(const Array& values, int64_t lo, int64_t hi, int32_t code);
 /// Throws the error a check kernel recorded on `device` (and clears it); call after each synchronisation with

@@ -3,12 +3,14 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "kiln/autocast.hpp"
 #include "kiln/autograd.hpp"
+#include "kiln/cross_entropy.hpp"
 #include "kiln/fuse.hpp"
 #include "kiln/indexing.hpp"
 #include "kiln/nn.hpp"
@@ -168,25 +170,39 @@ struct CrossEntropyKernels {
 };
 
 /// Cross entropy of (N, C) logits against integer labels with label smoothing `ls`, per row, as one function
-/// whose forward is one fused kernel (each row's logsumexp, its label's score and, with smoothing, its mean)
-/// and whose gradient is another, (softmax - smoothed one-hot) * g, instead of the ~20 kernels of the composed
-/// ops. `widen`: float16/bfloat16 logits computed in float32 (autocast).
+/// whose forward is one kernel (each row's logsumexp, its label's score and, with smoothing, its mean) and whose
+/// gradient is another, (softmax - smoothed one-hot) * g, instead of the ~20 kernels of the composed ops.
+/// `widen`: float16/bfloat16 logits computed in float32 (autocast). Where the device has an engine for them
+/// (kiln/cross_entropy.hpp: a GPU, contiguous float32 or widened logits) it runs both directions, one pass over
+/// the logits each way; elsewhere (the CPU among them) the fused graphs of CrossEntropyKernels do.
 template <bool Widen, bool Smooth>
 Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   using K = CrossEntropyKernels<Widen, Smooth>;
   const int64_t n = rows.shape(0), classes = rows.shape(1);
-  const Array& ids = class_ids(classes, rows.device());
-  const Array label = labels.reshape({n, 1}).astype(ids.dtype());
+  // The engine computes in float32: the fused graphs' dtype only for float32 or widened logits.
+  const bool engine = Widen || rows.dtype() == float32;
+  // The labels as the fused graphs compare them with class_ids.
+  const auto label = [n](const Array& ids, const Array& of) { return of.reshape({n, 1}).astype(ids.dtype()); };
   AutogradFunction f{
       "CrossEntropyBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
-        auto [loss, lse] = K::forward(in[0], pick(in[0], label).reshape({n, 1}), 1.0 - ls, ls);
+        if (std::optional<CrossEntropyRows> r = engine ? cross_entropy_rows_forward(in[0], labels, ls) : std::nullopt) {
+          saved = {in[0], r->lse};
+          return r->loss;
+        }
+        const Array picked = pick(in[0], label(class_ids(classes, rows.device()), labels)).reshape({n, 1});
+        auto [loss, lse] = K::forward(in[0], picked, 1.0 - ls, ls);
         saved = {in[0], lse};
         return loss.reshape({n});
       },
-      [ids, label, ls, n, classes](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
-        return std::vector<Array>{K::backward(saved[0], saved[1], ids, label, g.reshape({n, 1}), 1.0 - ls,
-                                              ls / static_cast<double>(classes))};
+      [labels, label, ls, n, classes, engine](const Array& g, const std::vector<Array>& saved,
+                                              const std::vector<bool>&) {
+        if (engine)
+          if (std::optional<Array> dx = cross_entropy_rows_backward(saved[0], labels, saved[1], g, ls))
+            return std::vector<Array>{*dx};
+        const Array& ids = class_ids(classes, saved[0].device());
+        return std::vector<Array>{K::backward(saved[0], saved[1].reshape({n, 1}), ids, label(ids, labels),
+                                              g.reshape({n, 1}), 1.0 - ls, ls / static_cast<double>(classes))};
       }};
   return f.apply({rows});
 }

@@ -59,7 +59,8 @@ TEST(KernelSources, EveryEmbeddedFileIsByteIdenticalToItsSourceFile) {
 
 TEST(KernelSources, PreludeAndKernelFilesAreEmbedded) {
   for (const char* name :
-       {"prelude.cuh", "prelude_reductions.cuh", "batch_norm.cuh", "scan.cuh", "sort.cuh", "user_prelude.cuh"}) {
+       {"prelude.cuh", "prelude_reductions.cuh", "batch_norm.cuh", "cross_entropy.cuh", "scan.cuh", "sort.cuh",
+        "user_prelude.cuh"}) {
     bool found = false;
     for (const kernel_sources::File& file : kernel_sources::kAll) found = found || file.name == name;
     EXPECT_TRUE(found) << name;
@@ -216,6 +217,7 @@ TEST(KernelSources, EveryFileIsCompiledByNvrtcInSomeGeneratedSource) {
   sources.emplace_back("bn_apply", batch_norm_source(DType::Float32, DType::Float32));
   sources.emplace_back("scan_segments", scan_source(detail::ReduceOp::CumSum, DType::Float32, DType::Float32));
   sources.emplace_back("sort_block", sort_source(DType::Float32));
+  sources.emplace_back("ce_forward_block", cross_entropy_source(DType::BFloat16));
   sources.emplace_back(matmul_fallback_kernel_name(DType::Int32), matmul_fallback_source(DType::Int32));
   const RandomKernelSpec normal{detail::RandomDistribution::Normal, DType::Float32, false};
   sources.emplace_back(random_kernel_name(normal), random_source(normal));
