@@ -186,17 +186,18 @@ Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   AutogradFunction f{
       "CrossEntropyBackward",
       [&](const std::vector<Array>& in, std::vector<Array>& saved) {
+        // The labels are saved too: an in-place change to them before backward makes backward throw.
         if (std::optional<CrossEntropyRows> r = engine ? cross_entropy_rows_forward(in[0], labels, ls) : std::nullopt) {
-          saved = {in[0], r->lse};
+          saved = {in[0], r->lse, labels};
           return r->loss;
         }
         const Array picked = pick(in[0], label(class_ids(classes, rows.device()), labels)).reshape({n, 1});
         auto [loss, lse] = K::forward(in[0], picked, 1.0 - ls, ls);
-        saved = {in[0], lse};
+        saved = {in[0], lse, labels};
         return loss.reshape({n});
       },
-      [labels, label, ls, n, classes, engine](const Array& g, const std::vector<Array>& saved,
-                                              const std::vector<bool>&) {
+      [label, ls, n, classes, engine](const Array& g, const std::vector<Array>& saved, const std::vector<bool>&) {
+        const Array& labels = saved[2];
         if (engine)
           if (std::optional<Array> dx = cross_entropy_rows_backward(saved[0], labels, saved[1], g, ls))
             return std::vector<Array>{*dx};

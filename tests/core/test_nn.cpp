@@ -248,6 +248,19 @@ double logsumexp_row(const std::vector<double>& v) {
 
 // The label's score is gathered through the rows' strides: logits that are a transposed view, a column slice with
 // gaps between rows, or reversed rows give the contiguous copy's loss and gradients exactly.
+TEST(NnLoss, CrossEntropyLabelsChangedInPlaceBeforeBackwardAreCaught) {
+  // The backward reads the labels again (the softmax minus their one-hot): changing them in place in between
+  // would give another loss's gradient, so it throws as for any saved array.
+  for (Device d : devices())
+    for (DType dtype : {float32, float64}) {
+      const Array logits = random::normal({4, 6}, dtype, d).set_requires_grad();
+      Array labels = from_data(std::vector<int64_t>{1, 0, 5, 2}, Shape{4}, d);
+      const Array loss = nn::cross_entropy(logits, labels);
+      labels += int64_t{1};
+      kiln_test::expect_error<ValueError>([&] { loss.backward(); }, {"CrossEntropyBackward", "modified in place"});
+    }
+}
+
 TEST(NnLoss, CrossEntropyAndNllOfStridedLogitsEqualTheirContiguousCopy) {
   for (Device d : devices()) {
     random::set_state({5, 0});
