@@ -83,6 +83,11 @@ class CudaBackend final : public detail::Backend {
     // kiln's kernels (batch_norm.cpp says why), cuDNN for what they decline (KILN_BN_NCHW=cudnn).
     return cuda_batch_norm_kernels(call) || cuda_batch_norm(call);
   }
+  bool layer_norm_backward(detail::LayerNormBackwardCall& call) override {
+    set_device(call.x->device().index);
+    detail::note_gpu_work(call.x->device().index);
+    return cuda_layer_norm_backward(call);
+  }
   bool attention(detail::AttentionCall& call) override {
     set_device(call.q->device().index);
     detail::note_gpu_work(call.q->device().index);
