@@ -1,10 +1,11 @@
-// Convolution and batch normalisation primitives over (N, C, H, W) arrays, as ATen's convolution /
-// convolution_backward and native_batch_norm / native_batch_norm_backward: the engines under nn::conv2d and
-// nn::batch_norm2d. On a GPU they run in cuDNN (float32, float64, float16, bfloat16; channels-last batch norm
-// in kiln's own kernels); on the CPU float32 forward convolutions run in oneDNN where the build found it and
-// pooling in direct loops; everything else in kiln's reference implementation (im2col through a strided view and
-// one matrix product; batch statistics with kiln's reductions), which every backend can run. They record no gradient
-// (nn's functions do): an input that requires grad while grad mode is on is refused.
+// Convolution and batch normalisation primitives over (N, C, H, W) arrays, as ATen's convolution / convolution_backward
+// and native_batch_norm / native_batch_norm_backward: the engines under nn::conv2d and nn::batch_norm2d, and
+// layer_norm_backward (over rows, under nn::LayerNorm). On a GPU they run in cuDNN (float32, float64, float16,
+// bfloat16; channels-last batch norm and layer_norm_backward in kiln's own kernels); on the CPU float32 forward
+// convolutions run in oneDNN where the build found it and pooling in direct loops; everything else in kiln's reference
+// implementation (im2col through a strided view and one matrix product; batch statistics with kiln's reductions), which
+// every backend can run. They record no gradient (nn's functions do): an input that requires grad while grad mode is on
+// is refused.
 //
 // Layouts: an array is NCHW-contiguous, or channels-last (its shape stays (N, C, H, W); its memory is
 // (N, H, W, C), as torch.channels_last). A convolution's result is channels-last when its input or weight
@@ -73,6 +74,23 @@ Array relu_backward(const Array& out, const Array& grad);
 /// batch_norm_backward. Equal to those two either way.
 BatchNormGrads batch_norm_relu_backward(const Array& grad_y, const Array& x, const Array& y, const Array& weight,
                                         const Array& mean, const Array& invstd, const Array& scale_shift, double eps);
+
+/// Which gradients layer_norm_backward computes (the others come back undefined).
+struct LayerNormWanted {
+  bool input = true, weight = true, bias = true;
+};
+/// layer_norm_backward's results: input (M, D), weight and bias (D,).
+struct LayerNormGrads {
+  Array input, weight, bias;
+};
+/// The gradients of a layer norm over the rows of x (M, D), y = (x - mean) * rstd * weight + bias, from y's
+/// gradient grad_y (M, D), the weight (D,) (undefined: 1, and then no weight or bias gradient) and the forward's
+/// per-row mean and rstd = 1 / sqrt(var + eps) (M, 1): the engine under nn::LayerNorm's backward. On a GPU,
+/// contiguous float32 rows of up to 2048 columns take one pass over x and grad_y (dx per row, the weight's and
+/// bias's column sums from per-block partial sums added in a fixed order: the same bits on every run); otherwise
+/// a fused rows kernel gives the input's gradient and a column reduction each the weight's and the bias's.
+LayerNormGrads layer_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean,
+                                   const Array& rstd, LayerNormWanted wanted = {});
 
 /// Geometry of a 2-d pooling window (stride defaults to the kernel in nn's functions).
 struct PoolParams {

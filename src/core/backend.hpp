@@ -249,6 +249,19 @@ struct CrossEntropyCall {
   Array dx;    ///< Backward
 };
 
+/// The gradients of a layer norm over the rows of x (M, D) (kiln::layer_norm_backward) from dy (M, D), the
+/// weight (D,) (undefined: 1) and each row's mean and rstd (M, 1). dx (M, D), dweight and dbias (D,) are allocated
+/// by the core when wanted, else undefined. A backend without a kernel for the problem returns false (the core's
+/// composed reference runs).
+struct LayerNormBackwardCall {
+  const Array* x = nullptr;
+  const Array* dy = nullptr;
+  const Array* weight = nullptr;  ///< may be undefined
+  const Array* mean = nullptr;
+  const Array* rstd = nullptr;
+  Array dx, dweight, dbias;
+};
+
 /// Fused scaled dot-product attention (FlashAttention's algorithm: no score matrix in memory) over q (B, H, Sq, D)
 /// and k, v (B, Hk, Skv, D), H a multiple of Hk (grouped-query attention), of one half dtype, the last axis of each
 /// operand contiguous (other strides as they come). Forward: out (q's shape, preallocated by the core) and lse
@@ -378,6 +391,8 @@ class Backend {
   /// Convolution and batch normalisation engines (cuDNN); false: the core runs its reference.
   virtual bool convolution(const ConvCall& /*call*/) { return false; }
   virtual bool batch_norm(BatchNormCall& /*call*/) { return false; }
+  /// A layer norm's backward in one pass (LayerNormBackwardCall); false: the core runs its composed reference.
+  virtual bool layer_norm_backward(LayerNormBackwardCall& /*call*/) { return false; }
   virtual bool pooling(const PoolCall& /*call*/) { return false; }
   /// Cross entropy's rows (CrossEntropyCall); false: the caller runs its fused graph.
   virtual bool cross_entropy(CrossEntropyCall& /*call*/) { return false; }

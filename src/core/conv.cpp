@@ -555,6 +555,55 @@ BatchNormGrads batch_norm_relu_backward(const Array& grad_y, const Array& x, con
   return *batch_norm_backward_impl(op, relu_backward(y, grad_y), x, weight, mean_c, invstd, eps, Array());
 }
 
+LayerNormGrads layer_norm_backward(const Array& grad_y, const Array& x, const Array& weight, const Array& mean_r,
+                                   const Array& rstd, LayerNormWanted wanted) {
+  const char* op = "layer_norm_backward";
+  require_floating(grad_y, op, "output gradient");
+  require_floating(x, op, "input");
+  if (x.ndim() != 2)
+    throw ShapeError(std::string(op) + ": the input must be rows (M, D), got shape " + shape_str(x.shape()) +
+                     "; reshape it to (-1, D)");
+  const int64_t m = x.shape(0), d = x.shape(1);
+  require_shape(grad_y, x.shape(), op, "output gradient");
+  require_shape(mean_r, {m, 1}, op, "saved mean");
+  require_shape(rstd, {m, 1}, op, "saved rstd");
+  if (weight.defined()) require_shape(weight, {d}, op, "weight");
+  for (const Array* a : {&grad_y, &weight, &mean_r, &rstd})
+    if (a->defined() && a->device() != x.device())
+      throw DeviceError(std::string(op) + ": the operands must be on one device; the input is on " +
+                        x.device().str() + ", another on " + a->device().str() + "; move it with .to(...) first");
+  if (!weight.defined() && (wanted.weight || wanted.bias))
+    throw ValueError(std::string(op) + ": the weight's and bias's gradients need the weight; pass it, or ask for "
+                                       "the input's gradient only (LayerNormWanted{.weight = false, .bias = false})");
+  detail::reject_grad({&grad_y, &x, &weight, &mean_r, &rstd}, op, "use nn::LayerNorm, which records the gradient");
+  // The CPU has no one-pass engine (its fused kernels below are one blocked pass each): no outputs to allocate.
+  if (!x.device().is_cpu() && x.size() > 0 && (wanted.input || wanted.weight || wanted.bias)) {
+    detail::LayerNormBackwardCall call;
+    call.x = &x, call.dy = &grad_y, call.weight = &weight, call.mean = &mean_r, call.rstd = &rstd;
+    if (wanted.input) call.dx = detail::make_array(x.shape(), x.dtype(), x.device());
+    if (wanted.weight) call.dweight = detail::make_array({d}, x.dtype(), x.device());
+    if (wanted.bias) call.dbias = detail::make_array({d}, x.dtype(), x.device());
+    if (detail::backend_for(x.device()).layer_norm_backward(call)) return {call.dx, call.dweight, call.dbias};
+  }
+  // dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)), xhat = (x - mu) * rstd, per row: one rows kernel.
+  static const auto backward_x = fuse(
+      [](auto x, auto mu, auto rstd, auto w, auto g) {
+        auto xhat = (x - mu) * rstd;
+        auto gw = g * w;
+        return (gw - mean(gw, 1, true) - xhat * mean(gw * xhat, 1, true)) * rstd;
+      },
+      "layer_norm_backward");
+  static const auto backward_w = fuse(
+      [](auto x, auto mu, auto rstd, auto g) { return sum((x - mu) * rstd * g, 0); }, "layer_norm_backward_weight");
+  LayerNormGrads grads;
+  if (wanted.input)
+    grads.input =
+        weight.defined() ? backward_x(x, mean_r, rstd, weight, grad_y) : backward_x(x, mean_r, rstd, 1.0, grad_y);
+  if (wanted.weight) grads.weight = backward_w(x, mean_r, rstd, grad_y);
+  if (wanted.bias) grads.bias = sum(grad_y, 0);
+  return grads;
+}
+
 Array relu_backward(const Array& out, const Array& grad) {
   static const auto kernel = fuse([](auto o, auto g) { return where(o > 0, g, 0.0); }, "relu_backward");
   return kernel(out, grad);

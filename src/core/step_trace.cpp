@@ -419,6 +419,32 @@ class RecordingBackend final : public Backend {
     return true;
   }
 
+  bool layer_norm_backward(LayerNormBackwardCall& call) override {
+    bool ran = false;
+    run([&] { ran = real_.layer_norm_backward(call); });
+    if (!ran) return false;
+    struct Owned {
+      LayerNormBackwardCall call;
+      Array x, dy, weight, mean, rstd;
+    };
+    auto o = std::make_shared<Owned>(
+        Owned{call, own(call.x), own(call.dy), own(call.weight), own(call.mean), own(call.rstd)});
+    for (Array* a : {&o->call.dx, &o->call.dweight, &o->call.dbias}) *a = rec(*a);
+    o->call.x = &o->x, o->call.dy = &o->dy, o->call.weight = &o->weight, o->call.mean = &o->mean;
+    o->call.rstd = &o->rstd;
+    Entry(trace(), "layer_norm_backward")
+        .array(call.x)
+        .array(call.dy)
+        .array(call.weight)
+        .array(call.mean)
+        .array(call.rstd)
+        .output(call.dx)
+        .output(call.dweight)
+        .output(call.dbias)
+        .done([o, &b = real_] { b.layer_norm_backward(o->call); });
+    return true;
+  }
+
   bool pooling(const PoolCall& call) override {
     bool ran = false;
     run([&] { ran = real_.pooling(call); });

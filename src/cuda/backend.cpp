@@ -89,6 +89,11 @@ class CudaBackend final : public detail::Backend {
     detail::note_gpu_work(call.logits->device().index);
     return cuda_cross_entropy(call);
   }
+  bool layer_norm_backward(detail::LayerNormBackwardCall& call) override {
+    set_device(call.x->device().index);
+    detail::note_gpu_work(call.x->device().index);
+    return cuda_layer_norm_backward(call);
+  }
   bool attention(detail::AttentionCall& call) override {
     set_device(call.q->device().index);
     detail::note_gpu_work(call.q->device().index);

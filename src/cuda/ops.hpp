@@ -71,6 +71,12 @@ std::string batch_norm_source(DType in, DType stats);
 bool cuda_cross_entropy(detail::CrossEntropyCall& call);
 /// Their NVRTC source for `logits` of that dtype (ce_forward_*, ce_backward_*; no GPU needed).
 std::string cross_entropy_source(DType logits);
+/// A layer norm's backward in one pass over x and dy (layer_norm.cpp): contiguous float32 rows of at most 2048
+/// columns; false otherwise (the core's composed reference runs).
+bool cuda_layer_norm_backward(detail::LayerNormBackwardCall& call);
+/// Its NVRTC source (ln_backward_rows, ln_backward_finish) for `vector`-float runs, `chunks` runs a lane per row,
+/// rows kept in registers between the two phases when `keep`.
+std::string layer_norm_source(int vector, int chunks, bool keep);
 
 /// Queues the range check of contiguous int64 `values` (core/device_check.hpp) on their GPU's current stream.
 bool cuda_check_range(const Array& values, int64_t lo, int64_t hi, int32_t code);

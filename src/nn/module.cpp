@@ -467,10 +467,10 @@ Shape normalized_axes(const std::string& who, const Array& x, const Shape& shape
 
 namespace {
 
-/// Layer norm of rows (M, D) with weight and bias (D,) (undefined: 1 and 0), as one function: a forward of one staged kernel (each
-/// row's mean, then its variance about it, then the normalised, scaled, shifted row; the mean and 1/std kept
-/// for backward) and a backward of one staged kernel for dx and one column reduction each for dw and db —
-/// instead of the ~10 kernels and (M, D) temporaries of the composed ops, each way.
+/// Layer norm of rows (M, D) with weight and bias (D,) (undefined: 1 and 0), as one function: a forward of one
+/// staged kernel (each row's mean, then its variance about it, then the normalised, scaled, shifted row; the mean
+/// and 1/std kept for backward) and a backward of layer_norm_backward (one pass over x and g on a GPU; a rows
+/// kernel and column reductions elsewhere) instead of the ~10 kernels and (M, D) temporaries of the composed ops.
 Array layer_norm_rows(const Array& x, const Array& w, const Array& b, double eps) {
   static const auto forward = fuse(
       [](auto x, auto w, auto b, auto eps) {
@@ -480,16 +480,6 @@ Array layer_norm_rows(const Array& x, const Array& w, const Array& b, double eps
         return std::tuple{c * rstd * w + b, mu, rstd};
       },
       "layer_norm");
-  // dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)), xhat = (x - mu) * rstd, per row.
-  static const auto backward_x = fuse(
-      [](auto x, auto mu, auto rstd, auto w, auto g) {
-        auto xhat = (x - mu) * rstd;
-        auto gw = g * w;
-        return (gw - mean(gw, 1, true) - xhat * mean(gw * xhat, 1, true)) * rstd;
-      },
-      "layer_norm_backward");
-  static const auto backward_w = fuse(
-      [](auto x, auto mu, auto rstd, auto g) { return sum((x - mu) * rstd * g, 0); }, "layer_norm_backward_weight");
   const bool affine = w.defined();
   const AutogradFunction f{
       "LayerNormBackward",
@@ -499,12 +489,12 @@ Array layer_norm_rows(const Array& x, const Array& w, const Array& b, double eps
         return y;
       },
       [affine](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
-        const Array &x = saved[0], &w = saved[1], &mu = saved[2], &rstd = saved[3];
-        std::vector<Array> grads(affine ? 3 : 1);
-        if (needs[0]) grads[0] = affine ? backward_x(x, mu, rstd, w, g) : backward_x(x, mu, rstd, 1.0, g);
-        if (affine && needs[1]) grads[1] = backward_w(x, mu, rstd, g);
-        if (affine && needs[2]) grads[2] = sum(g, 0);
-        return grads;
+        const bool wants_w = affine && needs[1], wants_b = affine && needs[2];
+        if (!needs[0] && !wants_w && !wants_b) return std::vector<Array>(affine ? 3 : 1);
+        LayerNormGrads r = layer_norm_backward(g, saved[0], saved[1], saved[2], saved[3],
+                                               {.input = needs[0], .weight = wants_w, .bias = wants_b});
+        if (!affine) return std::vector<Array>{r.input};
+        return std::vector<Array>{r.input, r.weight, r.bias};
       }};
   return affine ? f.apply({x, w, b}) : f.apply({x});
 }

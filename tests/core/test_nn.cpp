@@ -170,6 +170,33 @@ TEST(NnModule, DropoutTrainsAndEvaluates) {
   }
 }
 
+// layer_norm_backward, the primitive under LayerNorm's backward: the gradients asked for and no others, equal to
+// the module's; operands that do not fit are refused naming the fix.
+TEST(NnModule, LayerNormBackwardGivesTheGradientsAskedForAndRefusesMisfits) {
+  for (Device d : devices()) {
+    random::seed(9);
+    const Array x = random::normal({3, 5}, 0.0, 1.0, float64, d), up = random::normal({3, 5}, 0.0, 1.0, float64, d);
+    nn::LayerNorm norm({5}, 1e-5, true, float64, d);
+    Array xg = x.copy();
+    xg.set_requires_grad(true);
+    (norm(xg) * up).sum().backward();
+    const Array mu = mean(x, 1, true), rstd = 1.0 / sqrt(mean(square(x - mu), 1, true) + 1e-5);
+    const Array w = norm.parameter("weight").detach();
+    const LayerNormGrads all = layer_norm_backward(up, x, w, mu, rstd);
+    expect_near_all(host(all.input), host(xg.grad()), 1e-12, "input");
+    expect_near_all(host(all.weight), host(norm.parameter("weight").grad()), 1e-12, "weight");
+    expect_near_all(host(all.bias), host(norm.parameter("bias").grad()), 1e-12, "bias");
+    const LayerNormGrads bias_only = layer_norm_backward(up, x, w, mu, rstd, {false, false, true});
+    EXPECT_FALSE(bias_only.input.defined());
+    EXPECT_FALSE(bias_only.weight.defined());
+    EXPECT_EQ(host(bias_only.bias), host(all.bias));
+    EXPECT_THROW(layer_norm_backward(up, x, Array(), mu, rstd), ValueError);  // no weight: input only
+    EXPECT_THROW(layer_norm_backward(up.reshape({15}), x, w, mu, rstd), ShapeError);
+    EXPECT_THROW(layer_norm_backward(up, x.reshape({15}), w, mu, rstd), ShapeError);
+    EXPECT_THROW(layer_norm_backward(up, x, w, mu.reshape({3}), rstd), ShapeError);
+  }
+}
+
 TEST(NnModule, FlattenEmbeddingLayerNormAndActivations) {
   for (Device d : devices()) {
     EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4, 5}, float32, d)).shape(), (Shape{2, 60}));

@@ -59,8 +59,8 @@ TEST(KernelSources, EveryEmbeddedFileIsByteIdenticalToItsSourceFile) {
 
 TEST(KernelSources, PreludeAndKernelFilesAreEmbedded) {
   for (const char* name :
-       {"prelude.cuh", "prelude_reductions.cuh", "batch_norm.cuh", "cross_entropy.cuh", "scan.cuh", "sort.cuh",
-        "user_prelude.cuh"}) {
+       {"prelude.cuh", "prelude_reductions.cuh", "batch_norm.cuh", "cross_entropy.cuh", "layer_norm.cuh", "scan.cuh",
+        "sort.cuh", "user_prelude.cuh"}) {
     bool found = false;
     for (const kernel_sources::File& file : kernel_sources::kAll) found = found || file.name == name;
     EXPECT_TRUE(found) << name;
@@ -215,6 +215,7 @@ std::vector<std::pair<std::string, std::string>> one_source_per_kernel_shape() {
 TEST(KernelSources, EveryFileIsCompiledByNvrtcInSomeGeneratedSource) {
   std::vector<std::pair<std::string, std::string>> sources = one_source_per_kernel_shape();
   sources.emplace_back("bn_apply", batch_norm_source(DType::Float32, DType::Float32));
+  sources.emplace_back("ln_backward_rows", layer_norm_source(4, 6, true));
   sources.emplace_back("scan_segments", scan_source(detail::ReduceOp::CumSum, DType::Float32, DType::Float32));
   sources.emplace_back("sort_block", sort_source(DType::Float32));
   sources.emplace_back("ce_forward_block", cross_entropy_source(DType::BFloat16));
