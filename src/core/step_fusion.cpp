@@ -133,7 +133,7 @@ std::shared_ptr<RecordedFused> as_fused(const TracedCall& p) {
   r->call.graph = g.get();
   r->call.shape = shape;
   r->call.outs = {e.out};
-  r->call.full = {true};
+  r->call.full.assign(1, true);  // not = {true}: g++ 13 warns (-Warray-bounds) on vector<bool> from a list
   for (const Array& a : r->arrays) {
     r->call.arrays.push_back(nullptr);
     r->call.aliased = r->call.aliased || same_view(a, e.out);
