@@ -239,6 +239,17 @@ bool merge(StepTrace& t, size_t i, size_t j, const Array& x, int output, bool do
   return true;
 }
 
+/// Removes the calls marked `gone` (merged into others), keeping the order of the rest.
+void drop_gone(StepTrace& t, const std::vector<bool>& gone) {
+  size_t w = 0;
+  for (size_t k = 0; k < t.calls.size(); ++k) {
+    if (gone[k]) continue;
+    if (w != k) t.calls[w] = std::move(t.calls[k]);
+    ++w;
+  }
+  t.calls.resize(w);
+}
+
 /// The calls that use each storage, in order.
 std::unordered_map<const Storage*, std::vector<size_t>> users_of_storages(const StepTrace& t) {
   std::unordered_map<const Storage*, std::vector<size_t>> users_of;
@@ -318,13 +329,7 @@ int64_t fold_gelu_grads(StepTrace& t) {
     gone[up ? j : i] = true;
     ++folded;
   }
-  size_t w = 0;
-  for (size_t k = 0; k < n; ++k) {
-    if (gone[k]) continue;
-    if (w != k) t.calls[w] = std::move(t.calls[k]);
-    ++w;
-  }
-  t.calls.resize(w);
+  drop_gone(t, gone);
   return folded;
 }
 
@@ -402,13 +407,7 @@ int64_t fuse_step_trace(StepTrace& t, bool epilogues) {
       }
     }
   }
-  size_t w = 0;
-  for (size_t k = 0; k < n; ++k) {
-    if (gone[k]) continue;
-    if (w != k) t.calls[w] = std::move(t.calls[k]);
-    ++w;
-  }
-  t.calls.resize(w);
+  drop_gone(t, gone);
   return folded + merged;
 }
 

@@ -142,6 +142,21 @@ struct TinyGpt {
   }
 };
 
+/// m's training step under bfloat16 autocast (no clipping): zero_grad, forward and loss, backward, AdamW.
+std::function<std::vector<Array>(const std::vector<Array>&)> autocast_step(TinyGpt& m) {
+  return [&m](const std::vector<Array>& in) {
+    m.opt->zero_grad();
+    Array loss;
+    {
+      AutocastGuard amp(bfloat16);
+      loss = models::lm_loss((*m.model)(in[0]), in[1]);
+    }
+    loss.backward();
+    m.opt->step();
+    return std::vector<Array>{loss};
+  };
+}
+
 models::GPT2Config tiny_dropout_config(const std::string& recompute) {
   models::GPT2Config config = kiln_test::tiny_gpt2_config();
   config.embd_pdrop = config.attn_pdrop = config.resid_pdrop = 0.1;
@@ -463,19 +478,6 @@ TEST(Compile, AGptStepUnderAutocastFusesItsLayerNormsWithTheirNeighbours) {
     const models::GPT2Config config = kiln_test::tiny_gpt2_config();
     const std::vector<Array> tokens = tiny_tokens(config, device);
     TinyGpt eager(config, device), compiled(config, device);
-    auto autocast_step = [](TinyGpt& m) {
-      return [&m](const std::vector<Array>& in) {
-        m.opt->zero_grad();
-        Array loss;
-        {
-          AutocastGuard amp(bfloat16);
-          loss = models::lm_loss((*m.model)(in[0]), in[1]);
-        }
-        loss.backward();
-        m.opt->step();
-        return std::vector<Array>{loss};
-      };
-    };
     // epilogues off: a GPU would fold the MLP's GELU gradient into its product (not bit for bit; the next test).
     CompiledStep step = compile(autocast_step(compiled), {.epilogues = false});
     std::vector<float> losses;
@@ -506,19 +508,6 @@ TEST(Compile, AGeluGradientBecomesTheEpilogueOfTheProductThatMakesIt) {
     const models::GPT2Config config = kiln_test::tiny_gpt2_config();
     const std::vector<Array> tokens = tiny_tokens(config, device);
     TinyGpt eager(config, device), compiled(config, device);
-    auto autocast_step = [](TinyGpt& m) {
-      return [&m](const std::vector<Array>& in) {
-        m.opt->zero_grad();
-        Array loss;
-        {
-          AutocastGuard amp(bfloat16);
-          loss = models::lm_loss((*m.model)(in[0]), in[1]);
-        }
-        loss.backward();
-        m.opt->step();
-        return std::vector<Array>{loss};
-      };
-    };
     CompiledStep step = compile(autocast_step(compiled));
     const bool folds = device.is_cuda();
     std::vector<float> losses;
