@@ -16,8 +16,8 @@ namespace {
 /// The engine's dtypes: float32, and float16/bfloat16 computed in float32.
 bool engine_dtype(DType t) { return t == float32 || t == float16 || t == bfloat16; }
 
-/// Checks what both directions share; returns the labels as the engine takes them (int64, contiguous, (N,)).
-Array checked_labels(const char* op, const Array& logits, const Array& labels, double ls) {
+/// Checks what both directions share.
+void check_operands(const char* op, const Array& logits, const Array& labels, double ls) {
   if (!logits.defined() || !labels.defined())
     throw ValueError(std::string(op) + ": logits and labels must be defined arrays");
   if (logits.ndim() != 2)
@@ -35,12 +35,15 @@ Array checked_labels(const char* op, const Array& logits, const Array& labels, d
                       labels.device().str() + "; move them to one device");
   if (!(ls >= 0.0 && ls <= 1.0))
     throw ValueError(std::string(op) + ": label_smoothing must be in [0, 1], got " + std::to_string(ls));
-  return labels.reshape({labels.size()}).astype(int64).contiguous();
 }
 
-/// Whether an engine could take these logits at all (else the caller's path, without asking the backend).
+/// The labels as the engine takes them (int64, contiguous, (N,)).
+Array engine_labels(const Array& labels) { return labels.reshape({labels.size()}).astype(int64).contiguous(); }
+
+/// Whether an engine could take these logits at all (else the caller's path, without asking the backend). The
+/// CPU has none: nothing is allocated for it (the backward's result is the logits' size).
 bool engine_may_run(const Array& logits) {
-  return engine_dtype(logits.dtype()) && logits.is_contiguous() && logits.size() > 0;
+  return !logits.device().is_cpu() && engine_dtype(logits.dtype()) && logits.is_contiguous() && logits.size() > 0;
 }
 
 }  // namespace
@@ -48,9 +51,10 @@ bool engine_may_run(const Array& logits) {
 std::optional<CrossEntropyRows> cross_entropy_rows_forward(const Array& logits, const Array& labels,
                                                            double label_smoothing) {
   constexpr const char* op = "cross_entropy_rows_forward";
-  const Array lab = checked_labels(op, logits, labels, label_smoothing);
+  check_operands(op, logits, labels, label_smoothing);
   detail::reject_grad({&logits}, op, "use nn::cross_entropy, which records the gradient");
   if (!engine_may_run(logits)) return std::nullopt;
+  const Array lab = engine_labels(labels);
   const int64_t n = logits.shape(0);
   detail::CrossEntropyCall call;
   call.kind = detail::CrossEntropyKind::Forward;
@@ -66,7 +70,7 @@ std::optional<CrossEntropyRows> cross_entropy_rows_forward(const Array& logits, 
 std::optional<Array> cross_entropy_rows_backward(const Array& logits, const Array& labels, const Array& lse,
                                                  const Array& grad, double label_smoothing) {
   constexpr const char* op = "cross_entropy_rows_backward";
-  const Array lab = checked_labels(op, logits, labels, label_smoothing);
+  check_operands(op, logits, labels, label_smoothing);
   const int64_t n = logits.shape(0);
   if (!lse.defined() || lse.dtype() != float32 || lse.size() != n)
     throw ShapeError(std::string(op) + ": lse must be the forward's float32 array of one value per row (" +
@@ -79,6 +83,7 @@ std::optional<Array> cross_entropy_rows_backward(const Array& logits, const Arra
                       logits.device().str());
   detail::reject_grad({&logits, &grad}, op, "use nn::cross_entropy, which records the gradient");
   if (!engine_may_run(logits)) return std::nullopt;
+  const Array lab = engine_labels(labels);
   // grad keeps its stride (a mean's gradient is one value broadcast over the rows); lse is read per row.
   const Array g = grad.reshape({n}).astype(float32);
   const Array l = lse.reshape({n}).contiguous();
