@@ -148,6 +148,20 @@ void run_gpt2(BenchContext& ctx) {
       const double kl = compiled({x, y})[0].item<double>();
       const std::string kcheck = !compiled.compiled() ? "not compiled" : finite(kl);
       variant("_compiled", ctx.seconds(k), kcheck, compile_wait);
+      if (!ctx.profile.empty() && d == ctx.device) {  // one replay under the profiler: what the compiler changed
+        profiler::start();
+        {
+          profiler::Range range("gpt2 compiled replay");
+          compiled({x, y});
+        }
+        const profiler::Profile prof = profiler::stop();
+        fmt::print("  profile of one {}_compiled replay on {}:\n{}\n", c.name, d.str(), prof.summary());
+        const std::string path = ctx.profile.ends_with(".json")
+                                     ? ctx.profile.substr(0, ctx.profile.size() - 5) + "-compiled.json"
+                                     : ctx.profile + "-compiled";
+        prof.save_chrome_trace(path);
+        fmt::print("  wrote the compiled replay's Chrome trace to {}\n", path);
+      }
       // What the compiler made of the step: its calls, those the fusion pass merged away, and the memory the
       // record's arrays hold (the step's own arrays; parameters and optimizer state are not in it).
       const double record_gib = static_cast<double>(compiled.memory_bytes()) / (1 << 30);

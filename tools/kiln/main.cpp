@@ -195,8 +195,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--quick", quick, "smaller sizes and fewer repeats (about a minute)");
   std::string profile;
   bench_cmd->add_option("--profile", profile,
-                        "gpt2: profile one step (time per kernel class and kernel) and write its Chrome trace "
-                        "(chrome://tracing, Perfetto) to this file");
+                        "gpt2: profile one eager step and one compiled replay (time per kernel class and kernel) and "
+                        "write their Chrome traces (chrome://tracing, Perfetto) to this file and to its name with "
+                        "-compiled before .json");
   std::string recompute = "none";
   bench_cmd
       ->add_option("--recompute", recompute,
