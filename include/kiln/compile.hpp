@@ -15,7 +15,8 @@
 // values, on the same parameters and state). From then on a call copies its inputs into the traced inputs and
 // replays the record: no autograd graph, no module code, no dispatch decisions — the backend calls only, in
 // order, on the storages the trace used, so the results are bit for bit those of eager steps (random draws
-// included: each replay draws at the traced places past the default generator's state, as the eager step would).
+// included: each replay draws at the traced places past the default generator's state, as the eager step would;
+// only StepCompileOptions::epilogues, on a GPU in 16-bit dtypes, rounds a folded product's result once instead).
 //
 // The same rules as a CUDA graph's (train::TrainStep with graph): a replay repeats what the traced step did to
 // the arrays, not the host code around it. Host values the step reads once — a learning rate from a scheduler,
