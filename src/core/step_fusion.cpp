@@ -261,6 +261,32 @@ std::unordered_map<const Storage*, std::vector<size_t>> users_of_storages(const 
   return users_of;
 }
 
+/// Whether X's storage `s` is the step's own and nothing outside the record holds it (not an output of the step,
+/// not an array the user's code or a Python object keeps): the step's own storage of it has expired.
+bool dead_after_step(const StepTrace& t, const Storage* s) {
+  if (!s || !t.created.count(s)) return false;
+  const auto made = t.made.find(s);
+  return made != t.made.end() && made->second.expired();
+}
+
+/// Where P (calls[i]) and E (calls[j]), which meet over P's result X (storage `s`), may run as one call: `up` (in
+/// P's place) when no call between them uses E's storages but X; `down` (in E's) when none uses P's other results
+/// or writes what P reads. Calls marked `gone` were merged away.
+std::pair<bool, bool> placements(const StepTrace& t, const std::vector<bool>& gone, size_t i, size_t j,
+                                 const Storage* s) {
+  const TracedCall &p = t.calls[i], &e = t.calls[j];
+  bool up = true, down = true;
+  for (size_t k = i + 1; k < j && (up || down); ++k) {
+    if (gone[k]) continue;
+    for (const Storage* es : e.storages) up = up && (es == s || !touches(t.calls[k], es));
+    for (const Storage* ps : p.storages) {
+      const bool result = std::find(p.written.begin(), p.written.end(), ps) != p.written.end();
+      if (ps != s) down = down && !(result ? touches(t.calls[k], ps) : writes(t.calls[k], ps));
+    }
+  }
+  return {up, down};
+}
+
 /// Products whose result only gelu_tanh's gradient reads (AddmmGeluBackward's `g * gelu_tanh'(pre)` after the
 /// product that makes g) become one product with that gradient as its epilogue (MatmulCall::gelu_grad_of), where
 /// the backend folds it: the product's result is never written. The folded call takes the product's place when
@@ -277,7 +303,7 @@ int64_t fold_gelu_grads(StepTrace& t) {
     if (!m.matmul || !m.backend || m.matmul->call.bias || m.matmul->call.pre_gelu) continue;
     const Array& x = m.matmul->call.out;
     const Storage* s = x.storage().get();
-    if (!m.backend->folds_gelu_grad(x.dtype()) || !x.is_contiguous() || !t.created.count(s)) continue;
+    if (!m.backend->folds_gelu_grad(x.dtype()) || !x.is_contiguous() || !dead_after_step(t, s)) continue;
     const auto u = users_of.find(s);
     if (u == users_of.end() || u->second.size() != 2 || u->second[0] != i) continue;
     const size_t j = u->second[1];
@@ -289,16 +315,9 @@ int64_t fold_gelu_grads(StepTrace& t) {
     if (!same_elements(g, x) || !pre.is_contiguous() || !out.is_contiguous() || pre.dtype() != x.dtype() ||
         out.dtype() != x.dtype() || pre.size() != x.size() || out.size() != x.size())
       continue;
-    const auto made = t.made.find(s);
-    if (made == t.made.end() || !made->second.expired()) continue;
     const RecordedMatmul& mm = *m.matmul;
     if (bytes_overlap(out, mm.a) || bytes_overlap(out, mm.b) || bytes_overlap(out, pre)) continue;
-    bool up = true, down = true;
-    for (size_t k = i + 1; k < j && (up || down); ++k) {
-      if (gone[k]) continue;
-      for (const Storage* es : e.storages) up = up && (es == s || !touches(t.calls[k], es));
-      for (const Storage* ms : m.storages) down = down && (ms == s || !writes(t.calls[k], ms));
-    }
+    const auto [up, down] = placements(t, gone, i, j, s);
     if (!up && !down) continue;
     auto r = std::make_shared<RecordedMatmul>(mm);
     r->call.a = &r->a;
@@ -310,7 +329,7 @@ int64_t fold_gelu_grads(StepTrace& t) {
     TracedCall f;
     f.name = "matmul+gelu_tanh_backward";
     f.detail = m.detail + " |" + e.detail;
-    f.writes_known = true;
+    f.writes_known = e.writes_known;  // the product wrote only X, which the folded call does not
     for (const TracedCall* c : {&m, &e})
       for (const Storage* st : c->storages)
         if (st != s) f.storages.push_back(st);
@@ -359,7 +378,7 @@ int64_t fuse_step_trace(StepTrace& t, bool epilogues) {
       if (!p.backend || !(p.fused || (p.elementwise && only_arrays(p.elementwise->call)))) break;
       for (const auto& [x, output] : full_results(p)) {
         const Storage* s = x.storage().get();
-        if (!s || !t.created.count(s)) continue;
+        if (!dead_after_step(t, s)) continue;
         // The one later call that uses X, and no other user anywhere.
         const std::vector<size_t>& u = users_of[s];
         if (u.size() != 2 || u[0] != i) continue;
@@ -370,20 +389,7 @@ int64_t fuse_step_trace(StepTrace& t, bool epilogues) {
         for (int k = 0; k < e.elementwise->call.num_inputs; ++k)
           reads_x = reads_x || same_elements(*e.elementwise->call.inputs[static_cast<size_t>(k)].array, x);
         if (!reads_x || e.elementwise->call.out.storage().get() == s) continue;
-        // Nothing outside the record holds X: the step's own storage of it has expired.
-        const auto made = t.made.find(s);
-        if (made == t.made.end() || !made->second.expired()) continue;
-        // E moves up to P's place (no call between them uses E's other operands or its result), or P moves down
-        // to E's (no call between them uses P's other results or writes what P reads).
-        bool up = true, down = true;
-        for (size_t k = i + 1; k < user && (up || down); ++k) {
-          if (gone[k]) continue;
-          for (const Storage* es : e.storages) up = up && (es == s || !touches(t.calls[k], es));
-          for (const Storage* ps : p.storages) {
-            const bool result = std::find(p.written.begin(), p.written.end(), ps) != p.written.end();
-            if (ps != s) down = down && !(result ? touches(t.calls[k], ps) : writes(t.calls[k], ps));
-          }
-        }
+        const auto [up, down] = placements(t, gone, i, user, s);
         if (!up && !down) continue;
         const std::vector<const Storage*> p_storages = p.storages, e_storages = e.storages;  // merge() replaces one
         auto unused = [&](const Array& a) {

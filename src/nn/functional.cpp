@@ -179,8 +179,9 @@ template <bool Widen, bool Smooth>
 Array cross_entropy_rows(const Array& rows, const Array& labels, double ls) {
   using K = CrossEntropyKernels<Widen, Smooth>;
   const int64_t n = rows.shape(0), classes = rows.shape(1);
-  // The engine computes in float32: the fused graphs' dtype only for float32 or widened logits.
-  const bool engine = rows.dtype() == float32 || Widen;  // not Widen first: clang folds it (an unused capture)
+  // The engine computes in float32: the fused graphs' dtype only for float32 or widened logits. The CPU has none
+  // (its path is the fused graphs): not asked, so its steps pay no second round of checks.
+  const bool engine = !rows.device().is_cpu() && (rows.dtype() == float32 || Widen);
   // The labels as the fused graphs compare them with class_ids.
   const auto label = [n](const Array& ids, const Array& of) { return of.reshape({n, 1}).astype(ids.dtype()); };
   AutogradFunction f{

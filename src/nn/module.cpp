@@ -490,7 +490,6 @@ Array layer_norm_rows(const Array& x, const Array& w, const Array& b, double eps
       },
       [affine](const Array& g, const std::vector<Array>& saved, const std::vector<bool>& needs) {
         const bool wants_w = affine && needs[1], wants_b = affine && needs[2];
-        if (!needs[0] && !wants_w && !wants_b) return std::vector<Array>(affine ? 3 : 1);
         LayerNormGrads r = layer_norm_backward(g, saved[0], saved[1], saved[2], saved[3],
                                                {.input = needs[0], .weight = wants_w, .bias = wants_b});
         if (!affine) return std::vector<Array>{r.input};
