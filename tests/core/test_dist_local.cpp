@@ -27,8 +27,10 @@ namespace dist = kiln::dist;
 
 namespace {
 
-/// A port unlikely to be in use, different per test (ctest runs tests in parallel).
-int test_port(int k) { return 20000 + static_cast<int>(getpid() % 20000) + k; }
+/// A port unlikely to be in use, different per test (ctest runs tests in parallel): eight per process, so two
+/// processes of consecutive pids (ctest's shards) get disjoint ports (pid + k once gave one's k = 2 to the other's
+/// k = 1: "Address already in use").
+int test_port(int k) { return 20000 + static_cast<int>(getpid() % 4000) * 8 + k; }
 
 /// A loopback port nothing listens on while this object lives: bound here and never listened on, so a connection
 /// to it is refused, and no other process (nor a connection's own ephemeral source port) can take it meanwhile.
